@@ -1,0 +1,51 @@
+# The two README commands: `make demo` and `make test`. Both set up .venv (idempotent, quiet when done).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+# Shared 2-core boxes: OpenMP busy-waiting makes torch 10x slower; JAX gets 8 fake devices for meshes.
+export OMP_WAIT_POLICY ?= PASSIVE
+export OMP_NUM_THREADS ?= 2
+export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
+export TOKENIZERS_PARALLELISM ?= false
+export HF_HUB_OFFLINE ?= 1
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-slow lint lock clean-venv
+
+setup: $(STAMP) iverilog
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing the pinned environment into $(VENV) (first time: ~3 min, ~2.5 GB)..."
+	@$(VENV)/bin/pip install -q --upgrade pip >/dev/null
+	@$(VENV)/bin/pip install -q -r requirements.lock
+	@$(VENV)/bin/pip install -q --no-deps -e .
+	@$(VENV)/bin/pip check
+	@touch $(STAMP)
+
+iverilog:
+	@bash scripts/install_iverilog.sh
+
+demo: setup
+	@$(VENV)/bin/crosstune demo
+
+test: setup
+	@$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+test-slow: setup
+	@$(VENV)/bin/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+lint: setup
+	@$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# Regenerate requirements.lock from requirements.in in a scratch venv.
+lock:
+	rm -rf /tmp/crosstune-lock && $(PYTHON) -m venv /tmp/crosstune-lock
+	/tmp/crosstune-lock/bin/pip install -q -r requirements.in
+	{ head -2 requirements.lock; echo "torch==2.13.0"; /tmp/crosstune-lock/bin/pip freeze | grep -vE '^(torch|crosstune)=='; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock
+
+clean-venv:
+	rm -rf $(VENV)

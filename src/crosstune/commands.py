@@ -1,0 +1,13 @@
+"""Collects every area's CLI commands onto the root app (one line per area)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register_all(app: typer.Typer) -> None:
+    from crosstune.data.cli import data_app
+    from crosstune.doctor import register as register_doctor
+
+    register_doctor(app)
+    app.add_typer(data_app, name="data")

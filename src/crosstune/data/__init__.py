@@ -1,0 +1,1 @@
+"""Data: synthetic corpora and the one prepared dataset both backends train on."""

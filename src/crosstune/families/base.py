@@ -1,0 +1,120 @@
+"""What a model family knows: its sizes, HF config mapping, module names on both stacks, chat format."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crosstune.families.spec import AttentionKind, ModelSpec
+
+HF_LAYER_TYPE = {"sliding_attention": "sliding", "full_attention": "global"}
+HF_LAYER_TYPE_INV = {v: k for k, v in HF_LAYER_TYPE.items()}
+
+# Neutral target -> HF module path inside a decoder layer.
+HF_TARGET_MODULES = {
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "down": "mlp.down_proj",
+}
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """The control tokens of a family's chat template (the template text lives with the tokenizer)."""
+
+    bos: str
+    turn_start: str
+    turn_end: str
+    roles: dict[str, str]  # neutral role -> role word in the template
+    has_system_turn: bool
+    thought_start: str | None = None  # native reasoning channel (Gemma 4)
+    thought_end: str | None = None
+    extra_special: tuple[str, ...] = ()
+
+    @property
+    def stop_token(self) -> str:
+        return self.turn_end
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    hf_model_type: str
+    hf_causal_lm_class: str  # transformers class for text-only checkpoints
+    decoder_layer_class: str  # what FSDP wraps
+    chat: ChatFormat
+    sizes: dict[str, ModelSpec] = field(hash=False)
+    attention_from_hf: Callable[[dict[str, Any]], dict[str, AttentionKind]] = field(hash=False, repr=False)
+    build_hf_config: Callable[[ModelSpec], dict[str, Any]] = field(hash=False, repr=False)
+
+    def spec(self, size: str) -> ModelSpec:
+        if size not in self.sizes:
+            raise KeyError(f"unknown {self.name} size {size!r}; known: {', '.join(self.sizes)}")
+        return self.sizes[size]
+
+    # --- HF config <-> spec -------------------------------------------------------------------
+    def spec_from_hf_config(self, cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
+        cfg = cfg.get("text_config", cfg)  # multimodal checkpoints nest the decoder config
+        if cfg.get("model_type") not in (self.hf_model_type, None):
+            raise ValueError(f"config model_type {cfg.get('model_type')!r} is not {self.name} ({self.hf_model_type})")
+        layer_types = tuple(HF_LAYER_TYPE[t] for t in cfg["layer_types"])
+        return ModelSpec(
+            family=self.name,
+            name=name,
+            hidden_size=cfg["hidden_size"],
+            intermediate_size=cfg["intermediate_size"],
+            vocab_size=cfg["vocab_size"],
+            layer_types=layer_types,
+            attention=self.attention_from_hf(cfg),
+            tied_embeddings=cfg.get("tie_word_embeddings", True),
+            final_logit_softcap=cfg.get("final_logit_softcapping"),
+            rope_theta={
+                HF_LAYER_TYPE[k]: float(v["rope_theta"]) for k, v in (cfg.get("rope_parameters") or {}).items()
+            },
+            query_pre_attn_scalar=cfg.get("query_pre_attn_scalar"),
+        )
+
+    def hf_config(self, spec: ModelSpec, **overrides: Any) -> dict[str, Any]:
+        """A transformers config dict (model_type, layer_types, heads, ...) reproducing `spec`."""
+        return {**self.build_hf_config(spec), **overrides}
+
+    # --- module names -------------------------------------------------------------------------
+    def hf_lora_modules(self, spec: ModelSpec, targets: list[str] | tuple[str, ...]) -> list[str]:
+        """Fully qualified HF module names (text-only layout) that LoRA adapts for `targets`."""
+        names = []
+        for layer in range(spec.num_layers):
+            for t in spec.targets_present(layer, targets):
+                names.append(f"model.layers.{layer}.{HF_TARGET_MODULES[t]}")
+        return names
+
+    def peft_target_regex(self, targets: list[str] | tuple[str, ...]) -> str:
+        """A PEFT `target_modules` regex restricted to the language model's decoder layers
+        (a multimodal checkpoint's vision tower has look-alike Linear layers)."""
+        leaves = "|".join(re.escape(HF_TARGET_MODULES[t]) for t in targets)
+        return rf"^(?:model\.language_model\.|model\.)layers\.\d+\.(?:{leaves})$"
+
+    def tunix_lora_modules(self, spec: ModelSpec, layer: int, targets: list[str] | tuple[str, ...]) -> list[str]:
+        """Tunix module names (within a layer) that carry LoRA for `targets`: einsums cover several."""
+        a = spec.kind(layer)
+        mods: list[str] = []
+        attn = [t for t in ("q", "k", "v") if t in targets]
+        if a.num_heads == a.num_kv_heads and not a.k_eq_v and attn:
+            mods.append("attn.qkv_einsum")  # tunix fuses q, k, v when heads == KV heads
+        else:
+            if "q" in attn:
+                mods.append("attn.q_einsum")
+            if a.k_eq_v:
+                if "k" in attn:
+                    mods.append("attn.k_einsum")  # values reuse keys: a v target has nothing to adapt
+            elif "k" in attn or "v" in attn:
+                mods.append("attn.kv_einsum")  # one LoRA shared by k and v (A shared, B stacked)
+        if "o" in targets:
+            mods.append("attn.attn_vec_einsum")
+        mods += [f"mlp.{t}_proj" for t in ("gate", "up", "down") if t in targets]
+        return mods
