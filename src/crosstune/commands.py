@@ -8,6 +8,8 @@ import typer
 def register_all(app: typer.Typer) -> None:
     from crosstune.data.cli import data_app
     from crosstune.doctor import register as register_doctor
+    from crosstune.recipe.cli import recipe_app
 
     register_doctor(app)
     app.add_typer(data_app, name="data")
+    app.add_typer(recipe_app, name="recipe")

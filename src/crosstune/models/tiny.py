@@ -1,0 +1,68 @@
+"""Tiny Gemma 3 / Gemma 4 checkpoints for tests and CPU smoke runs: a real HF model directory, random weights.
+
+The shapes come from `family.spec("tiny")` (every layout peculiarity of the big models, at hidden size 64), the
+tokenizer is trained locally on the synthetic Verilog corpus, and the weights are transformers' own
+initialisation under `torch.manual_seed(seed)`: the same seed gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from crosstune.families import get_family
+from crosstune.models.tokenizer import corpus_texts, save_tokenizer, train_tokenizer
+
+# The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).
+DEFAULT_CORPUS = {"n_train": 400, "n_eval": 8, "seed": 0}
+
+
+def build_tiny_model(family: str, out_dir: Path, seed: int = 0, corpus_dir: Path | None = None) -> Path:
+    """Write a tiny `family` checkpoint into `out_dir` and return it.
+
+    Files: config.json, model.safetensors (fp32), generation_config.json (eos = [<eos>, turn end]), tokenizer.json,
+    tokenizer_config.json (with the family's chat template) and special_tokens_map.json. The tokenizer is trained
+    on `corpus_dir/train.jsonl`, or on a small synthetic corpus with a fixed seed when `corpus_dir` is None.
+    """
+    import torch
+    import transformers
+
+    fam = get_family(family)
+    spec = fam.spec("tiny")
+    out_dir = Path(out_dir)
+
+    if corpus_dir is None:
+        from crosstune.synth import generate_corpus
+
+        with tempfile.TemporaryDirectory(prefix="crosstune-corpus-") as tmp:
+            generate_corpus(Path(tmp), **DEFAULT_CORPUS)
+            texts = corpus_texts(Path(tmp))
+    else:
+        texts = corpus_texts(Path(corpus_dir))
+    tokenizer = train_tokenizer(family, texts, vocab_size=spec.vocab_size)
+
+    ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in _named_tokens(fam).items()}
+    hf = fam.hf_config(
+        spec,
+        vocab_size=len(tokenizer),
+        pad_token_id=ids["pad"],
+        bos_token_id=ids["bos"],
+        eos_token_id=[ids["eos"], ids["turn_end"]],
+        dtype="float32",
+    )
+    config_class = transformers.CONFIG_MAPPING[hf.pop("model_type")]
+    config = config_class(**hf)  # layer_types at construction: setting it later leaves derived fields stale
+    torch.manual_seed(seed)
+    model = getattr(transformers, fam.hf_causal_lm_class)(config).to(torch.float32).eval()
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=ids["bos"], eos_token_id=[ids["eos"], ids["turn_end"]], pad_token_id=ids["pad"]
+    )
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    save_tokenizer(tokenizer, out_dir)
+    return out_dir
+
+
+def _named_tokens(fam) -> dict[str, str]:
+    return {"pad": "<pad>", "eos": "<eos>", "bos": fam.chat.bos, "turn_end": fam.chat.turn_end}

@@ -1,0 +1,159 @@
+"""Consistency checks that need more than one field: model shape vs mesh, hardware vs devices, paths."""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+
+from crosstune.families import get_family
+from crosstune.families.spec import ModelSpec
+from crosstune.hardware import HARDWARE
+from crosstune.recipe.load import Problem
+from crosstune.recipe.schema import Recipe
+
+
+def _resolve(base_dir: Path, value: str) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else base_dir / p
+
+
+def model_spec(recipe: Recipe, base_dir: Path) -> tuple[ModelSpec | None, list[Problem]]:
+    """The model's shapes: from the checkpoint's config.json when present, else the named size."""
+    family = get_family(recipe.model.family)
+    problems: list[Problem] = []
+    if recipe.model.path:
+        cfg_file = _resolve(base_dir, recipe.model.path) / "config.json"
+        if cfg_file.is_file():
+            cfg = json.loads(cfg_file.read_text())
+            text_type = cfg.get("text_config", cfg).get("model_type")
+            if text_type != family.hf_model_type:
+                problems.append(
+                    Problem(
+                        "model.family",
+                        f"{cfg_file} is a {text_type!r} checkpoint, not {family.name}",
+                        f"set model.family to match the checkpoint (expects model_type {family.hf_model_type!r})",
+                    )
+                )
+                return None, problems
+            return family.spec_from_hf_config(cfg, name=str(cfg_file.parent)), problems
+        problems.append(
+            Problem(
+                "model.path",
+                f"no config.json at {cfg_file.parent} (yet)",
+                "point it at an HF model directory; shape checks use model.size until it exists",
+                severity="warning",
+            )
+        )
+    if recipe.model.size:
+        if recipe.model.size not in family.sizes:
+            problems.append(
+                Problem(
+                    "model.size",
+                    f"unknown {family.name} size {recipe.model.size!r}",
+                    f"known: {', '.join(family.sizes)}",
+                )
+            )
+            return None, problems
+        return family.spec(recipe.model.size), problems
+    return None, problems
+
+
+def valid_tps(spec: ModelSpec, limit: int = 64) -> list[int]:
+    return [
+        tp for tp in range(1, limit + 1) if not spec.tp_problems(tp) and spec.attention["sliding"].num_heads % tp == 0
+    ]
+
+
+def check_recipe(recipe: Recipe, base_dir: Path) -> list[Problem]:
+    problems: list[Problem] = []
+    hw = HARDWARE[recipe.hardware]  # the schema rejected unknown names
+
+    if len(set(recipe.lora.targets)) != len(recipe.lora.targets):
+        problems.append(Problem("lora.targets", "a target is listed twice", "list each of q k v o gate up down once"))
+
+    spec, spec_problems = model_spec(recipe, base_dir)
+    problems += spec_problems
+
+    mesh = recipe.backend.jax.mesh
+    if spec is not None:
+        tp_issues = spec.tp_problems(mesh.tp)
+        if tp_issues and not recipe.backend.jax.replicate_indivisible_heads:
+            options = ", ".join(str(t) for t in valid_tps(spec, max(mesh.tp, 8)))
+            problems.append(
+                Problem(
+                    "backend.jax.mesh.tp",
+                    f"tp={mesh.tp} cannot shard {spec.name}: " + "; ".join(tp_issues),
+                    f"use tp in {{{options}}}, or set backend.jax.replicate_indivisible_heads: true "
+                    "(costs memory; see `crosstune plan`)",
+                )
+            )
+        if "v" in recipe.lora.targets and any(a.k_eq_v for a in spec.attention.values()):
+            n = sum(1 for i in range(spec.num_layers) if spec.kind(i).k_eq_v)
+            problems.append(
+                Problem(
+                    "lora.targets",
+                    f"{n} k_eq_v layers have no v_proj: the v target adapts only the other layers",
+                    "values reuse keys there, so the k target covers them",
+                    severity="warning",
+                )
+            )
+        heads = spec.attention["sliding"].num_heads
+        if heads % recipe.serve.tensor_parallel_size:
+            problems.append(
+                Problem(
+                    "serve.tensor_parallel_size",
+                    f"vLLM needs the {heads} attention heads divisible by tensor_parallel_size "
+                    f"{recipe.serve.tensor_parallel_size}",
+                    "use a divisor of the head count",
+                )
+            )
+
+    if hw.chip.platform != "cpu":
+        if mesh.fsdp * mesh.tp != hw.devices and (hw.chip.platform == "tpu" or recipe.backend.default == "jax"):
+            problems.append(
+                Problem(
+                    "backend.jax.mesh",
+                    f"fsdp × tp = {mesh.fsdp}×{mesh.tp} = {mesh.fsdp * mesh.tp}, "
+                    f"but {hw.name} has {hw.devices} devices",
+                    f"choose fsdp × tp = {hw.devices}",
+                )
+            )
+        if hw.chip.platform == "gpu" and recipe.backend.torch.devices > hw.devices:
+            problems.append(
+                Problem(
+                    "backend.torch.devices",
+                    f"{recipe.backend.torch.devices} devices per node but {hw.name} has {hw.devices} GPUs",
+                    f"use at most {hw.devices}",
+                )
+            )
+        if recipe.serve.tensor_parallel_size > hw.devices:
+            problems.append(
+                Problem(
+                    "serve.tensor_parallel_size",
+                    f"{recipe.serve.tensor_parallel_size} > {hw.devices} devices of {hw.name}",
+                    f"use at most {hw.devices}",
+                )
+            )
+    if hw.chip.platform == "cpu" and recipe.train.precision == "bf16":
+        problems.append(
+            Problem(
+                "train.precision",
+                "bf16 on CPU is slow and parity tests need fp32",
+                "use fp32 on cpu",
+                severity="warning",
+            )
+        )
+
+    for i, src in enumerate(recipe.data.sources):
+        p = _resolve(base_dir, src.path)
+        if not (p.exists() or glob.glob(str(p))):
+            problems.append(
+                Problem(
+                    f"data.sources[{i}].path",
+                    f"nothing at {p} (yet)",
+                    "a file, glob or save_to_disk dir",
+                    severity="warning",
+                )
+            )
+    return problems

@@ -1,0 +1,198 @@
+"""Load a recipe YAML and report every problem with its YAML path, line and a hint."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from crosstune.recipe.schema import Recipe
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str  # dotted YAML path, e.g. "lora.rank" or "data.sources[0].path"
+    message: str
+    hint: str = ""
+    line: int | None = None
+    severity: str = "error"  # "error" | "warning"
+
+    def render(self, file: str | Path | None = None) -> str:
+        where = f"{file}:{self.line}" if file and self.line else (str(file) if file else "")
+        head = f"{where}: " if where else ""
+        hint = f"  (hint: {self.hint})" if self.hint else ""
+        return f"{head}{self.severity} at {self.path or '<root>'}: {self.message}{hint}"
+
+
+class RecipeError(Exception):
+    """Raised with every problem found, so a user fixes a recipe in one pass."""
+
+    def __init__(self, file: str | Path | None, problems: list[Problem]):
+        self.file, self.problems = file, problems
+        super().__init__("\n".join(p.render(file) for p in problems))
+
+
+def _line_map(text: str) -> dict[tuple, int]:
+    """YAML path (tuple of keys/indices) -> 1-based line, from the composed node tree."""
+    lines: dict[tuple, int] = {}
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                lines[path + (key.value,)] = key.start_mark.line + 1
+                walk(value, path + (key.value,))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, path + (i,))
+
+    root = yaml.compose(text)
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _line_for(lines: dict[tuple, int], loc: tuple) -> int | None:
+    for n in range(len(loc), -1, -1):  # nearest enclosing node that exists in the file
+        if loc[:n] in lines:
+            return lines[loc[:n]]
+    return None
+
+
+def _model_for(loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that owns the mapping at `loc` (to suggest the right key names)."""
+    model: Any = Recipe
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        for cand in (ann, *getattr(ann, "__args__", ())):
+            inner = getattr(cand, "__args__", (cand,))[0] if getattr(cand, "__origin__", None) is list else cand
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                model = inner
+                break
+        else:
+            return None
+    return model
+
+
+def _hint_for(err: dict) -> str:
+    loc, kind = tuple(err["loc"]), err["type"]
+    if kind == "extra_forbidden":
+        owner = _model_for(loc[:-1])
+        known = list(owner.model_fields) if owner else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        return f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+    if kind == "literal_error":
+        return f"allowed: {err['ctx']['expected']}"
+    if kind == "missing":
+        return "this key is required"
+    if kind in ("greater_than", "greater_than_equal"):
+        return "must be a positive number" if err["ctx"].get("gt") == 0 else ""
+    return ""
+
+
+def _apply_override(data: dict, assignment: str) -> None:
+    """`a.b.c=value` (value parsed as YAML) into nested dicts."""
+    if "=" not in assignment:
+        raise RecipeError(None, [Problem(assignment, "override must look like key.path=value")])
+    key, raw = assignment.split("=", 1)
+    node = data
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise RecipeError(None, [Problem(key, f"cannot set {key}: {part} is not a mapping")])
+    node[parts[-1]] = yaml.safe_load(raw)
+
+
+def parse_recipe(text: str, file: str | Path | None = None, overrides: list[str] | None = None) -> Recipe:
+    """Validate YAML text; raises RecipeError listing every schema and consistency problem."""
+    try:
+        data = yaml.safe_load(text)
+        lines = _line_map(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        raise RecipeError(file, [Problem("", f"not valid YAML: {getattr(e, 'problem', e)}", line=line)]) from None
+    if not isinstance(data, dict):
+        raise RecipeError(file, [Problem("", "a recipe is a YAML mapping (name:, model:, data:, ...)", line=1)])
+    for assignment in overrides or []:
+        _apply_override(data, assignment)
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            loc = tuple(p for p in err["loc"] if p not in ("function-after",))
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown key {loc[-1]!r}"
+            problems.append(Problem(dotted(loc), msg, _hint_for(err), _line_for(lines, loc)))
+        raise RecipeError(file, sorted(problems, key=lambda p: p.line or 0)) from None
+    from crosstune.recipe.checks import check_recipe
+
+    base_dir = Path(file).resolve().parent if file else Path.cwd()
+    problems = sorted(
+        (
+            Problem(p.path, p.message, p.hint, _line_for(lines, _path_tuple(p.path)), p.severity)
+            for p in check_recipe(recipe, base_dir)
+        ),
+        key=lambda p: p.line or 0,
+    )
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        raise RecipeError(file, problems)
+    recipe._warnings = problems  # type: ignore[attr-defined]
+    recipe._base_dir = base_dir  # type: ignore[attr-defined]
+    return recipe
+
+
+def _path_tuple(path: str) -> tuple:
+    out: list[Any] = []
+    for part in path.replace("[", ".[").split("."):
+        if part.startswith("["):
+            out.append(int(part[1:-1]))
+        elif part:
+            out.append(part)
+    return tuple(out)
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read and validate a recipe file. Relative paths inside it resolve against the file's directory."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(path, [Problem("", f"recipe file not found: {path}")])
+    return parse_recipe(path.read_text(encoding="utf-8"), path, overrides)
+
+
+def resolve_path(recipe: Recipe, value: str | None) -> Path | None:
+    """A path from the recipe, relative to the recipe file's directory."""
+    if value is None:
+        return None
+    p = Path(value).expanduser()
+    base = getattr(recipe, "_base_dir", Path.cwd())
+    return p if p.is_absolute() else (base / p)
+
+
+def recipe_hash(recipe: Recipe) -> str:
+    """Stable hash of the resolved recipe (detects stale prepared data and runs)."""
+    import hashlib
+
+    payload = json.dumps(recipe.model_dump(mode="json"), sort_keys=True).encode()
+    return hashlib.sha256(payload).hexdigest()[:16]

@@ -1,0 +1,205 @@
+"""The recipe: one YAML file that drives data, both training backends, serving, evaluation and cost.
+
+Every section forbids unknown keys, so a typo is an error with its YAML path rather than a silent default.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+
+from crosstune.families.spec import NEUTRAL_TARGETS
+
+Target = Literal["q", "k", "v", "o", "gate", "up", "down"]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ModelSection(Section):
+    family: Literal["gemma3", "gemma4"]
+    path: str | None = Field(None, description="HF model directory (config.json + safetensors); the user's own")
+    size: str | None = Field(None, description="a known size (e.g. 31b, 27b, tiny) for planning without a checkpoint")
+    dtype: Literal["float32", "bfloat16"] = "bfloat16"
+
+    @model_validator(mode="after")
+    def _path_or_size(self) -> ModelSection:
+        if self.path is None and self.size is None:
+            raise ValueError("give model.path (a checkpoint directory) or model.size (a known spec such as 31b)")
+        return self
+
+
+class LoraSection(Section):
+    rank: PositiveInt = 16
+    alpha: PositiveFloat = 16.0
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    targets: list[Target] = Field(default_factory=lambda: list(NEUTRAL_TARGETS), min_length=1)
+
+
+class DataSource(Section):
+    path: str = Field(description="a file, a glob, or a datasets.save_to_disk directory")
+    format: Literal["auto", "jsonl", "parquet", "hf_disk"] = "auto"
+    split: Literal["train", "eval"] = "train"
+
+
+class ColumnMapping(Section):
+    preset: Literal["codev_r1", "qa", "messages", "custom"] = "codev_r1"
+    system: str | None = None
+    prompt: str | None = None
+    response: str | None = None
+    messages: str | None = None
+
+    def resolved(self) -> dict[str, str | None]:
+        """Column names after applying the preset (explicit names win)."""
+        base = {
+            "codev_r1": {"system": "system", "prompt": "prompt", "response": "response", "messages": None},
+            "qa": {"system": None, "prompt": "question", "response": "answer", "messages": None},
+            "messages": {"system": None, "prompt": None, "response": None, "messages": "messages"},
+            "custom": {"system": None, "prompt": None, "response": None, "messages": None},
+        }[self.preset]
+        return {k: getattr(self, k) or v for k, v in base.items()}
+
+
+class SystemPromptPolicy(Section):
+    policy: Literal["keep", "strip", "replace"] = "keep"
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_for_replace(self) -> SystemPromptPolicy:
+        if self.policy == "replace" and not self.text:
+            raise ValueError("system_prompt.policy 'replace' needs system_prompt.text")
+        return self
+
+
+class Subsample(Section):
+    size: PositiveInt
+    seed: int = 42
+
+
+class DataSection(Section):
+    sources: list[DataSource] = Field(min_length=1)
+    columns: ColumnMapping = Field(default_factory=ColumnMapping)
+    system_prompt: SystemPromptPolicy = Field(default_factory=SystemPromptPolicy)
+    reasoning: Literal["strip", "keep_inline", "native"] = "strip"
+    max_seq_len: PositiveInt = 2048
+    truncation: Literal["drop", "truncate"] = "drop"
+    packing: bool = True
+    subsample: Subsample | None = None
+    strict: bool = Field(True, description="stop at the first bad record (file:line) instead of skipping it")
+    prepared_dir: str | None = Field(None, description="where prepared shards go (default: <output_dir>/data)")
+
+
+class TrainSection(Section):
+    epochs: PositiveFloat | None = 1.0
+    max_steps: PositiveInt | None = None
+    learning_rate: PositiveFloat = 1e-4
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    adam_eps: PositiveFloat = 1e-8
+    max_grad_norm: PositiveFloat | None = 1.0
+    per_device_batch_size: PositiveInt = 1
+    grad_accumulation: PositiveInt = 1
+    gradient_checkpointing: bool = True
+    precision: Literal["fp32", "bf16"] = "bf16"
+    log_every: PositiveInt = 1
+    checkpoint_every: PositiveInt = 100
+    keep_last: PositiveInt = 3
+    seed: int = 42
+
+    @model_validator(mode="after")
+    def _length(self) -> TrainSection:
+        if self.max_steps is not None:
+            self.epochs = None  # max_steps wins; say so in the resolved recipe rather than keep both
+        return self
+
+
+class TorchBackend(Section):
+    devices: PositiveInt = 1
+    nodes: PositiveInt = 1
+    fsdp: bool = False
+
+
+class JaxMesh(Section):
+    fsdp: PositiveInt = 1
+    tp: PositiveInt = 1
+
+
+class JaxBackend(Section):
+    mesh: JaxMesh = Field(default_factory=JaxMesh)
+    replicate_indivisible_heads: bool = Field(
+        False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"
+    )
+
+
+class BackendSection(Section):
+    default: Literal["torch", "jax"] = "torch"
+    torch: TorchBackend = Field(default_factory=TorchBackend)
+    jax: JaxBackend = Field(default_factory=JaxBackend)
+
+
+class ServeSection(Section):
+    engine: Literal["vllm"] = "vllm"
+    max_model_len: PositiveInt = 4096
+    tensor_parallel_size: PositiveInt = 1
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    port: int = Field(8000, ge=1, le=65535)
+    contexts: list[PositiveInt] = Field(default_factory=lambda: [1024, 2048, 4096])
+    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 16])
+    output_tokens: PositiveInt = 256
+
+
+class EvalSection(Section):
+    problems: str | None = Field(None, description="a VerilogEval v2 checkout or a problems.txt directory")
+    samples: PositiveInt = 5
+    k: list[PositiveInt] = Field(default_factory=lambda: [1, 5])
+    temperature: float = Field(0.8, ge=0.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    max_tokens: PositiveInt = 1024
+    prompt_style: Literal["verilogeval", "codev"] = "verilogeval"
+
+    @model_validator(mode="after")
+    def _k_le_n(self) -> EvalSection:
+        too_big = [k for k in self.k if k > self.samples]
+        if too_big:
+            raise ValueError(f"pass@k needs k <= samples ({self.samples}); got k = {too_big}")
+        return self
+
+
+class CostSection(Section):
+    price_per_hour: PositiveFloat | None = Field(None, description="override the catalog price of `hardware`")
+    currency: str = "USD"
+    serve_hours_per_month: PositiveFloat = 730.0
+
+
+class Recipe(Section):
+    name: str = Field(min_length=1)
+    description: str = ""
+    output_dir: str = "runs"
+    model: ModelSection
+    lora: LoraSection = Field(default_factory=LoraSection)
+    data: DataSection
+    train: TrainSection = Field(default_factory=TrainSection)
+    backend: BackendSection = Field(default_factory=BackendSection)
+    hardware: str = "cpu"
+    serve: ServeSection = Field(default_factory=ServeSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+    cost: CostSection = Field(default_factory=CostSection)
+
+    @field_validator("hardware")
+    @classmethod
+    def _known_hardware(cls, value: str) -> str:
+        import difflib
+
+        from crosstune.hardware import HARDWARE
+
+        if value not in HARDWARE:
+            close = difflib.get_close_matches(value, HARDWARE, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(HARDWARE)}"
+            raise ValueError(f"unknown hardware target {value!r}; {hint}")
+        return value

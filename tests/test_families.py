@@ -1,0 +1,127 @@
+"""Real-size family specs against published shapes (shared/notes/gemma.md) and the layout helpers."""
+
+import pytest
+
+from crosstune.families import FAMILIES, family_of_hf_config, get_family
+
+G4 = get_family("gemma4").spec("31b")
+
+
+def test_gemma4_31b_published_shapes():
+    assert G4.num_layers == 60
+    assert G4.layers_of("global") == list(range(5, 60, 6))
+    assert (G4.hidden_size, G4.intermediate_size, G4.vocab_size) == (5376, 21504, 262144)
+    sliding, global_ = G4.projection_shapes(0), G4.projection_shapes(5)
+    assert sliding == {
+        "q": (8192, 5376),
+        "k": (4096, 5376),
+        "v": (4096, 5376),
+        "o": (5376, 8192),
+        "gate": (21504, 5376),
+        "up": (21504, 5376),
+        "down": (5376, 21504),
+    }
+    assert global_ == {
+        "q": (16384, 5376),
+        "k": (2048, 5376),
+        "o": (5376, 16384),
+        "gate": (21504, 5376),
+        "up": (21504, 5376),
+        "down": (5376, 21504),
+    }
+    assert "v" not in global_  # k_eq_v: keys reused as values
+    assert round(G4.total_params / 1e9, 2) == 30.70
+    assert round(G4.embedding_params / 1e9, 2) == 1.41
+
+
+@pytest.mark.parametrize(
+    ("size", "layers", "hidden", "inter", "heads", "kv", "head_dim", "window", "billions"),
+    [
+        ("1b", 26, 1152, 6912, 4, 1, 256, 512, 1.00),
+        ("4b", 34, 2560, 10240, 8, 4, 256, 1024, 3.88),
+        ("12b", 48, 3840, 15360, 16, 8, 256, 1024, 11.77),
+        ("27b", 62, 5376, 21504, 32, 16, 128, 1024, 27.01),
+    ],
+)
+def test_gemma3_published_shapes(size, layers, hidden, inter, heads, kv, head_dim, window, billions):
+    s = get_family("gemma3").spec(size)
+    assert (s.num_layers, s.hidden_size, s.intermediate_size) == (layers, hidden, inter)
+    for kind in ("sliding", "global"):
+        a = s.attention[kind]
+        assert (a.num_heads, a.num_kv_heads, a.head_dim, a.k_eq_v) == (heads, kv, head_dim, False)
+    assert s.attention["sliding"].window == window
+    assert s.layer_types.count("global") == layers // 6
+    assert s.projection_shapes(0)["v"] == (kv * head_dim, hidden)
+    assert round(s.total_params / 1e9, 2) == billions
+
+
+def test_tp_divisibility_names_the_layer_type():
+    assert G4.tp_problems(4) == []
+    assert G4.tp_problems(8) == ["4 KV heads on global layers (10) not divisible by tp=8"]
+    g27 = get_family("gemma3").spec("27b")
+    assert g27.tp_problems(8) == []
+    assert g27.tp_problems(32) == [
+        "16 KV heads on sliding layers (52) not divisible by tp=32",
+        "16 KV heads on global layers (10) not divisible by tp=32",
+    ]
+    # One KV head is replicated by every backend, so it never blocks tp.
+    assert get_family("gemma3").spec("1b").tp_problems(4) == []
+
+
+def test_flops_per_token_by_hand():
+    # 2 x (projection params + LM head) + attention 4·heads·head_dim·span (span clamped to the window).
+    proj = 50 * (8192 + 4096 * 2 + 8192) * 5376 + 10 * (16384 * 2 + 2048) * 5376 + 60 * 3 * 21504 * 5376
+    attn = 50 * 4 * 32 * 256 * 1024 + 10 * 4 * 32 * 512 * 4096
+    expected = 2 * (proj + 262144 * 5376) + attn
+    assert G4.forward_flops_per_token(4096) == expected
+    assert G4.lora_train_flops_per_token(4096, recompute_activations=False) == 2 * expected
+    assert G4.lora_train_flops_per_token(4096, recompute_activations=True) == 3 * expected
+    assert round(expected / 1e9, 1) == 65.8
+
+
+def test_lora_params_skip_absent_v():
+    tiny = get_family("gemma4").spec("tiny")
+    r = 8
+    sliding = (64 + 64) + (32 + 64) + (32 + 64) + (64 + 64)  # q, k, v, o: (out + in) per target
+    global_ = (128 + 64) + (32 + 64) + (64 + 128)  # q, k, o (no v)
+    mlp = 3 * (128 + 64)
+    assert tiny.lora_params(r, ["q", "k", "v", "o", "gate", "up", "down"]) == r * (5 * sliding + global_ + 6 * mlp)
+
+
+def test_module_names_both_stacks():
+    fam = get_family("gemma4")
+    tiny = fam.spec("tiny")
+    names = fam.hf_lora_modules(tiny, ["q", "v"])
+    assert "model.layers.5.self_attn.v_proj" not in names and "model.layers.4.self_attn.v_proj" in names
+    assert fam.tunix_lora_modules(tiny, 5, ["q", "k", "v", "o"]) == [
+        "attn.q_einsum",
+        "attn.k_einsum",
+        "attn.attn_vec_einsum",
+    ]
+    assert fam.tunix_lora_modules(tiny, 0, ["k", "gate"]) == ["attn.kv_einsum", "mlp.gate_proj"]
+    fused = get_family("gemma3").spec("1b")  # 4 heads / 1 KV head: separate einsums
+    assert get_family("gemma3").tunix_lora_modules(fused, 0, ["q", "v"]) == ["attn.q_einsum", "attn.kv_einsum"]
+    import re
+
+    rx = re.compile(fam.peft_target_regex(["q", "down"]))
+    assert rx.match("model.language_model.layers.3.self_attn.q_proj")
+    assert rx.match("model.layers.12.mlp.down_proj")
+    assert not rx.match("model.vision_tower.encoder.layers.0.self_attn.q_proj")
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_hf_config_roundtrip(name):
+    fam = FAMILIES[name]
+    for size, spec in fam.sizes.items():
+        cfg = fam.hf_config(spec)
+        back = fam.spec_from_hf_config(cfg, name=spec.name)
+        assert back.attention == spec.attention, size
+        assert back.layer_types == spec.layer_types and back.rope_theta == spec.rope_theta
+        assert family_of_hf_config({"model_type": "x", "text_config": cfg}) is fam
+
+
+def test_unknown_family_and_size():
+    with pytest.raises(KeyError, match="known: gemma3, gemma4"):
+        get_family("llama")
+    with pytest.raises(KeyError, match="known: 31b, tiny"):
+        get_family("gemma4").spec("26b")
