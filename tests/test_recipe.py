@@ -117,7 +117,7 @@ def test_structural_errors():
     assert ("data", 1, "Field required") in missing
     assert ("model", 2, "give model.path (a checkpoint directory) or model.size (a known spec such as 31b)") in missing
     assert errors(MINIMAL + "eval:\n  samples: 2\n  k: [1, 5]\n") == [
-        ("eval", 13, "pass@k needs k <= samples (2); got k = [5]")
+        ("eval", 12, "pass@k needs k <= samples (2); got k = [5]")
     ]
 
 
