@@ -1,9 +1,42 @@
 """Test-wide settings: quiet, deterministic, offline, and kind to a shared 2-core machine."""
 
 import os
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# --- Shared artefacts, built once per session (tokenizer training + HF init: about a second each) ---------------
+# Enough synthetic text for a 1024-token BPE vocabulary; small enough to generate in seconds.
+SYNTH_CORPUS = {"n_train": 200, "n_eval": 8, "seed": 0}
+
+
+@pytest.fixture(scope="session")
+def synth_corpus_dir(tmp_path_factory) -> Path:
+    """A small synthetic Verilog corpus (train.jsonl + eval/), fixed seed."""
+    from crosstune.synth import generate_corpus
+
+    out = tmp_path_factory.mktemp("synth_corpus")
+    generate_corpus(out, **SYNTH_CORPUS)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_dir(tmp_path_factory, synth_corpus_dir) -> Path:
+    """A tiny random Gemma 3 checkpoint (HF layout, fp32, seed 0) with its tokenizer and chat template."""
+    from crosstune.models.tiny import build_tiny_model
+
+    return build_tiny_model("gemma3", tmp_path_factory.mktemp("tiny_gemma3"), seed=0, corpus_dir=synth_corpus_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma4_dir(tmp_path_factory, synth_corpus_dir) -> Path:
+    """A tiny random Gemma 4 checkpoint (k_eq_v globals, global head_dim 32, 1 global KV head), seed 0."""
+    from crosstune.models.tiny import build_tiny_model
+
+    return build_tiny_model("gemma4", tmp_path_factory.mktemp("tiny_gemma4"), seed=0, corpus_dir=synth_corpus_dir)

@@ -132,3 +132,9 @@ def test_overrides_and_cli(tmp_path):
     assert result.exit_code == 1
     assert f"{f}:11: error at backend.jax.mesh.tp: tp=8 cannot shard" in result.output
     assert CliRunner().invoke(app, ["recipe", "validate", str(f)]).exit_code == 0
+
+
+def test_native_reasoning_needs_gemma4():
+    text = MINIMAL.replace("family: gemma4", "family: gemma3").replace("size: 31b", "size: 27b")
+    text = text.replace("    - path: data.jsonl", "    - path: data.jsonl\n  reasoning: native")
+    assert errors(text) == [("data.reasoning", 8, "gemma3 has no native reasoning channel")]

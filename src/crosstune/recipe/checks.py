@@ -72,6 +72,15 @@ def check_recipe(recipe: Recipe, base_dir: Path) -> list[Problem]:
     if len(set(recipe.lora.targets)) != len(recipe.lora.targets):
         problems.append(Problem("lora.targets", "a target is listed twice", "list each of q k v o gate up down once"))
 
+    if recipe.data.reasoning == "native" and not get_family(recipe.model.family).chat.thought_start:
+        problems.append(
+            Problem(
+                "data.reasoning",
+                f"{recipe.model.family} has no native reasoning channel",
+                "use strip or keep_inline (native is Gemma 4's thought channel)",
+            )
+        )
+
     spec, spec_problems = model_spec(recipe, base_dir)
     problems += spec_problems
 

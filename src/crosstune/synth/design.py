@@ -148,6 +148,11 @@ def reset_stimulus(reset: Reset, one_in: int = 16) -> str:
     return f"!{pulse}" if reset.active_low else pulse
 
 
+def reset_suffix(params: Params) -> str:
+    """Slug suffix naming the reset flavour: _ar for asynchronous, _n for active-low."""
+    return ("_ar" if params.get("reset_async") else "") + ("_n" if params.get("reset_active_low") else "")
+
+
 def sample_reset(rng: random.Random) -> Params:
     return {"reset_async": rng.random() < 0.4, "reset_active_low": rng.random() < 0.3}
 

@@ -172,7 +172,7 @@ ALU_OPS = {
     "nor": ("r", "~(a | b)", "bitwise NOR of a and b"),
     "shl": ("l", "a << b[{S}:0]", "a shifted left by b[{S}:0], filling with zeros"),
     "shr": ("h", "a >> b[{S}:0]", "a shifted right (logical) by b[{S}:0]"),
-    "slt": ("t", "{{{W1}{{1'b0}}}, (a < b)}", "1 if a < b (unsigned), else 0"),
+    "slt": ("t", "{{{{{W1}{{1'b0}}}}, (a < b)}}", "1 if a < b (unsigned), else 0"),
     "pass_b": ("b", "b", "b"),
     "not_a": ("i", "~a", "bitwise NOT of a"),
     "inc_a": ("c", "a + 1'b1", "a + 1 (modulo 2^W)"),

@@ -1,0 +1,103 @@
+"""Static screening of an untrusted design, on its *preprocessed* text (macros expanded, `ifdefs resolved).
+
+A design may call only allow-listed system functions: pure ones (math, conversions, $bits, $clog2...),
+simulation time, and console output. Console output cannot forge a verdict: the strict verdict reads a
+result line carrying a per-run random token the design never sees. Everything else is rejected: file
+tasks ($fopen family, $readmem*/$writemem*, $dump*), process control ($finish/$stop/$fatal/$exit,
+$system), randomness shared with the stimulus generator ($random/$urandom), plusargs, timing checks, PLI
+calls nobody can classify, and $root/$unit. So are force/release, bind, DPI imports, modules that shadow
+the testbench's, and dotted names rooted at the testbench's instances. Upward references the lexer
+cannot see are caught by elaborating the design alone (simulate.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ALLOWED_SYSTEM_NAMES = frozenset(
+    {
+        # pure functions: conversions, sizes, bit counting, math
+        *"$signed $unsigned $cast $clog2 $bits $size $left $right $low $high $increment $dimensions".split(),
+        *"$unpacked_dimensions $countones $countbits $onehot $onehot0 $isunknown".split(),
+        *"$itor $rtoi $realtobits $bitstoreal $shortrealtobits $bitstoshortreal".split(),
+        *"$ln $log10 $exp $sqrt $pow $floor $ceil $hypot".split(),
+        *"$sin $cos $tan $asin $acos $atan $atan2 $sinh $cosh $tanh $asinh $acosh $atanh".split(),
+        # simulation time (read only)
+        *"$time $stime $realtime".split(),
+        # console output and in-memory formatting (cannot forge the tokened verdict; floods are capped)
+        *"$display $displayb $displayh $displayo $write $writeb $writeh $writeo".split(),
+        *"$strobe $strobeb $strobeh $strobeo $monitor $monitorb $monitorh $monitoro".split(),
+        *"$monitoron $monitoroff $info $warning $error $sformat $sformatf".split(),
+    }
+)
+REJECTED_KEYWORDS = {"force": "force", "release": "release", "bind": "bind"}
+TESTBENCH_NAMES = ("tb", "stimulus_gen", "RefModule")
+TESTBENCH_INSTANCES = ("tb", "stim1", "good1", "top_module1")
+
+_TOKEN = re.compile(r"\\(\S+)|([A-Za-z_][A-Za-z0-9_$]*)|(\$[A-Za-z0-9_$]*)")
+# Escaped identifiers are matched too so a `"` inside one (`\\x" `) cannot open a fake string.
+_COMMENT_OR_STRING = re.compile(r'\\\S+|//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.DOTALL)
+_DPI = re.compile(r'\b(?:import|export)\s*"')
+_DEFINITION = re.compile(r"\b(?:module|macromodule|program|interface|primitive|package|class)\s+\\?(\w+)")
+_INTO_TESTBENCH = re.compile(r"(?<![\w$.\\])\\?(" + "|".join(TESTBENCH_INSTANCES) + r")\s*(?:\[[^\]]*\]\s*)*\.\s*\w")
+_INCLUDE = re.compile(r"`\s*include\b")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a design is not run; `line` is 1-based in the extracted design."""
+
+    reason: str
+    line: int
+
+
+def blank_comments_and_strings(source: str) -> str:
+    """Comments and string contents become spaces (newlines kept, so line numbers stay right)."""
+
+    def blank(match: re.Match[str]) -> str:
+        text = match.group(0)
+        if text.startswith("\\"):
+            return text
+        inner = re.sub(r"[^\n]", " ", text)
+        return f'"{inner[1:-1]}"' if text.startswith('"') else inner
+
+    return _COMMENT_OR_STRING.sub(blank, source)
+
+
+def _line(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def find_include(raw: str) -> Rejection | None:
+    """`include reads any file into the design; checked on the raw text, before the preprocessor runs."""
+    match = _INCLUDE.search(blank_comments_and_strings(raw))
+    if match:
+        return Rejection("`include is not allowed (it reads files outside the design)", _line(raw, match.start()))
+    return None
+
+
+def screen_design(preprocessed: str) -> Rejection | None:
+    """The first construct that makes the design unsafe to run, or None."""
+    text = blank_comments_and_strings(preprocessed)
+    for match in _TOKEN.finditer(text):
+        escaped, identifier, system = match.groups()
+        if escaped is not None and escaped.startswith("$"):
+            system = escaped  # iverilog treats `\$finish ` as the system task $finish
+        line = _line(text, match.start())
+        if system is not None and system != "$" and system not in ALLOWED_SYSTEM_NAMES:
+            return Rejection(f"system task/function {system} is not allowed in a design", line)
+        if identifier in REJECTED_KEYWORDS:
+            return Rejection(f"`{identifier}` is not allowed in a design (it can reach other scopes)", line)
+    checks = (
+        (_DPI, "DPI import/export is not allowed"),
+        (_INTO_TESTBENCH, "hierarchical reference into the testbench is not allowed"),
+    )
+    for pattern, reason in checks:
+        match = pattern.search(text)
+        if match:
+            return Rejection(reason, _line(text, match.start()))
+    for match in _DEFINITION.finditer(text):
+        if match.group(1) in TESTBENCH_NAMES:
+            return Rejection(f"a design may not define {match.group(1)} (the testbench's name)", _line(text, match.start()))
+    return None

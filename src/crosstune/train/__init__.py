@@ -1,0 +1,1 @@
+"""Training: shared metrics and run-directory contract; backends in crosstune.train.torch_backend / jax_backend."""

@@ -1,0 +1,164 @@
+"""Training metrics with ONE set of names and definitions for both backends (JSONL + TensorBoard).
+
+Loss convention (both backends): mean next-token cross-entropy over the trained (assistant) tokens of the
+whole optimizer step. With gradient accumulation the per-token losses of all micro-batches are summed and
+divided by the step's total trained-token count (token-weighted), not averaged per micro-batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from crosstune.families.spec import ModelSpec
+from crosstune.hardware import HardwareTarget
+
+# name -> definition; the run directory's metrics.jsonl carries exactly these keys.
+METRIC_DEFINITIONS: dict[str, str] = {
+    "step": "optimizer step, 1-based",
+    "epoch": "fractional epoch at the end of the step",
+    "loss": "mean next-token cross-entropy over the step's trained (assistant) tokens, token-weighted "
+    "across gradient-accumulation micro-batches",
+    "learning_rate": "learning rate applied at this step",
+    "grad_norm": "global L2 norm of the LoRA gradients before clipping",
+    "trained_tokens": "tokens with loss_mask = 1 in the step",
+    "tokens": "non-padding tokens in the step (prompt + answer)",
+    "step_time_s": "wall time of the step, excluding compilation (reported once as compile_time_s)",
+    "trained_tokens_per_s": "trained_tokens / step_time_s, summed over all devices",
+    "tokens_per_s": "tokens / step_time_s, summed over all devices",
+    "peak_memory_gb": "peak accelerator memory per device (GB); host peak RSS on CPU",
+    "mfu": "model FLOPs utilisation: LoRA FLOPs (forward + backward-to-activations, + forward when recomputing) "
+    "of the step's tokens / (step_time_s × peak bf16 FLOP/s of all devices); null on CPU",
+}
+
+
+@dataclass
+class StepMetrics:
+    step: int
+    epoch: float
+    loss: float
+    learning_rate: float
+    grad_norm: float
+    trained_tokens: int
+    tokens: int
+    step_time_s: float
+    trained_tokens_per_s: float
+    tokens_per_s: float
+    peak_memory_gb: float | None
+    mfu: float | None
+
+
+def host_peak_rss_gb() -> float:
+    """Peak resident memory of this process (ru_maxrss is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def mfu(
+    spec: ModelSpec,
+    tokens: int,
+    context: int,
+    step_time_s: float,
+    hardware: HardwareTarget,
+    devices: int,
+    recompute_activations: bool,
+) -> float | None:
+    """LoRA-convention MFU of one step; None where the chip has no meaningful peak (CPU)."""
+    peak = hardware.chip.peak_bf16_tflops
+    if peak is None or step_time_s <= 0:
+        return None
+    flops = tokens * spec.lora_train_flops_per_token(context, recompute_activations)
+    return flops / (step_time_s * peak * 1e12 * devices)
+
+
+def make_step_metrics(
+    *,
+    step: int,
+    epoch: float,
+    loss: float,
+    learning_rate: float,
+    grad_norm: float,
+    trained_tokens: int,
+    tokens: int,
+    step_time_s: float,
+    peak_memory_gb: float | None,
+    spec: ModelSpec,
+    context: int,
+    hardware: HardwareTarget,
+    devices: int,
+    recompute_activations: bool,
+) -> StepMetrics:
+    """Derive rates and MFU the same way for both backends."""
+    rate = (lambda n: n / step_time_s) if step_time_s > 0 else (lambda n: math.nan)
+    return StepMetrics(
+        step=step,
+        epoch=epoch,
+        loss=float(loss),
+        learning_rate=float(learning_rate),
+        grad_norm=float(grad_norm),
+        trained_tokens=int(trained_tokens),
+        tokens=int(tokens),
+        step_time_s=step_time_s,
+        trained_tokens_per_s=rate(trained_tokens),
+        tokens_per_s=rate(tokens),
+        peak_memory_gb=peak_memory_gb,
+        mfu=mfu(spec, tokens, context, step_time_s, hardware, devices, recompute_activations),
+    )
+
+
+class MetricsWriter:
+    """Appends StepMetrics to <run>/metrics.jsonl and TensorBoard events under <run>/tensorboard."""
+
+    def __init__(self, run_dir: Path, resume_from_step: int = 0):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_from_step and self.path.exists():
+            self._truncate_after(resume_from_step)  # a resumed run rewrites the steps after its checkpoint
+        from tensorboard.summary import Writer
+
+        self._tb = Writer(str(Path(run_dir) / "tensorboard"))
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def _truncate_after(self, step: int) -> None:
+        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, m: StepMetrics) -> None:
+        row = asdict(m)
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)) and value is not None and math.isfinite(value):
+                self._tb.add_scalar(f"train/{key}", value, m.step)
+        self._tb.flush()
+
+    def write_event(self, name: str, value: float, step: int = 0) -> None:
+        """One-off figures such as compile_time_s, in TensorBoard only (metrics.jsonl stays per-step)."""
+        self._tb.add_scalar(f"run/{name}", value, step)
+        self._tb.flush()
+
+    def close(self) -> None:
+        self._file.close()
+        self._tb.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+class StepTimer:
+    """Wall time of one step (`with StepTimer() as t: ...; t.seconds`)."""
+
+    def __init__(self) -> None:
+        self._t0 = 0.0
+
+    def __enter__(self) -> StepTimer:
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._t0
