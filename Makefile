@@ -1,5 +1,8 @@
 # The two README commands: `make demo` and `make test`. Both set up .venv (idempotent, quiet when done).
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# This machine kind's pip config lists local index folders that may be absent; pip warns once per package.
+QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -19,10 +22,9 @@ $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing the pinned environment into $(VENV) (first time: ~3 min, ~2.5 GB)..."
-	@$(VENV)/bin/pip install -q --upgrade pip >/dev/null
-	@$(VENV)/bin/pip install -q -r requirements.lock
-	@$(VENV)/bin/pip install -q --no-deps -e .
-	@$(VENV)/bin/pip check
+	@$(VENV)/bin/pip install -q -r requirements.lock 2>&1 | $(QUIET_PIP)
+	@$(VENV)/bin/pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
+	@$(VENV)/bin/pip check >/dev/null || $(VENV)/bin/pip check
 	@touch $(STAMP)
 
 iverilog:

@@ -181,6 +181,13 @@ def test_same_seed_same_bytes_other_seed_other_weights(tmp_path, tiny_gemma4_dir
     assert (other / "tokenizer.json").read_bytes() == (tiny_gemma4_dir / "tokenizer.json").read_bytes()
 
 
+def test_default_corpus_is_generated_when_none_given(tmp_path):
+    path = build_tiny_model("gemma3", tmp_path / "m", seed=0)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert len(tok) == 1024
+    assert tok.decode(tok(VERILOG, add_special_tokens=False)["input_ids"]) == VERILOG
+
+
 # --- CLI -------------------------------------------------------------------------------------------------------------
 def test_cli_tiny_builds_refuses_non_empty_out_and_forces(tmp_path, synth_corpus_dir, tiny_gemma3_dir):
     from crosstune.cli import _register, app

@@ -9,10 +9,12 @@ def register_all(app: typer.Typer) -> None:
     from crosstune.data.cli import data_app
     from crosstune.demo import register as register_demo
     from crosstune.doctor import register as register_doctor
+    from crosstune.evals.cli import register as register_eval
     from crosstune.models.cli import model_app
     from crosstune.recipe.cli import recipe_app
 
     register_doctor(app)
+    register_eval(app)
     register_demo(app)
     app.add_typer(data_app, name="data")
     app.add_typer(recipe_app, name="recipe")

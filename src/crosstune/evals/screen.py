@@ -5,7 +5,8 @@ simulation time, and console output. Console output cannot forge a verdict: the 
 result line carrying a per-run random token the design never sees. Everything else is rejected: file
 tasks ($fopen family, $readmem*/$writemem*, $dump*), process control ($finish/$stop/$fatal/$exit,
 $system), randomness shared with the stimulus generator ($random/$urandom), plusargs, timing checks, PLI
-calls nobody can classify, and $root/$unit. So are force/release, bind, DPI imports, modules that shadow
+calls nobody can classify, and $root/$unit. So are backtick directives surviving preprocessing
+(they would be expanded again when compiling), force/release, bind, DPI imports, modules that shadow
 the testbench's, and dotted names rooted at the testbench's instances. Upward references the lexer
 cannot see are caught by elaborating the design alone (simulate.py).
 """
@@ -42,6 +43,12 @@ _DPI = re.compile(r'\b(?:import|export)\s*"')
 _DEFINITION = re.compile(r"\b(?:module|macromodule|program|interface|primitive|package|class)\s+\\?(\w+)")
 _INTO_TESTBENCH = re.compile(r"(?<![\w$.\\])\\?(" + "|".join(TESTBENCH_INSTANCES) + r")\s*(?:\[[^\]]*\]\s*)*\.\s*\w")
 _INCLUDE = re.compile(r"`\s*include\b")
+_DIRECTIVE = re.compile(r"`\s*(\w*)")
+# Directives left after preprocessing that the compile step may see; any other backtick (a macro built by
+# token pasting, an `include the preprocessor did not expand) would be expanded a second time there.
+ALLOWED_DIRECTIVES = frozenset(
+    "timescale default_nettype celldefine endcelldefine resetall unconnected_drive nounconnected_drive".split()
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,10 @@ def find_include(raw: str) -> Rejection | None:
 def screen_design(preprocessed: str) -> Rejection | None:
     """The first construct that makes the design unsafe to run, or None."""
     text = blank_comments_and_strings(preprocessed)
+    for match in _DIRECTIVE.finditer(text):
+        if match.group(1) not in ALLOWED_DIRECTIVES:
+            reason = f"compiler directive `{match.group(1)} is not allowed after preprocessing"
+            return Rejection(reason, _line(text, match.start()))
     for match in _TOKEN.finditer(text):
         escaped, identifier, system = match.groups()
         if escaped is not None and escaped.startswith("$"):
@@ -99,5 +110,7 @@ def screen_design(preprocessed: str) -> Rejection | None:
             return Rejection(reason, _line(text, match.start()))
     for match in _DEFINITION.finditer(text):
         if match.group(1) in TESTBENCH_NAMES:
-            return Rejection(f"a design may not define {match.group(1)} (the testbench's name)", _line(text, match.start()))
+            return Rejection(
+                f"a design may not define {match.group(1)} (the testbench's name)", _line(text, match.start())
+            )
     return None

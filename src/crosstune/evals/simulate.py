@@ -27,9 +27,7 @@ from crosstune.evals.verdict import (
 COMPILE_FLAGS = ["-Wall", "-Winfloop", "-Wno-timescale", "-g2012"]
 LOG_CHARS = 4000  # per-sample log kept in reports: enough to read a compile error
 
-_RESULT_DISPLAY = re.compile(
-    r'\$display\s*\(\s*"Mismatches: %[0-9]*d in %[0-9]*d samples"\s*,(?P<args>[^;]*?)\)\s*;'
-)
+_RESULT_DISPLAY = re.compile(r'\$display\s*\(\s*"Mismatches: %[0-9]*d in %[0-9]*d samples"\s*,(?P<args>[^;]*?)\)\s*;')
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ def instrument_testbench(test: str, token: str, where: str = "testbench") -> str
     found = list(_RESULT_DISPLAY.finditer(test))
     if len(found) != 1:
         raise ProblemSetError(
-            f"{where}: expected exactly one `$display(\"Mismatches: %1d in %1d samples\", ...)`, found "
+            f'{where}: expected exactly one `$display("Mismatches: %1d in %1d samples", ...)`, found '
             f"{len(found)}; the evaluator reads the result from that line"
         )
     match = found[0]

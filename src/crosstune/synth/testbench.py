@@ -108,7 +108,7 @@ def render_tb(design: Design) -> str:
         hints.append(
             f"\t\tif (stats1.errors_{n}) $display(\"Hint: Output '%s' has %0d mismatches. "
             f'First mismatch occurred at time %0d.", "{n}", stats1.errors_{n}, stats1.errortime_{n});\n'
-            f"\t\telse $display(\"Hint: Output '%s' has no mismatches.\", \"{n}\");"
+            f'\t\telse $display("Hint: Output \'%s\' has no mismatches.", "{n}");'
         )
         per_output.append(
             f"\t\tif ({n}_ref !== ( {n}_ref ^ {n}_dut ^ {n}_ref ))\n"
@@ -150,7 +150,8 @@ def render_tb(design: Design) -> str:
 		$display("Mismatches: %1d in %1d samples", stats1.errors, stats1.clocks);
 	end
 
-	// Verification: XORs on the right makes any X in good_vector match anything, but X in dut_vector will only match X in ref.
+	// Verification: XORs on the right make any X in the reference match anything,
+	// but an X from the design under test only matches an X in the reference.
 	assign tb_match = ( {{ {refs} }} === ( {{ {refs} }} ^ {{ {duts} }} ^ {{ {refs} }} ) );
 	// Every edge of the sampling clock is one sample; outputs settled during the previous half period.
 	always @(posedge clk, negedge clk) begin
@@ -181,4 +182,9 @@ def render_testbench(design: Design) -> str:
         raise ValueError(f"{design.slug}: the testbench drives a clock named clk, not {design.clock}")
     if any(p.width > 32 for p in _driven(design)):
         raise ValueError(f"{design.slug}: inputs wider than 32 bits need a wider random source")
-    return "`timescale 1 ps/1 ps\n`define OK 12\n`define INCORRECT 13\n\n" + render_stimulus(design) + "\n" + render_tb(design)
+    return (
+        "`timescale 1 ps/1 ps\n`define OK 12\n`define INCORRECT 13\n\n"
+        + render_stimulus(design)
+        + "\n"
+        + render_tb(design)
+    )

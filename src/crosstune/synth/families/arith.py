@@ -88,9 +88,11 @@ def _build_adder(p: Params, rng: random.Random) -> Design:
             if p["carry_out"]
             else f"Only the low {bits_word(w)} are kept, so the natural wrap of a {w}-bit assignment is right.",
             "For the borrow, zero-extending both operands by one bit makes the MSB of the difference 1 exactly "
-            "when the result went negative." if op == "sub" and p["carry_out"] else
-            "Inverting b with b ^ {W{sub}} and adding sub as the carry-in gives the two's complement a - b."
-            if op == "addsub" else "A single continuous assignment with + describes the ripple carry adder.",
+            "when the result went negative."
+            if op == "sub" and p["carry_out"]
+            else "Inverting b with b ^ {W{sub}} and adding sub as the carry-in gives the two's complement a - b."
+            if op == "addsub"
+            else "A single continuous assignment with + describes the ripple carry adder.",
             example,
         ),
         directed=(
@@ -107,8 +109,14 @@ def _build_adder(p: Params, rng: random.Random) -> Design:
 
 OUTPUT_SETS = {"eq_lt_gt": ("eq", "lt", "gt"), "ge_le": ("ge", "le"), "eq_ne_lt_ge": ("eq", "ne", "lt", "ge")}
 CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-CMP_WORDS = {"eq": "equal to", "ne": "not equal to", "lt": "less than", "le": "less than or equal to",
-             "gt": "greater than", "ge": "greater than or equal to"}
+CMP_WORDS = {
+    "eq": "equal to",
+    "ne": "not equal to",
+    "lt": "less than",
+    "le": "less than or equal to",
+    "gt": "greater than",
+    "ge": "greater than or equal to",
+}
 STRICTNESS_BUG = {"lt": "<=", "le": "<", "gt": ">=", "ge": ">"}
 
 
@@ -149,15 +157,23 @@ def _build_cmp(p: Params, rng: random.Random) -> Design:
         mutant_body=_cmp_body(outs, signed, procedural, True),
         reasoning=(
             "Relational operators on plain vectors compare unsigned, so I wrap both operands in $signed() "
-            f"to get two's complement ordering (for example {2**(w - 1)} as a {w}-bit signed value is "
-            f"{-(2**(w - 1))})." if signed else "Ports are unsigned vectors, so the plain operators give the "
-            "unsigned ordering directly.",
+            f"to get two's complement ordering (for example {2 ** (w - 1)} as a {w}-bit signed value is "
+            f"{-(2 ** (w - 1))})."
+            if signed
+            else "Ports are unsigned vectors, so the plain operators give the unsigned ordering directly.",
             "Each output is one relational expression, so there is no state and nothing to latch.",
             "Equal operands are the case that separates < from <=, so I keep the strictness of each output "
             "exactly as specified.",
         ),
-        directed=({"a": 0, "b": 0}, {"a": mx, "b": mx}, {"a": 1, "b": 0}, {"a": 0, "b": 1}, {"a": mx, "b": 0},
-                  {"a": 2 ** (w - 1), "b": 2 ** (w - 1) - 1}, {"a": 5 % 2**w, "b": 5 % 2**w}),
+        directed=(
+            {"a": 0, "b": 0},
+            {"a": mx, "b": mx},
+            {"a": 1, "b": 0},
+            {"a": 0, "b": 1},
+            {"a": mx, "b": 0},
+            {"a": 2 ** (w - 1), "b": 2 ** (w - 1) - 1},
+            {"a": 5 % 2**w, "b": 5 % 2**w},
+        ),
         stimulus={"b": "($random & 3) == 0 ? a : $random"},  # equal operands often: a still holds its old value
         random_cycles=120,
     )
@@ -224,7 +240,8 @@ def _build_alu(p: Params, rng: random.Random) -> Design:
         reasoning=(
             f"{len(ops)} operations fit exactly in a {ow}-bit opcode, so the case statement covers every code "
             "and result is always assigned.",
-            f"Shift amounts use b[{clog2(w) - 1}:0], enough for 0..{w - 1}." if {"shl", "shr"} & set(ops)
+            f"Shift amounts use b[{clog2(w) - 1}:0], enough for 0..{w - 1}."
+            if {"shl", "shr"} & set(ops)
             else "No operation needs a shift amount.",
             f"With a = {a} and b = {b}, op 0 ({ops[0]}) gives "
             f"{_alu_ref(ops[0], a, b, w)}, and zero follows from comparing result with 0.",
@@ -238,15 +255,24 @@ def _alu_ref(op: str, a: int, b: int, w: int) -> int:
     """Python model of one ALU operation, used for the worked example in the reasoning."""
     m, s = 2**w - 1, b & (w - 1)
     table = {
-        "add": a + b, "sub": a - b, "and": a & b, "or": a | b, "xor": a ^ b, "nor": ~(a | b),
-        "shl": a << s, "shr": a >> s, "slt": int(a < b), "pass_b": b, "not_a": ~a, "inc_a": a + 1,
+        "add": a + b,
+        "sub": a - b,
+        "and": a & b,
+        "or": a | b,
+        "xor": a ^ b,
+        "nor": ~(a | b),
+        "shl": a << s,
+        "shr": a >> s,
+        "slt": int(a < b),
+        "pass_b": b,
+        "not_a": ~a,
+        "inc_a": a + 1,
     }
     return table[op] & m
 
 
 FAMILIES = (
-    Family("adder", "W-bit adder, subtractor or adder-subtractor with optional carries", _sample_adder,
-           _build_adder),
+    Family("adder", "W-bit adder, subtractor or adder-subtractor with optional carries", _sample_adder, _build_adder),
     Family("comparator", "signed/unsigned magnitude comparator", _sample_cmp, _build_cmp),
     Family("alu", "4- or 8-operation ALU with zero flag", _sample_alu, _build_alu),
 )

@@ -20,6 +20,7 @@ from crosstune.synth.design import (
     reset_suffix,
     sample_reset,
     seq_always,
+    vrange,
 )
 
 
@@ -72,15 +73,19 @@ def _build_counter(p: Params, rng: random.Random) -> Design:
     init = m - 1 if d == "down" else 0
     spec = [
         f"Build a modulo-{m} counter that {motion}.",
-        ("The counter only changes on a clock edge when ena is 1; when ena is 0 it holds its value." if ena else
-         "The counter advances on every clock cycle."),
+        (
+            "The counter only changes on a clock edge when ena is 1; when ena is 0 it holds its value."
+            if ena
+            else "The counter advances on every clock cycle."
+        ),
         reset_sentence(rst, f"reset the counter to {init}"),
         f"q is {bits_word(w)} wide.",
         POSEDGE_SENTENCE,
     ]
     burst = [{"ena": 1, "up": 1}] * (m + 2) + ([{"ena": 1, "up": 0}] * (m + 2) if d == "updown" else [])
-    directed = tuple({k: v for k, v in vec.items() if (k != "ena" or ena) and (k != "up" or d == "updown")}
-                     for vec in burst)
+    directed = tuple(
+        {k: v for k, v in vec.items() if (k != "ena" or ena) and (k != "up" or d == "updown")} for vec in burst
+    )
     kind = "asynchronous" if rst.asynchronous else "synchronous"
     return Design(
         family="counter",
@@ -92,13 +97,20 @@ def _build_counter(p: Params, rng: random.Random) -> Design:
         body=_counter_body(p, False),
         mutant_body=_counter_body(p, True),
         reasoning=(
-            f"Values 0..{m - 1} need clog2({m}) = {w} bits"
-            + (", and since the modulus is a power of two the compare still makes the wrap explicit."
-               if m == 2**w else f"; {2**w} would be reachable by a plain binary count, so I compare against "
-               f"{m - 1} to wrap at the right place."),
+            f"Values 0..{m - 1} need clog2({m}) = {bits_word(w)}"
+            + (
+                "; the modulus is a power of two, so the wrap would happen anyway, but comparing against "
+                f"{m - 1} makes it explicit."
+                if m == 2**w
+                else f"; a plain {w}-bit count would run on to {2**w - 1}, so I compare against {m - 1} to wrap "
+                "at the right place."
+            ),
             f"The reset is {kind}, so it "
-            + ("goes into the sensitivity list with the clock edge." if rst.asynchronous
-               else "is checked first inside the clocked block, only at the rising edge."),
+            + (
+                "goes into the sensitivity list with the clock edge."
+                if rst.asynchronous
+                else "is checked first inside the clocked block, only at the rising edge."
+            ),
             "The terminal value comparison picks between the wrap value and the +1/-1 step, so each branch "
             "assigns q exactly once with a non-blocking assignment.",
         ),
@@ -121,7 +133,7 @@ def _divider_body(p: Params, bug: bool) -> str:
     period = n if kind == "tick" else n // 2
     w = clog2(period)
     top = period - 2 if bug and period >= 3 else period - 1
-    head = [f"    reg [{w - 1}:0] count;", "", f"    {seq_always('clk', rst)} begin"]
+    head = [f"    reg {vrange(w)}count;", "", f"    {seq_always('clk', rst)} begin"]
     if kind == "tick":
         lines = head + [
             f"        if ({rst.asserted})",
@@ -168,10 +180,12 @@ def _build_divider(p: Params, rng: random.Random) -> Design:
             f"is 1 exactly while that counter is {n - 1}.",
             reset_sentence(rst, "reset the internal counter to 0"),
         )
-        think = (f"A counter of clog2({n}) = {clog2(n)} bits counts 0..{n - 1}; decoding its last value gives a "
-                 f"pulse that is high for 1 cycle out of {n}.",
-                 "tick is a combinational decode of the registered count, so it is glitch-free relative to the "
-                 "clock edge and needs no extra register.")
+        think = (
+            f"A counter of clog2({n}) = {bits_word(clog2(n))} counts 0..{n - 1}; decoding its last value gives a "
+            f"pulse that is high for 1 cycle out of {n}.",
+            "tick is a combinational decode of the registered count, so it is glitch-free relative to the "
+            "clock edge and needs no extra register.",
+        )
     else:
         half = n // 2
         out = Port("clk_out", "output", is_reg=True, doc=f"clock divided by {n}")
@@ -181,9 +195,11 @@ def _build_divider(p: Params, rng: random.Random) -> Design:
             f"every {half} cycle{'s' if half > 1 else ''}.",
             reset_sentence(rst, "set clk_out to 0 and restart the count"),
         )
-        think = (f"A period of {n} cycles with 50% duty means toggling clk_out every {half} cycles, so the counter "
-                 f"runs 0..{half - 1} and needs {clog2(half)} bit{'s' if clog2(half) > 1 else ''}.",
-                 "Both count and clk_out live in the same clocked block so they reset together.")
+        think = (
+            f"A period of {n} cycles with 50% duty means toggling clk_out every {half} cycles, so the counter "
+            f"runs 0..{half - 1} and needs {bits_word(clog2(half))}.",
+            "Both count and clk_out live in the same clocked block so they reset together.",
+        )
     return Design(
         family="clock_divider",
         params=p,
@@ -193,9 +209,14 @@ def _build_divider(p: Params, rng: random.Random) -> Design:
         behaviour=spec + (POSEDGE_SENTENCE,),
         body=_divider_body(p, False),
         mutant_body=_divider_body(p, True),
-        reasoning=think + (
-            "The reset is " + ("asynchronous, so it is in the sensitivity list." if rst.asynchronous
-                               else "synchronous, so it is tested first inside the clocked block."),
+        reasoning=think
+        + (
+            "The reset is "
+            + (
+                "asynchronous, so it is in the sensitivity list."
+                if rst.asynchronous
+                else "synchronous, so it is tested first inside the clocked block."
+            ),
         ),
         clock="clk",
         reset=rst,
@@ -206,7 +227,11 @@ def _build_divider(p: Params, rng: random.Random) -> Design:
 
 
 FAMILIES = (
-    Family("counter", "modulo-M up/down/up-down counter, optional enable, sync/async reset", _sample_counter,
-           _build_counter),
+    Family(
+        "counter",
+        "modulo-M up/down/up-down counter, optional enable, sync/async reset",
+        _sample_counter,
+        _build_counter,
+    ),
     Family("clock_divider", "divide-by-N pulse or 50% duty square wave", _sample_divider, _build_divider),
 )

@@ -60,13 +60,29 @@ def _body(p: Params, table: Table, detect_state: int) -> str:
     rst = reset_from(p)
     sw = clog2(len(table))
     names = ", ".join(f"S{k} = {lit(sw, k)}" for k in range(len(table)))
-    lines = [f"    localparam [{sw - 1}:0] {names};", "", f"    reg [{sw - 1}:0] state, next_state;", "",
-             "    always @(*) begin", "        case (state)"]
+    lines = [
+        f"    localparam [{sw - 1}:0] {names};",
+        "",
+        f"    reg [{sw - 1}:0] state, next_state;",
+        "",
+        "    always @(*) begin",
+        "        case (state)",
+    ]
     lines += [f"            S{k}: next_state = in ? S{one} : S{zero};" for k, (zero, one) in enumerate(table)]
     if len(table) < 2**sw:
         lines.append("            default: next_state = S0;")
-    lines += ["        endcase", "    end", "", f"    {seq_always('clk', rst)} begin", f"        if ({rst.asserted})",
-              "            state <= S0;", "        else", "            state <= next_state;", "    end", ""]
+    lines += [
+        "        endcase",
+        "    end",
+        "",
+        f"    {seq_always('clk', rst)} begin",
+        f"        if ({rst.asserted})",
+        "            state <= S0;",
+        "        else",
+        "            state <= next_state;",
+        "    end",
+        "",
+    ]
     if moore:
         lines.append(f"    assign detected = (state == S{detect_state});")
     else:
@@ -129,8 +145,12 @@ def _build(p: Params, rng: random.Random) -> Design:
         params=p,
         slug=f"seqdet_{pattern}_{p['machine']}" + ("_ovl" if overlap else "") + reset_suffix(p),
         title=f"a {'Moore' if moore else 'Mealy'} FSM that detects the bit sequence {pattern}",
-        ports=(Port("clk", "input", doc="clock"), reset_port(rst), Port("in", "input", doc="serial input bit"),
-               Port("detected", "output", doc="sequence seen")),
+        ports=(
+            Port("clk", "input", doc="clock"),
+            reset_port(rst),
+            Port("in", "input", doc="serial input bit"),
+            Port("detected", "output", doc="sequence seen"),
+        ),
         behaviour=(
             f"Build a finite state machine that detects the bit sequence {pattern} on the serial input in "
             f"(the leftmost bit arrives first). One bit of in is sampled on every rising clock edge.",

@@ -26,7 +26,7 @@ def _bool_body(n: int, truth: int, style: str) -> str:
     terms = []
     for m in minterms:
         bits = format(m, f"0{n}b")
-        terms.append("(" + " & ".join(v if b == "1" else f"~{v}" for v, b in zip(NAMES, bits)) + ")")
+        terms.append("(" + " & ".join(v if b == "1" else f"~{v}" for v, b in zip(NAMES[:n], bits, strict=True)) + ")")
     expr = " | ".join(terms) if terms else "1'b0"
     return f"    assign out = {expr};"
 
@@ -48,7 +48,9 @@ def _build_bool(p: Params, rng: random.Random) -> Design:
             f"most significant bit, is one of {', '.join(map(str, minterms))}; otherwise out is 0."
         )
     else:
-        table = [f"  {' '.join(names)} | out"] + [f"  {' '.join(r)} |  {truth >> i & 1}" for i, r in enumerate(_rows(n))]
+        table = [f"  {' '.join(names)} | out"] + [
+            f"  {' '.join(r)} |  {truth >> i & 1}" for i, r in enumerate(_rows(n))
+        ]
         spec = "The module implements the following truth table:\n\n" + "\n".join(table)
     how = (
         f"a case statement on {concat} that lists the true rows and defaults to 0, so out is assigned on every path"
@@ -72,7 +74,7 @@ def _build_bool(p: Params, rng: random.Random) -> Design:
             f"I will write it as {how}.",
             f"Row 0 (all inputs 0) gives {truth & 1}, which is a quick sanity check of the encoding order.",
         ),
-        directed=tuple({v: int(b) for v, b in zip(names, row)} for row in _rows(n)),
+        directed=tuple({v: int(b) for v, b in zip(names, row, strict=True)} for row in _rows(n)),
         random_cycles=60,
     )
 
@@ -127,7 +129,9 @@ def _build_gate(p: Params, rng: random.Random) -> Design:
             "Verilog's bitwise operators already work per bit on equal-width vectors, so one expression covers "
             "every bit: " + _gate_expr(op, names) + ".",
             "NAND, NOR and XNOR are the complements of AND, OR and XOR, so they need the ~ around the whole "
-            "expression, not on each operand." if GATES[op][1] else "No inversion is needed for this gate.",
+            "expression, not on each operand."
+            if GATES[op][1]
+            else "No inversion is needed for this gate.",
         ),
         directed=({v: 0 for v in names}, {v: (1 << w) - 1 for v in names}),
         random_cycles=50,

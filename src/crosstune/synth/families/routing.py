@@ -39,11 +39,13 @@ def _build_mux(p: Params, rng: random.Random) -> Design:
     style = rng.choice(["case", "ternary"])
     order = list(range(n))
     swapped = [1, 0] + order[2:]
-    spec = [f"Implement a {n}-to-1 multiplexer: out is the data input whose number equals sel (in0 when sel "
-            f"is 0, in1 when sel is 1, and so on up to in{n - 1})."]
+    spec = [
+        f"Implement a {n}-to-1 multiplexer: out is the data input whose number equals sel (in0 when sel "
+        f"is 0, in1 when sel is 1, and so on up to in{n - 1})."
+    ]
     if unused != "none":
         value = "all ones" if unused == "ones" else "all zeros"
-        spec.append(f"For the unused select values ({n} to {2**sw - 1}), set every bit of out to {value}.")
+        spec.append(f"For the unused select values ({n} to {2**sw - 1}), set out to {value}.")
     fill_note = (
         f"{2**sw - n} select codes are unused and must drive {'all ones' if unused == 'ones' else 'zero'}"
         if unused != "none"
@@ -62,16 +64,14 @@ def _build_mux(p: Params, rng: random.Random) -> Design:
         body=_mux_body(n, w, unused, style, order),
         mutant_body=_mux_body(n, w, unused, style, swapped),
         reasoning=(
-            f"sel has to address {n} inputs, so it needs clog2({n}) = {sw} bit{'s' if sw > 1 else ''}; "
-            f"{fill_note}.",
-            "A case statement inside always @(*) with every path assigning out keeps this purely "
-            "combinational." if style == "case" else "A chain of conditional operators compares sel against "
+            f"sel has to address {n} inputs, so it needs clog2({n}) = {sw} bit{'s' if sw > 1 else ''}; {fill_note}.",
+            "A case statement inside always @(*) with every path assigning out keeps this purely combinational."
+            if style == "case"
+            else "A chain of conditional operators compares sel against "
             "each code in turn; the last arm is the fall-through value.",
             f"The data path is {bits_word(w)} wide everywhere, so no extension or truncation happens.",
         ),
-        directed=tuple(
-            {"sel": s, **{f"in{i}": rng.randrange(2**w) for i in range(n)}} for s in range(2**sw)
-        ),
+        directed=tuple({"sel": s, **{f"in{i}": rng.randrange(2**w) for i in range(n)}} for s in range(2**sw)),
         random_cycles=100,
     )
 
@@ -195,7 +195,6 @@ def _build_prienc(p: Params, rng: random.Random) -> Design:
 
 FAMILIES = (
     Family("mux", "2..8-way multiplexer, width 1..32, defined unused selects", _sample_mux, _build_mux),
-    Family("decoder", "n-to-2^n decoder with optional enable and active-low outputs", _sample_decoder,
-           _build_decoder),
+    Family("decoder", "n-to-2^n decoder with optional enable and active-low outputs", _sample_decoder, _build_decoder),
     Family("priority_encoder", "MSB- or LSB-first priority encoder with valid", _sample_prienc, _build_prienc),
 )

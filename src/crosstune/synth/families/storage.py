@@ -146,23 +146,30 @@ def _build_edge(p: Params, rng: random.Random) -> Design:
     osig = f"{out}[i]" if w > 1 else out
     each = f"For each bit i of the {w}-bit input in, d" if w > 1 else "D"
     if registered:
-        timing = (f"{each}etect when the input changes {change} between one clock cycle and the next. The output "
-                  f"bit {osig} should be set (for one cycle) the cycle after the transition occurs, that is, it is "
-                  f"a registered output updated at the same clock edge that samples the new value of {sig}.")
+        timing = (
+            f"{each}etect when the input changes {change} between one clock cycle and the next. The output "
+            f"bit {osig} should be set (for one cycle) the cycle after the transition occurs, that is, it is "
+            f"a registered output updated at the same clock edge that samples the new value of {sig}."
+        )
     else:
-        timing = (f"{each}etect when the input differs {change} relative to its value sampled at the previous "
-                  f"rising clock edge. {osig} is combinational: it is 1 while the current {sig} and the value "
-                  "registered at the last clock edge show that transition.")
+        timing = (
+            f"{each}etect when the input differs {change} relative to its value sampled at the previous "
+            f"rising clock edge. {osig} is combinational: it is 1 while the current {sig} and the value "
+            "registered at the last clock edge show that transition."
+        )
     spec = [timing]
     if p["reset"]:
-        spec.append(reset_sentence(Reset(), "clear the stored previous value" + (f" and {out}" if registered else "")
-                                   + " to 0"))
+        spec.append(
+            reset_sentence(Reset(), "clear the stored previous value" + (f" and {out}" if registered else "") + " to 0")
+        )
     spec += [f"{out} has the same width as in ({bits_word(w)}).", POSEDGE_SENTENCE]
     ports = [Port("clk", "input", doc="clock")]
     if p["reset"]:
         ports.append(reset_port(Reset()))
-    ports += [Port("in", "input", w, doc="monitored signal"),
-              Port(out, "output", w, is_reg=registered, doc=f"{kind}-edge flags")]
+    ports += [
+        Port("in", "input", w, doc="monitored signal"),
+        Port(out, "output", w, is_reg=registered, doc=f"{kind}-edge flags"),
+    ]
     return Design(
         family="edge_detector",
         params=p,
@@ -175,10 +182,14 @@ def _build_edge(p: Params, rng: random.Random) -> Design:
         reasoning=(
             "I need last cycle's value of the input, so a register prev captures in on every rising edge.",
             f"The edge condition is {EDGE_EXPR[kind]}, bit by bit: "
-            + {"rising": "now 1 and previously 0.", "falling": "now 0 and previously 1.",
-               "both": "any difference between now and before."}[kind],
+            + {
+                "rising": "now 1 and previously 0.",
+                "falling": "now 0 and previously 1.",
+                "both": "any difference between now and before.",
+            }[kind],
             "Computing it inside the clocked block delays the flag by one cycle, exactly as specified."
-            if registered else "A continuous assignment makes the flag visible in the same cycle as the change.",
+            if registered
+            else "A continuous assignment makes the flag visible in the same cycle as the change.",
         ),
         clock="clk",
         reset=Reset() if p["reset"] else None,
@@ -193,12 +204,27 @@ def _regfile_body(p: Params, bug: bool) -> str:
     write = "begin" if bug else "if (we) begin"  # the bug writes every cycle, ignoring we
     lines = [f"    reg [{w - 1}:0] regs [0:{n - 1}];"]
     if p["reset"]:
-        lines += ["    integer i;", "", "    always @(posedge clk) begin", "        if (reset) begin",
-                  f"            for (i = 0; i < {n}; i = i + 1)", f"                regs[i] <= {zeros(w)};",
-                  f"        end else {write}", "            regs[waddr] <= wdata;", "        end", "    end"]
+        lines += [
+            "    integer i;",
+            "",
+            "    always @(posedge clk) begin",
+            "        if (reset) begin",
+            f"            for (i = 0; i < {n}; i = i + 1)",
+            f"                regs[i] <= {zeros(w)};",
+            f"        end else {write}",
+            "            regs[waddr] <= wdata;",
+            "        end",
+            "    end",
+        ]
     else:
-        lines += ["", "    always @(posedge clk) begin", f"        {write}", "            regs[waddr] <= wdata;",
-                  "        end", "    end"]
+        lines += [
+            "",
+            "    always @(posedge clk) begin",
+            f"        {write}",
+            "            regs[waddr] <= wdata;",
+            "        end",
+            "    end",
+        ]
     lines.append("")
     lines += [f"    assign rdata{k} = regs[raddr{k}];" for k in range(reads)]
     return "\n".join(lines)
@@ -219,11 +245,16 @@ def _build_regfile(p: Params, rng: random.Random) -> Design:
     ports = [Port("clk", "input", doc="clock")]
     if p["reset"]:
         ports.append(reset_port(Reset()))
-    ports += [Port("we", "input", doc="write enable"), Port("waddr", "input", aw, doc="write address"),
-              Port("wdata", "input", w, doc="write data")]
+    ports += [
+        Port("we", "input", doc="write enable"),
+        Port("waddr", "input", aw, doc="write address"),
+        Port("wdata", "input", w, doc="write data"),
+    ]
     for k in range(reads):
-        ports += [Port(f"raddr{k}", "input", aw, doc=f"read address {k}"),
-                  Port(f"rdata{k}", "output", w, doc=f"read data {k}")]
+        ports += [
+            Port(f"raddr{k}", "input", aw, doc=f"read address {k}"),
+            Port(f"rdata{k}", "output", w, doc=f"read data {k}"),
+        ]
     spec = [
         f"Build a register file of {n} registers, each {bits_word(w)} wide, with one write port and "
         f"{reads} read port{'s' if reads > 1 else ''}.",
@@ -248,7 +279,8 @@ def _build_regfile(p: Params, rng: random.Random) -> Design:
             "Writes happen in one clocked block; reads are continuous assignments indexing the array, which "
             "gives the asynchronous read the spec asks for.",
             "A synchronous reset clears the array with a for loop that unrolls at elaboration."
-            if p["reset"] else "There is no reset, so registers hold X until they are first written.",
+            if p["reset"]
+            else "There is no reset, so registers hold X until they are first written.",
         ),
         clock="clk",
         reset=Reset() if p["reset"] else None,
@@ -259,10 +291,22 @@ def _build_regfile(p: Params, rng: random.Random) -> Design:
 
 
 FAMILIES = (
-    Family("shift_register", "left/right/bidirectional shift register with optional load and enable",
-           _sample_shift, _build_shift),
-    Family("edge_detector", "rising/falling/any-edge detector, registered or combinational output",
-           _sample_edge, _build_edge),
-    Family("register_file", "N x W register file, 1 write and 1-2 combinational read ports", _sample_regfile,
-           _build_regfile),
+    Family(
+        "shift_register",
+        "left/right/bidirectional shift register with optional load and enable",
+        _sample_shift,
+        _build_shift,
+    ),
+    Family(
+        "edge_detector",
+        "rising/falling/any-edge detector, registered or combinational output",
+        _sample_edge,
+        _build_edge,
+    ),
+    Family(
+        "register_file",
+        "N x W register file, 1 write and 1-2 combinational read ports",
+        _sample_regfile,
+        _build_regfile,
+    ),
 )

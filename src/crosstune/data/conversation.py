@@ -1,0 +1,184 @@
+"""Turn a raw record into chat messages: column mapping, system-prompt policy and reasoning policy.
+
+Reasoning markup rules (assistant text only; every rule that fires is counted by name in the stats):
+- `<think>R</think>A`: R is the reasoning, A the answer (the well-formed case, not counted).
+- `close_without_open`: a `</think>` before any `<think>` closes a block opened by the generation prompt
+  (DeepSeek-R1 convention): everything before it is reasoning.
+- `unclosed_think`: a `<think>` never closed: everything after it is reasoning (a cut-off trace has no answer).
+- `multiple_think`: several blocks: all are reasoning, joined by a blank line.
+- `nested_think` / `stray_close_think`: a `<think>` inside a block or a second `</think>` outside one is dropped.
+- `<answer>X</answer>` once: unwrapped in place (tags removed, surrounding text kept).
+- `multiple_answer`: several blocks: the answer is the last block's content (CodeV-R1 evaluates the last one).
+- `unbalanced_answer`: an `<answer>` or `</answer>` without its partner is dropped.
+A record whose answer is empty after these rules is a bad record (`empty_answer`), whatever the policy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from crosstune.data.errors import DataError, Ledger
+from crosstune.data.sources import LENIENT_HINT, RawRecord
+from crosstune.recipe.schema import DataSection
+
+THINK_TAG = re.compile(r"</?think>")
+ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
+ANSWER_TAG = re.compile(r"</?answer>")
+REASONING_FIELDS = ("reasoning", "reasoning_content", "thinking")
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass
+class Conversation:
+    where: str
+    messages: list[dict]  # {"role", "content"} (+ "reasoning" on the final assistant turn under `native`)
+    template_kwargs: dict = field(default_factory=dict)
+    malformed: list[str] = field(default_factory=list)
+
+
+def split_reasoning(text: str) -> tuple[str, str, list[str]]:
+    """(reasoning, answer, malformed rule names) of an assistant text, by the rules in the module docstring."""
+    malformed: list[str] = []
+    reasoning: list[str] = []
+    answer: list[str] = []
+    pos, inside, blocks = 0, False, 0
+    for m in THINK_TAG.finditer(text):
+        (reasoning if inside else answer).append(text[pos : m.start()])
+        pos = m.end()
+        if m.group() == "<think>":
+            if inside:
+                malformed.append("nested_think")
+            else:
+                inside, blocks = True, blocks + 1
+        elif inside:
+            inside = False
+        elif blocks == 0:
+            reasoning += answer  # the generation prompt opened this block
+            answer.clear()
+            blocks = 1
+            malformed.append("close_without_open")
+        else:
+            malformed.append("stray_close_think")
+    (reasoning if inside else answer).append(text[pos:])
+    if inside:
+        malformed.append("unclosed_think")
+    if blocks > 1:
+        malformed.append("multiple_think")
+    return "\n\n".join(r.strip() for r in reasoning if r.strip()), _unwrap_answer("".join(answer), malformed), malformed
+
+
+def _unwrap_answer(text: str, malformed: list[str]) -> str:
+    blocks = ANSWER_BLOCK.findall(text)
+    if len(blocks) > 1:
+        malformed.append("multiple_answer")
+        text = blocks[-1]
+    elif blocks:
+        text = ANSWER_BLOCK.sub(lambda m: m.group(1), text)
+    if ANSWER_TAG.search(text):
+        malformed.append("unbalanced_answer")
+        text = ANSWER_TAG.sub("", text)
+    return text.strip()
+
+
+class ConversationBuilder:
+    """Applies one recipe's column mapping and policies to raw records; bad records go to the ledger."""
+
+    def __init__(self, data: DataSection, control_tokens: tuple[str, ...], has_thought_channel: bool):
+        cols = data.columns.resolved()
+        if not cols["messages"] and not (cols["prompt"] and cols["response"]):
+            raise DataError(
+                "data.columns",
+                f"preset {data.columns.preset!r} names neither a messages column nor prompt+response columns",
+                hint="set columns.messages, or columns.prompt and columns.response",
+            )
+        if data.reasoning == "native" and not has_thought_channel:
+            raise DataError("data.reasoning", "native reasoning needs a family with a thought channel (gemma4)")
+        self.data, self.cols, self.control_tokens = data, cols, control_tokens
+        self.malformed: Counter = Counter()
+
+    def build(self, record: RawRecord, ledger: Ledger) -> Conversation | None:
+        try:
+            messages = self._messages(record.row) if self.cols["messages"] else self._single_turn(record.row)
+            return self._apply_policies(record.where, messages)
+        except _BadRecord as bad:
+            ledger.bad(record.where, bad.kind, bad.reason, bad.field_name, hint=LENIENT_HINT)
+            return None
+
+    # --- raw row -> messages ------------------------------------------------------------------------------------
+    def _single_turn(self, row: dict) -> list[dict]:
+        messages = []
+        system_col = self.cols["system"]
+        if system_col and row.get(system_col) is not None:
+            system = self._text(row, system_col, allow_empty=True)
+            if system.strip():
+                messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": self._text(row, self.cols["prompt"])})
+        messages.append({"role": "assistant", "content": self._text(row, self.cols["response"])})
+        return messages
+
+    def _messages(self, row: dict) -> list[dict]:
+        col = self.cols["messages"]
+        if col not in row:
+            raise _BadRecord("missing_field", "missing", col)
+        value = row[col]
+        if not isinstance(value, list) or not value:
+            raise _BadRecord("wrong_type", f"expected a non-empty list of messages, got {_kind(value)}", col)
+        out = []
+        for i, msg in enumerate(value):
+            name = f"{col}[{i}]"
+            if not isinstance(msg, dict):
+                raise _BadRecord("wrong_type", f"expected a message object, got {_kind(msg)}", name)
+            role = msg.get("role")
+            if role not in ROLES or (role == "system" and i > 0):
+                allowed = "system (first message only), user or assistant"
+                raise _BadRecord("bad_role", f"role {role!r} is not {allowed}", f"{name}.role")
+            item = {"role": role, "content": self._text(msg, "content", prefix=f"{name}.", allow_empty=role != "user")}
+            for key in REASONING_FIELDS:
+                if role == "assistant" and msg.get(key) is not None:
+                    item["reasoning"] = self._text(msg, key, prefix=f"{name}.", allow_empty=True)
+                    break
+            out.append(item)
+        if out[-1]["role"] != "assistant":
+            raise _BadRecord("bad_role", "the conversation must end with an assistant message", f"{col}[-1]")
+        return out
+
+    def _text(self, row: dict, key: str, prefix: str = "", allow_empty: bool = False) -> str:
+        name = prefix + key
+        if key not in row:
+            raise _BadRecord("missing_field", "missing", name)
+        value = row[key]
+        if not isinstance(value, str):
+            raise _BadRecord("wrong_type", f"expected a string, got {_kind(value)}", name)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON escapes can smuggle in lone surrogates
+            raise _BadRecord("invalid_utf8", f"not valid UTF-8 (lone surrogate at character {e.start})", name) from None
+        if not allow_empty and not value.strip():
+            raise _BadRecord("empty_field", "empty", name)
+        for token in self.control_tokens:
+            if token in value:  # it would be encoded as the control token and corrupt the turn structure
+                raise _BadRecord("control_token", f"contains the chat control token {token!r}", name)
+        return value
+
+    # --- policies ---------------------------------------------------------------------------------------------------
+    def _apply_policies(self, where: str, messages: list[dict]) -> Conversation:
+        policy = self.data.system_prompt
+        if messages[0]["role"] == "system":
+            messages = messages[1:]
+            if policy.policy == "keep":
+                messages = [{"role": "system", "content": _first_system}, *messages]  # noqa: F821 (set below)
+        return self._finish(where, messages)
+
+    def _finish(self, where: str, messages: list[dict]) -> Conversation:
+        raise NotImplementedError
+
+
+class _BadRecord(Exception):
+    def __init__(self, kind: str, reason: str, field_name: str | None):
+        self.kind, self.reason, self.field_name = kind, reason, field_name
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__

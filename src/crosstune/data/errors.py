@@ -1,0 +1,36 @@
+"""Bad input: one exception for strict mode, one ledger for lenient mode, so nothing is skipped silently."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+MAX_LISTED = 10  # how many skipped records the stats list by name (the rest are only counted)
+
+
+class DataError(Exception):
+    """A record or a setting the data stage cannot use; the message says where, which field and why."""
+
+    def __init__(self, where: str, reason: str, field_name: str | None = None, hint: str = ""):
+        self.where, self.reason, self.field_name, self.hint = where, reason, field_name, hint
+        head = f"{where}: " if where else ""
+        name = f"field {field_name!r}: " if field_name else ""
+        tail = f" ({hint})" if hint else ""
+        super().__init__(f"{head}{name}{reason}{tail}")
+
+
+@dataclass
+class Ledger:
+    """Strict: the first bad record raises DataError. Lenient: it is skipped, counted by kind and (first few) listed."""
+
+    strict: bool
+    skipped: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+
+    def bad(self, where: str, kind: str, reason: str, field_name: str | None = None, hint: str = "") -> None:
+        error = DataError(where, reason, field_name, hint)
+        if self.strict:
+            raise error
+        self.skipped[kind] += 1
+        if len(self.examples) < MAX_LISTED:
+            self.examples.append(str(error))

@@ -1,0 +1,137 @@
+"""Read raw records from the recipe's sources: JSONL, Parquet and `datasets.save_to_disk` folders, by path or glob.
+
+Every record keeps where it came from (`file:line` for JSONL, `file:row N` for tables) so errors can point at it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from crosstune.data.errors import DataError, Ledger
+from crosstune.recipe.load import resolve_path
+from crosstune.recipe.schema import DataSource, Recipe
+
+HF_DISK_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
+SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
+LENIENT_HINT = "fix the record, or pass --lenient to skip bad records and count them"
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    where: str  # "file:line" (JSONL) or "file:row N" (Parquet, save_to_disk)
+    row: dict
+
+
+def source_files(recipe: Recipe, index: int) -> list[tuple[Path, str]]:
+    """The (path, format) pairs that `data.sources[index]` names; a glob expands in sorted order."""
+    src: DataSource = recipe.data.sources[index]
+    pattern = resolve_path(recipe, src.path)
+    assert pattern is not None
+    where = f"data.sources[{index}].path"
+    if glob.has_magic(str(pattern)):
+        paths = [Path(p) for p in sorted(glob.glob(str(pattern)))]
+    else:
+        paths = [pattern] if pattern.exists() else []
+    if not paths:
+        raise DataError(where, f"nothing matches {pattern}", hint="a JSONL/Parquet file, a glob, or a save_to_disk dir")
+    out: list[tuple[Path, str]] = []
+    for path in paths:
+        fmt = src.format if src.format != "auto" else _detect_format(path, where)
+        if path.is_dir() and fmt in ("jsonl", "parquet"):
+            inner = sorted(p for p in path.iterdir() if p.suffix in {s for s, f in SUFFIX_FORMATS.items() if f == fmt})
+            if not inner:
+                raise DataError(where, f"{path} is a folder with no {fmt} files")
+            out += [(p, fmt) for p in inner]
+        else:
+            out.append((path, fmt))
+    return out
+
+
+def _detect_format(path: Path, where: str) -> str:
+    if path.is_dir():
+        if any((path / m).exists() for m in HF_DISK_MARKERS):
+            return "hf_disk"
+        raise DataError(where, f"{path} is a folder but not a datasets.save_to_disk directory", hint="set format:")
+    if path.suffix in SUFFIX_FORMATS:
+        return SUFFIX_FORMATS[path.suffix]
+    raise DataError(where, f"cannot tell the format of {path.name}", hint="set format: jsonl, parquet or hf_disk")
+
+
+def fingerprint(recipe: Recipe) -> list[list]:
+    """(path, size, mtime_ns) of every file behind the sources: a changed or replaced file makes preparations stale."""
+    out: list[list] = []
+    for i in range(len(recipe.data.sources)):
+        for path, _ in source_files(recipe, i):
+            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            for f in files:
+                st = f.stat()
+                out.append([str(f.resolve()), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def read_split(recipe: Recipe, split: str, ledger: Ledger) -> tuple[list[RawRecord], int]:
+    """Every readable record of `split`, in source order, and the number of blank JSONL lines passed over."""
+    records: list[RawRecord] = []
+    blank = 0
+    for i, src in enumerate(recipe.data.sources):
+        if src.split != split:
+            continue
+        for path, fmt in source_files(recipe, i):
+            if fmt == "jsonl":
+                for item in _read_jsonl(path, ledger):
+                    if item is None:
+                        blank += 1
+                    else:
+                        records.append(item)
+            elif fmt == "parquet":
+                records += _read_parquet(path)
+            else:
+                records += _read_hf_disk(path, split)
+    return records, blank
+
+
+def _read_jsonl(path: Path, ledger: Ledger) -> Iterator[RawRecord | None]:
+    """Yields a record per line, None per blank line; undecodable lines go to the ledger."""
+    with open(path, "rb") as f:  # bytes, so invalid UTF-8 is reported per line instead of failing the file
+        for line_no, raw in enumerate(f, 1):
+            where = f"{path}:{line_no}"
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                ledger.bad(where, "invalid_utf8", f"invalid UTF-8 at byte {e.start} of the line", hint=LENIENT_HINT)
+                continue
+            if not text.strip():
+                yield None
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as e:
+                ledger.bad(where, "bad_json", f"not valid JSON: {e.msg} at column {e.colno}", hint=LENIENT_HINT)
+                continue
+            if not isinstance(row, dict):
+                ledger.bad(where, "bad_json", f"expected a JSON object, got {type(row).__name__}", hint=LENIENT_HINT)
+                continue
+            yield RawRecord(where, row)
+
+
+def _read_parquet(path: Path) -> list[RawRecord]:
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(path).to_pylist()
+    return [RawRecord(f"{path}:row {i}", row) for i, row in enumerate(rows, 1)]
+
+
+def _read_hf_disk(path: Path, split: str) -> list[RawRecord]:
+    import datasets
+
+    ds = datasets.load_from_disk(os.fspath(path))
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise DataError(str(path), f"DatasetDict has no split {split!r} (it has {', '.join(ds)})")
+        ds = ds[split]
+    return [RawRecord(f"{path}:row {i}", row) for i, row in enumerate(ds.to_list(), 1)]

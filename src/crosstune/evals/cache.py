@@ -1,0 +1,88 @@
+"""Resumable JSONL cache of completions: an interrupted evaluation continues without asking again.
+
+One line per completion, appended and flushed as soon as it arrives. The key covers everything that
+changes the answer: model, problem, prompt hash, sample index and the sampling parameters. A torn last
+line (a kill mid-write) is ignored on load. The file doubles as a `--samples-file`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How completions are sampled. `n` is not part of the cache key: raising n reuses samples 0..n-1."""
+
+    n: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+    seed: int = 0
+
+    def key_fields(self) -> dict:
+        fields = asdict(self)
+        del fields["n"]
+        return fields
+
+
+def cache_key(model: str, problem: str, prompt_hash: str, sample: int, params: SamplingParams) -> str:
+    blob = json.dumps([model, problem, prompt_hash, sample, params.key_fields()], sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class CompletionCache:
+    """Completions by key, backed by an append-only JSONL file (safe to share between threads)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._records: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        if self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line torn by an interrupted write
+                if isinstance(record, dict) and "key" in record and "completion" in record:
+                    self._records[record["key"]] = record
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, key: str) -> dict | None:
+        return self._records.get(key)
+
+    def put(self, record: dict) -> None:
+        """Store a record (must hold `key` and `completion`) and append it to the file at once."""
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        with self._lock:
+            self._records[record["key"]] = record
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+
+
+def load_samples_file(path: Path) -> dict[str, list[str]]:
+    """Completions per problem from a JSONL file of {"problem", "completion"[, "sample"]} records
+    (the completion cache has this shape). Samples are ordered by "sample" when present."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such samples file")
+    found: dict[str, list[tuple[int, str]]] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            problem, completion = record["problem"], record["completion"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{lineno}: expected a JSON object with problem and completion ({e})") from e
+        rows = found.setdefault(problem, [])
+        rows.append((int(record.get("sample", len(rows))), completion))
+    return {problem: [text for _, text in sorted(rows, key=lambda r: r[0])] for problem, rows in found.items()}

@@ -1,0 +1,182 @@
+"""Score completions (or the references themselves) on a problem set and write the reports.
+
+Two parallel phases over a pool of single-threaded worker processes (sandbox.py's preexec_fn needs
+that): first each problem's reference is simulated as the design to measure its sample count N (cached
+on disk by content), then every sample is judged against its problem's N.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field, replace
+from functools import cache
+from pathlib import Path
+
+from crosstune.evals import landlock
+from crosstune.evals.extract import extract_code
+from crosstune.evals.problems import Problem
+from crosstune.evals.sandbox import Limits
+from crosstune.evals.scoring import ProblemScore, summarize, write_reports
+from crosstune.evals.simulate import Outcome, instrument_testbench, judge_design, reference_as_design
+from crosstune.evals.verdict import PASS
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+@dataclass
+class EvalReport:
+    summary: dict
+    records: list[dict]
+    paths: list[Path] = field(default_factory=list)
+
+
+@cache
+def iverilog_version() -> str:
+    result = subprocess.run(["iverilog", "-V"], capture_output=True, text=True, check=False)
+    return (result.stdout or result.stderr).splitlines()[0] if (result.stdout or result.stderr) else "unknown"
+
+
+def _reference_key(problem: Problem) -> str:
+    blob = "\0".join([problem.ref, problem.test, iverilog_version()])
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+
+
+def _run_parallel(
+    jobs: Sequence[tuple[str, str, str, int | None]],
+    limits: Limits,
+    workers: int,
+    workroot: Path | None,
+    on_done: Callable[[int], None],
+) -> list[Outcome]:
+    """judge_design over `jobs` (design, test, ref, expected N) on `workers` processes, in job order."""
+    results: list[Outcome | None] = [None] * len(jobs)
+    if not jobs:
+        return []
+    root = str(workroot) if workroot else None
+    context = multiprocessing.get_context("forkserver")  # workers never inherit this process's threads
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=context) as pool:
+        futures = {pool.submit(judge_design, *job, limits, root): i for i, job in enumerate(jobs)}
+        for done, future in enumerate(as_completed(futures), start=1):
+            results[futures[future]] = future.result()
+            on_done(done)
+    return [r for r in results if r is not None]
+
+
+def measure_references(
+    problems: Sequence[Problem],
+    limits: Limits,
+    workers: int,
+    counts_file: Path | None = None,
+    workroot: Path | None = None,
+    on_progress: Progress | None = None,
+) -> dict[str, Outcome]:
+    """Each problem's reference judged as the design; `.samples` is its N when `.strict` is a pass.
+
+    Outcomes are cached in `counts_file` (JSON keyed by a hash of ref, testbench and iverilog version).
+    """
+    for problem in problems:  # a testbench without the result line fails here, naming its file
+        instrument_testbench(problem.test, "0", where=str(problem.folder / f"{problem.name}_test.sv"))
+    cached = json.loads(counts_file.read_text()) if counts_file and counts_file.exists() else {}
+    todo = [p for p in problems if _reference_key(p) not in cached]
+    jobs = [(reference_as_design(p.ref), p.test, p.ref, None) for p in todo]
+    total = len(problems)
+
+    def tick(done: int) -> None:
+        if on_progress:
+            on_progress("references", total - len(todo) + done, total)
+
+    tick(0)
+    for problem, outcome in zip(todo, _run_parallel(jobs, limits, workers, workroot, tick), strict=True):
+        cached[_reference_key(problem)] = outcome.to_dict()
+    if counts_file:
+        counts_file.parent.mkdir(parents=True, exist_ok=True)
+        counts_file.write_text(json.dumps(cached, indent=1) + "\n")
+    return {p.name: Outcome(**cached[_reference_key(p)]) for p in problems}
+
+
+def _broken(reference: Outcome) -> Outcome:
+    return Outcome("B", "B", f"the reference does not pass: {reference.strict} ({reference.detail})")
+
+
+def evaluate_completions(
+    problems: Sequence[Problem],
+    completions: Mapping[str, Sequence[str]] | None,
+    out_dir: Path,
+    ks: Sequence[int] = (1,),
+    upstream_compatible: bool = False,
+    workers: int | None = None,
+    limits: Limits = Limits(),
+    workroot: Path | None = None,
+    on_progress: Progress | None = None,
+    extra_summary: dict | None = None,
+) -> EvalReport:
+    """Judge `completions[problem]` (all problems need the same count n >= max(ks)) and write reports.
+
+    `completions=None` judges each reference as the design (a self-check of the problem set, n = 1).
+    """
+    workers = workers or os.cpu_count() or 1
+    out_dir = Path(out_dir)
+    references = measure_references(problems, limits, workers, out_dir / "reference_counts.json", workroot,
+                                    on_progress)  # fmt: skip
+    if completions is None:
+        samples = {p.name: [(reference_as_design(p.ref), "reference", False)] for p in problems}
+    else:
+        missing = [p.name for p in problems if not completions.get(p.name)]
+        if missing:
+            raise ValueError(f"no completions for {len(missing)} problem(s), e.g. {missing[0]}")
+        samples = {}
+        for p in problems:
+            extractions = [extract_code(text, p.ifc) for text in completions[p.name]]
+            samples[p.name] = [(e.code, e.rule, e.interface_prepended) for e in extractions]
+    counts = sorted({len(v) for v in samples.values()})
+    if len(counts) != 1 or min(ks) < 1 or max(ks) > counts[0]:
+        raise ValueError(f"every problem needs the same number of samples n >= max(k) = {max(ks)}; got n in {counts}")
+
+    outcomes: dict[tuple[str, int], Outcome] = {}
+    jobs, slots = [], []
+    for p in problems:
+        ref = references[p.name]
+        for i, (code, _, _) in enumerate(samples[p.name]):
+            if completions is None:
+                outcomes[(p.name, i)] = ref  # the reference run is this sample's run
+            elif ref.strict != PASS and not upstream_compatible:
+                outcomes[(p.name, i)] = _broken(ref)
+            else:  # upstream's rule needs no N, so it still judges samples of a broken reference
+                jobs.append((code, p.test, p.ref, ref.samples if ref.strict == PASS else None))
+                slots.append((p.name, i))
+
+    def tick(done: int) -> None:
+        if on_progress:
+            on_progress("samples", done, len(jobs))
+
+    for slot, outcome in zip(slots, _run_parallel(jobs, limits, workers, workroot, tick), strict=True):
+        broken = references[slot[0]].strict != PASS
+        outcomes[slot] = replace(outcome, strict="B") if broken else outcome
+    mode = "upstream_compatible" if upstream_compatible else "strict"
+    records, scores = [], []
+    for p in problems:
+        score = ProblemScore(p.name, [])
+        for i, (_, rule, prepended) in enumerate(samples[p.name]):
+            outcome = outcomes[(p.name, i)]
+            primary, other = (
+                (outcome.upstream, outcome.strict) if upstream_compatible else (outcome.strict, outcome.upstream)
+            )
+            score.codes.append(primary)
+            score.other_codes.append(other)
+            records.append({"problem": p.name, "sample": i, "verdict": primary, "rule": rule,
+                            "interface_prepended": prepended, **outcome.to_dict()})  # fmt: skip
+        scores.append(score)
+    extra = {
+        "sandbox": {"landlock_abi": landlock.abi_version(), "limits": asdict(limits)},
+        "iverilog": iverilog_version(),
+        "references_passing": sum(r.strict == PASS for r in references.values()),
+        **(extra_summary or {}),
+    }
+    summary = summarize(scores, ks, mode, extra)
+    return EvalReport(summary, records, write_reports(out_dir, summary, records))

@@ -1,0 +1,188 @@
+"""Write a corpus: CodeV-R1-layout train.jsonl, a VerilogEval-layout eval set, and a manifest, all from one seed."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from crosstune.synth.design import Design, Family, Params, render_module
+from crosstune.synth.families import FAMILIES, FAMILY_BY_NAME
+from crosstune.synth.prompts import SYSTEM_PROMPT, eval_prompt, train_prompt, train_response
+from crosstune.synth.testbench import render_testbench
+
+SYNTH_VERSION = 1
+MAX_DRAWS = 2000  # draws per record before deciding a family's parameter space is used up
+TOP_MODULE_SHARE = 0.3  # share of train records whose module is named TopModule, as in the eval set
+OWNED = ("train.jsonl", "manifest.json", "eval")  # what --force replaces in an existing output dir
+
+
+class OutputNotEmptyError(FileExistsError):
+    """The output directory already holds files and overwriting was not requested."""
+
+
+@dataclass(frozen=True)
+class CorpusSummary:
+    out_dir: Path
+    seed: int
+    train_path: Path
+    eval_dir: Path
+    manifest_path: Path
+    counts: dict[str, tuple[int, int]]  # family -> (train records, eval problems)
+
+    @property
+    def n_train(self) -> int:
+        return sum(t for t, _ in self.counts.values())
+
+    @property
+    def n_eval(self) -> int:
+        return sum(e for _, e in self.counts.values())
+
+
+def param_key(family: str, params: Params) -> str:
+    """The identity of a task for train/eval disjointness: family plus functional parameters."""
+    return json.dumps([family, params], sort_keys=True, separators=(",", ":"))
+
+
+def build_design(family: str, params: Params, style_seed: int = 0) -> Design:
+    """Rebuild a design from a manifest entry (the functional behaviour depends only on `params`)."""
+    return FAMILY_BY_NAME[family].build(params, random.Random(style_seed))
+
+
+def _draw(family: Family, rng: random.Random, taken: set[str], what: str) -> Params:
+    for _ in range(MAX_DRAWS):
+        params = family.sample(rng)
+        if param_key(family.name, params) not in taken:
+            return params
+    raise ValueError(
+        f"family {family.name!r} ran out of fresh parameter sets for {what} after {MAX_DRAWS} draws; "
+        "ask for fewer eval problems (--n-eval)"
+    )
+
+
+def plan_eval(n_eval: int, seed: int) -> list[Design]:
+    """Eval problems cycle through the families in registry order, so any n_eval >= 16 covers all of them."""
+    rngs = {f.name: random.Random(f"{seed}:eval:{f.name}") for f in FAMILIES}
+    taken: set[str] = set()
+    designs = []
+    for i in range(n_eval):
+        family = FAMILIES[i % len(FAMILIES)]
+        params = _draw(family, rngs[family.name], taken, "eval problems")
+        taken.add(param_key(family.name, params))
+        designs.append(family.build(params, random.Random(f"{seed}:eval-style:{i}")))
+    return designs
+
+
+def _train_families(n_train: int, seed: int) -> list[Family]:
+    """Balanced family counts (differing by at most one), in a seeded shuffled order."""
+    rng = random.Random(f"{seed}:train-order")
+    extra = set(rng.sample(range(len(FAMILIES)), n_train % len(FAMILIES)))
+    order = [f for k, f in enumerate(FAMILIES) for _ in range(n_train // len(FAMILIES) + (k in extra))]
+    rng.shuffle(order)
+    return order
+
+
+def plan_train(n_train: int, seed: int, eval_keys: set[str]) -> list[tuple[Design, dict[str, str]]]:
+    """Training designs with their JSONL records; parameters used by the eval set are never drawn."""
+    out = []
+    for i, family in enumerate(_train_families(n_train, seed)):
+        rng = random.Random(f"{seed}:train:{i}")
+        params = _draw(family, rng, eval_keys, "training records")
+        design = family.build(params, rng)
+        name = "TopModule" if rng.random() < TOP_MODULE_SHARE else design.slug
+        record = {
+            "system": SYSTEM_PROMPT,
+            "prompt": train_prompt(design, name, rng),
+            "response": train_response(design, name, rng),
+        }
+        out.append((design, record))
+    return out
+
+
+def _check_target(out_dir: Path, force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputNotEmptyError(f"{out_dir} exists and is not a directory")
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise OutputNotEmptyError(f"{out_dir} is not empty; choose another directory or pass --force")
+
+
+def _prepare(out_dir: Path) -> None:
+    """Clear what a previous run wrote (only our own files), then create the layout."""
+    if out_dir.exists():
+        for name in OWNED:
+            path = out_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    (out_dir / "eval").mkdir(parents=True, exist_ok=True)
+
+
+def generate_corpus(
+    out_dir: Path,
+    n_train: int,
+    n_eval: int,
+    seed: int,
+    force: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> CorpusSummary:
+    """Generate train.jsonl, eval/ and manifest.json under `out_dir`; byte-identical for the same arguments.
+
+    `progress(k)` is called after every k items written (train records and eval problems)."""
+    if n_train < 0 or n_eval < 0:
+        raise ValueError(f"counts must be >= 0, got n_train={n_train}, n_eval={n_eval}")
+    out_dir = Path(out_dir)
+    _check_target(out_dir, force)
+    evals = plan_eval(n_eval, seed)
+    eval_keys = {param_key(d.family, d.params) for d in evals}
+    train = plan_train(n_train, seed, eval_keys)
+    overlap = eval_keys & {param_key(d.family, d.params) for d, _ in train}
+    if overlap:
+        raise RuntimeError(f"train/eval parameter overlap (generator bug): {sorted(overlap)[:3]}")
+    _prepare(out_dir)
+
+    with (out_dir / "train.jsonl").open("w", encoding="utf-8", newline="\n") as fh:
+        for _, record in train:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            if progress:
+                progress(1)
+    problems = _write_eval(out_dir / "eval", evals, progress)
+
+    train_counts = Counter(d.family for d, _ in train)
+    eval_counts = Counter(d.family for d in evals)
+    counts = {f.name: (train_counts[f.name], eval_counts[f.name]) for f in FAMILIES}
+    manifest = {
+        "version": SYNTH_VERSION,
+        "generator": "crosstune.synth",
+        "seed": seed,
+        "n_train": n_train,
+        "n_eval": n_eval,
+        "families": {
+            f.name: {"summary": f.summary, "train": counts[f.name][0], "eval": counts[f.name][1]} for f in FAMILIES
+        },
+        "train": [
+            {"index": i, "family": d.family, "slug": d.slug, "params": d.params} for i, (d, _) in enumerate(train)
+        ],
+        "eval": [{"problem": p, "family": d.family, "params": d.params} for p, d in zip(problems, evals, strict=True)],
+    }
+    manifest_path = out_dir / "manifest.json"
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return CorpusSummary(out_dir, seed, out_dir / "train.jsonl", out_dir / "eval", manifest_path, counts)
+
+
+def _write_eval(eval_dir: Path, designs: list[Design], progress: Callable[[int], None] | None) -> list[str]:
+    names = [f"Prob{i + 1:03d}_{d.slug}" for i, d in enumerate(designs)]
+    if len(set(names)) != len(names):
+        raise RuntimeError("duplicate eval problem names (generator bug: a slug does not encode all parameters)")
+    for name, design in zip(names, designs, strict=True):
+        (eval_dir / f"{name}_prompt.txt").write_text(eval_prompt(design), encoding="utf-8")
+        (eval_dir / f"{name}_ref.sv").write_text(render_module(design, "RefModule"), encoding="utf-8")
+        (eval_dir / f"{name}_test.sv").write_text(render_testbench(design), encoding="utf-8")
+        if progress:
+            progress(1)
+    (eval_dir / "problems.txt").write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+    return names
