@@ -16,7 +16,6 @@ A record whose answer is empty after these rules is a bad record (`empty_answer`
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 
 from crosstune.data.errors import DataError, Ledger
@@ -96,7 +95,6 @@ class ConversationBuilder:
         if data.reasoning == "native" and not has_thought_channel:
             raise DataError("data.reasoning", "native reasoning needs a family with a thought channel (gemma4)")
         self.data, self.cols, self.control_tokens = data, cols, control_tokens
-        self.malformed: Counter = Counter()
 
     def build(self, record: RawRecord, ledger: Ledger) -> Conversation | None:
         try:
@@ -106,19 +104,18 @@ class ConversationBuilder:
             ledger.bad(record.where, bad.kind, bad.reason, bad.field_name, hint=LENIENT_HINT)
             return None
 
-    # --- raw row -> messages ------------------------------------------------------------------------------------
-    def _single_turn(self, row: dict) -> list[dict]:
+    # --- raw row -> messages (each with the name of the field its content came from) --------------------------
+    def _single_turn(self, row: dict) -> list[tuple[dict, str]]:
         messages = []
         system_col = self.cols["system"]
         if system_col and row.get(system_col) is not None:
-            system = self._text(row, system_col, allow_empty=True)
-            if system.strip():
-                messages.append({"role": "system", "content": system})
-        messages.append({"role": "user", "content": self._text(row, self.cols["prompt"])})
-        messages.append({"role": "assistant", "content": self._text(row, self.cols["response"])})
+            messages.append(({"role": "system", "content": self._text(row, system_col, allow_empty=True)}, system_col))
+        messages.append(({"role": "user", "content": self._text(row, self.cols["prompt"])}, self.cols["prompt"]))
+        response = self.cols["response"]
+        messages.append(({"role": "assistant", "content": self._text(row, response)}, response))
         return messages
 
-    def _messages(self, row: dict) -> list[dict]:
+    def _messages(self, row: dict) -> list[tuple[dict, str]]:
         col = self.cols["messages"]
         if col not in row:
             raise _BadRecord("missing_field", "missing", col)
@@ -139,9 +136,9 @@ class ConversationBuilder:
                 if role == "assistant" and msg.get(key) is not None:
                     item["reasoning"] = self._text(msg, key, prefix=f"{name}.", allow_empty=True)
                     break
-            out.append(item)
-        if out[-1]["role"] != "assistant":
-            raise _BadRecord("bad_role", "the conversation must end with an assistant message", f"{col}[-1]")
+            out.append((item, f"{name}.content"))
+        if out[-1][0]["role"] != "assistant":
+            raise _BadRecord("bad_role", "the conversation must end with an assistant message", f"{col}[-1].role")
         return out
 
     def _text(self, row: dict, key: str, prefix: str = "", allow_empty: bool = False) -> str:
@@ -163,16 +160,40 @@ class ConversationBuilder:
         return value
 
     # --- policies ---------------------------------------------------------------------------------------------------
-    def _apply_policies(self, where: str, messages: list[dict]) -> Conversation:
+    def _apply_policies(self, where: str, messages: list[tuple[dict, str]]) -> Conversation:
+        system = messages[0][0]["content"] if messages[0][0]["role"] == "system" else None
+        body = messages[1:] if system is not None else messages
         policy = self.data.system_prompt
-        if messages[0]["role"] == "system":
-            messages = messages[1:]
-            if policy.policy == "keep":
-                messages = [{"role": "system", "content": _first_system}, *messages]  # noqa: F821 (set below)
-        return self._finish(where, messages)
-
-    def _finish(self, where: str, messages: list[dict]) -> Conversation:
-        raise NotImplementedError
+        system = {"keep": system, "strip": None, "replace": policy.text}[policy.policy]
+        out = [{"role": "system", "content": system}] if system and system.strip() else []
+        users = [i for i, (m, _) in enumerate(body) if m["role"] == "user"]
+        last_user = users[-1] if users else -1
+        malformed: list[str] = []
+        thinking = False
+        for i, (msg, field_name) in enumerate(body):
+            if msg["role"] != "assistant":
+                out.append(msg)
+                continue
+            reasoning, answer, rules = split_reasoning(msg["content"])
+            malformed += rules
+            if msg.get("reasoning", "").strip():
+                reasoning = "\n\n".join(r for r in (msg["reasoning"].strip(), reasoning) if r)
+            if not answer:
+                once = " once the reasoning is removed" if reasoning else ""
+                raise _BadRecord("empty_answer", f"the answer is empty{once}", field_name)
+            if self.data.reasoning == "keep_inline":
+                content = msg["content"]
+                if msg.get("reasoning", "").strip():  # a separate reasoning field goes inline, in CodeV-R1 markup
+                    content = f"<think>\n{msg['reasoning'].strip()}\n</think>\n\n{content}"
+                out.append({"role": "assistant", "content": content})
+            elif self.data.reasoning == "native" and reasoning and i > last_user:
+                # Only the final answer keeps its reasoning: the template renders no other turn's thought channel.
+                out.append({"role": "assistant", "content": answer, "reasoning": reasoning})
+                thinking = True
+            else:
+                out.append({"role": "assistant", "content": answer})
+        kwargs = {"enable_thinking": True} if thinking else {}  # `<|think|>` only where a thought channel follows
+        return Conversation(where, out, kwargs, sorted(set(malformed)))
 
 
 class _BadRecord(Exception):

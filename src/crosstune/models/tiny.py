@@ -41,7 +41,8 @@ def build_tiny_model(family: str, out_dir: Path, seed: int = 0, corpus_dir: Path
         texts = corpus_texts(Path(corpus_dir))
     tokenizer = train_tokenizer(family, texts, vocab_size=spec.vocab_size)
 
-    ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in _named_tokens(fam).items()}
+    named = {"pad": "<pad>", "eos": "<eos>", "bos": fam.chat.bos, "turn_end": fam.chat.turn_end}
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in named.items()}
     hf = fam.hf_config(
         spec,
         vocab_size=len(tokenizer),
@@ -62,7 +63,3 @@ def build_tiny_model(family: str, out_dir: Path, seed: int = 0, corpus_dir: Path
     model.save_pretrained(out_dir, safe_serialization=True)
     save_tokenizer(tokenizer, out_dir)
     return out_dir
-
-
-def _named_tokens(fam) -> dict[str, str]:
-    return {"pad": "<pad>", "eos": "<eos>", "bos": fam.chat.bos, "turn_end": fam.chat.turn_end}
