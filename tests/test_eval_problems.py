@@ -68,7 +68,7 @@ def test_shots_prepend_solved_examples_and_change_the_hash():
     problem = load_problems(CHECKOUT, patterns=["Prob002_and2"])[0]
     zero, two = build_messages(problem, shots=0), build_messages(problem, shots=2)
     content = two[1]["content"]
-    assert content.count("Question:") == 3 and content.count("[BEGIN]") == 2 + 1  # 2 answers + the rule
+    assert content.count("Question:") == 3 and content.count("[BEGIN]") == 3 + 2  # a rule per question, 2 answers
     assert EXAMPLES[1].body.strip() in content and content.endswith(zero[1]["content"])
     assert prompt_hash(zero) != prompt_hash(two)
     with pytest.raises(ValueError, match="shots"):

@@ -49,10 +49,9 @@ def stage_corpus(ctx: DemoContext) -> str:
     from crosstune.synth import generate_corpus
 
     summary = generate_corpus(ctx.corpus_dir, n_train=ctx.n_train, n_eval=ctx.n_eval, seed=ctx.seed)
-    ctx.made.append(
-        ("synthetic NL→Verilog corpus", ctx.corpus_dir, f"{ctx.n_train} train records, {ctx.n_eval} eval problems")
-    )
-    return f"{summary}"
+    note = f"{summary.n_train} train records, {summary.n_eval} eval problems, {len(summary.counts)} task families"
+    ctx.made.append(("synthetic NL→Verilog corpus", ctx.corpus_dir, note))
+    return note + ": " + ", ".join(sorted(summary.counts))
 
 
 def stage_tiny_model(ctx: DemoContext) -> str:

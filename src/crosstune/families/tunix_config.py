@@ -10,7 +10,6 @@ Each trap below was met once and is mapped here, nowhere else:
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from typing import Any
 
@@ -53,22 +52,12 @@ def _dtype(name: str):
     return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
 
 
-def sharding_config(family: str, *, replicate_attention_activations: bool = False):
-    """Tunix's default (fsdp, tp) sharding; attention activations replicated over heads when some head count
-    can't be split by tp (their `with_sharding_constraint` would otherwise reject the shape on TPU)."""
-    shd = tunix_module(family).ShardingConfig.get_default_sharding()
-    if replicate_attention_activations:
-        shd = dataclasses.replace(shd, act_btnh=("fsdp", None, None, None))
-    return shd
-
-
 def tunix_model_config(
     family: str,
     hf_config: dict[str, Any],
     *,
     dtype: str = "float32",
     remat: bool = False,
-    replicate_attention_activations: bool = False,
 ):
     """The tunix ModelConfig that computes what transformers computes for `hf_config` (a config.json dict)."""
     cfg = _text_config(hf_config)
@@ -86,7 +75,9 @@ def tunix_model_config(
         global_base_frequency=int(_rope(cfg, "global").get("rope_theta", 1e6)),
         local_scale_factor=_rope_scale(_rope(cfg, "sliding"), "rope_parameters.sliding_attention"),
         global_scale_factor=_rope_scale(_rope(cfg, "global"), "rope_parameters.full_attention"),
-        shd_config=sharding_config(family, replicate_attention_activations=replicate_attention_activations),
+        # Tunix's default (fsdp, tp) layout; weights that tp can't split are replicated per tensor at load time
+        # (crosstune.train.jax_model.fit_shardings). Activation constraints may shard unevenly: XLA pads.
+        shd_config=mod.ShardingConfig.get_default_sharding(),
         remat_config=mod.RematConfig.DECODER if remat else mod.RematConfig.NONE,
         param_dtype=_dtype(dtype),
     )

@@ -86,7 +86,14 @@ def _train_families(n_train: int, seed: int) -> list[Family]:
     return order
 
 
-def plan_train(n_train: int, seed: int, eval_keys: set[str]) -> list[tuple[Design, dict[str, str]]]:
+@dataclass(frozen=True)
+class TrainRecord:
+    design: Design
+    module: str  # module name used in the prompt and answer: the design's slug or TopModule
+    record: dict[str, str]  # the JSONL object: system, prompt, response
+
+
+def plan_train(n_train: int, seed: int, eval_keys: set[str]) -> list[TrainRecord]:
     """Training designs with their JSONL records; parameters used by the eval set are never drawn."""
     out = []
     for i, family in enumerate(_train_families(n_train, seed)):
@@ -99,7 +106,7 @@ def plan_train(n_train: int, seed: int, eval_keys: set[str]) -> list[tuple[Desig
             "prompt": train_prompt(design, name, rng),
             "response": train_response(design, name, rng),
         }
-        out.append((design, record))
+        out.append(TrainRecord(design, name, record))
     return out
 
 
@@ -132,7 +139,7 @@ def generate_corpus(
 ) -> CorpusSummary:
     """Generate train.jsonl, eval/ and manifest.json under `out_dir`; byte-identical for the same arguments.
 
-    `progress(k)` is called after every k items written (train records and eval problems)."""
+    `progress(1)` is called after each train record and each eval problem written."""
     if n_train < 0 or n_eval < 0:
         raise ValueError(f"counts must be >= 0, got n_train={n_train}, n_eval={n_eval}")
     out_dir = Path(out_dir)
@@ -140,19 +147,19 @@ def generate_corpus(
     evals = plan_eval(n_eval, seed)
     eval_keys = {param_key(d.family, d.params) for d in evals}
     train = plan_train(n_train, seed, eval_keys)
-    overlap = eval_keys & {param_key(d.family, d.params) for d, _ in train}
+    overlap = eval_keys & {param_key(t.design.family, t.design.params) for t in train}
     if overlap:
         raise RuntimeError(f"train/eval parameter overlap (generator bug): {sorted(overlap)[:3]}")
     _prepare(out_dir)
 
     with (out_dir / "train.jsonl").open("w", encoding="utf-8", newline="\n") as fh:
-        for _, record in train:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        for t in train:
+            fh.write(json.dumps(t.record, ensure_ascii=False) + "\n")
             if progress:
                 progress(1)
     problems = _write_eval(out_dir / "eval", evals, progress)
 
-    train_counts = Counter(d.family for d, _ in train)
+    train_counts = Counter(t.design.family for t in train)
     eval_counts = Counter(d.family for d in evals)
     counts = {f.name: (train_counts[f.name], eval_counts[f.name]) for f in FAMILIES}
     manifest = {
@@ -165,7 +172,14 @@ def generate_corpus(
             f.name: {"summary": f.summary, "train": counts[f.name][0], "eval": counts[f.name][1]} for f in FAMILIES
         },
         "train": [
-            {"index": i, "family": d.family, "slug": d.slug, "params": d.params} for i, (d, _) in enumerate(train)
+            {
+                "index": i,
+                "family": t.design.family,
+                "slug": t.design.slug,
+                "module": t.module,
+                "params": t.design.params,
+            }
+            for i, t in enumerate(train)
         ],
         "eval": [{"problem": p, "family": d.family, "params": d.params} for p, d in zip(problems, evals, strict=True)],
     }

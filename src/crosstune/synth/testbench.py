@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import groupby
 
 from crosstune.synth.design import Design, Port, vrange
 
@@ -77,8 +78,9 @@ def render_stimulus(design: Design) -> str:
         first = design.directed[0] if design.directed else {}
         lines += [f"\t\t{name} = {expr};" for name, expr in _vector(design, first).items()]
         directed = design.directed[1:]
-    for vector in directed:
-        lines += _block(edge, _vector(design, vector))
+    for vector, run in groupby(_vector(design, v) for v in directed):  # runs of one vector become a repeat
+        count = len(list(run))
+        lines += _repeat(count, edge, vector) if count > 1 else _block(edge, vector)
     if design.sequential:
         lines += _repeat(design.quiet_cycles, edge, _random(design, reset_pulses=False))
     lines += _repeat(design.random_cycles, edge, _random(design, reset_pulses=True))
