@@ -42,16 +42,22 @@ def test_known_wrong_designs_get_their_category(tmp_path):
             fenced(and2.format(body="a & b") + "\n)"),  # trailing garbage
             fenced("module TopModule(input a, input b, output out);\n  Adder u(a, b, out);\nendmodule"),
             fenced("module TopModule(input a, input b, output out);\n  always @* out = a & b;\nendmodule"),
-            fenced("module TopModule(input a, input b, output out);\n  assign out = a & b;\n"
-                   "  always @(a) while (a) ;\nendmodule"),  # hangs at time 0 of the first a=1  # fmt: skip
+            fenced(
+                "module TopModule(input a, input b, output out);\n  assign out = a & b;\n"
+                "  always @(a) while (a) ;\nendmodule"
+            ),  # hangs at time 0 of the first a=1  # fmt: skip
         ],
         "Prob003_dff8r": [
             fenced(dff.format(body="  always @(posedge clk)\n    if (reset) q <= 0; else q <= d;")),
             fenced(dff.format(body="  always @(posedge clk, posedge reset)\n    if (reset) q <= 0; else q <= d;")),
             fenced(dff.format(body="  always @(posedge clk) q <= d;")),
             fenced(dff.format(body="  always @(posedge clk) q <= 0'b0;")),
-            fenced(dff.format(body="  always @(posedge clk) q <= d;\n  integer i;\n"
-                                   "  initial begin i = 0; while (1) i = i + 1; end")),  # fmt: skip
+            fenced(
+                dff.format(
+                    body="  always @(posedge clk) q <= d;\n  integer i;\n"
+                    "  initial begin i = 0; while (1) i = i + 1; end"
+                )
+            ),  # fmt: skip
             "I am not sure how to do this.",
         ],
     }
@@ -89,7 +95,9 @@ def test_reference_counts_are_cached_by_content(tmp_path, monkeypatch):
     assert {name: o.samples for name, o in first.items()} == {"Prob001_zero": 75, "Prob002_and2": 107}
     jobs_seen = []
     original = evaluate_module._run_parallel
-    monkeypatch.setattr(evaluate_module, "_run_parallel", lambda jobs, *a: jobs_seen.append(len(jobs)) or original(jobs, *a))
+    monkeypatch.setattr(
+        evaluate_module, "_run_parallel", lambda jobs, *a: jobs_seen.append(len(jobs)) or original(jobs, *a)
+    )
     measure_references(problems, Limits(), 2, counts)
     assert jobs_seen == [0]
     assert len(json.loads(counts.read_text())) == 2

@@ -99,7 +99,7 @@ def test_testbench_instrumentation_keeps_the_original_line():
 @pytest.mark.parametrize(
     "source",
     [
-        'module TopModule(output [3:0] w); assign w = $clog2(9) + $bits(w) + $signed(4\'d1); endmodule',
+        "module TopModule(output [3:0] w); assign w = $clog2(9) + $bits(w) + $signed(4'd1); endmodule",
         'module TopModule; initial $display("$finish %s", "$fopen"); // $fopen("x")\nendmodule',
         "module TopModule; /* $finish; tb.stats1.errors = 0; */ logic [1:0] s; assign s = q[$]; endmodule",
         "module TopModule(input a, output b); Sub u(.tb(a), .out(b)); endmodule",
@@ -121,7 +121,7 @@ def test_screen_allows_harmless_designs(source):
         ("always @* tb.stats1.errors = 0;", "into the testbench"),
         ("assign o = good1 . out;", "into the testbench"),
         ('import "DPI-C" function int f();', "DPI"),
-        ("`include \"x.v\"", "directive `include"),
+        ('`include "x.v"', "directive `include"),
         ("`MACRO", "directive `MACRO"),
     ],
 )

@@ -66,7 +66,7 @@ def eval_command(
     upstream_compatible: bool = typer.Option(False, "--upstream-compatible", help="Count verdicts by "
                                              "VerilogEval v2's own rules (fooled by known fake passes) to "
                                              "compare with published numbers; default is the strict rule."),
-    workers: int = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: CPU count)."),
+    workers: int = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: usable CPUs)."),
     timeout: float = typer.Option(30.0, "--timeout", min=1.0, help="Wall-clock seconds per sample (all steps)."),
     memory_mib: int = typer.Option(2048, "--memory-mib", min=64, help="Address-space limit per process (MiB)."),
 ) -> None:  # fmt: skip

@@ -120,7 +120,7 @@ def evaluate_completions(
 
     `completions=None` judges each reference as the design (a self-check of the problem set, n = 1).
     """
-    workers = workers or os.cpu_count() or 1
+    workers = workers or len(os.sched_getaffinity(0))  # the CPUs this process may use, not the host's
     out_dir = Path(out_dir)
     references = measure_references(problems, limits, workers, out_dir / "reference_counts.json", workroot,
                                     on_progress)  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from functools import cache
 from pathlib import Path
 
 # Landlock syscalls share these numbers on every architecture (added after the syscall table unification).
@@ -38,10 +39,12 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+@cache
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+@cache
 def abi_version() -> int:
     """The kernel's Landlock ABI version, 0 when Landlock is unavailable (old kernel, disabled, seccomp)."""
     try:

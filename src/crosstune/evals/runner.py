@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -101,7 +102,7 @@ def run_eval(
                     problems, backend, params, cache, prompt_style, shots, concurrency,
                     lambda done, total: on_progress("generation", done, total),
                 )  # fmt: skip
-                extra.update(model=backend.model, sampling=params.__dict__, prompt_style=prompt_style, shots=shots)
+                extra.update(model=backend.model, sampling=asdict(params), prompt_style=prompt_style, shots=shots)
             report = evaluate_completions(
                 problems, completions, out, ks=ks, upstream_compatible=upstream_compatible, workers=workers,
                 limits=Limits(timeout_s=timeout, memory_mib=memory_mib), on_progress=on_progress,

@@ -63,14 +63,18 @@ def tool_read_paths() -> tuple[Path, ...]:
     return tuple(sorted(paths))
 
 
-def _minimal_env(workdir: Path) -> dict[str, str]:
+@cache
+def _search_path() -> str:
     tool_dirs = {str(Path(p).resolve().parent) for p in map(shutil.which, ("iverilog", "vvp")) if p}
-    path = ":".join([*sorted(tool_dirs), "/usr/bin", "/bin"])
-    return {"PATH": path, "LANG": "C", "LC_ALL": "C", "TMPDIR": str(workdir), "HOME": str(workdir)}
+    return ":".join([*sorted(tool_dirs), "/usr/bin", "/bin"])
 
 
-def _limit_child(workdir: Path, limits: Limits, cpu_s: int, use_landlock: bool) -> None:
-    """Runs in the child between fork and exec."""
+def _minimal_env(workdir: Path) -> dict[str, str]:
+    return {"PATH": _search_path(), "LANG": "C", "LC_ALL": "C", "TMPDIR": str(workdir), "HOME": str(workdir)}
+
+
+def _limit_child(workdir: Path, limits: Limits, cpu_s: int, readable: list[Path] | None) -> None:
+    """Runs in the child between fork and exec; keep it to system calls (no lookups, no imports)."""
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     memory = limits.memory_mib * _MiB
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -78,8 +82,8 @@ def _limit_child(workdir: Path, limits: Limits, cpu_s: int, use_landlock: bool) 
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if use_landlock:
-        landlock.restrict_self([workdir, Path("/dev/null")], list(tool_read_paths()))
+    if readable is not None:
+        landlock.restrict_self([workdir, Path("/dev/null")], readable)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -94,23 +98,36 @@ def run_limited(argv: list[str], workdir: Path, limits: Limits, wall_s: float) -
     own failure. Output is decoded as UTF-8 with replacement and truncated at the output cap."""
     wall_s = max(wall_s, 0.1)
     use_landlock = limits.landlock and landlock.abi_version() > 0
+    readable = list(tool_read_paths()) if use_landlock else None
+    env = _minimal_env(workdir)
     cpu_s = max(1, math.ceil(wall_s)) + 1  # the wall deadline normally fires first; CPU is the backstop
     start = time.monotonic()
     proc = subprocess.Popen(
         argv,
         cwd=workdir,
-        env=_minimal_env(workdir),
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # own process group: the kill reaches iverilog's ivlpp/ivl children
-        preexec_fn=lambda: _limit_child(workdir, limits, cpu_s, use_landlock),
+        preexec_fn=lambda: _limit_child(workdir, limits, cpu_s, readable),
     )
-    cap = limits.output_kib * 1024
+    try:
+        output, limit = _collect(proc, limits.output_kib * 1024, start + wall_s)
+    finally:  # also on an exception or Ctrl-C here: the children live in their own session
+        _kill_group(proc)  # before reaping, while the group id is still ours; also ends stray grandchildren
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    limit = limit or _limit_from_exit(proc.returncode, output)
+    return RunResult(proc.returncode, output, time.monotonic() - start, limit, use_landlock)
+
+
+def _collect(proc: subprocess.Popen, cap: int, deadline: float) -> tuple[str, str | None]:
+    """Read combined output up to `cap` bytes until EOF and exit, the deadline, or the cap."""
     chunks: list[bytes] = []
     size = 0
     limit: str | None = None
-    deadline = start + wall_s
     assert proc.stdout is not None
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
@@ -131,20 +148,17 @@ def run_limited(argv: list[str], workdir: Path, limits: Limits, wall_s: float) -
                 break
     if limit is None and not _exited(proc, deadline):
         limit = "timeout"
-    _kill_group(proc)  # before reaping, while the group id is still ours; also ends stray grandchildren
-    proc.wait()
-    proc.stdout.close()
-    output = b"".join(chunks).decode("utf-8", errors="replace")
-    limit = limit or _limit_from_exit(proc.returncode, output)
-    return RunResult(proc.returncode, output, time.monotonic() - start, limit, use_landlock)
+    return b"".join(chunks).decode("utf-8", errors="replace"), limit
 
 
 def _exited(proc: subprocess.Popen, deadline: float) -> bool:
     """Wait for exit without reaping (WNOWAIT), so the process group cannot be recycled before the kill."""
+    pause = 0.0002
     while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.002)
+        time.sleep(pause)  # exit normally follows EOF within microseconds; back off if it does not
+        pause = min(pause * 2, 0.01)
     return True
 
 

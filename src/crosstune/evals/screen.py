@@ -43,12 +43,12 @@ _DPI = re.compile(r'\b(?:import|export)\s*"')
 _DEFINITION = re.compile(r"\b(?:module|macromodule|program|interface|primitive|package|class)\s+\\?(\w+)")
 _INTO_TESTBENCH = re.compile(r"(?<![\w$.\\])\\?(" + "|".join(TESTBENCH_INSTANCES) + r")\s*(?:\[[^\]]*\]\s*)*\.\s*\w")
 _INCLUDE = re.compile(r"`\s*include\b")
+# Any hierarchical name has this shape (name, optional [index]es, dot, name); port connections `.a(x)` do not.
+_DOTTED_NAME = re.compile(r"(?:[A-Za-z_][\w$]*|\\\S+)\s*(?:\[[^\]]*\]\s*)*\.\s*[A-Za-z_\\$]")
 _DIRECTIVE = re.compile(r"`\s*(\w*)")
 # Directives left after preprocessing that the compile step may see; any other backtick (a macro built by
 # token pasting, an `include the preprocessor did not expand) would be expanded a second time there.
-ALLOWED_DIRECTIVES = frozenset(
-    "timescale default_nettype celldefine endcelldefine resetall unconnected_drive nounconnected_drive".split()
-)
+ALLOWED_DIRECTIVES = frozenset("timescale default_nettype celldefine endcelldefine resetall".split())
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,11 @@ def find_include(raw: str) -> Rejection | None:
     if match:
         return Rejection("`include is not allowed (it reads files outside the design)", _line(raw, match.start()))
     return None
+
+
+def has_dotted_name(preprocessed: str) -> bool:
+    """Whether the design may use a hierarchical name (then simulate.py elaborates it alone to check)."""
+    return _DOTTED_NAME.search(blank_comments_and_strings(preprocessed)) is not None
 
 
 def screen_design(preprocessed: str) -> Rejection | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from crosstune.evals.problems import ProblemSetError
 from crosstune.evals.sandbox import Limits, RunResult, run_limited
-from crosstune.evals.screen import Rejection, find_include, screen_design
+from crosstune.evals.screen import Rejection, find_include, has_dotted_name, screen_design
 from crosstune.evals.verdict import (
     compile_failure_code,
     strict_simulation_verdict,
@@ -117,7 +117,8 @@ def judge_design(
             log = pre.output[:LOG_CHARS]
             return Outcome(code, code, "preprocessing failed", wall_s=time.monotonic() - start, log=log,
                            landlocked=pre.landlocked)  # fmt: skip
-        rejection = screen_design((work / "sample.sv").read_text(errors="replace"))
+        preprocessed = (work / "sample.sv").read_text(errors="replace")
+        rejection = screen_design(preprocessed)
         if rejection:
             return _rejected(rejection, start, pre.landlocked)
         token = secrets.token_hex(16)
@@ -132,13 +133,14 @@ def judge_design(
             upstream = upstream_verdict(compiled.output, design).code
             return Outcome(code, upstream, f"compile failed ({code})", wall_s=time.monotonic() - start,
                            log=compiled.output[:LOG_CHARS], landlocked=compiled.landlocked)  # fmt: skip
-        alone = run_limited(["iverilog", "-g2012", "-s", "TopModule", "-o", "alone", "sample.sv"], work, limits,
-                            remaining())  # fmt: skip
-        if alone.limit:
-            return _limit_outcome("standalone elaboration", alone, start)
-        if alone.returncode != 0:
-            reason = "the design uses names outside itself (it does not elaborate without the testbench)"
-            return _rejected(Rejection(reason, 0), start, alone.landlocked)
+        if has_dotted_name(preprocessed):  # a name may point outside: it must elaborate without the testbench
+            alone = run_limited(["iverilog", "-g2012", "-s", "TopModule", "-o", "alone", "sample.sv"], work, limits,
+                                remaining())  # fmt: skip
+            if alone.limit:
+                return _limit_outcome("standalone elaboration", alone, start)
+            if alone.returncode != 0:
+                reason = "the design uses names outside itself (it does not elaborate without the testbench)"
+                return _rejected(Rejection(reason, 0), start, alone.landlocked)
         sim = run_limited(["vvp", "-n", "sim"], work, limits, remaining())
         if sim.limit:
             return _limit_outcome("simulation", sim, start)

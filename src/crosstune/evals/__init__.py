@@ -1,0 +1,38 @@
+"""VerilogEval v2 evaluation with iverilog: problems, prompts, generation (cached), code extraction,
+sandboxed simulation, strict and upstream-compatible verdicts, pass@k. `crosstune eval` drives it."""
+
+from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file
+from crosstune.evals.evaluate import EvalReport, evaluate_completions, measure_references
+from crosstune.evals.extract import Extraction, extract_code
+from crosstune.evals.generate import EndpointBackend, GenerationError, TransformersBackend, generate_completions
+from crosstune.evals.problems import Problem, ProblemSetError, load_problems
+from crosstune.evals.prompts import build_messages
+from crosstune.evals.sandbox import Limits
+from crosstune.evals.scoring import pass_at_k
+from crosstune.evals.simulate import Outcome, judge_design
+from crosstune.evals.verdict import CATEGORIES, upstream_verdict
+
+__all__ = [
+    "CATEGORIES",
+    "CompletionCache",
+    "EndpointBackend",
+    "EvalReport",
+    "Extraction",
+    "GenerationError",
+    "Limits",
+    "Outcome",
+    "Problem",
+    "ProblemSetError",
+    "SamplingParams",
+    "TransformersBackend",
+    "build_messages",
+    "evaluate_completions",
+    "extract_code",
+    "generate_completions",
+    "judge_design",
+    "load_problems",
+    "load_samples_file",
+    "measure_references",
+    "pass_at_k",
+    "upstream_verdict",
+]

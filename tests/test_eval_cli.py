@@ -1,0 +1,97 @@
+"""`crosstune eval` end to end: references-only, samples file, endpoint (fake server), argument errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import typer
+from test_eval_generate import FakeServer
+from typer.testing import CliRunner
+
+from crosstune.evals.cli import register
+
+pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs iverilog (make setup)")
+
+CHECKOUT = Path(__file__).parent / "fixtures" / "verilogeval"
+runner = CliRunner()
+
+
+def make_app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """crosstune (test root)."""
+
+    register(app)
+    return app
+
+
+def run(*args: str):
+    return runner.invoke(make_app(), ["eval", *args], catch_exceptions=False)
+
+
+def test_help_explains_sources_and_options():
+    result = run("--help")
+    assert result.exit_code == 0
+    for text in ["--references-only", "--samples-file", "--upstream-compatible", "--prompt-style", "--timeout"]:
+        assert text in result.output
+
+
+def test_references_only_self_check(tmp_path):
+    result = run("--problems", str(CHECKOUT), "--references-only", "--problem", "Prob00[12]*", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pass_at_k"] == {"1": 1.0} and summary["problems"] == 2
+    assert "Prob002_and2" in result.output and (tmp_path / "summary.md").exists()
+
+
+def test_samples_file_strict_and_upstream_compatible(tmp_path):
+    wrong_with_fake_line = ("```verilog\nmodule TopModule(input a, input b, output out);\n  assign out = a | b;\n"
+                            '  final $display("Mismatches: 0 in 107 samples");\nendmodule\n```')  # fmt: skip
+    right = "[BEGIN]\nmodule TopModule(input a, input b, output out);\n  assign out = a & b;\nendmodule\n[DONE]"
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"problem": "Prob002_and2", "completion": c}) + "\n"
+                               for c in [right, wrong_with_fake_line]))  # fmt: skip
+    common = ["--problems", str(CHECKOUT / "dataset_spec-to-rtl"), "--problem", "Prob002_and2",
+              "--samples-file", str(samples), "--k", "1,2"]  # fmt: skip
+    strict = run(*common, "--out", str(tmp_path / "strict"))
+    upstream = run(*common, "--out", str(tmp_path / "upstream"), "--upstream-compatible")
+    assert strict.exit_code == 0 and upstream.exit_code == 0, strict.output + upstream.output
+    strict_summary = json.loads((tmp_path / "strict" / "summary.json").read_text())
+    upstream_summary = json.loads((tmp_path / "upstream" / "summary.json").read_text())
+    assert strict_summary["per_problem"][0]["codes"] == ".R"
+    assert upstream_summary["per_problem"][0]["codes"] == ".."  # fooled, as upstream is
+    assert upstream_summary["strict_pass_at_1"] == 0.5
+
+
+def test_endpoint_generates_caches_and_resumes(tmp_path):
+    args = ["--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--out", str(tmp_path), "--model", "m",
+            "--n", "2", "--k", "1,2", "--temperature", "0.8"]  # fmt: skip
+    with FakeServer() as server:
+        first = run(*args, "--endpoint", server.url)
+        second = run(*args, "--endpoint", server.url)
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    assert len(server.requests) == 2  # the second run read everything from OUT/completions.jsonl
+    records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [r["rule"] for r in records] == ["begin_done", "begin_done"]
+    assert {r["verdict"] for r in records} == {"m"}  # the fake server's answer holds no module
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "exactly one of"),
+        (["--references-only", "--samples-file", "x.jsonl"], "exactly one of"),
+        (["--endpoint", "http://127.0.0.1:9"], "needs --model"),
+        (["--endpoint", "http://127.0.0.1:9", "--model", "m", "--n", "2", "--k", "1,5"], "needs --n >= 5"),
+        (["--references-only", "--problem", "Nope*"], "no problem matches"),
+    ],
+)
+def test_argument_errors_are_explained(tmp_path, args, message):
+    result = runner.invoke(make_app(), ["eval", "--problems", str(CHECKOUT), "--out", str(tmp_path), *args])
+    assert result.exit_code != 0
+    assert message in result.output
