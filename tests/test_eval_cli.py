@@ -95,3 +95,22 @@ def test_argument_errors_are_explained(tmp_path, args, message):
     result = runner.invoke(make_app(), ["eval", "--problems", str(CHECKOUT), "--out", str(tmp_path), *args])
     assert result.exit_code != 0
     assert message in result.output
+
+
+def test_recipe_eval_section_gives_defaults(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "name: r\nmodel: {family: gemma4, size: tiny}\ndata: {sources: [{path: x.jsonl}]}\n"
+        f"eval: {{problems: {CHECKOUT / 'dataset_spec-to-rtl'}, samples: 3, k: [1, 2], temperature: 0.5}}\n"
+    )
+    samples = tmp_path / "samples.jsonl"
+    right = "[BEGIN]\nmodule TopModule(input a, input b, output out);\n  assign out = a & b;\nendmodule\n[DONE]"
+    wrong = right.replace("a & b", "a | b")
+    samples.write_text(
+        "".join(json.dumps({"problem": "Prob002_and2", "completion": c}) + "\n" for c in [right, wrong, wrong])
+    )
+    result = run(str(recipe), "--problem", "Prob002_and2", "--samples-file", str(samples), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    # n = 3 samples, c = 1 correct: pass@1 = 1/3, pass@2 = 1 - C(2,2)/C(3,2) = 2/3 (k from the recipe).
+    assert summary["pass_at_k"] == pytest.approx({"1": 1 / 3, "2": 2 / 3})

@@ -37,7 +37,9 @@ def _parse_ks(text: str) -> list[int]:
 
 
 def eval_command(
-    problems: Path = typer.Option(..., "--problems", help="VerilogEval v2 checkout, one of its dataset_* "
+    recipe: Path = typer.Argument(None, help="Optional recipe: its eval section (problems, samples, k, "
+                                  "temperature, top_p, max_tokens, prompt_style) gives the defaults."),
+    problems: Path = typer.Option(None, "--problems", help="VerilogEval v2 checkout, one of its dataset_* "
                                   "folders, or any folder holding problems.txt (e.g. a synthetic set)."),
     out: Path = typer.Option(..., "--out", help="Output folder: summary.json, summary.md, samples.jsonl, "
                              "the completion cache and the reference sample counts."),
@@ -51,14 +53,18 @@ def eval_command(
                                       '{"problem", "completion"[, "sample"]} (a completion cache works).'),
     references_only: bool = typer.Option(False, "--references-only", help="Judge each reference as the "
                                          "design: a self-check of the problem set."),
-    n: int = typer.Option(1, "--n", min=1, help="Samples per problem."),
-    k: str = typer.Option("1", "--k", help="pass@k values, comma-separated (each <= n)."),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="Sampling temperature (0 = greedy)."),
-    top_p: float = typer.Option(0.95, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass."),
-    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="Completion length limit."),
+    n: int = typer.Option(None, "--n", min=1, help="Samples per problem [default: recipe, else 1]."),
+    k: str = typer.Option(None, "--k", help="pass@k values, comma-separated (each <= n) [default: recipe, else 1]."),
+    temperature: float = typer.Option(None, "--temperature", min=0.0, help="Sampling temperature (0 = greedy) "
+                                      "[default: recipe, else 0]."),
+    top_p: float = typer.Option(None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass "
+                                "[default: recipe, else 0.95]."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Completion length limit "
+                                   "[default: recipe, else 1024]."),
     seed: int = typer.Option(0, "--seed", help="Base seed; sample i uses seed + i."),
-    prompt_style: str = typer.Option("verilogeval", "--prompt-style", help="verilogeval ([BEGIN]/[DONE], "
-                                     "Question/Answer) or codev (<think> then ```verilog in <answer>)."),
+    prompt_style: str = typer.Option(None, "--prompt-style", help="verilogeval ([BEGIN]/[DONE], "
+                                     "Question/Answer) or codev (<think> then ```verilog in <answer>) "
+                                     "[default: recipe, else verilogeval]."),
     shots: int = typer.Option(0, "--shots", min=0, help="In-context examples in the prompt (0-3)."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Parallel requests to the endpoint."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable holding the "
@@ -73,6 +79,17 @@ def eval_command(
     """Evaluate Verilog generation on VerilogEval v2 with iverilog (see EVAL_HELP)."""
     from crosstune.evals.runner import run_eval
 
+    fallback = {"n": 1, "k": "1", "temperature": 0.0, "top_p": 0.95, "max_tokens": 1024, "prompt_style": "verilogeval"}
+    if recipe is not None:
+        problems, fallback = _recipe_defaults(recipe, problems, fallback)
+    if problems is None:
+        raise typer.BadParameter("give --problems DIR (or a RECIPE whose eval.problems names one)")
+    n = fallback["n"] if n is None else n
+    k = fallback["k"] if k is None else k
+    temperature = fallback["temperature"] if temperature is None else temperature
+    top_p = fallback["top_p"] if top_p is None else top_p
+    max_tokens = fallback["max_tokens"] if max_tokens is None else max_tokens
+    prompt_style = fallback["prompt_style"] if prompt_style is None else prompt_style
     sources = [endpoint is not None, hf_model is not None, samples_file is not None, references_only]
     if sum(sources) != 1:
         raise typer.BadParameter("give exactly one of --endpoint, --hf-model, --samples-file, --references-only")
@@ -108,3 +125,24 @@ def eval_command(
         timeout=timeout,
         memory_mib=memory_mib,
     )
+
+
+def _recipe_defaults(recipe_file: Path, problems: Path | None, fallback: dict) -> tuple[Path | None, dict]:
+    """The recipe's eval section as defaults; explicit options still win."""
+    from crosstune.recipe import RecipeError, load_recipe, resolve_path
+
+    try:
+        recipe = load_recipe(recipe_file)
+    except RecipeError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(1) from None
+    ev = recipe.eval
+    defaults = {
+        "n": ev.samples,
+        "k": ",".join(str(k) for k in ev.k),
+        "temperature": ev.temperature,
+        "top_p": ev.top_p,
+        "max_tokens": ev.max_tokens,
+        "prompt_style": ev.prompt_style,
+    }
+    return (problems or resolve_path(recipe, ev.problems)), {**fallback, **defaults}
