@@ -1,1 +1,25 @@
-"""Data: synthetic corpora and the one prepared dataset both backends train on."""
+"""Data: synthetic corpora and the one prepared dataset both backends train on.
+
+`prepare_dataset(recipe)` writes backend-neutral shards (token ids, loss mask, segment ids, positions) and a
+manifest; `load_prepared(recipe)` reads them back, refusing stale ones; `grain_dataset` / `torch_dataset` are the
+two backends' views, in one shared row order (`rank_order`).
+"""
+
+from crosstune.data.adapters import grain_dataset, torch_dataset
+from crosstune.data.errors import DataError
+from crosstune.data.order import rank_order
+from crosstune.data.prepare import prepare_dataset
+from crosstune.data.prepared import PreparedDataset, PreparedSplit, load_prepared, open_prepared, prepared_dir
+
+__all__ = [
+    "DataError",
+    "PreparedDataset",
+    "PreparedSplit",
+    "grain_dataset",
+    "load_prepared",
+    "open_prepared",
+    "prepare_dataset",
+    "prepared_dir",
+    "rank_order",
+    "torch_dataset",
+]

@@ -50,3 +50,105 @@ def synth(
         table.add_row(family, str(n_train), str(n_eval_family))
     table.add_row("[bold]total[/bold]", str(summary.n_train), str(summary.n_eval))
     console.print(table)
+
+
+OverrideOpt = typer.Option(None, "--set", help="override a recipe value: --set data.max_seq_len=1024 (repeatable)")
+
+
+@data_app.command("prepare")
+def prepare(
+    recipe: Path = typer.Argument(..., help="recipe YAML whose data: section says what to prepare"),
+    overrides: list[str] = OverrideOpt,
+    lenient: bool = typer.Option(
+        False, "--lenient", help="skip bad records (counted in the stats) instead of stopping"
+    ),
+    force: bool = typer.Option(False, "--force", help="replace an existing preparation (stale or not)"),
+) -> None:
+    """Format, tokenize, mask and pack the recipe's data once, into shards both backends train on.
+
+    Writes data.prepared_dir (default: <output_dir>/data/<recipe name>): row shards as .npy (input_ids, loss_mask,
+    segment_ids, positions), manifest.json (tokenizer and settings hashes), stats.json and lengths.png.
+
+    A bad record stops it with file:line, field and reason, unless --lenient. An up-to-date preparation is reused;
+    a stale one is refused unless --force.
+    """
+    from rich.progress import Progress
+
+    from crosstune.data.errors import DataError
+    from crosstune.data.prepare import prepare_dataset
+    from crosstune.data.stats import skipped_examples, stats_table
+    from crosstune.recipe.load import RecipeError, load_recipe
+
+    console, errors = _consoles()
+    try:
+        loaded = load_recipe(recipe, overrides)
+        with Progress(console=console, transient=True) as bar:
+            tasks: dict[str, int] = {}
+
+            def advance(split: str, done: int, total: int) -> None:
+                if split not in tasks:
+                    tasks[split] = bar.add_task(f"Encoding {split}", total=total)
+                bar.update(tasks[split], completed=done)
+
+            prepared = prepare_dataset(loaded, lenient=lenient, force=force, progress=advance)
+    except (RecipeError, DataError) as exc:
+        _fail(errors, exc)
+    console.print(stats_table(prepared.stats, title=f"Prepared data: {prepared.path}"))
+    for line in skipped_examples(prepared.stats):
+        console.print(f"  skipped {line}", markup=False, highlight=False)
+    if prepared.reused:
+        console.print("[green]up to date[/green]: reused the existing preparation (--force redoes it)")
+
+
+@data_app.command("stats")
+def stats(
+    target: Path = typer.Argument(..., help="a recipe YAML, or a prepared directory (with manifest.json)"),
+    overrides: list[str] = OverrideOpt,
+) -> None:
+    """Show what a preparation holds: records in/out, skips by reason, trained-token fraction, packing efficiency,
+    markup problems and token-length percentiles; (re)writes stats.json and lengths.png next to it."""
+    from crosstune.data.errors import DataError
+    from crosstune.data.prepared import (
+        data_settings,
+        load_tokenizer,
+        open_prepared,
+        prepared_dir,
+        staleness,
+        tokenizer_hash,
+    )
+    from crosstune.data.stats import save_stats, skipped_examples, stats_table
+    from crosstune.recipe.load import RecipeError, load_recipe
+
+    console, errors = _consoles()
+    try:
+        if (target / "manifest.json").is_file():
+            prepared, stale = open_prepared(target), []
+        else:
+            loaded = load_recipe(target, overrides)
+            prepared = open_prepared(prepared_dir(loaded))
+            stale = staleness(prepared.manifest, data_settings(loaded), tokenizer_hash(load_tokenizer(loaded)))
+        if not prepared.stats:
+            raise DataError(str(prepared.path), "no stats.json", hint="re-run `crosstune data prepare RECIPE --force`")
+    except (RecipeError, DataError) as exc:
+        _fail(errors, exc)
+    console.print(stats_table(prepared.stats, title=f"Prepared data: {prepared.path}"))
+    for line in skipped_examples(prepared.stats):
+        console.print(f"  skipped {line}", markup=False, highlight=False)
+    save_stats(prepared.path, prepared.stats)
+    console.print(f"saved {prepared.path / 'stats.json'} and {prepared.path / 'lengths.png'}")
+    if stale:
+        console.print("[yellow]stale[/yellow] against the recipe: " + "; ".join(stale), highlight=False)
+
+
+def _fail(errors, exc: Exception) -> None:
+    """Print a recipe or data error (no traceback: it already says where and why) and exit 1."""
+    from rich.markup import escape
+
+    errors.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
+    raise typer.Exit(1)
+
+
+def _consoles():
+    from rich.console import Console
+
+    return Console(), Console(stderr=True)

@@ -94,7 +94,13 @@ class ConversationBuilder:
             )
         if data.reasoning == "native" and not has_thought_channel:
             raise DataError("data.reasoning", "native reasoning needs a family with a thought channel (gemma4)")
-        self.data, self.cols, self.control_tokens = data, cols, control_tokens
+        self.data, self.cols = data, cols
+        # One alternation for all control tokens: real tokenizers list dozens, checked in every field of every record.
+        self.control = (
+            re.compile("|".join(map(re.escape, sorted(control_tokens, key=len, reverse=True))))
+            if control_tokens
+            else None
+        )
 
     def build(self, record: RawRecord, ledger: Ledger) -> Conversation | None:
         try:
@@ -154,9 +160,8 @@ class ConversationBuilder:
             raise _BadRecord("invalid_utf8", f"not valid UTF-8 (lone surrogate at character {e.start})", name) from None
         if not allow_empty and not value.strip():
             raise _BadRecord("empty_field", "empty", name)
-        for token in self.control_tokens:
-            if token in value:  # it would be encoded as the control token and corrupt the turn structure
-                raise _BadRecord("control_token", f"contains the chat control token {token!r}", name)
+        if self.control and (hit := self.control.search(value)):  # it would be encoded as the control token
+            raise _BadRecord("control_token", f"contains the chat control token {hit.group()!r}", name)
         return value
 
     # --- policies ---------------------------------------------------------------------------------------------------

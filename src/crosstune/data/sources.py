@@ -109,7 +109,7 @@ def _read_jsonl(path: Path, ledger: Ledger) -> Iterator[RawRecord | None]:
                 yield None
                 continue
             try:
-                row = json.loads(text)
+                row = json.loads(text.rstrip("\r\n"))  # so a column number points into this line
             except json.JSONDecodeError as e:
                 ledger.bad(where, "bad_json", f"not valid JSON: {e.msg} at column {e.colno}", hint=LENIENT_HINT)
                 continue

@@ -88,7 +88,7 @@ class DataSection(Section):
     packing: bool = True
     subsample: Subsample | None = None
     strict: bool = Field(True, description="stop at the first bad record (file:line) instead of skipping it")
-    prepared_dir: str | None = Field(None, description="where prepared shards go (default: <output_dir>/data)")
+    prepared_dir: str | None = Field(None, description="where prepared shards go (default: <output_dir>/data/<name>)")
 
 
 class TrainSection(Section):

@@ -1,0 +1,157 @@
+"""`prepare_dataset`: recipe sources -> chat-formatted, tokenized, masked, length-checked, packed shards on disk."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from crosstune.data.conversation import Conversation, ConversationBuilder
+from crosstune.data.encode import ChatEncoder
+from crosstune.data.errors import DataError, Ledger
+from crosstune.data.packing import build_rows, fit_length
+from crosstune.data.prepared import (
+    FORMAT_VERSION,
+    PreparedDataset,
+    data_hash,
+    data_settings,
+    load_tokenizer,
+    prepared_dir,
+    read_manifest,
+    staleness,
+    tokenizer_hash,
+    write_prepared,
+)
+from crosstune.data.sources import read_split
+from crosstune.data.stats import split_stats
+from crosstune.families import get_family
+from crosstune.recipe.schema import Recipe, Subsample
+
+ENCODE_BATCH = 256  # conversations per render + tokenize call (the tokenizer batches in Rust)
+LENGTH_HINT = "raise data.max_seq_len, set data.truncation: truncate, or pass --lenient to skip such records"
+Progress = Callable[[str, int, int], None]  # (split, records done, records total)
+
+
+def prepare_dataset(
+    recipe: Recipe,
+    tokenizer=None,
+    lenient: bool = False,
+    force: bool = False,
+    out_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> PreparedDataset:
+    """Prepare the recipe's data for both backends and return it.
+
+    An up-to-date preparation at the destination is reused; a stale or foreign one is refused unless `force`.
+    Strict (the recipe's `data.strict`, unless `lenient`): the first bad record raises DataError naming
+    file:line, field and reason, and nothing is written. Lenient: bad records are skipped and counted in the stats.
+    """
+    dest = Path(out_dir) if out_dir else prepared_dir(recipe)
+    tokenizer = tokenizer or load_tokenizer(recipe)
+    strict = recipe.data.strict and not lenient
+    settings, tok_hash = data_settings(recipe), tokenizer_hash(tokenizer)
+    if dest.exists() and any(dest.iterdir()) and not force:
+        if not (dest / "manifest.json").is_file():
+            raise DataError(str(dest), "the folder is not empty and holds no preparation", hint="--force replaces it")
+        manifest = read_manifest(dest)
+        reasons = staleness(manifest, settings, tok_hash)
+        if manifest.get("lenient") != (not strict):
+            reasons.append(f"it was prepared {'leniently' if manifest.get('lenient') else 'strictly'}")
+        if reasons:
+            raise DataError(
+                str(dest), "a different preparation is already there: " + "; ".join(reasons), hint="--force replaces it"
+            )
+        return PreparedDataset(dest, manifest, reused=True)
+
+    family = get_family(recipe.model.family)
+    if tokenizer.pad_token_id is None:
+        raise DataError("model.path", "the tokenizer has no pad token: rows need one for padding")
+    chat = family.chat
+    control = [*tokenizer.all_special_tokens, chat.bos, chat.turn_start, chat.turn_end, *chat.extra_special]
+    control += [t for t in (chat.thought_start, chat.thought_end) if t]
+    builder = ConversationBuilder(recipe.data, tuple(dict.fromkeys(control)), bool(chat.thought_start))
+    encoder = ChatEncoder(tokenizer, chat.turn_end)
+
+    splits, all_stats = {}, {}
+    for split in dict.fromkeys(["train", *(s.split for s in recipe.data.sources)]):
+        ledger = Ledger(strict)
+        raw, blank = read_split(recipe, split, ledger)
+        convs = [c for r in raw if (c := builder.build(r, ledger)) is not None]
+        sample = recipe.data.subsample if split == "train" else None
+        convs, subsampled_out = _subsample(convs, sample)
+        rows, wheres, lengths, figures = _encode_split(split, convs, encoder, ledger, recipe, tokenizer, progress)
+        if split == "train" and not wheres:
+            raise DataError("data.sources", "no training records left", hint=_why_empty(ledger, subsampled_out))
+        splits[split] = (rows, wheres, lengths)
+        all_stats[split] = split_stats(
+            rows, lengths, ledger.skipped, ledger.examples, subsampled_out=subsampled_out, blank_lines=blank, **figures
+        )
+
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "recipe_name": recipe.name,
+        "family": family.name,
+        "data_hash": data_hash(settings),
+        "tokenizer_hash": tok_hash,
+        "data_settings": settings,
+        "max_seq_len": recipe.data.max_seq_len,
+        "packing": recipe.data.packing,
+        "pad_id": int(tokenizer.pad_token_id),
+        "lenient": not strict,
+        "dtypes": {"input_ids": "int32", "loss_mask": "uint8", "segment_ids": "int32", "positions": "int32"},
+        "mask_convention": "loss_mask[t] = 1: token t is a prediction target, predicted from tokens < t",
+    }
+    write_prepared(dest, splits, manifest, {"recipe": recipe.name, "splits": all_stats})
+    return PreparedDataset(dest, read_manifest(dest))
+
+
+def _subsample(convs: list[Conversation], sample: Subsample | None) -> tuple[list[Conversation], int]:
+    """A seeded subset, in source order (shuffling is the adapters' job)."""
+    if sample is None or sample.size >= len(convs):
+        return convs, 0
+    keep = np.sort(np.random.default_rng(sample.seed).choice(len(convs), size=sample.size, replace=False))
+    return [convs[i] for i in keep], len(convs) - sample.size
+
+
+def _encode_split(split, convs, encoder, ledger, recipe, tokenizer, progress):
+    data = recipe.data
+    docs, truncated, wheres, lengths = [], [], [], []
+    malformed: Counter = Counter()
+    straddling = cut = 0
+    for lo in range(0, len(convs), ENCODE_BATCH):
+        for enc in encoder.encode(convs[lo : lo + ENCODE_BATCH], ledger):
+            lengths.append(len(enc.ids))
+            fit = fit_length(enc.ids, enc.mask, data.max_seq_len, data.truncation)
+            if fit == "too_long":
+                ledger.bad(
+                    enc.where,
+                    "too_long",
+                    f"{len(enc.ids)} tokens, more than data.max_seq_len {data.max_seq_len}",
+                    hint=LENGTH_HINT,
+                )
+                continue
+            if fit == "prompt_too_long":
+                first = int(np.argmax(enc.mask))
+                reason = f"the prompt alone is {first} tokens, data.max_seq_len is {data.max_seq_len}"
+                ledger.bad(enc.where, "prompt_too_long", reason, hint=LENGTH_HINT)
+                continue
+            ids, mask, was_cut = fit
+            docs.append((ids, mask))
+            truncated.append(was_cut)
+            wheres.append(enc.where)
+            cut += len(enc.ids) - len(ids)
+            straddling += enc.straddling
+            malformed.update(enc.malformed)
+        if progress:
+            progress(split, min(lo + ENCODE_BATCH, len(convs)), len(convs))
+    rows = build_rows(docs, truncated, data.max_seq_len, data.packing, int(tokenizer.pad_token_id))
+    figures = {"malformed": malformed, "straddling": straddling, "truncated_tokens_cut": cut}
+    return rows, wheres, np.asarray(lengths, dtype=np.int32), figures
+
+
+def _why_empty(ledger: Ledger, subsampled_out: int) -> str:
+    if ledger.skipped:
+        return "every record was skipped: " + ", ".join(f"{k} {v}" for k, v in ledger.skipped.items())
+    return "the sources hold no records" if not subsampled_out else "check data.subsample"

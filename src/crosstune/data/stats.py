@@ -1,0 +1,129 @@
+"""What a preparation did: counts, skips by reason, trained-token fraction, packing efficiency, length histogram."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from rich.table import Table
+
+from crosstune.data.packing import Rows
+
+PERCENTILES = (50, 90, 99)
+
+
+def split_stats(
+    rows: Rows,
+    raw_lengths: np.ndarray,
+    skipped: Counter,
+    examples: list[str],
+    malformed: Counter,
+    subsampled_out: int,
+    blank_lines: int,
+    straddling: int,
+    truncated_tokens_cut: int,
+) -> dict:
+    """The figures of one split (JSON-ready). `raw_lengths`: token length of every tokenized record before the
+    length policy, so the histogram shows what max_seq_len cut or dropped."""
+    n_rows, row_len = rows.input_ids.shape
+    n_docs = len(rows.doc_row)
+    tokens = int(np.count_nonzero(rows.segment_ids))
+    targets = int(rows.loss_mask.sum(dtype=np.int64))
+    lengths = {f"p{q}": _pct(raw_lengths, q) for q in PERCENTILES}
+    lengths["max"] = int(raw_lengths.max()) if raw_lengths.size else 0
+    lengths["mean"] = round(float(raw_lengths.mean()), 1) if raw_lengths.size else 0.0
+    lengths["fraction_within_max_seq_len"] = _ratio(int((raw_lengths <= row_len).sum()), raw_lengths.size)
+    counts, edges = np.histogram(raw_lengths, bins=40) if raw_lengths.size else (np.zeros(0), np.zeros(0))
+    return {
+        "records_in": n_docs + sum(skipped.values()) + subsampled_out,
+        "records_out": n_docs,
+        "skipped": dict(sorted(skipped.items())),
+        "skipped_examples": examples,
+        "subsampled_out": subsampled_out,
+        "blank_lines": blank_lines,
+        "truncated": int(rows.doc_truncated.sum()),
+        "truncated_tokens_cut": truncated_tokens_cut,
+        "tokens": tokens,
+        "target_tokens": targets,
+        "trained_fraction": _ratio(targets, tokens),
+        "straddling_tokens": straddling,
+        "rows": int(n_rows),
+        "row_length": int(row_len),
+        "packing_efficiency": _ratio(tokens, n_rows * row_len),
+        "padding_efficiency": _ratio(tokens, n_docs * row_len),  # one padded row per record, for comparison
+        "malformed_markup": dict(sorted(malformed.items())),
+        "lengths": lengths,
+        "histogram": {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]},
+    }
+
+
+def _pct(values: np.ndarray, q: int) -> int:
+    return int(np.percentile(values, q, method="higher")) if values.size else 0
+
+
+def _ratio(a: int, b: int) -> float:
+    return round(a / b, 4) if b else 0.0
+
+
+def stats_table(stats: dict, title: str = "Prepared data") -> Table:
+    """A rich table: one row per figure, one column per split."""
+    splits = stats["splits"]
+    table = Table(title=title)
+    table.add_column("figure")
+    for name in splits:
+        table.add_column(name, justify="right")
+
+    def row(label: str, fn) -> None:
+        table.add_row(label, *(fn(s) for s in splits.values()))
+
+    row("records in", lambda s: f"{s['records_in']:,}")
+    row("records out", lambda s: f"{s['records_out']:,}")
+    reasons = sorted({r for s in splits.values() for r in s["skipped"]})
+    for reason in reasons:
+        row(f"  skipped: {reason}", lambda s, r=reason: f"{s['skipped'].get(r, 0):,}")
+    row("  subsampled out", lambda s: f"{s['subsampled_out']:,}")
+    row("truncated (tokens cut)", lambda s: f"{s['truncated']:,} ({s['truncated_tokens_cut']:,})")
+    row("tokens", lambda s: f"{s['tokens']:,}")
+    row("trained tokens", lambda s: f"{s['target_tokens']:,} ({s['trained_fraction']:.1%})")
+    row("rows × length", lambda s: f"{s['rows']:,} × {s['row_length']}")
+    row("packing efficiency (non-pad)", lambda s: f"{s['packing_efficiency']:.1%}")
+    row("  vs one record per row", lambda s: f"{s['padding_efficiency']:.1%}")
+    for rule in sorted({r for s in splits.values() for r in s["malformed_markup"]}):
+        row(f"markup: {rule}", lambda s, r=rule: f"{s['malformed_markup'].get(r, 0):,}")
+    row("length p50 / p90 / p99 / max", lambda s: "{p50} / {p90} / {p99} / {max}".format(**s["lengths"]))
+    row("fraction ≤ max_seq_len", lambda s: f"{s['lengths']['fraction_within_max_seq_len']:.1%}")
+    return table
+
+
+def skipped_examples(stats: dict) -> list[str]:
+    return [f"{name}: {e}" for name, s in stats["splits"].items() for e in s["skipped_examples"]]
+
+
+def save_stats(folder: Path, stats: dict) -> None:
+    """stats.json and lengths.png (token-length histogram per split, max_seq_len and percentiles marked)."""
+    folder = Path(folder)
+    (folder / "stats.json").write_text(json.dumps(stats, indent=1, ensure_ascii=False) + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never open a window
+    import matplotlib.pyplot as plt
+
+    splits = stats["splits"]
+    fig, axes = plt.subplots(1, max(1, len(splits)), figsize=(6 * max(1, len(splits)), 3.6), squeeze=False)
+    for ax, (name, s) in zip(axes[0], splits.items(), strict=False):
+        edges, counts = s["histogram"]["edges"], s["histogram"]["counts"]
+        if counts:
+            ax.stairs(counts, edges, fill=True, alpha=0.6)
+        ax.axvline(s["row_length"], color="red", label=f"max_seq_len {s['row_length']}")
+        for q, style in zip(PERCENTILES, (":", "--", "-."), strict=True):
+            ax.axvline(s["lengths"][f"p{q}"], color="black", linestyle=style, label=f"p{q} {s['lengths'][f'p{q}']}")
+        kept = s["lengths"]["fraction_within_max_seq_len"]
+        ax.set_title(f"{name}: tokens per record ({kept:.1%} ≤ max_seq_len)")
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("records")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(folder / "lengths.png", dpi=100)
+    plt.close(fig)
