@@ -3,15 +3,31 @@ minimal environment, and Landlock confinement where the kernel has it."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from crosstune.evals import sandbox
 from crosstune.evals.landlock import abi_version
-from crosstune.evals.sandbox import Limits, run_limited
+from crosstune.evals.sandbox import Limits
 
 NO_LANDLOCK = Limits(landlock=False)
+
+
+def _in_worker(env: dict[str, str], *args):
+    os.environ.update(env)
+    return sandbox.run_limited(*args)
+
+
+def run_limited(*args, env: dict[str, str] | None = None):
+    """As the evaluator does: from a single-threaded forkserver worker, never from this (maybe JAX-threaded)
+    test process, where sandbox.py's preexec_fn would fork a multithreaded process."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver")) as pool:
+        return pool.submit(_in_worker, env or {}, *args).result()
 
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
@@ -42,9 +58,9 @@ def test_file_size_limit(tmp_path):
     assert (tmp_path / "big").stat().st_size <= 1024 * 1024
 
 
-def test_minimal_environment_and_cwd(tmp_path, monkeypatch):
-    monkeypatch.setenv("CROSSTUNE_SECRET_TOKEN", "do-not-pass-on")
-    result = run_limited(["sh", "-c", "env; pwd"], tmp_path, NO_LANDLOCK, 10)
+def test_minimal_environment_and_cwd(tmp_path):
+    env = {"CROSSTUNE_SECRET_TOKEN": "do-not-pass-on"}
+    result = run_limited(["sh", "-c", "env; pwd"], tmp_path, NO_LANDLOCK, 10, env=env)
     assert "CROSSTUNE_SECRET_TOKEN" not in result.output
     assert f"TMPDIR={tmp_path}" in result.output and result.output.strip().endswith(str(tmp_path))
     assert result.returncode == 0 and result.limit is None
