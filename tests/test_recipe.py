@@ -138,3 +138,9 @@ def test_native_reasoning_needs_gemma4():
     text = MINIMAL.replace("family: gemma4", "family: gemma3").replace("size: 31b", "size: 27b")
     text = text.replace("    - path: data.jsonl", "    - path: data.jsonl\n  reasoning: native")
     assert errors(text) == [("data.reasoning", 8, "gemma3 has no native reasoning channel")]
+
+
+def test_k_and_v_go_together():
+    text = MINIMAL + "lora:\n  targets: [q, k, o]\n"
+    ((path, line, msg),) = errors(text)
+    assert (path, line) == ("lora.targets", 13) and msg.startswith("k and v must be targeted together")

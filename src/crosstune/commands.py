@@ -10,12 +10,20 @@ def register_all(app: typer.Typer) -> None:
     from crosstune.demo import register as register_demo
     from crosstune.doctor import register as register_doctor
     from crosstune.evals.cli import register as register_eval
+    from crosstune.export.cli import register as register_export
     from crosstune.models.cli import model_app
+    from crosstune.parity import register as register_parity
+    from crosstune.planner.cli import register as register_plan
     from crosstune.recipe.cli import recipe_app
+    from crosstune.train.cli import register as register_train
 
     register_doctor(app)
     register_eval(app)
+    register_export(app)
+    register_parity(app)
     register_demo(app)
+    register_train(app)
+    register_plan(app)
     app.add_typer(data_app, name="data")
     app.add_typer(recipe_app, name="recipe")
     app.add_typer(model_app, name="model")

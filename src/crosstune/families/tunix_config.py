@@ -57,9 +57,11 @@ def tunix_model_config(
     hf_config: dict[str, Any],
     *,
     dtype: str = "float32",
+    compute_dtype: str | None = None,
     remat: bool = False,
 ):
-    """The tunix ModelConfig that computes what transformers computes for `hf_config` (a config.json dict)."""
+    """The tunix ModelConfig that computes what transformers computes for `hf_config` (a config.json dict).
+    `dtype` is the parameters'; `compute_dtype` the activations' (Gemma 4; tunix's Gemma 3 computes in `dtype`)."""
     cfg = _text_config(hf_config)
     mod = tunix_module(family)
     common = dict(
@@ -84,7 +86,7 @@ def tunix_model_config(
     if family == "gemma3":
         _check_gemma3(cfg, mod)
         return mod.ModelConfig(**common, query_pre_attn_norm=_gemma3_query_scale(cfg, mod))
-    return mod.ModelConfig(**common, **_gemma4_fields(cfg, mod), dtype=_dtype(dtype))
+    return mod.ModelConfig(**common, **_gemma4_fields(cfg, mod), dtype=_dtype(compute_dtype or dtype))
 
 
 def _gemma3_query_scale(cfg: dict[str, Any], mod):
@@ -102,7 +104,9 @@ def _gemma3_query_scale(cfg: dict[str, Any], mod):
 
 def _check_gemma3(cfg: dict[str, Any], mod) -> None:
     pattern = [mod.GEMMA3_ATTENTION_PATTERN[i % 6] for i in range(cfg["num_hidden_layers"])]
-    wanted = [mod.AttentionType.GLOBAL if t == "full_attention" else mod.AttentionType.LOCAL_SLIDING for t in _types(cfg)]
+    wanted = [
+        mod.AttentionType.GLOBAL if t == "full_attention" else mod.AttentionType.LOCAL_SLIDING for t in _types(cfg)
+    ]
     if pattern != wanted:
         raise UnsupportedConfig("layer_types: tunix Gemma 3 fixes the 5 sliding : 1 global pattern")
     for field in ("final_logit_softcapping", "attn_logit_softcapping"):

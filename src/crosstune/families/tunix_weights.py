@@ -74,7 +74,9 @@ def tunix_tensor(reader: CheckpointReader, path: str, shape: tuple[int, ...]) ->
         "skip_scale": lambda: reader.get(f"layers.{layer}.layer_scalar").reshape(shape),
     }
     for proj in ("gate", "up", "down"):
-        builders[f"mlp.{proj}_proj.kernel"] = lambda p=proj: mlp_to_tunix(reader.get(f"layers.{layer}.mlp.{p}_proj.weight"))
+        builders[f"mlp.{proj}_proj.kernel"] = lambda p=proj: mlp_to_tunix(
+            reader.get(f"layers.{layer}.mlp.{p}_proj.weight")
+        )
     if rest.endswith(".scale") and rest[: -len(".scale")] in _TUNIX_NORMS:
         return reader.get(f"layers.{layer}.{_TUNIX_NORMS[rest[: -len('.scale')]]}.weight")
     if rest not in builders:

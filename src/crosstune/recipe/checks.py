@@ -83,6 +83,25 @@ def check_recipe(recipe: Recipe, base_dir: Path) -> list[Problem]:
 
     spec, spec_problems = model_spec(recipe, base_dir)
     problems += spec_problems
+    targets = set(recipe.lora.targets)
+    if ("k" in targets) != ("v" in targets):
+        problems.append(
+            Problem(
+                "lora.targets",
+                "k and v must be targeted together: the jax backend adapts both through one kv_einsum LoRA "
+                "(A shared), so the two backends would train different adapters",
+                "list both k and v, or neither",
+            )
+        )
+    fused = spec is not None and any(a.num_heads == a.num_kv_heads and not a.k_eq_v for a in spec.attention.values())
+    if fused and 0 < len(targets & {"q", "k", "v"}) < 3:
+        problems.append(
+            Problem(
+                "lora.targets",
+                "this model has as many KV heads as heads, so tunix fuses q, k and v into one qkv_einsum",
+                "list q, k and v together, or none of them",
+            )
+        )
 
     mesh = recipe.backend.jax.mesh
     if spec is not None:

@@ -20,12 +20,20 @@ def train(
     run_dir: Path = typer.Option(None, help="run directory (default: <output_dir>/<name>-<backend>)"),
     resume: bool = typer.Option(False, "--resume", help="continue from the run directory's latest checkpoint"),
     overrides: list[str] = typer.Option(None, "--set", help="override a recipe value: --set train.max_steps=10"),
+    devices: int = typer.Option(None, "--devices", help="torch: GPUs per node (default: backend.torch.devices)"),
+    nodes: int = typer.Option(None, "--nodes", help="torch: machines (default: backend.torch.nodes)"),
+    node_rank: int = typer.Option(0, "--node-rank", help="torch, several nodes: this machine's index, 0 = main"),
+    main_address: str = typer.Option(None, "--main-address", help="torch, several nodes: HOST[:PORT] of node 0"),
+    merge: bool = typer.Option(False, "--merge", help="also write <run>/merged: base + adapter as one HF model"),
 ) -> None:
     """Train LoRA on the recipe's prepared data with either backend; same metrics, same run-directory layout."""
     from crosstune.recipe import RecipeError, load_recipe
     from crosstune.train.backend import get_backend
     from crosstune.train.rundir import default_run_dir
 
+    overrides = list(overrides or [])
+    overrides += [f"backend.torch.devices={devices}"] if devices else []
+    overrides += [f"backend.torch.nodes={nodes}"] if nodes else []
     try:
         recipe = load_recipe(recipe_file, overrides)
     except RecipeError as e:
@@ -38,7 +46,15 @@ def train(
         console.print(f"[red]{e.args[0]}[/red]")
         raise typer.Exit(2) from None
     target = run_dir or default_run_dir(recipe, name)
-    result = impl.train(recipe, target, resume=resume)
+    launch = {"node_rank": node_rank, "main_address": main_address}
+    if name != "torch" and (node_rank or main_address):
+        console.print("[red]--node-rank and --main-address are torch options; the jax backend reads JAX_* variables")
+        raise typer.Exit(2)
+    result = impl.train(recipe, target, resume=resume, **(launch if name == "torch" else {}))
     console.print(
         f"[green]done[/green]: {result.steps} steps, final loss {result.final_loss:.4f}, run dir {result.run_dir}"
     )
+    if merge and node_rank == 0:
+        from crosstune.train.torch_merge import merge_run
+
+        console.print(f"merged model: {merge_run(result.run_dir)}")

@@ -16,6 +16,7 @@ import contextlib
 import math
 import re
 import warnings
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from crosstune.families import get_family
 from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_config import tunix_model_class, tunix_model_config
 from crosstune.families.tunix_weights import CheckpointReader, tunix_tensor
+from crosstune.recipe.schema import LoraSection
 
 AXES = ("fsdp", "tp")
 
@@ -90,83 +92,126 @@ def fit_shardings(model: nnx.Module, mesh: Mesh) -> list[Replicated]:
 
 
 def _key(path) -> str:
-    return ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+    """A pytree path as a dotted tunix name (`layers.5.attn.k_einsum.w`; Variable `.value` wrappers dropped)."""
+    parts = [getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))) for k in path]
+    return ".".join(str(p) for p in parts if p != "value")
 
 
-def load_base_model(
-    family: str, model_dir: Path, mesh: Mesh, *, dtype: str = "float32", remat: bool = False
+def build_model(
+    family: str,
+    model_dir: Path,
+    mesh: Mesh,
+    *,
+    dtype: str = "float32",
+    compute_dtype: str | None = None,
+    remat: bool = False,
+    lora: LoraSection | None = None,
+    seed: int = 0,
 ) -> tuple[nnx.Module, list[Replicated]]:
-    """The tunix model of an HF checkpoint directory, each tensor read once and placed with its sharding."""
+    """The tunix model of an HF checkpoint directory, with Qwix LoRA on `lora.targets` when `lora` is given.
+
+    Built abstractly first (the model, then Qwix's tracing pass that adds LoRA: no eager forward, no allocation),
+    shardings fitted to the mesh, then each base tensor read once from the checkpoint and each LoRA tensor
+    initialised, straight into its NamedSharding. LoRA params are float32 whatever the base dtype (as PEFT keeps
+    them: AdamW state of bf16 LoRA weights loses small updates).
+    """
     reader = CheckpointReader(Path(model_dir))
-    config = tunix_model_config(family, reader.config(), dtype=dtype, remat=remat)
+    config = tunix_model_config(family, reader.config(), dtype=dtype, compute_dtype=compute_dtype, remat=remat)
     cls = tunix_model_class(family)
+    rule = None if lora is None else _lora_rule(family, lora, reader)
     with mesh_context(mesh):
-        abstract = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(params=0)))
-    replicated = fit_shardings(abstract, mesh)
-    graphdef, state = nnx.split(abstract)
-    shardings = nnx.get_named_sharding(state, mesh).to_pure_dict()
+        model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(params=0)))
+        if rule is not None:
+            import qwix
+
+            provider = qwix.LoraProvider([rule])
+            model = nnx.eval_shape(
+                lambda m: qwix.apply_lora_to_model(
+                    m, provider, rngs=nnx.Rngs(params=seed, dropout=seed), **m.get_model_input()
+                ),
+                model,
+            )
+    if lora is not None:
+        _check_lora_modules(model, family, reader, lora)
+    replicated = fit_shardings(model, mesh)
+    graphdef, lora_state, base_state = nnx.split(model, nnx.LoRAParam, ...)
     host_dtype = np.dtype(jnp.dtype(config.param_dtype))
 
     def place(path, leaf: jax.ShapeDtypeStruct, sharding: NamedSharding) -> jax.Array:
         host = np.asarray(tunix_tensor(reader, _key(path), leaf.shape), dtype=host_dtype)
         return jax.make_array_from_callback(leaf.shape, sharding, lambda index: host[index])
 
-    nnx.replace_by_pure_dict(state, jax.tree.map_with_path(place, state.to_pure_dict(), shardings))
-    return nnx.merge(graphdef, state), replicated
+    base = jax.tree.map_with_path(
+        place, base_state.to_pure_dict(), nnx.get_named_sharding(base_state, mesh).to_pure_dict()
+    )
+    nnx.replace_by_pure_dict(base_state, base)
+    if rule is not None:
+        nnx.replace_by_pure_dict(lora_state, _init_lora(lora_state, mesh, seed))
+    model = nnx.merge(graphdef, lora_state, base_state)
+    if lora is not None and lora.dropout > 0:
+        model.set_attributes(qwix_rngs=nnx.Rngs(dropout=seed))  # qwix unsets the rngs it was applied with
+    return model, replicated
 
 
-def lora_module_regex(family: str, spec: ModelSpec, targets: list[str]) -> str:
-    """Qwix `module_path` regex for the neutral targets, through the family's tunix module names."""
-    names = sorted({m for layer in range(spec.num_layers) for m in get_family(family).tunix_lora_modules(spec, layer, targets)})
-    return r"layers/\d+/(?:" + "|".join(re.escape(n.replace(".", "/")) for n in names) + ")"
-
-
-def lora_modules(model: nnx.Module) -> set[str]:
-    """Dotted paths of the modules that carry LoRA (`layers.5.attn.k_einsum`)."""
-    found = set()
-    for path, node in nnx.iter_graph(model):
-        if isinstance(node, nnx.LoRAParam):
-            found.add(".".join(map(str, path[:-1])))
-    return found
-
-
-def apply_lora(model: nnx.Module, family: str, spec: ModelSpec, lora, mesh: Mesh, seed: int) -> nnx.Module:
-    """Qwix LoRA on the recipe's targets; LoRA params kept in float32 whatever the base dtype (as PEFT does:
-    AdamW state of bf16 LoRA weights loses small updates)."""
+def _lora_rule(family: str, lora: LoraSection, reader: CheckpointReader):
     import qwix
 
-    provider = qwix.LoraProvider(
+    spec = get_family(family).spec_from_hf_config(reader.config())
+    return qwix.LoraRule(
         module_path=lora_module_regex(family, spec, list(lora.targets)),
         rank=lora.rank,
         alpha=float(lora.alpha),
         dropout=lora.dropout,
     )
-    with mesh_context(mesh):
-        model = qwix.apply_lora_to_model(
-            model, provider, rngs=nnx.Rngs(params=seed, dropout=seed), **model.get_model_input()
-        )
-    expected = {
-        f"layers.{layer}.{m}"
-        for layer in range(spec.num_layers)
-        for m in get_family(family).tunix_lora_modules(spec, layer, list(lora.targets))
-    }
+
+
+def _init_lora(lora_state: nnx.State, mesh: Mesh, seed: int) -> dict:
+    """LoRA A ~ He uniform (Qwix's default: U(±sqrt(6 / fan_in)), fan_in = all axes but the rank), B = 0, in
+    float32, drawn on the host per leaf from (seed, leaf name): a jitted threefry init compiles for ~10 s on CPU."""
+
+    def init(path, x):
+        name = _key(path)
+        if not name.endswith("_lora_a"):
+            return np.zeros(x.shape, np.float32)
+        limit = math.sqrt(6.0 / math.prod(x.shape[:-1]))
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+        return rng.uniform(-limit, limit, size=x.shape).astype(np.float32)
+
+    values = jax.tree.map_with_path(init, lora_state.to_pure_dict())
+    return jax.device_put(values, nnx.get_named_sharding(lora_state, mesh).to_pure_dict())
+
+
+def lora_module_regex(family: str, spec: ModelSpec, targets: list[str]) -> str:
+    """Qwix `module_path` regex for the neutral targets, through the family's tunix module names."""
+    fam = get_family(family)
+    names = sorted({m for layer in range(spec.num_layers) for m in fam.tunix_lora_modules(spec, layer, targets)})
+    return r"layers/\d+/(?:" + "|".join(re.escape(n.replace(".", "/")) for n in names) + ")"
+
+
+def lora_modules(model: nnx.Module) -> set[str]:
+    """Dotted paths of the modules that carry LoRA (`layers.5.attn.k_einsum`)."""
+    return {".".join(map(str, path[:-1])) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.LoRAParam)}
+
+
+def _check_lora_modules(model: nnx.Module, family: str, reader: CheckpointReader, lora: LoraSection) -> None:
+    fam = get_family(family)
+    spec = fam.spec_from_hf_config(reader.config())
+    targets = list(lora.targets)
+    expected = {f"layers.{i}.{m}" for i in range(spec.num_layers) for m in fam.tunix_lora_modules(spec, i, targets)}
     got = lora_modules(model)
     if got != expected:
         raise RuntimeError(
             f"qwix adapted {sorted(got - expected)[:4]} unexpectedly and missed {sorted(expected - got)[:4]}: "
-            "the family's tunix module names disagree with the model"
+            f"the {family} family's tunix module names disagree with the model"
         )
-    lora_state = nnx.state(model, nnx.LoRAParam)
-    nnx.update(model, jax.tree.map(lambda x: x.astype(jnp.float32), lora_state))
-    return model
 
 
 def sharding_problems(tree, mesh: Mesh) -> list[str]:
-    """Leaves whose sharding is not a NamedSharding on `mesh`, or whose PartitionSpec is longer than their rank
-    or splits an axis unevenly. `tree` is an nnx.State (LoRA params, optimizer state) or any pytree of arrays."""
+    """Array leaves (rank >= 1) whose sharding is not a NamedSharding on `mesh`, or whose PartitionSpec is longer
+    than their rank or splits an axis unevenly. `tree`: an nnx.State (LoRA params, optimizer state) or any pytree."""
     problems = []
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
-        if not hasattr(leaf, "sharding"):
+        if not hasattr(leaf, "sharding") or leaf.ndim == 0:  # scalars (step counts) are replicated when jitted
             continue
         name, sharding = _key(path), leaf.sharding
         if not isinstance(sharding, NamedSharding) or sharding.mesh.shape != mesh.shape:
@@ -192,3 +237,23 @@ def spec_problems(model: nnx.Module) -> list[str]:
             if len(spec) > len(node.shape):
                 problems.append(f"{'.'.join(map(str, path))}: spec {spec} on a rank-{len(node.shape)} array")
     return problems
+
+
+def optimizer_sharding_mismatches(optimizer, model: nnx.Module) -> list[str]:
+    """Optimizer-state leaves (AdamW moments) whose sharding differs from their LoRA parameter's."""
+    params = {_key(p): x.sharding for p, x in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.LoRAParam))}
+    problems = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(optimizer, nnx.optimizer.OptState)):
+        name = _key(path)
+        parts = name.split(".")
+        param = next((".".join(parts[i:]) for i in range(len(parts)) if ".".join(parts[i:]) in params), None)
+        if param and leaf.ndim and not leaf.sharding.is_equivalent_to(params[param], leaf.ndim):
+            problems.append(f"{name}: {leaf.sharding.spec} but the parameter has {params[param].spec}")
+    return problems
+
+
+def place_state(obj, mesh: Mesh) -> None:
+    """Move every state leaf of `obj` (model or optimizer) to its metadata sharding, scalars replicated, so that
+    the first jitted step sees the same input shardings as all later ones (no second compilation)."""
+    state = nnx.state(obj)
+    nnx.update(obj, jax.device_put(state, nnx.get_named_sharding(state, mesh)))

@@ -1,0 +1,165 @@
+"""Export any run directory (crosstune.train.rundir) to a PEFT adapter and/or a merged HF model.
+
+Where the LoRA comes from:
+- torch runs: the final `<run>/adapter`, or `<run>/checkpoints/checkpoint-S` (a PEFT adapter too) for `step=S`;
+- jax runs: the Orbax checkpoint `<run>/checkpoints/S/model_params` (latest when no step is given).
+Rank, alpha and family come from run.json; the base from run.json's base_model unless `base` is given. Each output
+is written into a temp directory next to `out` and renamed into place when complete, with export_manifest.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crosstune.export.lora import ExportError, LoraWeights, read_peft_adapter, write_peft_adapter
+from crosstune.export.merge import Progress, copy_side_files, file_sha256, open_base, plan_merge, write_merged_shards
+from crosstune.export.output import staged_dir, write_manifest
+from crosstune.families import family_of_hf_config, get_family
+from crosstune.families.spec import ModelSpec
+
+KINDS = ("adapter", "merged", "both")
+_TORCH_CKPT = re.compile(r"checkpoint-(\d+)")
+
+
+@dataclass
+class RunLora:
+    lora: LoraWeights
+    base: Path
+    spec: ModelSpec
+    source: dict = field(default_factory=dict)  # run dir, backend, step, checkpoint path (for the manifest)
+
+
+def _read_meta(run_dir: Path) -> dict:
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        raise ExportError(f"{run_dir}: no run.json (not a crosstune run directory)")
+    return json.loads(path.read_text())
+
+
+def _base_spec(base: Path, family: str) -> ModelSpec:
+    cfg_path = base / "config.json"
+    if not cfg_path.is_file():
+        raise ExportError(f"base model {base}: no config.json (pass --base with an HF model directory)")
+    cfg = json.loads(cfg_path.read_text())
+    try:
+        found = family_of_hf_config(cfg).name
+    except KeyError as e:
+        raise ExportError(f"{cfg_path}: {e.args[0]}") from None
+    if found != family:
+        raise ExportError(f"{cfg_path}: a {found} model, but the run trained {family} (run.json family)")
+    return get_family(family).spec_from_hf_config(cfg, name=base.name)
+
+
+def _torch_checkpoints(root: Path) -> dict[int, Path]:
+    """checkpoint-N directories (the torch backend renames complete ones into place)."""
+    if not root.is_dir():
+        return {}
+    return {int(m.group(1)): p for p in root.iterdir() if p.is_dir() and (m := _TORCH_CKPT.fullmatch(p.name))}
+
+
+def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = None) -> RunLora:
+    """The LoRA of a run at `step` (the final adapter / latest checkpoint when None), in the PEFT layout."""
+    run_dir = Path(run_dir).resolve()
+    meta = _read_meta(run_dir)
+    lora_meta = meta.get("lora") or {}
+    rank, alpha = lora_meta.get("rank"), lora_meta.get("alpha")
+    if not rank or alpha is None:
+        raise ExportError(f"{run_dir}/run.json: lora.rank / lora.alpha missing: the LoRA scale is unknown")
+    family = meta.get("family")
+    if not family:
+        raise ExportError(f"{run_dir}/run.json: no family")
+    if not (base or meta.get("base_model")):
+        raise ExportError(f"{run_dir}/run.json names no base_model: pass --base")
+    base_dir = Path(base or meta["base_model"]).resolve()
+    spec = _base_spec(base_dir, family)
+    backend = meta.get("backend")
+    source = {"run_dir": str(run_dir), "backend": backend, "recipe_hash": meta.get("recipe_hash")}
+    if backend == "torch":
+        if step is None and (run_dir / "adapter").is_dir():
+            adapter, got_step = run_dir / "adapter", _final_step(run_dir, meta)
+        else:
+            found = _torch_checkpoints(run_dir / "checkpoints")
+            if not found:
+                raise ExportError(f"{run_dir}: no adapter/ and no checkpoints/checkpoint-N")
+            got_step = max(found) if step is None else step
+            if got_step not in found:
+                raise ExportError(f"{run_dir}/checkpoints: no checkpoint-{step}; available steps {sorted(found)}")
+            adapter = found[got_step]
+        lora, cfg = read_peft_adapter(adapter, family=family)
+        if cfg.get("r") != rank or float(cfg.get("lora_alpha")) != float(alpha):
+            raise ExportError(
+                f"{adapter}/adapter_config.json: r={cfg.get('r')} alpha={cfg.get('lora_alpha')}, but run.json says "
+                f"rank={rank} alpha={alpha}"
+            )
+        source.update(step=got_step, checkpoint=str(adapter))
+    elif backend == "jax":
+        from crosstune.export.jax_lora import qwix_to_lora, read_orbax_lora
+
+        params, got_step = read_orbax_lora(run_dir, step)
+        lora = qwix_to_lora(params, spec, rank=int(rank), alpha=float(alpha))
+        source.update(step=got_step, checkpoint=str(run_dir / "checkpoints" / str(got_step) / "model_params"))
+    else:
+        raise ExportError(f"{run_dir}/run.json: backend {backend!r} (expected torch or jax)")
+    lora.check(spec, where=str(source["checkpoint"]))
+    return RunLora(lora, base_dir, spec, source)
+
+
+def _final_step(run_dir: Path, meta: dict) -> int | None:
+    """The step of a run's final adapter: run.json's `steps`, else the last row of metrics.jsonl."""
+    if meta.get("steps"):
+        return int(meta["steps"])
+    metrics = run_dir / "metrics.jsonl"
+    rows = [line for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
+    return int(json.loads(rows[-1])["step"]) if rows else None
+
+
+def write_adapter_dir(run: RunLora, out_dir: Path, layer_prefix: str = "model.layers.") -> dict[str, str]:
+    files = write_peft_adapter(run.lora, out_dir, str(run.base), spec=run.spec, layer_prefix=layer_prefix)
+    return {p.name: file_sha256(p) for p in files}
+
+
+def export_run(
+    run_dir: Path,
+    to: str,
+    out: Path,
+    *,
+    step: int | None = None,
+    base: Path | None = None,
+    overwrite: bool = False,
+    progress: Callable[[int], Progress] | None = None,
+) -> dict[str, Path]:
+    """Export `run_dir` as `to` (adapter | merged | both) into `out` (both: out/adapter and out/merged).
+    Returns {kind: directory}. Nothing appears at `out` unless everything was written. `progress(total_bytes)`
+    returns the callback the merge reports written bytes to."""
+    if to not in KINDS:
+        raise ExportError(f"--to {to!r}: choose one of {', '.join(KINDS)}")
+    run = load_run_lora(run_dir, step, base)
+    base_ckpt = open_base(run.base) if to != "adapter" else None
+    plan = plan_merge(base_ckpt, run.lora) if base_ckpt is not None else None  # refuse before writing anything
+    prefix = base_ckpt.layer_prefix() if base_ckpt is not None else open_base(run.base).layer_prefix()
+    source = {
+        **run.source,
+        "base_model": str(run.base),
+        "rank": run.lora.rank,
+        "alpha": run.lora.alpha,
+        "targets": list(run.lora.targets),
+    }
+    out = Path(out)
+    made: dict[str, Path] = {}
+    with staged_dir(out, overwrite=overwrite) as tmp:
+        for kind in ("adapter", "merged") if to == "both" else (to,):
+            where = tmp / kind if to == "both" else tmp
+            where.mkdir(exist_ok=True)
+            if kind == "adapter":
+                hashes = write_adapter_dir(run, where, layer_prefix=prefix)
+            else:
+                advance = progress(base_ckpt.nbytes) if progress else None
+                hashes = write_merged_shards(base_ckpt, run.lora, plan, where, advance)
+                hashes.update(copy_side_files(run.base, where, skip=set(base_ckpt.files) | {"export_manifest.json"}))
+            write_manifest(where, kind, hashes, source)
+            made[kind] = (out / kind) if to == "both" else out
+    return made

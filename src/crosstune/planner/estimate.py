@@ -1,0 +1,251 @@
+"""`plan_recipe(recipe) -> Plan`: will this recipe's model fit this hardware with this mesh, before allocating?
+
+Checks: every layer type's query and KV heads against tp; fsdp × tp against the hardware's device count; torch
+devices against the GPUs; and a per-device memory estimate against the chip's HBM for both backends.
+
+Memory model (bytes per device; b = per_device_batch_size rows of L = data.max_seq_len tokens; a = bytes of the
+model dtype; everything tp can split is divided by tp, what it can't is counted whole):
+- base weights: each tunix tensor / the mesh axes that divide it (JAX); all params / GPUs under FSDP plus two
+  layers gathered at a time (torch).
+- LoRA: fp32 params + fp32 grads + AdamW m and v = 16 bytes per LoRA param, sharded like Qwix shards them.
+- activations per layer, no remat: 8·b·L·D·a (residual stream, norms) + b·L·(2·Nq·H + 2·Nkv·H)·a (q, k, v,
+  attention output) + 4·b·L·F·a (MLP) + attention scores: JAX/tunix materialises logits and probabilities for the
+  full L×L in fp32 (2·b·Nq·L²·4; sliding layers mask the same full matrix); torch's SDPA kernels don't.
+  With remat (gradient_checkpointing): b·L·D·a per layer + one layer's working set for the recomputation.
+- logits: b·L·V·4 × 3 (fp32 logits, log-softmax, their gradient) — 262k vocabulary: the largest single term.
+A plan fits when the total is at most USABLE_FRACTION of HBM (runtime, compiler scratch, fragmentation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from crosstune.families.spec import ModelSpec
+from crosstune.hardware import HARDWARE, HardwareTarget
+from crosstune.planner.tensors import fitted, lora_targets_tensors, lora_tensors, per_device_elements, tunix_tensors
+from crosstune.recipe import Recipe
+
+USABLE_FRACTION = 0.9
+GB = 1e9
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclass
+class Memory:
+    """Per-device estimate, GB."""
+
+    base: float
+    lora: float  # LoRA params + grads + AdamW state
+    activations: float  # as the recipe runs (remat or not)
+    activations_no_remat: float
+    activations_remat: float
+    logits: float
+    hbm: float | None
+
+    @property
+    def total(self) -> float:
+        return self.base + self.lora + self.activations + self.logits
+
+    @property
+    def fits(self) -> bool:
+        return self.hbm is None or self.total <= USABLE_FRACTION * self.hbm
+
+
+@dataclass
+class MeshOption:
+    fsdp: int
+    tp: int
+    replicated: list[str]  # tensor groups kept whole over tp
+    memory: Memory
+    verdict: str  # "ok", "needs replication", "out of memory"
+
+
+@dataclass
+class Plan:
+    recipe_name: str
+    spec: ModelSpec
+    hardware: HardwareTarget
+    backend: str
+    jax_mesh: tuple[int, int]
+    jax_memory: Memory
+    replicated: list[str]  # tunix tensors the chosen mesh replicates over tp (paths)
+    tp_issues: list[str]
+    jax_options: list[MeshOption]
+    torch_devices: int | None  # GPUs per node the torch plan uses (None: not a GPU/CPU target)
+    torch_memory: Memory | None
+    blockers: list[str] = field(default_factory=list)  # for `backend`
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.blockers
+
+
+def _spec(recipe: Recipe) -> ModelSpec:
+    from crosstune.families import get_family
+    from crosstune.recipe import resolve_path
+
+    fam = get_family(recipe.model.family)
+    path = resolve_path(recipe, recipe.model.path)
+    if path is not None and (path / "config.json").is_file():
+        return fam.spec_from_hf_config(json.loads((path / "config.json").read_text()), name=path.name)
+    if recipe.model.size:
+        return fam.spec(recipe.model.size)
+    raise ValueError(f"model.path has no config.json ({path}) and model.size is not set: nothing to plan")
+
+
+def _group(path: str) -> str:
+    """layers.5.attn.k_einsum.w -> attn.k_einsum (the per-layer tensor kind)."""
+    parts = path.split(".")
+    return ".".join(parts[2:-1]) if parts[0] == "layers" else ".".join(parts[:-1])
+
+
+def _layer_working_set(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int, scores: bool) -> float:
+    k = spec.kind(layer)
+    qh = k.num_heads / tp if k.num_heads % tp == 0 else k.num_heads
+    kvh = k.num_kv_heads / tp if k.num_kv_heads % tp == 0 else k.num_kv_heads
+    f = spec.intermediate_size / tp if spec.intermediate_size % tp == 0 else spec.intermediate_size
+    tokens = b * seq
+    out = 8 * tokens * spec.hidden_size / tp * a + tokens * (2 * qh + 2 * kvh) * k.head_dim * a + 4 * tokens * f * a
+    if scores:
+        out += 2 * b * qh * seq * seq * 4
+    return out
+
+
+def memory(
+    spec: ModelSpec, recipe: Recipe, hw: HardwareTarget, *, fsdp: int, tp: int, backend: str, devices: int = 1
+) -> Memory:
+    """Per-device memory of one mesh (JAX: fsdp × tp) or one FSDP group of `devices` GPUs (torch)."""
+    a = DTYPE_BYTES[recipe.model.dtype]
+    b, seq = recipe.train.per_device_batch_size, recipe.data.max_seq_len
+    mesh = {"fsdp": fsdp, "tp": tp}
+    rank = recipe.lora.rank
+    lora_targets = lora_targets_tensors(spec, recipe.lora.targets)
+    if backend == "jax":
+        base = sum(per_device_elements(t, mesh) for t in tunix_tensors(spec)) * a
+        lora = sum(per_device_elements(x, mesh) for t in lora_targets for x in lora_tensors(t, rank)) * 16
+    else:
+        shards = devices if recipe.backend.torch.fsdp else 1
+        layer = max(spec.layer_params(i) for i in range(spec.num_layers))
+        base = spec.total_params * a / shards + (2 * layer * a if shards > 1 else 0)
+        lora = spec.lora_params(rank, recipe.lora.targets) * 16 / shards
+    scores = backend == "jax"
+    working = [_layer_working_set(spec, i, b, seq, a, tp, scores) for i in range(spec.num_layers)]
+    no_remat = sum(working) + b * seq * seq  # + the [b, L, L] boolean mask
+    remat = spec.num_layers * b * seq * spec.hidden_size / tp * a + max(working) + b * seq * seq
+    logits = b * seq * spec.vocab_size * 4 * 3 / (tp if spec.vocab_size % tp == 0 else 1)
+    acts = remat if recipe.train.gradient_checkpointing else no_remat
+    hbm = hw.chip.hbm_gb
+    return Memory(base / GB, lora / GB, acts / GB, no_remat / GB, remat / GB, logits / GB, hbm)
+
+
+def replication_cost_gb(spec: ModelSpec, recipe: Recipe, fsdp: int, tp: int) -> float:
+    """Extra GB per device from keeping whole the tensor axes the mesh can't split (base weights in the model
+    dtype, LoRA tensors at 16 bytes per parameter with their grads and AdamW state)."""
+    mesh = {"fsdp": fsdp, "tp": tp}
+
+    def extra(t) -> float:
+        as_specified = t.size / math.prod(mesh[n] for n in t.spec if n is not None)
+        return per_device_elements(t, mesh) - as_specified
+
+    base = sum(extra(t) for t in tunix_tensors(spec)) * DTYPE_BYTES[recipe.model.dtype]
+    lora = sum(
+        extra(x) for t in lora_targets_tensors(spec, recipe.lora.targets) for x in lora_tensors(t, recipe.lora.rank)
+    )
+    return (base + lora * 16) / GB
+
+
+def replicated_tensors(spec: ModelSpec, fsdp: int, tp: int, rank: int | None = None, targets=()) -> list[str]:
+    """Paths of the tunix tensors (and LoRA tensors, given a rank) that the mesh can't split on some axis."""
+    mesh = {"fsdp": fsdp, "tp": tp}
+    tensors = tunix_tensors(spec)
+    if rank:
+        tensors += [x for t in lora_targets_tensors(spec, targets) for x in lora_tensors(t, rank)]
+    return [t.path for t in tensors if fitted(t, mesh)[1]]
+
+
+def _mesh_options(spec: ModelSpec, recipe: Recipe, hw: HardwareTarget) -> list[MeshOption]:
+    n = hw.devices if hw.chip.platform != "cpu" else recipe.backend.jax.mesh.fsdp * recipe.backend.jax.mesh.tp
+    options = []
+    for tp in (t for t in range(1, n + 1) if n % t == 0):
+        fsdp = n // tp
+        mem = memory(spec, recipe, hw, fsdp=fsdp, tp=tp, backend="jax")
+        groups = sorted({_group(p) for p in replicated_tensors(spec, fsdp, tp)})
+        if spec.tp_problems(tp):
+            verdict = "needs replication"
+        else:
+            verdict = "ok" if mem.fits else "out of memory"
+        options.append(MeshOption(fsdp, tp, groups, mem, verdict))
+    return options
+
+
+def plan_recipe(recipe: Recipe, backend: str | None = None) -> Plan:
+    """The plan for `recipe` on its hardware; `blockers` are the reasons `backend` (default: the recipe's) can't
+    run it as configured."""
+    backend = backend or recipe.backend.default
+    spec, hw = _spec(recipe), HARDWARE[recipe.hardware]
+    m = recipe.backend.jax.mesh
+    jax_mem = memory(spec, recipe, hw, fsdp=m.fsdp, tp=m.tp, backend="jax")
+    tp_issues = spec.tp_problems(m.tp)
+    gpu_like = hw.chip.platform in ("gpu", "cpu")
+    torch_devices = recipe.backend.torch.devices if gpu_like else None
+    torch_mem = (
+        memory(spec, recipe, hw, fsdp=1, tp=1, backend="torch", devices=torch_devices) if torch_devices else None
+    )
+    plan = Plan(
+        recipe_name=recipe.name,
+        spec=spec,
+        hardware=hw,
+        backend=backend,
+        jax_mesh=(m.fsdp, m.tp),
+        jax_memory=jax_mem,
+        replicated=replicated_tensors(spec, m.fsdp, m.tp, recipe.lora.rank, recipe.lora.targets),
+        tp_issues=tp_issues,
+        jax_options=_mesh_options(spec, recipe, hw),
+        torch_devices=torch_devices,
+        torch_memory=torch_mem,
+    )
+    (_jax_blockers if backend == "jax" else _torch_blockers)(plan, recipe)
+    return plan
+
+
+def _jax_blockers(plan: Plan, recipe: Recipe) -> None:
+    fsdp, tp = plan.jax_mesh
+    hw, spec = plan.hardware, plan.spec
+    if plan.tp_issues and not recipe.backend.jax.replicate_indivisible_heads:
+        ok = [str(o.tp) for o in plan.jax_options if o.verdict != "needs replication"]
+        extra = replication_cost_gb(spec, recipe, fsdp, tp)
+        plan.blockers.append(
+            f"tp={tp} cannot shard {spec.name}: "
+            + "; ".join(plan.tp_issues)
+            + f". Valid: tp ∈ {{{', '.join(ok)}}}, or tp={tp} with backend.jax.replicate_indivisible_heads: true "
+            f"(those heads' weights kept whole on every device: +{extra:.2f} GB per device, "
+            f"{plan.jax_memory.total:.1f} GB in all)"
+        )
+    elif plan.tp_issues:
+        plan.notes.append(f"tp={tp}: heads replicated over tp where it can't split them: " + "; ".join(plan.tp_issues))
+    if hw.chip.platform != "cpu" and fsdp * tp != hw.devices:
+        plan.blockers.append(f"fsdp × tp = {fsdp}×{tp} = {fsdp * tp}, but {hw.name} has {hw.devices} devices")
+    if not plan.jax_memory.fits:
+        plan.blockers.append(_oom(plan.jax_memory, "device"))
+
+
+def _torch_blockers(plan: Plan, recipe: Recipe) -> None:
+    hw = plan.hardware
+    if plan.torch_devices is None:
+        plan.blockers.append(f"the torch backend runs on GPUs or CPU; {hw.name} is a {hw.chip.platform.upper()}")
+        return
+    if hw.chip.platform == "gpu" and plan.torch_devices > hw.devices:
+        plan.blockers.append(f"backend.torch.devices={plan.torch_devices} but {hw.name} has {hw.devices} GPUs")
+    if plan.torch_memory is not None and not plan.torch_memory.fits:
+        plan.blockers.append(_oom(plan.torch_memory, "GPU"))
+
+
+def _oom(mem: Memory, unit: str) -> str:
+    return (
+        f"estimated {mem.total:.1f} GB per {unit} > {USABLE_FRACTION:.0%} of {mem.hbm:.0f} GB HBM "
+        f"(base {mem.base:.1f}, LoRA+optimizer {mem.lora:.1f}, activations {mem.activations:.1f}, "
+        f"logits {mem.logits:.1f})"
+    )

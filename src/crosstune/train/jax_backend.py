@@ -1,0 +1,285 @@
+"""JAX backend: Tunix PeftTrainer + Qwix LoRA + Optax AdamW + Orbax checkpoints + Grain input, on a (fsdp, tp) mesh.
+
+    recipe ─► plan (heads vs tp, devices, memory) ─► mesh ─► tunix model from HF safetensors, sharded, + Qwix LoRA
+           ─► PeftTrainer (AdamW, token-weighted loss) ─► metrics.jsonl + TensorBoard ─► <run>/checkpoints/<step>/
+
+Same schedule, hyper-parameters, loss definition, metric names and run-directory layout as the torch backend.
+Multi-host: see crosstune.train.jax_data. Checkpoints hold the LoRA params and the optimizer state (Orbax, via
+tunix); the data position is the step count (the shared row order is deterministic), so `--resume` continues the
+same curve.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from crosstune.recipe import Recipe
+from crosstune.train.backend import TrainResult
+
+
+class JaxTrainError(RuntimeError):
+    """The run can't start as configured; the message says why and what to change."""
+
+
+def train(recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool = True) -> TrainResult:
+    """Train LoRA per `recipe` into `run_dir`; with `resume`, continue from its latest checkpoint."""
+    from crosstune.train.jax_data import ensure_cpu_devices, maybe_initialize_distributed
+
+    if recipe.hardware == "cpu":
+        ensure_cpu_devices(recipe.backend.jax.mesh.fsdp * recipe.backend.jax.mesh.tp)
+    maybe_initialize_distributed()  # before anything touches a device
+    run = JaxRun(recipe, run_dir, resume=resume, progress=progress)
+    with run.setup():
+        return run.fit()
+
+
+class JaxRun:
+    """One training run, in two halves so tests can look at the trainer between them:
+    `with run.setup(): run.fit()` (setup enters the mesh context; the trainer lives inside it)."""
+
+    def __init__(self, recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool = True):
+        import jax
+
+        self.recipe, self.run_dir, self.resume = recipe, Path(run_dir), resume
+        self.progress = progress and jax.process_index() == 0
+        self.counts: dict[int, tuple[int, int]] = {}  # step -> (trained tokens, tokens), filled as steps are read
+
+    @contextlib.contextmanager
+    def setup(self) -> Iterator[JaxRun]:
+        """Check the plan, build mesh, data, model + LoRA and the trainer, and stay inside the mesh context."""
+        import jax
+
+        from crosstune.data import load_prepared, prepare_dataset
+        from crosstune.hardware import HARDWARE
+        from crosstune.planner import plan_recipe
+        from crosstune.train.jax_data import data_plan, train_dataset
+        from crosstune.train.jax_model import make_mesh, mesh_context
+
+        r, checkpoints = self.recipe, self.run_dir / "checkpoints"
+        earlier = (self.run_dir / "metrics.jsonl").exists() or (
+            checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
+        )
+        if earlier and not self.resume:
+            raise JaxTrainError(
+                f"{self.run_dir} holds an earlier run: pass --resume to continue it, or choose another --run-dir"
+            )
+        self.plan = plan_recipe(r, backend="jax")
+        if not self.plan.ok:
+            raise JaxTrainError(f"the plan can't run on {r.hardware}: " + "; ".join(self.plan.blockers))
+        fsdp, tp = r.backend.jax.mesh.fsdp, r.backend.jax.mesh.tp
+        if jax.device_count() < fsdp * tp:
+            raise JaxTrainError(
+                f"mesh fsdp×tp = {fsdp}×{tp} needs {fsdp * tp} devices, JAX sees {jax.device_count()} "
+                "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N before starting)"
+            )
+        self.spec, self.hardware = self.plan.spec, HARDWARE[r.hardware]
+        # bf16 compute where the chips are made for it; fp32 on CPU (as the torch backend does)
+        on_cpu = jax.devices()[0].platform == "cpu"
+        self.compute_dtype = "bfloat16" if r.train.precision == "bf16" and not on_cpu else "float32"
+        # one process prepares (or reuses) the data; several processes only read what was prepared before the launch
+        prepared = prepare_dataset(r) if jax.process_count() == 1 else load_prepared(r)
+        rows = len(prepared.split("train"))
+        self.data = data_plan(r.train, fsdp, rows, prepared.max_seq_len, jax.process_count())
+        self.dataset = train_dataset(r, self.data, prepared)
+        self.mesh = make_mesh(fsdp, tp)
+        with mesh_context(self.mesh):  # pitfall A: trainer, optimizer state and inputs under the legacy mesh
+            self.trainer, self.replicated = self._trainer()
+            yield self
+
+    def _trainer(self):
+        import orbax.checkpoint as ocp
+        from flax import nnx
+        from tunix.sft import peft_trainer
+
+        from crosstune.recipe import resolve_path
+        from crosstune.train.jax_model import (
+            build_model,
+            optimizer_sharding_mismatches,
+            place_state,
+            sharding_problems,
+            spec_problems,
+        )
+        from crosstune.train.jax_step import loss_fn, make_optimizer, model_inputs, pinned_trainer_class
+
+        r, k = self.recipe, self.recipe.train.grad_accumulation
+        model_dir = resolve_path(r, r.model.path)
+        if model_dir is None or not (model_dir / "config.json").is_file():
+            raise JaxTrainError(f"model.path: no HF checkpoint (config.json + *.safetensors) at {model_dir}")
+        model, replicated = build_model(
+            r.model.family,
+            model_dir,
+            self.mesh,
+            dtype=r.model.dtype,
+            compute_dtype=self.compute_dtype,
+            remat=r.train.gradient_checkpointing,
+            lora=r.lora,
+            seed=r.train.seed,
+        )
+        optimizer, self.schedule = make_optimizer(r.train, self.data.total_steps)
+        config = peft_trainer.TrainingConfig(
+            eval_every_n_steps=self.data.total_steps + 1,
+            max_steps=None,  # the iterator ends the run; tunix's own tqdm bar stays off (ours has the ETA)
+            gradient_accumulation_steps=k if k > 1 else None,
+            checkpoint_root_directory=str(self.run_dir / "checkpoints"),
+            checkpointing_options=ocp.CheckpointManagerOptions(
+                save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(r.train.checkpoint_every),
+                max_to_keep=r.train.keep_last,
+            ),
+            data_sharding_axis=("fsdp",),
+            max_inflight_computations=1,  # one step in flight: honest per-step wall times
+            pbar_description=None,
+        )
+        _configure_orbax()
+        trainer = pinned_trainer_class()(model, optimizer, config)  # restores the latest checkpoint, if any
+        trainer.with_loss_fn(loss_fn).with_gen_model_input_fn(model_inputs)
+        place_state(trainer.model, self.mesh)
+        place_state(trainer.optimizer, self.mesh)
+        problems = spec_problems(trainer.model)
+        problems += sharding_problems(nnx.state(trainer.model, nnx.LoRAParam), self.mesh)
+        problems += sharding_problems(nnx.state(trainer.optimizer, nnx.optimizer.OptState), self.mesh)
+        problems += optimizer_sharding_mismatches(trainer.optimizer, trainer.model)
+        if problems:
+            raise JaxTrainError("invalid shardings:\n  " + "\n  ".join(problems[:10]))
+        return trainer, replicated
+
+    def fit(self) -> TrainResult:
+        """Train from the restored step to the end; metrics, run.json and checkpoints into the run directory."""
+        import jax
+
+        from crosstune.train.jax_progress import CompileTimer, ProgressBar, SaveTimer, StepRecorder
+        from crosstune.train.jax_step import TRAIN_STEP_NAME
+        from crosstune.train.metrics import MetricsWriter, read_metrics
+        from crosstune.train.plot import plot_loss_curve
+        from crosstune.train.rundir import atomic_write_text, write_run_metadata
+
+        r, d, trainer = self.recipe, self.data, self.trainer
+        start = trainer.train_steps
+        if start >= d.total_steps:
+            trainer.close()
+            raise JaxTrainError(f"{self.run_dir} is already at step {start} of {d.total_steps}: nothing to resume")
+        lead = jax.process_index() == 0
+        if lead and start == 0:  # a fresh start (or --resume without a checkpoint): no stale metrics
+            (self.run_dir / "metrics.jsonl").unlink(missing_ok=True)
+            shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
+        if lead:
+            write_run_metadata(self.run_dir, r, "jax", **self._metadata())
+        writer = MetricsWriter(self.run_dir, resume_from_step=start) if lead else None
+        self.counts = {}
+        bar = ProgressBar(d.total_steps, start, self.progress)
+
+        def emit(m) -> None:
+            if writer is not None:
+                writer.write(m)
+            bar.update(m)
+
+        saves = SaveTimer(trainer.checkpoint_manager, r.train.checkpoint_every)
+        with CompileTimer(TRAIN_STEP_NAME) as compile_timer:
+            recorder = StepRecorder(
+                first_step=start,
+                accumulation=d.accumulation,
+                excluded=lambda: compile_timer.seconds + saves.seconds,
+                make_metrics=self._metrics,
+                emit=emit,
+            )
+            trainer.with_training_hooks(recorder)
+            try:
+                trainer.train(self.micro_batches(start))
+            finally:
+                bar.close()
+        if recorder.pending:
+            raise JaxTrainError(f"steps {recorder.pending} never reported a loss")
+        if writer is not None:
+            writer.write_event("compile_time_s", compile_timer.seconds, step=start)
+            writer.close()
+            meta = json.loads((self.run_dir / "run.json").read_text())
+            meta.update(
+                steps=trainer.train_steps,  # the step the last checkpoint holds (export reads it)
+                compile_time_s=round(compile_timer.seconds, 3),
+                checkpoint_time_s=round(saves.seconds, 3),
+                resumed_from_step=start,
+            )
+            atomic_write_text(self.run_dir / "run.json", json.dumps(meta, indent=2))
+            plot_loss_curve(self.run_dir)
+        losses = [row["loss"] for row in read_metrics(self.run_dir)] if lead else []
+        return TrainResult(self.run_dir, d.total_steps, losses[-1] if losses else float("nan"), losses)
+
+    def micro_batches(self, start: int):
+        """The trainer's iterator: placeholders for the micro-batches already trained, then steps start+1..N as
+        global arrays; each step's token counts go into `self.counts` before its first micro-batch is handed out."""
+        from crosstune.train.jax_data import global_batch, global_sum
+        from crosstune.train.jax_step import device_batch, optimizer_steps
+
+        k, total = self.data.accumulation, self.data.total_steps
+        yield from (_SKIPPED for _ in range(start * k))
+        stream = (self.dataset[i] for i in range(start * k, total * k))
+        for step, group in enumerate(optimizer_steps(stream, k, global_sum), start=start + 1):
+            self.counts[step] = (group[0]["step_trained_tokens"], group[0]["step_tokens"])
+            yield from (global_batch(device_batch(m), self.mesh) for m in group)
+
+    def _metadata(self) -> dict:
+        import jax
+
+        m = self.recipe.backend.jax.mesh
+        return {
+            "mesh": {"fsdp": m.fsdp, "tp": m.tp},
+            "devices": m.fsdp * m.tp,
+            "processes": jax.process_count(),
+            "platform": jax.devices()[0].platform,
+            "precision": "bf16" if self.compute_dtype == "bfloat16" else "fp32",
+            "gradient_checkpointing": self.recipe.train.gradient_checkpointing,
+            "replicated_tensors": sorted({x.path for x in self.replicated}),
+            "global_batch": self.data.global_batch,
+            "grad_accumulation": self.data.accumulation,
+            "seq_len": self.data.seq_len,
+            "total_steps": self.data.total_steps,
+        }
+
+    def _metrics(self, step: int, loss: float, grad_norm: float, step_time_s: float):
+        from crosstune.train.jax_progress import peak_memory_gb
+        from crosstune.train.metrics import make_step_metrics
+
+        d, r = self.data, self.recipe
+        trained, tokens = self.counts.pop(step)
+        return make_step_metrics(
+            step=step,
+            epoch=step * d.accumulation / d.micro_batches_per_epoch,
+            loss=loss,
+            learning_rate=float(self.schedule(step - 1)),  # the optimizer's count is step - 1 when it applies
+            grad_norm=grad_norm,
+            trained_tokens=trained,
+            tokens=tokens,
+            step_time_s=step_time_s,
+            peak_memory_gb=peak_memory_gb(),
+            spec=self.spec,
+            context=d.seq_len,
+            hardware=self.hardware,
+            devices=r.backend.jax.mesh.fsdp * r.backend.jax.mesh.tp,
+            recompute_activations=r.train.gradient_checkpointing,
+        )
+
+
+REPLICA_PARALLEL_MIN_BYTES = 4 * 2**20
+
+
+def _configure_orbax() -> None:
+    """Orbax saves a replicated array by splitting it across its replicas: one eager slice (and one compilation)
+    per shard per save. Worth it for large arrays only; small LoRA leaves are written by one replica (this is
+    Orbax's process-wide jax.Array handler)."""
+    import jax
+    import orbax.checkpoint as ocp
+    from absl import logging as absl_logging
+
+    handler = ocp.type_handlers.ArrayHandler(min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_BYTES)
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)  # "overriding jax.Array": intended
+    try:
+        ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+    finally:
+        absl_logging.set_verbosity(verbosity)
+
+
+_SKIPPED = {"skipped": True}  # tunix drops the first (restored step × k) items of the iterator unread

@@ -1,0 +1,136 @@
+"""JAX input side: multi-host start-up, the Grain view of the prepared data, and the step/epoch arithmetic.
+
+Multi-host (TPU pods, or several CPU/GPU processes)
+---------------------------------------------------
+Run the same command on every host; `jax.distributed.initialize()` is called before anything touches a device when
+the process is one of several:
+- TPU pod slices (e.g. v5p-16: 2 hosts): set `CROSSTUNE_MULTIHOST=1` and JAX finds the coordinator, the process
+  ids and the peers itself (TPU VM metadata on GCE, `TPU_WORKER_HOSTNAMES` on GKE, which is also detected alone;
+  Slurm and Open MPI launches too). Launch on all workers at once:
+      gcloud compute tpus tpu-vm ssh NAME --zone ZONE --worker=all --command="cd crosstune && \
+          CROSSTUNE_MULTIHOST=1 .venv/bin/crosstune train recipes/RECIPE.yaml --backend jax"
+- Anything else: set on every process `JAX_COORDINATOR_ADDRESS=host0:1234`, `JAX_NUM_PROCESSES=N` and
+  `JAX_PROCESS_ID=i` (0..N-1).
+Data: process i reads only its rows (`grain_dataset(rank=i, world_size=N)`: a strided slice of the one shared
+order); the trainer assembles the global batch across processes. The mesh's fsdp axis must be a multiple of N so
+that every process holds whole rows of the batch. Run `crosstune data prepare RECIPE` once, before the launch,
+on a filesystem all hosts see.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from crosstune.data import PreparedDataset
+from crosstune.recipe.schema import Recipe, TrainSection
+
+
+def ensure_cpu_devices(count: int) -> None:
+    """On CPU, a mesh needs fake devices: add --xla_force_host_platform_device_count to XLA_FLAGS when JAX isn't
+    imported yet and nobody set it (afterwards it's too late; the backend then says how to set it)."""
+    import sys
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if count > 1 and "jax" not in sys.modules and "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+
+
+def maybe_initialize_distributed() -> bool:
+    """Call `jax.distributed.initialize` when launched as one of several processes (see the module docstring).
+    Must run before the first use of a device. Returns whether this is a multi-process run."""
+    import jax
+
+    env = os.environ
+    if env.get("JAX_COORDINATOR_ADDRESS"):
+        if not jax.distributed.is_initialized():
+            jax.distributed.initialize(
+                coordinator_address=env["JAX_COORDINATOR_ADDRESS"],
+                num_processes=int(env["JAX_NUM_PROCESSES"]),
+                process_id=int(env["JAX_PROCESS_ID"]),
+            )
+        return True
+    gke_pod = len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
+    if env.get("CROSSTUNE_MULTIHOST") == "1" or gke_pod:
+        if not jax.distributed.is_initialized():
+            jax.distributed.initialize()  # coordinator, process ids and peers from the cluster (TPU metadata, ...)
+        return True
+    return False
+
+
+def global_sum(values: np.ndarray) -> np.ndarray:
+    """Sum an int vector over all processes (identity in a single-process run)."""
+    import jax
+
+    if jax.process_count() == 1:
+        return values
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(np.asarray(values))).sum(axis=0)
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """How many rows a micro-batch holds, per process and globally, and how long the run is."""
+
+    global_batch: int  # rows per micro-batch over all devices = per_device_batch_size × fsdp
+    local_batch: int  # rows this process loads per micro-batch
+    accumulation: int
+    total_steps: int  # optimizer steps
+    epochs_read: int  # whole epochs of the shared row order the iterator spans
+    micro_batches_per_epoch: int
+    seq_len: int
+
+
+def data_plan(train: TrainSection, fsdp: int, n_rows: int, seq_len: int, processes: int = 1) -> DataPlan:
+    """Optimizer steps from max_steps (reading as many epochs as needed) or from epochs (whole steps only)."""
+    if fsdp % processes:
+        raise ValueError(
+            f"backend.jax.mesh.fsdp={fsdp} must be a multiple of the {processes} processes (each loads whole rows)"
+        )
+    global_batch = train.per_device_batch_size * fsdp
+    local_batch = global_batch // processes
+    k = train.grad_accumulation
+    per_epoch = (math.ceil(n_rows / processes)) // local_batch
+    if per_epoch == 0:
+        raise ValueError(f"{n_rows} training rows can't fill one micro-batch of {global_batch} rows")
+    if train.max_steps:
+        total = train.max_steps
+        epochs = max(1, math.ceil(total * k / per_epoch))
+    else:
+        total = int(train.epochs * per_epoch) // k
+        epochs = max(1, math.ceil(train.epochs))
+    if total == 0:
+        raise ValueError(f"{n_rows} rows give no whole optimizer step of {k} micro-batches × {global_batch} rows")
+    return DataPlan(global_batch, local_batch, k, total, epochs, per_epoch, seq_len)
+
+
+def global_batch(local: dict, mesh) -> dict:
+    """This process's rows -> global arrays split over fsdp (rows of all processes, in process order). Tunix's own
+    `shard_input` checks divisibility on the LOCAL batch and, when a process holds fewer rows than fsdp, silently
+    replicates each process's rows as if they were the whole batch; arrays already sharded pass through it."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(mesh, PartitionSpec("fsdp"))
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in local.items()}
+
+
+def train_dataset(recipe: Recipe, plan: DataPlan, prepared: PreparedDataset):
+    """The Grain MapDataset of this process's micro-batches, in the order shared with the torch backend."""
+    import jax
+
+    from crosstune.data import grain_dataset
+
+    return grain_dataset(
+        prepared,
+        "train",
+        batch_size=plan.local_batch,
+        seed=recipe.train.seed,
+        epochs=plan.epochs_read,
+        rank=jax.process_index(),
+        world_size=jax.process_count(),
+    )

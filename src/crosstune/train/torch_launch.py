@@ -1,0 +1,157 @@
+"""Multi-device / multi-node launch of the torch backend: crosstune writes the accelerate config and starts the
+workers itself, so nobody edits accelerate YAML.
+
+GPUs: `accelerate launch --config_file <run>/launch/accelerate.yaml -m crosstune.train.torch_launch <run>`
+(FSDP2 when `backend.torch.fsdp`, else DDP). CPU (development, tests): accelerate starts several CPU processes only
+through MPI and can't shard on CPU anyway, so crosstune starts the same workers with torchrun over gloo (DDP).
+Each worker reads the resolved recipe from <run>/launch/recipe.json and runs `train_in_process`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from crosstune.recipe import Recipe
+from crosstune.train.backend import TrainResult
+
+DEFAULT_PORT = 29500
+LAUNCH = "launch"
+
+
+def split_address(main_address: str | None, nodes: int) -> tuple[str, int]:
+    """`host[:port]` of node 0 (required with several nodes; localhost otherwise)."""
+    if main_address is None:
+        if nodes > 1:
+            raise ValueError("--main-address HOST[:PORT] of node 0 is required with --nodes > 1")
+        return "127.0.0.1", DEFAULT_PORT
+    host, _, port = main_address.rpartition(":") if ":" in main_address else (main_address, "", "")
+    return host, int(port) if port else DEFAULT_PORT
+
+
+def accelerate_config(recipe: Recipe, *, node_rank: int = 0, main_address: str | None = None) -> dict[str, Any]:
+    """The accelerate config (YAML keys) for the recipe's devices × nodes on GPUs."""
+    from crosstune.train.torch_backend import fsdp_settings
+
+    tb = recipe.backend.torch
+    host, port = split_address(main_address, tb.nodes)
+    config: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "FSDP" if tb.fsdp else "MULTI_GPU",
+        "num_processes": tb.devices * tb.nodes,  # all machines together
+        "num_machines": tb.nodes,
+        "machine_rank": node_rank,
+        "main_process_ip": host,
+        "main_process_port": port,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "mixed_precision": "bf16" if recipe.train.precision == "bf16" else "no",
+        "use_cpu": False,
+        "gpu_ids": "all",
+        "debug": False,
+    }
+    if tb.fsdp:
+        fsdp = fsdp_settings(recipe)
+        config["fsdp_config"] = {
+            "fsdp_version": fsdp["version"],
+            "fsdp_auto_wrap_policy": fsdp["auto_wrap_policy"],
+            "fsdp_transformer_layer_cls_to_wrap": ",".join(fsdp["transformer_layer_cls_to_wrap"]),
+            "fsdp_reshard_after_forward": fsdp["reshard_after_forward"],
+            "fsdp_state_dict_type": fsdp["state_dict_type"],
+            "fsdp_activation_checkpointing": fsdp["activation_checkpointing"],
+            "fsdp_cpu_ram_efficient_loading": fsdp["cpu_ram_efficient_loading"],
+            "fsdp_offload_params": False,
+        }
+    return config
+
+
+def worker_command(
+    recipe: Recipe, run_dir: Path, *, resume: bool, node_rank: int, main_address: str | None, on_gpu: bool
+) -> list[str]:
+    """The launcher command line for this node (writes the accelerate config on GPUs)."""
+    tb = recipe.backend.torch
+    worker = ["-m", "crosstune.train.torch_launch", str(run_dir), *(["--resume"] if resume else [])]
+    if on_gpu:
+        config_file = run_dir / LAUNCH / "accelerate.yaml"
+        config = accelerate_config(recipe, node_rank=node_rank, main_address=main_address)
+        config_file.parent.mkdir(parents=True, exist_ok=True)
+        config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file), *worker]
+    host, port = split_address(main_address, tb.nodes)
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nproc-per-node={tb.devices}", f"--nnodes={tb.nodes}", f"--node-rank={node_rank}",
+        f"--master-addr={host}", f"--master-port={port}",
+        *worker,
+    ]  # fmt: skip
+
+
+def write_worker_recipe(recipe: Recipe, run_dir: Path) -> Path:
+    """<run>/launch/recipe.json: the resolved recipe and the folder its relative paths are relative to."""
+    path = Path(run_dir) / LAUNCH / "recipe.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"recipe": recipe.model_dump(mode="json"), "base_dir": str(getattr(recipe, "_base_dir", Path.cwd()))}
+    path.write_text(json.dumps(payload, indent=2))
+    return path
+
+
+def launch_workers(
+    recipe: Recipe, run_dir: Path, *, resume: bool = False, node_rank: int = 0, main_address: str | None = None
+) -> TrainResult:
+    """Start `devices` workers on this node (one of `nodes`) and wait for them; the result comes from the run dir."""
+    import torch
+
+    from crosstune.train.metrics import read_metrics
+    from crosstune.train.torch_backend import ADAPTER, console
+
+    tb = recipe.backend.torch
+    on_gpu = torch.cuda.is_available()
+    if on_gpu and torch.cuda.device_count() < tb.devices:
+        raise RuntimeError(f"backend.torch.devices={tb.devices} but this node has {torch.cuda.device_count()} GPUs")
+    write_worker_recipe(recipe, run_dir)
+    cmd = worker_command(recipe, run_dir, resume=resume, node_rank=node_rank, main_address=main_address, on_gpu=on_gpu)
+    what = "FSDP2" if on_gpu and tb.fsdp else "DDP"
+    if not on_gpu and tb.fsdp:
+        what += " (accelerate runs FSDP as DDP on CPU)"
+    console.print(f"[launch] {tb.devices} × {tb.nodes} workers, {what}: {' '.join(cmd)}")
+    env = dict(os.environ)
+    if not on_gpu:
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // tb.devices)))
+    done = subprocess.run(cmd, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"training workers failed (exit {done.returncode}); their output is above")
+    rows = read_metrics(run_dir)
+    losses = [r["loss"] for r in rows]
+    return TrainResult(
+        run_dir=run_dir,
+        steps=rows[-1]["step"] if rows else 0,
+        final_loss=losses[-1] if losses else float("nan"),
+        losses=losses,
+        adapter_dir=run_dir / ADAPTER,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Worker entry point (one per device): train rank RANK of the run at RUN_DIR."""
+    import argparse
+
+    from crosstune.train.torch_backend import train_in_process
+
+    parser = argparse.ArgumentParser(prog="crosstune.train.torch_launch")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--resume", action="store_true")
+    ns = parser.parse_args(argv)
+    payload = json.loads((ns.run_dir / LAUNCH / "recipe.json").read_text())
+    recipe = Recipe.model_validate(payload["recipe"])
+    recipe._base_dir = Path(payload["base_dir"])  # type: ignore[attr-defined]  # relative paths as in the file
+    train_in_process(recipe, ns.run_dir, resume=ns.resume, progress=True)
+
+
+if __name__ == "__main__":
+    main()
