@@ -125,3 +125,16 @@ def test_unknown_family_and_size():
         get_family("llama")
     with pytest.raises(KeyError, match="known: 31b, tiny"):
         get_family("gemma4").spec("26b")
+
+
+def test_qkv_fusion_is_gemma3_only():
+    from dataclasses import replace
+
+    from crosstune.families.spec import AttentionKind
+
+    g3, g4 = get_family("gemma3"), get_family("gemma4")
+    equal = AttentionKind("sliding", 4, 4, 16, window=32)
+    spec3 = replace(g3.spec("tiny"), attention={"sliding": equal, "global": replace(equal, name="global", window=None)})
+    assert g3.tunix_lora_modules(spec3, 0, ["q", "k", "v"]) == ["attn.qkv_einsum"]
+    spec4 = replace(g4.spec("tiny"), attention={**g4.spec("tiny").attention, "sliding": equal})
+    assert g4.tunix_lora_modules(spec4, 0, ["q", "k", "v"]) == ["attn.q_einsum", "attn.kv_einsum"]

@@ -34,7 +34,7 @@ from crosstune.families import family_of_hf_config
 
 INDEX = "model.safetensors.index.json"
 COPY_BYTES = 16 * 2**20  # passthrough copy chunk
-MERGE_BAND_BYTES = 16 * 2**20  # float32 rows of a LoRA target processed at once
+MERGE_BAND_BYTES = 1 * 2**20  # float32 rows of a LoRA target processed at once
 MERGE_WORKERS = min(4, os.cpu_count() or 1)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
 

@@ -52,6 +52,7 @@ class Family:
     sizes: dict[str, ModelSpec] = field(hash=False)
     attention_from_hf: Callable[[dict[str, Any]], dict[str, AttentionKind]] = field(hash=False, repr=False)
     build_hf_config: Callable[[ModelSpec], dict[str, Any]] = field(hash=False, repr=False)
+    tunix_fuses_qkv: bool = True  # tunix's Gemma 3 fuses q/k/v into qkv_einsum when heads == KV heads; Gemma 4 never
 
     def spec(self, size: str) -> ModelSpec:
         if size not in self.sizes:
@@ -99,12 +100,16 @@ class Family:
         leaves = "|".join(re.escape(HF_TARGET_MODULES[t]) for t in targets)
         return rf"^(?:model\.language_model\.|model\.)layers\.\d+\.(?:{leaves})$"
 
+    def fuses_qkv(self, kind: AttentionKind) -> bool:
+        """Whether tunix holds q, k and v of this layer type in one qkv_einsum (one LoRA A shared by all three)."""
+        return self.tunix_fuses_qkv and kind.num_heads == kind.num_kv_heads and not kind.k_eq_v
+
     def tunix_lora_modules(self, spec: ModelSpec, layer: int, targets: list[str] | tuple[str, ...]) -> list[str]:
         """Tunix module names (within a layer) that carry LoRA for `targets`: einsums cover several."""
         a = spec.kind(layer)
         mods: list[str] = []
         attn = [t for t in ("q", "k", "v") if t in targets]
-        if a.num_heads == a.num_kv_heads and not a.k_eq_v and attn:
+        if self.fuses_qkv(a) and attn:
             mods.append("attn.qkv_einsum")  # tunix fuses q, k, v when heads == KV heads
         else:
             if "q" in attn:

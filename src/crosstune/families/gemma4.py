@@ -121,4 +121,5 @@ GEMMA4 = Family(
     sizes=SIZES,
     attention_from_hf=attention_from_hf,
     build_hf_config=build_hf_config,
+    tunix_fuses_qkv=False,
 )

@@ -93,7 +93,8 @@ def check_recipe(recipe: Recipe, base_dir: Path) -> list[Problem]:
                 "list both k and v, or neither",
             )
         )
-    fused = spec is not None and any(a.num_heads == a.num_kv_heads and not a.k_eq_v for a in spec.attention.values())
+    family = get_family(recipe.model.family)
+    fused = spec is not None and any(family.fuses_qkv(a) for a in spec.attention.values())
     if fused and 0 < len(targets & {"q", "k", "v"}) < 3:
         problems.append(
             Problem(

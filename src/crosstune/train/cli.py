@@ -24,7 +24,7 @@ def train(
     nodes: int = typer.Option(None, "--nodes", help="torch: machines (default: backend.torch.nodes)"),
     node_rank: int = typer.Option(0, "--node-rank", help="torch, several nodes: this machine's index, 0 = main"),
     main_address: str = typer.Option(None, "--main-address", help="torch, several nodes: HOST[:PORT] of node 0"),
-    merge: bool = typer.Option(False, "--merge", help="also write <run>/merged: base + adapter as one HF model"),
+    merge: bool = typer.Option(False, "--merge", help="also write <run>/merged: base + LoRA as one HF model (either backend)"),
 ) -> None:
     """Train LoRA on the recipe's prepared data with either backend; same metrics, same run-directory layout."""
     from crosstune.recipe import RecipeError, load_recipe
@@ -50,11 +50,19 @@ def train(
     if name != "torch" and (node_rank or main_address):
         console.print("[red]--node-rank and --main-address are torch options; the jax backend reads JAX_* variables")
         raise typer.Exit(2)
-    result = impl.train(recipe, target, resume=resume, **(launch if name == "torch" else {}))
+    from crosstune.data.errors import DataError
+    from crosstune.train.jax_backend import JaxTrainError
+
+    try:
+        result = impl.train(recipe, target, resume=resume, **(launch if name == "torch" else {}))
+    except (DataError, JaxTrainError, FileExistsError, FileNotFoundError) as e:
+        console.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(1) from None
     console.print(
         f"[green]done[/green]: {result.steps} steps, final loss {result.final_loss:.4f}, run dir {result.run_dir}"
     )
     if merge and node_rank == 0:
-        from crosstune.train.torch_merge import merge_run
+        from crosstune.export import export_run
 
-        console.print(f"merged model: {merge_run(result.run_dir)}")
+        merged = export_run(result.run_dir, "merged", result.run_dir / "merged", overwrite=True)["merged"]
+        console.print(f"merged model (streamed shard by shard): {merged}")
