@@ -24,7 +24,7 @@ def train(
     nodes: int = typer.Option(None, "--nodes", help="torch: machines (default: backend.torch.nodes)"),
     node_rank: int = typer.Option(0, "--node-rank", help="torch, several nodes: this machine's index, 0 = main"),
     main_address: str = typer.Option(None, "--main-address", help="torch, several nodes: HOST[:PORT] of node 0"),
-    merge: bool = typer.Option(False, "--merge", help="also write <run>/merged: base + LoRA as one HF model (either backend)"),
+    merge: bool = typer.Option(False, "--merge", help="also write <run>/merged: base + LoRA, one HF model"),
 ) -> None:
     """Train LoRA on the recipe's prepared data with either backend; same metrics, same run-directory layout."""
     from crosstune.recipe import RecipeError, load_recipe
