@@ -67,6 +67,7 @@ def _write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...]]], block: 
 
 def make_checkpoint(out: Path, spec) -> int:
     from crosstune.families import get_family
+    from crosstune.families.base import HF_TARGET_MODULES
 
     out.mkdir(parents=True)
     rng = np.random.default_rng(0)
@@ -86,16 +87,7 @@ def make_checkpoint(out: Path, spec) -> int:
             )
         ]
         names += [(f"{lay}self_attn.q_norm.weight", (a.head_dim,)), (f"{lay}self_attn.k_norm.weight", (a.head_dim,))]
-        leaf = {
-            "q": "self_attn.q_proj",
-            "k": "self_attn.k_proj",
-            "v": "self_attn.v_proj",
-            "o": "self_attn.o_proj",
-            "gate": "mlp.gate_proj",
-            "up": "mlp.up_proj",
-            "down": "mlp.down_proj",
-        }
-        names += [(f"{lay}{leaf[t]}.weight", shape) for t, shape in spec.projection_shapes(i).items()]
+        names += [(f"{lay}{HF_TARGET_MODULES[t]}.weight", shape) for t, shape in spec.projection_shapes(i).items()]
         names += [(f"{lay}layer_scalar", (1,))]
         shards.append(names)
     weight_map, total = {}, 0
