@@ -208,7 +208,7 @@ class JaxRun:
         return TrainResult(self.run_dir, d.total_steps, losses[-1] if losses else float("nan"), losses)
 
     def micro_batches(self, start: int):
-        """The trainer's iterator: placeholders for the micro-batches already trained, then steps start+1..N as
+        """The trainer's iterator: stand-in batches for the micro-batches already trained, then steps start+1..N as
         global arrays; each step's token counts go into `self.counts` before its first micro-batch is handed out."""
         from crosstune.train.jax_data import global_batch, global_sum
         from crosstune.train.jax_step import device_batch, optimizer_steps
