@@ -8,13 +8,14 @@ two backends' views, in one shared row order (`rank_order`).
 from crosstune.data.adapters import grain_dataset, torch_dataset
 from crosstune.data.errors import DataError
 from crosstune.data.order import rank_order
-from crosstune.data.prepare import prepare_dataset
+from crosstune.data.prepare import data_provenance, prepare_dataset, training_data
 from crosstune.data.prepared import PreparedDataset, PreparedSplit, load_prepared, open_prepared, prepared_dir
 
 __all__ = [
     "DataError",
     "PreparedDataset",
     "PreparedSplit",
+    "data_provenance",
     "grain_dataset",
     "load_prepared",
     "open_prepared",
@@ -22,4 +23,5 @@ __all__ = [
     "prepared_dir",
     "rank_order",
     "torch_dataset",
+    "training_data",
 ]

@@ -17,6 +17,7 @@ from crosstune.data.prepared import (
     PreparedDataset,
     data_hash,
     data_settings,
+    load_prepared,
     load_tokenizer,
     prepared_dir,
     read_manifest,
@@ -27,6 +28,7 @@ from crosstune.data.prepared import (
 from crosstune.data.sources import read_split
 from crosstune.data.stats import split_stats
 from crosstune.families import get_family
+from crosstune.fsutil import exclusive_lock
 from crosstune.recipe.schema import Recipe, Subsample
 
 ENCODE_BATCH = 256  # conversations per render + tokenize call (the tokenizer batches in Rust)
@@ -48,13 +50,21 @@ def prepare_dataset(
     Strict (the recipe's `data.strict`, unless `lenient`): the first bad record raises DataError naming
     file:line, field and reason, and nothing is written. Lenient: bad records are skipped and counted in the stats.
     """
-    dest = Path(out_dir) if out_dir else prepared_dir(recipe)
+    dest = (Path(out_dir) if out_dir else prepared_dir(recipe)).resolve()
+    hint = "wait for it to finish, then run again (its result is reused when it matches)"
+    with exclusive_lock(dest.parent / f".{dest.name}.lock", f"the preparation {dest}", hint):
+        return _prepare_locked(recipe, dest, tokenizer, lenient, force, progress)
+
+
+def _prepare_locked(recipe, dest, tokenizer, lenient, force, progress) -> PreparedDataset:
     tokenizer = tokenizer or load_tokenizer(recipe)
     strict = recipe.data.strict and not lenient
     settings, tok_hash = data_settings(recipe), tokenizer_hash(tokenizer)
     if dest.exists() and any(dest.iterdir()) and not force:
         if not (dest / "manifest.json").is_file():
-            raise DataError(str(dest), "the folder is not empty and holds no preparation", hint="--force replaces it")
+            raise DataError(
+                str(dest), "the folder is not empty and holds no preparation", hint="choose another data.prepared_dir"
+            )
         manifest = read_manifest(dest)
         reasons = staleness(manifest, settings, tok_hash)
         if manifest.get("lenient") != (not strict):
@@ -155,3 +165,41 @@ def _why_empty(ledger: Ledger, subsampled_out: int) -> str:
     if ledger.skipped:
         return "every record was skipped: " + ", ".join(f"{k} {v}" for k, v in ledger.skipped.items())
     return "the sources hold no records" if not subsampled_out else "check data.subsample"
+
+
+def training_data(recipe: Recipe, tokenizer=None, *, may_prepare: bool = True) -> PreparedDataset:
+    """The prepared data a training run uses: ONE rule for both backends.
+
+    An up-to-date preparation is used whether it was made strictly or with `data prepare --lenient` (the run
+    records which, and how many records were skipped: `data_provenance`); a stale one is refused. With none yet,
+    this process prepares it per the recipe (data.strict) when it `may_prepare` (the only process of the run);
+    otherwise it is refused with the command to run first."""
+    dest = prepared_dir(recipe)
+    if may_prepare and not (dest / "manifest.json").is_file():
+        return prepare_dataset(recipe, tokenizer)
+    return load_prepared(recipe, tokenizer)
+
+
+def data_provenance(prepared: PreparedDataset) -> dict:
+    """What run.json records about the data: where, which hash, and whether (and what) records were skipped."""
+    train = prepared.stats.get("splits", {}).get("train", {})
+    skipped = train.get("skipped", {})
+    return {
+        "prepared_dir": str(prepared.path),
+        "data_hash": prepared.manifest.get("data_hash"),
+        "lenient": bool(prepared.manifest.get("lenient")),
+        "skipped_records": int(sum(skipped.values())),
+        "skipped_by_reason": skipped,
+        "train_rows": len(prepared.split("train")),
+    }
+
+
+def lenient_note(provenance: dict) -> str | None:
+    """The line a run prints when its data was prepared leniently (None when strict)."""
+    if not provenance["lenient"]:
+        return None
+    reasons = ", ".join(f"{k} {v}" for k, v in provenance["skipped_by_reason"].items()) or "none"
+    return (
+        f"[data] {provenance['prepared_dir']} was prepared leniently: {provenance['skipped_records']} records "
+        f"skipped ({reasons}); run.json records it under data"
+    )

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +24,7 @@ import numpy as np
 from crosstune.data.errors import DataError
 from crosstune.data.packing import DOC_FIELDS, ROW_FIELDS, Rows
 from crosstune.data.sources import fingerprint
+from crosstune.fsutil import staged_dir
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.schema import Recipe
 
@@ -113,24 +112,19 @@ def write_prepared(
     from crosstune.data.stats import save_stats
 
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+
+    def may_replace(existing: Path) -> None:
+        if not (existing / "manifest.json").is_file():
+            raise DataError(
+                str(existing), "the folder is not empty and holds no preparation", hint="choose another prepared_dir"
+            )
+
+    with staged_dir(dest, may_replace=may_replace) as tmp:
         manifest["splits"] = {}
         for name, (rows, wheres, lengths) in splits.items():
             manifest["splits"][name] = _write_split(tmp / name, rows, wheres, lengths)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
         save_stats(tmp, stats)
-        if dest.exists():
-            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-            dest.rename(old)
-            tmp.rename(dest)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _write_split(folder: Path, rows: Rows, wheres: list[str], lengths: np.ndarray) -> dict:

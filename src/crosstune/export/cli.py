@@ -30,7 +30,8 @@ def export(
     from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-    from crosstune.export import ExportError, export_run
+    from crosstune.errors import CrosstuneError
+    from crosstune.export import export_run
 
     bar = Progress(
         "[progress.description]{task.description}",
@@ -49,7 +50,7 @@ def export(
     try:
         with bar:
             made = export_run(run_dir, to, out, step=step, base=base, overwrite=overwrite, progress=progress)
-    except (ExportError, FileNotFoundError) as e:
+    except (CrosstuneError, FileNotFoundError) as e:
         console.print(f"[red]export failed[/red]: {escape(str(e))}")
         raise typer.Exit(1) from None
     for kind, where in made.items():

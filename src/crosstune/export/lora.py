@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
@@ -36,7 +37,7 @@ _UNSUPPORTED = {  # adapter_config.json field -> why an exporter that merges W +
 }
 
 
-class ExportError(RuntimeError):
+class ExportError(CrosstuneError, RuntimeError):
     """An export can't proceed; the message names the file or tensor and what to do."""
 
 
@@ -56,6 +57,25 @@ class LoraWeights:
         """scale · B @ A in float32: [out, in]."""
         a, b = self.modules[module]
         return (np.asarray(b, np.float32) @ np.asarray(a, np.float32)) * np.float32(self.scale)
+
+    def check_values(self, bound: float, where: str = "LoRA") -> None:
+        """Every A/B value is finite and within `bound` (crosstune.train.integrity.lora_magnitude_bound): beyond it
+        the tensor can't come from training (a damaged file); ExportError naming the tensor."""
+        for name, (a, b) in self.modules.items():
+            for part, x in (("lora_A", a), ("lora_B", b)):
+                x = np.asarray(x, np.float32)
+                finite = np.isfinite(x)
+                if not finite.all():
+                    raise ExportError(
+                        f"{where}: {name}.{part}: {int((~finite).sum())} of {x.size} values are not finite (a damaged "
+                        "checkpoint or a diverged run); export another step (--step N)"
+                    )
+                peak = float(np.abs(x).max()) if x.size else 0.0
+                if peak > bound:
+                    raise ExportError(
+                        f"{where}: {name}.{part}: |value| up to {peak:.3g}, beyond the {bound:.3g} this run's learning "
+                        "rate and steps can reach (a damaged checkpoint); restore it or export another step (--step N)"
+                    )
 
     def check(self, spec: ModelSpec, where: str = "LoRA") -> None:
         """Every module exists in `spec` and its A/B shapes fit the layer (ExportError naming the first that

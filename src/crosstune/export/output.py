@@ -5,40 +5,52 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from crosstune import fsutil
 from crosstune.export.lora import ExportError
 
 MANIFEST = "export_manifest.json"
 
 
 @contextlib.contextmanager
-def staged_dir(dest: Path, overwrite: bool = False) -> Iterator[Path]:
-    """Yield an empty temp directory beside `dest`; on success it replaces `dest`, on any error it is removed."""
+def staged_dir(dest: Path, overwrite: bool = False, sources: Sequence[Path] = ()) -> Iterator[Path]:
+    """Yield an empty temp directory beside `dest`; on success it replaces `dest`, on any error it is removed.
+
+    `dest` may not equal or contain any of `sources` (the run, the base model): replacing it would delete them. An
+    existing non-empty `dest` is replaced only with `overwrite` and only when it is itself an earlier export."""
     dest = Path(dest).resolve()
-    if dest.exists() and not dest.is_dir():
-        raise ExportError(f"{dest} exists and is not a directory")
-    if dest.is_dir() and any(dest.iterdir()) and not overwrite:
-        raise ExportError(f"{dest} is not empty: choose another --out or pass --overwrite")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
-    try:
+    for source in sources:
+        src = Path(source).resolve()
+        if dest == src or dest in src.parents:
+            raise ExportError(
+                f"--out {dest} {'is' if dest == src else 'contains'} the export's source {src}: writing there would "
+                "replace it; choose an --out outside it"
+            )
+
+    def may_replace(existing: Path) -> None:
+        if not overwrite:
+            raise ExportError(f"{existing} is not empty: choose another --out or pass --overwrite")
+        if not is_export(existing):
+            raise ExportError(
+                f"{existing} is not an earlier export (no {MANIFEST}): --overwrite only replaces exports; "
+                "choose another --out or empty it yourself"
+            )
+
+    with fsutil.staged_dir(dest, may_replace=may_replace) as tmp:
         yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
-        os.replace(dest, old / dest.name)
-    os.replace(tmp, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+
+
+def is_export(folder: Path) -> bool:
+    """An earlier `crosstune export` output: a manifest at the top (adapter, merged), or only adapter/ and merged/
+    folders that each have one (both)."""
+    folder = Path(folder)
+    if (folder / MANIFEST).is_file():
+        return True
+    entries = list(folder.iterdir())
+    return bool(entries) and all(e.name in ("adapter", "merged") and (e / MANIFEST).is_file() for e in entries)
 
 
 def write_manifest(out_dir: Path, kind: str, hashes: dict[str, str], source: dict) -> Path:

@@ -89,6 +89,7 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
             if got_step not in found:
                 raise ExportError(f"{run_dir}/checkpoints: no checkpoint-{step}; available steps {sorted(found)}")
             adapter = found[got_step]
+        _verify(adapter, "adapter" if adapter.name == "adapter" else "checkpoint")
         lora, cfg = read_peft_adapter(adapter, family=family)
         if cfg.get("r") != rank or float(cfg.get("lora_alpha")) != float(alpha):
             raise ExportError(
@@ -97,24 +98,54 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
             )
         source.update(step=got_step, checkpoint=str(adapter))
     elif backend == "jax":
-        from crosstune.export.jax_lora import qwix_to_lora, read_orbax_lora
+        from crosstune.export.jax_lora import checkpoint_steps, qwix_to_lora, read_orbax_lora
 
+        steps = checkpoint_steps(run_dir)
+        if steps and (step if step is not None else steps[-1]) in steps:
+            _verify(run_dir / "checkpoints" / str(step if step is not None else steps[-1]), "checkpoint")
         params, got_step = read_orbax_lora(run_dir, step)
         lora = qwix_to_lora(params, spec, rank=int(rank), alpha=float(alpha))
         source.update(step=got_step, checkpoint=str(run_dir / "checkpoints" / str(got_step) / "model_params"))
     else:
         raise ExportError(f"{run_dir}/run.json: backend {backend!r} (expected torch or jax)")
     lora.check(spec, where=str(source["checkpoint"]))
+    lora.check_values(_magnitude_bound(run_dir, source["step"]), where=str(source["checkpoint"]))
     return RunLora(lora, base_dir, spec, source)
+
+
+def _verify(folder: Path, what: str) -> None:
+    """The sha256 recorded when the checkpoint was written must still match (a flipped byte still parses)."""
+    from crosstune.train.integrity import verify_checksums
+
+    if not verify_checksums(folder, what):
+        print(f"[export] {folder}: no recorded checksums (an older crosstune): only the values are checked")
+
+
+def _magnitude_bound(run_dir: Path, step: int | None) -> float:
+    """The largest |LoRA value| this run's optimiser can have produced by `step` (crosstune.train.integrity)."""
+    import yaml
+
+    from crosstune.train.integrity import lora_magnitude_bound
+
+    path = run_dir / "recipe.yaml"
+    try:
+        train = (yaml.safe_load(path.read_text()) or {}).get("train", {}) if path.is_file() else {}
+    except yaml.YAMLError as e:
+        raise ExportError(f"{path}: unreadable ({e}); it says which learning rate trained the LoRA") from None
+    steps = step or int(train.get("max_steps") or 0)
+    if not steps:
+        raise ExportError(f"{run_dir}: the exported step is unknown (no run.json steps, no metrics): pass --step")
+    return lora_magnitude_bound(train, steps)
 
 
 def _final_step(run_dir: Path, meta: dict) -> int | None:
     """The step of a run's final adapter: run.json's `steps`, else the last row of metrics.jsonl."""
     if meta.get("steps"):
         return int(meta["steps"])
-    metrics = run_dir / "metrics.jsonl"
-    rows = [line for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
-    return int(json.loads(rows[-1])["step"]) if rows else None
+    from crosstune.train.metrics import read_metrics
+
+    rows = read_metrics(run_dir)
+    return int(rows[-1]["step"]) if rows else None
 
 
 def write_adapter_dir(run: RunLora, out_dir: Path, layer_prefix: str = "model.layers.") -> dict[str, str]:
@@ -150,7 +181,7 @@ def export_run(
     }
     out = Path(out)
     made: dict[str, Path] = {}
-    with staged_dir(out, overwrite=overwrite) as tmp:
+    with staged_dir(out, overwrite=overwrite, sources=(run_dir, run.base)) as tmp:
         for kind in ("adapter", "merged") if to == "both" else (to,):
             where = tmp / kind if to == "both" else tmp
             where.mkdir(exist_ok=True)

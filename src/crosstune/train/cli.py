@@ -51,11 +51,11 @@ def train(
         console.print("[red]--node-rank and --main-address are torch options; the jax backend reads JAX_* variables")
         raise typer.Exit(2)
     from crosstune.data.errors import DataError
-    from crosstune.train.jax_backend import JaxTrainError
+    from crosstune.errors import CrosstuneError
 
     try:
         result = impl.train(recipe, target, resume=resume, **(launch if name == "torch" else {}))
-    except (DataError, JaxTrainError, FileExistsError, FileNotFoundError) as e:
+    except (DataError, CrosstuneError, FileExistsError, FileNotFoundError) as e:
         console.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(1) from None
     console.print(

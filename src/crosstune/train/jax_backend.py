@@ -17,11 +17,12 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from crosstune.errors import CrosstuneError
 from crosstune.recipe import Recipe
 from crosstune.train.backend import TrainResult
 
 
-class JaxTrainError(RuntimeError):
+class JaxTrainError(CrosstuneError, RuntimeError):
     """The run can't start as configured; the message says why and what to change."""
 
 
@@ -32,9 +33,14 @@ def train(recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool
     if recipe.hardware == "cpu":
         ensure_cpu_devices(recipe.backend.jax.mesh.fsdp * recipe.backend.jax.mesh.tp)
     maybe_initialize_distributed()  # before anything touches a device
-    run = JaxRun(recipe, run_dir, resume=resume, progress=progress)
-    with run.setup():
-        return run.fit()
+    import jax
+
+    from crosstune.train.rundir import claim_run_dir
+
+    with claim_run_dir(run_dir, recipe, "jax", resume=resume, lead=jax.process_index() == 0) as run_dir:
+        run = JaxRun(recipe, run_dir, resume=resume, progress=progress)
+        with run.setup():
+            return run.fit()
 
 
 class JaxRun:
@@ -44,7 +50,7 @@ class JaxRun:
     def __init__(self, recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool = True):
         import jax
 
-        self.recipe, self.run_dir, self.resume = recipe, Path(run_dir), resume
+        self.recipe, self.run_dir, self.resume = recipe, Path(run_dir).expanduser().resolve(), resume
         self.progress = progress and jax.process_index() == 0
         self.counts: dict[int, tuple[int, int]] = {}  # step -> (trained tokens, tokens), filled as steps are read
 
@@ -53,7 +59,7 @@ class JaxRun:
         """Check the plan, build mesh, data, model + LoRA and the trainer, and stay inside the mesh context."""
         import jax
 
-        from crosstune.data import load_prepared, prepare_dataset
+        from crosstune.data.prepare import data_provenance, lenient_note, training_data
         from crosstune.hardware import HARDWARE
         from crosstune.planner import plan_recipe
         from crosstune.train.jax_data import data_plan, train_dataset
@@ -81,7 +87,11 @@ class JaxRun:
         on_cpu = jax.devices()[0].platform == "cpu"
         self.compute_dtype = "bfloat16" if r.train.precision == "bf16" and not on_cpu else "float32"
         # one process prepares (or reuses) the data; several processes only read what was prepared before the launch
-        prepared = prepare_dataset(r) if jax.process_count() == 1 else load_prepared(r)
+        prepared = training_data(r, may_prepare=jax.process_count() == 1)  # the torch backend's rule too
+        self.data_provenance = data_provenance(prepared)
+        if jax.process_index() == 0 and (note := lenient_note(self.data_provenance)):
+            print(note, flush=True)
+        self._verify_latest_checkpoint(checkpoints)
         rows = len(prepared.split("train"))
         self.data = data_plan(r.train, fsdp, rows, prepared.max_seq_len, jax.process_count())
         self.dataset = train_dataset(r, self.data, prepared)
@@ -89,6 +99,14 @@ class JaxRun:
         with mesh_context(self.mesh):  # pitfall A: trainer, optimizer state and inputs under the legacy mesh
             self.trainer, self.replicated = self._trainer()
             yield self
+
+    def _verify_latest_checkpoint(self, checkpoints: Path) -> None:
+        """--resume restores the latest step: check its bytes against the sha256 recorded when it was saved."""
+        from crosstune.train.integrity import verify_checksums
+
+        steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) if checkpoints.is_dir() else []
+        if self.resume and steps and not verify_checksums(checkpoints / str(steps[-1]), "checkpoint"):
+            print(f"[resume] {checkpoints / str(steps[-1])} has no recorded checksums: not verified", flush=True)
 
     def _trainer(self):
         import orbax.checkpoint as ocp
@@ -159,8 +177,10 @@ class JaxRun:
         r, d, trainer = self.recipe, self.data, self.trainer
         start = trainer.train_steps
         if start >= d.total_steps:
+            from crosstune.train.resume import nothing_to_resume
+
             trainer.close()
-            raise JaxTrainError(f"{self.run_dir} is already at step {start} of {d.total_steps}: nothing to resume")
+            raise nothing_to_resume(self.run_dir, start, d.total_steps)
         lead = jax.process_index() == 0
         if lead and start == 0:  # a fresh start (or --resume without a checkpoint): no stale metrics
             (self.run_dir / "metrics.jsonl").unlink(missing_ok=True)
@@ -176,7 +196,8 @@ class JaxRun:
                 writer.write(m)
             bar.update(m)
 
-        saves = SaveTimer(trainer.checkpoint_manager, r.train.checkpoint_every)
+        on_saved = self._record_checksums if lead else None
+        saves = SaveTimer(trainer.checkpoint_manager, r.train.checkpoint_every, on_saved=on_saved)
         with CompileTimer(TRAIN_STEP_NAME) as compile_timer:
             recorder = StepRecorder(
                 first_step=start,
@@ -207,6 +228,13 @@ class JaxRun:
         losses = [row["loss"] for row in read_metrics(self.run_dir)] if lead else []
         return TrainResult(self.run_dir, d.total_steps, losses[-1] if losses else float("nan"), losses)
 
+    def _record_checksums(self, step: int) -> None:
+        """After Orbax finalised `step` (the save is asynchronous: wait for it), record its files' sha256."""
+        from crosstune.train.integrity import record_checksums
+
+        self.trainer.checkpoint_manager._checkpoint_manager.wait_until_finished()
+        record_checksums(self.run_dir / "checkpoints" / str(step))
+
     def micro_batches(self, start: int):
         """The trainer's iterator: stand-in batches for the micro-batches already trained, then steps start+1..N as
         global arrays; each step's token counts go into `self.counts` before its first micro-batch is handed out."""
@@ -236,6 +264,7 @@ class JaxRun:
             "grad_accumulation": self.data.accumulation,
             "seq_len": self.data.seq_len,
             "total_steps": self.data.total_steps,
+            "data": self.data_provenance,
         }
 
     def _metrics(self, step: int, loss: float, grad_norm: float, step_time_s: float):

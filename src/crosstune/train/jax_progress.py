@@ -56,7 +56,7 @@ class SaveTimer:
     """Seconds spent in a checkpoint manager's `save` (wraps that one instance's method). A save first waits for
     the step that produced the state; that wait is the step's own time, so it is taken before the clock starts."""
 
-    def __init__(self, manager, every: int) -> None:
+    def __init__(self, manager, every: int, on_saved: Callable[[int], None] | None = None) -> None:
         from flax import nnx
 
         self.seconds = 0.0
@@ -69,7 +69,10 @@ class SaveTimer:
                     jax.block_until_ready(nnx.state(optimizer))
             t0 = time.perf_counter()
             try:
-                return save(step, model, optimizer, *args, **kwargs)
+                saved = save(step, model, optimizer, *args, **kwargs)
+                if saved and on_saved is not None:
+                    on_saved(step)  # e.g. checksums of the finished step (counted as save time)
+                return saved
             finally:
                 self.seconds += time.perf_counter() - t0
 

@@ -123,7 +123,7 @@ class MetricsWriter:
         self._file = self.path.open("a", encoding="utf-8")
 
     def _truncate_after(self, step: int) -> None:
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
+        kept = [json.dumps(row) for row in read_metrics_file(self.path) if row.get("step", 0) <= step]
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def write(self, m: StepMetrics) -> None:
@@ -147,7 +147,30 @@ class MetricsWriter:
 
 def read_metrics(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return read_metrics_file(path) if path.exists() else []
+
+
+def read_metrics_file(path: Path) -> list[dict]:
+    """The rows of a metrics.jsonl. A torn last line (the process died mid-write) is dropped, saying so; a bad
+    line elsewhere is an error naming file:line."""
+    from crosstune.errors import CrosstuneError
+    from crosstune.fsutil import say
+
+    lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if all(not rest.strip() for rest in lines[i + 1 :]):
+                say(f"[metrics] {path}:{i + 1}: dropped a torn last line (the run stopped mid-write): {line[:60]!r}")
+                break
+            raise CrosstuneError(
+                f"{path}:{i + 1}: not a JSON metrics row ({line[:60]!r}); restore the file or remove that line"
+            ) from None
+    return rows
 
 
 class StepTimer:

@@ -7,20 +7,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as md
 import json
-import os
 import platform
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from crosstune.fsutil import atomic_write_text, exclusive_lock, say
 from crosstune.recipe import Recipe, recipe_hash
 
 RUN_FORMAT = 1
+LOCK = ".lock"  # flock'ed by the process that trains into the run (crosstune.fsutil.exclusive_lock)
 VERSIONED = (
     "torch",
     "transformers",
@@ -54,13 +56,25 @@ def versions() -> dict[str, str]:
     return out
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file + rename so a crash never leaves a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+@contextlib.contextmanager
+def claim_run_dir(run_dir: Path, recipe: Recipe, backend: str, *, resume: bool, lead: bool = True) -> Iterator[Path]:
+    """Both backends' entry to a run directory: the absolute path (resolved once, here: Orbax refuses relative
+    ones), held exclusively for the run's life (<run>/.lock; a second `crosstune train` into it is refused naming
+    this process), and on --resume the recipe checked against the one the run was trained with.
+    `lead`: this process owns the run (torch launcher / jax process 0); other processes only get the path."""
+    from crosstune.train.resume import check_resume
+
+    run_dir = Path(run_dir).expanduser().resolve()
+    if not lead:
+        yield run_dir
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    hint = "wait for that run to finish, or choose another --run-dir"
+    with exclusive_lock(run_dir / LOCK, f"run directory {run_dir}", hint):
+        if resume:
+            for note in check_resume(run_dir, recipe, backend):
+                say(note)
+        yield run_dir
 
 
 def write_run_metadata(run_dir: Path, recipe: Recipe, backend: str, **extra: Any) -> dict[str, Any]:

@@ -45,28 +45,40 @@ def train(
 ) -> TrainResult:
     """Train LoRA per `recipe` into `run_dir`. One device trains in this process; `backend.torch.devices × nodes`
     > 1 launches that many workers (accelerate with FSDP2 on GPUs; torchrun + gloo on CPU, where it is DDP)."""
+    from crosstune.train.rundir import claim_run_dir
     from crosstune.train.torch_launch import launch_workers
 
-    run_dir = Path(run_dir).resolve()
     tb = recipe.backend.torch
-    if tb.devices * tb.nodes > 1:
-        return launch_workers(recipe, run_dir, resume=resume, node_rank=node_rank, main_address=main_address)
-    return train_in_process(recipe, run_dir, resume=resume, progress=progress)
+    with claim_run_dir(run_dir, recipe, "torch", resume=resume, lead=node_rank == 0) as run_dir:
+        if tb.devices * tb.nodes > 1:
+            return launch_workers(recipe, run_dir, resume=resume, node_rank=node_rank, main_address=main_address)
+        return train_in_process(recipe, run_dir, resume=resume, progress=progress)
 
 
 def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool = True) -> TrainResult:
-    """One training process (the whole run on one device, or one rank of a launched multi-device run)."""
+    """One training process (the whole run on one device, or one rank of a launched multi-device run; `train` or
+    the launcher holds the run directory's lock)."""
     import torch
     from accelerate import PartialState
 
+    from crosstune.data.prepare import data_provenance, lenient_note
+    from crosstune.train.integrity import verify_checksums
     from crosstune.train.metrics import read_metrics
     from crosstune.train.plot import plot_loss_curve
-    from crosstune.train.torch_callbacks import CrosstuneSFTTrainer, StepMetricsCallback, latest_checkpoint
+    from crosstune.train.resume import nothing_to_resume
+    from crosstune.train.torch_callbacks import (
+        CrosstuneSFTTrainer,
+        StepMetricsCallback,
+        checkpoint_step,
+        latest_checkpoint,
+    )
 
     run_dir = Path(run_dir).resolve()
     state = PartialState(cpu=not torch.cuda.is_available())  # as TrainingArguments will; a singleton
     ckpt_dir = run_dir / CHECKPOINTS
     resume_from = latest_checkpoint(ckpt_dir) if resume else None
+    if resume_from is not None and not verify_checksums(resume_from, "checkpoint") and state.is_main_process:
+        console.print(f"[resume] {resume_from} has no recorded checksums (an older crosstune): not verified")
     if state.is_main_process:
         _prepare_run_dir(run_dir, resume, resume_from)
         if state.device.type != "cuda" and recipe.train.precision == "bf16":
@@ -74,7 +86,12 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
     state.wait_for_everyone()
 
     model, tokenizer = build_model(recipe, on_gpu=state.device.type == "cuda")
-    dataset, steps, micro_batches_per_epoch = load_train_dataset(recipe, tokenizer, state.num_processes)
+    dataset, steps, micro_batches_per_epoch, prepared = load_train_dataset(recipe, tokenizer, state.num_processes)
+    if resume_from is not None and checkpoint_step(resume_from) >= steps:
+        raise nothing_to_resume(run_dir, checkpoint_step(resume_from), steps)
+    data = data_provenance(prepared)
+    if state.is_main_process and (note := lenient_note(data)):
+        console.print(note)
     args = sft_config(recipe, run_dir, steps, world_size=state.num_processes, progress=progress)
     lora, lora_meta = lora_config(recipe, model)
     callback = StepMetricsCallback(
@@ -92,7 +109,7 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
     callback.bind(trainer)
     lora_meta["trainable_params"] = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     if state.is_main_process:
-        _write_metadata(recipe, run_dir, trainer, lora_meta, resume_from)
+        _write_metadata(recipe, run_dir, trainer, lora_meta, resume_from, data)
 
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     trainer.save_adapter(run_dir / ADAPTER)
@@ -113,7 +130,7 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
 def _prepare_run_dir(run_dir: Path, resume: bool, resume_from: Path | None) -> None:
     """Refuse to start a fresh run over an earlier one; on a restart from step 0 drop the void metrics; drop
     half-written checkpoints."""
-    from crosstune.train.torch_callbacks import STAGING
+    from crosstune.train.torch_callbacks import ADAPTER_STAGING, STAGING
 
     ckpts = run_dir / CHECKPOINTS
     if not resume and ((ckpts.is_dir() and any(ckpts.glob("checkpoint-*"))) or (run_dir / "metrics.jsonl").exists()):
@@ -125,11 +142,14 @@ def _prepare_run_dir(run_dir: Path, resume: bool, resume_from: Path | None) -> N
     if resume_from is None:
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)
         shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
-    shutil.rmtree(ckpts / STAGING, ignore_errors=True)
+    shutil.rmtree(ckpts / STAGING, ignore_errors=True)  # fixed names are safe: the run directory's lock is ours
+    shutil.rmtree(run_dir / ADAPTER_STAGING, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _write_metadata(recipe: Recipe, run_dir: Path, trainer: Any, lora_meta: dict, resume_from: Path | None) -> None:
+def _write_metadata(
+    recipe: Recipe, run_dir: Path, trainer: Any, lora_meta: dict, resume_from: Path | None, data: dict
+) -> None:
     from crosstune.train.rundir import write_run_metadata
     from crosstune.train.torch_callbacks import recomputes_activations
 
@@ -145,6 +165,7 @@ def _write_metadata(recipe: Recipe, run_dir: Path, trainer: Any, lora_meta: dict
         gradient_checkpointing=recomputes_activations(args),
         resumed_from=str(resume_from) if resume_from else None,
         lora_layout=lora_meta,
+        data=data,
     )
 
 
@@ -158,17 +179,18 @@ def _record_steps(run_dir: Path, steps: int) -> None:
 
 
 # --- data -------------------------------------------------------------------------------------------------------
-def load_train_dataset(recipe: Recipe, tokenizer: Any, world_size: int) -> tuple[Any, int, int]:
-    """(rows, optimizer steps, micro-batches per epoch): the prepared rows in the shared order (`rank_order`:
-    seeded shuffle per epoch, as many epochs as the steps need), padding removed, with labels and seq_lengths.
+def load_train_dataset(recipe: Recipe, tokenizer: Any, world_size: int) -> tuple[Any, int, int, Any]:
+    """(rows, optimizer steps, micro-batches per epoch, the PreparedDataset): the prepared rows in the shared order
+    (`rank_order`: seeded shuffle per epoch, as many epochs as the steps need), padding removed, with labels and
+    seq_lengths.
 
     Every rank gets the whole order and accelerate deals out batches round-robin, so optimizer step s trains on
     rows [s·G, (s+1)·G) of the order (G = the global batch): the rows the JAX backend's step s reads. Steps and
     epochs are counted as the JAX backend counts them (crosstune.train.jax_data.data_plan)."""
-    from crosstune.data import load_prepared, torch_dataset
+    from crosstune.data import torch_dataset, training_data
 
     t = recipe.train
-    prepared = load_prepared(recipe, tokenizer)
+    prepared = training_data(recipe, tokenizer, may_prepare=world_size == 1)  # the jax backend's rule too
     n_rows = len(prepared.split("train"))
     per_epoch = n_rows // (t.per_device_batch_size * world_size)  # micro-batches
     if per_epoch == 0:
@@ -177,7 +199,7 @@ def load_train_dataset(recipe: Recipe, tokenizer: Any, world_size: int) -> tuple
     if steps == 0:
         raise ValueError(f"{n_rows} rows give no whole optimizer step; lower train.grad_accumulation or batch size")
     epochs = max(1, math.ceil(steps * t.grad_accumulation / per_epoch))
-    return torch_dataset(prepared, "train", seed=t.seed, epochs=epochs), steps, per_epoch
+    return torch_dataset(prepared, "train", seed=t.seed, epochs=epochs), steps, per_epoch, prepared
 
 
 # --- model + LoRA -----------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from transformers import TrainerCallback
 from trl import SFTTrainer
 
 STAGING = ".staging"  # checkpoints are written here, then renamed into place (a crash leaves no half checkpoint)
+ADAPTER_STAGING = ".adapter.tmp"  # the final adapter, likewise; one fixed name every rank agrees on (collective save)
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -23,6 +24,10 @@ def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
         return []
     found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if p.is_dir() and (m := CHECKPOINT.match(p.name))]
     return sorted(found)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(CHECKPOINT.match(Path(path).name).group(1))
 
 
 def latest_checkpoint(ckpt_dir: Path) -> Path | None:
@@ -99,6 +104,9 @@ class CrosstuneSFTTrainer(SFTTrainer):
             self.args.output_dir = str(root)
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
+            from crosstune.train.integrity import record_checksums
+
+            record_checksums(staging / name)  # complete now: export and --resume verify against these
             final = root / name
             if final.exists():  # a stale checkpoint of an interrupted timeline: replace it
                 shutil.rmtree(final)
@@ -110,14 +118,17 @@ class CrosstuneSFTTrainer(SFTTrainer):
 
     def save_adapter(self, out_dir: Path) -> None:
         """The final PEFT adapter (adapter_config.json + adapter_model.safetensors), written atomically."""
+        from crosstune.train.integrity import record_checksums
+
         out_dir = Path(out_dir)
-        tmp = out_dir.with_name(f".{out_dir.name}.tmp")
+        tmp = out_dir.with_name(ADAPTER_STAGING)
         if self.args.should_save:
             shutil.rmtree(tmp, ignore_errors=True)
         self.save_model(str(tmp))  # collective under FSDP (gathers the LoRA weights)
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
             (tmp / "training_args.bin").unlink(missing_ok=True)
+            record_checksums(tmp)
             if out_dir.exists():
                 shutil.rmtree(out_dir)
             os.replace(tmp, out_dir)

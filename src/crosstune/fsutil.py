@@ -1,0 +1,192 @@
+"""Filesystem rules every writer shares: outputs appear whole or not at all, temp folders of dead processes are
+cleaned, files honour the umask, and one process at a time writes a run or a preparation.
+
+`staged_dir(dest)` is the one "write into a temp folder beside the target, then swap it into place" of crosstune:
+the temp folder's name carries this host and PID (`.NAME.tmp-HOST-PID-XXXX`) and it holds a marker with the
+process's start time, so the next writer in that folder can tell a dead process's leftovers from a live one's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from crosstune.errors import CrosstuneError
+
+MARKER = ".crosstune-tmp.json"  # inside every staged temp folder: who made it
+_TEMP = re.compile(r"^\..+\.(tmp|old)-(?P<host>[A-Za-z0-9_.-]+)-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+class LockedError(CrosstuneError):
+    """Another live process holds the lock on a run directory or a preparation."""
+
+
+def say(message: str) -> None:
+    """A one-line notice on stderr (stdout stays for results)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- permissions --------------------------------------------------------------------------------------------------
+def current_umask() -> int:
+    """The process umask (read from /proc without changing it; os.umask round trip elsewhere)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def honour_umask(path: Path) -> None:
+    """Give `path` (and, for a folder, everything under it) the modes a plain open/mkdir would have had: mkstemp and
+    mkdtemp create 0600/0700, which a serving container running as another user can't read."""
+    mask = current_umask()
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, files in os.walk(path):
+            for d in dirs:
+                os.chmod(Path(root) / d, 0o777 & ~mask)
+            for f in files:
+                p = Path(root) / f
+                if not p.is_symlink():
+                    os.chmod(p, _file_mode(p, mask))
+        os.chmod(path, 0o777 & ~mask)
+    elif path.is_file() and not path.is_symlink():
+        os.chmod(path, _file_mode(path, mask))
+
+
+def _file_mode(path: Path, mask: int) -> int:
+    executable = path.stat().st_mode & 0o100
+    return (0o777 if executable else 0o666) & ~mask
+
+
+# --- temp folders of dead processes -------------------------------------------------------------------------------
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): a PID reused later differs."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _alive(pid: int, started: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    now = _start_time(pid)
+    return started is None or now is None or now == started
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+
+
+def clean_stale_temps(parent: Path) -> list[Path]:
+    """Remove crosstune temp folders in `parent` left by dead processes of this host (kill -9, power loss), saying
+    so. A folder of a live process, of another host, or without crosstune's marker is left alone."""
+    parent, removed = Path(parent), []
+    if not parent.is_dir():
+        return removed
+    for entry in parent.iterdir():
+        m = _TEMP.match(entry.name)
+        if not m or m["host"] != _host() or not entry.is_dir() or entry.is_symlink():
+            continue
+        try:
+            marker = json.loads((entry / MARKER).read_text())
+        except (OSError, ValueError):
+            continue  # no marker: not provably ours
+        if marker.get("pid") != int(m["pid"]) or _alive(int(m["pid"]), marker.get("started")):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        say(f"[cleanup] removed {entry}: a temp folder left by process {m['pid']}, which is gone")
+        removed.append(entry)
+    return removed
+
+
+def _temp_beside(dest: Path, kind: str) -> Path:
+    tmp = dest.parent / f".{dest.name}.{kind}-{_host()}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    (tmp / MARKER).write_text(json.dumps({"pid": os.getpid(), "host": _host(), "started": _start_time(os.getpid())}))
+    return tmp
+
+
+@contextlib.contextmanager
+def staged_dir(dest: Path, *, may_replace: Callable[[Path], None] | None = None) -> Iterator[Path]:
+    """Yield an empty temp folder beside `dest`; when the block succeeds it becomes `dest` (modes per the umask),
+    on any error it is removed. An existing `dest` is replaced only after `may_replace(dest)` returned (it raises to
+    refuse); without it an existing non-empty `dest` is an error. Stale temp folders beside `dest` are cleaned first.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(dest.parent)
+    if dest.exists() and not dest.is_dir():
+        raise CrosstuneError(f"{dest} exists and is not a folder: choose another path or remove it")
+    if dest.is_dir() and any(dest.iterdir()):  # refused before any work is done
+        if may_replace is None:
+            raise CrosstuneError(f"{dest} is not empty: choose another path")
+        may_replace(dest)
+    tmp = _temp_beside(dest, "tmp")
+    try:
+        yield tmp
+        (tmp / MARKER).unlink()
+        honour_umask(tmp)
+        if dest.exists():
+            old = _temp_beside(dest, "old")
+            os.replace(dest, old / dest.name)
+            os.replace(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when the swap happened
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file + rename so a crash never leaves a half-written file; the mode honours the umask."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~current_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --- one writer at a time -----------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def exclusive_lock(lock_file: Path, what: str, hint: str) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_file` for the block. The kernel drops it when the process dies (kill -9
+    included), so a lock is never stale. Held elsewhere: LockedError naming the holder's PID and host."""
+    lock_file = Path(lock_file)
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+            raise LockedError(f"{what} is in use by {holder} ({lock_file}): {hint}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"PID {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
