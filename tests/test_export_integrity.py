@@ -143,9 +143,13 @@ def test_existing_output_needs_overwrite(run):
     (out / "keep.txt").write_text("x")
     with pytest.raises(ExportError, match="not empty"):
         export_run(run, "adapter", out)
-    assert (out / "keep.txt").exists()
-    export_run(run, "adapter", out, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / "adapter_model.safetensors").is_file()
+    with pytest.raises(ExportError, match="not an earlier export"):  # --overwrite replaces exports only
+        export_run(run, "adapter", out, overwrite=True)
+    assert (out / "keep.txt").read_text() == "x" and sorted(p.name for p in out.parent.iterdir()) == ["out", "run"]
+    earlier = run.parent / "earlier"
+    export_run(run, "both", earlier)
+    export_run(run, "adapter", earlier, overwrite=True)
+    assert (earlier / "adapter_model.safetensors").is_file() and not (earlier / "merged").exists()
 
 
 def test_jax_params_unconsumed_or_incomplete():

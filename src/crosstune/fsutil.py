@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -172,6 +173,18 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 # --- one writer at a time -----------------------------------------------------------------------------------------
+def lock_path(target: Path) -> Path:
+    """A lock file for a `target` that may not exist yet, outside it (a failed run then leaves nothing beside it):
+    in the temp folder, named by the target's absolute path. One host's processes see it."""
+    key = hashlib.sha256(str(Path(target).resolve()).encode()).hexdigest()[:24]
+    folder = Path(tempfile.gettempdir()) / "crosstune-locks"
+    if not folder.is_dir():
+        folder.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(folder, 0o1777)  # shared like /tmp itself: every user's runs lock here
+    return folder / f"{Path(target).name}-{key}.lock"
+
+
 @contextlib.contextmanager
 def exclusive_lock(lock_file: Path, what: str, hint: str) -> Iterator[None]:
     """Hold an exclusive flock on `lock_file` for the block. The kernel drops it when the process dies (kill -9

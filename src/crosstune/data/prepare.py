@@ -28,7 +28,7 @@ from crosstune.data.prepared import (
 from crosstune.data.sources import read_split
 from crosstune.data.stats import split_stats
 from crosstune.families import get_family
-from crosstune.fsutil import exclusive_lock
+from crosstune.fsutil import exclusive_lock, lock_path
 from crosstune.recipe.schema import Recipe, Subsample
 
 ENCODE_BATCH = 256  # conversations per render + tokenize call (the tokenizer batches in Rust)
@@ -52,7 +52,7 @@ def prepare_dataset(
     """
     dest = (Path(out_dir) if out_dir else prepared_dir(recipe)).resolve()
     hint = "wait for it to finish, then run again (its result is reused when it matches)"
-    with exclusive_lock(dest.parent / f".{dest.name}.lock", f"the preparation {dest}", hint):
+    with exclusive_lock(lock_path(dest), f"the preparation {dest}", hint):
         return _prepare_locked(recipe, dest, tokenizer, lenient, force, progress)
 
 

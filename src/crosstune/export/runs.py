@@ -22,6 +22,9 @@ from crosstune.families import family_of_hf_config, get_family
 from crosstune.families.spec import ModelSpec
 
 KINDS = ("adapter", "merged", "both")
+# A run without its recipe or step (not written by `crosstune train`): lr 1e-2 (high for LoRA) × 3e4 steps × 3.16
+# (Adam's largest per-step factor, crosstune.train.integrity) ≈ 1e3; a flipped exponent byte lands far beyond it.
+UNKNOWN_RECIPE_BOUND = 1e3
 _TORCH_CKPT = re.compile(r"checkpoint-(\d+)")
 
 
@@ -133,8 +136,8 @@ def _magnitude_bound(run_dir: Path, step: int | None) -> float:
     except yaml.YAMLError as e:
         raise ExportError(f"{path}: unreadable ({e}); it says which learning rate trained the LoRA") from None
     steps = step or int(train.get("max_steps") or 0)
-    if not steps:
-        raise ExportError(f"{run_dir}: the exported step is unknown (no run.json steps, no metrics): pass --step")
+    if not train or not steps:
+        return UNKNOWN_RECIPE_BOUND
     return lora_magnitude_bound(train, steps)
 
 
