@@ -1,0 +1,157 @@
+"""What guards a run directory, for both backends: one writer at a time, absolute paths, one rule for leniently
+prepared data, --resume that can't change what was trained, and checkpoints whose bytes are verified."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+
+from crosstune.recipe import load_recipe
+
+# Strict recipe (data.strict defaults to true); 512-token rows drop the longer records, so `--lenient` skips some.
+RECIPE = """\
+name: guards
+output_dir: {root}/runs
+model: {{family: gemma4, path: {model}, dtype: float32}}
+lora: {{rank: 4, alpha: 8, dropout: 0.0, targets: [q, o]}}
+data:
+  sources: [{{path: {corpus}/train.jsonl}}]
+  max_seq_len: 512
+  truncation: drop
+  packing: true
+  subsample: {{size: 12, seed: 0}}
+  prepared_dir: {root}/prepared
+train:
+  max_steps: 2
+  learning_rate: 1.0e-3
+  schedule: constant
+  per_device_batch_size: 1
+  grad_accumulation: 1
+  gradient_checkpointing: false
+  precision: fp32
+  log_every: 1
+  checkpoint_every: 1
+  keep_last: 3
+  seed: 0
+backend:
+  jax: {{mesh: {{fsdp: 1, tp: 1}}}}
+hardware: cpu
+"""
+
+
+@pytest.fixture(scope="module")
+def lenient_workspace(tmp_path_factory, tiny_gemma4_dir, synth_corpus_dir):
+    """A strict recipe whose data was prepared with `data prepare --lenient` (some records skipped)."""
+    from crosstune.data import prepare_dataset
+
+    root = tmp_path_factory.mktemp("guards")
+    path = root / "recipe.yaml"
+    path.write_text(RECIPE.format(root=root, model=tiny_gemma4_dir, corpus=synth_corpus_dir))
+    prepared = prepare_dataset(load_recipe(path), lenient=True)
+    skipped = sum(prepared.stats["splits"]["train"]["skipped"].values())
+    assert skipped > 0
+    return root, path, skipped
+
+
+def _in(folder: Path):
+    """chdir for the block: the run directory is given relative to it."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cd():
+        before = Path.cwd()
+        os.chdir(folder)
+        try:
+            yield
+        finally:
+            os.chdir(before)
+
+    return cd()
+
+
+@pytest.fixture(scope="module")
+def torch_run(lenient_workspace):
+    """A finished 2-step torch run, started with a relative --run-dir."""
+    from crosstune.train.torch_backend import train
+
+    root, path, _ = lenient_workspace
+    with _in(root):
+        result = train(load_recipe(path), Path("torch-run"), progress=False)
+    assert result.run_dir == root / "torch-run" and result.steps == 2
+    return result.run_dir
+
+
+@pytest.fixture(scope="module")
+def jax_run(lenient_workspace):
+    """A finished 2-step jax run, started with a relative --run-dir (Orbax refuses relative checkpoint paths)."""
+    from crosstune.train.jax_backend import train
+
+    root, path, _ = lenient_workspace
+    with _in(root):
+        result = train(load_recipe(path), Path("jax-run"), progress=False)
+    assert result.run_dir == root / "jax-run"
+    return result.run_dir
+
+
+def _copy_run(run: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(run, to, ignore=shutil.ignore_patterns(".lock"))
+    return to
+
+
+def _flip_middle(path: Path, n: int = 8) -> None:
+    """Flip n bytes in the middle of a file: it still parses, its values are garbage."""
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + n] = bytes(b ^ 0xFF for b in data[mid : mid + n])
+    path.write_bytes(bytes(data))
+
+
+# --- 9: paths resolved once, for both backends --------------------------------------------------------------------
+def test_relative_run_dir_works_for_both_backends(torch_run, jax_run):
+    for run in (torch_run, jax_run):
+        assert run.is_absolute() and json.loads((run / "run.json").read_text())["steps"] == 2
+    assert (torch_run / "checkpoints" / "checkpoint-2").is_dir()
+    assert sorted(int(p.name) for p in (jax_run / "checkpoints").iterdir() if p.name.isdigit()) == [1, 2]
+
+
+# --- 10: one rule for leniently prepared data ---------------------------------------------------------------------
+def test_both_backends_train_on_lenient_data_and_record_it(lenient_workspace, torch_run, jax_run):
+    root, _, skipped = lenient_workspace
+    for run in (torch_run, jax_run):
+        data = json.loads((run / "run.json").read_text())["data"]
+        assert data["lenient"] is True and data["skipped_records"] == skipped
+        assert data["prepared_dir"] == str(root / "prepared") and data["skipped_by_reason"] == {"too_long": skipped}
+
+
+# --- 5: one writer per run directory ------------------------------------------------------------------------------
+def test_a_second_train_into_a_busy_run_dir_is_refused_naming_the_holder(lenient_workspace, tmp_path):
+    from crosstune.fsutil import LockedError
+    from crosstune.train import jax_backend, torch_backend
+    from crosstune.train.rundir import claim_run_dir
+
+    _, path, _ = lenient_workspace
+    recipe, run = load_recipe(path), tmp_path / "busy"
+    holder = f"PID {os.getpid()} on host {socket.gethostname()}"
+    with claim_run_dir(run, recipe, "torch", resume=False):
+        for backend in (torch_backend, jax_backend):
+            with pytest.raises(LockedError, match=f"run directory {run} is in use by {holder}"):
+                backend.train(recipe, run, progress=False)
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing of either run was written
+
+
+def test_a_second_prepare_of_the_same_folder_is_refused(lenient_workspace):
+    from crosstune.data import prepare_dataset, prepared_dir
+    from crosstune.fsutil import LockedError, exclusive_lock, lock_path
+
+    _, path, _ = lenient_workspace
+    recipe = load_recipe(path)
+    with exclusive_lock(lock_path(prepared_dir(recipe)), "test", "test"):
+        with pytest.raises(LockedError, match=f"the preparation .*prepared is in use by PID {os.getpid()}"):
+            prepare_dataset(recipe, lenient=True, force=True)
