@@ -155,3 +155,98 @@ def test_a_second_prepare_of_the_same_folder_is_refused(lenient_workspace):
     with exclusive_lock(lock_path(prepared_dir(recipe)), "test", "test"):
         with pytest.raises(LockedError, match=f"the preparation .*prepared is in use by PID {os.getpid()}"):
             prepare_dataset(recipe, lenient=True, force=True)
+
+
+# --- 8: --resume continues what was trained, or says why not ------------------------------------------------------
+def test_resume_refuses_a_recipe_that_changes_what_was_trained(lenient_workspace, torch_run, jax_run):
+    from crosstune.train import jax_backend, torch_backend
+    from crosstune.train.resume import ResumeError
+
+    _, path, _ = lenient_workspace
+    changed = load_recipe(path, ["lora.rank=8", "train.learning_rate=0.01", "train.max_steps=4"])
+    for backend, run in ((torch_backend, torch_run), (jax_backend, jax_run)):
+        before = {name: (run / name).read_bytes() for name in ("run.json", "recipe.yaml")}
+        with pytest.raises(ResumeError) as err:
+            backend.train(changed, run, resume=True, progress=False)
+        message = str(err.value)
+        assert "lora.rank: 4 → 8" in message and "train.learning_rate: 0.001 → 0.01" in message
+        assert "max_steps" not in message  # a longer run is allowed; only what changes the training is listed
+        assert {name: (run / name).read_bytes() for name in before} == before  # the metadata still describes the run
+
+
+def test_resume_refuses_the_other_backend(lenient_workspace, torch_run):
+    from crosstune.train import jax_backend
+    from crosstune.train.resume import ResumeError
+
+    _, path, _ = lenient_workspace
+    with pytest.raises(ResumeError, match="trained by the torch backend: resume it with --backend torch"):
+        jax_backend.train(load_recipe(path), torch_run, resume=True, progress=False)
+
+
+def test_resume_of_a_finished_run_trains_nothing(lenient_workspace, torch_run, jax_run):
+    from crosstune.train import jax_backend, torch_backend
+    from crosstune.train.metrics import read_metrics
+    from crosstune.train.resume import ResumeError
+
+    _, path, _ = lenient_workspace
+    for backend, run in ((torch_backend, torch_run), (jax_backend, jax_run)):
+        with pytest.raises(ResumeError, match="already at step 2 of 2: nothing to resume"):
+            backend.train(load_recipe(path), run, resume=True, progress=False)
+        assert [r["step"] for r in read_metrics(run)] == [1, 2]
+
+
+def test_resume_with_more_steps_continues_past_a_torn_metrics_line(lenient_workspace, torch_run, tmp_path, capsys):
+    """The process died while appending step 3's row: resume drops the torn line, says so, and trains step 3."""
+    from crosstune.train.metrics import read_metrics
+    from crosstune.train.torch_backend import train
+
+    _, path, _ = lenient_workspace
+    run = _copy_run(torch_run, tmp_path / "run")
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "epoch": 0.3, "lo')
+    result = train(load_recipe(path, ["train.max_steps=3"]), run, resume=True, progress=False)
+    err = capsys.readouterr().err
+    assert "metrics.jsonl:3: dropped a torn last line" in err
+    assert "[resume] train.max_steps: 2 → 3 (safe: the run length" in err
+    assert result.steps == 3 and [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+    assert yaml.safe_load((run / "recipe.yaml").read_text())["train"]["max_steps"] == 3
+
+
+# --- 7: checkpoint bytes are verified before export and resume ----------------------------------------------------
+def test_flipped_bytes_in_a_torch_checkpoint_are_refused(lenient_workspace, torch_run, tmp_path):
+    from crosstune.export import export_run
+    from crosstune.train.integrity import CheckpointCorruptError
+    from crosstune.train.torch_backend import train
+
+    _, path, _ = lenient_workspace
+    run = _copy_run(torch_run, tmp_path / "run")
+    export_run(run, "adapter", tmp_path / "good")  # intact: exports
+    adapter = run / "adapter" / "adapter_model.safetensors"
+    _flip_middle(adapter)
+    with pytest.raises(CheckpointCorruptError, match=f"{adapter}: its sha256 differs"):
+        export_run(run, "adapter", tmp_path / "out")
+    ckpt = run / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors"
+    _flip_middle(ckpt)
+    with pytest.raises(CheckpointCorruptError, match=f"{ckpt}: its sha256 differs"):
+        export_run(run, "adapter", tmp_path / "out", step=2)
+    with pytest.raises(CheckpointCorruptError, match=f"{ckpt}: its sha256 differs"):
+        train(load_recipe(path, ["train.max_steps=3"]), run, resume=True, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_flipped_bytes_in_an_orbax_checkpoint_are_refused(lenient_workspace, jax_run, tmp_path):
+    from crosstune.export import export_run
+    from crosstune.train.integrity import CHECKSUMS, CheckpointCorruptError
+    from crosstune.train.jax_backend import train
+
+    _, path, _ = lenient_workspace
+    run = _copy_run(jax_run, tmp_path / "run")
+    step = run / "checkpoints" / "2"
+    assert (step / CHECKSUMS).is_file()
+    data = max((p for p in (step / "model_params").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    _flip_middle(data)
+    with pytest.raises(CheckpointCorruptError, match=f"{data}: its sha256 differs"):
+        export_run(run, "adapter", tmp_path / "out")
+    with pytest.raises(CheckpointCorruptError, match=f"{data}: its sha256 differs"):
+        train(load_recipe(path, ["train.max_steps=3"]), run, resume=True, progress=False)
+    export_run(run, "adapter", tmp_path / "earlier", step=1)  # the intact step still exports
