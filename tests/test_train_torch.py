@@ -55,6 +55,20 @@ VARIANT = {
 }
 LOSS_DROP = 0.15  # nats, mean of the 4th epoch vs the 1st (same 6 rows); see test_loss_decreases
 
+# Cross-process tolerances. Ranks sum partial results that gloo then all-reduces, while one process sums the same
+# terms in another order: an fp32 sum of n terms then differs by ~√n·u relative (u = 2⁻²⁴ ≈ 6e-8 per rounding,
+# rounding errors adding like a random walk; n·u would be the worst case). No test may rely on one machine's order.
+UNIT_ROUNDOFF = 2.0**-24
+# A step's loss reduces V = 1024 logits per token (log-sum-exp) and T ≈ 1e3 trained tokens: √(V·T)·u ≈ 6e-5.
+# Each gradient element is a sum over the same T tokens, and the grad norm a sum over the LoRA elements: the same.
+STEP_REL = math.sqrt(1024 * 1024) * UNIT_ROUNDOFF
+
+
+def adapter_rel(steps: int) -> float:
+    """Relative difference (‖a − b‖ / ‖b‖ per tensor) of adapters after `steps` AdamW steps: Adam's update m̂/√v̂ is
+    scale-free, so each step adds at most about the gradients' relative difference, STEP_REL."""
+    return steps * STEP_REL
+
 
 def recipe_file(root: Path, family: str, model: Path, corpus: Path) -> Path:
     path = root / f"{family}.yaml"
@@ -369,7 +383,7 @@ def test_two_cpu_processes_via_the_launcher_match_one(reference_runs, workspace,
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     losses = [r["loss"] for r in read_metrics(run)]
-    assert losses == pytest.approx(reference_runs["gemma4"].losses[:4], abs=1e-5)
+    assert losses == pytest.approx(reference_runs["gemma4"].losses[:4], rel=STEP_REL)  # summed in another order
     assert json.loads((run / "run.json").read_text())["world_size"] == 2
 
 
@@ -384,8 +398,8 @@ def free_port() -> int:
 
 def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
     """The FSDP2 path (accelerate's fully_shard per Gemma4TextDecoderLayer) on 2 CPU processes over gloo, 1 row each,
-    against 1 process accumulating the same 2 rows. Same thread count on both sides (matmul blocking depends on it):
-    the same losses, gradient norms and adapter, to the last bit on this machine."""
+    against 1 process accumulating the same 2 rows: the same losses, gradient norms and adapter up to fp32 rounding
+    in another summation order (STEP_REL, adapter_rel; measured here: 1.4e-7, 7e-7 and 1.5e-5 relative)."""
     from safetensors.torch import load_file
 
     from crosstune.train.torch_backend import train
@@ -418,8 +432,10 @@ def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
 
     ours, theirs = read_metrics(run), read_metrics(reference.run_dir)
     assert [r["trained_tokens"] for r in ours] == [r["trained_tokens"] for r in theirs]
-    assert [r["loss"] for r in ours] == pytest.approx([r["loss"] for r in theirs], abs=1e-6)
-    assert [r["grad_norm"] for r in ours] == pytest.approx([r["grad_norm"] for r in theirs], rel=1e-6)
+    assert [r["loss"] for r in ours] == pytest.approx([r["loss"] for r in theirs], rel=STEP_REL)
+    assert [r["grad_norm"] for r in ours] == pytest.approx([r["grad_norm"] for r in theirs], rel=STEP_REL)
     a = load_file(run / "adapter" / "adapter_model.safetensors")
     b = load_file(reference.run_dir / "adapter" / "adapter_model.safetensors")
-    assert a.keys() == b.keys() and max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    assert a.keys() == b.keys()
+    worst = max(float((a[k] - b[k]).norm() / b[k].norm()) for k in a)
+    assert worst <= adapter_rel(4), f"adapter tensors differ by up to {worst:.2e} relative"
