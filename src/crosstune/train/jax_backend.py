@@ -196,8 +196,7 @@ class JaxRun:
                 writer.write(m)
             bar.update(m)
 
-        on_saved = self._record_checksums if lead else None
-        saves = SaveTimer(trainer.checkpoint_manager, r.train.checkpoint_every, on_saved=on_saved)
+        saves = SaveTimer(trainer.checkpoint_manager, r.train.checkpoint_every, on_saved=self._record_checksums)
         with CompileTimer(TRAIN_STEP_NAME) as compile_timer:
             recorder = StepRecorder(
                 first_step=start,
@@ -229,11 +228,15 @@ class JaxRun:
         return TrainResult(self.run_dir, d.total_steps, losses[-1] if losses else float("nan"), losses)
 
     def _record_checksums(self, step: int) -> None:
-        """After Orbax finalised `step` (the save is asynchronous: wait for it), record its files' sha256."""
+        """After Orbax finalised `step` (the save is asynchronous: every process waits, as its next save would),
+        process 0 records the step folder's sha256."""
+        import jax
+
         from crosstune.train.integrity import record_checksums
 
         self.trainer.checkpoint_manager._checkpoint_manager.wait_until_finished()
-        record_checksums(self.run_dir / "checkpoints" / str(step))
+        if jax.process_index() == 0:
+            record_checksums(self.run_dir / "checkpoints" / str(step))
 
     def micro_batches(self, start: int):
         """The trainer's iterator: stand-in batches for the micro-batches already trained, then steps start+1..N as
