@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import typer
@@ -54,14 +52,12 @@ def tiny(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Build next to OUT and swap in at the end: a failed build leaves OUT as it was.
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as tmp:
+    from crosstune.fsutil import staged_dir
+
+    # Build next to OUT and swap in at the end: a failed build leaves OUT as it was (--force was checked above).
+    with staged_dir(out, may_replace=lambda _: None) as tmp:
         with console.status(f"building tiny {fam.name} (training tokenizer, initialising weights)"):
-            build_tiny_model(fam.name, Path(tmp) / "model", seed=seed, corpus_dir=corpus)
-        if out.exists():
-            shutil.rmtree(out)
-        (Path(tmp) / "model").rename(out)
+            build_tiny_model(fam.name, tmp, seed=seed, corpus_dir=corpus)
 
     spec = fam.spec("tiny")
     console.print(
