@@ -102,7 +102,7 @@ def eval_argv(url: str, out: Path, *extra: str) -> list[str]:
 
 
 def test_ctrl_c_stops_promptly_and_says_what_was_kept(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "COLUMNS": "500"}  # no wrapped paths
     code = "import sys; from crosstune.cli import main; sys.argv[0] = 'crosstune'; main()"
     with FakeEndpoint(lambda seed: "ok" if seed == 0 else "stall") as server:
         argv = eval_argv(server.url, tmp_path, "--n", "3", "--concurrency", "1")

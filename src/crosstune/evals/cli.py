@@ -41,7 +41,7 @@ def _parse_ks(text: str) -> list[int]:
 
 def eval_command(
     recipe: Path = typer.Argument(None, help="Optional recipe: its eval section (problems, samples, k, "
-                                  "temperature, top_p, max_tokens, prompt_style) gives the defaults."),
+                                  "temperature, top_p, max_tokens, prompt_style, timeouts) gives the defaults."),
     problems: Path = typer.Option(None, "--problems", help="VerilogEval v2 checkout, one of its dataset_* "
                                   "folders, or any folder holding problems.txt (e.g. a synthetic set)."),
     out: Path = typer.Option(..., "--out", help="Output folder: summary.json, summary.md, samples.jsonl, "
@@ -76,7 +76,8 @@ def eval_command(
                                              "VerilogEval v2's own rules (fooled by known fake passes) to "
                                              "compare with published numbers; default is the strict rule."),
     workers: int = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: usable CPUs)."),
-    timeout: float = typer.Option(30.0, "--timeout", min=1.0, help="Wall-clock seconds per sample (all steps)."),
+    timeout: float = typer.Option(30.0, "--timeout", min=1.0, help="Wall-clock seconds to judge one sample (all "
+                                 "simulation steps)."),
     connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.01, help="Seconds to connect to "
                                           "--endpoint (also bounds the probe) [default: recipe, else 10]."),
     read_timeout: float = typer.Option(None, "--read-timeout", min=0.01, help="Longest silence from --endpoint, "
