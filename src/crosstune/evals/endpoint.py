@@ -105,7 +105,7 @@ class EndpointBackend:
         """GET /v1/models within the connect timeout: fail in seconds, naming the URL, when nothing answers,
         and name the served models when `model` is not among them."""
         try:
-            status, data = self._exchange("GET", self.models_path, None, self.timeouts.connect_s)
+            status, data = self._exchange("GET", self.models_path, None, self.timeouts.connect_s, "connect timeout")
         except _AttemptFailed as e:
             raise EndpointUnreachable(
                 f"{self.base_url}/models: {e.reason}. Is the server running and is --endpoint right? Nothing was sent."
@@ -139,7 +139,7 @@ class EndpointBackend:
         while True:
             attempt += 1
             try:
-                status, data = self._exchange("POST", self.chat_path, body, self.timeouts.request_s)
+                status, data = self._exchange("POST", self.chat_path, body, self.timeouts.request_s, "request timeout")
                 if status == 200:
                     return _parse_completion(data)
                 raise _AttemptFailed(f"HTTP {status}: {_snippet(data)}", retryable=status == 429 or status >= 500)
@@ -161,7 +161,9 @@ class EndpointBackend:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def _exchange(self, method: str, path: str, body: bytes | None, deadline_s: float) -> tuple[int, bytes]:
+    def _exchange(
+        self, method: str, path: str, body: bytes | None, deadline_s: float, deadline_name: str
+    ) -> tuple[int, bytes]:
         """One HTTP request that ends within `deadline_s` seconds; (status, body) or _AttemptFailed."""
         if self._cancelled.is_set():
             raise _AttemptFailed("interrupted", retryable=False)
@@ -196,7 +198,7 @@ class EndpointBackend:
                 response = conn.getresponse()
                 return response.status, response.read()
             except (OSError, http.client.HTTPException) as e:
-                raise self._why(e, expired, time.monotonic() - start) from None
+                raise self._why(e, expired, f"the {deadline_name} ({deadline_s:g} s)") from None
             finally:
                 timer.cancel()
                 with self._lock:
@@ -204,14 +206,12 @@ class EndpointBackend:
         finally:
             conn.close()
 
-    def _why(self, error: Exception, expired: threading.Event, elapsed: float) -> _AttemptFailed:
+    def _why(self, error: Exception, expired: threading.Event, deadline: str) -> _AttemptFailed:
         """The reason an exchange failed, in words; whether the deadline, Ctrl-C or the server caused it."""
         if self._cancelled.is_set():
             return _AttemptFailed("interrupted", retryable=False)
         if expired.is_set():
-            limit = self.timeouts.request_s
-            reason = f"no complete answer within the request timeout ({elapsed:.1f} s; limit {limit:g} s)"
-            return _AttemptFailed(reason, retryable=False, endpoint_trouble=True)
+            return _AttemptFailed(f"no complete answer within {deadline}", retryable=False, endpoint_trouble=True)
         if isinstance(error, TimeoutError):
             return _AttemptFailed(f"read timeout: the server sent nothing for {self.timeouts.read_s:g} s",
                                   retryable=False, endpoint_trouble=True)  # fmt: skip
