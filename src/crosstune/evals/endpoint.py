@@ -53,9 +53,10 @@ class _AttemptFailed(Exception):
 
 
 def _shut(sock: socket.socket) -> None:
-    """Wake a thread blocked on `sock` (its recv returns end-of-file)."""
+    """Wake a thread blocked on `sock` (its recv returns end-of-file). The plain socket's shutdown, also for
+    TLS: SSLSocket.shutdown would drop its SSL state under the reading thread."""
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
     except OSError:
         pass  # already closed or never connected
 
