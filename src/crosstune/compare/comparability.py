@@ -28,7 +28,8 @@ def prepared_manifest(run: RunSummary) -> dict:
     for c in (run.meta.get("prepared_dir"), data.get("prepared_dir"), default):
         # a relative path in a stored recipe is relative to a recipe file that is no longer at hand
         if c and Path(c).is_absolute() and (Path(c) / "manifest.json").is_file():
-            return json.loads((Path(c) / "manifest.json").read_text())
+            path = Path(c) / "manifest.json"
+            return {**json.loads(path.read_text()), "_path": str(path)}
     return {}
 
 

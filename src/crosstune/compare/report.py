@@ -73,7 +73,8 @@ def _ratio_text(a: float | None, b: float | None, names: tuple[str, str], better
 def _summary(inputs: Inputs, costs: list, serving: dict[str, list[ServingCost]], notes: list[Note]) -> list:
     """The seed-style headline: speed-up, cost ratio, TTFT ratio by context, pass@1 / pass@5."""
     items: list = [n for n in notes if n.level == "error"]
-    rows, flagged = [], set()
+    rows: list[list[str]] = []
+    flagged: set[int] = set()
     if len(inputs.runs) >= 2:
         a, b = inputs.runs[:2]
         names = (a.label, b.label)
@@ -100,6 +101,8 @@ def _summary(inputs: Inputs, costs: list, serving: dict[str, list[ServingCost]],
         )
         if any(n.level == "error" for n in notes):
             flagged.add(len(rows) - 1)
+        items.append(Table("Training", ["figure", a.label, b.label, "comparison"], rows, flagged))
+        rows = []
     if len(inputs.sweeps) >= 2:
         sa, sb = inputs.sweeps[:2]
         for context in sorted(set(sa.contexts) & set(sb.contexts)):
@@ -128,12 +131,8 @@ def _summary(inputs: Inputs, costs: list, serving: dict[str, list[ServingCost]],
                         _ratio_text(pa, pb, (sa.label, sb.label), "cheaper", False),
                     ]
                 )
-    if rows:
-        first = inputs.runs[0].label if len(inputs.runs) >= 2 else inputs.sweeps[0].label
-        second = inputs.runs[1].label if len(inputs.runs) >= 2 else inputs.sweeps[1].label
-        if len(inputs.runs) >= 2 and len(inputs.sweeps) >= 2:
-            first, second = "first run / sweep", "second run / sweep"
-        items.append(Table("Headline", ["figure", first, second, "comparison"], rows, flagged))
+        caption = "TTFT at the highest concurrency both measured at or below both knees (before queueing)."
+        items.append(Table("Serving", ["figure", sa.label, sb.label, "comparison"], rows, caption=caption))
     if inputs.evals:
         ks = [k for k in ("1", "5") if any(k in s["pass_at_k"] for _, s in inputs.evals)]
         eval_rows = [
@@ -209,6 +208,8 @@ def write_report(
     out_dir = Path(out_dir)
     charts = out_dir / "charts"
     charts.mkdir(parents=True, exist_ok=True)
+    for stale in charts.glob("*.png"):  # charts of an earlier report into the same folder
+        stale.unlink()
     for chart in doc.charts():
         (charts / f"{chart.name}.png").write_bytes(chart.png)
     (out_dir / "report.md").write_text(to_markdown(doc))

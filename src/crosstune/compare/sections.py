@@ -140,15 +140,17 @@ def training_section(doc: Document, runs: list[RunSummary], notes: list[Note]) -
     section.items.append(Table("Per run", headers, rows, caption=caption))
     for r in runs:
         section.items += [Note(f"{r.label}: {n}", "warn") for n in r.notes]
+    shown: set[Path] = set()
     for r in runs:
-        histogram = _lengths_png(r)
-        if histogram is not None:
+        found = _lengths_png(r)
+        if found is not None and found not in shown:  # runs on the same prepared data share one histogram
+            shown.add(found)
             section.items.append(
                 Chart(
                     f"lengths-{_slug(r.path.name)}",
-                    f"Data lengths ({r.label})",
-                    histogram,
-                    "token length histogram of the prepared data (crosstune data stats)",
+                    f"Token lengths of the prepared data ({found.parent.name}; `crosstune data stats`)",
+                    found.read_bytes(),
+                    "token length histogram of the prepared data",
                 )
             )
 
@@ -157,19 +159,11 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
 
 
-def _lengths_png(run: RunSummary) -> bytes | None:
-    """The prepared data's histogram (`data stats`), when the run's prepared directory is found."""
-    manifest_dirs = [
-        run.meta.get("prepared_dir"),
-        (run.recipe.get("data") or {}).get("prepared_dir"),
-        str(run.path.resolve().parent / "data" / str(run.recipe.get("name", ""))),
-    ]
-    if not prepared_manifest(run):
-        return None
-    for d in manifest_dirs:
-        if d and Path(d).is_absolute() and (Path(d) / "lengths.png").is_file():
-            return (Path(d) / "lengths.png").read_bytes()
-    return None
+def _lengths_png(run: RunSummary) -> Path | None:
+    """The prepared data's histogram (`data stats` writes lengths.png next to manifest.json), when found."""
+    manifest = prepared_manifest(run)
+    path = Path(manifest["_path"]).with_name("lengths.png") if manifest.get("_path") else None
+    return path.resolve() if path is not None and path.is_file() else None
 
 
 def training_cost_section(doc: Document, runs: list[RunSummary], book: PriceBook) -> list[TrainingCost | None]:
