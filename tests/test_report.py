@@ -131,8 +131,17 @@ window.addEventListener('load', () => {
   document.body.appendChild(s);
 });
 </script>"""
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 @pytest.mark.skipif(_chromium() is None, reason="needs Debian's chromium: `make test-report` installs it")
