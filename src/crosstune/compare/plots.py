@@ -85,7 +85,7 @@ def serving_sweeps(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms") -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4), dpi=DPI)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 5.2), dpi=DPI)
     contexts = sorted({c for s in sweeps for c in s.contexts})
     colours = {c: plt.cm.viridis(i / max(1, len(contexts) - 1)) for i, c in enumerate(contexts)}  # type: ignore[attr-defined]
     styles = ["-", "--", ":", "-."]
@@ -101,15 +101,21 @@ def serving_sweeps(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms") -> 
     left.set(xlabel="concurrent requests", ylabel="output tokens / s", title="Serving throughput")
     right.set(
         xlabel="concurrent requests",
-        ylabel=f"{latency.replace('_ms', '').replace('_', ' ')} (ms, log)",
+        ylabel=f"{latency.split('_')[0]} TTFT (ms, log scale)",
         title="Time to first token",
     )
     right.set_yscale("log")
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, loc="best", ncol=1)
-    return _png(plt, fig)
+    # one legend under both panels (they share lines): inside either panel it would hide the curves
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * (1 + (len(labels) - 1) // 4), 1, 1))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def eval_scores(evals: Sequence[tuple[str, dict]]) -> bytes:
