@@ -44,7 +44,7 @@ def build_report(
     if inputs.evals:
         eval_section(doc, inputs.evals)
     if inputs.runs and inputs.sweeps:
-        tco_section(doc, inputs.runs, train_costs, serving, workload, context)
+        tco_section(doc, inputs.runs, train_costs, inputs.sweeps, serving, workload, context)
     _seed_section(doc, book)
     used = [c.price for c in train_costs if c] + [c.price for cs in serving.values() for c in cs if c.price]
     _prices_section(

@@ -166,24 +166,24 @@ def tco_section(
     doc: Document,
     runs: list[RunSummary],
     train_costs: list[TrainingCost | None],
+    sweeps: list[Sweep],
     serving: dict[str, list[ServingCost]],
     workload: Workload,
     context: int | None,
 ) -> None:
-    """Options pair the i-th priced run with the i-th priced sweep (train and serve targets may differ)."""
+    """Option i = run i trained, then served as sweep i measured (in the order given; targets may differ)."""
     section = doc.section("Total cost of ownership")
-    priced_runs = [c for c in train_costs if c is not None]
-    sweeps = list(serving.values())
-    if not priced_runs or not sweeps:
-        section.items.append(
-            Note(
-                "TCO needs at least one priced run and one priced sweep (runs on cpu have no price: pass --prices)",
-                "warn",
-            )
-        )
+    pairs = []
+    for run, train, sweep in zip(runs, train_costs, sweeps, strict=False):
+        if train is None or not serving.get(sweep.label):
+            section.items.append(Note(f"no TCO option for {run.label} + {sweep.label}: one of them has no price "
+                                      "(runs on cpu have none: pass --prices)", "warn"))  # fmt: skip
+        else:
+            pairs.append((train, serving[sweep.label]))
+    if not pairs:
         return
     options = []
-    for train, costs in zip(priced_runs, sweeps, strict=False):
+    for train, costs in pairs:
         contexts = [c.context_len for c in costs]
         at = context if context in contexts else max(contexts)
         serve = next(c for c in costs if c.context_len == at)
