@@ -127,9 +127,10 @@ def cost_serve(
     from crosstune.compare.bench import parse_slo, read_sweep
     from crosstune.compare.cost import serving_costs
 
-    book, limits, rows, missed = load_prices(prices), parse_slo(slo), [], []
+    book, limits, rows, missed, used = load_prices(prices), parse_slo(slo), [], [], []
     for path in summaries:
         for c in serving_costs(read_sweep(path), book, target, limits or None):
+            used += [c.price] if c.price else []
             conc = "n/a" if c.cell is None else str(c.cell.concurrency)
             rows.append(
                 [
@@ -150,6 +151,7 @@ def cost_serve(
     )
     for message in missed:
         console.print(f"[yellow]{message}[/yellow]", highlight=False)
+    _print_sources(used)
 
 
 @cost_app.command("tco")
