@@ -42,7 +42,7 @@ class Encoded:
     mask: np.ndarray  # uint8 [T]
     straddling: int  # target tokens that reach outside their assistant span
     malformed: list[str]
-    untrained_turns: int = 0  # earlier assistant messages kept as context only (see the module docstring)
+    untrained_turns: int  # earlier assistant messages kept as context only (see the module docstring)
 
 
 @dataclass(frozen=True)
