@@ -190,3 +190,29 @@ def test_a_template_of_another_family_is_a_clear_error(tmp_path, tiny_gemma4_dir
     recipe = recipe_for(tmp_path, tiny_gemma4_dir, "gemma4", [{"path": str(src)}])
     with pytest.raises(DataError, match=r"d\.jsonl:1: assistant message 2 .* does not open with '<\|turn>model\\n'"):
         prepare_dataset(recipe, tokenizer=tok)
+
+
+def render_both(ours, official, messages: list[dict], **kwargs) -> tuple[str, str]:
+    return tuple(t.apply_chat_template(messages, tokenize=False, **kwargs) for t in (ours, official))
+
+
+@pytest.mark.parametrize(
+    ("name", "thinking"),
+    [("gemma4_31b_it", False), ("gemma4_31b_it", True), ("gemma4_e2b_it", False), ("gemma4_e2b_it", True)]
+    + [("gemma3_it", False)],
+)
+def test_crosstune_templates_render_conversations_like_the_official_ones(
+    tokenizers, tiny_gemma3_dir, tiny_gemma4_dir, name, thinking
+):
+    """What crosstune's own templates train on is what Google's render; only the 31B generation prompt differs."""
+    ours = AutoTokenizer.from_pretrained(model_dir(name, tiny_gemma3_dir, tiny_gemma4_dir))
+    kwargs = {"enable_thinking": True} if thinking else {}
+    final = {"role": "assistant", "content": ANSWER, **({"reasoning": REASONING} if thinking else {})}
+    for history in (
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}],
+        [*MULTI_TURN["messages"][:2], {"role": "user", "content": PROMPT}],
+    ):
+        mine, official = render_both(ours, tokenizers[name], [*history, final], **kwargs)
+        assert mine == official
+        mine, official = render_both(ours, tokenizers[name], history, add_generation_prompt=True, **kwargs)
+        assert official == mine + (EMPTY_THOUGHT if (name, thinking) == ("gemma4_31b_it", False) else "")
