@@ -13,7 +13,7 @@ import pytest
 from data_helpers import recipe_for, write_jsonl
 from transformers import AutoTokenizer
 
-from crosstune.data import DataError, prepare_dataset
+from crosstune.data import DataError, chat_template_hash, load_prepared, prepare_dataset
 from crosstune.data.conversation import ConversationBuilder
 from crosstune.data.errors import Ledger
 from crosstune.data.sources import read_split
@@ -177,10 +177,17 @@ def test_manifest_records_the_chat_template_hash(tmp_path, tokenizers, tiny_gemm
     hashes = {}
     for name in ("gemma4_31b_it", "gemma4_e2b_it"):
         recipe = recipe_for(tmp_path / name, tiny_gemma4_dir, "gemma4", [{"path": str(src)}])
-        manifest = prepare_dataset(recipe, tokenizer=tokenizers[name]).manifest
-        hashes[name] = manifest["chat_template_sha256"]
+        prepared = prepare_dataset(recipe, tokenizer=tokenizers[name])
+        hashes[name] = prepared.manifest["chat_template_sha256"]
         assert hashes[name] == hashlib.sha256((FIXTURES / f"{name}.jinja").read_bytes()).hexdigest()
+        assert hashes[name] == prepared.chat_template_sha256 == chat_template_hash(tokenizers[name])
     assert hashes["gemma4_31b_it"] != hashes["gemma4_e2b_it"]
+    manifest_file = prepared.path / "manifest.json"  # a preparation from before the hash was recorded is stale
+    manifest = json.loads(manifest_file.read_text())
+    del manifest["chat_template_sha256"]
+    manifest_file.write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match="stale: it records no chat_template_sha256"):
+        load_prepared(recipe, tokenizer=tokenizers["gemma4_e2b_it"])
 
 
 def test_a_template_of_another_family_is_a_clear_error(tmp_path, tiny_gemma4_dir):

@@ -239,6 +239,11 @@ class PreparedDataset:
     def pad_id(self) -> int:
         return int(self.manifest["pad_id"])
 
+    @property
+    def chat_template_sha256(self) -> str:
+        """sha256 of the chat template every prompt was rendered with (`chat_template_hash`)."""
+        return str(self.manifest["chat_template_sha256"])
+
     def split(self, name: str = "train") -> PreparedSplit:
         if name not in self.manifest["splits"]:
             raise DataError(str(self.path), f"no {name!r} split (prepared: {', '.join(self.splits) or 'none'})")
