@@ -11,13 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from data_helpers import recipe_for, write_jsonl
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from crosstune.data import DataError, chat_template_hash, load_prepared, prepare_dataset
 from crosstune.data.conversation import ConversationBuilder
+from crosstune.data.encode import ChatEncoder
 from crosstune.data.errors import Ledger
-from crosstune.data.sources import read_split
+from crosstune.data.sources import RawRecord, read_split
 from crosstune.families import get_family
+from crosstune.recipe.schema import DataSection
 
 FIXTURES = Path(__file__).parent / "fixtures" / "chat_templates"
 TEMPLATES = {"gemma4_31b_it": "gemma4", "gemma4_e2b_it": "gemma4", "gemma3_it": "gemma3"}
@@ -223,3 +227,56 @@ def test_crosstune_templates_render_conversations_like_the_official_ones(
         assert mine == official
         mine, official = render_both(ours, tokenizers[name], history, add_generation_prompt=True, **kwargs)
         assert official == mine + (EMPTY_THOUGHT if (name, thinking) == ("gemma4_31b_it", False) else "")
+
+
+# Unicode text without surrogates or control characters, with whitespace at the edges the templates trim.
+TEXT = st.text(
+    alphabet=st.characters(exclude_categories=("Cs", "Cc"), include_characters="\n\t <>/"), min_size=1, max_size=30
+).filter(lambda s: s.strip() and not any(tag in s for tag in ("<think>", "</think>", "<answer>", "</answer>")))
+
+
+@st.composite
+def random_records(draw):
+    name = draw(st.sampled_from(list(TEMPLATES)))
+    policy = draw(st.sampled_from(["strip", "keep_inline", "native"] if TEMPLATES[name] == "gemma4" else ["strip"]))
+    messages = [{"role": "system", "content": draw(TEXT)}] if draw(st.booleans()) else []
+    for _ in range(draw(st.integers(1, 3))):
+        messages.append({"role": "user", "content": draw(TEXT)})
+        reasoning = draw(st.one_of(st.none(), TEXT))
+        answer = draw(TEXT)
+        messages.append(
+            {"role": "assistant", "content": answer if reasoning is None else f"<think>{reasoning}</think>{answer}"}
+        )
+    return name, policy, messages
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(random_records())
+def test_random_conversations_train_what_is_served(tokenizers, case):
+    name, policy, messages = case
+    tok, chat = tokenizers[name], get_family(TEMPLATES[name]).chat
+    control = (*tok.all_special_tokens, chat.turn_start, chat.turn_end)
+    assume(not any(c in m["content"] for m in messages for c in control))
+    section = DataSection.model_validate(
+        {"sources": [{"path": "x"}], "columns": {"preset": "messages"}, "reasoning": policy}
+    )
+    ledger = Ledger(strict=True)
+    conv = ConversationBuilder(section, control, bool(chat.thought_start)).build(
+        RawRecord("r:1", {"messages": messages}), ledger
+    )
+    [enc] = ChatEncoder(tok, chat).encode([conv], ledger)
+    served = [
+        tok.apply_chat_template(
+            conv.messages[:i], add_generation_prompt=True, tokenize=True, return_dict=True, **conv.template_kwargs
+        )["input_ids"]
+        for i, m in enumerate(conv.messages)
+        if m["role"] == "assistant"
+    ]
+    spans = runs(enc.mask)
+    assert enc.ids[: spans[-1][0]].tolist() == served[-1]
+    for a, b in spans:
+        assert enc.ids[:a].tolist() in served and enc.ids[b - 1] == tok.convert_tokens_to_ids(chat.turn_end)
+    thinking = conv.template_kwargs.get("enable_thinking", False)
+    untrained = len(served) - 1 if (name, thinking) == ("gemma4_31b_it", False) else 0
+    assert enc.untrained_turns == untrained == len(served) - len(spans)
+    assert enc.straddling == 0
