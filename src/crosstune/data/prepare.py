@@ -150,8 +150,12 @@ def _encode_split(split, convs, encoder, ledger, recipe, tokenizer, progress):
         if progress:
             progress(split, min(lo + ENCODE_BATCH, len(convs)), len(convs))
     rows = build_rows(docs, truncated, data.max_seq_len, data.packing, int(tokenizer.pad_token_id))
-    figures = {"malformed": malformed, "straddling": straddling, "truncated_tokens_cut": cut}
-    figures["untrained_turns"] = untrained
+    figures = {
+        "malformed": malformed,
+        "straddling": straddling,
+        "truncated_tokens_cut": cut,
+        "untrained_turns": untrained,
+    }
     return rows, wheres, np.asarray(lengths, dtype=np.int32), figures
 
 
