@@ -51,3 +51,9 @@ lock:
 
 clean-venv:
 	rm -rf $(VENV)
+
+# --- report (crosstune cost / report, issue 14): the report test renders report.html in Debian's chromium ---------
+.PHONY: test-report
+test-report: setup
+	@bash scripts/install_chromium.sh
+	@$(VENV)/bin/python -m pytest -q tests/test_cost.py tests/test_report.py $(PYTEST_ARGS)

@@ -79,7 +79,7 @@ def run(tmp: Path, args) -> None:
         {"prompt": [c.messages[:-1] for c in convs], "completion": [c.messages[-1:] for c in convs]}
     )
 
-    encoder = ChatEncoder(tok, chat.turn_end)
+    encoder = ChatEncoder(tok, chat)
 
     def encode_only():  # the scope of TRL's figure: render, tokenize, mask (no reading, packing or writing)
         return [e for lo in range(0, len(convs), 256) for e in encoder.encode(convs[lo : lo + 256], Ledger(True))]

@@ -36,7 +36,7 @@ def encode(tok, family: str, record: dict, **data) -> tuple[str, str]:
     builder = ConversationBuilder(section, (chat.turn_start, chat.turn_end), bool(chat.thought_start))
     ledger = Ledger(strict=True)
     conv = builder.build(RawRecord("t.jsonl:1", record), ledger)
-    [enc] = ChatEncoder(tok, chat.turn_end).encode([conv], ledger)
+    [enc] = ChatEncoder(tok, chat).encode([conv], ledger)
     runs, current = [], []
     for token, m in zip(enc.ids.tolist(), enc.mask.tolist(), strict=True):
         if m:

@@ -93,7 +93,7 @@ def test_mask_is_exactly_the_assistant_tokens_and_decode_reproduces_the_text(tok
     conv = ConversationBuilder(section, control, bool(chat.thought_start)).build(
         RawRecord("p:1", {"messages": messages}), ledger
     )
-    encoder = ChatEncoder(tok, chat.turn_end)
+    encoder = ChatEncoder(tok, chat)
     [(rendered, _)] = encoder.render([conv], ledger)
     [enc] = encoder.encode([conv], ledger)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file
-from crosstune.evals.generate import EndpointBackend, GenerationError, generate_completions
+from crosstune.evals.endpoint import EndpointBackend, Timeouts
+from crosstune.evals.generate import generate_completions
 from crosstune.evals.problems import load_problems
 from crosstune.evals.prompts import build_messages
 
@@ -67,7 +68,7 @@ class FakeServer:
 
 
 def backend(url: str) -> EndpointBackend:
-    return EndpointBackend(url, "fake-model", retries=1, backoff_s=0.01, timeout_s=10)
+    return EndpointBackend(url, "fake-model", retries=1, backoff_s=0.01, timeouts=Timeouts(10, 10, 10))
 
 
 def asked(server: FakeServer) -> set[tuple[int, int]]:
@@ -79,6 +80,7 @@ def test_request_payload_and_results(tmp_path):
     params = SamplingParams(n=2, temperature=0.8, top_p=0.95, max_tokens=64, seed=100)
     with FakeServer() as server:
         out = generate_completions(PROBLEMS[:2], backend(server.url), params, CompletionCache(tmp_path / "c.jsonl"))
+        out = out.completions
     assert len(server.requests) == 4 and {r["path"] for r in server.requests} == {"/v1/chat/completions"}
     first = server.requests[0]
     assert (first["model"], first["temperature"], first["top_p"], first["max_tokens"], first["n"]) == (
@@ -92,18 +94,22 @@ def test_server_failure_midway_then_resume_asks_only_missing(tmp_path):
     cache_path = tmp_path / "completions.jsonl"
     params = SamplingParams(n=3, temperature=0.8, top_p=0.95)
     with FakeServer(fail_after=5) as failing:
-        with pytest.raises(GenerationError, match="rerun to resume"):
-            generate_completions(PROBLEMS, backend(failing.url), params, CompletionCache(cache_path), concurrency=4)
+        failed = generate_completions(PROBLEMS, backend(failing.url), params, CompletionCache(cache_path),
+                                      concurrency=4)  # fmt: skip
+    assert len(failed.failures) == 12 - 5 and sum(v.count(None) for v in failed.completions.values()) == 7
     assert len(CompletionCache(cache_path)) == 5  # what succeeded is on disk
     done_first = {(len(r["messages"][-1]["content"]), r["seed"]) for r in failing.requests[:5]}
     with FakeServer() as healthy:
-        out = generate_completions(PROBLEMS, backend(healthy.url), params, CompletionCache(cache_path), concurrency=4)
+        resumed = generate_completions(PROBLEMS, backend(healthy.url), params, CompletionCache(cache_path),
+                                       concurrency=4)  # fmt: skip
+    out = resumed.completions
+    assert resumed.failures == []
     assert len(healthy.requests) == 4 * 3 - 5
     assert asked(healthy).isdisjoint(done_first)
     assert sum(len(v) for v in out.values()) == 12
     with FakeServer() as idle:  # everything cached now: nothing is asked
         again = generate_completions(PROBLEMS, backend(idle.url), params, CompletionCache(cache_path))
-    assert idle.requests == [] and again == out
+    assert idle.requests == [] and again.completions == out
 
 
 def test_keyboard_interrupt_keeps_finished_samples(tmp_path):
@@ -151,13 +157,16 @@ def test_torn_last_line_is_ignored_and_file_doubles_as_samples_file(tmp_path):
 
 def test_client_errors_are_not_retried(tmp_path):
     with FakeServer(fail_after=0, status=400) as server:
-        with pytest.raises(GenerationError, match="HTTP 400"):
-            generate_completions(PROBLEMS[:1], backend(server.url), SamplingParams(), CompletionCache(tmp_path / "c"))
-    assert len(server.requests) == 1
+        result = generate_completions(
+            PROBLEMS[:1], backend(server.url), SamplingParams(), CompletionCache(tmp_path / "c")
+        )
+    assert len(server.requests) == 1 and [f.reason for f in result.failures] == ['HTTP 400: {"error": "overloaded"}']
     with FakeServer(fail_after=0, status=503) as server:
-        with pytest.raises(GenerationError):
-            generate_completions(PROBLEMS[:1], backend(server.url), SamplingParams(), CompletionCache(tmp_path / "d"))
+        result = generate_completions(
+            PROBLEMS[:1], backend(server.url), SamplingParams(), CompletionCache(tmp_path / "d")
+        )
     assert len(server.requests) == 2  # one retry
+    assert [f.reason for f in result.failures] == ['HTTP 503: {"error": "overloaded"} (after 2 attempts)']
 
 
 def tiny_local_model(folder: Path) -> Path:
@@ -191,7 +200,7 @@ def test_transformers_backend_samples_reproducibly(tmp_path):
     model = TransformersBackend(tiny_local_model(tmp_path / "tiny"))
     params = SamplingParams(n=2, temperature=1.0, top_p=1.0, max_tokens=6, seed=3)
     cache = CompletionCache(tmp_path / "c.jsonl")
-    first = generate_completions(PROBLEMS[:1], model, params, cache)["Prob001_zero"]
+    first = generate_completions(PROBLEMS[:1], model, params, cache).completions["Prob001_zero"]
     assert len(first) == 2 and all(isinstance(t, str) and t for t in first) and len(cache) == 2
     messages = build_messages(PROBLEMS[0])
     assert [model.complete(messages, params, i).text for i in range(2)] == first  # same seed, same text

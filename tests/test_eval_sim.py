@@ -120,3 +120,35 @@ def test_synthetic_problem_set_references_pass(tmp_path):
     problems = load_problems(corpus.eval_dir)
     report = evaluate_completions(problems, None, tmp_path / "out", workers=2)
     assert report.summary["pass_at_k"]["1"] == 1.0, [r for r in report.records if r["verdict"] != "."][:2]
+
+
+def test_reference_stopped_by_a_limit_is_not_cached(tmp_path):
+    """A reference that ran out of time once (a busy machine) is measured again by the next run into the same
+    --out, instead of leaving every sample of its problem judged B for good."""
+    folder = tmp_path / "set"
+    shutil.copytree(CHECKOUT / "dataset_spec-to-rtl", folder)
+    (folder / "Prob002_and2_ref.sv").write_text(  # ~0.5 s of CPU at time 0: over 0.2 s, well under 30 s
+        "module RefModule(input a, input b, output out);\n  integer i;\n"
+        "  initial for (i = 0; i < 2000000; i = i + 1) ;\n  assign out = a & b;\nendmodule\n"
+    )
+    problems = load_problems(folder, patterns=["Prob002_and2"])
+    right = {
+        "Prob002_and2": [fenced("module TopModule(input a, input b, output out);\n  assign out = a & b;\nendmodule")]
+    }
+    out, counts = tmp_path / "out", tmp_path / "out" / "reference_counts.json"
+    starved = evaluate_completions(problems, right, out, workers=1, limits=Limits(timeout_s=0.2))
+    assert starved.records[0]["verdict"] == "B" and "wall time budget" in starved.records[0]["detail"]
+    assert json.loads(counts.read_text()) == {}  # the limit outcome was not stored
+    again = evaluate_completions(problems, right, out, workers=1)
+    assert again.records[0]["verdict"] == "." and again.summary["references_passing"] == 1
+    assert [entry["samples"] for entry in json.loads(counts.read_text()).values()] == [107]
+
+
+def test_limit_outcomes_in_an_older_reference_cache_are_measured_again(tmp_path):
+    problems = load_problems(CHECKOUT, patterns=["Prob002_and2"])
+    counts = tmp_path / "reference_counts.json"
+    poisoned = {"strict": "T", "upstream": "T", "detail": "simulation: wall time budget exhausted",
+                "mismatches": None, "samples": None, "wall_s": 30.0, "log": "", "landlocked": True}  # fmt: skip
+    counts.write_text(json.dumps({evaluate_module._reference_key(problems[0]): poisoned}))  # as earlier versions wrote
+    measured = measure_references(problems, Limits(), 1, counts)["Prob002_and2"]
+    assert (measured.strict, measured.samples, measured.limit) == (".", 107, None)

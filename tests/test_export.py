@@ -17,7 +17,10 @@ from crosstune.export import export_run, read_peft_adapter, verify_manifest, wri
 from crosstune.export.merge import merge_lora_into_shards
 from crosstune.export.shards import from_float32, to_float32
 from crosstune.families import get_family
-from tests.export_helpers import hf_logits, peft_logits, random_adapter, reshard, torch_run
+from tests.export_helpers import assert_logits_close, hf_logits, peft_logits, random_adapter, reshard, torch_run
+
+# PEFT vs merged fp32 weights: measured <= 1.4e-5 x max|logit|; an adapter moves logits by > 1e-2 x.
+RELTOL = 5e-5
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +57,8 @@ def test_merged_export_equals_peft_and_keeps_base_files(g4_export, g4_run, tiny_
     base = hf_logits(tiny_gemma4_dir)
     got = hf_logits(merged)
     assert np.abs(base - want).max() > 0.1  # the adapter changes the model: the comparison means something
-    assert np.abs(got - want).max() <= 1e-5
-    assert np.abs(peft_logits(tiny_gemma4_dir, adapter) - got).max() <= 1e-5
+    assert_logits_close(got, want, rel=RELTOL)
+    assert_logits_close(peft_logits(tiny_gemma4_dir, adapter), got, rel=RELTOL)
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         assert (merged / name).read_bytes() == (tiny_gemma4_dir / name).read_bytes(), name
     assert verify_manifest(merged) == [] and verify_manifest(adapter) == []
@@ -179,7 +182,7 @@ def test_trained_torch_run_exports(tmp_path, synth_corpus_dir, tiny_gemma4_dir):
     made = export_run(run, "both", tmp_path / "out")
     assert json.loads((made["merged"] / "export_manifest.json").read_text())["source"]["step"] == 2
     merged = hf_logits(made["merged"])
-    assert np.abs(merged - peft_logits(tiny_gemma4_dir, run / "adapter")).max() <= 1e-5
-    assert np.abs(merged - peft_logits(tiny_gemma4_dir, made["adapter"])).max() <= 1e-5
+    assert_logits_close(merged, peft_logits(tiny_gemma4_dir, run / "adapter"), rel=RELTOL)
+    assert_logits_close(merged, peft_logits(tiny_gemma4_dir, made["adapter"]), rel=RELTOL)
     export_run(run, "adapter", tmp_path / "step1", step=1)
     assert json.loads((tmp_path / "step1" / "export_manifest.json").read_text())["source"]["step"] == 1

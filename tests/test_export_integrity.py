@@ -165,7 +165,7 @@ def test_jax_params_unconsumed_or_incomplete():
         qwix_to_lora({**ok, "layers.1.mlp.down_proj.kernel_lora_a": np.zeros((128, 4))}, spec, rank=4, alpha=8.0)
     kv = {
         "layers.5.attn.kv_einsum.w_lora_a": np.zeros((64, 4)),
-        "layers.5.attn.kv_einsum.w_lora_b": np.zeros((4, 2, 1, 32)),
+        "layers.5.attn.kv_einsum.w_lora_b": np.zeros((4, 2, 1, 64)),
     }
     with pytest.raises(ExportError, match=r"layers.5.attn.kv_einsum.w: gives a v LoRA, but layer 5 has no v"):
         qwix_to_lora(kv, spec, rank=4, alpha=8.0)  # a global k_eq_v layer has k_einsum, never kv_einsum

@@ -82,8 +82,8 @@ def test_flops_per_token_by_hand():
 def test_lora_params_skip_absent_v():
     tiny = get_family("gemma4").spec("tiny")
     r = 8
-    sliding = (64 + 64) + (32 + 64) + (32 + 64) + (64 + 64)  # q, k, v, o: (out + in) per target
-    global_ = (128 + 64) + (32 + 64) + (64 + 128)  # q, k, o (no v)
+    sliding = (128 + 64) + (64 + 64) + (64 + 64) + (64 + 128)  # q, k, v, o: (out + in) per target
+    global_ = (256 + 64) + (64 + 64) + (64 + 256)  # q, k, o (no v)
     mlp = 3 * (128 + 64)
     assert tiny.lora_params(r, ["q", "k", "v", "o", "gate", "up", "down"]) == r * (5 * sliding + global_ + 6 * mlp)
 

@@ -3,6 +3,11 @@
 import numpy as np
 import pytest
 
+from tests.export_helpers import assert_logits_close
+
+# JAX vs HF in fp32 (other op order): measured <= 4.8e-5 x max|logit|; a LoRA moves logits by > 1e-2 x.
+RELTOL = 2e-4
+
 pytest.importorskip("tunix")
 
 B, L = 2, 40  # longer than the tiny models' sliding window (32): both attention types are exercised
@@ -43,7 +48,7 @@ def test_tunix_logits_match_transformers(family, fsdp, tp, request):
     ref = _hf_logits(model_dir, tokens)
     got, replicated = _tunix_logits(family, model_dir, tokens, fsdp, tp)
     assert got.shape == ref.shape
-    assert np.abs(got - ref).max() <= 1e-4, f"max |Δlogits| {np.abs(got - ref).max():.2e}"
+    assert_logits_close(got, ref, rel=RELTOL)
     assert bool(replicated) == (tp > 1)
 
 
@@ -53,4 +58,4 @@ def test_gemma4_text_only_prefix_is_found(tiny_gemma4_dir):
 
     reader = CheckpointReader(tiny_gemma4_dir)
     assert reader.prefix == "model."
-    assert reader.get("layers.5.self_attn.k_proj.weight").shape == (32, 64)  # 1 global KV head × head_dim 32
+    assert reader.get("layers.5.self_attn.k_proj.weight").shape == (64, 64)  # 1 global KV head × head_dim 64

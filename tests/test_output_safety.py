@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from export_helpers import torch_run
 from jax_helpers import REPO
 
 from crosstune.export import ExportError, export_run
 from crosstune.recipe import load_recipe
+from tests.export_helpers import torch_run
 
 
 @pytest.fixture

@@ -82,17 +82,17 @@ def test_structure_matches_spec(family_dir):
 
 
 def test_gemma4_layer_peculiarities(tiny_gemma4_dir):
-    """Written out by hand: sliding layers head_dim 16 with 2 KV heads and v_proj; the global layer head_dim 32,
-    1 KV head, keys reused as values (no v_proj)."""
+    """Written out by hand: sliding layers head_dim 32 with 2 KV heads and v_proj; the global layer head_dim 64,
+    1 KV head, keys reused as values (no v_proj). 32 and 64 are head sizes vLLM's CPU attention accepts."""
     model = AutoModelForCausalLM.from_pretrained(tiny_gemma4_dir)
     sliding, glob = model.model.layers[0].self_attn, model.model.layers[5].self_attn
-    assert (sliding.head_dim, sliding.sliding_window) == (16, 32)
-    assert sliding.q_proj.weight.shape == (4 * 16, 64)
-    assert sliding.k_proj.weight.shape == sliding.v_proj.weight.shape == (2 * 16, 64)
-    assert (glob.head_dim, glob.sliding_window, glob.v_proj) == (32, None, None)
-    assert glob.q_proj.weight.shape == (4 * 32, 64)
-    assert glob.k_proj.weight.shape == (1 * 32, 64)
-    assert glob.o_proj.weight.shape == (64, 4 * 32)
+    assert (sliding.head_dim, sliding.sliding_window) == (32, 32)
+    assert sliding.q_proj.weight.shape == (4 * 32, 64)
+    assert sliding.k_proj.weight.shape == sliding.v_proj.weight.shape == (2 * 32, 64)
+    assert (glob.head_dim, glob.sliding_window, glob.v_proj) == (64, None, None)
+    assert glob.q_proj.weight.shape == (4 * 64, 64)
+    assert glob.k_proj.weight.shape == (1 * 64, 64)
+    assert glob.o_proj.weight.shape == (64, 4 * 64)
     assert model.config.final_logit_softcapping == 30.0
     keys = json.loads((tiny_gemma4_dir / "config.json").read_text())
     assert keys["num_global_key_value_heads"] == 1 and keys["attention_k_eq_v"] is True
@@ -102,10 +102,10 @@ def test_gemma3_layers_share_one_layout(tiny_gemma3_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_gemma3_dir)
     for layer in model.model.layers:
         attn = layer.self_attn
-        assert attn.head_dim == 16
-        assert attn.q_proj.weight.shape == (64, 64)
-        assert attn.k_proj.weight.shape == attn.v_proj.weight.shape == (32, 64)
-    assert model.config.query_pre_attn_scalar == 16
+        assert attn.head_dim == 32
+        assert attn.q_proj.weight.shape == (128, 64)
+        assert attn.k_proj.weight.shape == attn.v_proj.weight.shape == (64, 64)
+    assert model.config.query_pre_attn_scalar == 32
 
 
 def test_files_and_generation_config(family_dir):
@@ -198,7 +198,7 @@ def test_cli_tiny_builds_refuses_non_empty_out_and_forces(tmp_path, synth_corpus
     args = ["model", "tiny", "--family", "gemma3", "--out", str(out), "--corpus", str(synth_corpus_dir)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "288,512" in result.output and "sliding" in result.output and "model.safetensors" in result.output
+    assert "362,432" in result.output and "sliding" in result.output and "model.safetensors" in result.output
     assert (out / "model.safetensors").read_bytes() == (tiny_gemma3_dir / "model.safetensors").read_bytes()
 
     refused = runner.invoke(app, args)

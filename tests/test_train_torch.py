@@ -19,6 +19,10 @@ import torch
 
 from crosstune.recipe import load_recipe
 from crosstune.train.metrics import METRIC_DEFINITIONS, read_metrics
+from tests.export_helpers import assert_logits_close
+
+# PEFT vs merged fp32 weights: measured <= 1.4e-5 x max|logit|; an adapter moves logits by > 1e-2 x.
+RELTOL = 5e-5
 
 # One fixed tiny training set: 8 records (lenient: too-long ones are skipped) -> 6 rows of 512 tokens, 1 doc each.
 RECIPE = """\
@@ -106,15 +110,15 @@ def reference_runs(workspace):
 # --- training -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", ["gemma3", "gemma4"])
 def test_loss_decreases_and_run_dir_is_complete(reference_runs, family):
-    """Random tiny Gemmas tie embeddings of std 0.02, which bounds logits to about ±1.3 and the reachable loss to
-    about 5.6 nats from ln(1024) = 6.93: a 20 % drop is out of reach, so the margin is stated in nats."""
+    """A random tiny Gemma's logits are spread (embedding std 0.1), so it starts above the uniform ln(1024) = 6.93
+    (iid logits of std s give ln V + s²/2); a 20 % drop in 12 steps is out of reach, so the margin is in nats."""
     result = reference_runs[family]
     rows = read_metrics(result.run_dir)
     assert [r["step"] for r in rows] == list(range(1, 13)) and result.steps == 12
     assert set(rows[0]) == set(METRIC_DEFINITIONS)
     first = sum(r["loss"] for r in rows[:STEPS_PER_EPOCH]) / STEPS_PER_EPOCH
     last = sum(r["loss"] for r in rows[-STEPS_PER_EPOCH:]) / STEPS_PER_EPOCH
-    assert rows[0]["loss"] == pytest.approx(math.log(1024), abs=0.05)  # a random model starts near uniform
+    assert math.log(1024) < rows[0]["loss"] < math.log(1024) + 4  # random logits: above uniform, not wildly
     assert last <= first - LOSS_DROP, (first, last)
     assert result.final_loss == rows[-1]["loss"] == result.losses[-1]
     for r in rows:
@@ -310,7 +314,7 @@ def test_merged_model_equals_base_plus_adapter(reference_runs, tmp_path, family)
         with_adapter = PeftModel.from_pretrained(base, run / "adapter").eval()(input_ids=ids).logits
         merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()(input_ids=ids).logits
     assert (with_adapter - base_logits).abs().max() > 1e-3  # the adapter changes the model
-    assert (merged - with_adapter).abs().max() <= 1e-5
+    assert_logits_close(merged.numpy(), with_adapter.numpy(), rel=RELTOL)
 
 
 # --- configuration ------------------------------------------------------------------------------------------------

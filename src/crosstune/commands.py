@@ -6,6 +6,7 @@ import typer
 
 
 def register_all(app: typer.Typer) -> None:
+    from crosstune.compare.cli import register as register_compare
     from crosstune.data.cli import data_app
     from crosstune.demo import register as register_demo
     from crosstune.doctor import register as register_doctor
@@ -24,6 +25,7 @@ def register_all(app: typer.Typer) -> None:
     register_demo(app)
     register_train(app)
     register_plan(app)
+    register_compare(app)
     app.add_typer(data_app, name="data")
     app.add_typer(recipe_app, name="recipe")
     app.add_typer(model_app, name="model")

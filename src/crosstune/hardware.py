@@ -1,6 +1,8 @@
-"""Accelerator catalog: bf16 peaks (MFU), HBM (planner) and on-demand prices (cost model).
+"""Accelerator catalog: bf16 peaks (MFU), HBM (planner) and prices (cost model) — the one table all three use.
 
-Prices are third-party on-demand list prices (2025-26); recipes can override them under `cost:`.
+Prices are $/chip-hour, each with its source and date. Only the prices the project has a source for are filled in;
+the rest are None and the cost model says so. Override them from a recipe's `cost.price_per_hour` (its own hardware)
+or a prices YAML (`crosstune cost --prices FILE`, crosstune.compare.prices) for committed-use rates or other clouds.
 """
 
 from __future__ import annotations
@@ -15,19 +17,29 @@ class Chip:
     peak_bf16_tflops: float | None  # dense, per chip; None where MFU means nothing (CPU)
     hbm_gb: float | None
     hbm_bandwidth_gbs: float | None
-    price_per_chip_hour: float | None
+    price_per_chip_hour: float | None  # on-demand
+    spot_price_per_chip_hour: float | None = None
+    price_source: str = ""
+    price_date: str = ""  # when the source listed the price
 
+
+# Sources as noted per chip (the seed's $16.80/h for v5p-8 and $22.12/h for 2×H100 are 4 × 4.20
+# and 2 × 11.06). No spot price has a source yet: None, not a guess.
+_THIRD_PARTY = "third-party on-demand list price pages (verify before publishing)"
+_H100_SOURCE = "GCP a3-highgpu-8g on-demand ≈ $88.49/h ÷ 8 GPUs (third-party listing; verify before publishing)"
+_NO_PRICE = "no sourced price: give one with --prices FILE or the recipe's cost.price_per_hour"
 
 CHIPS: dict[str, Chip] = {
     c.name: c
     for c in (
-        Chip("tpu-v5p", "tpu", 459.0, 95.0, 2765.0, 4.20),
-        Chip("tpu-v6e", "tpu", 918.0, 32.0, 1638.0, 2.70),
-        Chip("tpu-v5e", "tpu", 197.0, 16.0, 819.0, None),
-        Chip("h100", "gpu", 989.0, 80.0, 3350.0, 11.06),  # SXM; 1979 is the sparse figure
-        Chip("h200", "gpu", 989.0, 141.0, 4800.0, None),
-        Chip("a100", "gpu", 312.0, 80.0, 2000.0, None),
-        Chip("cpu", "cpu", None, None, None, None),
+        Chip("tpu-v5p", "tpu", 459.0, 95.0, 2765.0, 4.20, None, _THIRD_PARTY, "2025-26"),
+        # one page lists v6e at 1.375; 2.70 is the figure most pages give
+        Chip("tpu-v6e", "tpu", 918.0, 32.0, 1638.0, 2.70, None, _THIRD_PARTY, "2025-26"),
+        Chip("tpu-v5e", "tpu", 197.0, 16.0, 819.0, None, None, _NO_PRICE),
+        Chip("h100", "gpu", 989.0, 80.0, 3350.0, 11.06, None, _H100_SOURCE, "2025-26"),  # SXM; 1979 is sparse
+        Chip("h200", "gpu", 989.0, 141.0, 4800.0, None, None, _NO_PRICE),
+        Chip("a100", "gpu", 312.0, 80.0, 2000.0, None, None, _NO_PRICE),
+        Chip("cpu", "cpu", None, None, None, None, None, _NO_PRICE),
     )
 }
 
@@ -44,6 +56,11 @@ class HardwareTarget:
     @property
     def price_per_hour(self) -> float | None:
         p = self.chip.price_per_chip_hour
+        return None if p is None else p * self.devices
+
+    @property
+    def spot_price_per_hour(self) -> float | None:
+        p = self.chip.spot_price_per_chip_hour
         return None if p is None else p * self.devices
 
     @property

@@ -11,6 +11,13 @@ Reasoning markup rules (assistant text only; every rule that fires is counted by
 - `multiple_answer`: several blocks: the answer is the last block's content (CodeV-R1 evaluates the last one).
 - `unbalanced_answer`: an `<answer>` or `</answer>` without its partner is dropped.
 A record whose answer is empty after these rules is a bad record (`empty_answer`), whatever the policy.
+
+Reasoning policies (`data.reasoning`); each row is then the served prompt followed by what the model writes
+(encode.py), so a policy picks the serving mode it trains for:
+- `strip`: the answer only, thinking off (a template such as Gemma 4 31B's serves an empty thought block first).
+- `native`: the final answer's reasoning in the template's thought channel, with thinking on (`enable_thinking`);
+  a record without reasoning is trained as under `strip`.
+- `keep_inline`: the assistant text verbatim (reasoning markup included), thinking off.
 """
 
 from __future__ import annotations

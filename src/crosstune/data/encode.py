@@ -1,23 +1,38 @@
-"""Render conversations with the tokenizer's chat template, tokenize once, and mark the assistant tokens.
+"""Render conversations with the tokenizer's chat template, tokenize, and mark the assistant tokens.
 
-The loss mask comes from character spans, not from re-tokenizing pieces: the assistant part of message i starts
-where the rendering of messages[:i] with the generation prompt ends (that prefix must be a prefix of the whole
-rendering) and ends just after the first end-of-turn token that follows, which is the stop token the model must
-learn. Boundary rule: a token is a target iff its character range overlaps an assistant span by at least one
-character, so a token straddling a span edge is trained on (counted as `straddling_tokens`; with Gemma's
-templates spans start after a newline and end at a special token, where byte-level BPE never straddles).
+What is trained is what is served: a row is the final assistant message's prompt exactly as a server renders it
+(`apply_chat_template(messages[:i], add_generation_prompt=True)`) followed by that message's completion, and the
+prompt part is tokenized on its own, so its tokens are the served prompt's tokens by construction.
+The completion is found without assuming the template is prefix-stable: rendering messages[:i] and messages[:i+1]
+(no generation prompt) gives the assistant turn as the template writes it in a conversation; it must open with the
+family's turn header (`<|turn>model\n`, `<start_of_turn>model\n`) and ends at the first end-of-turn marker. The
+generation prompt also opens with that header; whatever it adds after it (Gemma 4 31B with thinking off: an empty
+thought block, `<|channel>thought\n<channel|>`) is prompt. If the turn's body starts with that addition, the rest
+is the completion (prefix-stable templates); otherwise the whole body is (the server prefills what the
+conversation rendering lacks, and the model writes the body after it). Text after the marker ("\n") is kept,
+untrained, as the template writes it.
+Earlier assistant messages are trained too where their own served prompt and completion are a prefix of the row;
+where the template renders the history differently from a served prompt (the 31B empty thought block again), they
+stay untrained context, counted as `untrained_turns`.
+Boundary rule: a token is a target iff its character range overlaps an assistant span by at least one character;
+pieces are tokenized separately at each span start, so only a span's end could be straddled (counted as
+`straddling_tokens`; Gemma's spans end at the end-of-turn special token, where no token straddles).
 Convention: mask[t] = 1 means token t is a prediction target (predicted from the tokens before it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
 from crosstune.data.conversation import Conversation
 from crosstune.data.errors import DataError, Ledger
 from crosstune.data.sources import LENIENT_HINT
+from crosstune.families.base import ChatFormat
+
+Rendered = tuple[str, list[tuple[int, int]]]  # (row text, assistant character spans); ("", []) for a bad record
 
 
 @dataclass
@@ -27,65 +42,106 @@ class Encoded:
     mask: np.ndarray  # uint8 [T]
     straddling: int  # target tokens that reach outside their assistant span
     malformed: list[str]
+    untrained_turns: int  # earlier assistant messages kept as context only (see the module docstring)
+
+
+@dataclass(frozen=True)
+class _Turn:
+    prompt: str  # the served prompt: messages[:i] with the generation prompt
+    completion: str  # what the model writes after it, through the end-of-turn marker
+    tail: str  # what the template writes after the marker
 
 
 class ChatEncoder:
     """Turns conversations into (token ids, loss mask) with one tokenizer and its chat template."""
 
-    def __init__(self, tokenizer, turn_end: str):
+    def __init__(self, tokenizer, chat: ChatFormat):
         if not getattr(tokenizer, "chat_template", None):
             raise DataError("model.path", "the tokenizer has no chat template: prepared data needs the family's")
-        if len(tokenizer.encode(turn_end, add_special_tokens=False)) != 1:
-            raise DataError("model.path", f"the end-of-turn marker {turn_end!r} is not one token of this tokenizer")
-        self.tokenizer, self.turn_end = tokenizer, turn_end
+        if len(tokenizer.encode(chat.turn_end, add_special_tokens=False)) != 1:
+            reason = f"the end-of-turn marker {chat.turn_end!r} is not one token of this tokenizer"
+            raise DataError("model.path", reason)
+        self.tokenizer, self.turn_end = tokenizer, chat.turn_end
+        self.header = f"{chat.turn_start}{chat.roles['assistant']}\n"  # how the template opens an assistant turn
         self.backend = tokenizer.backend_tokenizer  # the Rust tokenizer: batch encoding with offsets, no wrappers
 
     def encode(self, conversations: list[Conversation], ledger: Ledger) -> list[Encoded]:
         """Encode a batch; conversations the template rejects go to the ledger and are left out."""
-        rendered = self.render(conversations, ledger)
-        kept = [(conv, text, spans) for conv, (text, spans) in zip(conversations, rendered, strict=True) if text]
-        encodings = self.backend.encode_batch([text for _, text, _ in kept], add_special_tokens=False)
+        rendered = self._render(conversations, ledger)
+        kept = [(k, text, spans) for k, ((text, spans), _) in enumerate(rendered) if text]
+        pieces = [piece for _, text, spans in kept for piece in _split_at_span_starts(text, spans)]
+        encodings = iter(self.backend.encode_batch(pieces, add_special_tokens=False))
         out = []
-        for (conv, text, spans), enc in zip(kept, encodings, strict=True):
-            mask, straddling = encoding_mask(enc, spans, len(text))
-            out.append(Encoded(conv.where, np.asarray(enc.ids, dtype=np.int32), mask, straddling, conv.malformed))
+        for k, text, spans in kept:
+            ids, masks, straddling = [], [], 0
+            starts = [0] + [a for a, _ in spans]
+            for n, piece in enumerate(_split_at_span_starts(text, spans)):
+                enc = next(encodings)
+                own = [(0, spans[n - 1][1] - starts[n])] if n else []  # piece n > 0 opens with span n - 1
+                mask, cut = encoding_mask(enc, own, len(piece))
+                ids.append(np.asarray(enc.ids, dtype=np.int32))
+                masks.append(mask)
+                straddling += cut
+            conv, untrained = conversations[k], rendered[k][1]
+            out.append(
+                Encoded(conv.where, np.concatenate(ids), np.concatenate(masks), straddling, conv.malformed, untrained)
+            )
         return out
 
-    def render(self, conversations: list[Conversation], ledger: Ledger) -> list[tuple[str, list[tuple[int, int]]]]:
-        """(rendered text, assistant character spans) per conversation; ("", []) where the record is bad."""
-        fulls = self._render_all([(c.messages, c.template_kwargs, False) for c in conversations])
-        jobs, owners = [], []
+    def render(self, conversations: list[Conversation], ledger: Ledger) -> list[Rendered]:
+        """(row text, assistant character spans) per conversation; ("", []) where the record is bad."""
+        return [rendered for rendered, _ in self._render(conversations, ledger)]
+
+    def _render(self, conversations: list[Conversation], ledger: Ledger) -> list[tuple[Rendered, int]]:
+        """`render`, with the number of untrained earlier assistant messages of each conversation."""
+        jobs: dict[tuple[int, int, bool], int] = {}  # (conversation, messages rendered, generation prompt) -> job
         for k, conv in enumerate(conversations):
             for i, msg in enumerate(conv.messages):
                 if msg["role"] == "assistant":
-                    jobs.append((conv.messages[:i], conv.template_kwargs, True))
-                    owners.append((k, i))
-        prefixes = self._render_all(jobs)
-        spans: list[list[tuple[int, int]]] = [[] for _ in conversations]
-        problems: dict[int, str] = {k: f"the chat template rejected it: {f}" for k, f in enumerate(fulls) if _failed(f)}
-        for (k, i), prefix in zip(owners, prefixes, strict=True):
-            if k in problems:
-                continue
-            full = fulls[k]
-            if _failed(prefix):
-                problems[k] = f"the chat template rejected messages[:{i}]: {prefix}"
-            elif not full.startswith(prefix) or (spans[k] and len(prefix) < spans[k][-1][1]):
-                problems[k] = (
-                    f"messages[:{i}] rendered with the generation prompt is not a prefix of the whole conversation, "
-                    f"so assistant message {i} cannot be located (the chat template is not prefix-stable)"
-                )
-            elif (end := full.find(self.turn_end, len(prefix))) < 0:
-                problems[k] = f"no {self.turn_end!r} after assistant message {i} in the rendered text"
-            else:
-                spans[k].append((len(prefix), end + len(self.turn_end)))
-        out = []
+                    for key in ((k, i, False), (k, i, True), (k, i + 1, False)):
+                        jobs.setdefault(key, len(jobs))
+        texts = self._render_all(
+            [(conversations[k].messages[:n], conversations[k].template_kwargs, gen) for k, n, gen in jobs]
+        )
+        out: list[tuple[Rendered, int]] = []
         for k, conv in enumerate(conversations):
-            if k in problems:
-                ledger.bad(conv.where, "template", problems[k], hint=LENIENT_HINT)
-                out.append(("", []))
-            else:
-                out.append((fulls[k], spans[k]))
+            try:
+                turns = [
+                    self._turn(i, *(texts[jobs[key]] for key in ((k, i, False), (k, i, True), (k, i + 1, False))))
+                    for i, msg in enumerate(conv.messages)
+                    if msg["role"] == "assistant"
+                ]
+            except _TemplateProblem as problem:
+                ledger.bad(conv.where, "template", str(problem), hint=LENIENT_HINT)
+                out.append((("", []), 0))
+                continue
+            row, spans = _row(turns)
+            out.append(((row, spans), len(turns) - len(spans)))
         return out
+
+    def _turn(self, i: int, history: str | Exception, prompt: str | Exception, conversation: str | Exception) -> _Turn:
+        """Assistant message i: its served prompt, and its completion as the template renders it in a conversation."""
+        for text, n in ((conversation, i + 1), (history, i), (prompt, i)):
+            if isinstance(text, Exception):
+                raise _TemplateProblem(f"the chat template rejected messages[:{n}]: {text}")
+        if not conversation.startswith(history) or not prompt.startswith(history):
+            raise _TemplateProblem(
+                f"messages[:{i}] renders differently once assistant message {i} or the generation prompt follows, "
+                f"so assistant message {i} cannot be located"
+            )
+        turn, generation = conversation[len(history) :], prompt[len(history) :]
+        if not (turn.startswith(self.header) and generation.startswith(self.header)):
+            raise _TemplateProblem(
+                f"assistant message {i} or its generation prompt does not open with {self.header!r} "
+                "(a chat template of another model family?)"
+            )
+        end = turn.find(self.turn_end, len(self.header))
+        if end < 0:
+            raise _TemplateProblem(f"no {self.turn_end!r} after assistant message {i} in the rendered text")
+        end += len(self.turn_end)
+        body, prefill = turn[len(self.header) : end], generation[len(self.header) :]
+        completion = body[len(prefill) :] if body.startswith(prefill) else body
+        return _Turn(prompt, completion, turn[end:])
 
     def _render_all(self, jobs: list[tuple[list[dict], dict, bool]]) -> list[str | Exception]:
         """Render many conversations, batched per template-argument set; a failure is returned, not raised."""
@@ -115,8 +171,27 @@ class ChatEncoder:
         return list(texts)
 
 
-def _failed(value: str | Exception) -> bool:
-    return isinstance(value, Exception)
+class _TemplateProblem(Exception):
+    pass
+
+
+def _row(turns: list[_Turn]) -> Rendered:
+    """The final turn's served prompt + completion + tail; an earlier turn is a span where its own served prompt
+    and completion are a prefix of that row (always, with prefix-stable templates)."""
+    last = turns[-1]
+    row, end = last.prompt + last.completion + last.tail, len(last.prompt)
+    spans: list[tuple[int, int]] = []
+    for t in turns[:-1]:
+        a, b = len(t.prompt), len(t.prompt) + len(t.completion)
+        if row.startswith(t.prompt + t.completion) and (spans[-1][1] if spans else 0) <= a and b <= end:
+            spans.append((a, b))
+    return row, [*spans, (end, end + len(last.completion))]
+
+
+def _split_at_span_starts(text: str, spans: list[tuple[int, int]]) -> list[str]:
+    """The row cut where each span starts; the first piece is the first trained turn's served prompt."""
+    cuts = [0, *(a for a, _ in spans), len(text)]
+    return [text[a:b] for a, b in pairwise(cuts)]
 
 
 def encoding_mask(enc, spans: list[tuple[int, int]], text_len: int) -> tuple[np.ndarray, int]:

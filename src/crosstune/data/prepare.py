@@ -15,6 +15,7 @@ from crosstune.data.packing import build_rows, fit_length
 from crosstune.data.prepared import (
     FORMAT_VERSION,
     PreparedDataset,
+    chat_template_hash,
     data_hash,
     data_settings,
     load_prepared,
@@ -82,7 +83,7 @@ def _prepare_locked(recipe, dest, tokenizer, lenient, force, progress) -> Prepar
     control = [*tokenizer.all_special_tokens, chat.bos, chat.turn_start, chat.turn_end, *chat.extra_special]
     control += [t for t in (chat.thought_start, chat.thought_end) if t]
     builder = ConversationBuilder(recipe.data, tuple(dict.fromkeys(control)), bool(chat.thought_start))
-    encoder = ChatEncoder(tokenizer, chat.turn_end)
+    encoder = ChatEncoder(tokenizer, chat)
 
     splits, all_stats = {}, {}
     for split in dict.fromkeys(["train", *(s.split for s in recipe.data.sources)]):
@@ -105,6 +106,7 @@ def _prepare_locked(recipe, dest, tokenizer, lenient, force, progress) -> Prepar
         "family": family.name,
         "data_hash": data_hash(settings),
         "tokenizer_hash": tok_hash,
+        "chat_template_sha256": chat_template_hash(tokenizer),  # what serving must render prompts with
         "data_settings": settings,
         "max_seq_len": recipe.data.max_seq_len,
         "packing": recipe.data.packing,
@@ -129,7 +131,7 @@ def _encode_split(split, convs, encoder, ledger, recipe, tokenizer, progress):
     data = recipe.data
     docs, truncated, wheres, lengths = [], [], [], []
     malformed: Counter = Counter()
-    straddling = cut = 0
+    straddling = cut = untrained = 0
     for lo in range(0, len(convs), ENCODE_BATCH):
         for enc in encoder.encode(convs[lo : lo + ENCODE_BATCH], ledger):
             lengths.append(len(enc.ids))
@@ -153,11 +155,17 @@ def _encode_split(split, convs, encoder, ledger, recipe, tokenizer, progress):
             wheres.append(enc.where)
             cut += len(enc.ids) - len(ids)
             straddling += enc.straddling
+            untrained += enc.untrained_turns
             malformed.update(enc.malformed)
         if progress:
             progress(split, min(lo + ENCODE_BATCH, len(convs)), len(convs))
     rows = build_rows(docs, truncated, data.max_seq_len, data.packing, int(tokenizer.pad_token_id))
-    figures = {"malformed": malformed, "straddling": straddling, "truncated_tokens_cut": cut}
+    figures = {
+        "malformed": malformed,
+        "straddling": straddling,
+        "truncated_tokens_cut": cut,
+        "untrained_turns": untrained,
+    }
     return rows, wheres, np.asarray(lengths, dtype=np.int32), figures
 
 

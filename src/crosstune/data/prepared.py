@@ -1,7 +1,8 @@
 """The prepared dataset on disk: row shards as .npy (memory-mapped on read), a document table and a manifest.
 
 Layout of a prepared directory:
-    manifest.json                       format version, hashes, counts, max_seq_len, dtypes
+    manifest.json                       format version, hashes (chat_template_sha256: the template rows were
+                                        rendered with), counts, max_seq_len, dtypes
     stats.json, lengths.png             what `crosstune data stats` shows
     <split>/<shard>.<field>.npy         rows [R, max_seq_len]: input_ids int32, loss_mask uint8 (1 = target),
                                         segment_ids int32 (1..k per row, 0 = padding), positions int32
@@ -58,6 +59,13 @@ def tokenizer_hash(tokenizer) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
+def chat_template_hash(tokenizer) -> str:
+    """sha256 of the chat template text alone (UTF-8); named templates (a dict) hash as sorted JSON."""
+    template = tokenizer.chat_template or ""
+    text = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def data_settings(recipe: Recipe) -> dict:
     """Everything that decides the prepared tokens besides the tokenizer (what the data hash covers)."""
     data = {k: v for k, v in recipe.data.model_dump(mode="json").items() if k not in NOT_HASHED}
@@ -84,6 +92,8 @@ def staleness(manifest: dict, settings: dict, tok_hash: str) -> list[str]:
         reasons.append("the source files changed (paths, sizes or modification times)")
     if manifest.get("tokenizer_hash") != tok_hash:
         reasons.append("the tokenizer or its chat template changed")
+    if "chat_template_sha256" not in manifest:
+        reasons.append("it records no chat_template_sha256 (prepared by an older crosstune)")
     if not reasons and manifest.get("data_hash") != data_hash(settings):
         reasons.append("the data settings hash differs")
     return reasons
@@ -222,6 +232,11 @@ class PreparedDataset:
     @property
     def pad_id(self) -> int:
         return int(self.manifest["pad_id"])
+
+    @property
+    def chat_template_sha256(self) -> str:
+        """sha256 of the chat template every prompt was rendered with (`chat_template_hash`)."""
+        return str(self.manifest["chat_template_sha256"])
 
     def split(self, name: str = "train") -> PreparedSplit:
         if name not in self.manifest["splits"]:

@@ -24,6 +24,7 @@ def split_stats(
     blank_lines: int,
     straddling: int,
     truncated_tokens_cut: int,
+    untrained_turns: int,
 ) -> dict:
     """The figures of one split (JSON-ready). `raw_lengths`: token length of every tokenized record before the
     length policy, so the histogram shows what max_seq_len cut or dropped."""
@@ -49,6 +50,7 @@ def split_stats(
         "target_tokens": targets,
         "trained_fraction": _ratio(targets, tokens),
         "straddling_tokens": straddling,
+        "untrained_turns": untrained_turns,  # earlier assistant turns the template never serves as rendered
         "rows": int(n_rows),
         "row_length": int(row_len),
         "packing_efficiency": _ratio(tokens, n_rows * row_len),
@@ -87,6 +89,8 @@ def stats_table(stats: dict, title: str = "Prepared data") -> Table:
     row("truncated (tokens cut)", lambda s: f"{s['truncated']:,} ({s['truncated_tokens_cut']:,})")
     row("tokens", lambda s: f"{s['tokens']:,}")
     row("trained tokens", lambda s: f"{s['target_tokens']:,} ({s['trained_fraction']:.1%})")
+    if any(s.get("untrained_turns") for s in splits.values()):  # only a non-prefix-stable template leaves some
+        row("  untrained earlier assistant turns", lambda s: f"{s.get('untrained_turns', 0):,}")
     row("rows × length", lambda s: f"{s['rows']:,} × {s['row_length']}")
     row("packing efficiency (non-pad)", lambda s: f"{s['packing_efficiency']:.1%}")
     row("  vs one record per row", lambda s: f"{s['padding_efficiency']:.1%}")

@@ -2,9 +2,16 @@
 sandboxed simulation, strict and upstream-compatible verdicts, pass@k. `crosstune eval` drives it."""
 
 from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file
+from crosstune.evals.endpoint import EndpointBackend, EndpointUnreachable, Timeouts
 from crosstune.evals.evaluate import EvalReport, evaluate_completions, measure_references
 from crosstune.evals.extract import Extraction, extract_code
-from crosstune.evals.generate import EndpointBackend, GenerationError, TransformersBackend, generate_completions
+from crosstune.evals.generate import (
+    Generation,
+    GenerationError,
+    SampleFailure,
+    TransformersBackend,
+    generate_completions,
+)
 from crosstune.evals.problems import Problem, ProblemSetError, load_problems
 from crosstune.evals.prompts import build_messages
 from crosstune.evals.sandbox import Limits
@@ -16,14 +23,18 @@ __all__ = [
     "CATEGORIES",
     "CompletionCache",
     "EndpointBackend",
+    "EndpointUnreachable",
     "EvalReport",
     "Extraction",
+    "Generation",
     "GenerationError",
     "Limits",
     "Outcome",
     "Problem",
     "ProblemSetError",
+    "SampleFailure",
     "SamplingParams",
+    "Timeouts",
     "TransformersBackend",
     "build_messages",
     "evaluate_completions",

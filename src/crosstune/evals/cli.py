@@ -16,7 +16,10 @@ EVAL_HELP = (
     "vLLM), --hf-model (a local transformers model), --samples-file (existing completions) or "
     "--references-only (a self-check of the problem set).\n\n"
     "Every sample runs sandboxed (docs/EVAL_SANDBOX.md). Completions are cached in OUT/completions.jsonl, "
-    "so an interrupted run resumes without asking the model again.\n\n"
+    "so an interrupted run (Ctrl-C) resumes without asking the model again. Before sending anything the "
+    "endpoint is probed (GET /v1/models), so a dead server fails in seconds; every request has a deadline "
+    "(--request-timeout). A sample that still fails is recorded with its reason, the report covers the "
+    "completed samples, and the exit status is 3 (rerun to retry only those samples).\n\n"
     "Example: crosstune eval --problems ~/verilog-eval --endpoint http://localhost:8000 --model gemma "
     "--n 5 --k 1,5 --temperature 0.8 --out runs/eval"
 )
@@ -38,7 +41,7 @@ def _parse_ks(text: str) -> list[int]:
 
 def eval_command(
     recipe: Path = typer.Argument(None, help="Optional recipe: its eval section (problems, samples, k, "
-                                  "temperature, top_p, max_tokens, prompt_style) gives the defaults."),
+                                  "temperature, top_p, max_tokens, prompt_style, timeouts) gives the defaults."),
     problems: Path = typer.Option(None, "--problems", help="VerilogEval v2 checkout, one of its dataset_* "
                                   "folders, or any folder holding problems.txt (e.g. a synthetic set)."),
     out: Path = typer.Option(..., "--out", help="Output folder: summary.json, summary.md, samples.jsonl, "
@@ -73,13 +76,26 @@ def eval_command(
                                              "VerilogEval v2's own rules (fooled by known fake passes) to "
                                              "compare with published numbers; default is the strict rule."),
     workers: int = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: usable CPUs)."),
-    timeout: float = typer.Option(30.0, "--timeout", min=1.0, help="Wall-clock seconds per sample (all steps)."),
+    timeout: float = typer.Option(30.0, "--timeout", min=1.0, help="Wall-clock seconds to judge one sample (all "
+                                 "simulation steps)."),
+    connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.01, help="Seconds to connect to "
+                                          "--endpoint (also bounds the probe) [default: recipe, else 10]."),
+    read_timeout: float = typer.Option(None, "--read-timeout", min=0.01, help="Longest silence from --endpoint, "
+                                       "in seconds (bounds one non-streamed generation) [default: recipe, else 600]."),
+    request_timeout: float = typer.Option(None, "--request-timeout", min=0.01, help="Deadline of one request in "
+                                          "seconds, however slowly the server sends [default: recipe, else 1800]."),
+    retries: int = typer.Option(5, "--retries", min=0, help="Extra attempts per sample after a connection error, "
+                                "a cut response, HTTP 429 or 5xx (backoff from 2 s, doubling); timeouts are not "
+                                "retried."),
     memory_mib: int = typer.Option(2048, "--memory-mib", min=64, help="Address-space limit per process (MiB)."),
 ) -> None:  # fmt: skip
     """Evaluate Verilog generation on VerilogEval v2 with iverilog (see EVAL_HELP)."""
-    from crosstune.evals.runner import run_eval
+    from crosstune.evals.endpoint import Timeouts
+    from crosstune.evals.runner import PARTIAL_EXIT_CODE, run_eval
 
-    fallback = {"n": 1, "k": "1", "temperature": 0.0, "top_p": 0.95, "max_tokens": 1024, "prompt_style": "verilogeval"}
+    fallback = {"n": 1, "k": "1", "temperature": 0.0, "top_p": 0.95, "max_tokens": 1024, "prompt_style": "verilogeval",
+                "connect_timeout": Timeouts.connect_s, "read_timeout": Timeouts.read_s,
+                "request_timeout": Timeouts.request_s}  # fmt: skip
     if recipe is not None:
         problems, fallback = _recipe_defaults(recipe, problems, fallback)
     if problems is None:
@@ -90,6 +106,11 @@ def eval_command(
     top_p = fallback["top_p"] if top_p is None else top_p
     max_tokens = fallback["max_tokens"] if max_tokens is None else max_tokens
     prompt_style = fallback["prompt_style"] if prompt_style is None else prompt_style
+    timeouts = Timeouts(
+        connect_s=fallback["connect_timeout"] if connect_timeout is None else connect_timeout,
+        read_s=fallback["read_timeout"] if read_timeout is None else read_timeout,
+        request_s=fallback["request_timeout"] if request_timeout is None else request_timeout,
+    )
     sources = [endpoint is not None, hf_model is not None, samples_file is not None, references_only]
     if sum(sources) != 1:
         raise typer.BadParameter("give exactly one of --endpoint, --hf-model, --samples-file, --references-only")
@@ -100,7 +121,7 @@ def eval_command(
         n, ks = 1, [1]
     if max(ks) > n and samples_file is None:
         raise typer.BadParameter(f"--k {max(ks)} needs --n >= {max(ks)}")
-    run_eval(
+    report = run_eval(
         problems_path=problems,
         out=out,
         task=task,
@@ -124,7 +145,11 @@ def eval_command(
         workers=workers,
         timeout=timeout,
         memory_mib=memory_mib,
+        request_timeouts=timeouts,
+        retries=retries,
     )
+    if report.summary.get("generation", {}).get("failed"):
+        raise typer.Exit(PARTIAL_EXIT_CODE)
 
 
 def _recipe_defaults(recipe_file: Path, problems: Path | None, fallback: dict) -> tuple[Path | None, dict]:
@@ -144,5 +169,8 @@ def _recipe_defaults(recipe_file: Path, problems: Path | None, fallback: dict) -
         "top_p": ev.top_p,
         "max_tokens": ev.max_tokens,
         "prompt_style": ev.prompt_style,
+        "connect_timeout": ev.connect_timeout_s,
+        "read_timeout": ev.read_timeout_s,
+        "request_timeout": ev.request_timeout_s,
     }
     return (problems or resolve_path(recipe, ev.problems)), {**fallback, **defaults}

@@ -68,6 +68,28 @@ def _run_parallel(
     return [r for r in results if r is not None]
 
 
+def _is_limit_outcome(outcome: dict) -> bool:
+    """A run stopped by a resource bound (wall time, CPU, memory, file or output size): it says how busy the
+    machine was, not what the reference does, so it is never cached. Older caches lack `limit`: their limit
+    outcomes are the T/L verdicts without a simulated sample count."""
+    if outcome.get("limit"):
+        return True
+    return "limit" not in outcome and outcome.get("strict") in ("T", "L") and outcome.get("samples") is None
+
+
+def _load_reference_cache(counts_file: Path | None) -> dict[str, dict]:
+    """Cached reference outcomes, without limit outcomes; an unreadable file is a cache miss, not an error."""
+    if counts_file is None or not counts_file.exists():
+        return {}
+    try:
+        cached = json.loads(counts_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(cached, dict):
+        return {}
+    return {key: value for key, value in cached.items() if isinstance(value, dict) and not _is_limit_outcome(value)}
+
+
 def measure_references(
     problems: Sequence[Problem],
     limits: Limits,
@@ -78,11 +100,12 @@ def measure_references(
 ) -> dict[str, Outcome]:
     """Each problem's reference judged as the design; `.samples` is its N when `.strict` is a pass.
 
-    Outcomes are cached in `counts_file` (JSON keyed by a hash of ref, testbench and iverilog version).
+    Outcomes are cached in `counts_file` (JSON keyed by a hash of ref, testbench and iverilog version), except
+    those stopped by a resource limit: the next run measures those again.
     """
     for problem in problems:  # a testbench without the result line fails here, naming its file
         instrument_testbench(problem.test, "0", where=str(problem.folder / f"{problem.name}_test.sv"))
-    cached = json.loads(counts_file.read_text()) if counts_file and counts_file.exists() else {}
+    cached = _load_reference_cache(counts_file)
     todo = [p for p in problems if _reference_key(p) not in cached]
     jobs = [(reference_as_design(p.ref), p.test, p.ref, None) for p in todo]
     total = len(problems)
@@ -92,12 +115,14 @@ def measure_references(
             on_progress("references", total - len(todo) + done, total)
 
     tick(0)
-    for problem, outcome in zip(todo, _run_parallel(jobs, limits, workers, workroot, tick), strict=True):
-        cached[_reference_key(problem)] = outcome.to_dict()
+    fresh = {_reference_key(p): o.to_dict() for p, o in zip(todo, _run_parallel(jobs, limits, workers, workroot,
+                                                                                  tick), strict=True)}  # fmt: skip
     if counts_file:
+        keep = {**cached, **{key: value for key, value in fresh.items() if not _is_limit_outcome(value)}}
         counts_file.parent.mkdir(parents=True, exist_ok=True)
-        counts_file.write_text(json.dumps(cached, indent=1) + "\n")
-    return {p.name: Outcome(**cached[_reference_key(p)]) for p in problems}
+        counts_file.write_text(json.dumps(keep, indent=1) + "\n")
+    outcomes = {**cached, **fresh}
+    return {p.name: Outcome(**outcomes[_reference_key(p)]) for p in problems}
 
 
 def _broken(reference: Outcome) -> Outcome:
@@ -106,7 +131,7 @@ def _broken(reference: Outcome) -> Outcome:
 
 def evaluate_completions(
     problems: Sequence[Problem],
-    completions: Mapping[str, Sequence[str]] | None,
+    completions: Mapping[str, Sequence[str | None]] | None,
     out_dir: Path,
     ks: Sequence[int] = (1,),
     upstream_compatible: bool = False,
@@ -115,11 +140,15 @@ def evaluate_completions(
     workroot: Path | None = None,
     on_progress: Progress | None = None,
     extra_summary: dict | None = None,
+    failure_reasons: Mapping[tuple[str, int], str] | None = None,
 ) -> EvalReport:
     """Judge `completions[problem]` (all problems need the same count n >= max(ks)) and write reports.
 
+    A None completion is a sample whose generation failed (`failure_reasons[(problem, sample)]` says why): it
+    is recorded and listed, and pass@k is computed over the completed samples only.
     `completions=None` judges each reference as the design (a self-check of the problem set, n = 1).
     """
+    failure_reasons = failure_reasons or {}
     workers = workers or len(os.sched_getaffinity(0))  # the CPUs this process may use, not the host's
     out_dir = Path(out_dir)
     references = measure_references(problems, limits, workers, out_dir / "reference_counts.json", workroot,
@@ -132,8 +161,8 @@ def evaluate_completions(
             raise ValueError(f"no completions for {len(missing)} problem(s), e.g. {missing[0]}")
         samples = {}
         for p in problems:
-            extractions = [extract_code(text, p.ifc) for text in completions[p.name]]
-            samples[p.name] = [(e.code, e.rule, e.interface_prepended) for e in extractions]
+            extractions = [None if text is None else extract_code(text, p.ifc) for text in completions[p.name]]
+            samples[p.name] = [None if e is None else (e.code, e.rule, e.interface_prepended) for e in extractions]
     counts = sorted({len(v) for v in samples.values()})
     if len(counts) != 1 or min(ks) < 1 or max(ks) > counts[0]:
         raise ValueError(f"every problem needs the same number of samples n >= max(k) = {max(ks)}; got n in {counts}")
@@ -142,7 +171,10 @@ def evaluate_completions(
     jobs, slots = [], []
     for p in problems:
         ref = references[p.name]
-        for i, (code, _, _) in enumerate(samples[p.name]):
+        for i, sample in enumerate(samples[p.name]):
+            if sample is None:
+                continue  # generation failed: nothing to judge
+            code = sample[0]
             if completions is None:
                 outcomes[(p.name, i)] = ref  # the reference run is this sample's run
             elif ref.strict != PASS and not upstream_compatible:
@@ -159,17 +191,25 @@ def evaluate_completions(
         broken = references[slot[0]].strict != PASS
         outcomes[slot] = replace(outcome, strict="B") if broken else outcome
     mode = "upstream_compatible" if upstream_compatible else "strict"
-    records, scores = [], []
+    records, scores, failed = [], [], []
     for p in problems:
         score = ProblemScore(p.name, [])
-        for i, (_, rule, prepended) in enumerate(samples[p.name]):
+        for i, sample in enumerate(samples[p.name]):
+            if sample is None:
+                reason = failure_reasons.get((p.name, i), "no completion")
+                failed.append({"problem": p.name, "sample": i, "reason": reason})
+                records.append({"problem": p.name, "sample": i, "verdict": None, "generation": "failed",
+                                "reason": reason})  # fmt: skip
+                score.failed += 1
+                continue
+            _, rule, prepended = sample
             outcome = outcomes[(p.name, i)]
             primary, other = (
                 (outcome.upstream, outcome.strict) if upstream_compatible else (outcome.strict, outcome.upstream)
             )
             score.codes.append(primary)
             score.other_codes.append(other)
-            records.append({"problem": p.name, "sample": i, "verdict": primary, "rule": rule,
+            records.append({"problem": p.name, "sample": i, "verdict": primary, "generation": "ok", "rule": rule,
                             "interface_prepended": prepended, **outcome.to_dict()})  # fmt: skip
         scores.append(score)
     extra = {
@@ -178,5 +218,9 @@ def evaluate_completions(
         "references_passing": sum(r.strict == PASS for r in references.values()),
         **(extra_summary or {}),
     }
+    if completions is not None:
+        requested = sum(len(v) for v in samples.values())
+        extra["generation"] = {"requested": requested, "completed": requested - len(failed), "failed": len(failed),
+                               "failed_samples": failed}  # fmt: skip
     summary = summarize(scores, ks, mode, extra)
     return EvalReport(summary, records, write_reports(out_dir, summary, records))

@@ -1,31 +1,29 @@
-"""Sampling completions: an OpenAI-compatible endpoint (vLLM) or a local transformers model, cached.
-
-The endpoint client uses only the standard library (urllib): one request per sample (so the cache and
-resume work per sample), a thread pool for concurrency, retries with exponential backoff on connection
-errors, timeouts, 429 and 5xx.
+"""Sampling completions from a backend (endpoint.py: an OpenAI-compatible server; here: a local transformers
+model), one request per sample so that the cache and resume work per sample, several in parallel.
 """
 
 from __future__ import annotations
 
-import json
-import random
+import queue
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from crosstune.errors import CrosstuneError
 from crosstune.evals.cache import CompletionCache, SamplingParams, cache_key
 from crosstune.evals.problems import Problem
 from crosstune.evals.prompts import Message, build_messages, prompt_hash
 
 
-class GenerationError(RuntimeError):
-    """Some samples could not be generated; the ones that were are in the cache."""
+class GenerationError(CrosstuneError, RuntimeError):
+    """A sample could not be generated. `endpoint_trouble`: the server failed (down, stalled, overloaded),
+    not this one request."""
+
+    def __init__(self, message: str, endpoint_trouble: bool = False):
+        super().__init__(message)
+        self.endpoint_trouble = endpoint_trouble
 
 
 @dataclass(frozen=True)
@@ -41,62 +39,17 @@ class Backend(Protocol):
     model: str
     max_concurrency: int
 
-    def complete(self, messages: list[Message], params: SamplingParams, sample: int) -> Completion: ...
-
-
-class EndpointBackend:
-    """POST /v1/chat/completions on an OpenAI-compatible server."""
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        timeout_s: float = 600.0,
-        retries: int = 5,
-        backoff_s: float = 2.0,
-        max_concurrency: int = 16,
-    ):
-        base = base_url.rstrip("/")
-        self.url = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
-        self.model, self.api_key, self.timeout_s = model, api_key, timeout_s
-        self.retries, self.backoff_s, self.max_concurrency = retries, backoff_s, max_concurrency
-
-    def _post(self, payload: dict) -> dict:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, json.dumps(payload).encode("utf-8"), headers, method="POST")
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            return json.loads(response.read().decode("utf-8"))
-
     def complete(self, messages: list[Message], params: SamplingParams, sample: int) -> Completion:
-        payload = {
-            "model": self.model,
-            "messages": messages,
-            "n": 1,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "max_tokens": params.max_tokens,
-            "seed": params.seed + sample,  # distinct, reproducible samples where the server honours seeds
-        }
-        for attempt in range(self.retries + 1):
-            try:
-                body = self._post(payload)
-                choice = body["choices"][0]
-                return Completion(choice["message"]["content"] or "", choice.get("finish_reason"), body.get("usage"))
-            except urllib.error.HTTPError as e:
-                if e.code != 429 and e.code < 500:
-                    detail = e.read().decode("utf-8", errors="replace")[:500]
-                    raise GenerationError(f"{self.url}: HTTP {e.code}: {detail}") from e
-                error: Exception = e
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-                error = e
-            except (KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
-                raise GenerationError(f"{self.url}: unexpected response shape ({e!r})") from e
-            if attempt < self.retries:
-                time.sleep(self.backoff_s * 2**attempt * (0.5 + random.random() / 2))
-        raise GenerationError(f"{self.url}: failed after {self.retries + 1} attempts: {error}")
+        """One sample; raises GenerationError when it cannot be had."""
+        ...
+
+    def probe(self) -> None:
+        """Raise GenerationError, in seconds, when the backend cannot answer at all."""
+        ...
+
+    def cancel(self) -> None:
+        """Stop work in flight as far as possible, and refuse new work."""
+        ...
 
 
 class TransformersBackend:
@@ -132,14 +85,39 @@ class TransformersBackend:
         finish = "length" if len(new_tokens) >= params.max_tokens else "stop"
         return Completion(self.tokenizer.decode(new_tokens, skip_special_tokens=True), finish)
 
+    def probe(self) -> None:
+        """The model is loaded in this process: nothing to reach."""
 
-@dataclass(frozen=True)
+    def cancel(self) -> None:
+        """generate() cannot be cut short; its daemon thread ends with the process."""
+
+
+@dataclass(frozen=True, eq=False)  # compared by identity: one job per sample
 class _Job:
     problem: str
     sample: int
     messages: list[Message]
     key: str
     prompt_hash: str
+
+
+@dataclass(frozen=True)
+class SampleFailure:
+    problem: str
+    sample: int
+    reason: str
+
+
+@dataclass
+class Generation:
+    """Per problem, one entry per sample: the completion, or None where it failed (see `failures`)."""
+
+    completions: dict[str, list[str | None]]
+    failures: list[SampleFailure]
+
+    @property
+    def failure_reasons(self) -> dict[tuple[str, int], str]:
+        return {(f.problem, f.sample): f.reason for f in self.failures}
 
 
 def generate_completions(
@@ -151,11 +129,13 @@ def generate_completions(
     shots: int = 0,
     concurrency: int = 8,
     on_progress: Callable[[int, int], None] | None = None,
-) -> dict[str, list[str]]:
+) -> Generation:
     """`params.n` completions per problem, asking the backend only for those missing from `cache`.
 
-    `on_progress(done, total)` is called after each sample. Raises GenerationError after all requests
-    ended if any failed (the successful ones are cached, so a rerun asks only the rest).
+    Every sample ends with a completion (cached at once) or a recorded failure; a rerun asks only for what
+    is missing. The backend is probed first, so a dead endpoint fails in seconds before the batch is sent.
+    `on_progress(done, total)` is called after each sample. Ctrl-C (KeyboardInterrupt) cuts the requests
+    in flight and propagates; what finished is cached.
     """
     jobs = []
     for problem in problems:
@@ -165,33 +145,81 @@ def generate_completions(
             key = cache_key(backend.model, problem.name, digest, sample, params)
             jobs.append(_Job(problem.name, sample, messages, key, digest))
     missing = [job for job in jobs if cache.get(job.key) is None]
-    done, total, failures = len(jobs) - len(missing), len(jobs), []
+    failures: dict[_Job, str] = {}
     if on_progress:
-        on_progress(done, total)
-    workers = max(1, min(concurrency, backend.max_concurrency, len(missing) or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: dict[Future, _Job] = {pool.submit(backend.complete, j.messages, params, j.sample): j for j in missing}
-        try:
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    job = pending.pop(future)
-                    try:
-                        completion = future.result()
-                    except GenerationError as e:
-                        failures.append(f"{job.problem} sample {job.sample}: {e}")
-                        continue
-                    cache.put(_record(job, backend.model, params, completion))
-                    done += 1
-                    if on_progress:
-                        on_progress(done, total)
-        except BaseException:
-            for future in pending:
-                future.cancel()  # interrupted: stop queued requests, keep what is cached
-            raise
-    if failures:
-        raise GenerationError(f"{len(failures)} of {total} samples failed; rerun to resume. First: {failures[0]}")
-    return {p.name: [cache.get(j.key)["completion"] for j in jobs if j.problem == p.name] for p in problems}
+        on_progress(len(jobs) - len(missing), len(jobs))
+    if missing:
+        backend.probe()
+        failures = _ask(backend, params, missing, cache, concurrency, len(jobs), on_progress)
+    completions = {p.name: [] for p in problems}
+    for job in jobs:
+        record = cache.get(job.key)
+        completions[job.problem].append(None if record is None else record["completion"])
+    failed = [SampleFailure(job.problem, job.sample, reason) for job, reason in failures.items()]
+    return Generation(completions, sorted(failed, key=lambda f: (f.problem, f.sample)))
+
+
+def _ask(
+    backend: Backend,
+    params: SamplingParams,
+    jobs: list[_Job],
+    cache: CompletionCache,
+    concurrency: int,
+    total: int,
+    on_progress: Callable[[int, int], None] | None,
+) -> dict[_Job, str]:
+    """Ask for `jobs` on daemon threads (a request stuck in connect never delays exit); failures by job.
+
+    After `max(3, workers)` endpoint failures in a row (down, stalled, overloaded) the rest is not sent.
+    """
+    workers = max(1, min(concurrency, backend.max_concurrency, len(jobs)))
+    todo: queue.Queue[_Job] = queue.Queue()
+    for job in jobs:
+        todo.put(job)
+    results: queue.Queue[tuple[_Job, Completion | BaseException]] = queue.Queue()
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            try:
+                job = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results.put((job, backend.complete(job.messages, params, job.sample)))
+            except BaseException as e:  # handed to the main thread, which decides
+                results.put((job, e))
+
+    for i in range(workers):
+        threading.Thread(target=work, name=f"crosstune-eval-request-{i}", daemon=True).start()
+    failures: dict[_Job, str] = {}
+    done, in_a_row, give_up_after = total - len(jobs), 0, max(3, workers)
+    try:
+        for received in range(1, len(jobs) + 1):
+            job, result = results.get()
+            if isinstance(result, Completion):
+                cache.put(_record(job, backend.model, params, result))
+                done, in_a_row = done + 1, 0
+                if on_progress:
+                    on_progress(done, total)
+                continue
+            if not isinstance(result, GenerationError):
+                raise result
+            failures[job] = str(result)
+            in_a_row = in_a_row + 1 if result.endpoint_trouble else 0
+            if in_a_row >= give_up_after and received < len(jobs):
+                reason = f"not completed: the endpoint failed {in_a_row} samples in a row (last: {result})"
+                stop.set()
+                backend.cancel()
+                for rest in jobs:
+                    if rest not in failures and cache.get(rest.key) is None:
+                        failures[rest] = reason
+                break
+    except BaseException:
+        stop.set()
+        backend.cancel()  # interrupted: cut the requests in flight; the finished ones are cached
+        raise
+    return failures
 
 
 def _record(job: _Job, model: str, params: SamplingParams, completion: Completion) -> dict:

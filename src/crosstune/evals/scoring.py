@@ -36,8 +36,9 @@ def upstream_percent(n: int, c: int) -> int:
 @dataclass
 class ProblemScore:
     name: str
-    codes: list[str]  # verdict code per sample, in sample order
+    codes: list[str]  # verdict code per judged sample, in sample order
     other_codes: list[str] = field(default_factory=list)  # the other rule's codes, for comparison
+    failed: int = 0  # samples whose generation failed: not judged, not in n
 
     @property
     def n(self) -> int:
@@ -50,15 +51,23 @@ class ProblemScore:
     def pass_at(self, k: int) -> float | None:
         return pass_at_k(self.n, self.passed, k) if k <= self.n else None
 
+    def upstream_percent(self) -> int | None:
+        return upstream_percent(self.n, self.passed) if self.n else None
+
 
 def summarize(scores: Sequence[ProblemScore], ks: Sequence[int], mode: str, extra: dict | None = None) -> dict:
-    """The summary written to summary.json: mean pass@k, upstream pass rate, category counts, problems."""
+    """The summary written to summary.json: mean pass@k, upstream pass rate, category counts, problems.
+
+    pass@k averages the problems with at least k judged samples (`pass_at_k_problems` counts them): when
+    generation failed for some samples, it is computed over what completed.
+    """
     if not scores:
         raise ValueError("no problems to summarize")
-    pass_at = {}
+    pass_at, counted = {}, {}
     for k in ks:
-        values = [s.pass_at(k) for s in scores]
-        pass_at[str(k)] = None if any(v is None for v in values) else sum(values) / len(values)
+        values = [v for v in (s.pass_at(k) for s in scores) if v is not None]
+        pass_at[str(k)], counted[str(k)] = (sum(values) / len(values) if values else None), len(values)
+    percents = [p for p in (s.upstream_percent() for s in scores) if p is not None]
     other_mode = "upstream_compatible" if mode == "strict" else "strict"
     other_pass1 = [pass_at_k(len(s.other_codes), s.other_codes.count(PASS), 1) for s in scores if s.other_codes]
     categories = Counter(code for s in scores for code in s.codes)
@@ -67,7 +76,8 @@ def summarize(scores: Sequence[ProblemScore], ks: Sequence[int], mode: str, extr
         "problems": len(scores),
         "samples": sum(s.n for s in scores),
         "pass_at_k": pass_at,
-        "upstream_pass_rate": sum(upstream_percent(s.n, s.passed) for s in scores) / len(scores),
+        "pass_at_k_problems": counted,
+        "upstream_pass_rate": sum(percents) / len(percents) if percents else None,
         f"{other_mode}_pass_at_1": sum(other_pass1) / len(other_pass1) if other_pass1 else None,
         "categories": {code: categories[code] for code in CATEGORIES if categories[code]},
         "per_problem": [
@@ -75,8 +85,9 @@ def summarize(scores: Sequence[ProblemScore], ks: Sequence[int], mode: str, extr
                 "problem": s.name,
                 "n": s.n,
                 "passed": s.passed,
+                "failed": s.failed,
                 "pass_at_k": {str(k): s.pass_at(k) for k in ks},
-                "upstream_percent": upstream_percent(s.n, s.passed),
+                "upstream_percent": s.upstream_percent(),
                 "codes": "".join(s.codes),
                 f"{other_mode}_codes": "".join(s.other_codes),
             }
@@ -94,21 +105,42 @@ def markdown_report(summary: dict) -> str:
     """summary.md: headline numbers, category legend with counts, and the per-problem table."""
     ks = list(summary["pass_at_k"])
     lines = [f"# VerilogEval evaluation ({summary['mode']} verdict)", ""]
-    lines += [f"- problems: {summary['problems']}, samples: {summary['samples']}"]
-    lines += [f"- pass@{k}: {_pct(v)} %" for k, v in summary["pass_at_k"].items()]
-    lines += [f"- upstream-style pass rate (mean of integer percents): {summary['upstream_pass_rate']:.2f}"]
+    lines += [f"- problems: {summary['problems']}, samples judged: {summary['samples']}"]
+    generation = summary.get("generation")
+    if generation and generation["failed"]:
+        lines += [f"- **generation: {generation['failed']} of {generation['requested']} samples failed** (listed "
+                  "below); every number here is computed over the completed samples only"]  # fmt: skip
+    lines += [f"- pass@{k}: {_pct(v)} %{_over(summary, k)}" for k, v in summary["pass_at_k"].items()]
+    rate = summary["upstream_pass_rate"]
+    lines += [f"- upstream-style pass rate (mean of integer percents): {'n/a' if rate is None else f'{rate:.2f}'}"]
     for key, label in (("strict_pass_at_1", "strict"), ("upstream_compatible_pass_at_1", "upstream")):
         if summary.get(key) is not None:
             lines += [f"- pass@1 of the same runs under the {label} verdict: {_pct(summary[key])} %"]
     lines += ["", "| code | meaning | samples |", "|---|---|---|"]
     lines += [f"| `{c}` | {CATEGORIES[c]} | {count} |" for c, count in summary["categories"].items()]
-    lines += ["", "| problem | n | passed | " + " | ".join(f"pass@{k}" for k in ks) + " | % | codes |"]
-    lines += ["|---|---|---|" + "---|" * len(ks) + "---|---|"]
+    lines += ["", "| problem | n | passed | failed | " + " | ".join(f"pass@{k}" for k in ks) + " | % | codes |"]
+    lines += ["|---|---|---|---|" + "---|" * len(ks) + "---|---|"]
     for row in summary["per_problem"]:
         cells = " | ".join(_pct(row["pass_at_k"][k]) for k in ks)
-        lines += [f"| {row['problem']} | {row['n']} | {row['passed']} | {cells} | {row['upstream_percent']} "
+        percent = "n/a" if row["upstream_percent"] is None else row["upstream_percent"]
+        lines += [f"| {row['problem']} | {row['n']} | {row['passed']} | {row['failed']} | {cells} | {percent} "
                   f"| `{row['codes']}` |"]  # fmt: skip
+    if generation and generation["failed"]:
+        lines += ["", "## Samples whose generation failed", "", "| problem | sample | reason |", "|---|---|---|"]
+        for f in generation["failed_samples"]:
+            reason = " ".join(f["reason"].split()).replace("|", "\\|")
+            lines += [f"| {f['problem']} | {f['sample']} | {reason} |"]
     return "\n".join(lines) + "\n"
+
+
+def _over(summary: dict, k: str) -> str:
+    """How many problems pass@k averages, when not all of them (some lack k completed samples)."""
+    counted = summary.get("pass_at_k_problems", {}).get(k, summary["problems"])
+    return (
+        ""
+        if counted == summary["problems"]
+        else f" (over the {counted} of {summary['problems']} problems with >= {k} completed samples)"
+    )
 
 
 def write_reports(out_dir: Path, summary: dict, records: Sequence[dict]) -> list[Path]:

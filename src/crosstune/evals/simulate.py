@@ -42,6 +42,7 @@ class Outcome:
     wall_s: float = 0.0
     log: str = ""
     landlocked: bool = False
+    limit: str | None = None  # the resource bound that stopped the run (sandbox.RunResult.limit), if one did
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -71,7 +72,7 @@ def reference_as_design(ref: str) -> str:
 def _limit_outcome(step: str, run: RunResult, start: float) -> Outcome:
     code = "T" if run.limit == "timeout" else "L"
     detail = f"{step}: {'wall time budget exhausted' if code == 'T' else f'{run.limit} limit exceeded'}"
-    return Outcome(code, code, detail, wall_s=time.monotonic() - start, landlocked=run.landlocked)
+    return Outcome(code, code, detail, wall_s=time.monotonic() - start, landlocked=run.landlocked, limit=run.limit)
 
 
 def _rejected(rejection: Rejection, start: float, landlocked: bool = False) -> Outcome:

@@ -49,8 +49,9 @@ SIZES = {
     "12b": make_spec("gemma-3-12b", 48, 3840, 15360, 16, 8, 256, 1024, 262208, 256),
     "27b": make_spec("gemma-3-27b", 62, 5376, 21504, 32, 16, 128, 1024, 262208, 168),
     # Tiny test model: query_pre_attn_scalar == head_dim because tunix only offers 1/sqrt(head_dim)
-    # or 1/sqrt(hidden/heads); KV heads != heads so tunix keeps separate q and kv einsums.
-    "tiny": make_spec("gemma-3-tiny", 6, 64, 128, 4, 2, 16, 32, 1024, 16),
+    # or 1/sqrt(hidden/heads); KV heads != heads so tunix keeps separate q and kv einsums; head_dim 32 is one
+    # vLLM's CPU attention accepts.
+    "tiny": make_spec("gemma-3-tiny", 6, 64, 128, 4, 2, 32, 32, 1024, 32),
 }
 
 

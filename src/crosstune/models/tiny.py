@@ -2,7 +2,8 @@
 
 The shapes come from `family.spec("tiny")` (every layout peculiarity of the big models, at hidden size 64), the
 tokenizer is trained locally on the synthetic Verilog corpus, and the weights are transformers' own
-initialisation under `torch.manual_seed(seed)`: the same seed gives byte-identical files.
+initialisation under `torch.manual_seed(seed)` with norms, layer scalars and embeddings randomised (see
+`_randomise_scales`): the same seed gives byte-identical files.
 """
 
 from __future__ import annotations
@@ -15,6 +16,27 @@ from crosstune.models.tokenizer import corpus_texts, save_tokenizer, train_token
 
 # The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).
 DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
+# Embedding std of the tiny models: with transformers' 0.02 the tied-embedding logits stay within about ±1, too small
+# for a wrong softcap or norm mapping to show in a logits comparison; 0.1 gives logits of several units.
+TINY_EMBED_STD = 0.1
+
+
+def _randomise_scales(model) -> None:
+    """Norm weights, layer scalars and embeddings away from their init values, drawn from the global torch RNG.
+
+    At init every norm is the identity (Gemma 3 stores w=0 for x*(1+w), Gemma 4 w=1 for x*w) and every layer scalar
+    is 1, so a converter that drops or swaps them would still match; random values make such a mistake visible.
+    """
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.add_(torch.empty_like(param).uniform_(-0.5, 0.5))
+        for name, buf in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                buf.uniform_(0.5, 1.5)
+        model.get_input_embeddings().weight.normal_(0.0, TINY_EMBED_STD)
 
 
 def build_tiny_model(family: str, out_dir: Path, seed: int = 0, corpus_dir: Path | None = None) -> Path:
@@ -55,6 +77,7 @@ def build_tiny_model(family: str, out_dir: Path, seed: int = 0, corpus_dir: Path
     config = config_class(**hf)  # layer_types at construction: setting it later leaves derived fields stale
     torch.manual_seed(seed)
     model = getattr(transformers, fam.hf_causal_lm_class)(config).to(torch.float32).eval()
+    _randomise_scales(model)
     model.generation_config = transformers.GenerationConfig(
         bos_token_id=ids["bos"], eos_token_id=[ids["eos"], ids["turn_end"]], pad_token_id=ids["pad"]
     )

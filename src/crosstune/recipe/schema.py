@@ -162,6 +162,12 @@ class EvalSection(Section):
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_tokens: PositiveInt = 1024
     prompt_style: Literal["verilogeval", "codev"] = "verilogeval"
+    connect_timeout_s: PositiveFloat = Field(10.0, description="to open a connection to the endpoint; also bounds "
+                                             "the reachability probe sent before the batch")  # fmt: skip
+    read_timeout_s: PositiveFloat = Field(600.0, description="longest silence from the endpoint (a non-streamed "
+                                          "answer arrives whole: this bounds one generation)")  # fmt: skip
+    request_timeout_s: PositiveFloat = Field(1800.0, description="deadline for one request, connect to last byte, "
+                                             "however slowly the server sends")  # fmt: skip
 
     @model_validator(mode="after")
     def _k_le_n(self) -> EvalSection:

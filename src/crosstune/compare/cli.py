@@ -1,0 +1,257 @@
+"""`crosstune cost …` (training, serving, TCO, what-if) and `crosstune report` — thin wrappers over the library."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from crosstune.compare.prices import CostError, PriceBook, load_prices
+
+console = Console(soft_wrap=True)
+cost_app = typer.Typer(
+    help="What runs, serving and whole workloads cost, from measured runs and sweeps (or assumed "
+    "speeds, marked as such). Prices: the catalog in crosstune.hardware, overridable.",
+    no_args_is_help=True,
+)
+PRICES = typer.Option(
+    None,
+    "--prices",
+    help="YAML of price overrides: chips: {tpu-v5p: {on_demand: 2.9, spot: …, "
+    "source: …, date: …}} and/or targets: {2xh100: {on_demand: …}}.",
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cost_app, name="cost")
+    app.command("report")(report)
+
+
+def _fails_cleanly(fn: Callable) -> Callable:
+    """A CostError is the user's to fix: print it, exit 1, no traceback."""
+
+    @wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CostError as e:
+            console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
+            raise typer.Exit(1) from e
+
+    return run
+
+
+def _usd(x: float | None) -> str:
+    return "n/a" if x is None else f"${x:,.2f}"
+
+
+def _print_sources(prices: list) -> None:
+    for p in {p.target: p for p in prices}.values():
+        console.print(f"[dim]price: {p.describe()}[/dim]", highlight=False)
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title)
+    for h in headers:
+        table.add_column(h, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+@cost_app.command("train")
+@_fails_cleanly
+def cost_train(
+    runs: list[Path] = typer.Argument(..., help="Run directories (run.json + metrics.jsonl)."),
+    prices: Path = PRICES,
+    target: str = typer.Option(None, "--target", help="Price the runs as if on this hardware target."),
+) -> None:
+    """Training cost of runs: hours × $/h, and $ per 1M trained tokens, without and with compile/checkpoint time."""
+    from crosstune.compare.cost import training_cost
+    from crosstune.compare.runs import read_run
+
+    book, rows, used = load_prices(prices), [], []
+    for path in runs:
+        run = read_run(path)
+        c = training_cost(run, book, target)
+        used.append(c.price)
+        rows.append(
+            [
+                c.label,
+                c.price.short(),
+                f"{c.step_hours:.4f}",
+                _usd(c.step_cost),
+                _usd(c.wall_cost),
+                _usd(c.usd_per_m_trained),
+                _usd(c.usd_per_m_trained_wall),
+            ]
+        )
+        for note in c.notes:
+            console.print(f"[yellow]{c.label}:[/yellow] {note}", highlight=False)
+    console.print(
+        _table(
+            "Training cost",
+            [
+                "run",
+                "price",
+                "hours (steps)",
+                "cost (steps)",
+                "cost (+ compile, checkpoints)",
+                "$/1M trained",
+                "$/1M trained (+ compile, checkpoints)",
+            ],
+            rows,
+        )
+    )
+    _print_sources(used)
+
+
+@cost_app.command("serve")
+@_fails_cleanly
+def cost_serve(
+    summaries: list[Path] = typer.Argument(..., help="Bench sweep summary JSONs (`crosstune bench serve`)."),
+    prices: Path = PRICES,
+    target: str = typer.Option(None, "--target", help="Hardware target to price at (default: the summary's)."),
+    slo: list[str] = typer.Option(
+        None,
+        "--slo",
+        help="Latency limit NAME=MS (repeatable), e.g. p99_ttft_ms=2000: "
+        "cost at the highest load meeting all of them instead of at saturation.",
+    ),
+) -> None:
+    """Serving cost per 1M output tokens per context length, at saturation or at the highest load meeting an SLO."""
+    from crosstune.compare.bench import parse_slo, read_sweep
+    from crosstune.compare.cost import serving_costs
+
+    book, limits, rows, missed, used = load_prices(prices), parse_slo(slo), [], [], []
+    for path in summaries:
+        for c in serving_costs(read_sweep(path), book, target, limits or None):
+            used += [c.price] if c.price else []
+            conc = "n/a" if c.cell is None else str(c.cell.concurrency)
+            rows.append(
+                [
+                    c.sweep,
+                    str(c.context_len),
+                    c.policy,
+                    conc,
+                    _usd(c.price.per_hour if c.price else None),
+                    _usd(c.usd_per_m_output),
+                ]
+            )
+            if c.error:
+                missed.append(c.error)
+    console.print(
+        _table(
+            "Serving cost", ["sweep", "context", "operating point", "concurrency", "$/h", "$/1M output tokens"], rows
+        )
+    )
+    for message in missed:
+        console.print(f"[yellow]{message}[/yellow]", highlight=False)
+    _print_sources(used)
+
+
+@cost_app.command("tco")
+@_fails_cleanly
+def cost_tco(
+    workload_file: Path = typer.Argument(
+        ...,
+        help="Workload YAML: days, serve volume, options (see `crosstune."
+        "compare.workload`); each option trains once and serves.",
+    ),
+    prices: Path = PRICES,
+    days: float = typer.Option(None, "--days", help="Override the workload's days of serving."),
+    tokens_per_day: float = typer.Option(None, "--tokens-per-day", help="Override: output tokens served per day."),
+    hours_per_day: float = typer.Option(None, "--hours-per-day", help="Override: a dedicated endpoint up H h/day."),
+) -> None:
+    """Total cost: train once + serve for D days, per option, with the break-even day between the first two."""
+    from crosstune.compare.tco import break_even
+    from crosstune.compare.workload import load_workload
+
+    workload, options = load_workload(
+        workload_file,
+        load_prices(prices),
+        days=days,
+        serve_tokens_per_day=tokens_per_day,
+        serve_hours_per_day=hours_per_day,
+    )
+    console.print(workload.describe())
+    rows = [[o.name, _usd(o.train_usd), _usd(o.serve_usd_per_day(workload)), _usd(o.total(workload))] for o in options]
+    console.print(_table("TCO", ["option", "training", "serving / day", "total"], rows))
+    for o in options:
+        for a in o.assumptions:
+            console.print(f"[yellow]assumed[/yellow] ({o.name}): {a}", highlight=False)
+    if len(options) >= 2:
+        console.print(f"break-even: {break_even(options[0], options[1], workload).message}", highlight=False)
+
+
+@cost_app.command("what-if")
+@_fails_cleanly
+def cost_what_if(
+    target: str = typer.Option(..., "--target", help="Hardware target, e.g. tpu-v5p-8, 2xh100."),
+    tokens: float = typer.Option(..., "--tokens", help="Trained tokens of the run (e.g. 9.2e6)."),
+    tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Assumed trained tokens/s of the whole target."),
+    mfu: float = typer.Option(None, "--mfu", help="Assumed MFU (0-1) instead of tokens/s; needs --model, --seq-len."),
+    model: str = typer.Option(None, "--model", help="FAMILY/SIZE for the FLOP count, e.g. gemma4/31b."),
+    seq_len: int = typer.Option(None, "--seq-len", help="Sequence length for the attention FLOPs."),
+    recompute: bool = typer.Option(False, "--recompute", help="Activations recomputed (gradient checkpointing)."),
+    prices: Path = PRICES,
+) -> None:
+    """Training cost without a run: from an assumed tokens/s or MFU. The output says what was assumed."""
+    from crosstune.compare.workload import train_cost_from_spec
+
+    spec: dict = {"target": target, "tokens": tokens}
+    if (tokens_per_s is None) == (mfu is None):
+        raise CostError("give exactly one of --tokens-per-s and --mfu")
+    spec |= (
+        {"tokens_per_s": tokens_per_s}
+        if mfu is None
+        else {"mfu": mfu, "model": model, "seq_len": seq_len, "recompute": recompute}
+    )
+    c = train_cost_from_spec("what-if", Path.cwd(), spec, load_prices(prices))
+    console.print(
+        _table(
+            "What-if training cost (assumptions, not a measurement)",
+            ["target", "price", "hours", "cost", "$/1M trained"],
+            [[target, c.price.short(), f"{c.step_hours:.2f}", _usd(c.step_cost), _usd(c.usd_per_m_trained)]],
+        )
+    )
+    for a in c.assumptions:
+        console.print(f"[yellow]assumed:[/yellow] {a}", highlight=False)
+    _print_sources([c.price])
+
+
+@_fails_cleanly
+def report(
+    inputs: list[Path] = typer.Argument(
+        ...,
+        help="Run directories, eval output folders (summary.json) and bench "
+        "sweep summaries, in the order to compare (the first two are the headline).",
+    ),
+    out: Path = typer.Option(..., "--out", help="Folder for report.md, report.html and charts/."),
+    prices: Path = PRICES,
+    slo: list[str] = typer.Option(None, "--slo", help="Latency limit NAME=MS (repeatable): adds SLO serving costs."),
+    days: float = typer.Option(30, "--days", help="TCO: days of serving."),
+    tokens_per_day: float = typer.Option(10e6, "--tokens-per-day", help="TCO: output tokens served per day."),
+    context: int = typer.Option(
+        None, "--context", help="TCO: the sweep context to price serving at (default: the largest)."
+    ),
+) -> None:
+    """Side-by-side report of runs, evals and serving sweeps: Markdown + one self-contained HTML page."""
+    from crosstune.compare.bench import parse_slo
+    from crosstune.compare.report import write_report
+    from crosstune.compare.tco import Workload
+
+    book: PriceBook = load_prices(prices)
+    html = write_report(
+        inputs,
+        out,
+        book=book,
+        slo=parse_slo(slo) or None,
+        workload=Workload(days=days, serve_tokens_per_day=tokens_per_day),
+        context=context,
+    )
+    console.print(f"report: {html}  (Markdown: {html.with_name('report.md')})", highlight=False)

@@ -1,0 +1,145 @@
+"""What cost and report need from a run directory (run.json, recipe.yaml, metrics.jsonl — never backend internals).
+
+Timing as the backends record it: `step_time_s` per metrics row excludes compilation and checkpoint saves on the
+jax backend, which reports them once in run.json (`compile_time_s`, `checkpoint_time_s`); the torch backend logs a
+row every `train.log_every` steps whose step_time_s is the mean over the steps since the previous row, and records
+neither figure (its first steps carry whatever warm-up there was). Missing figures stay None and are named.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from crosstune.compare.prices import CostError
+
+LOSS_CONVENTION = "assistant-only token-mean CE"  # crosstune.train.metrics: same definition on both backends
+
+
+@dataclass
+class RunSummary:
+    path: Path
+    meta: dict
+    recipe: dict
+    rows: list[dict]
+    steps: int
+    step_time_s: float  # Σ over optimizer steps, compile and checkpoint saves excluded where the backend says so
+    compile_time_s: float | None
+    checkpoint_time_s: float | None
+    trained_tokens: int
+    tokens: int
+    extrapolated: bool  # rows logged every k > 1 steps: totals scale each row by the steps it stands for
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.meta.get('backend', '?')} · {self.hardware} · {self.path.name}"
+
+    @property
+    def backend(self) -> str:
+        return str(self.meta.get("backend", "?"))
+
+    @property
+    def hardware(self) -> str:
+        return str(self.meta.get("hardware") or self.recipe.get("hardware") or "cpu")
+
+    @property
+    def loss_convention(self) -> str:
+        return str(self.meta.get("loss_convention") or LOSS_CONVENTION)
+
+    @property
+    def wall_time_s(self) -> float | None:
+        """Steps + compilation + checkpoint saves; None when the run didn't record the latter two."""
+        if self.compile_time_s is None or self.checkpoint_time_s is None:
+            return None
+        return self.step_time_s + self.compile_time_s + self.checkpoint_time_s
+
+    @property
+    def trained_tokens_per_s(self) -> float | None:
+        return self.trained_tokens / self.step_time_s if self.step_time_s > 0 else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.step_time_s if self.step_time_s > 0 else None
+
+    @property
+    def mean_mfu(self) -> float | None:
+        values = [r["mfu"] for r in self.rows if r.get("mfu") is not None]
+        return statistics.fmean(values) if values else None
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.rows[-1]["loss"] if self.rows else None
+
+    def missing_timing(self) -> list[str]:
+        return [name for name in ("compile_time_s", "checkpoint_time_s") if getattr(self, name) is None]
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / "run.json").is_file()
+
+
+def read_run(path: Path) -> RunSummary:
+    """Summarize a run directory; a directory without run.json or metrics gets an error saying what is missing."""
+    path = Path(path)
+    meta_file, metrics_file = path / "run.json", path / "metrics.jsonl"
+    if not meta_file.is_file():
+        raise CostError(f"{path}: no run.json — not a crosstune run directory")
+    meta = json.loads(meta_file.read_text())
+    recipe_file = path / "recipe.yaml"
+    recipe = yaml.safe_load(recipe_file.read_text()) if recipe_file.is_file() else {}
+    rows = []
+    if metrics_file.is_file():
+        for n, line in enumerate(metrics_file.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise CostError(f"{metrics_file}:{n}: not JSON ({e})") from None
+    if not rows:
+        raise CostError(f"{metrics_file}: no metrics rows — the run has no timing or token data to cost")
+    for n, row in enumerate(rows, 1):
+        missing = [k for k in ("step", "loss", "step_time_s", "trained_tokens", "tokens") if row.get(k) is None]
+        if missing:
+            raise CostError(f"{metrics_file}:{n}: row lacks {', '.join(missing)}")
+    previous, time_s, trained, tokens, extrapolated = int(meta.get("resumed_from_step") or 0), 0.0, 0, 0, False
+    for row in rows:
+        gap = max(1, int(row["step"]) - previous)  # the steps this row stands for
+        extrapolated |= gap > 1
+        time_s += float(row["step_time_s"]) * gap
+        trained += int(row["trained_tokens"]) * gap
+        tokens += int(row["tokens"]) * gap
+        previous = int(row["step"])
+    summary = RunSummary(
+        path=path,
+        meta=meta,
+        recipe=recipe or {},
+        rows=rows,
+        steps=int(rows[-1]["step"]),
+        step_time_s=time_s,
+        compile_time_s=_optional(meta, "compile_time_s"),
+        checkpoint_time_s=_optional(meta, "checkpoint_time_s"),
+        trained_tokens=trained,
+        tokens=tokens,
+        extrapolated=extrapolated,
+    )
+    if extrapolated:
+        summary.notes.append("metrics logged every k > 1 steps: step time and token totals scale each row by k")
+    if meta.get("resumed_from_step"):
+        summary.notes.append(f"resumed from step {meta['resumed_from_step']}: the earlier steps are not counted")
+    missing = summary.missing_timing()
+    if missing:
+        summary.notes.append(
+            f"run.json records no {' / '.join(missing)} ({summary.backend} backend): "
+            "the cost with them included is unknown"
+        )
+    return summary
+
+
+def _optional(meta: dict, key: str) -> float | None:
+    value = meta.get(key)
+    return None if value is None else float(value)

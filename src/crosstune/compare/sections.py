@@ -1,0 +1,210 @@
+"""The report's sections about runs: what differs between them, their training curves, speed and cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from crosstune.compare import plots
+from crosstune.compare.comparability import compare_runs, prepared_manifest
+from crosstune.compare.cost import TrainingCost, training_cost
+from crosstune.compare.document import Chart, Document, Note, Table
+from crosstune.compare.prices import CostError, PriceBook
+from crosstune.compare.runs import LOSS_CONVENTION, RunSummary
+
+
+def usd(value: float | None) -> str:
+    return "n/a" if value is None else f"${value:,.2f}"
+
+
+def num(value: float | None, digits: int = 0) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _global_batch(run: RunSummary) -> str:
+    if run.meta.get("global_batch"):
+        return str(run.meta["global_batch"])
+    train = run.recipe.get("train") or {}
+    world = run.meta.get("world_size") or 1
+    if train.get("per_device_batch_size") and train.get("grad_accumulation"):
+        return str(train["per_device_batch_size"] * train["grad_accumulation"] * world)
+    return "n/a"
+
+
+def _lora_layout(run: RunSummary) -> str:
+    layout = run.meta.get("lora_layout")
+    if layout:  # torch: what PEFT wrapped, per layer type
+        return f"PEFT: {layout.get('modules')} modules, {json.dumps(layout.get('targets_by_layer_type', {}))}"
+    mesh = run.meta.get("mesh")
+    if mesh:
+        return f"Qwix on Tunix, mesh fsdp×tp {mesh.get('fsdp')}×{mesh.get('tp')}"
+    return "n/a"
+
+
+def run_attributes(run: RunSummary) -> dict[str, str]:
+    """What can differ between two runs, from run.json and recipe.yaml."""
+    model = run.recipe.get("model") or {}
+    data = run.recipe.get("data") or {}
+    lora = run.meta.get("lora") or {}
+    attrs = {
+        "backend": run.backend,
+        "hardware": run.hardware,
+        "devices": str(run.meta.get("devices") or run.meta.get("world_size") or "n/a"),
+        "platform": str(run.meta.get("platform", "n/a")),
+        "model": f"{run.meta.get('family', '?')} {model.get('size', '')}".strip(),
+        "precision": str(run.meta.get("precision", "n/a")),
+        "packing": str(data.get("packing", "n/a")),
+        "max_seq_len": str(data.get("max_seq_len", "n/a")),
+        "global batch (rows)": _global_batch(run),
+        "gradient checkpointing": str(run.meta.get("gradient_checkpointing", "n/a")),
+        "LoRA r / alpha / dropout": f"{lora.get('rank')} / {lora.get('alpha')} / {lora.get('dropout')}",
+        "LoRA targets": ",".join(lora.get("targets") or []),
+        "LoRA layout": _lora_layout(run),
+        "loss convention": run.loss_convention,
+        "steps": str(run.steps),
+    }
+    for name, version in sorted((run.meta.get("versions") or {}).items()):
+        attrs[f"version: {name}"] = version
+    return attrs
+
+
+def differences_section(doc: Document, runs: list[RunSummary]) -> list[Note]:
+    section = doc.section("Are the runs comparable?")
+    notes = compare_runs(runs)
+    section.items += notes or [Note("Same data hash, chat-template hash and loss convention across the runs.")]
+    attrs = [run_attributes(r) for r in runs]
+    keys = list(dict.fromkeys(k for a in attrs for k in a))
+    rows, differing = [], []
+    for key in keys:
+        values = [a.get(key, "—") for a in attrs]
+        if key.startswith("version: ") and len(set(values)) == 1:
+            continue  # identical versions are listed once below, not row by row
+        rows.append([key, *values])
+        if len(set(values)) > 1:
+            differing.append(key)
+    fatal = {i for i, row in enumerate(rows) if row[0] == "loss convention" and len(set(row[1:])) > 1}
+    same_versions = [k.removeprefix("version: ") for k in keys if k.startswith("version: ") and k not in differing]
+    caption = "Differs: " + (", ".join(differing) if differing else "nothing") + "."
+    if same_versions:
+        caption += f" Same versions of: {', '.join(same_versions)}."
+    section.items.append(Table("What each run was", ["", *[r.label for r in runs]], rows, fatal, caption))
+    return notes
+
+
+def training_section(doc: Document, runs: list[RunSummary], notes: list[Note]) -> None:
+    section = doc.section("Training")
+    conventions = {r.loss_convention for r in runs}
+    comparable = len(conventions) == 1 and not any(n.level == "error" for n in notes)
+    if len(conventions) == 1:
+        statement = f"loss: {next(iter(conventions))} — the same definition on every run plotted"
+        if not comparable:
+            statement += "\nNOT COMPARABLE: the runs differ in data or chat template (see above)"
+    else:
+        statement = "NOT COMPARABLE: loss conventions differ — " + "; ".join(sorted(conventions))
+    section.items.append(
+        Chart("loss", "Training loss", plots.loss_curves(runs, statement, comparable), "loss curves of all runs")
+    )
+    section.items.append(Chart("throughput", "Throughput and MFU", plots.throughput(runs), "tokens/s and MFU"))
+    rows = []
+    for r in runs:
+        rows.append(
+            [
+                r.label,
+                str(r.steps),
+                num(r.step_time_s, 1),
+                num(r.compile_time_s, 1),
+                num(r.checkpoint_time_s, 1),
+                f"{r.trained_tokens:,}",
+                num(r.trained_tokens_per_s, 1),
+                num(r.tokens_per_s, 1),
+                "n/a" if r.mean_mfu is None else f"{100 * r.mean_mfu:.2f} %",
+                num(r.final_loss, 4),
+            ]
+        )
+    headers = [
+        "run",
+        "steps",
+        "step time (s)",
+        "compile (s)",
+        "checkpoint saves (s)",
+        "trained tokens",
+        "trained tok/s",
+        "tok/s",
+        "mean MFU",
+        "final loss",
+    ]
+    caption = (
+        f"Loss: {LOSS_CONVENTION}. MFU as the trainers record it: LoRA FLOPs (4N; 6N when activations are "
+        "recomputed, which makes it a hardware-FLOPs utilisation, HFU, on such runs) over the hardware's bf16 peak; "
+        "n/a on CPU. n/a timing: the backend does not record it."
+    )
+    section.items.append(Table("Per run", headers, rows, caption=caption))
+    for r in runs:
+        section.items += [Note(f"{r.label}: {n}", "warn") for n in r.notes]
+    shown: set[Path] = set()
+    for r in runs:
+        found = _lengths_png(r)
+        if found is not None and found not in shown:  # runs on the same prepared data share one histogram
+            shown.add(found)
+            section.items.append(
+                Chart(
+                    f"lengths-{_slug(r.path.name)}",
+                    f"Token lengths of the prepared data ({found.parent.name}; `crosstune data stats`)",
+                    found.read_bytes(),
+                    "token length histogram of the prepared data",
+                )
+            )
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
+
+
+def _lengths_png(run: RunSummary) -> Path | None:
+    """The prepared data's histogram (`data stats` writes lengths.png next to manifest.json), when found."""
+    manifest = prepared_manifest(run)
+    path = Path(manifest["_path"]).with_name("lengths.png") if manifest.get("_path") else None
+    return path.resolve() if path is not None and path.is_file() else None
+
+
+def training_cost_section(doc: Document, runs: list[RunSummary], book: PriceBook) -> list[TrainingCost | None]:
+    section = doc.section("Training cost")
+    costs: list[TrainingCost | None] = []
+    rows = []
+    for r in runs:
+        try:
+            c = training_cost(r, book)
+        except CostError as e:
+            costs.append(None)
+            rows.append([r.label, r.hardware, "n/a", num(r.step_time_s / 3600, 3), "n/a", "n/a", "n/a", "n/a"])
+            section.items.append(Note(f"{r.label}: {e}", "warn"))
+            continue
+        costs.append(c)
+        rows.append(
+            [
+                c.label,
+                r.hardware,
+                f"{usd(c.price.per_hour)}/h",
+                num(c.step_hours, 3),
+                usd(c.step_cost),
+                usd(c.wall_cost),
+                usd(c.usd_per_m_trained),
+                usd(c.usd_per_m_trained_wall),
+            ]
+        )
+    headers = [
+        "run",
+        "hardware",
+        "price",
+        "hours (steps)",
+        "cost (steps)",
+        "cost (+ compile, checkpoints)",
+        "$ / 1M trained tokens",
+        "$ / 1M trained tokens (+ compile, checkpoints)",
+    ]
+    section.items.append(
+        Table(
+            "Training cost", headers, rows, caption="n/a with compile/checkpoints: the run did not record those times."
+        )
+    )
+    return costs
