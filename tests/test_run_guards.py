@@ -195,6 +195,22 @@ def test_resume_of_a_finished_run_trains_nothing(lenient_workspace, torch_run, j
         assert [r["step"] for r in read_metrics(run)] == [1, 2]
 
 
+def test_resume_of_a_finished_checkpoint_trains_nothing_without_run_json_steps(lenient_workspace, torch_run, tmp_path):
+    """Killed after the last checkpoint, before run.json recorded `steps`: the backend sees it from the checkpoint."""
+    from crosstune.train.metrics import read_metrics
+    from crosstune.train.resume import ResumeError
+    from crosstune.train.torch_backend import train
+
+    _, path, _ = lenient_workspace
+    run = _copy_run(torch_run, tmp_path / "run")
+    meta = json.loads((run / "run.json").read_text())
+    del meta["steps"]
+    (run / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(ResumeError, match="already at step 2 of 2: nothing to resume"):
+        train(load_recipe(path), run, resume=True, progress=False)
+    assert [r["step"] for r in read_metrics(run)] == [1, 2]
+
+
 def test_resume_with_more_steps_continues_past_a_torn_metrics_line(lenient_workspace, torch_run, tmp_path, capsys):
     """The process died while appending step 3's row: resume drops the torn line, says so, and trains step 3."""
     from crosstune.train.metrics import read_metrics

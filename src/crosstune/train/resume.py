@@ -85,6 +85,9 @@ def check_resume(run_dir: Path, recipe: Recipe, backend: str) -> list[str]:
             f"--resume: the recipe changes what {run_dir} was trained with:\n{lines}\n"
             f"Resume with the run's own recipe ({recipe_path}), or start a new run in another --run-dir."
         )
+    finished, planned = meta.get("steps"), recipe.train.max_steps
+    if finished and planned and planned <= finished:  # known before any model is loaded (epochs: the backend checks)
+        raise nothing_to_resume(run_dir, int(finished), planned)
     notes = [f"[resume] {k}: {old.get(k)!r} → {new.get(k)!r} (safe: {_safe_reason(k, backend)})" for k in changed]
     if any(k in LENGTH_KEYS for k in changed) and recipe.train.schedule != "constant":
         notes.append(
