@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
 
 class CrosstuneError(Exception):
     """An expected failure. The message says what was wrong, where (file:line, YAML path, tensor) and what to do."""
 
     exit_code = 1
+
+
+class Interrupted(CrosstuneError):
+    """Ctrl-C during a long command; the message says what was saved and the command that resumes."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+class InputError(CrosstuneError):
+    """A file or folder given to crosstune is missing, unreadable or of the wrong kind."""

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from crosstune.errors import CrosstuneError
 from crosstune.evals.cache import CompletionCache, SamplingParams, cache_key
 from crosstune.evals.problems import Problem
 from crosstune.evals.prompts import Message, build_messages, prompt_hash
 
 
-class GenerationError(RuntimeError):
+class GenerationError(CrosstuneError, RuntimeError):
     """Some samples could not be generated; the ones that were are in the cache."""
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
@@ -36,7 +37,7 @@ _UNSUPPORTED = {  # adapter_config.json field -> why an exporter that merges W +
 }
 
 
-class ExportError(RuntimeError):
+class ExportError(CrosstuneError, RuntimeError):
     """An export can't proceed; the message names the file or tensor and what to do."""
 
 

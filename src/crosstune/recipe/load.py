@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from crosstune.errors import CrosstuneError
 from crosstune.recipe.schema import Recipe
 
 
@@ -29,7 +30,7 @@ class Problem:
         return f"{head}{self.severity} at {self.path or '<root>'}: {self.message}{hint}"
 
 
-class RecipeError(Exception):
+class RecipeError(CrosstuneError):
     """Raised with every problem found, so a user fixes a recipe in one pass."""
 
     def __init__(self, file: str | Path | None, problems: list[Problem]):

@@ -17,11 +17,12 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from crosstune.errors import CrosstuneError
 from crosstune.recipe import Recipe
 from crosstune.train.backend import TrainResult
 
 
-class JaxTrainError(RuntimeError):
+class JaxTrainError(CrosstuneError, RuntimeError):
     """The run can't start as configured; the message says why and what to change."""
 
 
