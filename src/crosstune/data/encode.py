@@ -27,6 +27,7 @@ class Encoded:
     mask: np.ndarray  # uint8 [T]
     straddling: int  # target tokens that reach outside their assistant span
     malformed: list[str]
+    min_tokens: int | None = None  # set when the text was provably too long to tokenize: a lower bound, ids empty
 
 
 class ChatEncoder:
@@ -39,17 +40,29 @@ class ChatEncoder:
             raise DataError("model.path", f"the end-of-turn marker {turn_end!r} is not one token of this tokenizer")
         self.tokenizer, self.turn_end = tokenizer, turn_end
         self.backend = tokenizer.backend_tokenizer  # the Rust tokenizer: batch encoding with offsets, no wrappers
+        self.chars_per_token = max_chars_per_token(tokenizer)
 
-    def encode(self, conversations: list[Conversation], ledger: Ledger) -> list[Encoded]:
-        """Encode a batch; conversations the template rejects go to the ledger and are left out."""
+    def encode(self, conversations: list[Conversation], ledger: Ledger, drop_over: int | None = None) -> list[Encoded]:
+        """Encode a batch; conversations the template rejects go to the ledger and are left out. With `drop_over`
+        (tokens), a text that provably has more tokens is not tokenized: it comes back with `min_tokens` set."""
         rendered = self.render(conversations, ledger)
-        kept = [(conv, text, spans) for conv, (text, spans) in zip(conversations, rendered, strict=True) if text]
+        kept = [(k, text, spans) for k, (text, spans) in enumerate(rendered) if text]
+        out: dict[int, Encoded] = {}
+        if drop_over is not None and self.chars_per_token:
+            # ceil(characters / most characters per token) tokens at least: never more than the text really has
+            bounds = [-(-len(text) // self.chars_per_token) for _, text, _ in kept]
+            for (k, _, _), bound in zip(kept, bounds, strict=True):
+                if bound > drop_over:
+                    empty = np.zeros(0, dtype=np.int32)
+                    conv = conversations[k]
+                    out[k] = Encoded(conv.where, empty, empty.astype(np.uint8), 0, conv.malformed, min_tokens=bound)
+            kept = [job for job, bound in zip(kept, bounds, strict=True) if bound <= drop_over]
         encodings = self.backend.encode_batch([text for _, text, _ in kept], add_special_tokens=False)
-        out = []
-        for (conv, text, spans), enc in zip(kept, encodings, strict=True):
+        for (k, text, spans), enc in zip(kept, encodings, strict=True):
             mask, straddling = encoding_mask(enc, spans, len(text))
-            out.append(Encoded(conv.where, np.asarray(enc.ids, dtype=np.int32), mask, straddling, conv.malformed))
-        return out
+            conv = conversations[k]
+            out[k] = Encoded(conv.where, np.asarray(enc.ids, dtype=np.int32), mask, straddling, conv.malformed)
+        return [out[k] for k in sorted(out)]  # source order: strict mode stops at the first bad record
 
     def render(self, conversations: list[Conversation], ledger: Ledger) -> list[tuple[str, list[tuple[int, int]]]]:
         """(rendered text, assistant character spans) per conversation; ("", []) where the record is bad."""
@@ -113,6 +126,28 @@ class ChatEncoder:
             return []
         texts = self.tokenizer.apply_chat_template(batch, tokenize=False, add_generation_prompt=gen, **kwargs)
         return list(texts)
+
+
+def max_chars_per_token(tokenizer) -> int | None:
+    """The most characters of the input text one token can stand for, or None when no such bound is known.
+
+    Why it is a bound: byte-level BPE spells each vocabulary entry with one symbol per byte, so a token covers at
+    most len(entry) bytes, and a UTF-8 character is at least one byte: at most len(entry) characters. SentencePiece-
+    style BPE (Gemma's tokenizer.json) spells one symbol per character; its byte-fallback entries (<0x41>) are longer
+    than the one byte they stand for, which only loosens the bound. Added tokens match their literal text, and
+    get_vocab() lists them too. The bound needs a normalizer that never merges characters: none, Prepend, or
+    one-character Replace (" " -> "▁") qualify; NFC/NFKC and the like may merge, so those get no bound."""
+    import json
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str()).get("normalizer")
+    parts = (spec.get("normalizers") or [spec]) if spec else []
+    for part in parts:
+        if part["type"] == "Prepend":
+            continue
+        if part["type"] == "Replace" and len(part["pattern"].get("String", "--")) == 1 and len(part["content"]) == 1:
+            continue
+        return None
+    return max(len(entry) for entry in tokenizer.get_vocab())
 
 
 def _failed(value: str | Exception) -> bool:
