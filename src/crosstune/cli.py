@@ -13,7 +13,7 @@ from crosstune.errors import EXIT_INTERRUPTED, CrosstuneError
 
 
 def _say(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
+    click.echo(message if message.startswith("interrupted") else f"error: {message}", err=True)
 
 
 class _ExpectedFailures(TyperGroup):
