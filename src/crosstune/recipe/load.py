@@ -158,7 +158,7 @@ def parse_recipe(text: str, file: str | Path | None = None, overrides: list[str]
         raise RecipeError(file, sorted(problems, key=lambda p: p.line or 0)) from None
     from crosstune.recipe.checks import check_recipe
 
-    base_dir = Path(file).resolve().parent if file else Path.cwd()
+    base_dir = Path(file).absolute().parent if file else Path.cwd()  # not resolve(): recipes/ is a link
     problems = sorted(
         (
             Problem(p.path, p.message, p.hint, _line_for(lines, _path_tuple(p.path)), p.severity)
