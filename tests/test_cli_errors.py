@@ -204,3 +204,33 @@ def test_handler_prints_expected_failures_and_lets_bugs_through():
     assert isinstance(runner.invoke(handled, ["fail", "missing"]).exception, FileNotFoundError)
     interrupted = runner.invoke(handled, ["fail", "ctrl-c"])
     assert interrupted.exit_code == 130 and "interrupted" in interrupted.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damaged", ["every file", "data files"])
+def test_damaged_orbax_checkpoint(damaged, tmp_path, tiny_gemma4_dir, synth_corpus_dir):
+    """Resume from a checkpoint whose every file (or every tensor data file, metadata intact) is garbage: one line
+    naming it, and none of the dozens of "Event loop is closed" tracebacks tensorstore printed when its reads
+    finished after Orbax closed its event loop (a subprocess: they came at any time until the process ended)."""
+    import os
+    import random
+    import subprocess
+    import sys
+
+    from export_helpers import jax_run
+
+    run = tmp_path / "run"
+    jax_run(run, tiny_gemma4_dir, "gemma4", step=2)
+    rng = random.Random(0)
+    for f in (run / "checkpoints").rglob("*"):
+        if f.is_file() and (damaged == "every file" or "/d/" in str(f) or f.name == "manifest.ocdbt"):
+            f.write_bytes(rng.randbytes(max(f.stat().st_size, 16)))
+    args = [*tiny_args(tiny_gemma4_dir, synth_corpus_dir, tmp_path), "--backend", "jax", "--run-dir", run, "--resume"]
+    command = [sys.executable, "-c", "from crosstune.cli import main; main()", "train", *map(str, args)]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    assert "Traceback" not in output and "Event loop is closed" not in output and "ERROR:absl" not in output, output
+    assert f"error: {run / 'checkpoints' / '2'}: the Orbax checkpoint can't be restored" in output
+    assert "move that folder aside, or train into a new --run-dir" in output

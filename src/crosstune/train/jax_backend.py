@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 import sys
 from collections.abc import Iterator
@@ -136,10 +137,15 @@ class JaxRun:
             pbar_description=None,
         )
         _configure_orbax()
+        absl = logging.getLogger("absl")
+        level = absl.level
+        absl.setLevel(logging.CRITICAL)  # a damaged checkpoint is reported once, below, not as absl ERROR lines too
         try:
             trainer = pinned_trainer_class()(model, optimizer, config)  # restores the latest checkpoint, if any
         except Exception as e:
             raise _restore_error(self.run_dir / "checkpoints", e) from None
+        finally:
+            absl.setLevel(level)
         trainer.with_loss_fn(loss_fn).with_gen_model_input_fn(model_inputs)
         place_state(trainer.model, self.mesh)
         place_state(trainer.optimizer, self.mesh)
