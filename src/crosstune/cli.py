@@ -5,15 +5,14 @@ from __future__ import annotations
 import errno
 import sys
 
-import click
 import typer
 from typer.core import TyperGroup
 
-from crosstune.errors import EXIT_INTERRUPTED, CrosstuneError
+from crosstune.errors import EXIT_INTERRUPTED, CrosstuneError, Interrupted
 
 
 def _say(message: str) -> None:
-    click.echo(message if message.startswith("interrupted") else f"error: {message}", err=True)
+    typer.echo(f"error: {message}", err=True)
 
 
 class _ExpectedFailures(TyperGroup):
@@ -21,9 +20,12 @@ class _ExpectedFailures(TyperGroup):
 
     Anything else is a bug and keeps its traceback."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
+        except Interrupted as e:  # not an error: it says what was kept and how to go on
+            typer.echo(str(e), err=True)
+            raise typer.Exit(e.exit_code) from None
         except CrosstuneError as e:
             _say(str(e))
             raise typer.Exit(e.exit_code) from None
@@ -33,12 +35,12 @@ class _ExpectedFailures(TyperGroup):
             where = e.filename or "the output folder"
             _say(
                 f"disk full writing {where}: free space there (or point the output elsewhere) and rerun; "
-                "finished outputs and checkpoints are kept, the partial one was removed"
+                "finished outputs and checkpoints are kept and nothing half-written is used (train: add --resume)"
             )
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             # Commands that save progress raise crosstune.errors.Interrupted with what was kept instead.
-            click.echo("\ninterrupted (Ctrl-C)", err=True)
+            typer.echo("\ninterrupted (Ctrl-C)", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
 

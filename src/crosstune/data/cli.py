@@ -143,7 +143,7 @@ def stats(
         console.print("[yellow]stale[/yellow] against the recipe: " + "; ".join(stale), highlight=False)
 
 
-def _interrupted(recipe: Path, overrides: list[str], lenient: bool, force: bool) -> Exception:
+def _interrupted(recipe: Path, overrides: list[str], lenient: bool, force: bool) -> BaseException:
     """Ctrl-C: preparation writes a temp folder and renames it into place, so nothing half-made is ever kept."""
     from crosstune.data.prepared import prepared_dir
     from crosstune.errors import Interrupted
