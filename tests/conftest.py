@@ -11,6 +11,16 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+SLOW_TEST_TIMEOUT_S = 900  # multi-process and resume-after-SIGKILL tests; the suite's default is in pyproject.toml
+
+
+def pytest_collection_modifyitems(items):
+    """Tests marked slow get a longer pytest-timeout unless they name their own."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TEST_TIMEOUT_S))
+
+
 # --- Shared artefacts, built once per session (tokenizer training + HF init: about a second each) ---------------
 # Enough synthetic text for a 1024-token BPE vocabulary; small enough to generate in seconds.
 SYNTH_CORPUS = {"n_train": 200, "n_eval": 8, "seed": 0}

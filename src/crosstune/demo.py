@@ -14,8 +14,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from crosstune.recipes import shipped_recipe
+
 console = Console()
-REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+# Written into --out when the demo makes it: the demo only ever empties a folder that carries it.
+DEMO_MARKER = ".crosstune-demo"
 
 
 @dataclass
@@ -114,7 +117,7 @@ def stage_plan(ctx: DemoContext) -> str:
 
     tiny = plan_recipe(load_recipe(ctx.recipe_file, ctx.overrides()), backend="jax")
     render_plan(tiny, console)
-    seed_recipe = REPO_RECIPES / "gemma4-31b-tpu-v5p-8.yaml"
+    seed_recipe = shipped_recipe("gemma4-31b-tpu-v5p-8.yaml")
     big = plan_recipe(load_for_plan(seed_recipe), backend="jax")
     render_plan(big, console)
     tp8 = plan_recipe(load_for_plan(seed_recipe, ["hardware=tpu-v6e-8", "backend.jax.mesh.tp=8"]), backend="jax")
@@ -230,12 +233,32 @@ NOT_BUILT_YET = [
 ]
 
 
-def run_demo(out: Path, recipe_file: Path, seed: int = 0, n_train: int = 400, n_eval: int = 24) -> DemoContext:
-    if out.exists() and any(out.iterdir()):
-        import shutil
+def claim_output_folder(out: Path) -> None:
+    """Make `out` an empty folder that carries the demo marker. Only a folder an earlier demo made (its marker) is
+    emptied; anything else that is not empty is refused, so `--out .` or `--out ~` never deletes a user's files."""
+    import shutil
 
-        shutil.rmtree(out)  # the demo owns its output folder: each run starts clean
+    from crosstune.errors import InputError
+
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file: give the demo a folder (it is created if missing)")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / DEMO_MARKER).is_file():
+            raise InputError(
+                f"--out {out} is not empty and was not made by `crosstune demo` (no {DEMO_MARKER} in it): the demo "
+                "replaces its folder's contents on every run, so give it a new or empty folder, e.g. --out demo-out"
+            )
+        for child in out.iterdir():  # the contents only: the folder itself may be the working directory
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
     out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARKER).write_text("made by `crosstune demo`, which empties this folder on its next run\n")
+
+
+def run_demo(out: Path, recipe_file: Path, seed: int = 0, n_train: int = 400, n_eval: int = 24) -> DemoContext:
+    claim_output_folder(out)
     ctx = DemoContext(out=out, recipe_file=recipe_file, seed=seed, n_train=n_train, n_eval=n_eval)
     for i, (title, fn) in enumerate(STAGES, 1):
         console.rule(f"[bold]{i}/{len(STAGES)} {title}")
@@ -257,11 +280,14 @@ def register(app: typer.Typer) -> None:
 
 
 def demo(
-    out: Path = typer.Option(Path("demo-out"), help="folder for everything the demo makes (replaced each run)"),
-    recipe: Path = typer.Option(REPO_RECIPES / "tiny-cpu.yaml", help="the recipe to run (the embedded default)"),
+    out: Path = typer.Option(
+        Path("demo-out"), help="folder for everything the demo makes: new or empty, or an earlier demo's (emptied)"
+    ),
+    recipe: Path = typer.Option(None, help="the recipe to run [default: the shipped tiny-cpu.yaml]"),
     seed: int = typer.Option(0, help="seed for the corpus and the tiny model"),
     n_train: int = typer.Option(400, help="synthetic training records"),
     n_eval: int = typer.Option(24, help="synthetic evaluation problems"),
 ) -> None:
     """Run the pipeline end to end on this CPU with a tiny Gemma 4 and a synthetic Verilog corpus."""
+    recipe = recipe or shipped_recipe("tiny-cpu.yaml")
     run_demo(out.resolve(), recipe, seed=seed, n_train=n_train, n_eval=n_eval)

@@ -30,6 +30,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from crosstune.errors import read_model_config
 from crosstune.export.lora import LoraWeights, module_target
 from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
@@ -111,7 +112,6 @@ def run_parity(
     recipe_file: Path, overrides: list[str] | None = None, seed: int = 0, log: Callable[[str], None] = lambda _: None
 ) -> ParityReport:
     """Load, step and compare both backends on the recipe (see the module docstring); `log` hears each phase."""
-    import json
 
     from crosstune.data import prepare_dataset
     from crosstune.recipe import resolve_path
@@ -120,7 +120,7 @@ def run_parity(
     base = resolve_path(recipe, recipe.model.path)
     if base is None or not (base / "config.json").is_file():
         raise FileNotFoundError(f"model.path: no HF checkpoint at {base}")
-    spec = get_family(recipe.model.family).spec_from_hf_config(json.loads((base / "config.json").read_text()))
+    spec = get_family(recipe.model.family).spec_from_hf_config(read_model_config(base))
     log("preparing data")
     prepared = prepare_dataset(recipe)
     rows = recipe.train.per_device_batch_size * recipe.backend.jax.mesh.fsdp

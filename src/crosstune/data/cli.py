@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
@@ -93,6 +94,8 @@ def prepare(
             prepared = prepare_dataset(loaded, lenient=lenient, force=force, progress=advance)
     except (RecipeError, DataError) as exc:
         _fail(errors, exc)
+    except KeyboardInterrupt:
+        raise _interrupted(recipe, overrides or [], lenient, force) from None
     console.print(stats_table(prepared.stats, title=f"Prepared data: {prepared.path}"))
     for line in skipped_examples(prepared.stats):
         console.print(f"  skipped {line}", markup=False, highlight=False)
@@ -138,6 +141,22 @@ def stats(
     console.print(f"saved {prepared.path / 'stats.json'} and {prepared.path / 'lengths.png'}")
     if stale:
         console.print("[yellow]stale[/yellow] against the recipe: " + "; ".join(stale), highlight=False)
+
+
+def _interrupted(recipe: Path, overrides: list[str], lenient: bool, force: bool) -> BaseException:
+    """Ctrl-C: preparation writes a temp folder and renames it into place, so nothing half-made is ever kept."""
+    from crosstune.data.prepared import prepared_dir
+    from crosstune.errors import Interrupted
+    from crosstune.recipe.load import RecipeError, load_recipe
+
+    again = ["crosstune", "data", "prepare", str(recipe), *(a for o in overrides for a in ("--set", o))]
+    again += ["--lenient"] * lenient + ["--force"] * force
+    try:
+        where = prepared_dir(load_recipe(recipe, overrides))
+    except RecipeError:
+        return KeyboardInterrupt()
+    kept = "the earlier preparation there is unchanged" if (where / "manifest.json").is_file() else "nothing is kept"
+    return Interrupted(f"interrupted (Ctrl-C): nothing was written to {where} ({kept}); rerun: {shlex.join(again)}")
 
 
 def _fail(errors, exc: Exception) -> None:

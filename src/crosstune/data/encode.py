@@ -43,6 +43,7 @@ class Encoded:
     straddling: int  # target tokens that reach outside their assistant span
     malformed: list[str]
     untrained_turns: int  # earlier assistant messages kept as context only (see the module docstring)
+    min_tokens: int | None = None  # set when the text was provably too long to tokenize: a lower bound, ids empty
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,28 @@ class ChatEncoder:
         self.tokenizer, self.turn_end = tokenizer, chat.turn_end
         self.header = f"{chat.turn_start}{chat.roles['assistant']}\n"  # how the template opens an assistant turn
         self.backend = tokenizer.backend_tokenizer  # the Rust tokenizer: batch encoding with offsets, no wrappers
+        self.chars_per_token = max_chars_per_token(tokenizer)
 
-    def encode(self, conversations: list[Conversation], ledger: Ledger) -> list[Encoded]:
-        """Encode a batch; conversations the template rejects go to the ledger and are left out."""
+    def encode(self, conversations: list[Conversation], ledger: Ledger, drop_over: int | None = None) -> list[Encoded]:
+        """Encode a batch; conversations the template rejects go to the ledger and are left out. With `drop_over`
+        (tokens), a text that provably has more tokens is not tokenized: it comes back with `min_tokens` set."""
         rendered = self._render(conversations, ledger)
         kept = [(k, text, spans) for k, ((text, spans), _) in enumerate(rendered) if text]
+        out: dict[int, Encoded] = {}
+        if drop_over is not None and self.chars_per_token:
+            # ceil(characters / most characters per token) tokens at least: never more than the text really has
+            # (also when the row is tokenized in pieces: each token still covers at most chars_per_token characters)
+            bounds = [-(-len(text) // self.chars_per_token) for _, text, _ in kept]
+            for (k, _, _), bound in zip(kept, bounds, strict=True):
+                if bound > drop_over:
+                    empty = np.zeros(0, dtype=np.int32)
+                    conv, untrained = conversations[k], rendered[k][1]
+                    out[k] = Encoded(
+                        conv.where, empty, empty.astype(np.uint8), 0, conv.malformed, untrained, min_tokens=bound
+                    )
+            kept = [job for job, bound in zip(kept, bounds, strict=True) if bound <= drop_over]
         pieces = [piece for _, text, spans in kept for piece in _split_at_span_starts(text, spans)]
         encodings = iter(self.backend.encode_batch(pieces, add_special_tokens=False))
-        out = []
         for k, text, spans in kept:
             ids, masks, straddling = [], [], 0
             starts = [0] + [a for a, _ in spans]
@@ -83,10 +98,10 @@ class ChatEncoder:
                 masks.append(mask)
                 straddling += cut
             conv, untrained = conversations[k], rendered[k][1]
-            out.append(
-                Encoded(conv.where, np.concatenate(ids), np.concatenate(masks), straddling, conv.malformed, untrained)
+            out[k] = Encoded(
+                conv.where, np.concatenate(ids), np.concatenate(masks), straddling, conv.malformed, untrained
             )
-        return out
+        return [out[k] for k in sorted(out)]  # source order: strict mode stops at the first bad record
 
     def render(self, conversations: list[Conversation], ledger: Ledger) -> list[Rendered]:
         """(row text, assistant character spans) per conversation; ("", []) where the record is bad."""
@@ -192,6 +207,32 @@ def _split_at_span_starts(text: str, spans: list[tuple[int, int]]) -> list[str]:
     """The row cut where each span starts; the first piece is the first trained turn's served prompt."""
     cuts = [0, *(a for a, _ in spans), len(text)]
     return [text[a:b] for a, b in pairwise(cuts)]
+
+
+def max_chars_per_token(tokenizer) -> int | None:
+    """The most characters of the input text one token can stand for, or None when no such bound is known.
+
+    Why it is a bound: byte-level BPE spells each vocabulary entry with one symbol per byte, so a token covers at
+    most len(entry) bytes, and a UTF-8 character is at least one byte: at most len(entry) characters. SentencePiece-
+    style BPE (Gemma's tokenizer.json) spells one symbol per character; its byte-fallback entries (<0x41>) are longer
+    than the one byte they stand for, which only loosens the bound. Added tokens match their literal text, and
+    get_vocab() lists them too. The bound needs a normalizer that never merges characters: none, Prepend, or
+    one-character Replace (" " -> "▁") qualify; NFC/NFKC and the like may merge, so those get no bound."""
+    import json
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str()).get("normalizer")
+    parts = (spec.get("normalizers") or [spec]) if spec else []
+    for part in parts:
+        if part["type"] == "Prepend":
+            continue
+        if part["type"] == "Replace" and len(part["pattern"].get("String", "--")) == 1 and len(part["content"]) == 1:
+            continue
+        return None
+    return max(len(entry) for entry in tokenizer.get_vocab())
+
+
+def _failed(value: str | Exception) -> bool:
+    return isinstance(value, Exception)
 
 
 def encoding_mask(enc, spans: list[tuple[int, int]], text_len: int) -> tuple[np.ndarray, int]:

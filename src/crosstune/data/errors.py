@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from crosstune.errors import CrosstuneError
+
 MAX_LISTED = 10  # how many skipped records the stats list by name (the rest are only counted)
 
 
-class DataError(Exception):
+class DataError(CrosstuneError):
     """A record or a setting the data stage cannot use; the message says where, which field and why."""
 
     def __init__(self, where: str, reason: str, field_name: str | None = None, hint: str = ""):

@@ -133,7 +133,13 @@ def _encode_split(split, convs, encoder, ledger, recipe, tokenizer, progress):
     malformed: Counter = Counter()
     straddling = cut = untrained = 0
     for lo in range(0, len(convs), ENCODE_BATCH):
-        for enc in encoder.encode(convs[lo : lo + ENCODE_BATCH], ledger):
+        drop_over = data.max_seq_len if data.truncation == "drop" else None
+        for enc in encoder.encode(convs[lo : lo + ENCODE_BATCH], ledger, drop_over):
+            if enc.min_tokens is not None:  # too long for certain, and never tokenized (a 50 MB record took minutes)
+                lengths.append(enc.min_tokens)  # a lower bound: the length statistics stay "longer than max"
+                reason = f"at least {enc.min_tokens} tokens (too long to tokenize), more than data.max_seq_len"
+                ledger.bad(enc.where, "too_long", f"{reason} {data.max_seq_len}", hint=LENGTH_HINT)
+                continue
             lengths.append(len(enc.ids))
             fit = fit_length(enc.ids, enc.mask, data.max_seq_len, data.truncation)
             if fit == "too_long":

@@ -120,9 +120,14 @@ def _read_jsonl(path: Path, ledger: Ledger) -> Iterator[RawRecord | None]:
 
 
 def _read_parquet(path: Path) -> list[RawRecord]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = pq.read_table(path).to_pylist()
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as e:
+        hint = "re-export it, or set the source's format: if it is not Parquet"
+        raise DataError(str(path), f"not a readable Parquet file ({e})", hint=hint) from None
     return [RawRecord(f"{path}:row {i}", row) for i, row in enumerate(rows, 1)]
 
 

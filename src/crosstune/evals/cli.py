@@ -116,6 +116,7 @@ def eval_command(
         raise typer.BadParameter("give exactly one of --endpoint, --hf-model, --samples-file, --references-only")
     if endpoint is not None and not model:
         raise typer.BadParameter("--endpoint needs --model (the name the server serves)")
+    _check_paths(out, hf_model)
     ks = _parse_ks(k)
     if references_only:
         n, ks = 1, [1]
@@ -150,6 +151,17 @@ def eval_command(
     )
     if report.summary.get("generation", {}).get("failed"):
         raise typer.Exit(PARTIAL_EXIT_CODE)
+
+
+def _check_paths(out: Path, hf_model: Path | None) -> None:
+    """Say which path is wrong before any work: transformers would read a missing folder as a hub model id."""
+    from crosstune.errors import InputError
+
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file: give a folder (it is created if missing)")
+    if hf_model is not None and not any((hf_model / f).is_file() for f in ("config.json", "adapter_config.json")):
+        what = "has no config.json" if hf_model.is_dir() else "does not exist"
+        raise InputError(f"--hf-model {hf_model} {what}: give a local transformers model folder (an export's merged/)")
 
 
 def _recipe_defaults(recipe_file: Path, problems: Path | None, fallback: dict) -> tuple[Path | None, dict]:

@@ -10,12 +10,14 @@ import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune.errors import CrosstuneError
+
 SPEC_TO_RTL = "spec-to-rtl"
 CODE_COMPLETE = "code-complete-iccad2023"
 TASK_FOLDERS = {SPEC_TO_RTL: "dataset_spec-to-rtl", CODE_COMPLETE: "dataset_code-complete-iccad2023"}
 
 
-class ProblemSetError(ValueError):
+class ProblemSetError(CrosstuneError, ValueError):
     """A problem set is missing, malformed, or a selection matched nothing."""
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from crosstune.errors import CrosstuneError
+from crosstune.errors import CrosstuneError, read_json, read_model_config
 from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
@@ -135,7 +135,7 @@ def read_peft_adapter(adapter_dir: Path, family: str | None = None) -> tuple[Lor
     for p in (cfg_path, weights_path):
         if not p.is_file():
             raise ExportError(f"{adapter_dir}: no {p.name} (expected a PEFT adapter directory)")
-    cfg = json.loads(cfg_path.read_text())
+    cfg = read_json(cfg_path, "restore the adapter folder from its source, or export the run again")
     if cfg.get("peft_type", "LORA") != "LORA":
         raise ExportError(f"{cfg_path}: peft_type {cfg.get('peft_type')!r}, only LORA adapters can be exported")
     for key, why in _UNSUPPORTED.items():
@@ -205,7 +205,7 @@ def _family_from_config(cfg: dict, adapter_dir: Path) -> str:
     if base and (Path(base) / "config.json").is_file():
         from crosstune.families import family_of_hf_config
 
-        return family_of_hf_config(json.loads((Path(base) / "config.json").read_text())).name
+        return family_of_hf_config(read_model_config(Path(base))).name
     raise ExportError(
         f"{adapter_dir}: can't tell the model family (base_model_name_or_path {base!r} has no config.json); pass it"
     )

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from crosstune.errors import read_model_config
 from crosstune.export.lora import LAYER_PREFIXES, ExportError, LoraWeights
 from crosstune.export.shards import DTYPES, SafetensorsFile, ShardError, TensorInfo, from_float32, to_float32
 from crosstune.families import family_of_hf_config
@@ -68,7 +69,7 @@ def open_base(base_dir: Path) -> BaseCheckpoint:
     cfg_path = base_dir / "config.json"
     if not cfg_path.is_file():
         raise ExportError(f"{base_dir}: no config.json (expected an HF model directory)")
-    config = json.loads(cfg_path.read_text())
+    config = read_model_config(base_dir)
     index = None
     if (base_dir / INDEX).is_file():
         index = json.loads((base_dir / INDEX).read_text())

@@ -9,12 +9,12 @@ is written into a temp directory next to `out` and renamed into place when compl
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crosstune.errors import read_json, read_model_config
 from crosstune.export.lora import ExportError, LoraWeights, read_peft_adapter, write_peft_adapter
 from crosstune.export.merge import Progress, copy_side_files, file_sha256, open_base, plan_merge, write_merged_shards
 from crosstune.export.output import staged_dir, write_manifest
@@ -40,14 +40,14 @@ def _read_meta(run_dir: Path) -> dict:
     path = Path(run_dir) / "run.json"
     if not path.is_file():
         raise ExportError(f"{run_dir}: no run.json (not a crosstune run directory)")
-    return json.loads(path.read_text())
+    return read_json(path, "run.json is written by `crosstune train`: restore it from a backup or train the run again")
 
 
 def _base_spec(base: Path, family: str) -> ModelSpec:
     cfg_path = base / "config.json"
     if not cfg_path.is_file():
         raise ExportError(f"base model {base}: no config.json (pass --base with an HF model directory)")
-    cfg = json.loads(cfg_path.read_text())
+    cfg = read_model_config(base)
     try:
         found = family_of_hf_config(cfg).name
     except KeyError as e:

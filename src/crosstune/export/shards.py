@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from crosstune.errors import CrosstuneError
+
 # safetensors dtype -> (numpy storage dtype, is a float we can merge into)
 DTYPES: dict[str, tuple[np.dtype, bool]] = {
     "F64": (np.dtype("<f8"), True),
@@ -35,7 +37,7 @@ DTYPES: dict[str, tuple[np.dtype, bool]] = {
 MAX_HEADER = 100 * 2**20
 
 
-class ShardError(ValueError):
+class ShardError(CrosstuneError, ValueError):
     """A safetensors file that is truncated, corrupt or inconsistent; the message names the file."""
 
 

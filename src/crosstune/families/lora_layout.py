@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from crosstune.errors import CrosstuneError
 from crosstune.families.spec import AttentionKind
 
 # tunix module (within a layer) -> the neutral targets its output components are, in order.
@@ -40,7 +41,7 @@ TUNIX_LORA_MODULES = (*SINGLE, *FUSED)
 Pair = tuple[np.ndarray, np.ndarray]  # (A, B)
 
 
-class LoraLayoutError(ValueError):
+class LoraLayoutError(CrosstuneError, ValueError):
     """A LoRA tensor whose shape or module does not fit the model layout; the message names it."""
 
 

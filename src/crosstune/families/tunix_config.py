@@ -13,12 +13,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from crosstune.errors import CrosstuneError
+
 TUNIX_MODULES = {"gemma3": "tunix.models.gemma3.model", "gemma4": "tunix.models.gemma4.model"}
 TUNIX_CLASSES = {"gemma3": "Gemma3", "gemma4": "Gemma4"}
 HF_ROPE_KEYS = {"sliding": "sliding_attention", "global": "full_attention"}
 
 
-class UnsupportedConfig(ValueError):
+class UnsupportedConfig(CrosstuneError, ValueError):
     """A config.json field that tunix's model can't reproduce exactly."""
 
 

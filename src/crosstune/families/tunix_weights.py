@@ -7,13 +7,13 @@ with only a warning). Both are found here, by looking for the embedding.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from crosstune.errors import read_model_config
 from crosstune.families.tunix_layout import NORM_NAMES, heads_to_tunix, mlp_to_tunix, o_to_tunix
 
 PREFIXES = ("model.language_model.", "language_model.model.", "model.", "")
@@ -38,7 +38,7 @@ class CheckpointReader:
             raise KeyError(f"{self.dir}: no embed_tokens.weight under any of the prefixes {PREFIXES}")
 
     def config(self) -> dict:
-        return json.loads((self.dir / "config.json").read_text())
+        return read_model_config(self.dir)
 
     def has(self, name: str) -> bool:
         return self.prefix + name in self._where

@@ -41,7 +41,7 @@ def load_for_plan(path: Path, overrides: list[str] | None = None) -> Recipe:
             node = node.setdefault(part, {})
         node[leaf] = yaml.safe_load(raw)
     recipe = Recipe.model_validate(data)
-    recipe._base_dir = path.resolve().parent  # type: ignore[attr-defined]
+    recipe._base_dir = path.absolute().parent  # type: ignore[attr-defined]
     problems: list[Problem] = check_recipe(recipe, recipe._base_dir)  # type: ignore[attr-defined]
     recipe._warnings = [p for p in problems if p.path not in PLANNED_PATHS]  # type: ignore[attr-defined]
     return recipe

@@ -18,10 +18,10 @@ A plan fits when the total is at most USABLE_FRACTION of HBM (runtime, compiler 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
+from crosstune.errors import read_model_config
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
 from crosstune.planner.tensors import fitted, lora_targets_tensors, lora_tensors, per_device_elements, tunix_tensors
@@ -90,7 +90,7 @@ def _spec(recipe: Recipe) -> ModelSpec:
     fam = get_family(recipe.model.family)
     path = resolve_path(recipe, recipe.model.path)
     if path is not None and (path / "config.json").is_file():
-        return fam.spec_from_hf_config(json.loads((path / "config.json").read_text()), name=path.name)
+        return fam.spec_from_hf_config(read_model_config(path), name=path.name)
     if recipe.model.size:
         return fam.spec(recipe.model.size)
     raise ValueError(f"model.path has no config.json ({path}) and model.size is not set: nothing to plan")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import glob
-import json
 from pathlib import Path
 
+from crosstune.errors import InputError, read_model_config
 from crosstune.families import get_family
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE
@@ -25,7 +25,10 @@ def model_spec(recipe: Recipe, base_dir: Path) -> tuple[ModelSpec | None, list[P
     if recipe.model.path:
         cfg_file = _resolve(base_dir, recipe.model.path) / "config.json"
         if cfg_file.is_file():
-            cfg = json.loads(cfg_file.read_text())
+            try:
+                cfg = read_model_config(cfg_file.parent)
+            except InputError as e:
+                return None, [Problem("model.path", str(e))]
             text_type = cfg.get("text_config", cfg).get("model_type")
             if text_type != family.hf_model_type:
                 problems.append(

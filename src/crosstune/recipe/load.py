@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from crosstune.errors import CrosstuneError
 from crosstune.recipe.schema import Recipe
 
 
@@ -29,7 +30,7 @@ class Problem:
         return f"{head}{self.severity} at {self.path or '<root>'}: {self.message}{hint}"
 
 
-class RecipeError(Exception):
+class RecipeError(CrosstuneError):
     """Raised with every problem found, so a user fixes a recipe in one pass."""
 
     def __init__(self, file: str | Path | None, problems: list[Problem]):
@@ -118,7 +119,17 @@ def _apply_override(data: dict, assignment: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise RecipeError(None, [Problem(key, f"cannot set {key}: {part} is not a mapping")])
-    node[parts[-1]] = yaml.safe_load(raw)
+    try:
+        node[parts[-1]] = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        hint = "quote the value for the shell and close every bracket, e.g. --set 'lora.targets=[q, v]'"
+        raise RecipeError(
+            None, [Problem(key, f"--set {assignment!r}: not valid YAML: {_yaml_reason(e)}", hint)]
+        ) from None
+
+
+def _yaml_reason(e: yaml.YAMLError) -> str:
+    return str(getattr(e, "problem", None) or e)
 
 
 def parse_recipe(text: str, file: str | Path | None = None, overrides: list[str] | None = None) -> Recipe:
@@ -129,7 +140,7 @@ def parse_recipe(text: str, file: str | Path | None = None, overrides: list[str]
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else None
-        raise RecipeError(file, [Problem("", f"not valid YAML: {getattr(e, 'problem', e)}", line=line)]) from None
+        raise RecipeError(file, [Problem("", f"not valid YAML: {_yaml_reason(e)}", line=line)]) from None
     if not isinstance(data, dict):
         raise RecipeError(file, [Problem("", "a recipe is a YAML mapping (name:, model:, data:, ...)", line=1)])
     for assignment in overrides or []:
@@ -147,7 +158,7 @@ def parse_recipe(text: str, file: str | Path | None = None, overrides: list[str]
         raise RecipeError(file, sorted(problems, key=lambda p: p.line or 0)) from None
     from crosstune.recipe.checks import check_recipe
 
-    base_dir = Path(file).resolve().parent if file else Path.cwd()
+    base_dir = Path(file).absolute().parent if file else Path.cwd()  # not resolve(): recipes/ is a link
     problems = sorted(
         (
             Problem(p.path, p.message, p.hint, _line_for(lines, _path_tuple(p.path)), p.severity)
@@ -178,7 +189,14 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     path = Path(path)
     if not path.is_file():
         raise RecipeError(path, [Problem("", f"recipe file not found: {path}")])
-    return parse_recipe(path.read_text(encoding="utf-8"), path, overrides)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        problem = Problem("", f"not UTF-8 text (byte 0x{data[e.start]:02x})", "save the file as UTF-8", line=line)
+        raise RecipeError(path, [problem]) from None
+    return parse_recipe(text, path, overrides)
 
 
 def resolve_path(recipe: Recipe, value: str | None) -> Path | None:

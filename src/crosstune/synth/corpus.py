@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune.errors import CrosstuneError
 from crosstune.synth.design import Design, Family, Params, render_module
 from crosstune.synth.families import FAMILIES, FAMILY_BY_NAME
 from crosstune.synth.prompts import SYSTEM_PROMPT, eval_prompt, train_prompt, train_response
@@ -21,7 +22,7 @@ TOP_MODULE_SHARE = 0.3  # share of train records whose module is named TopModule
 OWNED = ("train.jsonl", "manifest.json", "eval")  # what --force replaces in an existing output dir
 
 
-class OutputNotEmptyError(FileExistsError):
+class OutputNotEmptyError(CrosstuneError, FileExistsError):
     """The output directory already holds files and overwriting was not requested."""
 
 

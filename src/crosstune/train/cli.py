@@ -51,13 +51,17 @@ def train(
         console.print("[red]--node-rank and --main-address are torch options; the jax backend reads JAX_* variables")
         raise typer.Exit(2)
     from crosstune.data.errors import DataError
-    from crosstune.errors import CrosstuneError
+    from crosstune.errors import CrosstuneError, Interrupted
 
     try:
         result = impl.train(recipe, target, resume=resume, **(launch if name == "torch" else {}))
     except (DataError, CrosstuneError, FileExistsError, FileNotFoundError) as e:
         console.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        again = ["crosstune", "train", str(recipe_file), "--backend", name]
+        again += [*(["--run-dir", str(run_dir)] if run_dir else []), *(a for o in overrides for a in ("--set", o))]
+        raise Interrupted(interrupted_message(target, recipe.train.checkpoint_every, [*again, "--resume"])) from None
     console.print(
         f"[green]done[/green]: {result.steps} steps, final loss {result.final_loss:.4f}, run dir {result.run_dir}"
     )
@@ -66,3 +70,23 @@ def train(
 
         merged = export_run(result.run_dir, "merged", result.run_dir / "merged", overwrite=True)["merged"]
         console.print(f"merged model (streamed shard by shard): {merged}")
+
+
+def saved_steps(run_dir: Path) -> list[int]:
+    """Complete checkpoints of either backend: torch's checkpoint-N, Orbax's N (both renamed into place whole)."""
+    root = Path(run_dir) / "checkpoints"
+    names = [p.name.removeprefix("checkpoint-") for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def interrupted_message(run_dir: Path, checkpoint_every: int, resume: list[str]) -> str:
+    """What Ctrl-C left behind and the command that continues."""
+    import shlex
+
+    steps = saved_steps(run_dir)
+    kept = (
+        f"{run_dir} keeps the checkpoint of step {steps[-1]} (steps after it are trained again)"
+        if steps
+        else f"no checkpoint was saved yet (one every {checkpoint_every} steps): --resume starts from step 0"
+    )
+    return f"interrupted (Ctrl-C): {kept}; resume with: {shlex.join(resume)}"

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -152,7 +154,15 @@ class JaxRun:
             pbar_description=None,
         )
         _configure_orbax()
-        trainer = pinned_trainer_class()(model, optimizer, config)  # restores the latest checkpoint, if any
+        absl = logging.getLogger("absl")
+        level = absl.level
+        absl.setLevel(logging.CRITICAL)  # a damaged checkpoint is reported once, below, not as absl ERROR lines too
+        try:
+            trainer = pinned_trainer_class()(model, optimizer, config)  # restores the latest checkpoint, if any
+        except Exception as e:
+            raise _restore_error(self.run_dir / "checkpoints", e) from None
+        finally:
+            absl.setLevel(level)
         trainer.with_loss_fn(loss_fn).with_gen_model_input_fn(model_inputs)
         place_state(trainer.model, self.mesh)
         place_state(trainer.optimizer, self.mesh)
@@ -306,12 +316,39 @@ def _configure_orbax() -> None:
     from absl import logging as absl_logging
 
     handler = ocp.type_handlers.ArrayHandler(min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_BYTES)
+    if getattr(sys.unraisablehook, "__name__", "") != "filtered":
+        sys.unraisablehook = _drop_closed_loop_noise(sys.unraisablehook)
     verbosity = absl_logging.get_verbosity()
     absl_logging.set_verbosity(absl_logging.ERROR)  # "overriding jax.Array": intended
     try:
         ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
     finally:
         absl_logging.set_verbosity(verbosity)
+
+
+def _restore_error(root: Path, error: Exception) -> Exception:
+    """A checkpoint Orbax can't read becomes a JaxTrainError naming it and the way out; anything else stays."""
+    steps = sorted(int(p.name) for p in root.glob("*") if p.name.isdigit()) if root.is_dir() else []
+    if not steps:
+        return error
+    reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+    earlier = f" to resume from step {steps[-2]}" if len(steps) > 1 else ""
+    return JaxTrainError(
+        f"{root / str(steps[-1])}: the Orbax checkpoint can't be restored ({reason}): it is damaged; "
+        f"move that folder aside{earlier}, or train into a new --run-dir"
+    )
+
+
+def _drop_closed_loop_noise(hook):
+    """Tensorstore reports reads that finish after Orbax closed its event loop (a failed restore) through
+    sys.unraisablehook, dozens of "Event loop is closed" tracebacks: drop those, pass everything else on."""
+
+    def filtered(unraisable) -> None:
+        value = unraisable.exc_value
+        if not (isinstance(value, RuntimeError) and str(value) == "Event loop is closed"):
+            hook(unraisable)
+
+    return filtered
 
 
 _SKIPPED = {"skipped": True}  # tunix drops the first (restored step × k) items of the iterator unread

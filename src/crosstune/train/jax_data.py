@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crosstune.data import PreparedDataset
+from crosstune.errors import BATCH_HINT, BatchPlanError
 from crosstune.recipe.schema import Recipe, TrainSection
 
 
@@ -96,7 +97,7 @@ def data_plan(train: TrainSection, fsdp: int, n_rows: int, seq_len: int, process
     k = train.grad_accumulation
     per_epoch = (math.ceil(n_rows / processes)) // local_batch
     if per_epoch == 0:
-        raise ValueError(f"{n_rows} training rows can't fill one micro-batch of {global_batch} rows")
+        raise BatchPlanError(f"{n_rows} training rows can't fill one micro-batch of {global_batch} rows: {BATCH_HINT}")
     if train.max_steps:
         total = train.max_steps
         epochs = max(1, math.ceil(total * k / per_epoch))
@@ -104,7 +105,9 @@ def data_plan(train: TrainSection, fsdp: int, n_rows: int, seq_len: int, process
         total = int(train.epochs * per_epoch) // k
         epochs = max(1, math.ceil(train.epochs))
     if total == 0:
-        raise ValueError(f"{n_rows} rows give no whole optimizer step of {k} micro-batches × {global_batch} rows")
+        raise BatchPlanError(
+            f"{n_rows} rows give no whole optimizer step of {k} micro-batches × {global_batch} rows: {BATCH_HINT}"
+        )
     return DataPlan(global_batch, local_batch, k, total, epochs, per_epoch, seq_len)
 
 

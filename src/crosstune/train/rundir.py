@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from crosstune.errors import read_json
 from crosstune.fsutil import atomic_write_text, exclusive_lock, say
 from crosstune.recipe import Recipe, recipe_hash
 
@@ -109,4 +110,4 @@ def read_run_metadata(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / "run.json"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a crosstune run directory: no run.json")
-    return json.loads(path.read_text())
+    return read_json(path, "run.json is written by `crosstune train`: restore it from a backup or train the run again")

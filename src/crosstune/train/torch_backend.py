@@ -21,6 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
+from crosstune.errors import BATCH_HINT, BatchPlanError
 from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.recipe import Recipe, resolve_path
@@ -194,10 +195,12 @@ def load_train_dataset(recipe: Recipe, tokenizer: Any, world_size: int) -> tuple
     n_rows = len(prepared.split("train"))
     per_epoch = n_rows // (t.per_device_batch_size * world_size)  # micro-batches
     if per_epoch == 0:
-        raise ValueError(f"{n_rows} rows can't fill one micro-batch of {world_size} × {t.per_device_batch_size} rows")
+        raise BatchPlanError(
+            f"{n_rows} rows can't fill one micro-batch of {world_size} × {t.per_device_batch_size} rows: {BATCH_HINT}"
+        )
     steps = t.max_steps or int((t.epochs or 1.0) * per_epoch) // t.grad_accumulation
     if steps == 0:
-        raise ValueError(f"{n_rows} rows give no whole optimizer step; lower train.grad_accumulation or batch size")
+        raise BatchPlanError(f"{n_rows} rows give no whole optimizer step: {BATCH_HINT}")
     epochs = max(1, math.ceil(steps * t.grad_accumulation / per_epoch))
     return torch_dataset(prepared, "train", seed=t.seed, epochs=epochs), steps, per_epoch, prepared
 

@@ -1,0 +1,236 @@
+"""Expected failures end in one line that says what to do and exit 1: never a traceback (issue 10, item 16)."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from crosstune.cli import _register, app
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "recipes" / "tiny-cpu.yaml"
+_register()
+runner = CliRunner()
+
+
+def fails_cleanly(args: list[str], *expected: str, code: int = 1) -> str:
+    """Run the CLI in-process; an exception escaping the top-level handler would show as result.exception."""
+    result = runner.invoke(app, [str(a) for a in args], terminal_width=400)
+    assert isinstance(result.exception, SystemExit), repr(result.exception)  # not an uncaught exception
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    for text in expected:
+        assert text in result.output, result.output
+    return result.output
+
+
+def tiny_args(model_dir: Path, corpus_dir: Path, out: Path, *extra: str) -> list[str]:
+    """recipes/tiny-cpu.yaml on the session's tiny model and corpus, everything written under `out`."""
+    sets = [
+        f"model.path={model_dir}",
+        f"data.sources=[{{path: {corpus_dir / 'train.jsonl'}}}]",
+        f"data.prepared_dir={out / 'data'}",
+        "data.max_seq_len=512",
+        "data.truncation=truncate",
+        f"output_dir={out / 'runs'}",
+        *extra,
+    ]
+    return [str(TINY), *(a for s in sets for a in ("--set", s))]
+
+
+def test_recipe_that_is_not_utf8(tmp_path):
+    recipe = tmp_path / "latin1.yaml"
+    recipe.write_bytes(TINY.read_bytes().replace(b"name: tiny-cpu", b"name: caf\xe9"))
+    line = TINY.read_text().splitlines().index("name: tiny-cpu") + 1
+    fails_cleanly(
+        ["data", "prepare", recipe], f"{recipe}:{line}", "not UTF-8 text (byte 0xe9)", "save the file as UTF-8"
+    )
+
+
+def test_yaml_error_inside_set(tmp_path):
+    fails_cleanly(["train", TINY, "--set", "lora.targets=[q, v"], "--set 'lora.targets=[q, v'", "not valid YAML")
+
+
+def test_corrupt_config_json_in_the_model_folder(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "gemma4_text", ')
+    fails_cleanly(
+        ["data", "prepare", TINY, "--set", f"model.path={model}"],
+        "model.path",
+        f"{model / 'config.json'}: not valid JSON at line 1 column 31",
+    )
+
+
+def test_corrupt_run_json(tmp_path, tiny_gemma4_dir):
+    from export_helpers import torch_run
+
+    run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4")
+    (run / "run.json").write_text('{"family": "gem')
+    fails_cleanly(
+        ["export", run, "--to", "adapter", "--out", tmp_path / "out"],
+        f"{run / 'run.json'}: not valid JSON",
+        "train the run again",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_adapter(tmp_path, tiny_gemma4_dir):
+    from export_helpers import torch_run
+
+    run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4")
+    weights = run / "adapter" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    fails_cleanly(["export", run, "--to", "merged", "--out", tmp_path / "out"], f"{weights}: header of")
+
+
+def test_garbage_parquet_file(tmp_path, tiny_gemma4_dir):
+    garbage = tmp_path / "train.parquet"
+    garbage.write_bytes(b"PAR1" + bytes(range(256)) * 4)
+    fails_cleanly(
+        [
+            "data",
+            "prepare",
+            TINY,
+            "--set",
+            f"model.path={tiny_gemma4_dir}",
+            "--set",
+            f"data.sources=[{{path: {garbage}}}]",
+        ],
+        f"{garbage}: not a readable Parquet file",
+    )
+
+
+@pytest.fixture(scope="module")
+def prepared_tiny(tmp_path_factory, tiny_gemma4_dir, synth_corpus_dir) -> list[str]:
+    """CLI args for the tiny recipe with its data prepared (200 synthetic records)."""
+    args = tiny_args(tiny_gemma4_dir, synth_corpus_dir, tmp_path_factory.mktemp("prepared"))
+    result = runner.invoke(app, ["data", "prepare", *args])
+    assert result.exit_code == 0, result.output
+    return args
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_batch_larger_than_the_rows(backend, prepared_tiny, tmp_path):
+    fails_cleanly(
+        ["train", *prepared_tiny, "--backend", backend, "--run-dir", tmp_path / "run"]
+        + ["--set", "train.per_device_batch_size=4096"],
+        "can't fill one micro-batch",
+        "lower train.per_device_batch_size or train.grad_accumulation, or add training data",
+    )
+
+
+def _disk_full(path):
+    def write(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    return write
+
+
+def test_disk_full_during_prepare(tmp_path, monkeypatch, tiny_gemma4_dir, synth_corpus_dir):
+    import crosstune.data.stats
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(crosstune.data.stats, "save_stats", _disk_full(out / "stats.json"))
+    fails_cleanly(["data", "prepare", *tiny_args(tiny_gemma4_dir, synth_corpus_dir, out)], "disk full writing")
+    assert not (out / "data").exists() and not list(out.glob(".data.tmp-*"))  # nothing half-written stays
+
+
+def test_disk_full_during_export(tmp_path, monkeypatch, tiny_gemma4_dir):
+    from export_helpers import torch_run
+
+    import crosstune.export.runs
+
+    run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4")
+    monkeypatch.setattr(crosstune.export.runs, "write_manifest", _disk_full(tmp_path / "export_manifest.json"))
+    output = fails_cleanly(["export", run, "--to", "adapter", "--out", tmp_path / "out"], "disk full writing")
+    assert "free space there" in output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no partial export, no temp folder
+
+
+def test_mistyped_hf_model_path(tmp_path, synth_corpus_dir):
+    missing = tmp_path / "exprot" / "merged"
+    output = fails_cleanly(
+        ["eval", "--problems", synth_corpus_dir / "eval", "--out", tmp_path / "ev", "--hf-model", missing],
+        f"--hf-model {missing} does not exist",
+    )
+    assert "huggingface.co" not in output
+
+
+def test_out_naming_an_existing_file(tmp_path, synth_corpus_dir):
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    fails_cleanly(
+        ["eval", "--problems", synth_corpus_dir / "eval", "--out", afile, "--references-only"],
+        f"--out {afile} is a file",
+    )
+    assert afile.read_text() == "keep me"
+
+
+def _handled_app():
+    """A two-command app under the real top-level handler, raising what it is told to."""
+    import typer
+
+    from crosstune.cli import _ExpectedFailures
+    from crosstune.errors import CrosstuneError
+
+    errors = {
+        "expected": CrosstuneError("x.yaml:3: wrong (do this)"),
+        "bug": ZeroDivisionError("a bug"),
+        "missing": FileNotFoundError(errno.ENOENT, "No such file", "f"),
+        "ctrl-c": KeyboardInterrupt(),
+    }
+    handled = typer.Typer(cls=_ExpectedFailures)
+
+    @handled.command()
+    def fail(kind: str) -> None:
+        raise errors[kind]
+
+    @handled.command()
+    def ok() -> None:
+        pass
+
+    return handled
+
+
+def test_handler_prints_expected_failures_and_lets_bugs_through():
+    handled = _handled_app()
+    result = runner.invoke(handled, ["fail", "expected"])
+    assert (result.exit_code, result.output) == (1, "error: x.yaml:3: wrong (do this)\n")
+    assert isinstance(runner.invoke(handled, ["fail", "bug"]).exception, ZeroDivisionError)  # a bug: traceback
+    assert isinstance(runner.invoke(handled, ["fail", "missing"]).exception, FileNotFoundError)
+    interrupted = runner.invoke(handled, ["fail", "ctrl-c"])
+    assert interrupted.exit_code == 130 and "interrupted" in interrupted.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damaged", ["every file", "data files"])
+def test_damaged_orbax_checkpoint(damaged, tmp_path, tiny_gemma4_dir, synth_corpus_dir):
+    """Resume from a checkpoint whose every file (or every tensor data file, metadata intact) is garbage: one line
+    naming it, and none of the dozens of "Event loop is closed" tracebacks tensorstore printed when its reads
+    finished after Orbax closed its event loop (a subprocess: they came at any time until the process ended)."""
+    import os
+    import random
+    import subprocess
+    import sys
+
+    from export_helpers import jax_run
+
+    run = tmp_path / "run"
+    jax_run(run, tiny_gemma4_dir, "gemma4", step=2)
+    rng = random.Random(0)
+    for f in (run / "checkpoints").rglob("*"):
+        if f.is_file() and (damaged == "every file" or "/d/" in str(f) or f.name == "manifest.ocdbt"):
+            f.write_bytes(rng.randbytes(max(f.stat().st_size, 16)))
+    args = [*tiny_args(tiny_gemma4_dir, synth_corpus_dir, tmp_path), "--backend", "jax", "--run-dir", run, "--resume"]
+    command = [sys.executable, "-c", "from crosstune.cli import main; main()", "train", *map(str, args)]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    assert "Traceback" not in output and "Event loop is closed" not in output and "ERROR:absl" not in output, output
+    assert f"error: {run / 'checkpoints' / '2'}: the Orbax checkpoint can't be restored" in output
+    assert "move that folder aside, or train into a new --run-dir" in output

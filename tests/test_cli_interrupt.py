@@ -1,0 +1,108 @@
+"""Ctrl-C in train and prepare: exit 130 with what was kept and the command that continues (issue 10, item 18)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from crosstune.cli import _register, app
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "recipes" / "tiny-cpu.yaml"
+_register()
+runner = CliRunner()
+
+
+def _sets(model_dir: Path, corpus_dir: Path, out: Path, *extra: str) -> list[str]:
+    sets = [
+        f"model.path={model_dir}",
+        f"data.sources=[{{path: {corpus_dir / 'train.jsonl'}}}]",
+        f"data.prepared_dir={out / 'data'}",
+        "data.max_seq_len=512",
+        "data.truncation=truncate",
+        f"output_dir={out / 'runs'}",
+        *extra,
+    ]
+    return [a for s in sets for a in ("--set", s)]
+
+
+@pytest.mark.parametrize(("backend", "checkpoint"), [("torch", "checkpoint-4"), ("jax", "4")])
+def test_ctrl_c_in_train_names_the_checkpoint_and_the_resume_command(
+    backend, checkpoint, tmp_path, monkeypatch, tiny_gemma4_dir, synth_corpus_dir
+):
+    import crosstune.train.jax_backend
+    import crosstune.train.torch_backend
+
+    def interrupted_after_two_checkpoints(recipe, run_dir, **kwargs):
+        for step in (2, 4):
+            (run_dir / "checkpoints" / checkpoint.replace("4", str(step))).mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(crosstune.train.torch_backend, "train", interrupted_after_two_checkpoints)
+    monkeypatch.setattr(crosstune.train.jax_backend, "train", interrupted_after_two_checkpoints)
+    run = tmp_path / "run"
+    sets = _sets(tiny_gemma4_dir, synth_corpus_dir, tmp_path)
+    result = runner.invoke(app, ["train", str(TINY), "--backend", backend, "--run-dir", str(run), *sets])
+    assert result.exit_code == 130, result.output
+    assert "Traceback" not in result.output
+    assert f"{run} keeps the checkpoint of step 4" in result.output
+    resume = f"resume with: crosstune train {TINY} --backend {backend} --run-dir {run} --set "
+    assert resume in result.output and result.output.rstrip().endswith(" --resume")
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_resume_starts_over(tmp_path, monkeypatch, tiny_gemma4_dir):
+    import crosstune.train.torch_backend
+
+    def interrupted(recipe, run_dir, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(crosstune.train.torch_backend, "train", interrupted)
+    result = runner.invoke(app, ["train", str(TINY), "--set", f"model.path={tiny_gemma4_dir}"])
+    assert result.exit_code == 130 and result.output.startswith("interrupted (Ctrl-C): ")
+    assert "no checkpoint was saved yet (one every 10 steps): --resume starts from step 0" in result.output
+    assert f"resume with: crosstune train {TINY} --backend torch --set model.path=" in result.output
+
+
+def test_ctrl_c_in_prepare_keeps_nothing_half_made(tmp_path, monkeypatch, tiny_gemma4_dir, synth_corpus_dir):
+    import crosstune.data.prepare
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(crosstune.data.prepare, "prepare_dataset", interrupted)
+    sets = _sets(tiny_gemma4_dir, synth_corpus_dir, tmp_path)
+    result = runner.invoke(app, ["data", "prepare", str(TINY), *sets, "--lenient"])
+    assert result.exit_code == 130
+    assert f"interrupted (Ctrl-C): nothing was written to {tmp_path / 'data'} (nothing is kept)" in result.output
+    assert f"rerun: crosstune data prepare {TINY} --set " in result.output
+    assert result.output.rstrip().endswith(" --lenient")
+
+
+@pytest.mark.slow
+def test_sigint_during_real_torch_training(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
+    """The real thing: SIGINT to a training process once its first checkpoint is in place."""
+    run = tmp_path / "run"
+    sets = _sets(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "train.max_steps=400", "train.checkpoint_every=2")
+    command = [sys.executable, "-c", "from crosstune.cli import main; main()", "train", str(TINY), *sets]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    assert runner.invoke(app, ["data", "prepare", *command[4:]]).exit_code == 0  # torch trains on prepared data
+    proc = subprocess.Popen(
+        [*command, "--backend", "torch", "--run-dir", str(run)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints" / "checkpoint-2").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()[-3000:]
+    err = err.decode()
+    assert "Traceback" not in err
+    assert f"{run} keeps the checkpoint of step " in err and "--backend torch --run-dir" in err and "--resume" in err

@@ -1,0 +1,90 @@
+"""scripts/install_iverilog.sh on a machine without iverilog: a PATH that holds only stubs and a few coreutils."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "install_iverilog.sh"
+# What the script and the stubs run from the system; anything else (a real iverilog) stays out of sight.
+SYSTEM_TOOLS = ("bash", "sh", "id", "head", "seq", "chmod", "cat")
+
+# Real `iverilog -V` prints a version line then more; this one prints enough after it that an early-closing
+# reader (`| head -1`) makes it die of SIGPIPE, as iverilog did on a fresh machine (exit 141 under pipefail).
+IVERILOG_STUB = "#!/bin/sh\necho 'Icarus Verilog version 11.0 (stable) ()'\nseq 1 200000\n"
+APT_GET_STUB = """#!/bin/sh
+echo "$*" >> "{log}"
+if [ "$1" = install ] && [ "{works}" = yes ]; then
+  printf '%s' "$IVERILOG_STUB" > "{bin}/iverilog"; printf '#!/bin/sh\\n' > "{bin}/vvp"
+  chmod +x "{bin}/iverilog" "{bin}/vvp"
+  exit 0
+fi
+[ "$1" = update ] && exit 0
+echo "E: Unable to locate package iverilog" >&2; exit 100
+"""
+
+
+def _sandbox(tmp_path: Path, apt_works: bool = True) -> tuple[dict[str, str], Path, Path]:
+    stubs, system = tmp_path / "stubs", tmp_path / "system"
+    stubs.mkdir()
+    system.mkdir()
+    for tool in SYSTEM_TOOLS:
+        (system / tool).symlink_to(shutil.which(tool))
+    log = tmp_path / "apt.log"
+    for name, text in {
+        "apt-get": APT_GET_STUB.format(log=log, bin=stubs, works="yes" if apt_works else "no"),
+        "sudo": '#!/bin/sh\nexec "$@"\n',  # for a non-root test runner; root never calls it
+    }.items():
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    env = {"PATH": f"{stubs}:{system}", "IVERILOG_STUB": IVERILOG_STUB, "HOME": str(tmp_path)}
+    return env, stubs, log
+
+
+def _run(env: dict[str, str]) -> subprocess.CompletedProcess:
+    bash = shutil.which("bash")
+    return subprocess.run([bash, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_installs_missing_iverilog_and_reports_its_version(tmp_path):
+    env, stubs, log = _sandbox(tmp_path)
+    result = _run(env)
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)  # was 141 (SIGPIPE)
+    assert result.stdout.splitlines() == [
+        "Installing iverilog from Debian...",
+        "installed: Icarus Verilog version 11.0 (stable) ()",
+    ]
+    assert log.read_text().splitlines() == ["install -y -q iverilog"]
+    assert (stubs / "iverilog").exists() and (stubs / "vvp").exists()
+
+
+def test_quiet_when_iverilog_is_already_there(tmp_path):
+    env, stubs, log = _sandbox(tmp_path)
+    for name in ("iverilog", "vvp"):
+        (stubs / name).write_text(IVERILOG_STUB)
+        (stubs / name).chmod(0o755)
+    result = _run(env)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert not log.exists()  # apt-get never ran
+
+
+def test_failed_install_says_what_to_do(tmp_path):
+    env, _, log = _sandbox(tmp_path, apt_works=False)
+    result = _run(env)
+    assert result.returncode == 1
+    assert "Unable to locate package iverilog" in result.stderr  # apt's own reason is shown
+    assert "install it by hand ('apt-get install iverilog')" in result.stderr
+    assert log.read_text().splitlines() == ["install -y -q iverilog", "update -q", "install -y -q iverilog"]
+
+
+def test_no_early_closing_pipe_in_setup_scripts():
+    """The class of the bug: `cmd | head` (or grep -q/-m, which also stop reading) under pipefail."""
+    early_readers = re.compile(r"\|\s*(head|grep\s+(-\w*[qm]))\b")
+    for path in [REPO / "Makefile", *sorted((REPO / "scripts").glob("*.sh"))]:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            assert not early_readers.search(line), f"{path.name}:{n}: a pipe into an early-closing reader: {line}"
