@@ -112,6 +112,9 @@ def test_token_metrics_off_removes_the_extras_and_keeps_the_loss(recipe_path, tm
         requested.clear()
         loss = trainer.compute_loss(trainer.model, dict(inputs), num_items_in_batch=count)
         results[token_metrics] = (loss.item(), list(requested), dict(trainer._metrics["train"]), len(gathered))
+        if not token_metrics:  # a request for the logits and metrics is refused, not answered with missing fields
+            with pytest.raises(ValueError, match="token_metrics true"):
+                trainer.compute_loss(trainer.model, dict(inputs), return_outputs=True)
 
     full_loss, full_outputs, full_metrics, full_gathers = results[True]
     lean_loss, lean_outputs, lean_metrics, lean_gathers = results[False]

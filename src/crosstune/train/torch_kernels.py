@@ -86,8 +86,11 @@ class LeanLossMixin:
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         import torch
 
-        if return_outputs or not model.training:  # evaluation and logits requests: TRL's own path
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if return_outputs:  # TRL would rebuild the full logits and read the metrics this trainer no longer computes
+            raise ValueError(
+                "compute_loss(return_outputs=True) needs TRL's token metrics and full logits: set "
+                "train.kernels.token_metrics true and loss trl"
+            )
         inputs["use_cache"] = False
         if self.crosstune_kernels.loss == "cce":
             loss = model(**inputs, crosstune_cce=True, num_items_in_batch=num_items_in_batch).loss
