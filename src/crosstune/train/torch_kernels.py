@@ -8,9 +8,9 @@
   gradient is below bf16 resolution, which is not exact; with the filter off the logits are accumulated in fp32
   tiles, soft-capped and reduced without ever being rounded to bf16. (liger-kernel 0.8.5's fused linear CE rounds
   each logit chunk to the input dtype — bf16 — before the softcap and softmax: not exact for a softcapped 262k head.)
-- token_metrics: TRL computes, for every micro-batch, the entropy and top-1 flag of each labelled token's
-  distribution inside its fused head (extra passes over the 262k vocabulary) and reads three values back to the
-  host (`.item()` on entropy, accuracy and token count), which stalls the GPU queue once per micro-batch.
+- token_metrics: TRL asks its fused head, for every micro-batch, for each labelled token's entropy and top-1 flag
+  (extra accumulators over all 262k vocabulary entries in every tile), gathers them and reads three values back to
+  the host (`.item()` on entropy, accuracy and token count), which drains the GPU queue once per micro-batch.
   `false` asks the fused head for log-probabilities only and skips those metrics; the loss is the same number.
 """
 
