@@ -54,7 +54,7 @@ def make_trainer(recipe, run_dir: Path):
     from crosstune.train.torch_kernels import kernel_trainer_class
 
     model, tokenizer = build_model(recipe, on_gpu=False)
-    dataset, steps, _ = load_train_dataset(recipe, tokenizer, 1)
+    dataset, steps = load_train_dataset(recipe, tokenizer, 1)[:2]
     trainer_cls = kernel_trainer_class(CrosstuneSFTTrainer, recipe.train.kernels)
     return trainer_cls(
         model=model,
