@@ -23,6 +23,10 @@ class ModelSection(Section):
     path: str | None = Field(None, description="HF model directory (config.json + safetensors); the user's own")
     size: str | None = Field(None, description="a known size (e.g. 31b, 27b, tiny) for planning without a checkpoint")
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    random_init: bool = Field(
+        False, description="benchmarks only: build the model from model.path/config.json with random weights "
+        "(no weights are read; the torch backend builds it on the GPU)"
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _path_or_size(self) -> ModelSection:
@@ -91,6 +95,29 @@ class DataSection(Section):
     prepared_dir: str | None = Field(None, description="where prepared shards go (default: <output_dir>/data/<name>)")
 
 
+class KernelsSection(Section):
+    """Fast paths of the torch backend, each switchable so one run can show its effect; the defaults are the plain
+    library paths (docs/BENCHMARKS.md)."""
+
+    attention: Literal["sdpa", "eager", "flex"] = Field(
+        "sdpa", description="flex: FlexAttention with a document + causal/sliding BlockMask per layer type (CUDA)"
+    )
+    loss: Literal["trl", "cce"] = Field(
+        "trl", description="trl: TRL's chunked fused LM head; cce: cut-cross-entropy's fused linear + "
+        "cross-entropy kernel, gradient filtering off (exact; CUDA, needs the cut-cross-entropy package)"
+    )  # fmt: skip
+    token_metrics: bool = Field(
+        True, description="TRL's per-step entropy and mean_token_accuracy (extra vocabulary work and host syncs "
+        "every micro-batch); false computes the loss alone"
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _cce_has_no_metrics(self) -> KernelsSection:
+        if self.loss == "cce" and self.token_metrics:
+            raise ValueError("loss 'cce' gives no per-token entropy or accuracy: set train.kernels.token_metrics false")
+        return self
+
+
 class TrainSection(Section):
     epochs: PositiveFloat | None = 1.0
     max_steps: PositiveInt | None = None
@@ -110,6 +137,7 @@ class TrainSection(Section):
     checkpoint_every: PositiveInt = 100
     keep_last: PositiveInt = 3
     seed: int = 42
+    kernels: KernelsSection = Field(default_factory=KernelsSection)
 
     @model_validator(mode="after")
     def _length(self) -> TrainSection:

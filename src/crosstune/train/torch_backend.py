@@ -73,6 +73,7 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
         checkpoint_step,
         latest_checkpoint,
     )
+    from crosstune.train.torch_kernels import kernel_trainer_class
 
     run_dir = Path(run_dir).resolve()
     state = PartialState(cpu=not torch.cuda.is_available())  # as TrainingArguments will; a singleton
@@ -98,7 +99,8 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
     callback = StepMetricsCallback(
         recipe, run_dir, model.config, micro_batches_per_epoch=micro_batches_per_epoch, progress=progress
     )
-    trainer = CrosstuneSFTTrainer(
+    trainer_cls = kernel_trainer_class(CrosstuneSFTTrainer, recipe.train.kernels)  # train.kernels (torch_kernels)
+    trainer = trainer_cls(
         model=model,
         args=args,
         train_dataset=dataset,
@@ -209,13 +211,15 @@ def load_train_dataset(recipe: Recipe, tokenizer: Any, world_size: int) -> tuple
 def build_model(recipe: Recipe, *, on_gpu: bool) -> tuple[Any, Any]:
     """The base model (recipe dtype on GPU, fp32 on CPU) and its tokenizer, from `recipe.model.path`."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from crosstune.train.torch_kernels import load_causal_lm
 
     path = resolve_path(recipe, recipe.model.path)
     if path is None or not (path / "config.json").is_file():
         raise FileNotFoundError(f"model.path: no HF checkpoint (config.json) at {path}")
     dtype = getattr(torch, recipe.model.dtype) if on_gpu else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model = load_causal_lm(recipe, path, dtype, on_gpu=on_gpu)  # train.kernels.attention, model.random_init
     model.config.use_cache = False  # packed rows need per-document masks, which transformers skips with a cache
     return model, AutoTokenizer.from_pretrained(path)
 
