@@ -172,5 +172,5 @@ def test_upstream_percent_truncates_and_summary_averages():
     assert summary["upstream_pass_rate"] == (33 + 100) / 2
     assert summary["upstream_compatible_pass_at_1"] == pytest.approx((2 / 3 + 1) / 2)
     assert summary["categories"] == {".": 4, "S": 1, "R": 1}
-    assert "| a | 3 | 1 | 33.3 | 100.0 | 33 | `.RS` |" in markdown_report(summary)
+    assert "| a | 3 | 1 | 0 | 33.3 | 100.0 | 33 | `.RS` |" in markdown_report(summary)  # 0 failed generations
     assert summarize(scores, [5], "strict")["pass_at_k"] == {"5": None}  # k > n: not estimable
