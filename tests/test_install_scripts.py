@@ -1,4 +1,4 @@
-"""scripts/install_iverilog.sh on a machine without iverilog: a PATH that holds only stubs and a few coreutils."""
+"""scripts/install_iverilog.sh (through scripts/apt_install.sh) on a machine without iverilog: a PATH that holds only stubs and a few coreutils."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ SYSTEM_TOOLS = ("bash", "sh", "id", "head", "seq", "chmod", "cat")
 IVERILOG_STUB = "#!/bin/sh\necho 'Icarus Verilog version 11.0 (stable) ()'\nseq 1 200000\n"
 APT_GET_STUB = """#!/bin/sh
 echo "$*" >> "{log}"
-if [ "$1" = install ] && [ "{works}" = yes ]; then
+if [ "$3" = install ] && [ "{works}" = yes ]; then
   printf '%s' "$IVERILOG_STUB" > "{bin}/iverilog"; printf '#!/bin/sh\\n' > "{bin}/vvp"
   chmod +x "{bin}/iverilog" "{bin}/vvp"
   exit 0
 fi
-[ "$1" = update ] && exit 0
+[ "$3" = update ] && exit 0
 echo "E: Unable to locate package iverilog" >&2; exit 100
 """
 
@@ -57,7 +57,7 @@ def test_installs_missing_iverilog_and_reports_its_version(tmp_path):
         "Installing iverilog from Debian...",
         "installed: Icarus Verilog version 11.0 (stable) ()",
     ]
-    assert log.read_text().splitlines() == ["install -y -q iverilog"]
+    assert log.read_text().splitlines() == ["-o DPkg::Lock::Timeout=600 install -y -q iverilog"]
     assert (stubs / "iverilog").exists() and (stubs / "vvp").exists()
 
 
@@ -77,7 +77,11 @@ def test_failed_install_says_what_to_do(tmp_path):
     assert result.returncode == 1
     assert "Unable to locate package iverilog" in result.stderr  # apt's own reason is shown
     assert "install it by hand ('apt-get install iverilog')" in result.stderr
-    assert log.read_text().splitlines() == ["install -y -q iverilog", "update -q", "install -y -q iverilog"]
+    assert log.read_text().splitlines() == [
+        "-o DPkg::Lock::Timeout=600 install -y -q iverilog",
+        "-o DPkg::Lock::Timeout=600 update -q",
+        "-o DPkg::Lock::Timeout=600 install -y -q iverilog",
+    ]
 
 
 def test_no_early_closing_pipe_in_setup_scripts():
