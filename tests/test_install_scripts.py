@@ -1,4 +1,4 @@
-"""scripts/install_iverilog.sh (through scripts/apt_install.sh) on a machine without iverilog: a PATH that holds only stubs and a few coreutils."""
+"""scripts/install_iverilog.sh (via scripts/apt_install.sh) without iverilog: a PATH of stubs and a few coreutils."""
 
 from __future__ import annotations
 
