@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from crosstune.families.templates import chat_template
+from crosstune.families import chat_template
 
 SYSTEM = "You write synthesizable Verilog."
 USER = "Write a 2-input AND gate."

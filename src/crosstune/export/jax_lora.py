@@ -22,6 +22,7 @@ from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.lora_layout import (
     FUSED,
     SINGLE,
+    WEIGHT_NAMES,
     LoraLayoutError,
     fused_block_mask,
     peft_to_qwix,
@@ -30,7 +31,6 @@ from crosstune.families.lora_layout import (
 from crosstune.families.spec import ModelSpec
 
 _PARAM = re.compile(r"layers\.(\d+)\.((?:attn|mlp)\.\w+?)\.(w|kernel)_lora_([ab])")
-_WEIGHT = {m: ("kernel" if m.startswith("mlp.") else "w") for m in (*SINGLE, *FUSED)}
 
 
 def param_name(path) -> str:
@@ -82,12 +82,12 @@ def qwix_to_lora(params: dict[str, np.ndarray], spec: ModelSpec, *, rank: int, a
     grouped: dict[tuple[int, str], dict[str, np.ndarray]] = {}
     for name, value in params.items():
         m = _PARAM.fullmatch(name)
-        if m is None or m.group(2) not in _WEIGHT or _WEIGHT[m.group(2)] != m.group(3):
+        if m is None or m.group(2) not in WEIGHT_NAMES or WEIGHT_NAMES[m.group(2)] != m.group(3):
             raise ExportError(f"LoRA param {name!r} is not a Qwix LoRA of a known module (left unconsumed)")
         grouped.setdefault((int(m.group(1)), m.group(2)), {})[m.group(4)] = value
     modules: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for (layer, module), ab in sorted(grouped.items()):
-        where = f"layers.{layer}.{module}.{_WEIGHT[module]}"
+        where = f"layers.{layer}.{module}.{WEIGHT_NAMES[module]}"
         if set(ab) != {"a", "b"}:
             raise ExportError(f"{where}: has lora_{'/'.join(sorted(ab))} only (a LoRA needs both A and B)")
         if layer >= spec.num_layers:
@@ -143,7 +143,7 @@ def lora_to_qwix(
                 raise ExportError(str(e)) from None
             if module not in FUSED and a.shape[-1] != lora.rank and module.startswith("mlp."):
                 raise ExportError(f"{where}: rank {a.shape[-1]} != {lora.rank}; Qwix's Linear LoRA needs the rule rank")
-            weight = f"{where}.{_WEIGHT[module]}"
+            weight = f"{where}.{WEIGHT_NAMES[module]}"
             params[f"{weight}_lora_a"], params[f"{weight}_lora_b"] = a, b
             mask = fused_block_mask(module, b.shape, lora.rank)
             if mask is not None:

@@ -6,7 +6,7 @@ float32, given its delta, and cast back to the base dtype. Bands are computed on
 order, so memory stays at a few bands (MERGE_BAND_BYTES each) plus the LoRA matrices, whatever the checkpoint size;
 sha256 of every output is computed on another thread as it is written. The base's config.json, tokenizer and
 generation config are copied unchanged (merge_and_unload + save_pretrained would rewrite Gemma 4's config.json:
-shared/notes/stacks.md).
+docs/TUNIX_LAYOUT.md, "Merged export").
 """
 
 from __future__ import annotations

@@ -1,13 +1,31 @@
-"""Model families: the single place that knows Gemma layouts, names, chat formats and FLOPs."""
+"""Model families: the single place that knows Gemma layouts, names, chat formats and FLOPs.
+
+Each family is one folder (`families/<name>/`: `family.py` sizes and HF config, `tunix.py` the HF <-> Tunix table,
+`chat_template.jinja`) whose package exports `FAMILY`; adding a family is adding a folder.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from importlib.resources import files
+
 from crosstune.families.base import Family
-from crosstune.families.gemma3 import GEMMA3
-from crosstune.families.gemma4 import GEMMA4
 from crosstune.families.spec import NEUTRAL_TARGETS, AttentionKind, ModelSpec
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (GEMMA3, GEMMA4)}
+
+def _discover() -> dict[str, Family]:
+    found = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.ispkg:
+            family = importlib.import_module(f"{__name__}.{info.name}").FAMILY
+            if family.name != info.name:
+                raise ValueError(f"families/{info.name}/ declares family {family.name!r}: name the folder after it")
+            found[family.name] = family
+    return found
+
+
+FAMILIES: dict[str, Family] = _discover()
 
 
 def get_family(name: str) -> Family:
@@ -26,4 +44,20 @@ def family_of_hf_config(cfg: dict) -> Family:
     raise KeyError(f"config.json model_type {model_type!r} is not a supported family ({', '.join(FAMILIES)})")
 
 
-__all__ = ["FAMILIES", "NEUTRAL_TARGETS", "AttentionKind", "Family", "ModelSpec", "family_of_hf_config", "get_family"]
+def chat_template(family_name: str) -> str:
+    """The Jinja chat template of `family_name`, as stored in tokenizer_config.json (package data, so it works
+    from an installed wheel)."""
+    get_family(family_name)
+    return (files(__name__) / family_name / "chat_template.jinja").read_text(encoding="utf-8")
+
+
+__all__ = [
+    "FAMILIES",
+    "NEUTRAL_TARGETS",
+    "AttentionKind",
+    "Family",
+    "ModelSpec",
+    "chat_template",
+    "family_of_hf_config",
+    "get_family",
+]

@@ -8,9 +8,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crosstune.families.spec import AttentionKind, ModelSpec
+from crosstune.families.tunix_table import Tensor, TunixTable
 
 HF_LAYER_TYPE = {"sliding_attention": "sliding", "full_attention": "global"}
 HF_LAYER_TYPE_INV = {v: k for k, v in HF_LAYER_TYPE.items()}
+
+
+def gemma_layer_pattern(num_layers: int, every: int = 6) -> tuple[str, ...]:
+    """Gemma's 5 sliding : 1 global pattern (layers 5, 11, ... are global)."""
+    return tuple("global" if (i + 1) % every == 0 else "sliding" for i in range(num_layers))
+
 
 # Neutral target -> HF module path inside a decoder layer.
 HF_TARGET_MODULES = {
@@ -52,7 +59,7 @@ class Family:
     sizes: dict[str, ModelSpec] = field(hash=False)
     attention_from_hf: Callable[[dict[str, Any]], dict[str, AttentionKind]] = field(hash=False, repr=False)
     build_hf_config: Callable[[ModelSpec], dict[str, Any]] = field(hash=False, repr=False)
-    tunix_fuses_qkv: bool = True  # tunix's Gemma 3 fuses q/k/v into qkv_einsum when heads == KV heads; Gemma 4 never
+    tunix: TunixTable = field(hash=False, repr=False)  # the one HF <-> Tunix table (families/<name>/tunix.py)
 
     def spec(self, size: str) -> ModelSpec:
         if size not in self.sizes:
@@ -101,25 +108,13 @@ class Family:
         return rf"^(?:model\.language_model\.|model\.)layers\.\d+\.(?:{leaves})$"
 
     def fuses_qkv(self, kind: AttentionKind) -> bool:
-        """Whether tunix holds q, k and v of this layer type in one qkv_einsum (one LoRA A shared by all three)."""
-        return self.tunix_fuses_qkv and kind.num_heads == kind.num_kv_heads and not kind.k_eq_v
+        """Whether tunix holds q, k and v of this layer type in one qkv_einsum (one LoRA module for all three)."""
+        return self.tunix.attention_layout(kind) == "qkv"
 
     def tunix_lora_modules(self, spec: ModelSpec, layer: int, targets: list[str] | tuple[str, ...]) -> list[str]:
-        """Tunix module names (within a layer) that carry LoRA for `targets`: einsums cover several."""
-        a = spec.kind(layer)
-        mods: list[str] = []
-        attn = [t for t in ("q", "k", "v") if t in targets]
-        if self.fuses_qkv(a) and attn:
-            mods.append("attn.qkv_einsum")  # tunix fuses q, k, v when heads == KV heads
-        else:
-            if "q" in attn:
-                mods.append("attn.q_einsum")
-            if a.k_eq_v:
-                if "k" in attn:
-                    mods.append("attn.k_einsum")  # values reuse keys: a v target has nothing to adapt
-            elif "k" in attn or "v" in attn:
-                mods.append("attn.kv_einsum")  # one LoRA shared by k and v (A shared, B stacked)
-        if "o" in targets:
-            mods.append("attn.attn_vec_einsum")
-        mods += [f"mlp.{t}_proj" for t in ("gate", "up", "down") if t in targets]
-        return mods
+        """Tunix module names (within a layer) that carry LoRA for `targets`: fused einsums cover several."""
+        return [r.module for r in self.tunix.lora_rows(spec, layer, targets)]
+
+    def tunix_tensors(self, spec: ModelSpec) -> list[Tensor]:
+        """Every parameter of the tunix model of `spec` with its shape and tunix's default sharding."""
+        return self.tunix.tensors(spec)

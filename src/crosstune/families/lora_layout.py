@@ -1,7 +1,9 @@
-"""Qwix LoRA on tunix modules <-> PEFT LoRA on HF nn.Linear modules (shared/notes/gemma.md, "HF <-> Tunix").
+"""Qwix LoRA on tunix modules <-> PEFT LoRA on HF nn.Linear modules (docs/TUNIX_LAYOUT.md, "LoRA").
 
 PEFT: lora_A [r, in], lora_B [out, r], delta W = scale · B @ A (W is [out, in]).
-Qwix on an einsum: A holds the weight's contracted axes + r, B holds r + the weight's output axes:
+Qwix on an einsum: A holds the weight's contracted axes + r, B holds r + the weight's other axes; which axes those
+are, and which neutral targets a fused einsum's parts are, is read off the families' HF <-> Tunix tables
+(families/<name>/tunix.py), e.g.
     q_einsum  'BTD,NDH'   A (D, r)     B (r, N, H)        k_einsum (k_eq_v) likewise with K heads
     kv_einsum 'BSD,CKDH'  A (D, r)     B (r, 2, K, H)     one A SHARED by k and v
     qkv_einsum 'BTD,SNDH' A (D, r)     B (r, 3, N, H)     one A shared by q, k and v (Gemma 3 when N == K)
@@ -21,21 +23,22 @@ and its B slice (exact, rank = that width).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from crosstune.errors import CrosstuneError
+from crosstune.families import FAMILIES
 from crosstune.families.spec import AttentionKind
+from crosstune.families.tunix_table import TunixParam, axis_sizes, lora_modules
 
-# tunix module (within a layer) -> the neutral targets its output components are, in order.
-FUSED = {"attn.kv_einsum": ("k", "v"), "attn.qkv_einsum": ("q", "k", "v")}
-SINGLE = {
-    "attn.q_einsum": "q",
-    "attn.k_einsum": "k",
-    "attn.attn_vec_einsum": "o",
-    "mlp.gate_proj": "gate",
-    "mlp.up_proj": "up",
-    "mlp.down_proj": "down",
-}
+# tunix LoRA module (within a layer) -> its table row, over every family.
+LORA_ROWS: dict[str, TunixParam] = lora_modules([f.tunix for f in FAMILIES.values()])
+# tunix module -> the neutral targets its output components are, in order (fused einsums) / its one target.
+FUSED = {m: r.lora for m, r in LORA_ROWS.items() if r.fused}
+SINGLE = {m: r.lora[0] for m, r in LORA_ROWS.items() if not r.fused}
+# tunix module -> the name of its weight (`w` on einsums, `kernel` on Linear layers)
+WEIGHT_NAMES = {m: r.weight for m, r in LORA_ROWS.items()}
 TUNIX_LORA_MODULES = (*SINGLE, *FUSED)
 
 Pair = tuple[np.ndarray, np.ndarray]  # (A, B)
@@ -45,8 +48,10 @@ class LoraLayoutError(CrosstuneError, ValueError):
     """A LoRA tensor whose shape or module does not fit the model layout; the message names it."""
 
 
-def _heads(module: str, kind: AttentionKind) -> int:
-    return kind.num_heads if module in ("attn.q_einsum", "attn.qkv_einsum") else kind.num_kv_heads
+def _row(module: str, where: str) -> TunixParam:
+    if module not in LORA_ROWS:
+        raise LoraLayoutError(f"{where}: no HF module known for tunix module {module!r} (LoRA tensor left unconsumed)")
+    return LORA_ROWS[module]
 
 
 def _expect(name: str, arr: np.ndarray, shape: tuple[int, ...]) -> None:
@@ -68,38 +73,22 @@ def qwix_to_peft(
 
     `rank` is the rule's (nominal) rank; a fused einsum may hold a wider block LoRA (module docstring)."""
     where = where or module
+    row = _row(module, where)
+    a_dims, b_dims = row.lora_dims(axis_sizes(kind, hidden, intermediate))
     w = a.shape[-1]
-    d, f, n, h = hidden, intermediate, kind.num_heads, kind.head_dim
-    if module in FUSED:
-        comps = FUSED[module]
-        heads = _heads(module, kind)
-        _expect(f"{where}_lora_a", a, (d, w))
-        _expect(f"{where}_lora_b", b, (w, len(comps), heads, h))
+    _expect(f"{where}_lora_a", a, (*a_dims, w))
+    _expect(f"{where}_lora_b", b, (w, *b_dims))
+    if row.fused:
+        comps, out = row.lora, math.prod(b_dims[1:])  # B's first non-rank axis is the fused parts
         if w == len(comps) * rank and w != rank and not _off_diagonal(b, rank).any():
-            out = {}
+            pairs = {}
             for j, t in enumerate(comps):
                 a_j, b_j = a[:, j * rank : (j + 1) * rank], b[j * rank : (j + 1) * rank, j]
                 if a_j.any() or b_j.any():  # an all-zero block is a component without LoRA
-                    out[t] = (a_j.T, b_j.reshape(rank, heads * h).T)
-            return out
-        return {t: (a.T, b[:, i].reshape(w, heads * h).T) for i, t in enumerate(comps)}
-    r = w
-    if module not in SINGLE:
-        raise LoraLayoutError(f"{where}: no HF module known for tunix module {module!r} (LoRA tensor left unconsumed)")
-    target = SINGLE[module]
-    if module in ("attn.q_einsum", "attn.k_einsum"):
-        heads = _heads(module, kind)
-        _expect(f"{where}_lora_a", a, (d, r))
-        _expect(f"{where}_lora_b", b, (r, heads, h))
-        return {target: (a.T, b.reshape(r, heads * h).T)}
-    if module == "attn.attn_vec_einsum":
-        _expect(f"{where}_lora_a", a, (n, h, r))
-        _expect(f"{where}_lora_b", b, (r, d))
-        return {target: (a.reshape(n * h, r).T, b.T)}
-    fan_in, fan_out = (f, d) if target == "down" else (d, f)
-    _expect(f"{where}_lora_a", a, (fan_in, r))
-    _expect(f"{where}_lora_b", b, (r, fan_out))
-    return {target: (a.T, b.T)}
+                    pairs[t] = (a_j.T, b_j.reshape(rank, out).T)
+            return pairs
+        return {t: (a.T, b[:, i].reshape(w, out).T) for i, t in enumerate(comps)}
+    return {row.lora[0]: (a.reshape(math.prod(a_dims), w).T, b.reshape(w, math.prod(b_dims)).T)}
 
 
 def peft_to_qwix(
@@ -118,51 +107,40 @@ def peft_to_qwix(
     block LoRA of rank c·r (module docstring). `shared=False` maps arrays that are not weights (gradients, masks)
     the way weights with different A matrices were mapped."""
     where = where or module
-    if module in FUSED:
-        comps = FUSED[module]
+    row = _row(module, where)
+    a_dims, b_dims = row.lora_dims(axis_sizes(kind, hidden, intermediate))
+    fan_in = math.prod(a_dims)
+    if row.fused:
+        comps, parts_dims = row.lora, b_dims[1:]
         present = [t for t in comps if t in pairs]
         if not present:
             raise LoraLayoutError(f"{where}: none of {comps} has a LoRA to import")
-        heads, h = _heads(module, kind), kind.head_dim
         r = pairs[present[0]][0].shape[0]
         for t in present:
             a_t, b_t = pairs[t]
-            _expect(f"{where} ({t}) lora_A", a_t, (r, hidden))
-            _expect(f"{where} ({t}) lora_B", b_t, (heads * h, r))
+            _expect(f"{where} ({t}) lora_A", a_t, (r, fan_in))
+            _expect(f"{where} ({t}) lora_B", b_t, (math.prod(parts_dims), r))
         first = pairs[present[0]][0]
         if len(present) == 1 or (shared and all(np.array_equal(pairs[t][0], first) for t in present)):
-            b = np.zeros((r, len(comps), heads, h), dtype=first.dtype)
+            b = np.zeros((r, len(comps), *parts_dims), dtype=first.dtype)
             for t in present:
-                b[:, comps.index(t)] = pairs[t][1].T.reshape(r, heads, h)
-            return first.T, b
-        a = np.zeros((hidden, r * len(comps)), dtype=first.dtype)
-        b = np.zeros((r * len(comps), len(comps), heads, h), dtype=first.dtype)
+                b[:, comps.index(t)] = pairs[t][1].T.reshape(r, *parts_dims)
+            return first.T.reshape(*a_dims, r), b
+        a = np.zeros((fan_in, r * len(comps)), dtype=first.dtype)
+        b = np.zeros((r * len(comps), len(comps), *parts_dims), dtype=first.dtype)
         for t in present:
             j = comps.index(t)
             a[:, j * r : (j + 1) * r] = pairs[t][0].T
-            b[j * r : (j + 1) * r, j] = pairs[t][1].T.reshape(r, heads, h)
-        return a, b
-    if module not in SINGLE:
-        raise LoraLayoutError(f"{where}: unknown tunix LoRA module {module!r}")
-    target = SINGLE[module]
+            b[j * r : (j + 1) * r, j] = pairs[t][1].T.reshape(r, *parts_dims)
+        return a.reshape(*a_dims, r * len(comps)), b
+    target = row.lora[0]
     if target not in pairs:
         raise LoraLayoutError(f"{where}: no {target} LoRA to import")
     a_p, b_p = pairs[target]
     r = a_p.shape[0]
-    if module in ("attn.q_einsum", "attn.k_einsum"):
-        heads, h = _heads(module, kind), kind.head_dim
-        _expect(f"{where} lora_A", a_p, (r, hidden))
-        _expect(f"{where} lora_B", b_p, (heads * h, r))
-        return a_p.T, b_p.T.reshape(r, heads, h)
-    if module == "attn.attn_vec_einsum":
-        n, h = kind.num_heads, kind.head_dim
-        _expect(f"{where} lora_A", a_p, (r, n * h))
-        _expect(f"{where} lora_B", b_p, (hidden, r))
-        return a_p.T.reshape(n, h, r), b_p.T
-    fan_in, fan_out = (intermediate, hidden) if target == "down" else (hidden, intermediate)
     _expect(f"{where} lora_A", a_p, (r, fan_in))
-    _expect(f"{where} lora_B", b_p, (fan_out, r))
-    return a_p.T, b_p.T
+    _expect(f"{where} lora_B", b_p, (math.prod(b_dims), r))
+    return a_p.T.reshape(*a_dims, r), b_p.T.reshape(r, *b_dims)
 
 
 def _off_diagonal(b: np.ndarray, rank: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""HF nn.Linear weights <-> Tunix einsum kernels (shared/notes/gemma.md; checked numerically there).
+"""HF nn.Linear weights <-> Tunix einsum kernels: the conversions the family tables name (docs/TUNIX_LAYOUT.md).
 
 Shapes: D hidden, N heads, K KV heads, H head_dim, F intermediate. HF Linear weights are [out, in].
 """
@@ -6,16 +6,6 @@ Shapes: D hidden, N heads, K KV heads, H head_dim, F intermediate. HF Linear wei
 from __future__ import annotations
 
 import numpy as np
-
-# HF per-layer parameter name -> Tunix per-layer name (norms; projections are handled below).
-NORM_NAMES = {
-    "input_layernorm": "pre_attention_norm",
-    "post_attention_layernorm": "post_attention_norm",
-    "pre_feedforward_layernorm": "pre_ffw_norm",
-    "post_feedforward_layernorm": "post_ffw_norm",
-    "self_attn.q_norm": "attn._query_norm",
-    "self_attn.k_norm": "attn._key_norm",
-}
 
 
 def heads_to_tunix(weight: np.ndarray, num_heads: int) -> np.ndarray:

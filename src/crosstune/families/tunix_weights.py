@@ -7,18 +7,15 @@ with only a warning). Both are found here, by looking for the embedding.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from crosstune.errors import read_model_config
-from crosstune.families.tunix_layout import NORM_NAMES, heads_to_tunix, mlp_to_tunix, o_to_tunix
+from crosstune.families import family_of_hf_config
+from crosstune.families.tunix_layout import heads_to_tunix, mlp_to_tunix, o_to_tunix
 
 PREFIXES = ("model.language_model.", "language_model.model.", "model.", "")
-_TUNIX_NORMS = {v: k for k, v in NORM_NAMES.items()}  # tunix module path -> HF module path
-_LAYER = re.compile(r"layers\.(\d+)\.(.+)")
 
 
 class CheckpointReader:
@@ -28,6 +25,7 @@ class CheckpointReader:
         from safetensors import safe_open
 
         self.dir = Path(model_dir)
+        self._config: dict | None = None
         files = sorted(self.dir.glob("*.safetensors"))
         if not files:
             raise FileNotFoundError(f"no *.safetensors in {self.dir}")
@@ -38,7 +36,9 @@ class CheckpointReader:
             raise KeyError(f"{self.dir}: no embed_tokens.weight under any of the prefixes {PREFIXES}")
 
     def config(self) -> dict:
-        return read_model_config(self.dir)
+        if self._config is None:
+            self._config = read_model_config(self.dir)
+        return self._config
 
     def has(self, name: str) -> bool:
         return self.prefix + name in self._where
@@ -50,38 +50,24 @@ class CheckpointReader:
         return self._open[self._where[key]].get_tensor(key)
 
 
-def _heads(reader: CheckpointReader, hf: str, n: int) -> np.ndarray:
-    return heads_to_tunix(reader.get(f"{hf}.weight"), n)
-
-
 def tunix_tensor(reader: CheckpointReader, path: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The value of tunix parameter `path` (dotted, e.g. `layers.5.attn.k_einsum.w`) with shape `shape`."""
-    if path == "embedder.input_embedding":
-        return reader.get("embed_tokens.weight")
-    if path == "final_norm.scale":
-        return reader.get("norm.weight")
-    m = _LAYER.fullmatch(path)
-    if m is None:
-        raise KeyError(f"no HF source known for tunix parameter {path!r}")
-    layer, rest = m.groups()
-    attn = f"layers.{layer}.self_attn"
-    builders: dict[str, Callable[[], np.ndarray]] = {
-        "attn.q_einsum.w": lambda: _heads(reader, f"{attn}.q_proj", shape[0]),
-        "attn.k_einsum.w": lambda: _heads(reader, f"{attn}.k_proj", shape[0]),  # k_eq_v: values reuse keys
-        "attn.kv_einsum.w": lambda: np.stack([_heads(reader, f"{attn}.{p}_proj", shape[1]) for p in "kv"]),
-        "attn.qkv_einsum.w": lambda: np.stack([_heads(reader, f"{attn}.{p}_proj", shape[1]) for p in "qkv"]),
-        "attn.attn_vec_einsum.w": lambda: o_to_tunix(reader.get(f"{attn}.o_proj.weight"), shape[0]),
-        "skip_scale": lambda: reader.get(f"layers.{layer}.layer_scalar").reshape(shape),
-    }
-    for proj in ("gate", "up", "down"):
-        builders[f"mlp.{proj}_proj.kernel"] = lambda p=proj: mlp_to_tunix(
-            reader.get(f"layers.{layer}.mlp.{p}_proj.weight")
-        )
-    if rest.endswith(".scale") and rest[: -len(".scale")] in _TUNIX_NORMS:
-        return reader.get(f"layers.{layer}.{_TUNIX_NORMS[rest[: -len('.scale')]]}.weight")
-    if rest not in builders:
-        raise KeyError(f"no HF source known for tunix parameter {path!r}")
-    out = builders[rest]()
+    """The value of tunix parameter `path` (dotted, e.g. `layers.5.attn.k_einsum.w`) with shape `shape`, built
+    from the HF tensors its family's table row names (families/<name>/tunix.py)."""
+    row = family_of_hf_config(reader.config()).tunix.row(path)
+    prefix = f"layers.{path.split('.')[1]}." if row.per_layer else ""
+    parts = [reader.get(prefix + name) for name in row.hf]
+    if row.convert == "heads":  # one (N·H, D) projection per fused part, stacked on the parts axis
+        heads = shape[next(i for i, a in enumerate(row.shape) if a in "NK")]
+        kernels = [heads_to_tunix(w, heads) for w in parts]
+        out = kernels[0] if len(kernels) == 1 else np.stack(kernels)
+    elif row.convert == "o_proj":
+        out = o_to_tunix(parts[0], shape[0])
+    elif row.convert == "transpose":
+        out = mlp_to_tunix(parts[0])
+    elif row.convert == "reshape":
+        out = parts[0].reshape(shape)
+    else:
+        out = parts[0]
     if out.shape != tuple(shape):
         raise ValueError(f"{path}: HF checkpoint gives shape {out.shape}, the tunix model expects {tuple(shape)}")
     return out

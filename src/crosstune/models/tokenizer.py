@@ -14,8 +14,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from crosstune.families import get_family
-from crosstune.families.templates import chat_template
+from crosstune.families import chat_template, get_family
 
 BASE_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
 CORPUS_FIELDS = ("system", "prompt", "response")

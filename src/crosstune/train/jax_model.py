@@ -1,5 +1,5 @@
 """Tunix Gemma on a (fsdp, tp) mesh: the mesh context, sharded loading from HF safetensors, Qwix LoRA, and the
-checks for the pitfalls of tunix 0.1.7 / qwix 0.1.8 / flax 0.12 (shared/notes/stacks.md), fixed here once:
+checks for the pitfalls of tunix 0.1.7 / qwix 0.1.8 / flax 0.12 (docs/TUNIX_LAYOUT.md), fixed here once:
 
 - mesh context: tunix reads the legacy `with mesh:` context; without it inputs and optimizer state stay unsharded.
 - AxisType.Auto: jax 0.10's default Explicit axes break tunix's embedding lookup.

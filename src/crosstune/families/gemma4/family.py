@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from crosstune.families.base import HF_LAYER_TYPE_INV, ChatFormat, Family
-from crosstune.families.gemma3 import _pattern
+from crosstune.families.base import HF_LAYER_TYPE_INV, ChatFormat, Family, gemma_layer_pattern
+from crosstune.families.gemma4.tunix import TUNIX
 from crosstune.families.spec import AttentionKind, ModelSpec
 
 ROPE_THETA = {"sliding": 1e4, "global": 1e6}
@@ -33,7 +33,7 @@ def make_spec(
         hidden_size=hidden,
         intermediate_size=intermediate,
         vocab_size=vocab,
-        layer_types=_pattern(layers),
+        layer_types=gemma_layer_pattern(layers),
         attention={
             "sliding": AttentionKind("sliding", heads, kv_heads, head_dim, window=window),
             "global": AttentionKind("global", heads, global_kv_heads, global_head_dim, k_eq_v=k_eq_v),
@@ -122,5 +122,5 @@ GEMMA4 = Family(
     sizes=SIZES,
     attention_from_hf=attention_from_hf,
     build_hf_config=build_hf_config,
-    tunix_fuses_qkv=False,
+    tunix=TUNIX,
 )

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from crosstune.families.base import HF_LAYER_TYPE_INV, ChatFormat, Family
+from crosstune.families.base import HF_LAYER_TYPE_INV, ChatFormat, Family, gemma_layer_pattern
+from crosstune.families.gemma3.tunix import TUNIX
 from crosstune.families.spec import AttentionKind, ModelSpec
 
 ROPE_THETA = {"sliding": 1e4, "global": 1e6}
-
-
-def _pattern(num_layers: int, every: int = 6) -> tuple[str, ...]:
-    """Gemma's 5 sliding : 1 global pattern (layers 5, 11, ... are global)."""
-    return tuple("global" if (i + 1) % every == 0 else "sliding" for i in range(num_layers))
 
 
 def make_spec(
@@ -33,7 +29,7 @@ def make_spec(
         hidden_size=hidden,
         intermediate_size=intermediate,
         vocab_size=vocab,
-        layer_types=_pattern(layers),
+        layer_types=gemma_layer_pattern(layers),
         attention={
             "sliding": AttentionKind("sliding", heads, kv_heads, head_dim, window=window),
             "global": AttentionKind("global", heads, kv_heads, head_dim),
@@ -107,4 +103,5 @@ GEMMA3 = Family(
     sizes=SIZES,
     attention_from_hf=attention_from_hf,
     build_hf_config=build_hf_config,
+    tunix=TUNIX,
 )

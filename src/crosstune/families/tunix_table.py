@@ -1,0 +1,174 @@
+"""One declarative HF <-> Tunix table per family, and the views every other module derives from it.
+
+A family folder (`families/<name>/tunix.py`) lists its tunix parameters as `TunixParam` rows: the tunix path, the
+HF tensors it is built from (the fused parts, in order), its shape in axis letters, tunix's default (fsdp, tp)
+sharding, how the HF tensors become it, and the neutral LoRA targets it carries. The planner's tensor list, the
+tunix LoRA module names, the fused/single LoRA maps of `lora_layout` and the checkpoint loader's builders are all
+read off these rows (docs/TUNIX_LAYOUT.md has the layouts with their numerical checks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from crosstune.errors import CrosstuneError
+from crosstune.families.spec import AttentionKind, ModelSpec
+
+Spec = tuple[str | None, ...]
+
+# Axis letters of a row's shape: V vocab, D hidden, F intermediate, N heads, K KV heads, H head_dim, 1 one;
+# digits 2 and 3 are the fused-parts axis of kv/qkv einsums.
+AXES = "VDFNKH123"
+
+# Attention layouts tunix chooses per layer type (rule in `attention_layout`); a row with layout None is on every
+# layer of its scope.
+LAYOUTS = ("q_kv", "qkv", "q_k")
+
+# How HF tensors (in `TunixParam.hf` order) become the tunix parameter.
+CONVERSIONS = ("copy", "heads", "o_proj", "transpose", "reshape")
+
+
+class UnsupportedConfig(CrosstuneError, ValueError):
+    """A config.json field that tunix's model can't reproduce exactly."""
+
+
+def layer_types(cfg: dict[str, Any]) -> list[str]:
+    """HF `layer_types` of a text config (Gemma's 5 sliding : 1 global pattern when absent)."""
+    n = cfg["num_hidden_layers"]
+    return cfg.get("layer_types") or ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]
+
+
+@dataclass(frozen=True)
+class TunixParam:
+    """One row of a family's HF <-> Tunix table."""
+
+    path: str  # tunix path, within `layers.<i>.` when `per_layer`
+    hf: tuple[str, ...]  # HF tensor names (within `layers.<i>.` when `per_layer`), the fused parts in order
+    shape: str  # axis letters (AXES)
+    sharding: Spec  # tunix's default PartitionSpec
+    convert: str  # CONVERSIONS
+    lora: tuple[str, ...] = ()  # neutral targets its LoRA covers, in fused-parts order (empty: no LoRA)
+    contracting: tuple[int, ...] = ()  # axes a Qwix LoRA A takes (the einsum's contracted axes)
+    layout: str | None = None  # attention layout it belongs to (LAYOUTS); None: every layer
+    per_layer: bool = True
+    one_head_unsplit: bool = False  # tunix keeps the KV-head axis whole when there is a single KV head
+
+    def __post_init__(self) -> None:
+        if set(self.shape) - set(AXES) or self.convert not in CONVERSIONS or self.layout not in (None, *LAYOUTS):
+            raise ValueError(f"tunix table row {self.path!r}: shape {self.shape!r}, convert {self.convert!r}, "
+                             f"layout {self.layout!r} outside {AXES!r}, {CONVERSIONS}, {LAYOUTS}")  # fmt: skip
+        if len(self.sharding) != len(self.shape) or bool(self.lora) != bool(self.contracting):
+            raise ValueError(f"tunix table row {self.path!r}: sharding or LoRA axes don't fit shape {self.shape!r}")
+
+    @property
+    def module(self) -> str:
+        """The tunix module that owns the parameter (`attn.q_einsum` for `attn.q_einsum.w`)."""
+        return self.path.rsplit(".", 1)[0]
+
+    @property
+    def weight(self) -> str:
+        return self.path.rsplit(".", 1)[1]
+
+    @property
+    def fused(self) -> bool:
+        return len(self.lora) > 1
+
+    def dims(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        return tuple(int(a) if a.isdigit() else sizes[a] for a in self.shape)
+
+    def lora_dims(self, sizes: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(A's axes without the rank, B's axes without the rank): Qwix's split of the weight's axes."""
+        dims = self.dims(sizes)
+        rest = tuple(d for i, d in enumerate(dims) if i not in self.contracting)
+        return tuple(dims[i] for i in self.contracting), rest
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A concrete tunix parameter of a model: what the planner prices on a mesh."""
+
+    path: str  # e.g. layers.5.attn.k_einsum.w
+    shape: tuple[int, ...]
+    spec: Spec  # tunix's PartitionSpec for it
+    contracting: tuple[int, ...] = ()  # axes a LoRA A matrix takes (empty: no LoRA possible)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+def axis_sizes(kind: AttentionKind | None, hidden: int, intermediate: int, vocab: int = 0) -> dict[str, int]:
+    sizes = {"V": vocab, "D": hidden, "F": intermediate}
+    if kind is not None:
+        sizes |= {"N": kind.num_heads, "K": kind.num_kv_heads, "H": kind.head_dim}
+    return sizes
+
+
+@dataclass(frozen=True)
+class TunixTable:
+    """A family's rows plus its tunix model: module, class and the family's own ModelConfig fields."""
+
+    rows: tuple[TunixParam, ...]
+    module: str  # python module of the tunix model
+    model_class: str
+    # (text config.json, tunix model module, compute dtype) -> the family's ModelConfig fields (tunix_config.py)
+    config_fields: Callable[[dict[str, Any], Any, Any], dict[str, Any]]
+
+    def layouts(self) -> set[str]:
+        return {r.layout for r in self.rows if r.layout is not None}
+
+    def attention_layout(self, kind: AttentionKind) -> str:
+        """k_eq_v layers hold keys alone (`q_k`); tunix fuses q, k, v when heads == KV heads if the family has a
+        fused row (`qkv`); otherwise separate q and kv einsums (`q_kv`)."""
+        if kind.k_eq_v:
+            return "q_k"
+        if kind.num_heads == kind.num_kv_heads and "qkv" in self.layouts():
+            return "qkv"
+        return "q_kv"
+
+    def layer_rows(self, kind: AttentionKind) -> list[TunixParam]:
+        layout = self.attention_layout(kind)
+        return [r for r in self.rows if r.per_layer and r.layout in (None, layout)]
+
+    def tensors(self, spec: ModelSpec) -> list[Tensor]:
+        """Every parameter of the tunix model of `spec`, with its shape and default sharding."""
+        top = axis_sizes(None, spec.hidden_size, spec.intermediate_size, spec.vocab_size)
+        out = [Tensor(r.path, r.dims(top), r.sharding) for r in self.rows if not r.per_layer]
+        for i in range(spec.num_layers):
+            kind = spec.kind(i)
+            sizes = axis_sizes(kind, spec.hidden_size, spec.intermediate_size, spec.vocab_size)
+            for r in self.layer_rows(kind):
+                sharding = r.sharding
+                if r.one_head_unsplit and kind.num_kv_heads == 1:
+                    sharding = tuple(None if a == "K" else s for a, s in zip(r.shape, r.sharding, strict=True))
+                out.append(Tensor(f"layers.{i}.{r.path}", r.dims(sizes), sharding, r.contracting))
+        return out
+
+    def lora_rows(self, spec: ModelSpec, layer: int, targets: list[str] | tuple[str, ...]) -> list[TunixParam]:
+        """The rows of layer `layer` whose LoRA covers one of `targets`, in table order."""
+        return [r for r in self.layer_rows(spec.kind(layer)) if set(r.lora) & set(targets)]
+
+    def row(self, path: str) -> TunixParam:
+        """The row of a tunix parameter path (`layers.<i>.` stripped for per-layer rows)."""
+        per_layer = path.startswith("layers.")
+        rest = path.split(".", 2)[2] if per_layer else path
+        for r in self.rows:
+            if r.per_layer == per_layer and r.path == rest:
+                return r
+        raise KeyError(f"no HF source known for tunix parameter {path!r}")
+
+
+def lora_modules(tables: list[TunixTable]) -> dict[str, TunixParam]:
+    """tunix LoRA module -> its row, over several families; a module must mean the same in each."""
+    out: dict[str, TunixParam] = {}
+    for table in tables:
+        for r in table.rows:
+            if not r.lora:
+                continue
+            seen = out.setdefault(r.module, r)
+            if (seen.shape, seen.contracting, seen.lora, seen.weight) != (r.shape, r.contracting, r.lora, r.weight):
+                raise ValueError(f"tunix LoRA module {r.module!r} has two layouts across families: {seen} vs {r}")
+    return out
