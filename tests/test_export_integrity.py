@@ -110,7 +110,7 @@ def test_corrupt_header(run, base):
 
 
 def test_base_of_another_family(run, tiny_gemma3_dir):
-    refuses(run, "merged", r"a gemma3 model, but the run trained gemma4", base=tiny_gemma3_dir)
+    refuses(run, "merged", r"a gemma3 model, not gemma4 \(the run trained gemma4", base=tiny_gemma3_dir)
 
 
 def test_rank_alpha_unknown(run):

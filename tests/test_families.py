@@ -138,3 +138,27 @@ def test_qkv_fusion_is_gemma3_only():
     assert g3.tunix_lora_modules(spec3, 0, ["q", "k", "v"]) == ["attn.qkv_einsum"]
     spec4 = replace(g4.spec("tiny"), attention={**g4.spec("tiny").attention, "sliding": equal})
     assert g4.tunix_lora_modules(spec4, 0, ["q", "k", "v"]) == ["attn.q_einsum", "attn.kv_einsum"]
+
+
+def test_model_dir_spec_reads_config_json_once_for_everyone(tmp_path):
+    """The one config.json -> ModelSpec helper: the spec of the folder, or an InputError naming the file."""
+    import json
+
+    from crosstune.errors import InputError
+    from crosstune.families import FamilyMismatch, model_dir_spec
+
+    fam = get_family("gemma4")
+    tiny = fam.spec("tiny")
+    folder = tmp_path / "tiny-gemma4"
+    folder.mkdir()
+    with pytest.raises(InputError, match=r"tiny-gemma4: no config.json"):
+        model_dir_spec(folder)
+    (folder / "config.json").write_text(json.dumps(fam.hf_config(tiny)))
+    got = model_dir_spec(folder, "gemma4")
+    assert (got.name, got.attention, got.layer_types) == ("tiny-gemma4", tiny.attention, tiny.layer_types)
+    with pytest.raises(FamilyMismatch, match=r"config.json: a gemma4 model, not gemma3") as e:
+        model_dir_spec(folder, "gemma3")
+    assert e.value.found is fam
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(InputError, match=r"config.json: config.json model_type 'llama' is not a supported family"):
+        model_dir_spec(folder)

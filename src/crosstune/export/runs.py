@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crosstune.errors import read_json, read_model_config
+from crosstune.errors import InputError, read_json
 from crosstune.export.lora import ExportError, LoraWeights, read_peft_adapter, write_peft_adapter
 from crosstune.export.merge import Progress, copy_side_files, file_sha256, open_base, plan_merge, write_merged_shards
 from crosstune.export.output import staged_dir, write_manifest
-from crosstune.families import family_of_hf_config, get_family
+from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
 
 KINDS = ("adapter", "merged", "both")
@@ -44,17 +44,10 @@ def _read_meta(run_dir: Path) -> dict:
 
 
 def _base_spec(base: Path, family: str) -> ModelSpec:
-    cfg_path = base / "config.json"
-    if not cfg_path.is_file():
-        raise ExportError(f"base model {base}: no config.json (pass --base with an HF model directory)")
-    cfg = read_model_config(base)
     try:
-        found = family_of_hf_config(cfg).name
-    except KeyError as e:
-        raise ExportError(f"{cfg_path}: {e.args[0]}") from None
-    if found != family:
-        raise ExportError(f"{cfg_path}: a {found} model, but the run trained {family} (run.json family)")
-    return get_family(family).spec_from_hf_config(cfg, name=base.name)
+        return model_dir_spec(base, family)
+    except InputError as e:
+        raise ExportError(f"{e} (the run trained {family}, run.json family; pass --base with that model)") from None
 
 
 def _torch_checkpoints(root: Path) -> dict[int, Path]:

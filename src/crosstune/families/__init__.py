@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from importlib.resources import files
+from pathlib import Path
 
+from crosstune.errors import InputError, read_model_config
 from crosstune.families.base import Family
 from crosstune.families.spec import NEUTRAL_TARGETS, AttentionKind, ModelSpec
 
@@ -44,6 +46,30 @@ def family_of_hf_config(cfg: dict) -> Family:
     raise KeyError(f"config.json model_type {model_type!r} is not a supported family ({', '.join(FAMILIES)})")
 
 
+class FamilyMismatch(InputError):
+    """A model folder of another family than the one asked for."""
+
+    def __init__(self, message: str, found: Family):
+        super().__init__(message)
+        self.found = found
+
+
+def model_dir_spec(model_dir: Path, family: str | None = None) -> ModelSpec:
+    """The ModelSpec of an HF model folder's config.json (named after the folder), of `family` when given: an
+    InputError names the file when it is missing, corrupt, of an unknown family or of another family."""
+    cfg_path = Path(model_dir) / "config.json"
+    if not cfg_path.is_file():
+        raise InputError(f"{model_dir}: no config.json (point at an HF model directory)")
+    cfg = read_model_config(cfg_path.parent)
+    try:
+        found = family_of_hf_config(cfg)
+    except KeyError as e:
+        raise InputError(f"{cfg_path}: {e.args[0]}") from None
+    if family is not None and found.name != family:
+        raise FamilyMismatch(f"{cfg_path}: a {found.name} model, not {family}", found)
+    return found.spec_from_hf_config(cfg, name=Path(model_dir).name)
+
+
 def chat_template(family_name: str) -> str:
     """The Jinja chat template of `family_name`, as stored in tokenizer_config.json (package data, so it works
     from an installed wheel)."""
@@ -56,8 +82,10 @@ __all__ = [
     "NEUTRAL_TARGETS",
     "AttentionKind",
     "Family",
+    "FamilyMismatch",
     "ModelSpec",
     "chat_template",
     "family_of_hf_config",
     "get_family",
+    "model_dir_spec",
 ]

@@ -21,11 +21,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from crosstune.errors import read_model_config
+from crosstune.families import get_family, model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
 from crosstune.planner.tensors import fitted, lora_targets_tensors, lora_tensors, per_device_elements, tunix_tensors
-from crosstune.recipe import Recipe
+from crosstune.recipe import Recipe, resolve_path
 
 USABLE_FRACTION = 0.9
 GB = 1e9
@@ -84,13 +84,10 @@ class Plan:
 
 
 def _spec(recipe: Recipe) -> ModelSpec:
-    from crosstune.families import get_family
-    from crosstune.recipe import resolve_path
-
     fam = get_family(recipe.model.family)
     path = resolve_path(recipe, recipe.model.path)
     if path is not None and (path / "config.json").is_file():
-        return fam.spec_from_hf_config(read_model_config(path), name=path.name)
+        return model_dir_spec(path, fam.name)
     if recipe.model.size:
         return fam.spec(recipe.model.size)
     raise ValueError(f"model.path has no config.json ({path}) and model.size is not set: nothing to plan")

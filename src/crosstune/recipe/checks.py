@@ -5,8 +5,8 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-from crosstune.errors import InputError, read_model_config
-from crosstune.families import get_family
+from crosstune.errors import InputError
+from crosstune.families import FamilyMismatch, get_family, model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE
 from crosstune.recipe.load import Problem
@@ -26,20 +26,18 @@ def model_spec(recipe: Recipe, base_dir: Path) -> tuple[ModelSpec | None, list[P
         cfg_file = _resolve(base_dir, recipe.model.path) / "config.json"
         if cfg_file.is_file():
             try:
-                cfg = read_model_config(cfg_file.parent)
-            except InputError as e:
-                return None, [Problem("model.path", str(e))]
-            text_type = cfg.get("text_config", cfg).get("model_type")
-            if text_type != family.hf_model_type:
+                return model_dir_spec(cfg_file.parent, family.name), problems
+            except FamilyMismatch as e:
                 problems.append(
                     Problem(
                         "model.family",
-                        f"{cfg_file} is a {text_type!r} checkpoint, not {family.name}",
+                        f"{cfg_file} is a {e.found.hf_model_type!r} checkpoint, not {family.name}",
                         f"set model.family to match the checkpoint (expects model_type {family.hf_model_type!r})",
                     )
                 )
                 return None, problems
-            return family.spec_from_hf_config(cfg, name=str(cfg_file.parent)), problems
+            except InputError as e:
+                return None, [Problem("model.path", str(e))]
         problems.append(
             Problem(
                 "model.path",
