@@ -144,3 +144,22 @@ def test_k_and_v_go_together():
     text = MINIMAL + "lora:\n  targets: [q, k, o]\n"
     ((path, line, msg),) = errors(text)
     assert (path, line) == ("lora.targets", 13) and msg.startswith("k and v must be targeted together")
+
+
+def test_relative_paths_resolve_against_the_recipe_folder_never_the_cwd(tmp_path, monkeypatch):
+    from crosstune.recipe import UnlocatedRecipeError, resolve_path
+
+    monkeypatch.chdir(tmp_path)
+    from_text = parse_recipe(MINIMAL)
+    assert from_text.base_dir is None
+    with pytest.raises(UnlocatedRecipeError, match=r"relative path 'data.jsonl' but the recipe was not loaded"):
+        resolve_path(from_text, from_text.data.sources[0].path)
+    assert resolve_path(from_text, "/abs/x") == Path("/abs/x")
+    given = parse_recipe(MINIMAL, base_dir=tmp_path / "here")
+    assert resolve_path(given, "data.jsonl") == tmp_path / "here" / "data.jsonl"
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "r.yaml").write_text(MINIMAL)
+    loaded = load_recipe(folder / "r.yaml")
+    assert resolve_path(loaded, "data.jsonl") == folder / "data.jsonl"
+    assert "data.sources[0].path" in [w.path for w in loaded.warnings]  # nothing at recipes/data.jsonl (yet)

@@ -74,7 +74,7 @@ def stage_recipe(ctx: DemoContext) -> str:
     from crosstune.recipe import load_recipe
 
     recipe = load_recipe(ctx.recipe_file, ctx.overrides())
-    warnings = getattr(recipe, "_warnings", [])
+    warnings = recipe.warnings
     ctx.made.append(("validated recipe", ctx.recipe_file, f"{len(warnings)} warning(s)"))
     for w in warnings:
         console.print("   " + w.render(ctx.recipe_file), markup=False, highlight=False)

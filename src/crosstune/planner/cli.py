@@ -40,11 +40,10 @@ def load_for_plan(path: Path, overrides: list[str] | None = None) -> Recipe:
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = yaml.safe_load(raw)
+    base_dir = path.absolute().parent
     recipe = Recipe.model_validate(data)
-    recipe._base_dir = path.absolute().parent  # type: ignore[attr-defined]
-    problems: list[Problem] = check_recipe(recipe, recipe._base_dir)  # type: ignore[attr-defined]
-    recipe._warnings = [p for p in problems if p.path not in PLANNED_PATHS]  # type: ignore[attr-defined]
-    return recipe
+    problems: list[Problem] = check_recipe(recipe, base_dir)
+    return recipe.located(base_dir, [p for p in problems if p.path not in PLANNED_PATHS])
 
 
 def _gb(x: float | None) -> str:

@@ -1,6 +1,23 @@
 """Recipes: the YAML schema, loading with located errors, and consistency checks."""
 
-from crosstune.recipe.load import Problem, RecipeError, load_recipe, parse_recipe, recipe_hash, resolve_path
+from crosstune.recipe.load import (
+    Problem,
+    RecipeError,
+    UnlocatedRecipeError,
+    load_recipe,
+    parse_recipe,
+    recipe_hash,
+    resolve_path,
+)
 from crosstune.recipe.schema import Recipe
 
-__all__ = ["Problem", "Recipe", "RecipeError", "load_recipe", "parse_recipe", "recipe_hash", "resolve_path"]
+__all__ = [
+    "Problem",
+    "Recipe",
+    "RecipeError",
+    "load_recipe",
+    "parse_recipe",
+    "recipe_hash",
+    "resolve_path",
+    "UnlocatedRecipeError",
+]

@@ -13,17 +13,21 @@ from crosstune.recipe.load import Problem
 from crosstune.recipe.schema import Recipe
 
 
-def _resolve(base_dir: Path, value: str) -> Path:
+def _resolve(base_dir: Path | None, value: str) -> Path | None:
+    """A recipe path; None when it is relative and the recipe has no folder (parsed from text alone)."""
     p = Path(value).expanduser()
-    return p if p.is_absolute() else base_dir / p
+    if p.is_absolute():
+        return p
+    return None if base_dir is None else base_dir / p
 
 
-def model_spec(recipe: Recipe, base_dir: Path) -> tuple[ModelSpec | None, list[Problem]]:
+def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None, list[Problem]]:
     """The model's shapes: from the checkpoint's config.json when present, else the named size."""
     family = get_family(recipe.model.family)
     problems: list[Problem] = []
-    if recipe.model.path:
-        cfg_file = _resolve(base_dir, recipe.model.path) / "config.json"
+    model_dir = _resolve(base_dir, recipe.model.path) if recipe.model.path else None
+    if model_dir is not None:
+        cfg_file = model_dir / "config.json"
         if cfg_file.is_file():
             try:
                 return model_dir_spec(cfg_file.parent, family.name), problems
@@ -66,7 +70,7 @@ def valid_tps(spec: ModelSpec, limit: int = 64) -> list[int]:
     ]
 
 
-def check_recipe(recipe: Recipe, base_dir: Path) -> list[Problem]:
+def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
     problems: list[Problem] = []
     hw = HARDWARE[recipe.hardware]  # the schema rejected unknown names
 
@@ -177,7 +181,7 @@ def check_recipe(recipe: Recipe, base_dir: Path) -> list[Problem]:
 
     for i, src in enumerate(recipe.data.sources):
         p = _resolve(base_dir, src.path)
-        if not (p.exists() or glob.glob(str(p))):
+        if p is not None and not (p.exists() or glob.glob(str(p))):
             problems.append(
                 Problem(
                     f"data.sources[{i}].path",

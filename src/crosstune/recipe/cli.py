@@ -33,7 +33,7 @@ def validate(
                 console.print("  " + p.render(f), markup=False, highlight=False)
             continue
         console.print(f"[green]✓[/green] {f}: recipe {recipe.name!r} is valid")
-        for p in getattr(recipe, "_warnings", []):
+        for p in recipe.warnings:
             console.print("  " + p.render(f), markup=False, highlight=False)
     raise typer.Exit(1 if failed else 0)
 

@@ -132,7 +132,9 @@ def _yaml_reason(e: yaml.YAMLError) -> str:
     return str(getattr(e, "problem", None) or e)
 
 
-def parse_recipe(text: str, file: str | Path | None = None, overrides: list[str] | None = None) -> Recipe:
+def parse_recipe(
+    text: str, file: str | Path | None = None, overrides: list[str] | None = None, *, base_dir: Path | None = None
+) -> Recipe:
     """Validate YAML text; raises RecipeError listing every schema and consistency problem."""
     try:
         data = yaml.safe_load(text)
@@ -158,7 +160,8 @@ def parse_recipe(text: str, file: str | Path | None = None, overrides: list[str]
         raise RecipeError(file, sorted(problems, key=lambda p: p.line or 0)) from None
     from crosstune.recipe.checks import check_recipe
 
-    base_dir = Path(file).absolute().parent if file else Path.cwd()  # not resolve(): recipes/ is a link
+    if base_dir is None and file:
+        base_dir = Path(file).absolute().parent  # not resolve(): recipes/ is a link
     problems = sorted(
         (
             Problem(p.path, p.message, p.hint, _line_for(lines, _path_tuple(p.path)), p.severity)
@@ -169,9 +172,10 @@ def parse_recipe(text: str, file: str | Path | None = None, overrides: list[str]
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise RecipeError(file, problems)
-    recipe._warnings = problems  # type: ignore[attr-defined]
-    recipe._base_dir = base_dir  # type: ignore[attr-defined]
-    return recipe
+    if base_dir is None:  # a recipe text without a file: relative paths stay unresolvable (resolve_path says so)
+        recipe._warnings = problems
+        return recipe
+    return recipe.located(base_dir, problems)
 
 
 def _path_tuple(path: str) -> tuple:
@@ -199,13 +203,23 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     return parse_recipe(text, path, overrides)
 
 
+class UnlocatedRecipeError(CrosstuneError, ValueError):
+    """A relative path in a recipe that was not loaded from a file, so nothing says what it is relative to."""
+
+
 def resolve_path(recipe: Recipe, value: str | None) -> Path | None:
-    """A path from the recipe, relative to the recipe file's directory."""
+    """A path from the recipe, relative to the recipe file's directory (`Recipe.base_dir`)."""
     if value is None:
         return None
     p = Path(value).expanduser()
-    base = getattr(recipe, "_base_dir", Path.cwd())
-    return p if p.is_absolute() else (base / p)
+    if p.is_absolute():
+        return p
+    if recipe.base_dir is None:
+        raise UnlocatedRecipeError(
+            f"recipe {recipe.name!r}: relative path {value!r} but the recipe was not loaded from a file: "
+            "load it with load_recipe(FILE), give parse_recipe a base_dir, or use an absolute path"
+        )
+    return recipe.base_dir / p
 
 
 def recipe_hash(recipe: Recipe) -> str:

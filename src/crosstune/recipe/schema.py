@@ -5,9 +5,19 @@ Every section forbids unknown keys, so a typo is an error with its YAML path rat
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from crosstune.families.spec import NEUTRAL_TARGETS
 
@@ -224,6 +234,26 @@ class Recipe(Section):
     serve: ServeSection = Field(default_factory=ServeSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     cost: CostSection = Field(default_factory=CostSection)
+    # Where the recipe's relative paths resolve (its file's folder) and the load-time warnings: set by
+    # crosstune.recipe.load (or `located`), never guessed from the cwd.
+    _base_dir: Path | None = PrivateAttr(default=None)
+    _warnings: list[Any] = PrivateAttr(default_factory=list)
+
+    def located(self, base_dir: Path, warnings: list[Any] | None = None) -> Recipe:
+        """This recipe with its relative paths resolving against `base_dir` (and the checks' warnings)."""
+        self._base_dir = Path(base_dir)
+        self._warnings = list(warnings or [])
+        return self
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The folder relative paths resolve against; None for a recipe built without a file or `located`."""
+        return self._base_dir
+
+    @property
+    def warnings(self) -> list[Any]:
+        """The consistency checks' warnings (recipe.load.Problem) found when the recipe was loaded."""
+        return list(self._warnings)
 
     @field_validator("hardware")
     @classmethod

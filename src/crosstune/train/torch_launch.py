@@ -96,7 +96,8 @@ def write_worker_recipe(recipe: Recipe, run_dir: Path) -> Path:
     """<run>/launch/recipe.json: the resolved recipe and the folder its relative paths are relative to."""
     path = Path(run_dir) / LAUNCH / "recipe.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"recipe": recipe.model_dump(mode="json"), "base_dir": str(getattr(recipe, "_base_dir", Path.cwd()))}
+    base_dir = None if recipe.base_dir is None else str(recipe.base_dir)
+    payload = {"recipe": recipe.model_dump(mode="json"), "base_dir": base_dir}
     path.write_text(json.dumps(payload, indent=2))
     return path
 
@@ -149,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     ns = parser.parse_args(argv)
     payload = json.loads((ns.run_dir / LAUNCH / "recipe.json").read_text())
     recipe = Recipe.model_validate(payload["recipe"])
-    recipe._base_dir = Path(payload["base_dir"])  # type: ignore[attr-defined]  # relative paths as in the file
+    if payload["base_dir"] is not None:  # relative paths as in the file
+        recipe.located(Path(payload["base_dir"]))
     train_in_process(recipe, ns.run_dir, resume=ns.resume, progress=True)
 
 
