@@ -114,3 +114,20 @@ def test_recipe_eval_section_gives_defaults(tmp_path):
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     # n = 3 samples, c = 1 correct: pass@1 = 1/3, pass@2 = 1 - C(2,2)/C(3,2) = 2/3 (k from the recipe).
     assert summary["pass_at_k"] == pytest.approx({"1": 1 / 3, "2": 2 / 3})
+
+
+def test_library_api_config_in_report_out(tmp_path, capsys):
+    """run_eval is a library call: an EvalConfig in, an EvalReport out, nothing printed; errors are EvalError."""
+    from crosstune.evals.runner import EvalConfig, EvalError, run_eval
+
+    with pytest.raises(EvalError, match="exactly one of"):
+        EvalConfig(problems=CHECKOUT, out=tmp_path)
+    with pytest.raises(EvalError, match="needs --n >= 5"):
+        EvalConfig(problems=CHECKOUT, out=tmp_path, endpoint="http://x", model="m", ks=(1, 5))
+    config = EvalConfig(problems=CHECKOUT, out=tmp_path, references_only=True, patterns=("Prob002_and2",))
+    phases = []
+    report = run_eval(config, on_progress=lambda phase, done, total: phases.append(phase))
+    assert report.summary["pass_at_k"] == {"1": 1.0} and phases[-1] == "references"
+    assert capsys.readouterr().out == ""
+    with pytest.raises(EvalError, match="no problem matches"):
+        run_eval(EvalConfig(problems=CHECKOUT, out=tmp_path / "b", references_only=True, patterns=("Nope*",)))

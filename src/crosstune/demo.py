@@ -190,20 +190,24 @@ def _merged_vs_adapter(merged: Path, adapter: Path, base: Path) -> float:
 
 
 def stage_eval(ctx: DemoContext) -> str:
-    from crosstune.evals.runner import run_eval
+    from crosstune.evals import SamplingParams
+    from crosstune.evals.runner import EvalConfig, run_eval
+    from crosstune.evals.show import progress_bars, show_report
     from crosstune.recipe import load_recipe
 
     recipe = load_recipe(ctx.recipe_file, ctx.overrides())
     ev = recipe.eval
     out = ctx.out / "eval"
     # The first 8 problems and 128 new tokens keep the demo short; `crosstune eval` runs the whole set.
-    report = run_eval(
-        problems_path=ctx.corpus_dir / "eval", out=out, task="spec-to-rtl", patterns=["Prob00[1-8]_*"],
-        endpoint=None, model=None, hf_model=ctx.out / "export" / "merged", samples_file=None,
-        references_only=False, n=ev.samples, ks=ev.k, temperature=ev.temperature, top_p=ev.top_p, max_tokens=128,
-        seed=ctx.seed, prompt_style=ev.prompt_style, shots=0, concurrency=1, api_key=None,
-        upstream_compatible=False, workers=None, timeout=30.0, memory_mib=2048,
+    config = EvalConfig(
+        problems=ctx.corpus_dir / "eval", out=out, task="spec-to-rtl", patterns=("Prob00[1-8]_*",),
+        hf_model=ctx.out / "export" / "merged", ks=tuple(ev.k), prompt_style=ev.prompt_style, concurrency=1,
+        sampling=SamplingParams(n=ev.samples, temperature=ev.temperature, top_p=ev.top_p, max_tokens=128,
+                                seed=ctx.seed),
     )  # fmt: skip
+    with progress_bars(console) as on_progress:
+        report = run_eval(config, on_progress)
+    show_report(report, console)
     pass_at = ", ".join(f"pass@{k} {v:.0%}" for k, v in report.summary["pass_at_k"].items())
     ctx.made.append(("VerilogEval-style pass@k of the exported tiny model", out, pass_at))
     return (

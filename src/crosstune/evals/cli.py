@@ -6,8 +6,18 @@ import os
 from pathlib import Path
 
 import typer
+from rich.console import Console
 
+from crosstune.errors import InputError
+from crosstune.evals.cache import SamplingParams
+from crosstune.evals.endpoint import Timeouts
 from crosstune.evals.problems import CODE_COMPLETE, SPEC_TO_RTL
+from crosstune.evals.runner import PARTIAL_EXIT_CODE, EvalConfig, EvalError, EvalInterrupted, run_eval
+from crosstune.evals.sandbox import Limits
+from crosstune.evals.show import progress_bars, show_report
+from crosstune.recipe import RecipeError, load_recipe, resolve_path
+
+console = Console()
 
 EVAL_HELP = (
     "Evaluate Verilog generation on VerilogEval v2 (or a synthetic set in its layout) with iverilog: "
@@ -90,9 +100,6 @@ def eval_command(
     memory_mib: int = typer.Option(2048, "--memory-mib", min=64, help="Address-space limit per process (MiB)."),
 ) -> None:  # fmt: skip
     """Evaluate Verilog generation on VerilogEval v2 with iverilog (see EVAL_HELP)."""
-    from crosstune.evals.endpoint import Timeouts
-    from crosstune.evals.runner import PARTIAL_EXIT_CODE, run_eval
-
     fallback = {"n": 1, "k": "1", "temperature": 0.0, "top_p": 0.95, "max_tokens": 1024, "prompt_style": "verilogeval",
                 "connect_timeout": Timeouts.connect_s, "read_timeout": Timeouts.read_s,
                 "request_timeout": Timeouts.request_s}  # fmt: skip
@@ -101,62 +108,61 @@ def eval_command(
     if problems is None:
         raise typer.BadParameter("give --problems DIR (or a RECIPE whose eval.problems names one)")
     n = fallback["n"] if n is None else n
-    k = fallback["k"] if k is None else k
-    temperature = fallback["temperature"] if temperature is None else temperature
-    top_p = fallback["top_p"] if top_p is None else top_p
-    max_tokens = fallback["max_tokens"] if max_tokens is None else max_tokens
-    prompt_style = fallback["prompt_style"] if prompt_style is None else prompt_style
-    timeouts = Timeouts(
-        connect_s=fallback["connect_timeout"] if connect_timeout is None else connect_timeout,
-        read_s=fallback["read_timeout"] if read_timeout is None else read_timeout,
-        request_s=fallback["request_timeout"] if request_timeout is None else request_timeout,
-    )
-    sources = [endpoint is not None, hf_model is not None, samples_file is not None, references_only]
-    if sum(sources) != 1:
-        raise typer.BadParameter("give exactly one of --endpoint, --hf-model, --samples-file, --references-only")
-    if endpoint is not None and not model:
-        raise typer.BadParameter("--endpoint needs --model (the name the server serves)")
-    _check_paths(out, hf_model)
-    ks = _parse_ks(k)
+    ks = _parse_ks(fallback["k"] if k is None else k)
     if references_only:
         n, ks = 1, [1]
-    if max(ks) > n and samples_file is None:
-        raise typer.BadParameter(f"--k {max(ks)} needs --n >= {max(ks)}")
-    report = run_eval(
-        problems_path=problems,
-        out=out,
-        task=task,
-        patterns=problem or None,
-        endpoint=endpoint,
-        model=model,
-        hf_model=hf_model,
-        samples_file=samples_file,
-        references_only=references_only,
-        n=n,
-        ks=ks,
-        temperature=temperature,
-        top_p=top_p,
-        max_tokens=max_tokens,
-        seed=seed,
-        prompt_style=prompt_style,
-        shots=shots,
-        concurrency=concurrency,
-        api_key=os.environ.get(api_key_env) or None,
-        upstream_compatible=upstream_compatible,
-        workers=workers,
-        timeout=timeout,
-        memory_mib=memory_mib,
-        request_timeouts=timeouts,
-        retries=retries,
-    )
+    _check_paths(out, hf_model)
+    try:
+        config = EvalConfig(
+            problems=problems,
+            out=out,
+            task=task,
+            patterns=tuple(problem or ()),
+            endpoint=endpoint,
+            model=model,
+            hf_model=hf_model,
+            samples_file=samples_file,
+            references_only=references_only,
+            sampling=SamplingParams(
+                n=n,
+                temperature=fallback["temperature"] if temperature is None else temperature,
+                top_p=fallback["top_p"] if top_p is None else top_p,
+                max_tokens=fallback["max_tokens"] if max_tokens is None else max_tokens,
+                seed=seed,
+            ),
+            ks=tuple(ks),
+            prompt_style=fallback["prompt_style"] if prompt_style is None else prompt_style,
+            shots=shots,
+            concurrency=concurrency,
+            api_key=os.environ.get(api_key_env) or None,
+            upstream_compatible=upstream_compatible,
+            workers=workers,
+            limits=Limits(timeout_s=timeout, memory_mib=memory_mib),
+            request_timeouts=Timeouts(
+                connect_s=fallback["connect_timeout"] if connect_timeout is None else connect_timeout,
+                read_s=fallback["read_timeout"] if read_timeout is None else read_timeout,
+                request_s=fallback["request_timeout"] if request_timeout is None else request_timeout,
+            ),
+            retries=retries,
+        )
+    except EvalError as e:
+        raise typer.BadParameter(str(e)) from None
+    try:
+        with progress_bars(console) as on_progress:
+            report = run_eval(config, on_progress)
+    except EvalInterrupted as e:
+        console.print(str(e), style="yellow", markup=False)
+        raise typer.Exit(e.exit_code) from None
+    except EvalError as e:
+        console.print(f"error: {e}", style="red", markup=False)  # a message may hold [brackets]
+        raise typer.Exit(1) from None
+    show_report(report, console)
     if report.summary.get("generation", {}).get("failed"):
         raise typer.Exit(PARTIAL_EXIT_CODE)
 
 
 def _check_paths(out: Path, hf_model: Path | None) -> None:
     """Say which path is wrong before any work: transformers would read a missing folder as a hub model id."""
-    from crosstune.errors import InputError
-
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file: give a folder (it is created if missing)")
     if hf_model is not None and not any((hf_model / f).is_file() for f in ("config.json", "adapter_config.json")):
@@ -166,8 +172,6 @@ def _check_paths(out: Path, hf_model: Path | None) -> None:
 
 def _recipe_defaults(recipe_file: Path, problems: Path | None, fallback: dict) -> tuple[Path | None, dict]:
     """The recipe's eval section as defaults; explicit options still win."""
-    from crosstune.recipe import RecipeError, load_recipe, resolve_path
-
     try:
         recipe = load_recipe(recipe_file)
     except RecipeError as e:

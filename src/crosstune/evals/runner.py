@@ -1,139 +1,116 @@
-"""What `crosstune eval` does: pick the design source, generate (cached), judge, show and write results."""
+"""The evaluation as a library call: an EvalConfig in, an EvalReport out (generate cached, judge, write reports).
+
+`crosstune eval`, the demo, the report and the serving bench build an EvalConfig and call `run_eval`; what it
+prints and how it exits is theirs (crosstune.evals.show). Failures are EvalError; Ctrl-C is EvalInterrupted,
+which says what was kept.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
+from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file
 from crosstune.evals.endpoint import EndpointBackend, Timeouts
 from crosstune.evals.evaluate import EvalReport, evaluate_completions
 from crosstune.evals.generate import Backend, GenerationError, TransformersBackend, generate_completions
-from crosstune.evals.problems import ProblemSetError, load_problems
+from crosstune.evals.problems import SPEC_TO_RTL, ProblemSetError, load_problems
 from crosstune.evals.sandbox import Limits
-from crosstune.evals.verdict import CATEGORIES
 
-console = Console()
 PARTIAL_EXIT_CODE = 3  # the report is written, but some samples could not be generated
-INTERRUPTED_EXIT_CODE = 130  # the shell's code for SIGINT
+
+OnProgress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description:<11}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=False,
-    )  # fmt: skip
+class EvalError(CrosstuneError):
+    """An evaluation that could not run: a bad configuration, problem set, model or endpoint (the message says)."""
 
 
-def show_report(report: EvalReport) -> None:
-    """Per-problem table, then headline numbers and the category legend."""
-    summary = report.summary
-    ks = list(summary["pass_at_k"])
-    table = Table(title=f"VerilogEval ({summary['mode']} verdict)")
-    for column in ["problem", "passed", *(f"pass@{k}" for k in ks), "codes"]:
-        table.add_column(column, justify="left" if column in ("problem", "codes") else "right")
-    for row in summary["per_problem"]:
-        cells = ["n/a" if row["pass_at_k"][k] is None else f"{100 * row['pass_at_k'][k]:.1f}" for k in ks]
-        table.add_row(row["problem"], f"{row['passed']}/{row['n']}", *cells, row["codes"])
-    console.print(table)
-    for k, value in summary["pass_at_k"].items():
-        console.print(f"pass@{k}: [bold]{'n/a' if value is None else f'{100 * value:.2f} %'}[/bold]")
-    rate = summary["upstream_pass_rate"]
-    console.print(f"upstream-style pass rate: {'n/a' if rate is None else f'{rate:.2f}'}")
-    console.print("categories: " + ", ".join(f"{c} {CATEGORIES[c]} ×{n}" for c, n in summary["categories"].items()))
-    console.print(f"reports: {', '.join(str(p) for p in report.paths)}")
-    generation = summary.get("generation")
-    if generation and generation["failed"]:
-        console.print(f"[red]{generation['failed']} of {generation['requested']} samples failed to generate[/red]; "
-                      "the numbers above cover the completed samples only:")  # fmt: skip
-        for failure in generation["failed_samples"][:10]:
-            console.print(f"  {failure['problem']} sample {failure['sample']}: {failure['reason']}", markup=False)
-        if generation["failed"] > 10:
-            console.print(f"  … {generation['failed'] - 10} more in summary.json and summary.md")
-        console.print("Rerun the same command to retry only the failed samples (completed ones are cached).")
+class EvalInterrupted(Interrupted):
+    """Ctrl-C during an evaluation; the message says which samples are kept and how to resume."""
 
 
-def run_eval(
-    problems_path: Path,
-    out: Path,
-    task: str,
-    patterns: Sequence[str] | None,
-    endpoint: str | None,
-    model: str | None,
-    hf_model: Path | None,
-    samples_file: Path | None,
-    references_only: bool,
-    n: int,
-    ks: Sequence[int],
-    temperature: float,
-    top_p: float,
-    max_tokens: int,
-    seed: int,
-    prompt_style: str,
-    shots: int,
-    concurrency: int,
-    api_key: str | None,
-    upstream_compatible: bool,
-    workers: int | None,
-    timeout: float,
-    memory_mib: int,
-    request_timeouts: Timeouts | None = None,
-    retries: int = 5,
-) -> EvalReport:
-    """Generate (cached), judge and report. Ctrl-C during generation exits 130 after saying what was kept."""
+@dataclass(frozen=True)
+class EvalConfig:
+    """Everything one evaluation needs. Exactly one design source: `endpoint` (with `model`), `hf_model`,
+    `samples_file`, or `references_only`."""
+
+    problems: Path
+    out: Path
+    task: str = SPEC_TO_RTL
+    patterns: tuple[str, ...] = ()  # problem names or globs; empty: all
+    endpoint: str | None = None
+    model: str | None = None
+    hf_model: Path | None = None
+    samples_file: Path | None = None
+    references_only: bool = False
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    ks: tuple[int, ...] = (1,)
+    prompt_style: str = "verilogeval"
+    shots: int = 0
+    concurrency: int = 8
+    api_key: str | None = field(default=None, repr=False)
+    upstream_compatible: bool = False
+    workers: int | None = None
+    limits: Limits = field(default_factory=Limits)
+    request_timeouts: Timeouts = field(default_factory=Timeouts)
+    retries: int = 5
+
+    def __post_init__(self) -> None:
+        sources = [self.endpoint is not None, self.hf_model is not None, self.samples_file is not None]
+        if sum(sources) + self.references_only != 1:
+            raise EvalError("give exactly one of --endpoint, --hf-model, --samples-file, --references-only")
+        if self.endpoint is not None and not self.model:
+            raise EvalError("--endpoint needs --model (the name the server serves)")
+        if not self.ks or min(self.ks) < 1:
+            raise EvalError(f"pass@k values must be >= 1, got {list(self.ks)}")
+        if self.references_only and (self.sampling.n, tuple(self.ks)) != (1, (1,)):
+            raise EvalError("--references-only judges one design per problem: n = 1 and k = 1")
+        if max(self.ks) > self.sampling.n and self.samples_file is None:
+            raise EvalError(f"--k {max(self.ks)} needs --n >= {max(self.ks)}")
+
+
+def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalReport:
+    """Generate (cached in `config.out`/completions.jsonl), judge and write the reports. Raises EvalError, or
+    EvalInterrupted on Ctrl-C (completed samples stay cached: the same call resumes)."""
+    report_progress = on_progress or (lambda phase, done, total: None)
     generated = {"done": 0, "total": 0}
     try:
-        problems = load_problems(problems_path, task, list(patterns) if patterns else None)
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
-        extra: dict = {"problems_path": str(problems_path), "task": problems[0].task}
-        with _progress() as progress:
-            tasks: dict[str, int] = {}
+        problems = load_problems(config.problems, config.task, list(config.patterns) or None)
+        extra: dict = {"problems_path": str(config.problems), "task": problems[0].task}
+        completions, failure_reasons = None, None
+        if config.samples_file is not None:
+            completions = load_samples_file(config.samples_file)
+            extra["samples_file"] = str(config.samples_file)
+        elif not config.references_only:
+            backend: Backend = (
+                EndpointBackend(config.endpoint, config.model, config.api_key, config.request_timeouts, config.retries)
+                if config.endpoint is not None
+                else TransformersBackend(config.hf_model)  # type: ignore[arg-type]
+            )
 
-            def on_progress(phase: str, done: int, total: int) -> None:
-                if phase not in tasks:
-                    tasks[phase] = progress.add_task(phase, total=total)
-                progress.update(tasks[phase], completed=done, total=total)
+            def on_generated(done: int, total: int) -> None:
+                generated.update(done=done, total=total)
+                report_progress("generation", done, total)
 
-            completions, failure_reasons = None, None
-            if samples_file is not None:
-                completions = load_samples_file(samples_file)
-                extra["samples_file"] = str(samples_file)
-            elif not references_only:
-                backend: Backend = (
-                    EndpointBackend(endpoint, model, api_key, request_timeouts or Timeouts(), retries)  # type: ignore[arg-type]
-                    if endpoint
-                    else TransformersBackend(hf_model)  # type: ignore[arg-type]
-                )
-                cache = CompletionCache(out / "completions.jsonl")
-
-                def on_generated(done: int, total: int) -> None:
-                    generated.update(done=done, total=total)
-                    on_progress("generation", done, total)
-
-                generation = generate_completions(
-                    problems, backend, params, cache, prompt_style, shots, concurrency, on_generated
-                )
-                completions, failure_reasons = generation.completions, generation.failure_reasons
-                extra.update(model=backend.model, sampling=asdict(params), prompt_style=prompt_style, shots=shots)
-            report = evaluate_completions(
-                problems, completions, out, ks=ks, upstream_compatible=upstream_compatible, workers=workers,
-                limits=Limits(timeout_s=timeout, memory_mib=memory_mib), on_progress=on_progress,
-                extra_summary=extra, failure_reasons=failure_reasons,
+            generation = generate_completions(
+                problems, backend, config.sampling, CompletionCache(config.out / "completions.jsonl"),
+                config.prompt_style, config.shots, config.concurrency, on_generated,
             )  # fmt: skip
+            completions, failure_reasons = generation.completions, generation.failure_reasons
+            extra.update(model=backend.model, sampling=asdict(config.sampling), prompt_style=config.prompt_style,
+                         shots=config.shots)  # fmt: skip
+        return evaluate_completions(
+            problems, completions, config.out, ks=config.ks, upstream_compatible=config.upstream_compatible,
+            workers=config.workers, limits=config.limits, on_progress=report_progress, extra_summary=extra,
+            failure_reasons=failure_reasons,
+        )  # fmt: skip
     except (ProblemSetError, GenerationError, FileNotFoundError, ValueError) as e:
-        console.print(f"error: {e}", style="red", markup=False)  # a message may hold [brackets]
-        raise typer.Exit(1) from e
+        raise EvalError(str(e)) from e
     except KeyboardInterrupt:
-        console.print(_interrupted_message(out, generated), style="yellow", markup=False)
-        raise typer.Exit(INTERRUPTED_EXIT_CODE) from None
-    show_report(report)
-    return report
+        raise EvalInterrupted(_interrupted_message(config.out, generated)) from None
 
 
 def _interrupted_message(out: Path, generated: dict[str, int]) -> str:

@@ -1,0 +1,57 @@
+"""What `crosstune eval` and the demo show of an evaluation: progress bars while it runs, then the report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from crosstune.evals.evaluate import EvalReport
+from crosstune.evals.runner import OnProgress
+from crosstune.evals.verdict import CATEGORIES
+
+
+@contextmanager
+def progress_bars(console: Console) -> Iterator[OnProgress]:
+    """An `on_progress` for run_eval that draws one bar per phase (generation, references, simulation)."""
+    columns = (TextColumn("[bold]{task.description:<11}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        tasks: dict[str, int] = {}
+
+        def on_progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = progress.add_task(phase, total=total)
+            progress.update(tasks[phase], completed=done, total=total)
+
+        yield on_progress
+
+
+def show_report(report: EvalReport, console: Console) -> None:
+    """Per-problem table, then headline numbers and the category legend."""
+    summary = report.summary
+    ks = list(summary["pass_at_k"])
+    table = Table(title=f"VerilogEval ({summary['mode']} verdict)")
+    for column in ["problem", "passed", *(f"pass@{k}" for k in ks), "codes"]:
+        table.add_column(column, justify="left" if column in ("problem", "codes") else "right")
+    for row in summary["per_problem"]:
+        cells = ["n/a" if row["pass_at_k"][k] is None else f"{100 * row['pass_at_k'][k]:.1f}" for k in ks]
+        table.add_row(row["problem"], f"{row['passed']}/{row['n']}", *cells, row["codes"])
+    console.print(table)
+    for k, value in summary["pass_at_k"].items():
+        console.print(f"pass@{k}: [bold]{'n/a' if value is None else f'{100 * value:.2f} %'}[/bold]")
+    rate = summary["upstream_pass_rate"]
+    console.print(f"upstream-style pass rate: {'n/a' if rate is None else f'{rate:.2f}'}")
+    console.print("categories: " + ", ".join(f"{c} {CATEGORIES[c]} ×{n}" for c, n in summary["categories"].items()))
+    console.print(f"reports: {', '.join(str(p) for p in report.paths)}")
+    generation = summary.get("generation")
+    if generation and generation["failed"]:
+        console.print(f"[red]{generation['failed']} of {generation['requested']} samples failed to generate[/red]; "
+                      "the numbers above cover the completed samples only:")  # fmt: skip
+        for failure in generation["failed_samples"][:10]:
+            console.print(f"  {failure['problem']} sample {failure['sample']}: {failure['reason']}", markup=False)
+        if generation["failed"] > 10:
+            console.print(f"  … {generation['failed'] - 10} more in summary.json and summary.md")
+        console.print("Rerun the same command to retry only the failed samples (completed ones are cached).")
