@@ -131,10 +131,10 @@ def _disk_full(path):
 
 
 def test_disk_full_during_prepare(tmp_path, monkeypatch, tiny_gemma4_dir, synth_corpus_dir):
-    import crosstune.data.stats
+    import crosstune.data.prepared
 
     out = tmp_path / "out"
-    monkeypatch.setattr(crosstune.data.stats, "save_stats", _disk_full(out / "stats.json"))
+    monkeypatch.setattr(crosstune.data.prepared, "save_stats", _disk_full(out / "stats.json"))
     fails_cleanly(["data", "prepare", *tiny_args(tiny_gemma4_dir, synth_corpus_dir, out)], "disk full writing")
     assert not (out / "data").exists() and not list(out.glob(".data.tmp-*"))  # nothing half-written stays
 

@@ -71,12 +71,12 @@ def test_ctrl_c_before_the_first_checkpoint_says_resume_starts_over(tmp_path, mo
 
 
 def test_ctrl_c_in_prepare_keeps_nothing_half_made(tmp_path, monkeypatch, tiny_gemma4_dir, synth_corpus_dir):
-    import crosstune.data.prepare
+    import crosstune.data.cli
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(crosstune.data.prepare, "prepare_dataset", interrupted)
+    monkeypatch.setattr(crosstune.data.cli, "prepare_dataset", interrupted)
     sets = _sets(tiny_gemma4_dir, synth_corpus_dir, tmp_path)
     result = runner.invoke(app, ["data", "prepare", str(TINY), *sets, "--lenient"])
     assert result.exit_code == 130

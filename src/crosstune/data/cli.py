@@ -7,6 +7,21 @@ from pathlib import Path
 
 import typer
 
+from crosstune.data.errors import DataError
+from crosstune.data.prepare import prepare_dataset
+from crosstune.data.prepared import (
+    data_settings,
+    load_tokenizer,
+    open_prepared,
+    prepared_dir,
+    staleness,
+    tokenizer_hash,
+)
+from crosstune.data.stats import save_stats, skipped_examples, stats_table
+from crosstune.errors import Interrupted
+from crosstune.recipe.load import RecipeError, load_recipe
+from crosstune.synth import OutputNotEmptyError, generate_corpus
+
 data_app = typer.Typer(help="Synthesize, prepare and inspect training data.", no_args_is_help=True)
 
 
@@ -32,8 +47,6 @@ def synth(
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
-
-    from crosstune.synth import OutputNotEmptyError, generate_corpus
 
     console, errors = Console(), Console(stderr=True)
     try:
@@ -75,11 +88,6 @@ def prepare(
     """
     from rich.progress import Progress
 
-    from crosstune.data.errors import DataError
-    from crosstune.data.prepare import prepare_dataset
-    from crosstune.data.stats import skipped_examples, stats_table
-    from crosstune.recipe.load import RecipeError, load_recipe
-
     console, errors = _consoles()
     try:
         loaded = load_recipe(recipe, overrides)
@@ -110,17 +118,6 @@ def stats(
 ) -> None:
     """Show what a preparation holds: records in/out, skips by reason, trained-token fraction, packing efficiency,
     markup problems and token-length percentiles; (re)writes stats.json and lengths.png next to it."""
-    from crosstune.data.errors import DataError
-    from crosstune.data.prepared import (
-        data_settings,
-        load_tokenizer,
-        open_prepared,
-        prepared_dir,
-        staleness,
-        tokenizer_hash,
-    )
-    from crosstune.data.stats import save_stats, skipped_examples, stats_table
-    from crosstune.recipe.load import RecipeError, load_recipe
 
     console, errors = _consoles()
     try:
@@ -145,9 +142,6 @@ def stats(
 
 def _interrupted(recipe: Path, overrides: list[str], lenient: bool, force: bool) -> BaseException:
     """Ctrl-C: preparation writes a temp folder and renames it into place, so nothing half-made is ever kept."""
-    from crosstune.data.prepared import prepared_dir
-    from crosstune.errors import Interrupted
-    from crosstune.recipe.load import RecipeError, load_recipe
 
     again = ["crosstune", "data", "prepare", str(recipe), *(a for o in overrides for a in ("--set", o))]
     again += ["--lenient"] * lenient + ["--force"] * force

@@ -25,6 +25,7 @@ import numpy as np
 from crosstune.data.errors import DataError
 from crosstune.data.packing import DOC_FIELDS, ROW_FIELDS, Rows
 from crosstune.data.sources import fingerprint
+from crosstune.data.stats import save_stats
 from crosstune.fsutil import staged_dir
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.schema import Recipe
@@ -119,7 +120,6 @@ def write_prepared(
 ) -> None:
     """Write every split, the manifest and the stats into a temporary folder, then swap it in: a failure leaves
     no partial preparation."""
-    from crosstune.data.stats import save_stats
 
     dest = Path(dest)
 

@@ -7,6 +7,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from crosstune.errors import CrosstuneError
+from crosstune.export import export_run
+
 console = Console(soft_wrap=True, highlight=False)
 
 
@@ -29,9 +32,6 @@ def export(
     Output appears only when complete."""
     from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
-
-    from crosstune.errors import CrosstuneError
-    from crosstune.export import export_run
 
     bar = Progress(
         "[progress.description]{task.description}",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from crosstune import fsutil
 from crosstune.export.lora import ExportError
+from crosstune.export.merge import file_sha256
 
 MANIFEST = "export_manifest.json"
 
@@ -70,7 +71,6 @@ def write_manifest(out_dir: Path, kind: str, hashes: dict[str, str], source: dic
 
 def verify_manifest(out_dir: Path) -> list[str]:
     """Files whose sha256 or size no longer match export_manifest.json (empty: all match)."""
-    from crosstune.export.merge import file_sha256
 
     out_dir = Path(out_dir)
     manifest = json.loads((out_dir / MANIFEST).read_text())

@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.errors import InputError, read_json
+from crosstune.export.jax_lora import checkpoint_steps, qwix_to_lora, read_orbax_lora
 from crosstune.export.lora import ExportError, LoraWeights, read_peft_adapter, write_peft_adapter
 from crosstune.export.merge import Progress, copy_side_files, file_sha256, open_base, plan_merge, write_merged_shards
 from crosstune.export.output import staged_dir, write_manifest
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
+from crosstune.train.integrity import lora_magnitude_bound, verify_checksums
+from crosstune.train.metrics import read_metrics
 
 KINDS = ("adapter", "merged", "both")
 # A run without its recipe or step (not written by `crosstune train`): lr 1e-2 (high for LoRA) × 3e4 steps × 3.16
@@ -94,8 +97,6 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
             )
         source.update(step=got_step, checkpoint=str(adapter))
     elif backend == "jax":
-        from crosstune.export.jax_lora import checkpoint_steps, qwix_to_lora, read_orbax_lora
-
         steps = checkpoint_steps(run_dir)
         if steps and (step if step is not None else steps[-1]) in steps:
             _verify(run_dir / "checkpoints" / str(step if step is not None else steps[-1]), "checkpoint")
@@ -111,7 +112,6 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
 
 def _verify(folder: Path, what: str) -> None:
     """The sha256 recorded when the checkpoint was written must still match (a flipped byte still parses)."""
-    from crosstune.train.integrity import verify_checksums
 
     if not verify_checksums(folder, what):
         print(f"[export] {folder}: no recorded checksums (an older crosstune): only the values are checked")
@@ -120,8 +120,6 @@ def _verify(folder: Path, what: str) -> None:
 def _magnitude_bound(run_dir: Path, step: int | None) -> float:
     """The largest |LoRA value| this run's optimiser can have produced by `step` (crosstune.train.integrity)."""
     import yaml
-
-    from crosstune.train.integrity import lora_magnitude_bound
 
     path = run_dir / "recipe.yaml"
     try:
@@ -138,7 +136,6 @@ def _final_step(run_dir: Path, meta: dict) -> int | None:
     """The step of a run's final adapter: run.json's `steps`, else the last row of metrics.jsonl."""
     if meta.get("steps"):
         return int(meta["steps"])
-    from crosstune.train.metrics import read_metrics
 
     rows = read_metrics(run_dir)
     return int(rows[-1]["step"]) if rows else None

@@ -8,6 +8,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from crosstune.families import get_family
+from crosstune.fsutil import staged_dir
+from crosstune.models.tiny import build_tiny_model
+
 model_app = typer.Typer(help="Build model checkpoints locally (tiny test models).", no_args_is_help=True)
 
 
@@ -30,8 +34,6 @@ def tiny(
 
     It loads offline with AutoModelForCausalLM and AutoTokenizer; meant for tests and CPU smoke runs.
     """
-    from crosstune.families import get_family
-    from crosstune.models.tiny import build_tiny_model
 
     console = Console()
     try:
@@ -52,7 +54,6 @@ def tiny(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    from crosstune.fsutil import staged_dir
 
     # Build next to OUT and swap in at the end: a failed build leaves OUT as it was (--force was checked above).
     with staged_dir(out, may_replace=lambda _: None) as tmp:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from crosstune.families import get_family
 from crosstune.models.tokenizer import corpus_texts, save_tokenizer, train_tokenizer
+from crosstune.synth import generate_corpus
 
 # The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).
 DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
@@ -54,8 +55,6 @@ def build_tiny_model(family: str, out_dir: Path, seed: int = 0, corpus_dir: Path
     out_dir = Path(out_dir)
 
     if corpus_dir is None:
-        from crosstune.synth import generate_corpus
-
         with tempfile.TemporaryDirectory(prefix="crosstune-corpus-") as tmp:
             generate_corpus(Path(tmp), **DEFAULT_CORPUS)
             texts = corpus_texts(Path(tmp))

@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from crosstune.planner.estimate import USABLE_FRACTION, Memory, Plan, plan_recipe
-from crosstune.recipe import Recipe
+from crosstune.recipe import Problem, Recipe, RecipeError, load_recipe
+from crosstune.recipe.checks import check_recipe
 
 console = Console(soft_wrap=True)
 # Recipe checks the planner itself explains (with options and costs), so they don't stop it from planning.
@@ -23,9 +24,6 @@ def register(app: typer.Typer) -> None:
 def load_for_plan(path: Path, overrides: list[str] | None = None) -> Recipe:
     """The recipe, even when its mesh or device counts are wrong (the plan says why and what fits instead)."""
     import yaml
-
-    from crosstune.recipe import Problem, RecipeError, load_recipe
-    from crosstune.recipe.checks import check_recipe
 
     try:
         return load_recipe(path, overrides)
@@ -119,7 +117,6 @@ def plan(
 ) -> None:
     """Check a recipe against its hardware before allocating anything: heads vs tensor parallelism, fsdp × tp vs
     devices, and per-device memory (weights, LoRA, optimizer, activations with/without remat, logits) vs HBM."""
-    from crosstune.recipe import RecipeError
 
     try:
         recipe = load_for_plan(recipe_file, overrides)

@@ -8,6 +8,8 @@ import typer
 import yaml
 from rich.console import Console
 
+from crosstune.recipe.load import RecipeError, load_recipe
+
 recipe_app = typer.Typer(help="Validate and inspect recipes (the YAML that drives every stage).", no_args_is_help=True)
 console = Console(soft_wrap=True)
 
@@ -20,7 +22,6 @@ def validate(
     overrides: list[str] = OverrideOpt,
 ) -> None:
     """Check recipes: unknown keys, wrong types, impossible meshes and hardware, each with its YAML path."""
-    from crosstune.recipe.load import RecipeError, load_recipe
 
     failed = 0
     for f in files:
@@ -41,7 +42,6 @@ def validate(
 @recipe_app.command("show")
 def show(file: Path = typer.Argument(..., help="recipe YAML file"), overrides: list[str] = OverrideOpt) -> None:
     """Print the resolved recipe: every default filled in, as the stages will read it."""
-    from crosstune.recipe.load import RecipeError, load_recipe
 
     try:
         recipe = load_recipe(file, overrides)

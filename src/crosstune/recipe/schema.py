@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from crosstune.families.spec import NEUTRAL_TARGETS
+from crosstune.hardware import HARDWARE
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down"]
 
@@ -259,8 +260,6 @@ class Recipe(Section):
     @classmethod
     def _known_hardware(cls, value: str) -> str:
         import difflib
-
-        from crosstune.hardware import HARDWARE
 
         if value not in HARDWARE:
             close = difflib.get_close_matches(value, HARDWARE, n=1)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crosstune.data import PreparedDataset
+from crosstune.data import PreparedDataset, grain_dataset
 from crosstune.errors import BATCH_HINT, BatchPlanError
 from crosstune.recipe.schema import Recipe, TrainSection
 
@@ -125,8 +125,6 @@ def global_batch(local: dict, mesh) -> dict:
 def train_dataset(recipe: Recipe, plan: DataPlan, prepared: PreparedDataset):
     """The Grain MapDataset of this process's micro-batches, in the order shared with the torch backend."""
     import jax
-
-    from crosstune.data import grain_dataset
 
     return grain_dataset(
         prepared,

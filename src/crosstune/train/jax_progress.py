@@ -16,7 +16,7 @@ import jax
 from tunix.sft import hooks
 
 from crosstune.train.jax_step import last_grad_norm
-from crosstune.train.metrics import StepMetrics
+from crosstune.train.metrics import StepMetrics, host_peak_rss_gb
 
 COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_trace_duration",
@@ -81,7 +81,6 @@ class SaveTimer:
 
 def peak_memory_gb() -> float:
     """Peak accelerator memory of the busiest local device; host peak RSS where devices don't say (CPU)."""
-    from crosstune.train.metrics import host_peak_rss_gb
 
     peaks = []
     for d in jax.local_devices():

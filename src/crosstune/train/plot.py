@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from crosstune.train.metrics import read_metrics
+from crosstune.train.rundir import read_run_metadata
 
 
 def plot_loss_curve(run_dir: Path, out: Path | None = None) -> Path:
@@ -13,8 +14,6 @@ def plot_loss_curve(run_dir: Path, out: Path | None = None) -> Path:
 
     matplotlib.use("Agg")  # files only; no display on servers
     import matplotlib.pyplot as plt
-
-    from crosstune.train.rundir import read_run_metadata
 
     run_dir = Path(run_dir)
     out = Path(out) if out else run_dir / "loss.png"

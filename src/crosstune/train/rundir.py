@@ -20,7 +20,8 @@ import yaml
 
 from crosstune.errors import read_json
 from crosstune.fsutil import atomic_write_text, exclusive_lock, say
-from crosstune.recipe import Recipe, recipe_hash
+from crosstune.recipe import Recipe, recipe_hash, resolve_path
+from crosstune.train.resume import check_resume
 
 RUN_FORMAT = 1
 LOCK = ".lock"  # flock'ed by the process that trains into the run (crosstune.fsutil.exclusive_lock)
@@ -42,7 +43,6 @@ VERSIONED = (
 
 
 def default_run_dir(recipe: Recipe, backend: str) -> Path:
-    from crosstune.recipe import resolve_path
 
     return resolve_path(recipe, recipe.output_dir) / f"{recipe.name}-{backend}"
 
@@ -63,7 +63,6 @@ def claim_run_dir(run_dir: Path, recipe: Recipe, backend: str, *, resume: bool, 
     ones), held exclusively for the run's life (<run>/.lock; a second `crosstune train` into it is refused naming
     this process), and on --resume the recipe checked against the one the run was trained with.
     `lead`: this process owns the run (torch launcher / jax process 0); other processes only get the path."""
-    from crosstune.train.resume import check_resume
 
     run_dir = Path(run_dir).expanduser().resolve()
     if not lead:
@@ -80,7 +79,6 @@ def claim_run_dir(run_dir: Path, recipe: Recipe, backend: str, *, resume: bool, 
 
 def write_run_metadata(run_dir: Path, recipe: Recipe, backend: str, **extra: Any) -> dict[str, Any]:
     """recipe.yaml + run.json with everything export needs (family, LoRA rank/alpha/targets, base path)."""
-    from crosstune.recipe import resolve_path
 
     meta = {
         "format": RUN_FORMAT,
