@@ -58,12 +58,12 @@ def setup(root: Path, steps: int) -> list[str]:
 
 def one_run(backend: str, overrides: list[str], run_dir: Path) -> dict:
     from crosstune.recipe import load_recipe
-    from crosstune.train.backend import get_backend
     from crosstune.train.metrics import read_metrics
+    from crosstune.train.session import train
 
     recipe = load_recipe(REPO / "recipes" / "tiny-cpu.yaml", overrides)
     t0 = time.perf_counter()
-    get_backend(backend).train(recipe, run_dir, progress=False)
+    train(recipe, run_dir, backend=backend, progress=False)
     wall = time.perf_counter() - t0
     rows = read_metrics(run_dir)
     steady = rows[1:]

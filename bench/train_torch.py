@@ -133,7 +133,7 @@ def crosstune_run(recipe, run_dir: Path) -> tuple[tuple[float, float], list[dict
     """crosstune's train(), with the same clock added to its trainer (the only change to it)."""
     from crosstune.train import torch_callbacks
     from crosstune.train.metrics import read_metrics
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     clock, trainer_class = step_clock(), torch_callbacks.CrosstuneSFTTrainer
 
@@ -143,7 +143,7 @@ def crosstune_run(recipe, run_dir: Path) -> tuple[tuple[float, float], list[dict
 
     torch_callbacks.CrosstuneSFTTrainer = Clocked
     try:
-        train(recipe, run_dir, progress=False)
+        train(recipe, run_dir, progress=False, backend="torch")
     finally:
         torch_callbacks.CrosstuneSFTTrainer = trainer_class
     return clock.span(), read_metrics(run_dir)

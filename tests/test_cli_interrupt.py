@@ -37,16 +37,15 @@ def _sets(model_dir: Path, corpus_dir: Path, out: Path, *extra: str) -> list[str
 def test_ctrl_c_in_train_names_the_checkpoint_and_the_resume_command(
     backend, checkpoint, tmp_path, monkeypatch, tiny_gemma4_dir, synth_corpus_dir
 ):
-    import crosstune.train.jax_backend
-    import crosstune.train.torch_backend
+    from crosstune.train.session import TrainingSession
 
-    def interrupted_after_two_checkpoints(recipe, run_dir, **kwargs):
+    def interrupted_after_two_checkpoints(session):
+        assert session.backend_name == backend
         for step in (2, 4):
-            (run_dir / "checkpoints" / checkpoint.replace("4", str(step))).mkdir(parents=True)
+            (session.run_dir / "checkpoints" / checkpoint.replace("4", str(step))).mkdir(parents=True)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(crosstune.train.torch_backend, "train", interrupted_after_two_checkpoints)
-    monkeypatch.setattr(crosstune.train.jax_backend, "train", interrupted_after_two_checkpoints)
+    monkeypatch.setattr(TrainingSession, "run", interrupted_after_two_checkpoints)
     run = tmp_path / "run"
     sets = _sets(tiny_gemma4_dir, synth_corpus_dir, tmp_path)
     result = runner.invoke(app, ["train", str(TINY), "--backend", backend, "--run-dir", str(run), *sets])
@@ -58,12 +57,12 @@ def test_ctrl_c_in_train_names_the_checkpoint_and_the_resume_command(
 
 
 def test_ctrl_c_before_the_first_checkpoint_says_resume_starts_over(tmp_path, monkeypatch, tiny_gemma4_dir):
-    import crosstune.train.torch_backend
+    from crosstune.train.session import TrainingSession
 
-    def interrupted(recipe, run_dir, **kwargs):
+    def interrupted(session):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(crosstune.train.torch_backend, "train", interrupted)
+    monkeypatch.setattr(TrainingSession, "run", interrupted)
     result = runner.invoke(app, ["train", str(TINY), "--set", f"model.path={tiny_gemma4_dir}"])
     assert result.exit_code == 130 and result.output.startswith("interrupted (Ctrl-C): ")
     assert "no checkpoint was saved yet (one every 10 steps): --resume starts from step 0" in result.output

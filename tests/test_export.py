@@ -160,7 +160,7 @@ def test_trained_torch_run_exports(tmp_path, synth_corpus_dir, tiny_gemma4_dir):
     from pathlib import Path
 
     from crosstune.recipe import load_recipe
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     recipe = load_recipe(
         Path(__file__).resolve().parents[1] / "recipes" / "tiny-cpu.yaml",
@@ -178,7 +178,7 @@ def test_trained_torch_run_exports(tmp_path, synth_corpus_dir, tiny_gemma4_dir):
     from crosstune.data import prepare_dataset
 
     prepare_dataset(recipe)  # the torch backend reads a preparation; `crosstune train` makes it first
-    train(recipe, run, progress=False)
+    train(recipe, run, progress=False, backend="torch")
     made = export_run(run, "both", tmp_path / "out")
     assert json.loads((made["merged"] / "export_manifest.json").read_text())["source"]["step"] == 2
     merged = hf_logits(made["merged"])

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from crosstune.export import export_run, read_peft_adapter
-from crosstune.export.jax_lora import install_lora, lora_to_qwix, read_orbax_lora
+from crosstune.export.jax_lora import install_lora, lora_to_qwix
 from crosstune.families import get_family
+from crosstune.train.jax_checkpoints import read_orbax_lora
 from tests.export_helpers import (
     assert_logits_close,
     hf_logits,
@@ -94,7 +95,7 @@ def test_trained_jax_run_exports(tmp_path, synth_corpus_dir, tiny_gemma4_dir):
     from flax import nnx
 
     from crosstune.recipe import load_recipe
-    from crosstune.train.jax_backend import train
+    from crosstune.train.session import train
 
     recipe_file = Path(__file__).resolve().parents[1] / "recipes" / "tiny-cpu.yaml"
     recipe = load_recipe(
@@ -110,7 +111,7 @@ def test_trained_jax_run_exports(tmp_path, synth_corpus_dir, tiny_gemma4_dir):
         ],
     )
     run = tmp_path / "run"
-    train(recipe, run, progress=False)
+    train(recipe, run, progress=False, backend="jax")
     export_run(run, "both", tmp_path / "out")
     params, step = read_orbax_lora(run)
     assert step == 2

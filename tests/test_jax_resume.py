@@ -22,8 +22,8 @@ DRIVER = """
 import sys
 from pathlib import Path
 from crosstune.recipe import load_recipe
-from crosstune.train.jax_backend import train
-train(load_recipe(sys.argv[1]), Path(sys.argv[2]), resume=sys.argv[3] == "resume", progress=False)
+from crosstune.train.session import train
+train(load_recipe(sys.argv[1]), Path(sys.argv[2]), resume=sys.argv[3] == "resume", progress=False, backend="jax")
 """
 
 
@@ -46,7 +46,7 @@ def _rows(run_dir):
 @pytest.mark.slow
 def test_resume_after_sigkill_reproduces_the_curve(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
     from crosstune.data import prepare_dataset
-    from crosstune.train.jax_backend import train
+    from crosstune.train.session import train
 
     recipe = tiny_recipe(
         tiny_gemma4_dir,
@@ -60,7 +60,7 @@ def test_resume_after_sigkill_reproduces_the_curve(tmp_path, tiny_gemma4_dir, sy
         "train.keep_last=5",
     )
     prepare_dataset(recipe)
-    reference = train(recipe, tmp_path / "uninterrupted", progress=False).losses
+    reference = train(recipe, tmp_path / "uninterrupted", progress=False, backend="jax").losses
 
     run_dir = tmp_path / "killed"
     recipe_file = _write_recipe(recipe, tmp_path / "recipe.yaml")
@@ -85,7 +85,7 @@ def test_resume_after_sigkill_reproduces_the_curve(tmp_path, tiny_gemma4_dir, sy
     killed_at = len(_rows(run_dir))
     assert 5 <= killed_at < STEPS
 
-    resumed = train(recipe, run_dir, resume=True, progress=False)
+    resumed = train(recipe, run_dir, resume=True, progress=False, backend="jax")
     meta = json.loads((run_dir / "run.json").read_text())
     assert 3 <= meta["resumed_from_step"] < STEPS
     assert [r["step"] for r in _rows(run_dir)] == list(range(1, STEPS + 1))
@@ -96,7 +96,7 @@ def test_resume_after_sigkill_reproduces_the_curve(tmp_path, tiny_gemma4_dir, sy
 def test_two_processes_train_like_one(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
     """2 CPU processes × 4 devices (jax.distributed, gloo), fsdp=2 × tp=4: each process loads its own rows."""
     from crosstune.data import prepare_dataset
-    from crosstune.train.jax_backend import train
+    from crosstune.train.session import train
 
     recipe = tiny_recipe(
         tiny_gemma4_dir,
@@ -136,5 +136,5 @@ def test_two_processes_train_like_one(tmp_path, tiny_gemma4_dir, synth_corpus_di
     assert meta["processes"] == 2 and meta["devices"] == 8
     two = [r["loss"] for r in _rows(run_dir)]
 
-    one = train(recipe, tmp_path / "one", progress=False).losses
+    one = train(recipe, tmp_path / "one", progress=False, backend="jax").losses
     np.testing.assert_allclose(two, one, rtol=1e-4, atol=1e-4)  # the same rows per step, summed in another order

@@ -69,15 +69,3 @@ def test_schedules_match_transformers(ours, theirs):
         sched.step()
     ours_fn = lr_schedule(ours, peak, warmup, total)
     np.testing.assert_allclose([float(ours_fn(s)) for s in range(total)], expected, rtol=1e-5, atol=1e-9)
-
-
-def test_data_plan_steps_and_batches():
-    from crosstune.recipe.schema import TrainSection
-    from crosstune.train.jax_data import data_plan
-
-    plan = data_plan(TrainSection(per_device_batch_size=2, grad_accumulation=4, epochs=1.0), 2, 100, 512)
-    assert (plan.global_batch, plan.local_batch, plan.micro_batches_per_epoch, plan.total_steps) == (4, 4, 25, 6)
-    plan = data_plan(TrainSection(per_device_batch_size=1, max_steps=30), 2, 10, 512, processes=2)
-    assert (plan.local_batch, plan.total_steps, plan.epochs_read) == (1, 30, 6)
-    with pytest.raises(ValueError, match="multiple of the 2 processes"):
-        data_plan(TrainSection(), 1, 10, 512, processes=2)

@@ -58,10 +58,10 @@ def test_train_on_2x4_mesh_with_indivisible_kv_heads(work, tiny_gemma4_dir, synt
     from tunix.sft import sharding_utils
 
     from crosstune.planner import plan_recipe, replicated_tensors
-    from crosstune.train.jax_backend import JaxRun
     from crosstune.train.jax_model import optimizer_sharding_mismatches, sharding_problems, spec_problems
     from crosstune.train.jax_step import optimizer_steps
     from crosstune.train.metrics import METRIC_DEFINITIONS, read_metrics
+    from crosstune.train.session import TrainingSession
 
     mesh_args = ("backend.jax.mesh.fsdp=2", "backend.jax.mesh.tp=4")
     common = (*mesh_args, f"train.max_steps={STEPS}", "train.learning_rate=1e-2", "train.warmup_steps=2")
@@ -73,8 +73,9 @@ def test_train_on_2x4_mesh_with_indivisible_kv_heads(work, tiny_gemma4_dir, synt
     )
     plan = plan_recipe(recipe, backend="jax")
     assert plan.ok and plan.tp_issues
-    run = JaxRun(recipe, work / "runs" / "g4-2x4", progress=False)
-    with run.setup():
+    session = TrainingSession(recipe, "jax", work / "runs" / "g4-2x4", progress=False)
+    with session.started() as backend:
+        run = backend.run
         mesh, trainer = run.mesh, run.trainer
         # the planner predicted exactly what loading replicated (base + LoRA tensors)
         assert sorted(x.path for x in run.replicated) == sorted(
@@ -99,7 +100,7 @@ def test_train_on_2x4_mesh_with_indivisible_kv_heads(work, tiny_gemma4_dir, synt
         first = next(optimizer_steps((run.dataset[i] for i in range(2)), 2))  # the same step, on the host
         np.testing.assert_array_equal(np.asarray(batch["input_tokens"]), first[0]["input_tokens"])
         before = {jax.tree_util.keystr(p): x.sharding for p, x in jax.tree_util.tree_leaves_with_path(opt)}
-        result = run.fit()
+        result = session.fit(backend)
         opt_after = nnx.state(trainer.optimizer, nnx.optimizer.OptState)
         for p, x in jax.tree_util.tree_leaves_with_path(opt_after):  # pinned: no drift, no second compilation
             assert x.sharding.is_equivalent_to(before[jax.tree_util.keystr(p)], x.ndim)
@@ -127,12 +128,13 @@ def test_train_on_2x4_mesh_with_indivisible_kv_heads(work, tiny_gemma4_dir, synt
 
 
 def test_run_dir_with_checkpoints_needs_resume(work, tiny_gemma4_dir, synth_corpus_dir):
-    from crosstune.train.jax_backend import JaxRun, JaxTrainError
+    from crosstune.train.backend import TrainError
+    from crosstune.train.session import TrainingSession
 
     recipe = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, work, "gemma4")
     (work / "occupied" / "checkpoints" / "5").mkdir(parents=True)
-    with pytest.raises(JaxTrainError, match="--resume"):
-        with JaxRun(recipe, work / "occupied").setup():
+    with pytest.raises(TrainError, match="--resume"):
+        with TrainingSession(recipe, "jax", work / "occupied").started():
             pass
 
 
@@ -140,7 +142,7 @@ def test_run_dir_with_checkpoints_needs_resume(work, tiny_gemma4_dir, synth_corp
 @pytest.mark.parametrize(("fsdp", "tp", "replicate", "dropout"), [(1, 1, False, 0.0), (1, 4, True, 0.05)])
 def test_gemma3_trains_on_mesh(work, tiny_gemma3_dir, synth_corpus_dir, fsdp, tp, replicate, dropout):
     """Tiny Gemma 3 (4 heads, 2 KV heads) alone and on tp=4 (KV heads kept whole), LoRA dropout on."""
-    from crosstune.train.jax_backend import train
+    from crosstune.train.session import train
 
     recipe = tiny_recipe(
         tiny_gemma3_dir,
@@ -154,5 +156,5 @@ def test_gemma3_trains_on_mesh(work, tiny_gemma3_dir, synth_corpus_dir, fsdp, tp
         f"train.max_steps={STEPS}",
         "train.learning_rate=1e-2",
     )
-    result = train(recipe, work / "runs" / f"g3-{fsdp}x{tp}", progress=False)
+    result = train(recipe, work / "runs" / f"g3-{fsdp}x{tp}", progress=False, backend="jax")
     assert np.mean(result.losses[-3:]) < result.losses[0] - MARGIN, result.losses

@@ -95,3 +95,44 @@ def test_an_upward_import_is_caught(tmp_path):
     assert upward_imports(tmp_path) == [
         "crosstune/families/bad.py:5: crosstune.families.bad (knowledge) imports crosstune.train (backends and planner)"
     ]
+
+
+def _constants(path: Path) -> list[tuple[int, str]]:
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
+
+
+def test_train_has_no_backend_branches_outside_the_registry():
+    """`if backend == "torch"` belongs in crosstune.train.backend's registry only: the session and CLI ask the
+    backend object, so adding a backend is adding a class."""
+    found = []
+    for path in sorted((SRC / "crosstune" / "train").glob("*.py")):
+        if path.name == "backend.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+                values = [node.left, *node.comparators]
+                if any(isinstance(v, ast.Constant) and v.value in ("torch", "jax") for v in values):
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert found == []
+
+
+def test_export_knows_no_backend_checkpoint_format():
+    """export/ reads a run's LoRA through crosstune.train.session.read_run_lora only: no checkpoint folder names,
+    no Orbax, no backend modules."""
+    found = []
+    for path in sorted((SRC / "crosstune" / "export").glob("*.py")):
+        for line, text in _constants(path):
+            if any(word in text for word in ("checkpoint-", "model_params", "optimizer_state", "checkpoints/")):
+                found.append(f"{path.relative_to(SRC)}:{line}: {text!r}")
+        for line, target in crosstune_imports(path, SRC):
+            if target.startswith("crosstune.train.") and target not in (
+                "crosstune.train.session", "crosstune.train.integrity", "crosstune.train.metrics"
+            ):  # fmt: skip
+                found.append(f"{path.relative_to(SRC)}:{line}: imports {target}")
+        if "orbax" in path.read_text(encoding="utf-8"):
+            found.append(f"{path.relative_to(SRC)}: mentions orbax")
+    assert found == []

@@ -173,14 +173,13 @@ def test_report_from_real_torch_and_jax_runs(tmp_path, tiny_gemma4_dir, synth_co
     from jax_helpers import tiny_recipe
 
     from crosstune.data import prepare_dataset
-    from crosstune.train import jax_backend, torch_backend
-    from crosstune.train.rundir import default_run_dir
+    from crosstune.train.session import train
 
     overrides = ["train.max_steps=4", "train.checkpoint_every=2", "data.subsample={size: 32, seed: 42}"]
     recipe = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4", *overrides)
     prepare_dataset(recipe)
-    torch_run = torch_backend.train(recipe, default_run_dir(recipe, "torch"), progress=False).run_dir
-    jax_run = jax_backend.train(recipe, default_run_dir(recipe, "jax")).run_dir
+    torch_run = train(recipe, backend="torch", progress=False).run_dir
+    jax_run = train(recipe, backend="jax").run_dir
     evals = [write_eval(tmp_path / "eval-torch", {"p1": "R..RR"}), write_eval(tmp_path / "eval-jax", {"p1": "RR.RR"})]
     html = write_report([torch_run, jax_run, *evals, GPU_SWEEP], tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()

@@ -77,11 +77,11 @@ def _in(folder: Path):
 @pytest.fixture(scope="module")
 def torch_run(lenient_workspace):
     """A finished 2-step torch run, started with a relative --run-dir."""
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     root, path, _ = lenient_workspace
     with _in(root):
-        result = train(load_recipe(path), Path("torch-run"), progress=False)
+        result = train(load_recipe(path), Path("torch-run"), progress=False, backend="torch")
     assert result.run_dir == root / "torch-run" and result.steps == 2
     return result.run_dir
 
@@ -89,11 +89,11 @@ def torch_run(lenient_workspace):
 @pytest.fixture(scope="module")
 def jax_run(lenient_workspace):
     """A finished 2-step jax run, started with a relative --run-dir (Orbax refuses relative checkpoint paths)."""
-    from crosstune.train.jax_backend import train
+    from crosstune.train.session import train
 
     root, path, _ = lenient_workspace
     with _in(root):
-        result = train(load_recipe(path), Path("jax-run"), progress=False)
+        result = train(load_recipe(path), Path("jax-run"), progress=False, backend="jax")
     assert result.run_dir == root / "jax-run"
     return result.run_dir
 
@@ -133,16 +133,16 @@ def test_both_backends_train_on_lenient_data_and_record_it(lenient_workspace, to
 # --- 5: one writer per run directory ------------------------------------------------------------------------------
 def test_a_second_train_into_a_busy_run_dir_is_refused_naming_the_holder(lenient_workspace, tmp_path):
     from crosstune.fsutil import LockedError
-    from crosstune.train import jax_backend, torch_backend
     from crosstune.train.rundir import claim_run_dir
+    from crosstune.train.session import train
 
     _, path, _ = lenient_workspace
     recipe, run = load_recipe(path), tmp_path / "busy"
     holder = f"PID {os.getpid()} on host {socket.gethostname()}"
     with claim_run_dir(run, recipe, "torch", resume=False):
-        for backend in (torch_backend, jax_backend):
+        for backend in ("torch", "jax"):
             with pytest.raises(LockedError, match=f"run directory {run} is in use by {holder}"):
-                backend.train(recipe, run, progress=False)
+                train(recipe, run, backend=backend, progress=False)
     assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing of either run was written
 
 
@@ -159,15 +159,15 @@ def test_a_second_prepare_of_the_same_folder_is_refused(lenient_workspace):
 
 # --- 8: --resume continues what was trained, or says why not ------------------------------------------------------
 def test_resume_refuses_a_recipe_that_changes_what_was_trained(lenient_workspace, torch_run, jax_run):
-    from crosstune.train import jax_backend, torch_backend
     from crosstune.train.resume import ResumeError
+    from crosstune.train.session import train
 
     _, path, _ = lenient_workspace
     changed = load_recipe(path, ["lora.rank=8", "train.learning_rate=0.01", "train.max_steps=4"])
-    for backend, run in ((torch_backend, torch_run), (jax_backend, jax_run)):
+    for backend, run in (("torch", torch_run), ("jax", jax_run)):
         before = {name: (run / name).read_bytes() for name in ("run.json", "recipe.yaml")}
         with pytest.raises(ResumeError) as err:
-            backend.train(changed, run, resume=True, progress=False)
+            train(changed, run, backend=backend, resume=True, progress=False)
         message = str(err.value)
         assert "lora.rank: 4 → 8" in message and "train.learning_rate: 0.001 → 0.01" in message
         assert "max_steps" not in message  # a longer run is allowed; only what changes the training is listed
@@ -175,23 +175,23 @@ def test_resume_refuses_a_recipe_that_changes_what_was_trained(lenient_workspace
 
 
 def test_resume_refuses_the_other_backend(lenient_workspace, torch_run):
-    from crosstune.train import jax_backend
     from crosstune.train.resume import ResumeError
+    from crosstune.train.session import train
 
     _, path, _ = lenient_workspace
     with pytest.raises(ResumeError, match="trained by the torch backend: resume it with --backend torch"):
-        jax_backend.train(load_recipe(path), torch_run, resume=True, progress=False)
+        train(load_recipe(path), torch_run, backend="jax", resume=True, progress=False)
 
 
 def test_resume_of_a_finished_run_trains_nothing(lenient_workspace, torch_run, jax_run):
-    from crosstune.train import jax_backend, torch_backend
     from crosstune.train.metrics import read_metrics
     from crosstune.train.resume import ResumeError
+    from crosstune.train.session import train
 
     _, path, _ = lenient_workspace
-    for backend, run in ((torch_backend, torch_run), (jax_backend, jax_run)):
+    for backend, run in (("torch", torch_run), ("jax", jax_run)):
         with pytest.raises(ResumeError, match="already at step 2 of 2: nothing to resume"):
-            backend.train(load_recipe(path), run, resume=True, progress=False)
+            train(load_recipe(path), run, backend=backend, resume=True, progress=False)
         assert [r["step"] for r in read_metrics(run)] == [1, 2]
 
 
@@ -199,7 +199,7 @@ def test_resume_of_a_finished_checkpoint_trains_nothing_without_run_json_steps(l
     """Killed after the last checkpoint, before run.json recorded `steps`: the backend sees it from the checkpoint."""
     from crosstune.train.metrics import read_metrics
     from crosstune.train.resume import ResumeError
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     _, path, _ = lenient_workspace
     run = _copy_run(torch_run, tmp_path / "run")
@@ -207,20 +207,20 @@ def test_resume_of_a_finished_checkpoint_trains_nothing_without_run_json_steps(l
     del meta["steps"]
     (run / "run.json").write_text(json.dumps(meta))
     with pytest.raises(ResumeError, match="already at step 2 of 2: nothing to resume"):
-        train(load_recipe(path), run, resume=True, progress=False)
+        train(load_recipe(path), run, resume=True, progress=False, backend="torch")
     assert [r["step"] for r in read_metrics(run)] == [1, 2]
 
 
 def test_resume_with_more_steps_continues_past_a_torn_metrics_line(lenient_workspace, torch_run, tmp_path, capsys):
     """The process died while appending step 3's row: resume drops the torn line, says so, and trains step 3."""
     from crosstune.train.metrics import read_metrics
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     _, path, _ = lenient_workspace
     run = _copy_run(torch_run, tmp_path / "run")
     with (run / "metrics.jsonl").open("a") as f:
         f.write('{"step": 3, "epoch": 0.3, "lo')
-    result = train(load_recipe(path, ["train.max_steps=3"]), run, resume=True, progress=False)
+    result = train(load_recipe(path, ["train.max_steps=3"]), run, resume=True, progress=False, backend="torch")
     err = capsys.readouterr().err
     assert "metrics.jsonl:3: dropped a torn last line" in err
     assert "[resume] train.max_steps: 2 → 3 (safe: the run length" in err
@@ -232,7 +232,7 @@ def test_resume_with_more_steps_continues_past_a_torn_metrics_line(lenient_works
 def test_flipped_bytes_in_a_torch_checkpoint_are_refused(lenient_workspace, torch_run, tmp_path):
     from crosstune.export import export_run
     from crosstune.train.integrity import CheckpointCorruptError
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     _, path, _ = lenient_workspace
     run = _copy_run(torch_run, tmp_path / "run")
@@ -246,14 +246,14 @@ def test_flipped_bytes_in_a_torch_checkpoint_are_refused(lenient_workspace, torc
     with pytest.raises(CheckpointCorruptError, match=f"{ckpt}: its sha256 differs"):
         export_run(run, "adapter", tmp_path / "out", step=2)
     with pytest.raises(CheckpointCorruptError, match=f"{ckpt}: its sha256 differs"):
-        train(load_recipe(path, ["train.max_steps=3"]), run, resume=True, progress=False)
+        train(load_recipe(path, ["train.max_steps=3"]), run, resume=True, progress=False, backend="torch")
     assert not (tmp_path / "out").exists()
 
 
 def test_flipped_bytes_in_an_orbax_checkpoint_are_refused(lenient_workspace, jax_run, tmp_path):
     from crosstune.export import export_run
     from crosstune.train.integrity import CHECKSUMS, CheckpointCorruptError
-    from crosstune.train.jax_backend import train
+    from crosstune.train.session import train
 
     _, path, _ = lenient_workspace
     run = _copy_run(jax_run, tmp_path / "run")
@@ -264,5 +264,29 @@ def test_flipped_bytes_in_an_orbax_checkpoint_are_refused(lenient_workspace, jax
     with pytest.raises(CheckpointCorruptError, match=f"{data}: its sha256 differs"):
         export_run(run, "adapter", tmp_path / "out")
     with pytest.raises(CheckpointCorruptError, match=f"{data}: its sha256 differs"):
-        train(load_recipe(path, ["train.max_steps=3"]), run, resume=True, progress=False)
+        train(load_recipe(path, ["train.max_steps=3"]), run, resume=True, progress=False, backend="jax")
     export_run(run, "adapter", tmp_path / "earlier", step=1)  # the intact step still exports
+
+
+# --- the session finalises both backends' runs the same way -------------------------------------------------------
+def test_both_backends_leave_a_peft_adapter_of_the_final_step(torch_run, jax_run):
+    """<run>/adapter is a PEFT adapter for both backends: for jax the session writes it from the last Orbax
+    checkpoint (read through the backend's read_lora), with checksums; run.json's steps names its step."""
+    import numpy as np
+
+    from crosstune.export.lora import read_peft_adapter
+    from crosstune.train.integrity import verify_checksums
+    from crosstune.train.session import read_run_lora
+
+    for run in (torch_run, jax_run):
+        meta = json.loads((run / "run.json").read_text())
+        assert meta["steps"] == 2 and (run / "loss.png").is_file()
+        assert verify_checksums(run / "adapter", "adapter")
+        adapter, config = read_peft_adapter(run / "adapter", family="gemma4")
+        assert (config["r"], float(config["lora_alpha"])) == (meta["lora"]["rank"], float(meta["lora"]["alpha"]))
+    saved = read_run_lora(jax_run, 2)
+    adapter, _ = read_peft_adapter(jax_run / "adapter", family="gemma4")
+    assert saved.step == 2 and sorted(adapter.modules) == sorted(saved.lora.modules)
+    for name, (a, b) in saved.lora.modules.items():  # the same arrays, written as float32 safetensors
+        np.testing.assert_array_equal(adapter.modules[name][0], a)
+        np.testing.assert_array_equal(adapter.modules[name][1], b)

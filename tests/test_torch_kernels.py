@@ -54,11 +54,11 @@ def make_trainer(recipe, run_dir: Path):
     from crosstune.train.torch_kernels import kernel_trainer_class
 
     model, tokenizer = build_model(recipe, on_gpu=False)
-    dataset, steps = load_train_dataset(recipe, tokenizer, 1)[:2]
+    dataset, plan = load_train_dataset(recipe, tokenizer, 1)[:2]
     trainer_cls = kernel_trainer_class(CrosstuneSFTTrainer, recipe.train.kernels)
     return trainer_cls(
         model=model,
-        args=sft_config(recipe, run_dir, steps, progress=False),
+        args=sft_config(recipe, run_dir, plan.total_steps, progress=False),
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora_config(recipe, model)[0],
@@ -129,10 +129,10 @@ def test_token_metrics_off_removes_the_extras_and_keeps_the_loss(recipe_path, tm
 
 def test_token_metrics_off_trains(recipe_path, tmp_path):
     from crosstune.train.metrics import read_metrics
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     recipe = load_recipe(recipe_path, ["train.kernels.token_metrics=false"])
-    result = train(recipe, tmp_path / "run", progress=False)
+    result = train(recipe, tmp_path / "run", progress=False, backend="torch")
     rows = read_metrics(tmp_path / "run")
     assert result.steps == 2 and [r["step"] for r in rows] == [1, 2]
     assert all(r["loss"] > 0 and r["trained_tokens"] > 0 for r in rows)

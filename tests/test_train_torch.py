@@ -99,13 +99,13 @@ def workspace(tmp_path_factory, tiny_gemma3_dir, tiny_gemma4_dir, synth_corpus_d
 @pytest.fixture(scope="module")
 def reference_runs(workspace):
     """One uninterrupted 12-step run per family (4 epochs of the same 6 rows), shared by several tests."""
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     root, files = workspace
     runs = {}
     for family, path in files.items():
         recipe = load_recipe(path, VARIANT[family])
-        runs[family] = train(recipe, root / "runs" / f"reference-{family}", progress=False)
+        runs[family] = train(recipe, root / "runs" / f"reference-{family}", progress=False, backend="torch")
     return runs
 
 
@@ -156,11 +156,12 @@ def test_gemma4_v_target_skips_global_layers(reference_runs):
 
 
 def test_fresh_run_refuses_a_run_dir_with_checkpoints(reference_runs, workspace):
-    from crosstune.train.torch_backend import train
+    from crosstune.train.backend import TrainError
+    from crosstune.train.session import train
 
     _, files = workspace
-    with pytest.raises(FileExistsError, match="earlier run: pass --resume"):
-        train(load_recipe(files["gemma4"]), reference_runs["gemma4"].run_dir, progress=False)
+    with pytest.raises(TrainError, match="earlier run: pass --resume"):
+        train(load_recipe(files["gemma4"]), reference_runs["gemma4"].run_dir, progress=False, backend="torch")
 
 
 # --- the loss TRL computes is the one metrics.py defines ------------------------------------------------------------
@@ -230,7 +231,7 @@ def test_grad_accumulation_is_token_weighted(workspace, tmp_path, tiny_gemma4_di
     norm are those of sum(token losses) / (trained tokens of the whole step). Multimodal Gemma classes declare
     `accepts_loss_kwargs = False`, which would make Trainer fall back to a per-micro-batch mean."""
     from crosstune.data import load_prepared, prepare_dataset, torch_dataset
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     root, files = workspace
     model_dir = tiny_gemma4_dir
@@ -247,7 +248,7 @@ def test_grad_accumulation_is_token_weighted(workspace, tmp_path, tiny_gemma4_di
     prepared = prepare_dataset(recipe)
     rows = torch_dataset(load_prepared(recipe), "train", seed=42).select(range(2)).to_list()
     assert any(len(r["seq_lengths"]) > 1 for r in rows)  # a packed row: position ids restart inside it
-    result = train(recipe, tmp_path / "run", progress=False)
+    result = train(recipe, tmp_path / "run", progress=False, backend="torch")
     logged = read_metrics(result.run_dir)[0]
 
     loss, per_micro_batch, grad_norm, trained = hand_step(model_dir, result.run_dir / "adapter", rows)
@@ -270,7 +271,7 @@ def test_grad_accumulation_is_token_weighted(workspace, tmp_path, tiny_gemma4_di
 def test_resume_after_sigkill_reproduces_the_curve(reference_runs, workspace, tmp_path):
     """`crosstune train` in a subprocess, SIGKILLed once a checkpoint exists; `--resume` then ends on the same
     losses as the uninterrupted run, step by step."""
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     _, files = workspace
     run = tmp_path / "killed"
@@ -287,7 +288,7 @@ def test_resume_after_sigkill_reproduces_the_curve(reference_runs, workspace, tm
     killed_at = len(read_metrics(run))
     assert killed_at < 12, "the run finished before it was killed"
 
-    result = train(load_recipe(files["gemma4"]), run, resume=True, progress=False)
+    result = train(load_recipe(files["gemma4"]), run, resume=True, progress=False, backend="torch")
     resumed_from = int(json.loads((run / "run.json").read_text())["resumed_from"].rsplit("-", 1)[1])
     assert 4 <= resumed_from <= killed_at and resumed_from % 2 == 0
     expected = reference_runs["gemma4"].losses
@@ -408,7 +409,7 @@ def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
     in another summation order (STEP_REL, adapter_rel; measured here: 4e-7, 3e-6 and 1.2e-4 relative)."""
     from safetensors.torch import load_file
 
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
     from crosstune.train.torch_launch import write_worker_recipe
 
     _, files = workspace
@@ -416,7 +417,9 @@ def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        reference = train(load_recipe(files["gemma4"], four_steps), tmp_path / "single", progress=False)
+        reference = train(
+            load_recipe(files["gemma4"], four_steps), tmp_path / "single", progress=False, backend="torch"
+        )
     finally:
         torch.set_num_threads(threads)
 

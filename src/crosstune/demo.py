@@ -101,11 +101,10 @@ def stage_prepare(ctx: DemoContext) -> str:
 
 def stage_train_torch(ctx: DemoContext) -> str:
     from crosstune.recipe import load_recipe
-    from crosstune.train.rundir import default_run_dir
-    from crosstune.train.torch_backend import train
+    from crosstune.train.session import train
 
     recipe = load_recipe(ctx.recipe_file, ctx.overrides())
-    result = train(recipe, default_run_dir(recipe, "torch"))
+    result = train(recipe, backend="torch")
     ctx.made.append(("torch LoRA run (metrics, loss.png, adapter/)", result.run_dir, f"{result.steps} steps"))
     return f"{result.steps} steps, loss {result.losses[0]:.3f} → {result.final_loss:.3f}; curve in loss.png"
 
@@ -128,11 +127,11 @@ def stage_plan(ctx: DemoContext) -> str:
 
 def stage_train_jax(ctx: DemoContext) -> str:
     from crosstune.recipe import load_recipe
-    from crosstune.train.jax_backend import train
-    from crosstune.train.rundir import default_run_dir, read_run_metadata
+    from crosstune.train.rundir import read_run_metadata
+    from crosstune.train.session import train
 
     recipe = load_recipe(ctx.recipe_file, ctx.overrides())
-    result = train(recipe, default_run_dir(recipe, "jax"))
+    result = train(recipe, backend="jax")
     meta = read_run_metadata(result.run_dir)
     mesh = f"fsdp×tp = {meta['mesh']['fsdp']}×{meta['mesh']['tp']}"
     ctx.made.append(("jax LoRA run (metrics, loss.png, Orbax checkpoints/)", result.run_dir, f"{result.steps} steps"))

@@ -1,8 +1,7 @@
 """JAX runs' LoRA: Qwix params (`layers.N.<module>.<w|kernel>_lora_<a|b>`) <-> LoraWeights (PEFT layout).
 
-- Export: `read_orbax_lora` reads the LoRA params a tunix PeftTrainer checkpoint holds
-  (`<run>/checkpoints/<step>/model_params`, an Orbax PyTree of nnx.LoRAParam values) as host numpy arrays, without
-  building the model; `qwix_to_lora` maps them through crosstune.families.lora_layout. Every param is consumed or
+- Export: `qwix_to_lora` maps Qwix LoRA params (read from a jax run's checkpoint by
+  crosstune.train.jax_checkpoints) through crosstune.families.lora_layout. Every param is consumed or
   the export stops naming it.
 - Import: `lora_to_qwix` gives the Qwix params (and gradient masks) that reproduce a PEFT adapter exactly; PEFT k/v
   with different A matrices become a block LoRA of rank 2r on kv_einsum (see lora_layout); `install_lora` puts them
@@ -12,7 +11,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 
@@ -37,42 +35,6 @@ def param_name(path) -> str:
     """A pytree key path as a dotted Qwix param name (`layers.5.attn.k_einsum.w_lora_a`; `.value` dropped)."""
     parts = [getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))) for k in path]
     return ".".join(str(p) for p in parts if p != "value")
-
-
-def checkpoint_steps(run_dir: Path) -> list[int]:
-    """Committed Orbax steps under <run>/checkpoints (digit-named directories; Orbax's temp dirs are not)."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    return sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit())
-
-
-def read_orbax_lora(run_dir: Path, step: int | None = None) -> tuple[dict[str, np.ndarray], int]:
-    """({dotted param name: array}, step) from a JAX run's checkpoint at `step` (latest when None)."""
-    import logging
-
-    import jax
-    import orbax.checkpoint as ocp
-
-    steps = checkpoint_steps(run_dir)
-    if not steps:
-        raise ExportError(f"{run_dir}/checkpoints: no Orbax checkpoint (digit-named step directory)")
-    step = steps[-1] if step is None else step
-    if step not in steps:
-        raise ExportError(f"{run_dir}/checkpoints: no step {step}; available: {steps}")
-    path = Path(run_dir) / "checkpoints" / str(step) / "model_params"
-    if not path.is_dir():
-        raise ExportError(f"{path}: missing (a tunix checkpoint keeps the LoRA params there)")
-    logging.getLogger("absl").setLevel(logging.ERROR)  # Orbax warns about per-item metadata tunix doesn't write
-    checkpointer = ocp.PyTreeCheckpointer()
-    try:
-        tree = checkpointer.metadata(path).item_metadata.tree
-        restore = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-        restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore))
-    except Exception as e:  # Orbax raises many types for a damaged checkpoint
-        raise ExportError(f"{path}: can't read the Orbax checkpoint: {type(e).__name__}: {e}") from None
-    flat = jax.tree_util.tree_flatten_with_path(restored)[0]
-    return {param_name(p): np.asarray(v) for p, v in flat}, step
 
 
 def qwix_to_lora(params: dict[str, np.ndarray], spec: ModelSpec, *, rank: int, alpha: float) -> LoraWeights:

@@ -1,34 +1,29 @@
 """Export any run directory (crosstune.train.rundir) to a PEFT adapter and/or a merged HF model.
 
-Where the LoRA comes from:
-- torch runs: the final `<run>/adapter`, or `<run>/checkpoints/checkpoint-S` (a PEFT adapter too) for `step=S`;
-- jax runs: the Orbax checkpoint `<run>/checkpoints/S/model_params` (latest when no step is given).
-Rank, alpha and family come from run.json; the base from run.json's base_model unless `base` is given. Each output
-is written into a temp directory next to `out` and renamed into place when complete, with export_manifest.json.
+The LoRA of a step comes from crosstune.train.session.read_run_lora (the backend that wrote the run reads its own
+checkpoint; the final adapter is <run>/adapter for both backends). Rank, alpha and family come from run.json; the
+base from run.json's base_model unless `base` is given. Each output is written into a temp directory next to `out`
+and renamed into place when complete, with export_manifest.json.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.errors import InputError, read_json
-from crosstune.export.jax_lora import checkpoint_steps, qwix_to_lora, read_orbax_lora
-from crosstune.export.lora import ExportError, LoraWeights, read_peft_adapter, write_peft_adapter
+from crosstune.export.lora import ExportError, LoraWeights, write_peft_adapter
 from crosstune.export.merge import Progress, copy_side_files, file_sha256, open_base, plan_merge, write_merged_shards
 from crosstune.export.output import staged_dir, write_manifest
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
-from crosstune.train.integrity import lora_magnitude_bound, verify_checksums
-from crosstune.train.metrics import read_metrics
+from crosstune.train.integrity import lora_magnitude_bound
 
 KINDS = ("adapter", "merged", "both")
 # A run without its recipe or step (not written by `crosstune train`): lr 1e-2 (high for LoRA) × 3e4 steps × 3.16
 # (Adam's largest per-step factor, crosstune.train.integrity) ≈ 1e3; a flipped exponent byte lands far beyond it.
 UNKNOWN_RECIPE_BOUND = 1e3
-_TORCH_CKPT = re.compile(r"checkpoint-(\d+)")
 
 
 @dataclass
@@ -53,13 +48,6 @@ def _base_spec(base: Path, family: str) -> ModelSpec:
         raise ExportError(f"{e} (the run trained {family}, run.json family; pass --base with that model)") from None
 
 
-def _torch_checkpoints(root: Path) -> dict[int, Path]:
-    """checkpoint-N directories (the torch backend renames complete ones into place)."""
-    if not root.is_dir():
-        return {}
-    return {int(m.group(1)): p for p in root.iterdir() if p.is_dir() and (m := _TORCH_CKPT.fullmatch(p.name))}
-
-
 def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = None) -> RunLora:
     """The LoRA of a run at `step` (the final adapter / latest checkpoint when None), in the PEFT layout."""
     run_dir = Path(run_dir).resolve()
@@ -75,46 +63,16 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
         raise ExportError(f"{run_dir}/run.json names no base_model: pass --base")
     base_dir = Path(base or meta["base_model"]).resolve()
     spec = _base_spec(base_dir, family)
-    backend = meta.get("backend")
-    source = {"run_dir": str(run_dir), "backend": backend, "recipe_hash": meta.get("recipe_hash")}
-    if backend == "torch":
-        if step is None and (run_dir / "adapter").is_dir():
-            adapter, got_step = run_dir / "adapter", _final_step(run_dir, meta)
-        else:
-            found = _torch_checkpoints(run_dir / "checkpoints")
-            if not found:
-                raise ExportError(f"{run_dir}: no adapter/ and no checkpoints/checkpoint-N")
-            got_step = max(found) if step is None else step
-            if got_step not in found:
-                raise ExportError(f"{run_dir}/checkpoints: no checkpoint-{step}; available steps {sorted(found)}")
-            adapter = found[got_step]
-        _verify(adapter, "adapter" if adapter.name == "adapter" else "checkpoint")
-        lora, cfg = read_peft_adapter(adapter, family=family)
-        if cfg.get("r") != rank or float(cfg.get("lora_alpha")) != float(alpha):
-            raise ExportError(
-                f"{adapter}/adapter_config.json: r={cfg.get('r')} alpha={cfg.get('lora_alpha')}, but run.json says "
-                f"rank={rank} alpha={alpha}"
-            )
-        source.update(step=got_step, checkpoint=str(adapter))
-    elif backend == "jax":
-        steps = checkpoint_steps(run_dir)
-        if steps and (step if step is not None else steps[-1]) in steps:
-            _verify(run_dir / "checkpoints" / str(step if step is not None else steps[-1]), "checkpoint")
-        params, got_step = read_orbax_lora(run_dir, step)
-        lora = qwix_to_lora(params, spec, rank=int(rank), alpha=float(alpha))
-        source.update(step=got_step, checkpoint=str(run_dir / "checkpoints" / str(got_step) / "model_params"))
-    else:
-        raise ExportError(f"{run_dir}/run.json: backend {backend!r} (expected torch or jax)")
+    source = {"run_dir": str(run_dir), "backend": meta.get("backend"), "recipe_hash": meta.get("recipe_hash")}
+    # the session imports export's LoRA formats, and crosstune.export's __init__ imports this module: call time
+    from crosstune.train.session import read_run_lora
+
+    saved = read_run_lora(run_dir, step, spec)  # through the backend that wrote the run: its checkpoint format
+    lora = saved.lora
+    source.update(step=saved.step, checkpoint=str(saved.path))
     lora.check(spec, where=str(source["checkpoint"]))
     lora.check_values(_magnitude_bound(run_dir, source["step"]), where=str(source["checkpoint"]))
     return RunLora(lora, base_dir, spec, source)
-
-
-def _verify(folder: Path, what: str) -> None:
-    """The sha256 recorded when the checkpoint was written must still match (a flipped byte still parses)."""
-
-    if not verify_checksums(folder, what):
-        print(f"[export] {folder}: no recorded checksums (an older crosstune): only the values are checked")
 
 
 def _magnitude_bound(run_dir: Path, step: int | None) -> float:
@@ -130,15 +88,6 @@ def _magnitude_bound(run_dir: Path, step: int | None) -> float:
     if not train or not steps:
         return UNKNOWN_RECIPE_BOUND
     return lora_magnitude_bound(train, steps)
-
-
-def _final_step(run_dir: Path, meta: dict) -> int | None:
-    """The step of a run's final adapter: run.json's `steps`, else the last row of metrics.jsonl."""
-    if meta.get("steps"):
-        return int(meta["steps"])
-
-    rows = read_metrics(run_dir)
-    return int(rows[-1]["step"]) if rows else None
 
 
 def write_adapter_dir(run: RunLora, out_dir: Path, layer_prefix: str = "model.layers.") -> dict[str, str]:

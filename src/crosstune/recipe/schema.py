@@ -142,6 +142,9 @@ class TrainSection(Section):
     max_grad_norm: PositiveFloat | None = 1.0
     per_device_batch_size: PositiveInt = 1
     grad_accumulation: PositiveInt = 1
+    # Rows per optimizer step over all devices. When set, each backend derives its accumulation from it (torch:
+    # per GPU, jax: per fsdp shard) and grad_accumulation is ignored, so a recipe moves between backends unchanged.
+    global_batch_size: PositiveInt | None = None
     gradient_checkpointing: bool = True
     precision: Literal["fp32", "bf16"] = "bf16"
     log_every: PositiveInt = 1

@@ -1,15 +1,39 @@
-"""The small interface both training backends implement; the CLI and demo talk only to this."""
+"""The small lifecycle both training backends implement, and the registry that names them.
+
+    backend = get_backend(name, recipe, **launch)   # processes/devices started; `lead` says who owns the run
+    backend.setup(session)                          # model, LoRA, optimizer, data loader for the session's plan
+    result = backend.fit()                          # train to the plan's last step (resuming when asked)
+    backend.read_lora(run_dir, step, spec, meta)    # a saved step's LoRA in the PEFT layout (export reads this)
+    backend.close()
+
+Only crosstune.train.session drives it; the CLI, demo, export and parity talk to the session. Every failure a user
+can act on is a TrainError (or another CrosstuneError) whose message says what to change.
+"""
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from crosstune.errors import CrosstuneError
+from crosstune.export.lora import LoraWeights
+from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 
-BACKEND_MODULES = {"torch": "crosstune.train.torch_backend", "jax": "crosstune.train.jax_backend"}
+if TYPE_CHECKING:
+    from crosstune.train.session import TrainingSession
+
+# backend name -> "module:class"; the modules import their stacks (torch, jax) only when a backend is built.
+BACKENDS = {
+    "torch": "crosstune.train.torch_backend:TorchBackend",
+    "jax": "crosstune.train.jax_backend:JaxBackend",
+}
+
+
+class TrainError(CrosstuneError, RuntimeError):
+    """A run that can't start or finish as configured; the message says why and what to change."""
 
 
 @dataclass
@@ -18,17 +42,51 @@ class TrainResult:
     steps: int
     final_loss: float
     losses: list[float] = field(default_factory=list)
-    adapter_dir: Path | None = None  # a PEFT adapter directory, when the backend writes one directly
+    adapter_dir: Path | None = None  # <run>/adapter: the final LoRA as a PEFT adapter (both backends)
+
+
+@dataclass
+class FitResult:
+    steps: int  # the optimizer step the run ended at (its last checkpoint / final adapter)
+    metadata: dict[str, Any] = field(default_factory=dict)  # extra run.json fields (timings, ...)
+    adapter_written: bool = False  # the backend wrote <run>/adapter itself (torch: PEFT's own save, collective)
+
+
+@dataclass
+class SavedLora:
+    lora: LoraWeights
+    step: int
+    path: Path  # the checkpoint (or adapter) folder it was read from
 
 
 class Backend(Protocol):
-    def train(self, recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool = True) -> TrainResult:
-        """Train LoRA per `recipe` into `run_dir` (layout in crosstune.train.rundir); resume from its latest
-        checkpoint when asked."""
+    name: str
+    lead: bool  # this process owns the run directory (writes run.json, metrics, the adapter)
+    prepares_data: bool  # this process may prepare the data (no other process of the run reads it meanwhile)
+
+    def data_parallel(self) -> tuple[int, int]:
+        """(data-parallel devices, processes loading rows): what the step plan divides the global batch by."""
         ...
 
+    def setup(self, session: TrainingSession) -> None: ...
 
-def get_backend(name: str) -> Backend:
-    if name not in BACKEND_MODULES:
-        raise KeyError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_MODULES)}")
-    return importlib.import_module(BACKEND_MODULES[name])  # type: ignore[return-value]
+    def fit(self) -> FitResult: ...
+
+    def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, meta: dict[str, Any]) -> SavedLora:
+        """The LoRA saved at `step` (latest when None) in the PEFT layout; checksums verified where recorded."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def backend_class(name: str) -> type:
+    if name not in BACKENDS:
+        raise TrainError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    module, _, cls = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_backend(name: str, recipe: Recipe | None = None, **launch: Any) -> Backend:
+    """Backend `name` for `recipe` (None: only to read saved runs); `launch` takes backend-specific launch options
+    (torch: node_rank, main_address), refused by a backend that has none."""
+    return backend_class(name)(recipe, **launch)

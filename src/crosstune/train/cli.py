@@ -7,6 +7,13 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from crosstune.data.errors import DataError
+from crosstune.errors import CrosstuneError, Interrupted
+from crosstune.export import export_run
+from crosstune.recipe import RecipeError, load_recipe
+from crosstune.train.rundir import default_run_dir, saved_steps
+from crosstune.train.session import TrainingSession
+
 console = Console(soft_wrap=True)
 
 
@@ -27,10 +34,6 @@ def train(
     merge: bool = typer.Option(False, "--merge", help="also write <run>/merged: base + LoRA, one HF model"),
 ) -> None:
     """Train LoRA on the recipe's prepared data with either backend; same metrics, same run-directory layout."""
-    from crosstune.recipe import RecipeError, load_recipe
-    from crosstune.train.backend import get_backend
-    from crosstune.train.rundir import default_run_dir
-
     overrides = list(overrides or [])
     overrides += [f"backend.torch.devices={devices}"] if devices else []
     overrides += [f"backend.torch.nodes={nodes}"] if nodes else []
@@ -40,21 +43,12 @@ def train(
         console.print(str(e), markup=False, highlight=False)
         raise typer.Exit(1) from None
     name = backend or recipe.backend.default
-    try:
-        impl = get_backend(name)
-    except KeyError as e:
-        console.print(f"[red]{e.args[0]}[/red]")
-        raise typer.Exit(2) from None
     target = run_dir or default_run_dir(recipe, name)
-    launch = {"node_rank": node_rank, "main_address": main_address}
-    if name != "torch" and (node_rank or main_address):
-        console.print("[red]--node-rank and --main-address are torch options; the jax backend reads JAX_* variables")
-        raise typer.Exit(2)
-    from crosstune.data.errors import DataError
-    from crosstune.errors import CrosstuneError, Interrupted
-
+    # several-node options exist only where a backend launches its own workers; the backend refuses the others
+    launch = {k: v for k, v in {"node_rank": node_rank, "main_address": main_address}.items() if v}
+    session = TrainingSession(recipe, name, target, resume=resume, **launch)
     try:
-        result = impl.train(recipe, target, resume=resume, **(launch if name == "torch" else {}))
+        result = session.run()
     except (DataError, CrosstuneError, FileExistsError, FileNotFoundError) as e:
         console.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(1) from None
@@ -66,17 +60,8 @@ def train(
         f"[green]done[/green]: {result.steps} steps, final loss {result.final_loss:.4f}, run dir {result.run_dir}"
     )
     if merge and node_rank == 0:
-        from crosstune.export import export_run
-
         merged = export_run(result.run_dir, "merged", result.run_dir / "merged", overwrite=True)["merged"]
         console.print(f"merged model (streamed shard by shard): {merged}")
-
-
-def saved_steps(run_dir: Path) -> list[int]:
-    """Complete checkpoints of either backend: torch's checkpoint-N, Orbax's N (both renamed into place whole)."""
-    root = Path(run_dir) / "checkpoints"
-    names = [p.name.removeprefix("checkpoint-") for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
-    return sorted(int(n) for n in names if n.isdigit())
 
 
 def interrupted_message(run_dir: Path, checkpoint_every: int, resume: list[str]) -> str:

@@ -12,69 +12,119 @@ same curve.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from crosstune.errors import CrosstuneError
+from crosstune.data.prepared import PreparedDataset
+from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
-from crosstune.train.backend import TrainResult
+from crosstune.train.backend import FitResult, SavedLora, TrainError
+from crosstune.train.steps import StepPlan
+
+if TYPE_CHECKING:
+    from crosstune.train.session import TrainingSession
 
 
-class JaxTrainError(CrosstuneError, RuntimeError):
+class JaxTrainError(TrainError):
     """The run can't start as configured; the message says why and what to change."""
 
 
-def train(recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool = True) -> TrainResult:
-    """Train LoRA per `recipe` into `run_dir`; with `resume`, continue from its latest checkpoint."""
-    from crosstune.train.jax_data import ensure_cpu_devices, maybe_initialize_distributed
+class JaxBackend:
+    """The jax side of crosstune.train.backend's lifecycle: every process of a (multi-host) run builds one."""
 
-    if recipe.hardware == "cpu":
-        ensure_cpu_devices(recipe.backend.jax.mesh.fsdp * recipe.backend.jax.mesh.tp)
-    maybe_initialize_distributed()  # before anything touches a device
-    import jax
+    name = "jax"
 
-    from crosstune.train.rundir import claim_run_dir
+    def __init__(self, recipe: Recipe | None, **launch: Any):
+        if launch:
+            raise JaxTrainError(
+                f"{', '.join(sorted(launch))}: torch launch options; the jax backend finds its processes from JAX_* "
+                "variables (or CROSSTUNE_MULTIHOST=1)"
+            )
+        self.recipe, self.run = recipe, None
+        self._stack = contextlib.ExitStack()
+        if recipe is None:  # reading saved runs only
+            self.lead = self.prepares_data = False
+            return
+        from crosstune.train.jax_data import ensure_cpu_devices, maybe_initialize_distributed
 
-    with claim_run_dir(run_dir, recipe, "jax", resume=resume, lead=jax.process_index() == 0) as run_dir:
-        run = JaxRun(recipe, run_dir, resume=resume, progress=progress)
-        with run.setup():
-            return run.fit()
+        if recipe.hardware == "cpu":
+            ensure_cpu_devices(recipe.backend.jax.mesh.fsdp * recipe.backend.jax.mesh.tp)
+        maybe_initialize_distributed()  # before anything touches a device
+        import jax
+
+        self.lead = jax.process_index() == 0
+        self.prepares_data = jax.process_count() == 1  # several processes only read what was prepared before
+
+    def data_parallel(self) -> tuple[int, int]:
+        import jax
+
+        return self.recipe.backend.jax.mesh.fsdp, jax.process_count()
+
+    def setup(self, session: TrainingSession) -> None:
+        self.run = JaxRun(session.recipe, session.run_dir, session.plan, session.prepared, session.data,
+                          resume=session.resume, progress=session.progress)  # fmt: skip
+        self._stack.enter_context(self.run.setup())
+
+    def fit(self) -> FitResult:
+        return self.run.fit()
+
+    def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, meta: dict[str, Any]) -> SavedLora:
+        """The Orbax checkpoint `<run>/checkpoints/<step>/model_params`, through Qwix's layout to PEFT's."""
+        from crosstune.export.jax_lora import qwix_to_lora
+        from crosstune.train.integrity import verify_checksums
+        from crosstune.train.jax_checkpoints import checkpoint_steps, read_orbax_lora
+
+        lora_meta = meta.get("lora") or {}
+        steps = checkpoint_steps(run_dir)
+        if steps and (step if step is not None else steps[-1]) in steps:
+            folder = run_dir / "checkpoints" / str(step if step is not None else steps[-1])
+            if not verify_checksums(folder, "checkpoint"):
+                print(f"[export] {folder}: no recorded checksums (an older crosstune): only the values are checked")
+        params, got = read_orbax_lora(run_dir, step)
+        lora = qwix_to_lora(params, spec, rank=int(lora_meta["rank"]), alpha=float(lora_meta["alpha"]))
+        return SavedLora(lora, got, run_dir / "checkpoints" / str(got) / "model_params")
+
+    def close(self) -> None:
+        self._stack.close()
 
 
 class JaxRun:
-    """One training run, in two halves so tests can look at the trainer between them:
-    `with run.setup(): run.fit()` (setup enters the mesh context; the trainer lives inside it)."""
+    """One training run on the session's data and step plan, in two halves so tests can look at the trainer
+    between them: `with run.setup(): run.fit()` (setup enters the mesh context; the trainer lives inside it)."""
 
-    def __init__(self, recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool = True):
+    def __init__(
+        self,
+        recipe: Recipe,
+        run_dir: Path,
+        plan: StepPlan,
+        prepared: PreparedDataset,
+        data_provenance: dict,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+    ):
         import jax
 
         self.recipe, self.run_dir, self.resume = recipe, Path(run_dir).expanduser().resolve(), resume
+        self.data, self.prepared, self.data_provenance = plan, prepared, data_provenance
+        self.seq_len = prepared.max_seq_len
         self.progress = progress and jax.process_index() == 0
         self.counts: dict[int, tuple[int, int]] = {}  # step -> (trained tokens, tokens), filled as steps are read
 
     @contextlib.contextmanager
     def setup(self) -> Iterator[JaxRun]:
-        """Check the plan, build mesh, data, model + LoRA and the trainer, and stay inside the mesh context."""
+        """Check the plan, build mesh, data loader, model + LoRA and the trainer, and stay inside the mesh context."""
         import jax
 
-        from crosstune.data.prepare import data_provenance, lenient_note, training_data
         from crosstune.hardware import HARDWARE
         from crosstune.planner import plan_recipe
-        from crosstune.train.jax_data import data_plan, train_dataset
+        from crosstune.train.jax_data import train_dataset
         from crosstune.train.jax_model import make_mesh, mesh_context
 
         r, checkpoints = self.recipe, self.run_dir / "checkpoints"
-        earlier = (self.run_dir / "metrics.jsonl").exists() or (
-            checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
-        )
-        if earlier and not self.resume:
-            raise JaxTrainError(
-                f"{self.run_dir} holds an earlier run: pass --resume to continue it, or choose another --run-dir"
-            )
         self.plan = plan_recipe(r, backend="jax")
         if not self.plan.ok:
             raise JaxTrainError(f"the plan can't run on {r.hardware}: " + "; ".join(self.plan.blockers))
@@ -88,15 +138,8 @@ class JaxRun:
         # bf16 compute where the chips are made for it; fp32 on CPU (as the torch backend does)
         on_cpu = jax.devices()[0].platform == "cpu"
         self.compute_dtype = "bfloat16" if r.train.precision == "bf16" and not on_cpu else "float32"
-        # one process prepares (or reuses) the data; several processes only read what was prepared before the launch
-        prepared = training_data(r, may_prepare=jax.process_count() == 1)  # the torch backend's rule too
-        self.data_provenance = data_provenance(prepared)
-        if jax.process_index() == 0 and (note := lenient_note(self.data_provenance)):
-            print(note, flush=True)
         self._verify_latest_checkpoint(checkpoints)
-        rows = len(prepared.split("train"))
-        self.data = data_plan(r.train, fsdp, rows, prepared.max_seq_len, jax.process_count())
-        self.dataset = train_dataset(r, self.data, prepared)
+        self.dataset = train_dataset(r, self.data, self.prepared)
         self.mesh = make_mesh(fsdp, tp)
         with mesh_context(self.mesh):  # pitfall A: trainer, optimizer state and inputs under the legacy mesh
             self.trainer, self.replicated = self._trainer()
@@ -125,7 +168,7 @@ class JaxRun:
         )
         from crosstune.train.jax_step import loss_fn, make_optimizer, model_inputs, pinned_trainer_class
 
-        r, k = self.recipe, self.recipe.train.grad_accumulation
+        r, k = self.recipe, self.data.accumulation
         model_dir = resolve_path(r, r.model.path)
         if model_dir is None or not (model_dir / "config.json").is_file():
             raise JaxTrainError(f"model.path: no HF checkpoint (config.json + *.safetensors) at {model_dir}")
@@ -174,27 +217,22 @@ class JaxRun:
             raise JaxTrainError("invalid shardings:\n  " + "\n  ".join(problems[:10]))
         return trainer, replicated
 
-    def fit(self) -> TrainResult:
+    def fit(self) -> FitResult:
         """Train from the restored step to the end; metrics, run.json and checkpoints into the run directory."""
         import jax
 
         from crosstune.train.jax_progress import CompileTimer, ProgressBar, SaveTimer, StepRecorder
         from crosstune.train.jax_step import TRAIN_STEP_NAME
-        from crosstune.train.metrics import MetricsWriter, read_metrics
-        from crosstune.train.plot import plot_loss_curve
-        from crosstune.train.rundir import atomic_write_text, write_run_metadata
+        from crosstune.train.metrics import MetricsWriter
+        from crosstune.train.resume import nothing_to_resume
+        from crosstune.train.rundir import write_run_metadata
 
         r, d, trainer = self.recipe, self.data, self.trainer
         start = trainer.train_steps
         if start >= d.total_steps:
-            from crosstune.train.resume import nothing_to_resume
-
             trainer.close()
             raise nothing_to_resume(self.run_dir, start, d.total_steps)
         lead = jax.process_index() == 0
-        if lead and start == 0:  # a fresh start (or --resume without a checkpoint): no stale metrics
-            (self.run_dir / "metrics.jsonl").unlink(missing_ok=True)
-            shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
         if lead:
             write_run_metadata(self.run_dir, r, "jax", **self._metadata())
         writer = MetricsWriter(self.run_dir, resume_from_step=start) if lead else None
@@ -225,17 +263,8 @@ class JaxRun:
         if writer is not None:
             writer.write_event("compile_time_s", compile_timer.seconds, step=start)
             writer.close()
-            meta = json.loads((self.run_dir / "run.json").read_text())
-            meta.update(
-                steps=trainer.train_steps,  # the step the last checkpoint holds (export reads it)
-                compile_time_s=round(compile_timer.seconds, 3),
-                checkpoint_time_s=round(saves.seconds, 3),
-                resumed_from_step=start,
-            )
-            atomic_write_text(self.run_dir / "run.json", json.dumps(meta, indent=2))
-            plot_loss_curve(self.run_dir)
-        losses = [row["loss"] for row in read_metrics(self.run_dir)] if lead else []
-        return TrainResult(self.run_dir, d.total_steps, losses[-1] if losses else float("nan"), losses)
+        timings = {"compile_time_s": round(compile_timer.seconds, 3), "checkpoint_time_s": round(saves.seconds, 3)}
+        return FitResult(trainer.train_steps, {**timings, "resumed_from_step": start})
 
     def _record_checksums(self, step: int) -> None:
         """After Orbax finalised `step` (the save is asynchronous: every process waits, as its next save would),
@@ -275,7 +304,7 @@ class JaxRun:
             "replicated_tensors": sorted({x.path for x in self.replicated}),
             "global_batch": self.data.global_batch,
             "grad_accumulation": self.data.accumulation,
-            "seq_len": self.data.seq_len,
+            "seq_len": self.seq_len,
             "total_steps": self.data.total_steps,
             "data": self.data_provenance,
         }
@@ -297,7 +326,7 @@ class JaxRun:
             step_time_s=step_time_s,
             peak_memory_gb=peak_memory_gb(),
             spec=self.spec,
-            context=d.seq_len,
+            context=self.seq_len,
             hardware=self.hardware,
             devices=r.backend.jax.mesh.fsdp * r.backend.jax.mesh.tp,
             recompute_activations=r.train.gradient_checkpointing,

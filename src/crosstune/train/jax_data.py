@@ -19,15 +19,13 @@ on a filesystem all hosts see.
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
 from crosstune.data import PreparedDataset, grain_dataset
-from crosstune.errors import BATCH_HINT, BatchPlanError
-from crosstune.recipe.schema import Recipe, TrainSection
+from crosstune.recipe.schema import Recipe
+from crosstune.train.steps import StepPlan
 
 
 def ensure_cpu_devices(count: int) -> None:
@@ -73,44 +71,6 @@ def global_sum(values: np.ndarray) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(np.asarray(values))).sum(axis=0)
 
 
-@dataclass(frozen=True)
-class DataPlan:
-    """How many rows a micro-batch holds, per process and globally, and how long the run is."""
-
-    global_batch: int  # rows per micro-batch over all devices = per_device_batch_size × fsdp
-    local_batch: int  # rows this process loads per micro-batch
-    accumulation: int
-    total_steps: int  # optimizer steps
-    epochs_read: int  # whole epochs of the shared row order the iterator spans
-    micro_batches_per_epoch: int
-    seq_len: int
-
-
-def data_plan(train: TrainSection, fsdp: int, n_rows: int, seq_len: int, processes: int = 1) -> DataPlan:
-    """Optimizer steps from max_steps (reading as many epochs as needed) or from epochs (whole steps only)."""
-    if fsdp % processes:
-        raise ValueError(
-            f"backend.jax.mesh.fsdp={fsdp} must be a multiple of the {processes} processes (each loads whole rows)"
-        )
-    global_batch = train.per_device_batch_size * fsdp
-    local_batch = global_batch // processes
-    k = train.grad_accumulation
-    per_epoch = (math.ceil(n_rows / processes)) // local_batch
-    if per_epoch == 0:
-        raise BatchPlanError(f"{n_rows} training rows can't fill one micro-batch of {global_batch} rows: {BATCH_HINT}")
-    if train.max_steps:
-        total = train.max_steps
-        epochs = max(1, math.ceil(total * k / per_epoch))
-    else:
-        total = int(train.epochs * per_epoch) // k
-        epochs = max(1, math.ceil(train.epochs))
-    if total == 0:
-        raise BatchPlanError(
-            f"{n_rows} rows give no whole optimizer step of {k} micro-batches × {global_batch} rows: {BATCH_HINT}"
-        )
-    return DataPlan(global_batch, local_batch, k, total, epochs, per_epoch, seq_len)
-
-
 def global_batch(local: dict, mesh) -> dict:
     """This process's rows -> global arrays split over fsdp (rows of all processes, in process order). Tunix's own
     `shard_input` checks divisibility on the LOCAL batch and, when a process holds fewer rows than fsdp, silently
@@ -122,7 +82,7 @@ def global_batch(local: dict, mesh) -> dict:
     return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in local.items()}
 
 
-def train_dataset(recipe: Recipe, plan: DataPlan, prepared: PreparedDataset):
+def train_dataset(recipe: Recipe, plan: StepPlan, prepared: PreparedDataset):
     """The Grain MapDataset of this process's micro-batches, in the order shared with the torch backend."""
     import jax
 

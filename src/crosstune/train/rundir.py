@@ -104,6 +104,13 @@ def write_run_metadata(run_dir: Path, recipe: Recipe, backend: str, **extra: Any
     return meta
 
 
+def saved_steps(run_dir: Path) -> list[int]:
+    """Complete checkpoints of either backend: torch's checkpoint-N, Orbax's N (both renamed into place whole)."""
+    root = Path(run_dir) / "checkpoints"
+    names = [p.name.removeprefix("checkpoint-") for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
 def read_run_metadata(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / "run.json"
     if not path.is_file():

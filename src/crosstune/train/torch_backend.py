@@ -11,21 +11,38 @@ Setup -> train -> save, top to bottom:
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from crosstune.errors import BATCH_HINT, BatchPlanError
+from crosstune.data import torch_dataset, training_data
+from crosstune.data.prepare import data_provenance
+from crosstune.export.lora import ExportError, read_peft_adapter
 from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
+from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.train.backend import TrainResult
+from crosstune.train.backend import FitResult, SavedLora
+from crosstune.train.integrity import verify_checksums
+from crosstune.train.metrics import read_metrics
+from crosstune.train.resume import nothing_to_resume
+from crosstune.train.rundir import write_run_metadata
+from crosstune.train.steps import StepPlan, accumulation, plan_steps
+from crosstune.train.torch_checkpoints import (
+    ADAPTER_STAGING,
+    STAGING,
+    checkpoint_step,
+    checkpoints,
+    latest_checkpoint,
+)
+from crosstune.train.torch_launch import launch_workers
+
+if TYPE_CHECKING:
+    from crosstune.train.session import TrainingSession
 
 console = Console(soft_wrap=True, highlight=False, markup=False)
 
@@ -34,45 +51,77 @@ CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
 
 
-# --- entry point ------------------------------------------------------------------------------------------------
-def train(
-    recipe: Recipe,
-    run_dir: Path,
-    *,
-    resume: bool = False,
-    progress: bool = True,
-    node_rank: int = 0,
-    main_address: str | None = None,
-) -> TrainResult:
-    """Train LoRA per `recipe` into `run_dir`. One device trains in this process; `backend.torch.devices × nodes`
-    > 1 launches that many workers (accelerate with FSDP2 on GPUs; torchrun + gloo on CPU, where it is DDP)."""
-    from crosstune.train.rundir import claim_run_dir
-    from crosstune.train.torch_launch import launch_workers
+# --- the backend lifecycle ------------------------------------------------------------------------------------
+class TorchBackend:
+    """The torch side of crosstune.train.backend's lifecycle. One device trains in this process; `backend.torch.
+    devices × nodes` > 1 launches that many workers (accelerate with FSDP2 on GPUs; torchrun + gloo on CPU, where
+    it is DDP), each running `train_in_process`; this process (node 0's launcher) owns the run directory."""
 
-    tb = recipe.backend.torch
-    with claim_run_dir(run_dir, recipe, "torch", resume=resume, lead=node_rank == 0) as run_dir:
+    name = "torch"
+
+    def __init__(self, recipe: Recipe | None, *, node_rank: int = 0, main_address: str | None = None):
+        self.recipe, self.node_rank, self.main_address = recipe, node_rank, main_address
+        self.lead = node_rank == 0 and recipe is not None
+        # the launcher of a one-node run prepares before any worker starts; several nodes read a prior preparation
+        self.prepares_data = self.lead and recipe.backend.torch.nodes == 1
+        self.session: TrainingSession | None = None
+
+    def data_parallel(self) -> tuple[int, int]:
+        """Every rank reads the whole shared order and accelerate deals out micro-batches: one loading process."""
+        tb = self.recipe.backend.torch
+        return tb.devices * tb.nodes, 1
+
+    def setup(self, session: TrainingSession) -> None:
+        self.session = session  # the model is built where it trains: here, or in each launched worker
+
+    def fit(self) -> FitResult:
+        s, tb = self.session, self.recipe.backend.torch
         if tb.devices * tb.nodes > 1:
-            return launch_workers(recipe, run_dir, resume=resume, node_rank=node_rank, main_address=main_address)
-        return train_in_process(recipe, run_dir, resume=resume, progress=progress)
+            steps = launch_workers(s.recipe, s.run_dir, resume=s.resume, node_rank=self.node_rank,
+                                   main_address=self.main_address)  # fmt: skip
+        else:
+            steps = train_in_process(s.recipe, s.run_dir, resume=s.resume, progress=s.progress)
+        return FitResult(steps, adapter_written=True)
+
+    def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, meta: dict[str, Any]) -> SavedLora:
+        """The final `<run>/adapter` (step None), or `<run>/checkpoints/checkpoint-S` (a PEFT adapter too)."""
+        lora_meta = meta.get("lora") or {}
+        if step is None and (run_dir / ADAPTER).is_dir():
+            adapter, got = run_dir / ADAPTER, int(meta.get("steps") or _last_metrics_step(run_dir) or 0)
+        else:
+            found = dict(checkpoints(run_dir / CHECKPOINTS))
+            if not found:
+                raise ExportError(f"{run_dir}: no adapter/ and no checkpoints/checkpoint-N")
+            got = max(found) if step is None else step
+            if got not in found:
+                raise ExportError(f"{run_dir}/checkpoints: no checkpoint-{step}; available steps {sorted(found)}")
+            adapter = found[got]
+        if not verify_checksums(adapter, "adapter" if adapter.name == ADAPTER else "checkpoint"):
+            print(f"[export] {adapter}: no recorded checksums (an older crosstune): only the values are checked")
+        lora, cfg = read_peft_adapter(adapter, family=meta.get("family"))
+        if cfg.get("r") != lora_meta.get("rank") or float(cfg.get("lora_alpha")) != float(lora_meta.get("alpha")):
+            raise ExportError(
+                f"{adapter}/adapter_config.json: r={cfg.get('r')} alpha={cfg.get('lora_alpha')}, but run.json says "
+                f"rank={lora_meta.get('rank')} alpha={lora_meta.get('alpha')}"
+            )
+        return SavedLora(lora, got, adapter)
+
+    def close(self) -> None:
+        return None
 
 
-def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool = True) -> TrainResult:
-    """One training process (the whole run on one device, or one rank of a launched multi-device run; `train` or
-    the launcher holds the run directory's lock)."""
+def _last_metrics_step(run_dir: Path) -> int | None:
+    rows = read_metrics(run_dir)
+    return int(rows[-1]["step"]) if rows else None
+
+
+def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, progress: bool = True) -> int:
+    """One training process (the whole run on one device, or one rank of a launched multi-device run; the session
+    holds the run directory's lock). Returns the optimizer step the final adapter (<run>/adapter) belongs to."""
     import torch
     from accelerate import PartialState
 
-    from crosstune.data.prepare import data_provenance, lenient_note
-    from crosstune.train.integrity import verify_checksums
-    from crosstune.train.metrics import read_metrics
-    from crosstune.train.plot import plot_loss_curve
-    from crosstune.train.resume import nothing_to_resume
-    from crosstune.train.torch_callbacks import (
-        CrosstuneSFTTrainer,
-        StepMetricsCallback,
-        checkpoint_step,
-        latest_checkpoint,
-    )
+    from crosstune.train.torch_callbacks import CrosstuneSFTTrainer, StepMetricsCallback
     from crosstune.train.torch_kernels import kernel_trainer_class
 
     run_dir = Path(run_dir).resolve()
@@ -82,22 +131,20 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
     if resume_from is not None and not verify_checksums(resume_from, "checkpoint") and state.is_main_process:
         console.print(f"[resume] {resume_from} has no recorded checksums (an older crosstune): not verified")
     if state.is_main_process:
-        _prepare_run_dir(run_dir, resume, resume_from)
+        _clear_staging(run_dir)
         if state.device.type != "cuda" and recipe.train.precision == "bf16":
             console.print("[precision] no GPU: training in fp32 (bf16 is for GPUs here)")
     state.wait_for_everyone()
 
     model, tokenizer = build_model(recipe, on_gpu=state.device.type == "cuda")
-    dataset, steps, micro_batches_per_epoch, prepared = load_train_dataset(recipe, tokenizer, state.num_processes)
-    if resume_from is not None and checkpoint_step(resume_from) >= steps:
-        raise nothing_to_resume(run_dir, checkpoint_step(resume_from), steps)
+    dataset, plan, prepared = load_train_dataset(recipe, tokenizer, state.num_processes)
+    if resume_from is not None and checkpoint_step(resume_from) >= plan.total_steps:
+        raise nothing_to_resume(run_dir, checkpoint_step(resume_from), plan.total_steps)
     data = data_provenance(prepared)
-    if state.is_main_process and (note := lenient_note(data)):
-        console.print(note)
-    args = sft_config(recipe, run_dir, steps, world_size=state.num_processes, progress=progress)
+    args = sft_config(recipe, run_dir, plan.total_steps, world_size=state.num_processes, progress=progress)
     lora, lora_meta = lora_config(recipe, model)
     callback = StepMetricsCallback(
-        recipe, run_dir, model.config, micro_batches_per_epoch=micro_batches_per_epoch, progress=progress
+        recipe, run_dir, model.config, micro_batches_per_epoch=plan.micro_batches_per_epoch, progress=progress
     )
     trainer_cls = kernel_trainer_class(CrosstuneSFTTrainer, recipe.train.kernels)  # train.kernels (torch_kernels)
     trainer = trainer_cls(
@@ -116,36 +163,13 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
 
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     trainer.save_adapter(run_dir / ADAPTER)
-    if state.is_main_process:
-        _record_steps(run_dir, trainer.state.global_step)
-        plot_loss_curve(run_dir)
     state.wait_for_everyone()
-    losses = [row["loss"] for row in read_metrics(run_dir)]
-    return TrainResult(
-        run_dir=run_dir,
-        steps=trainer.state.global_step,
-        final_loss=losses[-1] if losses else float("nan"),
-        losses=losses,
-        adapter_dir=run_dir / ADAPTER,
-    )
+    return trainer.state.global_step
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool, resume_from: Path | None) -> None:
-    """Refuse to start a fresh run over an earlier one; on a restart from step 0 drop the void metrics; drop
-    half-written checkpoints."""
-    from crosstune.train.torch_callbacks import ADAPTER_STAGING, STAGING
-
-    ckpts = run_dir / CHECKPOINTS
-    if not resume and ((ckpts.is_dir() and any(ckpts.glob("checkpoint-*"))) or (run_dir / "metrics.jsonl").exists()):
-        raise FileExistsError(
-            f"{run_dir} holds an earlier run: pass --resume to continue it, or choose another --run-dir"
-        )
-    if resume and resume_from is None:
-        console.print(f"[resume] no complete checkpoint in {ckpts}: starting from step 0")
-    if resume_from is None:
-        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
-    shutil.rmtree(ckpts / STAGING, ignore_errors=True)  # fixed names are safe: the run directory's lock is ours
+def _clear_staging(run_dir: Path) -> None:
+    """Drop half-written checkpoints and adapters (fixed names are safe: the run directory's lock is ours)."""
+    shutil.rmtree(run_dir / CHECKPOINTS / STAGING, ignore_errors=True)
     shutil.rmtree(run_dir / ADAPTER_STAGING, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -153,7 +177,6 @@ def _prepare_run_dir(run_dir: Path, resume: bool, resume_from: Path | None) -> N
 def _write_metadata(
     recipe: Recipe, run_dir: Path, trainer: Any, lora_meta: dict, resume_from: Path | None, data: dict
 ) -> None:
-    from crosstune.train.rundir import write_run_metadata
     from crosstune.train.torch_callbacks import recomputes_activations
 
     args = trainer.args
@@ -172,39 +195,19 @@ def _write_metadata(
     )
 
 
-def _record_steps(run_dir: Path, steps: int) -> None:
-    """run.json's `steps`: the optimizer step the final adapter belongs to (export reads it)."""
-    from crosstune.train.rundir import atomic_write_text, read_run_metadata
-
-    meta = read_run_metadata(run_dir)
-    meta["steps"] = steps
-    atomic_write_text(run_dir / "run.json", json.dumps(meta, indent=2))
-
-
 # --- data -------------------------------------------------------------------------------------------------------
-def load_train_dataset(recipe: Recipe, tokenizer: Any, world_size: int) -> tuple[Any, int, int, Any]:
-    """(rows, optimizer steps, micro-batches per epoch, the PreparedDataset): the prepared rows in the shared order
+def load_train_dataset(recipe: Recipe, tokenizer: Any, world_size: int) -> tuple[Any, StepPlan, Any]:
+    """(rows, the step plan, the PreparedDataset): the prepared rows in the shared order
     (`rank_order`: seeded shuffle per epoch, as many epochs as the steps need), padding removed, with labels and
     seq_lengths.
 
     Every rank gets the whole order and accelerate deals out batches round-robin, so optimizer step s trains on
     rows [s·G, (s+1)·G) of the order (G = the global batch): the rows the JAX backend's step s reads. Steps and
-    epochs are counted as the JAX backend counts them (crosstune.train.jax_data.data_plan)."""
-    from crosstune.data import torch_dataset, training_data
-
-    t = recipe.train
-    prepared = training_data(recipe, tokenizer, may_prepare=world_size == 1)  # the jax backend's rule too
-    n_rows = len(prepared.split("train"))
-    per_epoch = n_rows // (t.per_device_batch_size * world_size)  # micro-batches
-    if per_epoch == 0:
-        raise BatchPlanError(
-            f"{n_rows} rows can't fill one micro-batch of {world_size} × {t.per_device_batch_size} rows: {BATCH_HINT}"
-        )
-    steps = t.max_steps or int((t.epochs or 1.0) * per_epoch) // t.grad_accumulation
-    if steps == 0:
-        raise BatchPlanError(f"{n_rows} rows give no whole optimizer step: {BATCH_HINT}")
-    epochs = max(1, math.ceil(steps * t.grad_accumulation / per_epoch))
-    return torch_dataset(prepared, "train", seed=t.seed, epochs=epochs), steps, per_epoch, prepared
+    epochs are counted as the JAX backend counts them (crosstune.train.steps: one rule for both)."""
+    prepared = training_data(recipe, tokenizer, may_prepare=world_size == 1)  # the session prepared it already
+    plan = plan_steps(recipe.train, len(prepared.split("train")), world_size)
+    dataset = torch_dataset(prepared, "train", seed=recipe.train.seed, epochs=plan.epochs_read)
+    return dataset, plan, prepared
 
 
 # --- model + LoRA -----------------------------------------------------------------------------------------------
@@ -308,7 +311,7 @@ def sft_config(recipe: Recipe, run_dir: Path, steps: int, *, world_size: int = 1
     return SFTConfig(
         output_dir=str(run_dir / CHECKPOINTS),
         # length and optimizer
-        max_steps=steps,  # from max_steps or epochs (load_train_dataset); the rows already repeat per epoch
+        max_steps=steps,  # from max_steps or epochs (the step plan); the rows already repeat per epoch
         num_train_epochs=1,
         learning_rate=t.learning_rate,
         lr_scheduler_type=SCHEDULES[t.schedule],
@@ -321,7 +324,7 @@ def sft_config(recipe: Recipe, run_dir: Path, steps: int, *, world_size: int = 1
         adam_epsilon=t.adam_eps,
         max_grad_norm=t.max_grad_norm or 0.0,  # 0 = no clipping (the norm is still measured)
         per_device_train_batch_size=t.per_device_batch_size,
-        gradient_accumulation_steps=t.grad_accumulation,
+        gradient_accumulation_steps=accumulation(t, world_size),  # from the global batch: per GPU
         seed=t.seed,
         data_seed=t.seed,
         # precision and memory

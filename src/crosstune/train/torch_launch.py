@@ -19,7 +19,6 @@ from typing import Any
 import yaml
 
 from crosstune.recipe import Recipe
-from crosstune.train.backend import TrainResult
 
 DEFAULT_PORT = 29500
 LAUNCH = "launch"
@@ -104,12 +103,13 @@ def write_worker_recipe(recipe: Recipe, run_dir: Path) -> Path:
 
 def launch_workers(
     recipe: Recipe, run_dir: Path, *, resume: bool = False, node_rank: int = 0, main_address: str | None = None
-) -> TrainResult:
-    """Start `devices` workers on this node (one of `nodes`) and wait for them; the result comes from the run dir."""
+) -> int:
+    """Start `devices` workers on this node (one of `nodes`) and wait for them; returns the last step the run's
+    metrics hold (the step of the final adapter the workers saved)."""
     import torch
 
     from crosstune.train.metrics import read_metrics
-    from crosstune.train.torch_backend import ADAPTER, console
+    from crosstune.train.torch_backend import console
 
     tb = recipe.backend.torch
     on_gpu = torch.cuda.is_available()
@@ -128,14 +128,7 @@ def launch_workers(
     if done.returncode != 0:
         raise RuntimeError(f"training workers failed (exit {done.returncode}); their output is above")
     rows = read_metrics(run_dir)
-    losses = [r["loss"] for r in rows]
-    return TrainResult(
-        run_dir=run_dir,
-        steps=rows[-1]["step"] if rows else 0,
-        final_loss=losses[-1] if losses else float("nan"),
-        losses=losses,
-        adapter_dir=run_dir / ADAPTER,
-    )
+    return int(rows[-1]["step"]) if rows else 0
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,160 @@
+"""One training session above both backends (torchtune's recipe lifecycle): the part of a run that does not
+depend on the stack.
+
+    TrainingSession(recipe, backend, run_dir).run()
+      claim the run directory (lock; an earlier run needs --resume; --resume checks the recipe)
+      prepare the data (or reuse the preparation), plan the steps from the global batch
+      backend.setup(session) -> backend.fit() -> backend.close()
+      finalise: run.json's steps, loss.png, and <run>/adapter (a PEFT adapter) for both backends
+
+`read_run_lora` gives any saved step's LoRA through the backend that wrote the run (export's only way in).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from crosstune.data.prepare import data_provenance, lenient_note, training_data
+from crosstune.data.prepared import PreparedDataset
+from crosstune.export.lora import ExportError, write_peft_adapter
+from crosstune.export.merge import open_base
+from crosstune.families import model_dir_spec
+from crosstune.families.spec import ModelSpec
+from crosstune.fsutil import atomic_write_text, say, staged_dir
+from crosstune.recipe import Recipe, resolve_path
+from crosstune.train.backend import Backend, SavedLora, TrainError, TrainResult, get_backend
+from crosstune.train.integrity import record_checksums
+from crosstune.train.metrics import read_metrics
+from crosstune.train.plot import plot_loss_curve
+from crosstune.train.resume import nothing_to_resume
+from crosstune.train.rundir import claim_run_dir, default_run_dir, read_run_metadata, saved_steps
+from crosstune.train.steps import StepPlan, plan_steps
+
+ADAPTER = "adapter"
+
+
+class TrainingSession:
+    """One run of `recipe` on `backend` into `run_dir`; `launch` holds the backend's launch options."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        backend: str | None = None,
+        run_dir: Path | None = None,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        **launch: Any,
+    ):
+        self.recipe, self.resume, self.progress = recipe, resume, progress
+        self.backend_name = backend or recipe.backend.default
+        self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(recipe, self.backend_name)
+        self.launch = launch
+        self.prepared: PreparedDataset | None = None
+        self.plan: StepPlan | None = None
+        self.data: dict[str, Any] = {}  # data provenance for run.json
+
+    def run(self) -> TrainResult:
+        with self.started() as backend:
+            return self.fit(backend)
+
+    @contextlib.contextmanager
+    def started(self) -> Iterator[Backend]:
+        """The run directory claimed, the data prepared, the steps planned and `backend` set up (closed on exit)."""
+        backend = get_backend(self.backend_name, self.recipe, **self.launch)
+        with claim_run_dir(self.run_dir, self.recipe, backend.name, resume=self.resume, lead=backend.lead) as run:
+            self.run_dir = run
+            self._check_earlier_run()
+            self._prepare_data(backend)
+            try:
+                backend.setup(self)
+                yield backend
+            finally:
+                backend.close()
+
+    def fit(self, backend: Backend) -> TrainResult:
+        """Train to the plan's last step, then finalise the run directory (lead process)."""
+        fit = backend.fit()
+        if backend.lead:
+            self._finalise(fit.steps, fit.metadata, fit.adapter_written)
+        losses = [row["loss"] for row in read_metrics(self.run_dir)]
+        final = losses[-1] if losses else float("nan")
+        return TrainResult(self.run_dir, fit.steps, final, losses, self.run_dir / ADAPTER)
+
+    # --- before training -------------------------------------------------------------------------------------
+    def _check_earlier_run(self) -> None:
+        """A fresh run never writes over an earlier one; a run starting from step 0 drops the void metrics."""
+        steps = saved_steps(self.run_dir)
+        if not self.resume and (steps or (self.run_dir / "metrics.jsonl").exists()):
+            raise TrainError(
+                f"{self.run_dir} holds an earlier run: pass --resume to continue it, or choose another --run-dir"
+            )
+        if self.resume and not steps:
+            say(f"[resume] no complete checkpoint in {self.run_dir / 'checkpoints'}: starting from step 0")
+        if not steps:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "metrics.jsonl").unlink(missing_ok=True)
+            shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
+
+    def _prepare_data(self, backend: Backend) -> None:
+        """The one prepared dataset (made here when this is the run's only process), and the step plan."""
+        width, processes = backend.data_parallel()
+        self.prepared = training_data(self.recipe, may_prepare=backend.prepares_data)
+        self.data = data_provenance(self.prepared)
+        if backend.lead and (note := lenient_note(self.data)):
+            say(note)
+        self.plan = plan_steps(self.recipe.train, len(self.prepared.split("train")), width, processes)
+        done = saved_steps(self.run_dir)
+        if self.resume and done and done[-1] >= self.plan.total_steps:
+            raise nothing_to_resume(self.run_dir, done[-1], self.plan.total_steps)
+
+    # --- after training --------------------------------------------------------------------------------------
+    def _finalise(self, steps: int, metadata: dict[str, Any], adapter_written: bool) -> None:
+        """run.json's `steps` (the step the final adapter belongs to; export reads it), loss.png, adapter/."""
+        meta = read_run_metadata(self.run_dir)
+        meta.update(steps=steps, **metadata)
+        atomic_write_text(self.run_dir / "run.json", json.dumps(meta, indent=2))
+        if (self.run_dir / "metrics.jsonl").exists():
+            plot_loss_curve(self.run_dir)
+        if not adapter_written:  # the final LoRA as a PEFT adapter, keyed like the base checkpoint's layers
+            base = resolve_path(self.recipe, self.recipe.model.path)
+            spec = model_dir_spec(base, self.recipe.model.family)
+            saved = read_run_lora(self.run_dir, steps, spec)
+            with staged_dir(self.run_dir / ADAPTER, may_replace=lambda _: None) as tmp:
+                write_peft_adapter(saved.lora, tmp, str(base), spec=spec, layer_prefix=open_base(base).layer_prefix())
+            record_checksums(self.run_dir / ADAPTER)  # once in place: the staging marker is gone
+
+
+def train(
+    recipe: Recipe,
+    run_dir: Path | None = None,
+    *,
+    backend: str | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    **launch: Any,
+) -> TrainResult:
+    """Train LoRA per `recipe` with `backend` (default: the recipe's) into `run_dir` (default:
+    <output_dir>/<name>-<backend>); with `resume`, continue from its latest checkpoint."""
+    return TrainingSession(recipe, backend, run_dir, resume=resume, progress=progress, **launch).run()
+
+
+def read_run_lora(run_dir: Path, step: int | None = None, spec: ModelSpec | None = None) -> SavedLora:
+    """The LoRA a run saved at `step` (latest when None), in the PEFT layout, through the backend that wrote it."""
+    run_dir = Path(run_dir)
+    meta = read_run_metadata(run_dir)
+    name = meta.get("backend")
+    if spec is None:
+        if not meta.get("base_model"):
+            raise ExportError(f"{run_dir}/run.json names no base_model: pass --base")
+        spec = model_dir_spec(Path(meta["base_model"]), meta.get("family"))
+    try:
+        backend = get_backend(name)
+    except TrainError:
+        raise ExportError(f"{run_dir}/run.json: backend {name!r} (expected torch or jax)") from None
+    return backend.read_lora(run_dir, step, spec, meta)
