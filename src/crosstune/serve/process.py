@@ -50,13 +50,14 @@ def _spec_of(model_dir: Path):
 
 
 def vllm_argv(
-    vllm: Path, model_dir: Path, name: str, port: int, *, dtype: str, max_model_len: int, adapter: Path | None
+    vllm: Path, model_dir: Path, name: str, port: int, *, dtype: str, max_model_len: int, adapters: dict[str, Path]
 ) -> list[str]:
+    """`vllm serve` on 127.0.0.1; `adapters` maps served LoRA names to PEFT adapter directories."""
     argv = [str(vllm), "serve", str(model_dir), "--served-model-name", name, "--dtype", dtype]
     argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1", "--port", str(port)]
-    if adapter is not None:
-        rank = json.loads((adapter / "adapter_config.json").read_text())["r"]
-        argv += ["--enable-lora", "--lora-modules", f"{name}-lora={adapter}"]
+    if adapters:
+        rank = max(json.loads((p / "adapter_config.json").read_text())["r"] for p in adapters.values())
+        argv += ["--enable-lora", "--lora-modules", *(f"{n}={p}" for n, p in adapters.items())]
         argv += ["--max-lora-rank", str(max_lora_rank(rank))]
     return argv
 
@@ -71,30 +72,25 @@ def start_server(
     max_model_len: int = 2048,
     kv_cache_gib: int = 1,
     adapter: Path | None = None,
+    extra_adapters: dict[str, Path] | None = None,
     ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> ServerState:
     """Start vLLM on 127.0.0.1:`port` and return once a 1-token completion succeeded (ServeError otherwise, with
-    the log's tail; the process group is stopped)."""
-    vllm = require_vllm()
+    the log's tail; the process group is stopped). `adapter` is served as NAME-lora, `extra_adapters` by name."""
     model_dir = Path(model_dir).resolve()
     problems = cpu_head_dim_problems(_spec_of(model_dir))
     if problems:
         raise ServeError(f"{model_dir}: vLLM's CPU engine would die at the first request: " + "; ".join(problems))
+    vllm = require_vllm()
     state_dir.mkdir(parents=True, exist_ok=True)
     if (state_dir / STATE_FILE).is_file():
         old = read_state(state_dir)
         if _alive(old.pid):
             raise ServeError(f"{state_dir}: a server (pid {old.pid}, port {old.port}) runs: `crosstune serve stop` it")
     log = state_dir / LOG_FILE
-    argv = vllm_argv(
-        vllm,
-        model_dir,
-        name,
-        port,
-        dtype=dtype,
-        max_model_len=max_model_len,
-        adapter=Path(adapter).resolve() if adapter else None,
-    )
+    adapters = {f"{name}-lora": Path(adapter).resolve()} if adapter else {}
+    adapters.update({n: Path(p).resolve() for n, p in (extra_adapters or {}).items()})
+    argv = vllm_argv(vllm, model_dir, name, port, dtype=dtype, max_model_len=max_model_len, adapters=adapters)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)  # the serving venv must not see the training stack's sources
     with open(log, "ab") as fh:

