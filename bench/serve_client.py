@@ -133,7 +133,9 @@ def fidelity(input_len: int, output_len: int, concurrency: int, num: int) -> dic
         model = build_tiny_model("gemma4", tmp / "model", seed=0, corpus_dir=tmp / "corpus")
         state_dir = tmp / "server"
         try:
+            t_start = time.perf_counter()
             state = start_server(model, state_dir, name="tiny", port=free_port(), max_model_len=2048)
+            ready_s = time.perf_counter() - t_start
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             cmd = [
                 str(vllm),
@@ -191,6 +193,8 @@ def fidelity(input_len: int, output_len: int, concurrency: int, num: int) -> dic
     keys += [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")]
     return {k: {"vllm_bench": theirs.get(k), "crosstune": ours.get(k)} for k in keys} | {
         "completed": {"vllm_bench": theirs.get("completed"), "crosstune": ours["completed"]},
+        "start_to_ready_s": ready_s,
+        "load_avg_1m": ours["load_avg_1m"][1],
         "server_median_ttft_ms": ours["server"] and ours["server"]["median_ttft_ms"],
         "multi_token_chunk_share": ours["chunks"]["multi_token_chunk_share"],
     }

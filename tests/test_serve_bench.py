@@ -154,3 +154,55 @@ def test_percentiles_interpolate_not_index():
     s = stats_ms([float(i) for i in range(1, 11)], "e2el")  # seconds 1..10
     assert s["p99_e2el_ms"] == pytest.approx(9910.0)  # sorted(x)[int(0.99 * 10)] would say 10000
     assert s["median_e2el_ms"] == pytest.approx(5500.0) and s["p90_e2el_ms"] == pytest.approx(9100.0)
+
+
+def cli_app():
+    from crosstune.cli import _register, app
+
+    if not any(c.name == "export" for c in app.registered_commands):
+        _register()
+    return app
+
+
+def test_cli_bench_serve_plots_and_compare(tmp_path, tiny_gemma4_dir):
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    with FixtureServer() as server:
+        for name, model in (("a", "ok"), ("b", "burst")):
+            args = [
+                "bench",
+                "serve",
+                "--endpoint",
+                server.url,
+                "--model",
+                model,
+                "--tokenizer",
+                str(tiny_gemma4_dir),
+                "--contexts",
+                "16,32",
+                "--concurrency",
+                "1,2",
+                "--output-len",
+                "8",
+                "--num-requests",
+                "3",
+                "--warmup",
+                "0",
+                "--out",
+                str(tmp_path / name),
+                "--slo",
+                "ttft=60000",
+            ]
+            result = runner.invoke(cli_app(), args)
+            assert result.exit_code == 0, result.output
+    assert {p.name for p in (tmp_path / "a").glob("*.png")} == {
+        "throughput_vs_load.png",
+        "ttft_vs_context.png",
+        "latency_vs_throughput.png",
+    }
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert all(c["goodput"] == pytest.approx(c["request_throughput"]) for c in summary["cells"])  # a lax SLO: all good
+    result = runner.invoke(cli_app(), ["bench", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert "output_throughput" in result.output and "×" in result.output
