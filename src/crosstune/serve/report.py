@@ -58,19 +58,17 @@ def write_plots(summary: dict, out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     for level in sorted({_level(c) for c in cells}):
         rows = [c for c in cells if _level(c) == level]
-        ax.plot(
-            [c["context_len"] for c in rows], [c["median_ttft_ms"] for c in rows], marker="o", label=f"p50 @{level}"
-        )
-        ax.plot([c["context_len"] for c in rows], [c["p99_ttft_ms"] for c in rows], ls="--", label=f"p99 @{level}")
+        x = [c["context_len"] for c in rows]
+        (line,) = ax.plot(x, [c["median_ttft_ms"] for c in rows], marker="o", label=f"p50 @{level}")
+        ax.plot(x, [c["p99_ttft_ms"] for c in rows], ls="--", color=line.get_color(), label=f"p99 @{level}")
     ax.set(xlabel="context tokens", ylabel="TTFT ms", title="TTFT vs context", xscale="log")
     ax.legend(fontsize="small")
     paths.append(_save(fig, out_dir / "ttft_vs_context.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for ctx, rows in by_ctx.items():
-        ax.plot(
-            [c["output_throughput"] for c in rows], [c["median_e2el_ms"] for c in rows], marker="o", label=f"ctx {ctx}"
-        )
+        x, y = [c["output_throughput"] for c in rows], [c["median_e2el_ms"] for c in rows]
+        ax.plot(x, y, marker="o", label=f"ctx {ctx}")
     ax.set(xlabel="output tokens / s", ylabel="median E2E latency ms", title="Latency vs throughput")
     ax.legend()
     paths.append(_save(fig, out_dir / "latency_vs_throughput.png"))
