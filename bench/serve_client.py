@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -118,8 +119,35 @@ def overhead(streams: list[int], tokens: int) -> list[dict]:
         os.sched_setaffinity(0, set(range(ncpu)))
 
 
-def fidelity(input_len: int, output_len: int, concurrency: int, num: int) -> dict:
-    """`vllm bench serve` vs this client on one tiny-Gemma-4 vLLM server; returns both metric sets."""
+KEYS = ["request_throughput", "output_throughput", "total_token_throughput"] + [
+    f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")
+]
+
+
+def vllm_bench_cmd(vllm: Path, url: str, model: Path, args, result: Path) -> list[str]:
+    opts = {
+        "--backend": "vllm",
+        "--base-url": url,
+        "--model": "tiny",
+        "--tokenizer": str(model),
+        "--dataset-name": "random",
+        "--random-input-len": str(args.input_len),
+        "--random-output-len": str(args.output_len),
+        "--random-range-ratio": "0",
+        "--num-prompts": str(args.num_prompts),
+        "--max-concurrency": str(args.concurrency),
+        "--num-warmups": "2",
+        "--percentile-metrics": "ttft,tpot,itl,e2el",
+        "--metric-percentiles": "50,90,99",
+        "--result-dir": str(result.parent),
+        "--result-filename": result.name,
+    }
+    return [str(vllm), "bench", "serve", *(x for kv in opts.items() for x in kv), "--ignore-eos", "--save-result"]
+
+
+def fidelity(args) -> dict:
+    """`vllm bench serve` and this client on one tiny-Gemma-4 vLLM server, alternating (A B B A ...) so that drift
+    of the shared machine's load hits both; returns every round's metrics for both."""
     from crosstune.models.tiny import build_tiny_model
     from crosstune.serve.engine import require_vllm
     from crosstune.serve.process import start_server, stop_server
@@ -127,6 +155,8 @@ def fidelity(input_len: int, output_len: int, concurrency: int, num: int) -> dic
     from crosstune.synth import generate_corpus
 
     vllm = require_vllm()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
+    runs: dict[str, list[dict]] = {"vllm_bench": [], "crosstune": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         generate_corpus(tmp / "corpus", n_train=200, n_eval=8, seed=0)
@@ -136,68 +166,39 @@ def fidelity(input_len: int, output_len: int, concurrency: int, num: int) -> dic
             t_start = time.perf_counter()
             state = start_server(model, state_dir, name="tiny", port=free_port(), max_model_len=2048)
             ready_s = time.perf_counter() - t_start
-            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-            cmd = [
-                str(vllm),
-                "bench",
-                "serve",
-                "--backend",
-                "vllm",
-                "--base-url",
-                state.base_url,
-                "--model",
-                "tiny",
-                "--tokenizer",
-                str(model),
-                "--dataset-name",
-                "random",
-                "--random-input-len",
-                str(input_len),
-                "--random-output-len",
-                str(output_len),
-                "--random-range-ratio",
-                "0",
-                "--num-prompts",
-                str(num),
-                "--max-concurrency",
-                str(concurrency),
-                "--ignore-eos",
-                "--num-warmups",
-                "2",
-                "--percentile-metrics",
-                "ttft,tpot,itl,e2el",
-                "--metric-percentiles",
-                "50,90,99",
-                "--save-result",
-                "--result-dir",
-                str(tmp),
-                "--result-filename",
-                "vllm.json",
-            ]
-            subprocess.run(cmd, env={**env, "HF_HUB_OFFLINE": "1"}, check=True, capture_output=True, timeout=900)
-            theirs = json.loads((tmp / "vllm.json").read_text())
-            cfg = SweepConfig(
-                endpoint=state.base_url,
-                model="tiny",
-                tokenizer=model,
-                contexts=[input_len],
-                concurrency=[concurrency],
-                output_len=output_len,
-                num_requests=num,
-                warmup=2,
-            )
-            ours = asyncio.run(run_sweep(cfg, tmp / "ours"))["cells"][0]
+            for i in range(2 * args.rounds):
+                if (i % 4) in (0, 3):
+                    result = tmp / f"vllm{i}.json"
+                    cmd = vllm_bench_cmd(vllm, state.base_url, model, args, result)
+                    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=900)
+                    runs["vllm_bench"].append(json.loads(result.read_text()) | {"client_cpu_s": _cpu(cpu0, True)})
+                else:
+                    cfg = SweepConfig(
+                        endpoint=state.base_url,
+                        model="tiny",
+                        tokenizer=model,
+                        contexts=[args.input_len],
+                        concurrency=[args.concurrency],
+                        output_len=args.output_len,
+                        num_requests=args.num_prompts,
+                        warmup=2,
+                        seed=i,
+                    )
+                    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+                    cell = asyncio.run(run_sweep(cfg, tmp / f"ours{i}"))["cells"][0]
+                    runs["crosstune"].append(cell | {"client_cpu_s": _cpu(cpu0, False)})
         finally:
             stop_server(state_dir)
-    keys = ["request_throughput", "output_throughput", "total_token_throughput"]
-    keys += [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")]
-    return {k: {"vllm_bench": theirs.get(k), "crosstune": ours.get(k)} for k in keys} | {
-        "completed": {"vllm_bench": theirs.get("completed"), "crosstune": ours["completed"]},
-        "start_to_ready_s": ready_s,
-        "load_avg_1m": ours["load_avg_1m"][1],
-        "server_median_ttft_ms": ours["server"] and ours["server"]["median_ttft_ms"],
-        "multi_token_chunk_share": ours["chunks"]["multi_token_chunk_share"],
+    table: dict = {
+        k: {who: [r.get(k) for r in rs] for who, rs in runs.items()} for k in [*KEYS, "completed", "client_cpu_s"]
     }
+    ours = runs["crosstune"]
+    table["server_median_ttft_ms (crosstune's /metrics delta)"] = [c["server"]["median_ttft_ms"] for c in ours]
+    table["multi_token_chunk_share"] = [c["chunks"]["multi_token_chunk_share"] for c in ours]
+    table["load_avg_1m"] = [c["load_avg_1m"][1] for c in ours]
+    table["start_to_ready_s"] = ready_s
+    return table
 
 
 def main() -> None:
@@ -209,6 +210,7 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--num-prompts", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each client, alternating A B B A")
     args = ap.parse_args()
     result = {"overhead": overhead([int(s) for s in args.streams.split(",")], args.tokens)}
     for row in result["overhead"]:
@@ -217,17 +219,26 @@ def main() -> None:
             f"receive−send lag median {row['lag_ms_median']:.2f} ms  p99 {row['lag_ms_p99']:.2f} ms"
         )
     if not args.skip_vllm:
-        result["fidelity"] = fidelity(args.input_len, args.output_len, args.concurrency, args.num_prompts)
-        print(f"{'metric':<24}{'vllm bench serve':>18}{'crosstune':>14}")
+        result["fidelity"] = fidelity(args)
+        print(f"{'metric':<28}{'vllm bench serve (per round)':>30}{'crosstune (per round)':>30}")
         for k, v in result["fidelity"].items():
             if isinstance(v, dict):
-                print(f"{k:<24}{_fmt(v['vllm_bench']):>18}{_fmt(v['crosstune']):>14}")
+                print(f"{k:<28}{_fmt(v['vllm_bench']):>30}{_fmt(v['crosstune']):>30}")
             else:
-                print(f"{k:<24}{_fmt(v):>32}")
+                print(f"{k:<28}{_fmt(v):>30}")
     print(json.dumps(result))
 
 
+def _cpu(before, children: bool) -> float:
+    """CPU seconds (user + system) since `before`: of this process, or of finished children (vllm bench serve,
+    whose figure includes its start-up: importing vLLM and loading the tokenizer)."""
+    now = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
+    return now.ru_utime + now.ru_stime - before.ru_utime - before.ru_stime
+
+
 def _fmt(x) -> str:
+    if isinstance(x, list):
+        return " ".join(_fmt(v) for v in x)
     return "–" if x is None else f"{x:,.2f}"
 
 

@@ -13,7 +13,16 @@ from pathlib import Path
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.serve.capacity import GIB, Capacity, TpLayout, capacity, kv_bytes_per_sequence, valid_tps, vllm_tp_layout
+from crosstune.serve.capacity import (
+    GIB,
+    Capacity,
+    TpLayout,
+    capacity,
+    kv_bytes_per_sequence,
+    valid_tps,
+    vllm_tp_layout,
+    weight_bytes_per_rank,
+)
 from crosstune.serve.engine import cpu_head_dim_problems, max_lora_rank
 
 SERVE_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
@@ -134,8 +143,6 @@ def serve_plan(
         budget = float(kv_space)
     else:
         hbm = hw.chip.hbm_gb * 1e9 / GIB
-        from crosstune.serve.capacity import weight_bytes_per_rank
-
         weights = weight_bytes_per_rank(spec, tp, weight_dtype) / GIB
         budget = hbm * s.gpu_memory_utilization - weights - RESERVE_GIB[platform]
         if budget <= 0:
