@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,26 @@ def test_missing_serving_env_names_the_command(tmp_path, tiny_gemma4_dir, monkey
     with pytest.raises(ServeError, match="make serve-env"):
         start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port())
     assert os.environ["CROSSTUNE_SERVE_VENV"].endswith("no-venv")
+
+
+def test_template_mismatch_between_training_data_and_served_tokenizer(tmp_path, tiny_gemma4_dir, tiny_gemma3_dir):
+    """The seed trained Gemma 4 on Gemma 3's turn format: the prepared data's tokenizer hash catches it."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    from crosstune.data.prepared import tokenizer_hash
+    from crosstune.recipe import load_recipe
+    from crosstune.serve.template import check_template
+
+    data = yaml.safe_load((Path(__file__).parents[1] / "recipes" / "tiny-cpu.yaml").read_text())
+    data["model"]["path"] = str(tiny_gemma4_dir)
+    data["data"]["prepared_dir"] = str(tmp_path / "prepared")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    recipe = load_recipe(tmp_path / "r.yaml")
+    assert check_template(recipe, tiny_gemma4_dir) is None  # nothing prepared yet: nothing to compare
+    (tmp_path / "prepared").mkdir()
+    manifest = tmp_path / "prepared" / "manifest.json"
+    for trained_with, verdict in ((tiny_gemma4_dir, None), (tiny_gemma3_dir, "differs")):
+        manifest.write_text(json.dumps({"tokenizer_hash": tokenizer_hash(AutoTokenizer.from_pretrained(trained_with))}))
+        problem = check_template(recipe, tiny_gemma4_dir)
+        assert problem is None if verdict is None else "differs from the one the training data was prepared" in problem
