@@ -206,3 +206,14 @@ def test_cli_bench_serve_plots_and_compare(tmp_path, tiny_gemma4_dir):
     result = runner.invoke(cli_app(), ["bench", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert "output_throughput" in result.output and "×" in result.output
+
+
+def test_request_rate_cells_dispatch_on_the_arrival_process(tmp_path, tiny_gemma4_dir):
+    with FixtureServer() as server:
+        summary, records = sweep(tmp_path, tiny_gemma4_dir, server.url, rates=[40.0], num_requests=8, warmup=0)
+    cell = summary["cells"][0]
+    assert cell["request_rate"] == 40.0 and cell["concurrency"] is None and cell["completed"] == 8
+    last = max(r["dispatch_s"] for r in records)
+    # the last arrival is rescaled to n / rate = 0.2 s; asyncio.sleep wakes late on a loaded box (early by < 1 ms)
+    assert 0.199 <= last < 0.5
+    assert min(r["dispatch_s"] for r in records) > 0  # gamma gaps: nobody waits for a batch at t=0
