@@ -95,3 +95,18 @@ def test_lora_rank_rounded_up_to_an_allowed_value():
     plan = serve_plan(recipe("gemma4-31b-2xh100"), "2xh100", adapter=Path("/a"), adapter_rank=48)
     assert "--max-lora-rank 64" in plan.command() and "--enable-lora" in plan.command()
     assert "-v /a:/adapter:ro" in plan.docker and "gemma4-31b-2xh100=/adapter" in plan.docker
+
+
+def test_cli_serve_plan_exit_codes():
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+
+    if not any(c.name == "export" for c in app.registered_commands):
+        _register()
+    runner = CliRunner()
+    ok = runner.invoke(app, ["serve", "plan", str(RECIPES / "gemma4-31b-2xh100.yaml"), "--target", "tpu-v6e-8"])
+    assert ok.exit_code == 0, ok.output
+    assert "vllm/vllm-tpu:latest" in ok.output and "replicated on 2 ranks" in ok.output
+    bad = runner.invoke(app, ["serve", "plan", str(RECIPES / "gemma4-31b-2xh100.yaml"), "--tp", "3"])
+    assert bad.exit_code == 1 and "can't serve" in bad.output
