@@ -174,7 +174,8 @@ def bench_serve(
         raise typer.Exit(1)
 
 
-def render_summary(summary: dict) -> None:
+def render_summary(summary: dict, out: Console | None = None) -> None:
+    out = out or console
     t = Table(title=f"{summary['model']} @ {summary['endpoint']} ({summary['api']}, {summary['output_len']} out)")
     for col in (
         "ctx",
@@ -210,9 +211,9 @@ def render_summary(summary: dict) -> None:
             f(c["chunks"]["multi_token_chunk_share"], ".0%"),
             f(c["load_avg_1m"][1], ".1f"),
         )
-    console.print(t)
+    out.print(t)
     for ctx, s in summary["saturation"].items():
-        console.print(
+        out.print(
             f"saturation at context {ctx}: concurrency {s['concurrency']} → {s['output_throughput']:,.1f} output tok/s",
             highlight=False,
         )

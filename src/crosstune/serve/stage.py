@@ -63,5 +63,5 @@ def serving_stage(
     write_plots(summary, out_dir / "bench")
     from crosstune.serve.cli import render_summary
 
-    render_summary(summary)
+    render_summary(summary, console)
     return summary
