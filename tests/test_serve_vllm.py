@@ -118,6 +118,18 @@ def test_small_sweep_against_vllm(tmp_path, tiny_gemma4_dir):
             warmup=2,
         )
         summary = asyncio.run(run_sweep(cfg, tmp_path / "bench"))
+        chat_cfg = SweepConfig(
+            endpoint=state.base_url,
+            model="tiny",
+            tokenizer=tiny_gemma4_dir,
+            contexts=[48],
+            concurrency=[2],
+            output_len=8,
+            num_requests=4,
+            warmup=1,
+            api="chat",
+        )
+        chat = asyncio.run(run_sweep(chat_cfg, tmp_path / "chat"))
     finally:
         stop_server(tmp_path / "server")
     records = [json.loads(line) for line in (tmp_path / "bench" / "requests.jsonl").read_text().splitlines()]
@@ -131,3 +143,5 @@ def test_small_sweep_against_vllm(tmp_path, tiny_gemma4_dir):
         for key, value in recompute(mine, cell["duration_s"]).items():
             assert cell[key] == pytest.approx(value, rel=1e-9), key
         assert cell["server"]["generation_tokens"] == 8 * 16  # vLLM's own counter: the timed requests only
+    # Chat: usage.prompt_tokens = the chat template applied to the exact-length text (checked per request)
+    assert chat["cells"][0]["completed"] == 4, chat["cells"][0]["failures"]

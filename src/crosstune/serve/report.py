@@ -30,7 +30,8 @@ def load_summary(path: Path) -> dict:
 
 
 def _level(cell: dict) -> float:
-    return cell["concurrency"] if cell.get("concurrency") is not None else cell.get("request_rate") or 0
+    """A cell's load: its request rate in a rate sweep (concurrency is then only a cap), else its concurrency."""
+    return cell["request_rate"] if cell.get("request_rate") is not None else cell.get("concurrency") or 0
 
 
 def write_plots(summary: dict, out_dir: Path) -> list[Path]:
@@ -45,7 +46,7 @@ def write_plots(summary: dict, out_dir: Path) -> list[Path]:
         return []
     contexts = sorted({c["context_len"] for c in cells})
     by_ctx = {ctx: sorted((c for c in cells if c["context_len"] == ctx), key=_level) for ctx in contexts}
-    xlabel = "concurrency" if cells[0].get("concurrency") is not None and not cells[0].get("request_rate") else "rate"
+    xlabel = "request rate (req/s)" if cells[0].get("request_rate") is not None else "concurrency"
     paths = []
 
     fig, ax = plt.subplots(figsize=(6, 4))
