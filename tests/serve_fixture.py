@@ -24,6 +24,7 @@ class FixtureServer(ThreadingHTTPServer):
         self.requests: list[dict] = []  # bodies received
         self.in_flight = self.max_in_flight = 0
         self.ttft_sum = self.ttft_count = 0.0
+        self.chat_tokens = lambda text: 7  # usage.prompt_tokens for a chat request (tests plug in the template)
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property
@@ -95,7 +96,7 @@ class Handler(BaseHTTPRequestHandler):
         if mode == "http500":
             self._plain(500, '{"error": "scripted failure"}')
             return
-        prompt = len(body["prompt"]) if "prompt" in body else 7
+        prompt = len(body["prompt"]) if "prompt" in body else self.server.chat_tokens(body["messages"][0]["content"])
         if mode == "truncate":
             prompt = min(prompt, 64)
         n = body.get("max_tokens") or body.get("max_completion_tokens")

@@ -104,7 +104,7 @@ def test_truncated_prompt_is_not_a_long_context(tmp_path, tiny_gemma4_dir):
     with FixtureServer() as server:
         summary, records = sweep(tmp_path, tiny_gemma4_dir, server.url, model="truncate", contexts=[100], warmup=0)
     assert summary["cells"][0]["completed"] == 0
-    assert records[0]["error"] == "prompt is 64 tokens on the server, 100 requested"
+    assert records[0]["error"] == "prompt length mismatch: 64 tokens on the server, 100 requested"
 
 
 @pytest.mark.parametrize(
@@ -217,3 +217,24 @@ def test_request_rate_cells_dispatch_on_the_arrival_process(tmp_path, tiny_gemma
     # the last arrival is rescaled to n / rate = 0.2 s; asyncio.sleep wakes late on a loaded box (early by < 1 ms)
     assert 0.199 <= last < 0.5
     assert min(r["dispatch_s"] for r in records) > 0  # gamma gaps: nobody waits for a batch at t=0
+
+
+def test_chat_prompts_checked_against_the_template_length(tmp_path, tiny_gemma4_dir):
+    from crosstune.serve.workload import PromptMaker
+
+    maker = PromptMaker(tiny_gemma4_dir)
+    with FixtureServer() as server:
+        server.chat_tokens = maker.chat_prompt_tokens  # what vLLM reports: the chat template applied
+        summary, records = sweep(
+            tmp_path / "a", tiny_gemma4_dir, server.url, api="chat", contexts=[48], warmup=0, num_requests=3
+        )
+        server.chat_tokens = lambda text: len(maker.tokenizer.encode(text, add_special_tokens=False))
+        wrong, _ = sweep(
+            tmp_path / "b", tiny_gemma4_dir, server.url, api="chat", contexts=[48], warmup=0, num_requests=1
+        )
+    assert summary["cells"][0]["completed"] == 3
+    body = server.requests[0]
+    assert body["max_completion_tokens"] == 8 and body["ignore_eos"] and "max_tokens" not in body
+    assert len(maker.tokenizer.encode(body["messages"][0]["content"], add_special_tokens=False)) == 48
+    assert all(r["prompt_tokens"] > 48 for r in records)  # 48 content tokens + the template's own
+    assert wrong["cells"][0]["failures"] == {"prompt length mismatch": 1}  # the template's tokens not counted

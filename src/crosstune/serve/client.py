@@ -137,7 +137,10 @@ def _verdict(record: RequestRecord, done: bool) -> str | None:
             f"(finish_reason {record.finish_reason!r})"
         )
     if record.prompt_tokens is not None and record.prompt_tokens != record.expected_prompt_tokens:
-        return f"prompt is {record.prompt_tokens} tokens on the server, {record.expected_prompt_tokens} requested"
+        return (
+            f"prompt length mismatch: {record.prompt_tokens} tokens on the server, "
+            f"{record.expected_prompt_tokens} requested"
+        )
     if record.ttft_s is None:
         return "no content chunk"
     return None
