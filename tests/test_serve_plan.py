@@ -94,7 +94,7 @@ def test_lora_rank_rounded_up_to_an_allowed_value():
         max_lora_rank(513)
     plan = serve_plan(recipe("gemma4-31b-2xh100"), "2xh100", adapter=Path("/a"), adapter_rank=48)
     assert "--max-lora-rank 64" in plan.command() and "--enable-lora" in plan.command()
-    assert "-v /a:/adapter:ro" in plan.docker and "gemma4-31b-2xh100=/adapter" in plan.docker
+    assert "-v /a:/adapter:ro" in plan.docker and "gemma4-31b-2xh100-lora=/adapter" in plan.docker
 
 
 def test_cli_serve_plan_exit_codes():

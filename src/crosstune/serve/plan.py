@@ -182,9 +182,8 @@ def serve_plan(
         flags += [
             Flag(("--enable-lora",), "serve LoRA adapters on top of the base weights"),
             Flag(
-                ("--lora-modules", f"{recipe.name}={adapter}"),
-                "the adapter, requested as model name "
-                f"{recipe.name!r} (the base stays available under --served-model-name)",
+                ("--lora-modules", f"{recipe.name}-lora={adapter}"),
+                f"the adapter, requested as model {recipe.name}-lora (the base stays {recipe.name})",
             ),
             Flag(
                 ("--max-lora-rank", str(max_lora_rank(rank))),
@@ -275,7 +274,7 @@ def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None) ->
     mounts = f"-v {_host_path(str(recipe.model.path or plan.model_dir))}:{MODEL_MOUNT}:ro"
     if adapter is not None:  # the adapter is mounted at /adapter and named there
         mounts += f" -v {_host_path(str(adapter))}:/adapter:ro"
-        args = [f"{recipe.name}=/adapter" if a == f"{recipe.name}={adapter}" else a for a in args]
+        args = [f"{recipe.name}-lora=/adapter" if a == f"{recipe.name}-lora={adapter}" else a for a in args]
     if plan.platform == "gpu":
         head = ["docker", "run", "--gpus", "all", "--ipc=host", "-p", f"{port}:{port}"]
     else:  # TPU: host network and devices; XLA's compile cache kept across restarts
