@@ -134,3 +134,22 @@ def test_demo_stage_without_serving_env_prints_the_command(tmp_path, monkeypatch
     assert serving_stage(tmp_path / "model", tmp_path / "out", console) is None
     assert "create it with `make serve-env`" in console.export_text()
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_serve_start_and_stop(tmp_path, tiny_gemma4_dir, fake_vllm):
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+
+    if not any(c.name == "export" for c in app.registered_commands):
+        _register()
+    fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
+    runner = CliRunner()
+    state = tmp_path / "state"
+    started = runner.invoke(
+        app, ["serve", "start", str(tiny_gemma4_dir), "--port", str(free_port()), "--state-dir", str(state)]
+    )
+    assert started.exit_code == 0, started.output
+    assert "ready" in started.output and read_state(state).model == tiny_gemma4_dir.name
+    stopped = runner.invoke(app, ["serve", "stop", "--state-dir", str(state)])
+    assert stopped.exit_code == 0 and "stopped" in stopped.output

@@ -55,11 +55,16 @@ def plan(
 def start(
     source: Path = typer.Argument(..., help="a recipe YAML (serves model.path) or a model directory (e.g. merged)"),
     adapter: Path = typer.Option(None, "--adapter", help="a PEFT adapter, served as NAME-lora (--enable-lora)"),
+    model_dir_opt: Path = typer.Option(
+        None, "--model-dir", help="with a recipe: serve this directory (e.g. the merged export) instead of model.path"
+    ),
     name: str = typer.Option(None, "--name", help="served model name (default: recipe name or directory name)"),
     port: int = typer.Option(None, "--port", help="port on 127.0.0.1 (default: serve.port or 8000)"),
     dtype: str = typer.Option(None, "--dtype", help="float32 or bfloat16 (default: the recipe's model.dtype, float32)"),
     max_model_len: int = typer.Option(None, "--max-model-len", help="default: serve.max_model_len or 2048"),
-    kv_cache_gib: int = typer.Option(1, "--kv-cache-gib", help="VLLM_CPU_KVCACHE_SPACE (default 0.9 × RAM if unset)"),
+    kv_cache_gib: int = typer.Option(
+        1, "--kv-cache-gib", help="GiB for the KV cache (VLLM_CPU_KVCACHE_SPACE; unset, vLLM would take 0.9 × RAM)"
+    ),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="where the PID/state file and log go"),
     allow_template_mismatch: bool = typer.Option(
         False, "--allow-template-mismatch", help="serve even if the chat template differs from the training data's"
@@ -74,13 +79,15 @@ def start(
         from crosstune.recipe import load_recipe, resolve_path
 
         recipe = load_recipe(source)
-        model_dir = resolve_path(recipe, recipe.model.path)
+        model_dir = model_dir_opt or resolve_path(recipe, recipe.model.path)
         name = name or recipe.name
         port = port or recipe.serve.port
         dtype = dtype or recipe.model.dtype
         max_model_len = max_model_len or recipe.serve.max_model_len
     else:
         model_dir = source
+    if model_dir is None:
+        raise ServeError(f"{source}: model.path is not set: pass --model-dir")
     if recipe is not None:
         problem = check_template(recipe, model_dir)
         if problem and not allow_template_mismatch:
