@@ -114,7 +114,13 @@ def test_truncated_prompt_is_not_a_long_context(tmp_path, tiny_gemma4_dir):
 def test_faults_recorded_per_request(tmp_path, tiny_gemma4_dir, model, reason):
     with FixtureServer() as server:
         summary, records = sweep(
-            tmp_path, tiny_gemma4_dir, server.url, model=model, num_requests=2, warmup=0, timeout_s=0.5
+            tmp_path,
+            tiny_gemma4_dir,
+            server.url,
+            model=model,
+            num_requests=2,
+            warmup=0,
+            timeout_s=0.5 if model == "stall" else 30,  # only the stall may time out, however loaded the box
         )
     cell = summary["cells"][0]
     assert cell["completed"] == 0 and cell["failures"] == {reason: 2} and summary["aborted"] is None
@@ -134,8 +140,9 @@ def test_concurrency_is_a_semaphore_not_batches(tmp_path, tiny_gemma4_dir):
     """With one slow request in flight, the other slot keeps serving: a batch-synchronous client would wait."""
     with FixtureServer(slow_first_s=0.6) as server:
         _, records = sweep(tmp_path, tiny_gemma4_dir, server.url, concurrency=[2], num_requests=6, warmup=0)
-    first_done = records[0]["dispatch_s"] + records[0]["e2el_s"]
-    assert all(r["dispatch_s"] < first_done for r in records[2:])
+    slow = max(records, key=lambda r: r["e2el_s"])  # the first request the server received (of the first two sent)
+    slow_done = slow["dispatch_s"] + slow["e2el_s"]
+    assert slow["e2el_s"] >= 0.6 and all(r["dispatch_s"] < slow_done for r in records if r is not slow)
     assert server.max_in_flight == 2
 
 
@@ -215,7 +222,7 @@ def test_request_rate_cells_dispatch_on_the_arrival_process(tmp_path, tiny_gemma
     assert cell["request_rate"] == 40.0 and cell["concurrency"] is None and cell["completed"] == 8
     last = max(r["dispatch_s"] for r in records)
     # the last arrival is rescaled to n / rate = 0.2 s; asyncio.sleep wakes late on a loaded box (early by < 1 ms)
-    assert 0.199 <= last < 0.5
+    assert 0.199 <= last < 1.0
     assert min(r["dispatch_s"] for r in records) > 0  # gamma gaps: nobody waits for a batch at t=0
 
 
