@@ -44,7 +44,14 @@ def test_adapter_read_write_round_trip(tmp_path, g4_run, tiny_gemma4_dir):
     write_peft_adapter(lora, tmp_path, str(tiny_gemma4_dir), spec=spec)
     a = load_file(str(g4_run / "adapter" / "adapter_model.safetensors"))
     b = load_file(str(tmp_path / "adapter_model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # For vLLM: the k_eq_v (global) layers also carry v_proj = k_proj; nothing else is added.
+    k_eq_v = [i for i in range(spec.num_layers) if spec.kind(i).k_eq_v]
+    aliases = {k.replace("k_proj", "v_proj") for k in a if "k_proj" in k and int(k.split(".")[4]) in k_eq_v}
+    assert k_eq_v and b.keys() - a.keys() == aliases
+    assert all(torch.equal(b[k], a[k.replace("v_proj", "k_proj")]) for k in aliases)
+    again, _ = read_peft_adapter(tmp_path, family="gemma4")  # the aliases are dropped on reading
+    assert again.modules.keys() == lora.modules.keys()
     np.testing.assert_array_equal(
         peft_logits(tiny_gemma4_dir, tmp_path, dtype="float32"),
         peft_logits(tiny_gemma4_dir, g4_run / "adapter", dtype="float32"),

@@ -16,6 +16,7 @@ def register_all(app: typer.Typer) -> None:
     from crosstune.parity import register as register_parity
     from crosstune.planner.cli import register as register_plan
     from crosstune.recipe.cli import recipe_app
+    from crosstune.serve.cli import register as register_serve
     from crosstune.train.cli import register as register_train
 
     register_doctor(app)
@@ -26,6 +27,7 @@ def register_all(app: typer.Typer) -> None:
     register_train(app)
     register_plan(app)
     register_compare(app)
+    register_serve(app)
     app.add_typer(data_app, name="data")
     app.add_typer(recipe_app, name="recipe")
     app.add_typer(model_app, name="model")

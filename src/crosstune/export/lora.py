@@ -150,6 +150,7 @@ def read_peft_adapter(adapter_dir: Path, family: str | None = None) -> tuple[Lor
         raise ExportError(f"{cfg_path}: r / lora_alpha missing: the LoRA scale is unknown")
 
     tensors = _load_bf16_safe(weights_path, load_file)
+    _drop_vllm_v_aliases(tensors, weights_path)
     pairs: dict[str, dict[str, np.ndarray]] = {}
     stored: dict[str, str] = {}  # text-only name -> the module name as the adapter stores it (patterns match it)
     for key, value in tensors.items():
@@ -263,7 +264,52 @@ def write_peft_adapter(
         key = PEFT_PREFIX + names[name]
         tensors[f"{key}.lora_A.weight"] = np.ascontiguousarray(a, dtype=dtype)
         tensors[f"{key}.lora_B.weight"] = np.ascontiguousarray(b, dtype=dtype)
+    aliases = _add_vllm_v_aliases(tensors, lora, spec, names)
     out_dir = Path(out_dir)
-    save_file(tensors, str(out_dir / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    metadata = {"format": "pt", VLLM_ALIAS_KEY: json.dumps(aliases)} if aliases else {"format": "pt"}
+    save_file(tensors, str(out_dir / ADAPTER_WEIGHTS), metadata=metadata)
     (out_dir / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     return [out_dir / ADAPTER_WEIGHTS, out_dir / ADAPTER_CONFIG]
+
+
+# --- vLLM serving of Gemma 4 k_eq_v layers ---------------------------------------------------------------------
+# vLLM builds V from K's weight on k_eq_v layers but applies only a v_proj LoRA to it, while in PEFT (and HF) the
+# values are the keys, k_proj LoRA included. The exported adapter therefore also carries v_proj tensors equal to
+# k_proj's on those layers (PEFT has no such module there and ignores them); the safetensors metadata names them so
+# that read_peft_adapter drops them again.
+VLLM_ALIAS_KEY = "crosstune.vllm_v_aliases"
+
+
+def _add_vllm_v_aliases(
+    tensors: dict[str, np.ndarray], lora: LoraWeights, spec: ModelSpec | None, names: dict[str, str]
+) -> list[str]:
+    """Add v_proj = k_proj LoRA tensors on k_eq_v layers of `spec`; returns the PEFT module keys added."""
+    if spec is None:
+        return []
+    added = []
+    for name in lora.modules:
+        layer, target = module_target(name)
+        if target != "k" or not spec.kind(layer).k_eq_v:
+            continue
+        k_key = PEFT_PREFIX + names[name]
+        v_key = k_key[: -len("k_proj")] + "v_proj"
+        for part in ("lora_A", "lora_B"):
+            tensors[f"{v_key}.{part}.weight"] = tensors[f"{k_key}.{part}.weight"]
+        added.append(v_key)
+    return added
+
+
+def _drop_vllm_v_aliases(tensors: dict[str, np.ndarray], weights_path: Path) -> None:
+    """Remove the v_proj tensors that `_add_vllm_v_aliases` wrote, after checking they still equal k_proj's."""
+    from crosstune.export.shards import SafetensorsFile
+
+    aliases = json.loads(SafetensorsFile(weights_path).metadata.get(VLLM_ALIAS_KEY, "[]"))
+    for v_key in aliases:
+        k_key = v_key[: -len("v_proj")] + "k_proj"
+        for part in ("lora_A", "lora_B"):
+            v, k = tensors.pop(f"{v_key}.{part}.weight", None), tensors.get(f"{k_key}.{part}.weight")
+            if v is None or k is None or not np.array_equal(v, k):
+                raise ExportError(
+                    f"{weights_path}: {v_key}.{part} is listed in the metadata's {VLLM_ALIAS_KEY} as a copy of "
+                    f"{k_key}.{part}, but {'is missing' if v is None or k is None else 'differs'}: the file was edited"
+                )

