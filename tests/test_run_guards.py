@@ -281,6 +281,7 @@ def test_both_backends_leave_a_peft_adapter_of_the_final_step(torch_run, jax_run
     for run in (torch_run, jax_run):
         meta = json.loads((run / "run.json").read_text())
         assert meta["steps"] == 2 and (run / "loss.png").is_file()
+        assert (meta["global_batch"], meta["grad_accumulation"]) == (1, 1)  # the session's step plan, both backends
         assert verify_checksums(run / "adapter", "adapter")
         adapter, config = read_peft_adapter(run / "adapter", family="gemma4")
         assert (config["r"], float(config["lora_alpha"])) == (meta["lora"]["rank"], float(meta["lora"]["alpha"]))

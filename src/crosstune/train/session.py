@@ -117,7 +117,8 @@ class TrainingSession:
     def _finalise(self, steps: int, metadata: dict[str, Any], adapter_written: bool) -> None:
         """run.json's `steps` (the step the final adapter belongs to; export reads it), loss.png, adapter/."""
         meta = read_run_metadata(self.run_dir)
-        meta.update(steps=steps, **metadata)
+        plan = {"global_batch": self.plan.global_batch, "grad_accumulation": self.plan.accumulation}  # rows per step
+        meta.update(steps=steps, **plan, **metadata)
         atomic_write_text(self.run_dir / "run.json", json.dumps(meta, indent=2))
         if (self.run_dir / "metrics.jsonl").exists():
             plot_loss_curve(self.run_dir)
