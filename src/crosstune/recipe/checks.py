@@ -164,6 +164,17 @@ def check_recipe(recipe: Recipe, base_dir: Path) -> list[Problem]:
                     f"use at most {hw.devices}",
                 )
             )
+    if not recipe.data.packing:
+        problems.append(
+            Problem(
+                "data.packing",
+                "unpacked rows are padded to max_seq_len: the jax backend computes every position of every row "
+                "(padding included) while the torch backend strips padding, yet both count only real tokens in "
+                "tokens/s and mfu, so a jax run is charged for work a torch run never does",
+                "set data.packing: true to compare backends (or compare mfu_computed / hfu, which count padding)",
+                severity="warning",
+            )
+        )
     if hw.chip.platform == "cpu" and recipe.train.precision == "bf16":
         problems.append(
             Problem(

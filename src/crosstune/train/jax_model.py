@@ -16,7 +16,6 @@ import contextlib
 import math
 import re
 import warnings
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,8 +145,10 @@ def build_model(
     )
     nnx.replace_by_pure_dict(base_state, base)
     if rule is not None:
-        nnx.replace_by_pure_dict(lora_state, _init_lora(lora_state, mesh, seed))
+        nnx.replace_by_pure_dict(lora_state, _zeros(lora_state, mesh))
     model = nnx.merge(graphdef, lora_state, base_state)
+    if rule is not None:
+        _install_initial_lora(model, family, reader, lora, seed)
     if lora is not None and lora.dropout > 0:
         model.set_attributes(qwix_rngs=nnx.Rngs(dropout=seed))  # qwix unsets the rngs it was applied with
     return model, replicated
@@ -165,20 +166,21 @@ def _lora_rule(family: str, lora: LoraSection, reader: CheckpointReader):
     )
 
 
-def _init_lora(lora_state: nnx.State, mesh: Mesh, seed: int) -> dict:
-    """LoRA A ~ He uniform (Qwix's default: U(±sqrt(6 / fan_in)), fan_in = all axes but the rank), B = 0, in
-    float32, drawn on the host per leaf from (seed, leaf name): a jitted threefry init compiles for ~10 s on CPU."""
-
-    def init(path, x):
-        name = _key(path)
-        if not name.endswith("_lora_a"):
-            return np.zeros(x.shape, np.float32)
-        limit = math.sqrt(6.0 / math.prod(x.shape[:-1]))
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        return rng.uniform(-limit, limit, size=x.shape).astype(np.float32)
-
-    values = jax.tree.map_with_path(init, lora_state.to_pure_dict())
+def _zeros(lora_state: nnx.State, mesh: Mesh) -> dict:
+    """float32 zeros in every LoRA leaf's sharding (LoRA stays float32 whatever the base dtype)."""
+    values = jax.tree.map(lambda x: np.zeros(x.shape, np.float32), lora_state.to_pure_dict())
     return jax.device_put(values, nnx.get_named_sharding(lora_state, mesh).to_pure_dict())
+
+
+def _install_initial_lora(model: nnx.Module, family: str, reader: CheckpointReader, lora: LoraSection, seed: int):
+    """The run's initial LoRA, drawn once in the neutral PEFT layout (crosstune.train.lora_init, the torch backend
+    installs the same arrays): fused k/v einsums get the exact rank-2r block form (separate A for k and v), whose
+    off-diagonal blocks the optimizer keeps at zero (jax_step.keep_block_lora_diagonal)."""
+    from crosstune.export.jax_lora import install_lora
+    from crosstune.train.lora_init import initial_lora
+
+    spec = get_family(family).spec_from_hf_config(reader.config())
+    install_lora(model, initial_lora(spec, lora.rank, lora.alpha, lora.targets, seed), spec)
 
 
 def lora_module_regex(family: str, spec: ModelSpec, targets: list[str]) -> str:
