@@ -14,12 +14,13 @@ pytest.importorskip("tunix")
 # Steps whose loss is the base model's (B = 0 and no update yet: warmup starts at lr 0): the backends differ only
 # in fp32 op order, as in the logit parity (measured <= 1e-6 on a mean CE of ~7.3).
 FORWARD_TOL = 1e-5
-# After AdamW updates: Adam moves an element by ~lr·sign(g) whatever |g| is, so the few elements whose gradient sits
-# at the fp32 noise floor (parity: ~1 in 5·10⁴, sign undetermined) move ±lr depending on the backend; one such
-# element moved the loss by 1.3e-4 at lr 2e-3 (crosstune.parity). Measured gap by step 5: 5e-4 (acc 1), see
-# docs/BACKEND_EQUIVALENCE.md. 2e-3 allows ~15 such elements and is still 60× below the step-3 gap of the earlier,
-# differently initialised backends (0.12 nats).
-TRAINED_TOL = 2e-3
+# After AdamW updates, fp32 rounding differences grow step by step whatever the backends: two TORCH runs of the tiny
+# Gemma 4 recipe that differ only in the attention kernel (sdpa vs eager) part by 5e-5 at step 6 with lr 5e-4, and
+# by 3.5e-3 with the recipe's lr 2e-3 (docs/BACKEND_EQUIVALENCE.md). These tests use lr 5e-4, where that floor stays
+# small over 6 steps, and allow 20× it: 1e-3, still 100× below the step-3 gap of the earlier, differently
+# initialised backends (0.12 nats).
+TRAINED_TOL = 1e-3
+LR = "train.learning_rate=5e-4"
 
 
 def _torch_initial(recipe):
@@ -137,7 +138,7 @@ def assert_curves_agree(runs: dict, base_steps: int) -> np.ndarray:
 def test_loss_curves_agree_3_steps(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
     """The default suite's variant: tiny Gemma 4, 3 steps (warmup 1: steps 1-2 are the base model, step 3 after
     one real AdamW update), one row per micro-batch."""
-    steps = ("train.max_steps=3", "train.warmup_steps=1", "train.per_device_batch_size=1")
+    steps = ("train.max_steps=3", "train.warmup_steps=1", "train.per_device_batch_size=1", LR)
     recipe = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4", *steps)
     assert_curves_agree(loss_curves(recipe, tmp_path, "g4"), base_steps=2)
 
@@ -155,10 +156,11 @@ def test_loss_curves_agree_and_adapters_match(
     from crosstune.export import export_run
 
     model_dir = {"gemma3": tiny_gemma3_dir, "gemma4": tiny_gemma4_dir}[family]
-    steps = ("train.max_steps=6", "train.warmup_steps=1", f"train.grad_accumulation={accumulation}")
+    steps = ("train.max_steps=6", "train.warmup_steps=1", f"train.grad_accumulation={accumulation}", LR)
     recipe = tiny_recipe(model_dir, synth_corpus_dir, tmp_path, family, *steps)
     runs = loss_curves(recipe, tmp_path, family)
-    assert_curves_agree(runs, base_steps=2)
+    gaps = assert_curves_agree(runs, base_steps=2)
+    print(f"{family} k={accumulation} loss gaps per step: {[f'{g:.1e}' for g in gaps]}")  # docs' numbers (-s)
 
     export_run(runs["jax"].run_dir, "adapter", tmp_path / "jax-adapter")
     jax_tensors = load_file(str(tmp_path / "jax-adapter" / "adapter_model.safetensors"))

@@ -13,6 +13,7 @@ checks for the pitfalls of tunix 0.1.7 / qwix 0.1.8 / flax 0.12 (shared/notes/st
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 import warnings
@@ -115,7 +116,9 @@ def build_model(
     them: AdamW state of bf16 LoRA weights loses small updates).
     """
     reader = CheckpointReader(Path(model_dir))
-    config = tunix_model_config(family, reader.config(), dtype=dtype, compute_dtype=compute_dtype, remat=remat)
+    # Built without remat: Qwix creates the LoRA params while tracing a forward pass, and under tunix's nnx.remat
+    # (graph_updates=False) the params it creates inside the layers are dropped. Remat is switched on after.
+    config = tunix_model_config(family, reader.config(), dtype=dtype, compute_dtype=compute_dtype, remat=False)
     cls = tunix_model_class(family)
     rule = None if lora is None else _lora_rule(family, lora, reader)
     with mesh_context(mesh):
@@ -132,6 +135,8 @@ def build_model(
             )
     if lora is not None:
         _check_lora_modules(model, family, reader, lora)
+    if remat:
+        _set_remat(model, tunix_model_config(family, reader.config(), remat=True).remat_config)
     replicated = fit_shardings(model, mesh)
     graphdef, lora_state, base_state = nnx.split(model, nnx.LoRAParam, ...)
     host_dtype = np.dtype(jnp.dtype(config.param_dtype))
@@ -152,6 +157,16 @@ def build_model(
     if lora is not None and lora.dropout > 0:
         model.set_attributes(qwix_rngs=nnx.Rngs(dropout=seed))  # qwix unsets the rngs it was applied with
     return model, replicated
+
+
+def _set_remat(model: nnx.Module, remat_config) -> None:
+    """Every tunix module's remat setting (its config's, and the attention layers' own copy) -> `remat_config`."""
+    for _, module in model.iter_modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "remat_config"):
+            module.config = dataclasses.replace(config, remat_config=remat_config)
+        if hasattr(module, "remat_config"):
+            module.remat_config = remat_config
 
 
 def _lora_rule(family: str, lora: LoraSection, reader: CheckpointReader):
