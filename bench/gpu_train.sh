@@ -84,7 +84,9 @@ rows = read_metrics(sys.argv[1])[2:]  # steps 3..N: after CUDA/allocator warm-up
 tps = statistics.median(r["trained_tokens_per_s"] for r in rows)
 aps = statistics.median(r["tokens_per_s"] for r in rows)
 mfu = statistics.median(r["mfu"] for r in rows)
+hfu = statistics.median(r["hfu"] for r in rows)
 mem = max(r["peak_memory_gb"] for r in rows)
 print(f"median over steps 3..{rows[-1]['step']}: {tps:,.0f} trained tok/s, {aps:,.0f} tok/s (all GPUs), "
-      f"MFU {mfu:.1%} (LoRA convention, remat), peak memory {mem:.1f} GiB per GPU")
+      f"MFU {mfu:.1%} (LoRA convention, recompute not counted), HFU {hfu:.1%} (recompute counted), "
+      f"peak memory {mem:.1f} GiB per GPU")
 PY

@@ -167,3 +167,30 @@ def test_loss_curves_agree_and_adapters_match(
     torch_tensors = load_file(str(runs["torch"].run_dir / "adapter" / "adapter_model.safetensors"))
     assert {k: v.shape for k, v in jax_tensors.items()} == {k: v.shape for k, v in torch_tensors.items()}
     assert sum(v.size for v in jax_tensors.values()) == sum(v.size for v in torch_tensors.values())
+
+
+def test_jax_activation_recompute_keeps_the_lora(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
+    """Qwix creates LoRA params while tracing a forward pass; under tunix's nnx.remat those were dropped (the model
+    came out with no LoRA at all). Built with remat: the LoRA is there and the step recomputes (XLA barriers)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from crosstune.train.jax_model import build_model, lora_modules, make_mesh, mesh_context
+    from crosstune.train.jax_step import attention_mask, loss_fn
+
+    recipe = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4")
+    mesh = make_mesh(1, 1)
+    with mesh_context(mesh):
+        model, _ = build_model("gemma4", tiny_gemma4_dir, mesh, lora=recipe.lora, remat=True)
+    assert len(lora_modules(model)) == 6 * 6  # q, kv (k on the global layer), o, gate, up, down in 6 layers
+    tokens = jnp.arange(2 * 16).reshape(2, 16) % 1000 + 3
+    inputs = dict(
+        input_tokens=tokens,
+        input_mask=jnp.ones((2, 16), bool),
+        positions=jnp.tile(jnp.arange(16), (2, 1)),
+        attention_mask=attention_mask(jnp.ones((2, 16), jnp.int32)),
+        loss_weight=jnp.full((2,), 1 / 30, jnp.float32),
+    )
+    step = nnx.jit(lambda m, x: nnx.grad(loss_fn, argnums=nnx.DiffState(0, nnx.LoRAParam))(m, **x))
+    with mesh_context(mesh):
+        assert step.lower(model, inputs).as_text().count("optimization_barrier") == 6  # one per decoder layer

@@ -88,8 +88,8 @@ def check_recipe(recipe: Recipe, base_dir: Path) -> list[Problem]:
         problems.append(
             Problem(
                 "lora.targets",
-                "k and v must be targeted together: the jax backend adapts both through one kv_einsum LoRA "
-                "(A shared), so the two backends would train different adapters",
+                "k and v must be targeted together: tunix fuses them into one kv_einsum, whose LoRA (k and v "
+                "blocks, each with its own A) the jax backend adapts as one module",
                 "list both k and v, or neither",
             )
         )
