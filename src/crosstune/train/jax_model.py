@@ -111,9 +111,10 @@ def build_model(
     """The tunix model of an HF checkpoint directory, with Qwix LoRA on `lora.targets` when `lora` is given.
 
     Built abstractly first (the model, then Qwix's tracing pass that adds LoRA: no eager forward, no allocation),
-    shardings fitted to the mesh, then each base tensor read once from the checkpoint and each LoRA tensor
-    initialised, straight into its NamedSharding. LoRA params are float32 whatever the base dtype (as PEFT keeps
-    them: AdamW state of bf16 LoRA weights loses small updates).
+    shardings fitted to the mesh, then each base tensor read once from the checkpoint straight into its
+    NamedSharding. The LoRA is the run's initial LoRA (crosstune.train.lora_init, seeded by `seed`: the same arrays
+    the torch backend installs), fused k/v einsums in the rank-2r block form. LoRA params are float32 whatever the
+    base dtype (as PEFT keeps them: AdamW state of bf16 LoRA weights loses small updates).
     """
     reader = CheckpointReader(Path(model_dir))
     # Built without remat: Qwix creates the LoRA params while tracing a forward pass, and under tunix's nnx.remat
