@@ -157,9 +157,9 @@ def randomize_lora(model, seed: int, rank: int) -> None:
         if isinstance(node, nnx.LoRAParam):
             scale = 0.3 if str(path[-1]).endswith("_lora_a") else 0.05
             value = (rng.standard_normal(node.value.shape) * scale).astype(np.float32)
-            mask = fused_block_mask(f"{path[-3]}.{path[-2]}", value.shape, rank)
-            if str(path[-1]).endswith("_lora_b") and mask is not None:
-                value = value * mask
+            if str(path[-1]).endswith("_lora_b"):
+                mask = fused_block_mask(f"{path[-3]}.{path[-2]}", value.shape, rank)
+                value = value if mask is None else value * mask
             node.value = jax.device_put(value, node.value.sharding)
 
 
