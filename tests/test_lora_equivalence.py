@@ -137,10 +137,18 @@ def assert_curves_agree(runs: dict, base_steps: int) -> np.ndarray:
 
 def test_loss_curves_agree_3_steps(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
     """The default suite's variant: tiny Gemma 4, 3 steps (warmup 1: steps 1-2 are the base model, step 3 after
-    one real AdamW update), one row per micro-batch."""
+    one real AdamW update), one row per micro-batch; and the padding each backend computes."""
+    from crosstune.train.metrics import read_metrics
+
     steps = ("train.max_steps=3", "train.warmup_steps=1", "train.per_device_batch_size=1", LR)
     recipe = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4", *steps)
-    assert_curves_agree(loss_curves(recipe, tmp_path, "g4"), base_steps=2)
+    runs = loss_curves(recipe, tmp_path, "g4")
+    assert_curves_agree(runs, base_steps=2)
+    # the same real tokens; jax computes every position of its [1, 512] rows, torch only the padding-free tokens
+    jax_rows, torch_rows = (read_metrics(runs[b].run_dir) for b in ("jax", "torch"))
+    assert [r["tokens"] for r in jax_rows] == [r["tokens"] for r in torch_rows]
+    assert all(r["computed_tokens"] == 512 >= r["tokens"] for r in jax_rows)
+    assert all(r["computed_tokens"] == r["tokens"] for r in torch_rows)
 
 
 @pytest.mark.slow
