@@ -21,7 +21,7 @@ hide a bug: an element whose sign differs has |g| <= |Δg|, which the gradient c
 
 LoRA dropout cannot match bit for bit: torch draws PEFT's masks from torch's RNG, Qwix from JAX's threefry, and Qwix
 drops a fused k/v einsum's input once for both k and v where PEFT draws k's and v's masks independently. So the
-exact checks run at dropout 0, and with dropout p > 0 the step's loss is sampled under `dropout_samples` masks on
+exact checks run at dropout 0, and with `--dropout p` the step's loss is sampled under `dropout_samples` masks on
 each side: dropout must be active on both (losses vary) and the two means must agree within their standard errors
 (both are inverted dropout on each LoRA module's input: E[mask / (1 - p)] = 1).
 """
@@ -172,17 +172,15 @@ def run_parity(
     dropout_samples: int = 8,
 ) -> ParityReport:
     """Load, step and compare both backends on the recipe (see the module docstring); `log` hears each phase.
-    `dropout`: the LoRA dropout of the sampled check (default: the recipe's; 0 skips the check)."""
+    `dropout`: the LoRA dropout of the sampled check (None or 0 skips it: it builds a second jax model)."""
     import json
 
     from crosstune.data import prepare_dataset
     from crosstune.parity_sides import JaxSide, TorchSide
-    from crosstune.recipe import load_recipe, resolve_path
+    from crosstune.recipe import resolve_path
 
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision {precision!r}: fp32 or bf16")
-    if dropout is None:
-        dropout = load_recipe(recipe_file, overrides or []).lora.dropout
     recipe = _load(recipe_file, overrides or [], precision)
     base = resolve_path(recipe, recipe.model.path)
     if base is None or not (base / "config.json").is_file():
@@ -224,7 +222,7 @@ def run_parity(
         for part, i in (("A", 0), ("B", 1)):
             gt, gj = grads_t[name][i], grads_j[name][i]
             report.grads.append(GradDiff(name, part, float(np.abs(gt - gj).max()), float(np.abs(gt).max()), rtol))
-    if dropout > 0:
+    if dropout:
         log(f"LoRA dropout {dropout}: {dropout_samples} draws per side")
         torch_side.set_dropout(dropout)
         report.dropout = DropoutCheck(
@@ -331,7 +329,7 @@ def parity(
     overrides: list[str] = typer.Option(None, "--set", help="override a recipe value: --set lora.rank=4"),
     seed: int = typer.Option(0, help="seed of the random LoRA weights both backends get"),
     precision: str = typer.Option("fp32", help="fp32 (tight tolerances) or bf16 (both bases bf16; loss within 4·2^-8)"),
-    dropout: float = typer.Option(None, help="LoRA dropout of the sampled check (default: the recipe's; 0: skip)"),
+    dropout: float = typer.Option(None, help="also check LoRA dropout p (e.g. the recipe's) over sampled masks"),
     dropout_samples: int = typer.Option(8, help="dropout draws per backend for the sampled check"),
 ) -> None:
     """Check that torch (TRL+PEFT) and jax (Tunix+Qwix) compute the same training step on the recipe: same loss,
