@@ -178,8 +178,8 @@ def test_loss_curves_agree_and_adapters_match(
 
 
 def test_jax_activation_recompute_keeps_the_lora(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
-    """Qwix creates LoRA params while tracing a forward pass; under tunix's nnx.remat those were dropped (the model
-    came out with no LoRA at all). Built with remat: the LoRA is there and the step recomputes (XLA barriers)."""
+    """Qwix creates LoRA params while tracing a forward pass; under tunix's nnx.remat those were dropped (the build
+    stopped: no LoRA on any module). Built with remat: the LoRA is there and the step recomputes (XLA barriers)."""
     import jax.numpy as jnp
     from flax import nnx
 
