@@ -144,3 +144,17 @@ def test_k_and_v_go_together():
     text = MINIMAL + "lora:\n  targets: [q, k, o]\n"
     ((path, line, msg),) = errors(text)
     assert (path, line) == ("lora.targets", 13) and msg.startswith("k and v must be targeted together")
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_shipped_recipes_pack(path):
+    """Unpacked rows charge padding to the jax backend only (issue 11): every shipped recipe packs."""
+    recipe = load_recipe(path)
+    assert recipe.data.packing
+    assert not [p for p in recipe._warnings if p.path == "data.packing"]
+
+
+def test_unpacked_recipe_warns_about_padding_skew():
+    recipe = parse_recipe(MINIMAL.replace("    - path: data.jsonl", "    - path: data.jsonl\n  packing: false"))
+    (warning,) = [p for p in recipe._warnings if p.path == "data.packing"]
+    assert warning.severity == "warning" and "padding included" in warning.message and "mfu_computed" in warning.hint
