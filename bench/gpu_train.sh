@@ -124,9 +124,9 @@ def mfu(tokens_per_s):
 
 print(f"\n{spec.num_layers} layers, seq {recipe.data.max_seq_len}, {recipe.hardware}; MFU = forward + "
       f"backward-to-activations model FLOPs ({flops / 1e9:.1f} GFLOP/token), recompute not counted")
-print(f"{'variant':12s} {'tokens/s':>10s} {'MFU':>7s} {'mfu col':>8s} {'peak GiB':>9s} {'x plain':>8s}")
+print(f"{'variant':12s} {'tokens/s':>10s} {'MFU':>7s} {'mfu col':>8s} {'hfu col':>8s} {'peak GiB':>9s} {'x plain':>8s}")
 peak_mem = plain["peak_memory_gib"]
-print(f"{'plain loop':12s} {plain['tokens_per_s']:10,.0f} {mfu(plain['tokens_per_s']):>7s} {'':>8s} "
+print(f"{'plain loop':12s} {plain['tokens_per_s']:10,.0f} {mfu(plain['tokens_per_s']):>7s} {'':>8s} {'':>8s} "
       f"{peak_mem if peak_mem is None else round(peak_mem, 1)!s:>9s} {1.0:8.2f}")
 for variant in sys.argv[2].split():
     name = variant.split("=")[0]
@@ -137,7 +137,9 @@ for variant in sys.argv[2].split():
         continue
     tps = statistics.median(r["tokens_per_s"] for r in rows)
     col = statistics.median(r["mfu"] for r in rows) if rows[0].get("mfu") is not None else None
+    hfu = statistics.median(r["hfu"] for r in rows) if rows[0].get("hfu") is not None else None
     mem = max(r["peak_memory_gb"] for r in rows)
-    print(f"{name:12s} {tps:10,.0f} {mfu(tps):>7s} {'' if col is None else f'{col:.1%}':>8s} {mem:9.1f} "
+    print(f"{name:12s} {tps:10,.0f} {mfu(tps):>7s} {'' if col is None else f'{col:.1%}':>8s} "
+          f"{'' if hfu is None else f'{hfu:.1%}':>8s} {mem:9.1f} "
           f"{tps / plain['tokens_per_s']:8.2f}")
 PY

@@ -144,16 +144,22 @@ def jax_logits(model, mesh, tokens=TOKENS) -> np.ndarray:
     return np.asarray(logits, dtype=np.float32)
 
 
-def randomize_lora(model, seed: int) -> None:
-    """Non-zero A and B everywhere (B is zero after init)."""
+def randomize_lora(model, seed: int, rank: int) -> None:
+    """Non-zero A and B everywhere (B is zero after init), except the off-diagonal blocks of fused k/v block LoRAs,
+    which training keeps at zero (crosstune.train.jax_step.keep_block_lora_diagonal)."""
     import jax
     from flax import nnx
+
+    from crosstune.families.lora_layout import fused_block_mask
 
     rng = np.random.default_rng(seed)
     for path, node in nnx.iter_graph(model):
         if isinstance(node, nnx.LoRAParam):
             scale = 0.3 if str(path[-1]).endswith("_lora_a") else 0.05
             value = (rng.standard_normal(node.value.shape) * scale).astype(np.float32)
+            if str(path[-1]).endswith("_lora_b"):
+                mask = fused_block_mask(f"{path[-3]}.{path[-2]}", value.shape, rank)
+                value = value if mask is None else value * mask
             node.value = jax.device_put(value, node.value.sharding)
 
 
@@ -163,7 +169,7 @@ def jax_run(run_dir: Path, base: Path, family: str, *, rank=4, alpha=8.0, seed=0
     from tunix.sft.checkpoint_manager import CheckpointManager
 
     model, mesh = jax_lora_model(family, base, rank, alpha, targets)
-    randomize_lora(model, seed)
+    randomize_lora(model, seed, rank)
     logits = jax_logits(model, mesh)
     manager = CheckpointManager(str(run_dir / "checkpoints"))
     manager.save(step, model, save_only_lora_params=True, force=True)

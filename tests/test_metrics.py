@@ -11,7 +11,7 @@ from crosstune.train.metrics import METRIC_DEFINITIONS, MetricsWriter, StepMetri
 G4 = get_family("gemma4").spec("31b")
 
 
-def step(n, hw="tpu-v5p-8", devices=4, remat=True, tokens=8 * 3072, seconds=2.0):
+def step(n, hw="tpu-v5p-8", devices=4, remat=True, tokens=8 * 3072, seconds=2.0, computed=None):
     return make_step_metrics(
         step=n,
         epoch=0.1,
@@ -20,6 +20,7 @@ def step(n, hw="tpu-v5p-8", devices=4, remat=True, tokens=8 * 3072, seconds=2.0)
         grad_norm=0.3,
         trained_tokens=tokens // 2,
         tokens=tokens,
+        computed_tokens=tokens if computed is None else computed,
         step_time_s=seconds,
         peak_memory_gb=None,
         spec=G4,
@@ -34,16 +35,29 @@ def test_every_metric_field_is_defined():
     assert set(StepMetrics.__dataclass_fields__) == set(METRIC_DEFINITIONS)
 
 
-def test_rates_and_mfu_by_hand():
+def test_rates_mfu_and_hfu_by_hand():
     m = step(1)
     assert m.tokens_per_s == 8 * 3072 / 2.0 and m.trained_tokens_per_s == 4 * 3072 / 2.0
-    flops = 8 * 3072 * 3 * G4.forward_flops_per_token(3072)
+    # mfu: model FLOPs = forward + backward to activations (2x forward), recompute NOT counted (issue 16)
+    flops = 8 * 3072 * 2 * G4.forward_flops_per_token(3072)
     assert m.mfu == pytest.approx(flops / (2.0 * 459e12 * 4), rel=1e-12)
-    assert step(1, remat=False).mfu == pytest.approx(m.mfu * 2 / 3)
+    assert step(1, remat=False).mfu == m.mfu  # recompute changes the hardware's work, not the model's
+    assert m.hfu == pytest.approx(m.mfu * 3 / 2) and step(1, remat=False).hfu == pytest.approx(m.mfu)
     # The seed's TPU run: 763 tok/s on v5p-8 at ~3k tokens -> about 5% MFU under the LoRA convention.
     seed = step(1, tokens=763, seconds=1.0, remat=False)
     assert 0.04 < seed.mfu < 0.07
-    assert step(1, hw="cpu", devices=1).mfu is None
+    cpu = step(1, hw="cpu", devices=1)
+    assert cpu.mfu is None and cpu.mfu_computed is None and cpu.hfu is None
+
+
+def test_padding_is_counted_apart_from_real_tokens():
+    """Unpacked rows: the jax backend computes 8 whole rows of 3072 positions for 44.6 % real tokens (the issue-11
+    demo figure); `mfu` credits the real tokens only, `mfu_computed` and `hfu` the positions computed."""
+    real = round(0.446 * 8 * 3072)
+    m = step(1, tokens=real, computed=8 * 3072)
+    assert m.computed_tokens == 8 * 3072 and m.tokens == real
+    assert m.mfu_computed == pytest.approx(m.mfu * 8 * 3072 / real)
+    assert m.hfu == pytest.approx(m.mfu_computed * 3 / 2)
 
 
 def test_writer_jsonl_tensorboard_and_resume(tmp_path):

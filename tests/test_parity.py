@@ -3,13 +3,24 @@ tiny Gemma 3 / Gemma 4 with the tiny-cpu recipe (fp32)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from crosstune import parity
-from crosstune.parity import GRAD_RTOL, LOSS_TOL, GradDiff, ParityReport, report_table, run_parity
+from crosstune.parity import (
+    BF16_EPS,
+    GRAD_RTOL,
+    LOSS_TOL,
+    DropoutCheck,
+    GradDiff,
+    ParityReport,
+    report_table,
+    run_parity,
+)
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny-cpu.yaml"
 
@@ -25,18 +36,57 @@ def overrides(family: str, model_dir: Path, corpus: Path, out: Path) -> list[str
     ]
 
 
+# gemma3 also runs the step as 2 accumulated micro-batches with activation recompute on both sides (no extra cost).
+VARIANTS = {"gemma4": [], "gemma3": ["train.grad_accumulation=2", "train.gradient_checkpointing=true"]}
+
+
 @pytest.mark.parametrize("family", ["gemma4", "gemma3"])
 def test_backends_agree_on_one_training_step(family, tmp_path, synth_corpus_dir, tiny_gemma3_dir, tiny_gemma4_dir):
     model_dir = {"gemma3": tiny_gemma3_dir, "gemma4": tiny_gemma4_dir}[family]
-    report = run_parity(RECIPE, overrides(family, model_dir, synth_corpus_dir, tmp_path))
+    report = run_parity(RECIPE, overrides(family, model_dir, synth_corpus_dir, tmp_path) + VARIANTS[family])
+    assert_agree(report)
+    if family == "gemma3":
+        assert report.accumulation == 2 and report.recompute == {"torch": True, "jax": True}
+
+
+def assert_agree(report: ParityReport) -> None:
     assert report.tokens["torch"] == report.tokens["jax"] > 0  # same rows, same loss mask
-    assert report.loss_diff <= LOSS_TOL
-    assert report.loss_after_diff <= LOSS_TOL
+    assert report.loss_diff <= report.loss_tol
+    assert report.loss_after_diff <= report.loss_tol
     assert report.loss["torch"] - report.loss_after["torch"] > 0.01  # the step did something
     worst = max(report.grads, key=lambda g: g.max_abs / g.scale)
     assert all(g.ok for g in report.grads), worst
-    assert report.frozen <= report.elements // 10_000
     assert report.ok
+
+
+@pytest.mark.slow
+def test_sharded_mesh_accumulation_and_recompute(tmp_path, synth_corpus_dir, tiny_gemma4_dir):
+    """jax on fsdp=2 × tp=4 (inputs split over fsdp, 2 KV heads replicated over tp) vs one torch process."""
+    mesh = ["backend.jax.mesh.fsdp=2", "backend.jax.mesh.tp=4", "backend.jax.replicate_indivisible_heads=true"]
+    variant = [*mesh, "train.grad_accumulation=2", "train.gradient_checkpointing=true"]
+    report = run_parity(RECIPE, overrides("gemma4", tiny_gemma4_dir, synth_corpus_dir, tmp_path) + variant)
+    assert report.mesh == (2, 4) and report.rows == 4 and report.accumulation == 2
+    assert report.recompute == {"torch": True, "jax": True}
+    assert_agree(report)
+    assert report.frozen <= report.elements // 10_000
+
+
+@pytest.mark.slow
+def test_bf16_on_both_sides(tmp_path, synth_corpus_dir, tiny_gemma4_dir):
+    report = run_parity(RECIPE, overrides("gemma4", tiny_gemma4_dir, synth_corpus_dir, tmp_path), precision="bf16")
+    assert report.precision == "bf16" and report.loss_tol == pytest.approx(4 * 2**-8 * report.loss["torch"])
+    assert report.loss_diff > 1e-4  # really bf16: fp32 agrees to ~1e-6
+    assert report.ok
+
+
+@pytest.mark.slow
+def test_lora_dropout_agrees_in_expectation(tmp_path, synth_corpus_dir, tiny_gemma4_dir):
+    report = run_parity(
+        RECIPE, overrides("gemma4", tiny_gemma4_dir, synth_corpus_dir, tmp_path), dropout=0.1, dropout_samples=8
+    )
+    d = report.dropout
+    assert d is not None and d.p == 0.1 and len(d.losses["torch"]) == len(d.losses["jax"]) == 8
+    assert d.ok and report.ok, (d.mean("torch"), d.mean("jax"), d.bound)
 
 
 def _report(loss_after_jax: float, grad_diff: float = 1e-8) -> ParityReport:
@@ -69,4 +119,33 @@ def test_out_of_tolerance_fails_with_exit_code(monkeypatch, tmp_path):
 
 def test_table_lists_every_lora_kind():
     table = report_table(_report(6.9))
-    assert table.row_count == 6  # tokens, loss, 1 grad kind, frozen, weights, loss after
+    assert table.row_count == 7  # recompute, tokens, loss, 1 grad kind, frozen, weights, loss after
+
+
+def test_bf16_tolerances_come_from_bf16_precision():
+    report = _report(6.9)
+    report.precision = "bf16"
+    assert report.loss_tol == pytest.approx(4 * 2**-8 * 7.0)  # relative to the loss, 4 bf16 ulps
+    assert report.ok
+    report.loss_after["jax"] = 6.9 + 1.01 * report.loss_tol
+    assert not report.ok
+    assert BF16_EPS == 2**-8 and GradDiff("m", "A", 1.0, 1.0, math.inf).ok  # bf16 gradients: reported only
+
+
+def test_dropout_check_needs_active_dropout_and_agreeing_means():
+    rng = np.random.default_rng(0)
+    torch_draws, jax_draws = list(7.0 + 0.01 * rng.standard_normal(8)), list(7.0 + 0.01 * rng.standard_normal(8))
+    assert DropoutCheck(0.1, {"torch": torch_draws, "jax": jax_draws}, LOSS_TOL).ok
+    shifted = [x + 0.05 for x in jax_draws]  # ~14 standard errors apart: e.g. a missing 1/(1-p) rescale
+    assert not DropoutCheck(0.1, {"torch": torch_draws, "jax": shifted}, LOSS_TOL).ok
+    inactive = [7.0] * 8  # one side ignored the dropout rate
+    assert not DropoutCheck(0.1, {"torch": torch_draws, "jax": inactive}, LOSS_TOL).ok
+    report = _report(6.9)
+    report.dropout = DropoutCheck(0.1, {"torch": torch_draws, "jax": shifted}, LOSS_TOL)
+    assert not report.ok and report_table(report).row_count == 8
+
+
+def test_recompute_must_be_on_both_sides_or_neither():
+    report = _report(6.9)
+    report.recompute = {"torch": True, "jax": False}
+    assert not report.ok

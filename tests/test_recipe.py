@@ -163,3 +163,17 @@ def test_relative_paths_resolve_against_the_recipe_folder_never_the_cwd(tmp_path
     loaded = load_recipe(folder / "r.yaml")
     assert resolve_path(loaded, "data.jsonl") == folder / "data.jsonl"
     assert "data.sources[0].path" in [w.path for w in loaded.warnings]  # nothing at recipes/data.jsonl (yet)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_shipped_recipes_pack(path):
+    """Unpacked rows charge padding to the jax backend only (issue 11): every shipped recipe packs."""
+    recipe = load_recipe(path)
+    assert recipe.data.packing
+    assert not [p for p in recipe.warnings if p.path == "data.packing"]
+
+
+def test_unpacked_recipe_warns_about_padding_skew():
+    recipe = parse_recipe(MINIMAL.replace("    - path: data.jsonl", "    - path: data.jsonl\n  packing: false"))
+    (warning,) = [p for p in recipe.warnings if p.path == "data.packing"]
+    assert warning.severity == "warning" and "padding included" in warning.message and "mfu_computed" in warning.hint

@@ -1,26 +1,34 @@
 """`crosstune parity RECIPE`: the two backends compute the same training step.
 
-Both load the recipe's HF base (float32), get the SAME LoRA weights (random, B non-zero so gradients flow; made in
-the PEFT layout and imported into Qwix exactly, crosstune.export.jax_lora), and read the same first micro-batch of
-the prepared data through their own adapters. Each computes the loss and the LoRA gradients with its own training
-code (torch: the CrosstuneSFTTrainer's dataloader, collator and compute_loss; jax: jax_step's model_inputs and
-loss_fn), then takes one AdamW step with the recipe's betas, eps, weight decay and clipping at the peak learning
-rate (the schedule's warmup would make step 1 a no-op), and the loss is computed again.
+Both load the recipe's HF base, get the SAME LoRA weights (random, B non-zero so gradients flow; made in the PEFT
+layout and imported into Qwix exactly, crosstune.export.jax_lora), and read the same first optimizer step — k =
+train.grad_accumulation micro-batches — of the prepared data through their own adapters. Each computes the step's
+token-weighted loss and LoRA gradients with its own training code (crosstune.parity_sides), then takes one AdamW
+step with the recipe's betas, eps, weight decay and clipping at the peak learning rate (the schedule's warmup would
+make step 1 a no-op), and the loss is computed again. What varies with the recipe: the jax mesh (fsdp × tp, inputs
+split over fsdp as the trainer feeds them), activation recompute (train.gradient_checkpointing, on both sides),
+accumulation k, and with --precision bf16 a bf16 base on both sides (LoRA and optimizer fp32, as in training;
+losses judged with a tolerance derived from bf16's 2^-8 precision, gradients reported only: see BF16_LOSS_RTOL).
 
-Layout: PEFT gives k and v independent A matrices; tunix's kv_einsum shares one. The JAX side therefore holds each
-kv LoRA as the exact rank-2r block LoRA, its off-diagonal gradient blocks masked to zero, so both sides train the
-same function with the same parameters. Gradients are compared tensor by tensor in the PEFT layout.
+Layout: the JAX side holds each fused k/v LoRA as the exact rank-2r block LoRA (as training does), its off-diagonal
+gradient blocks masked to zero, so both sides train the same function with the same parameters. Gradients are
+compared tensor by tensor in the PEFT layout.
 
-AdamW's first step moves every element by about lr·sign(g). The few elements whose gradient is at the fp32 noise
-floor (the backends disagree on its sign; one in ~5·10⁴ on the tiny Gemma 4) would move ±lr by chance, and one such
+AdamW's first step moves every element by about lr·sign(g). The few elements whose gradient is at the noise floor
+(the backends disagree on its sign; one in ~5·10⁴ on the tiny Gemma 4 in fp32) would move ±lr by chance, and one such
 element moved the loss by 1.3e-4: they are frozen on both sides for the step and counted in the table. They can't
 hide a bug: an element whose sign differs has |g| <= |Δg|, which the gradient check bounds.
-LoRA dropout is set to 0 (random masks can't match across frameworks).
+
+LoRA dropout cannot match bit for bit: torch draws PEFT's masks from torch's RNG, Qwix from JAX's threefry, and Qwix
+drops a fused k/v einsum's input once for both k and v where PEFT draws k's and v's masks independently. So the
+exact checks run at dropout 0, and with `--dropout p` the step's loss is sampled under `dropout_samples` masks on
+each side: dropout must be active on both (losses vary) and the two means must agree within their standard errors
+(both are inverted dropout on each LoRA module's input: E[mask / (1 - p)] = 1).
 """
 
 from __future__ import annotations
 
-import tempfile
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +49,15 @@ console = Console(soft_wrap=True, highlight=False)
 LOSS_TOL = 1e-4  # fp32, on a mean cross-entropy of ~7
 GRAD_RTOL = 1e-3  # per tensor: max |Δg| <= GRAD_RTOL · max |g| (+ GRAD_ATOL)
 GRAD_ATOL = 1e-7
+# bf16 keeps 8 significant bits: every rounding is off by up to 2^-8 relative. Both sides round the weights once
+# (identically) and then every activation in a different order, so each side's loss is within a few 2^-8 of the
+# exact value: the losses must agree within 4 · 2^-8 of the loss (~0.11 nats at 7.2; measured 6.8e-3 on the tiny
+# Gemma 4). Gradients are reported, not judged, in bf16: on the tiny models bf16 moves EITHER backend's LoRA
+# gradient from its own fp32 value by ~100 % (global relative L2 1.03 torch, 1.02 jax; fp32 torch vs jax: 1.1e-4),
+# so per-element agreement is not a property bf16 has. The step's effect is judged through the loss after it.
+BF16_EPS = 2.0**-8
+BF16_LOSS_RTOL = 4 * BF16_EPS
+DROPOUT_SIGMAS = 4.0  # means agree within 4 standard errors of their difference (a false alarm ~1 in 16,000)
 
 
 @dataclass
@@ -49,10 +66,34 @@ class GradDiff:
     part: str  # "A" | "B"
     max_abs: float  # max |g_torch - g_jax|
     scale: float  # max |g_torch|
+    rtol: float = GRAD_RTOL
 
     @property
     def ok(self) -> bool:
-        return self.max_abs <= GRAD_ATOL + GRAD_RTOL * self.scale
+        return self.max_abs <= GRAD_ATOL + self.rtol * self.scale
+
+
+@dataclass
+class DropoutCheck:
+    p: float
+    losses: dict[str, list[float]]  # per backend, one loss per dropout draw
+    loss_tol: float
+
+    def mean(self, side: str) -> float:
+        return float(np.mean(self.losses[side]))
+
+    def sem(self, side: str) -> float:
+        x = self.losses[side]
+        return float(np.std(x, ddof=1) / math.sqrt(len(x)))
+
+    @property
+    def bound(self) -> float:
+        return DROPOUT_SIGMAS * math.hypot(self.sem("torch"), self.sem("jax")) + self.loss_tol
+
+    @property
+    def ok(self) -> bool:
+        active = all(np.std(self.losses[s]) > 0 for s in ("torch", "jax"))
+        return active and abs(self.mean("torch") - self.mean("jax")) <= self.bound
 
 
 @dataclass
@@ -66,6 +107,15 @@ class ParityReport:
     elements: int = 0  # LoRA parameters in all
     weight_diff: float = 0.0  # max |Δ| of the LoRA weights after the step
     grads: list[GradDiff] = field(default_factory=list)
+    precision: str = "fp32"
+    accumulation: int = 1
+    mesh: tuple[int, int] = (1, 1)
+    recompute: dict[str, bool] = field(default_factory=lambda: {"torch": False, "jax": False})
+    dropout: DropoutCheck | None = None
+
+    @property
+    def loss_tol(self) -> float:
+        return LOSS_TOL if self.precision == "fp32" else BF16_LOSS_RTOL * abs(self.loss["torch"])
 
     @property
     def loss_diff(self) -> float:
@@ -79,9 +129,11 @@ class ParityReport:
     def ok(self) -> bool:
         return (
             self.tokens["torch"] == self.tokens["jax"]
-            and self.loss_diff <= LOSS_TOL
-            and self.loss_after_diff <= LOSS_TOL
+            and self.recompute["torch"] == self.recompute["jax"]
+            and self.loss_diff <= self.loss_tol
+            and self.loss_after_diff <= self.loss_tol
             and all(g.ok for g in self.grads)
+            and (self.dropout is None or self.dropout.ok)
         )
 
 
@@ -101,34 +153,49 @@ def parity_lora(spec: ModelSpec, rank: int, alpha: float, targets: list[str], se
     return LoraWeights(spec.family, rank, float(alpha), present, modules)
 
 
-def _load(recipe_file: Path, overrides: list[str]):
+def _load(recipe_file: Path, overrides: list[str], precision: str):
+    """The recipe with LoRA dropout 0 and the base in `precision` on both sides (fp32 | bf16)."""
     from crosstune.recipe import load_recipe
 
-    fixed = ["lora.dropout=0.0", "train.gradient_checkpointing=false", "model.dtype=float32"]
+    dtype = {"fp32": "float32", "bf16": "bfloat16"}[precision]
+    fixed = ["lora.dropout=0.0", f"model.dtype={dtype}", f"train.precision={precision}"]
     return load_recipe(recipe_file, [*(overrides or []), *fixed])
 
 
 def run_parity(
-    recipe_file: Path, overrides: list[str] | None = None, seed: int = 0, log: Callable[[str], None] = lambda _: None
+    recipe_file: Path,
+    overrides: list[str] | None = None,
+    seed: int = 0,
+    log: Callable[[str], None] = lambda _: None,
+    *,
+    precision: str = "fp32",
+    dropout: float | None = None,
+    dropout_samples: int = 8,
 ) -> ParityReport:
-    """Load, step and compare both backends on the recipe (see the module docstring); `log` hears each phase."""
+    """Load, step and compare both backends on the recipe (see the module docstring); `log` hears each phase.
+    `dropout`: the LoRA dropout of the sampled check (None or 0 skips it: it builds a second jax model)."""
 
     from crosstune.data import prepare_dataset
+    from crosstune.parity_sides import JaxSide, TorchSide
     from crosstune.recipe import resolve_path
 
-    recipe = _load(recipe_file, overrides or [])
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"precision {precision!r}: fp32 or bf16")
+    recipe = _load(recipe_file, overrides or [], precision)
     base = resolve_path(recipe, recipe.model.path)
     if base is None or not (base / "config.json").is_file():
         raise FileNotFoundError(f"model.path: no HF checkpoint at {base}")
     spec = get_family(recipe.model.family).spec_from_hf_config(read_model_config(base))
     log("preparing data")
     prepared = prepare_dataset(recipe)
-    rows = recipe.train.per_device_batch_size * recipe.backend.jax.mesh.fsdp
+    mesh = recipe.backend.jax.mesh
+    rows = recipe.train.per_device_batch_size * mesh.fsdp
     lora = parity_lora(spec, recipe.lora.rank, recipe.lora.alpha, list(recipe.lora.targets), seed)
+    bf16 = precision == "bf16"
     log("loading the torch model (TRL + PEFT)")
-    torch_side = _TorchSide(recipe, prepared, lora, rows)
-    log("loading the jax model (Tunix + Qwix)")
-    jax_side = _JaxSide(recipe, base, spec, prepared, lora, rows)
+    torch_side = TorchSide(recipe, prepared, lora, rows, bf16)
+    log(f"loading the jax model (Tunix + Qwix, mesh {mesh.fsdp}×{mesh.tp})")
+    jax_side = JaxSide(recipe, base, spec, prepared, lora, rows, bf16)
     log("loss and gradients")
     loss_t, grads_t = torch_side.loss_and_grads()
     loss_j, grads_j = jax_side.loss_and_grads()
@@ -145,200 +212,61 @@ def run_parity(
         frozen=int(sum(f.sum() for pair in freeze.values() for f in pair)),
         elements=int(sum(a.size + b.size for a, b in lora.modules.values())),
         weight_diff=max(float(np.abs(weights_t[m][i] - weights_j[m][i]).max()) for m in lora.modules for i in (0, 1)),
+        precision=precision,
+        accumulation=recipe.train.grad_accumulation,
+        mesh=(mesh.fsdp, mesh.tp),
+        recompute={"torch": torch_side.recomputes, "jax": recipe.train.gradient_checkpointing},
     )
+    rtol = GRAD_RTOL if precision == "fp32" else math.inf  # bf16: reported, not judged (see BF16_LOSS_RTOL)
     for name in lora.modules:
         for part, i in (("A", 0), ("B", 1)):
             gt, gj = grads_t[name][i], grads_j[name][i]
-            report.grads.append(GradDiff(name, part, float(np.abs(gt - gj).max()), float(np.abs(gt).max())))
+            report.grads.append(GradDiff(name, part, float(np.abs(gt - gj).max()), float(np.abs(gt).max()), rtol))
+    if dropout:
+        log(f"LoRA dropout {dropout}: {dropout_samples} draws per side")
+        torch_side.set_dropout(dropout)
+        report.dropout = DropoutCheck(
+            dropout,
+            {
+                "torch": torch_side.sample_losses(dropout_samples, seed),
+                "jax": jax_side.sample_losses(dropout_samples, seed, dropout),
+            },
+            report.loss_tol,
+        )
     return report
 
 
-def _step_train(recipe):
-    """The recipe's optimizer settings at a constant peak learning rate (no warmup: one step)."""
-    return recipe.train.model_copy(update={"schedule": "constant", "warmup_steps": 0})
-
-
 def undetermined_signs(torch_grads: dict, jax_grads: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per module, 1 where the backends' gradient signs disagree (the element is at the fp32 noise floor), else 0.
+    """Per module, 1 where the backends' gradient signs disagree (the element is at the noise floor), else 0.
 
-    AdamW's first step moves every element by about lr·sign(g): an element whose sign fp32 rounding decides would
-    move ±lr depending on the backend. Such elements (typically one in 10⁴-10⁵) are frozen on both sides for the
-    step; the count is reported."""
+    AdamW's first step moves every element by about lr·sign(g): an element whose sign rounding decides would
+    move ±lr depending on the backend. Such elements (typically one in 10⁴-10⁵ in fp32) are frozen on both sides
+    for the step; the count is reported."""
     return {
         m: tuple((np.sign(torch_grads[m][i]) != np.sign(jax_grads[m][i])).astype(np.float32) for i in (0, 1))
         for m in torch_grads
     }
 
 
-class _TorchSide:
-    """The torch backend's model, trainer (dataloader + collator + compute_loss) and the parity LoRA."""
-
-    def __init__(self, recipe, prepared, lora: LoraWeights, rows: int):
-        import torch
-
-        from crosstune.data import torch_dataset
-        from crosstune.export.lora import text_module_name
-        from crosstune.train.torch_backend import build_model, lora_config, sft_config
-        from crosstune.train.torch_callbacks import CrosstuneSFTTrainer
-
-        torch.manual_seed(0)
-        self.recipe, self.lora = recipe, lora
-        model, tokenizer = build_model(recipe, on_gpu=False)
-        config, _ = lora_config(recipe, model)
-        dataset = torch_dataset(prepared, "train", seed=recipe.train.seed).select(range(rows))
-        with tempfile.TemporaryDirectory(prefix="crosstune-parity-") as tmp:
-            args = sft_config(recipe, Path(tmp), steps=1, progress=False)
-            args.per_device_train_batch_size = rows
-            self.trainer = CrosstuneSFTTrainer(
-                model=model,
-                args=args,
-                train_dataset=dataset,
-                processing_class=tokenizer,
-                peft_config=config,
-                keep_last=1,
-            )
-        self.model = self.trainer.model
-        self.params = {}
-        for name, p in self.model.named_parameters():
-            if ".lora_A." in name or ".lora_B." in name:
-                module, part = name.split(".lora_")
-                self.params[(text_module_name(module.removeprefix("base_model.model.")), part[0])] = p
-        if set(self.params) != {(m, part) for m in lora.modules for part in "AB"}:
-            raise RuntimeError("the torch model's LoRA modules differ from the parity LoRA's (family layout mismatch)")
-        with torch.no_grad():
-            for (module, part), p in self.params.items():
-                p.copy_(torch.from_numpy(lora.modules[module][0 if part == "A" else 1]))
-        self.batch = next(iter(self.trainer.get_train_dataloader()))
-        self.tokens = int((self.batch["labels"][..., 1:] != -100).sum())
-        self.model.train()
-
-    def _loss(self):
-        import torch
-
-        return self.trainer.compute_loss(self.model, dict(self.batch), num_items_in_batch=torch.tensor(self.tokens))
-
-    def loss_and_grads(self) -> tuple[float, dict]:
-        loss = self._loss()
-        loss.backward()
-        grads = {m: tuple(self.params[(m, p)].grad.numpy().copy() for p in "AB") for m in self.lora.modules}
-        return loss.item(), grads
-
-    def step(self, freeze: dict) -> tuple[float, dict]:
-        """One AdamW step (frozen elements' gradients zeroed), then the loss; returns (loss, LoRA weights)."""
-        import torch
-
-        with torch.no_grad():
-            for (m, part), p in self.params.items():
-                p.grad.mul_(torch.from_numpy(1.0 - freeze[m][0 if part == "A" else 1]))
-        train = _step_train(self.recipe)
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        if train.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(trainable, train.max_grad_norm)
-        torch.optim.AdamW(
-            trainable,
-            lr=train.learning_rate,
-            betas=(train.adam_beta1, train.adam_beta2),
-            eps=train.adam_eps,
-            weight_decay=train.weight_decay,
-        ).step()
-        with torch.no_grad():
-            after = float(self._loss())
-        return after, {m: tuple(self.params[(m, p)].detach().numpy().copy() for p in "AB") for m in self.lora.modules}
-
-
-class _JaxSide:
-    """The jax backend's tunix model with the parity LoRA imported, and its loss on the same rows."""
-
-    def __init__(self, recipe, base: Path, spec: ModelSpec, prepared, lora: LoraWeights, rows: int):
-        import jax.numpy as jnp
-        from flax import nnx
-
-        from crosstune.data import grain_dataset
-        from crosstune.export.jax_lora import install_lora
-        from crosstune.train.jax_model import build_model, make_mesh, mesh_context
-        from crosstune.train.jax_step import device_batch, model_inputs, optimizer_steps
-
-        self.recipe, self.spec, self.lora = recipe, spec, lora
-        self.mesh = make_mesh(recipe.backend.jax.mesh.fsdp, recipe.backend.jax.mesh.tp)
-        batch = grain_dataset(prepared, "train", batch_size=rows, seed=recipe.train.seed)[0]
-        micro = next(optimizer_steps([batch], 1))[0]
-        self.tokens = int(micro["step_trained_tokens"])
-        self.inputs = {k: jnp.asarray(v) for k, v in model_inputs(device_batch(micro)).items()}
-        with mesh_context(self.mesh):
-            self.model, _ = build_model(recipe.model.family, base, self.mesh, dtype="float32", lora=recipe.lora)
-            self.masks = install_lora(self.model, lora, spec)
-        self._loss_and_grad = nnx.jit(self._loss_and_grad)  # compiled once: before and after the step
-
-    @staticmethod
-    def _loss_and_grad(model, inputs):
-        from flax import nnx
-
-        from crosstune.train.jax_step import loss_fn
-
-        return nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.LoRAParam))(model, **inputs)
-
-    def _named(self, tree) -> dict[str, np.ndarray]:
-        import jax
-
-        from crosstune.export.jax_lora import param_name
-
-        return {param_name(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(tree)}
-
-    def loss_and_grads(self) -> tuple[float, dict]:
-
-        from crosstune.export.jax_lora import qwix_to_lora
-        from crosstune.train.jax_model import mesh_context
-
-        with mesh_context(self.mesh):
-            loss, self.grads = self._loss_and_grad(self.model, self.inputs)
-        self.flat = self._named(self.grads)
-        for name, mask in self.masks.items():  # block k/v LoRAs stay exact PEFT pairs (crosstune.families.lora_layout)
-            self.flat[name] = self.flat[name] * mask
-        lora = self.lora
-        return float(loss), qwix_to_lora(self.flat, self.spec, rank=lora.rank, alpha=lora.alpha).modules
-
-    def step(self, freeze: dict) -> tuple[float, dict]:
-        from flax import nnx
-
-        from crosstune.export.jax_lora import lora_to_qwix, qwix_to_lora
-        from crosstune.train.jax_model import mesh_context
-        from crosstune.train.jax_step import make_optimizer
-
-        lora = self.lora
-        frozen, _ = lora_to_qwix(
-            LoraWeights(lora.family, lora.rank, lora.alpha, lora.targets, freeze), self.spec, False
-        )
-        flat = {k: v * (1.0 - frozen[k]).astype(v.dtype) for k, v in self.flat.items()}
-        with mesh_context(self.mesh):
-            nnx.replace_by_pure_dict(self.grads, _nest(flat, self.grads))
-            tx, _ = make_optimizer(_step_train(self.recipe), total_steps=1)
-            optimizer = nnx.Optimizer(self.model, tx, wrt=nnx.LoRAParam)
-            nnx.jit(lambda opt, model, grads: opt.update(model, grads))(optimizer, self.model, self.grads)
-            after = float(self._loss_and_grad(self.model, self.inputs)[0])
-            weights = self._named(nnx.state(self.model, nnx.LoRAParam))
-        return after, qwix_to_lora(weights, self.spec, rank=lora.rank, alpha=lora.alpha).modules
-
-
-def _nest(flat: dict[str, np.ndarray], state) -> dict:
-    """Dotted names -> the nested pure dict of `state` (for nnx.replace_by_pure_dict)."""
-    import jax
-
-    from crosstune.export.jax_lora import param_name
-
-    return jax.tree_util.tree_map_with_path(lambda p, _: flat[param_name(p)], state.to_pure_dict())
-
-
 def report_table(report: ParityReport) -> Table:
     def mark(ok: bool) -> str:
         return "[green]ok[/green]" if ok else "[red]FAIL[/red]"
 
-    table = Table(title=f"torch vs jax: one training step ({report.family}, {report.rows} rows, fp32)")
+    fsdp, tp = report.mesh
+    title = (
+        f"torch vs jax: one training step ({report.family}, {report.rows} rows × {report.accumulation} micro-batches, "
+        f"{report.precision}, jax mesh {fsdp}×{tp})"
+    )
+    table = Table(title=title)
+    rtol = report.grads[0].rtol if report.grads else GRAD_RTOL
     table.caption = (
-        f"grad rows: worst layer, max |g| (torch) and max |Δg|; tolerance {GRAD_RTOL:.0e}·max|g| + {GRAD_ATOL:.0e}. "
-        "Frozen: gradient elements whose sign the backends disagree on (fp32 noise floor), held for the step."
+        f"grad rows: worst layer, max |g| (torch) and max |Δg|; tolerance {rtol:.0e}·max|g| + {GRAD_ATOL:.0e}. "
+        "Frozen: gradient elements whose sign the backends disagree on (noise floor), held for the step."
     )
     for col in ("quantity", "torch", "jax", "|Δ|", "tol", ""):
         table.add_column(col, justify="right" if col not in ("quantity", "") else "left")
+    rc = report.recompute
+    table.add_row("activation recompute", str(rc["torch"]), str(rc["jax"]), "", "same", mark(rc["torch"] == rc["jax"]))
     tok_ok = report.tokens["torch"] == report.tokens["jax"]
     table.add_row(
         "trained tokens",
@@ -353,8 +281,8 @@ def report_table(report: ParityReport) -> Table:
         f"{report.loss['torch']:.6f}",
         f"{report.loss['jax']:.6f}",
         f"{report.loss_diff:.2e}",
-        f"{LOSS_TOL:.0e}",
-        mark(report.loss_diff <= LOSS_TOL),
+        f"{report.loss_tol:.0e}",
+        mark(report.loss_diff <= report.loss_tol),
     )
     by_kind: dict[tuple[str, str], list[GradDiff]] = {}
     for g in report.grads:
@@ -366,7 +294,7 @@ def report_table(report: ParityReport) -> Table:
             f"{worst.scale:.2e}",
             "",
             f"{worst.max_abs:.2e}",
-            f"{GRAD_ATOL + GRAD_RTOL * worst.scale:.0e}",
+            f"{GRAD_ATOL + worst.rtol * worst.scale:.0e}",
             mark(all(g.ok for g in diffs)),
         )
     table.add_row("frozen elements", f"{report.frozen}/{report.elements}", "", "", "", "")
@@ -376,9 +304,19 @@ def report_table(report: ParityReport) -> Table:
         f"{report.loss_after['torch']:.6f}",
         f"{report.loss_after['jax']:.6f}",
         f"{report.loss_after_diff:.2e}",
-        f"{LOSS_TOL:.0e}",
-        mark(report.loss_after_diff <= LOSS_TOL),
+        f"{report.loss_tol:.0e}",
+        mark(report.loss_after_diff <= report.loss_tol),
     )
+    d = report.dropout
+    if d is not None:
+        table.add_row(
+            f"loss, dropout {d.p} (mean ± s.e., {len(d.losses['torch'])} draws)",
+            f"{d.mean('torch'):.6f} ± {d.sem('torch'):.1e}",
+            f"{d.mean('jax'):.6f} ± {d.sem('jax'):.1e}",
+            f"{abs(d.mean('torch') - d.mean('jax')):.2e}",
+            f"{d.bound:.0e}",
+            mark(d.ok),
+        )
     return table
 
 
@@ -390,11 +328,24 @@ def parity(
     recipe_file: Path = typer.Argument(..., help="recipe YAML (its model, LoRA, data, optimizer and jax mesh)"),
     overrides: list[str] = typer.Option(None, "--set", help="override a recipe value: --set lora.rank=4"),
     seed: int = typer.Option(0, help="seed of the random LoRA weights both backends get"),
+    precision: str = typer.Option("fp32", help="fp32 (tight tolerances) or bf16 (both bases bf16; loss within 4·2^-8)"),
+    dropout: float = typer.Option(None, help="also check LoRA dropout p (e.g. the recipe's) over sampled masks"),
+    dropout_samples: int = typer.Option(8, help="dropout draws per backend for the sampled check"),
 ) -> None:
     """Check that torch (TRL+PEFT) and jax (Tunix+Qwix) compute the same training step on the recipe: same loss,
-    same LoRA gradients, same loss after one AdamW step (fp32). Exits non-zero when out of tolerance."""
+    same LoRA gradients, same loss after one AdamW step, over the recipe's gradient accumulation, activation
+    recompute and jax mesh. LoRA dropout is checked statistically (different RNGs). Exits non-zero when out of
+    tolerance."""
     with console.status("parity") as status:
-        report = run_parity(recipe_file, overrides, seed, log=lambda msg: status.update(f"parity: {msg}"))
+        report = run_parity(
+            recipe_file,
+            overrides,
+            seed,
+            log=lambda msg: status.update(f"parity: {msg}"),
+            precision=precision,
+            dropout=dropout,
+            dropout_samples=dropout_samples,
+        )
     console.print(report_table(report))
     if not report.ok:
         console.print("[red]parity FAILED[/red]: the backends disagree beyond tolerance")

@@ -93,8 +93,8 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
         problems.append(
             Problem(
                 "lora.targets",
-                "k and v must be targeted together: the jax backend adapts both through one kv_einsum LoRA "
-                "(A shared), so the two backends would train different adapters",
+                "k and v must be targeted together: tunix fuses them into one kv_einsum, whose LoRA (k and v "
+                "blocks, each with its own A) the jax backend adapts as one module",
                 "list both k and v, or neither",
             )
         )
@@ -169,6 +169,17 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
                     f"use at most {hw.devices}",
                 )
             )
+    if not recipe.data.packing:
+        problems.append(
+            Problem(
+                "data.packing",
+                "unpacked rows are padded to max_seq_len: the jax backend computes every position of every row "
+                "(padding included) while the torch backend strips padding, yet both count only real tokens in "
+                "tokens/s and mfu, so a jax run is charged for work a torch run never does",
+                "set data.packing: true to compare backends (or compare mfu_computed / hfu, which count padding)",
+                severity="warning",
+            )
+        )
     if hw.chip.platform == "cpu" and recipe.train.precision == "bf16":
         problems.append(
             Problem(

@@ -112,7 +112,7 @@ class JaxRun:
         self.data, self.prepared, self.data_provenance = plan, prepared, data_provenance
         self.seq_len = prepared.max_seq_len
         self.progress = progress and jax.process_index() == 0
-        self.counts: dict[int, tuple[int, int]] = {}  # step -> (trained tokens, tokens), filled as steps are read
+        self.counts: dict[int, tuple[int, int, int]] = {}  # step -> (trained, real, computed tokens), as read
 
     @contextlib.contextmanager
     def setup(self) -> Iterator[JaxRun]:
@@ -182,7 +182,7 @@ class JaxRun:
             lora=r.lora,
             seed=r.train.seed,
         )
-        optimizer, self.schedule = make_optimizer(r.train, self.data.total_steps)
+        optimizer, self.schedule = make_optimizer(r.train, self.data.total_steps, lora_rank=r.lora.rank)
         config = peft_trainer.TrainingConfig(
             eval_every_n_steps=self.data.total_steps + 1,
             max_steps=None,  # the iterator ends the run; tunix's own tqdm bar stays off (ours has the ETA)
@@ -287,7 +287,9 @@ class JaxRun:
         yield from (_SKIPPED for _ in range(start * k))
         stream = (self.dataset[i] for i in range(start * k, total * k))
         for step, group in enumerate(optimizer_steps(stream, k, global_sum), start=start + 1):
-            self.counts[step] = (group[0]["step_trained_tokens"], group[0]["step_tokens"])
+            self.counts[step] = tuple(
+                group[0][k] for k in ("step_trained_tokens", "step_tokens", "step_computed_tokens")
+            )
             yield from (global_batch(device_batch(m), self.mesh) for m in group)
 
     def _metadata(self) -> dict:
@@ -314,7 +316,7 @@ class JaxRun:
         from crosstune.train.metrics import make_step_metrics
 
         d, r = self.data, self.recipe
-        trained, tokens = self.counts.pop(step)
+        trained, tokens, computed = self.counts.pop(step)
         return make_step_metrics(
             step=step,
             epoch=step * d.accumulation / d.micro_batches_per_epoch,
@@ -323,6 +325,7 @@ class JaxRun:
             grad_norm=grad_norm,
             trained_tokens=trained,
             tokens=tokens,
+            computed_tokens=computed,
             step_time_s=step_time_s,
             peak_memory_gb=peak_memory_gb(),
             spec=self.spec,

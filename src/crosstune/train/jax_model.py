@@ -13,10 +13,10 @@ checks for the pitfalls of tunix 0.1.7 / qwix 0.1.8 / flax 0.12 (docs/TUNIX_LAYO
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 import warnings
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,12 +111,15 @@ def build_model(
     """The tunix model of an HF checkpoint directory, with Qwix LoRA on `lora.targets` when `lora` is given.
 
     Built abstractly first (the model, then Qwix's tracing pass that adds LoRA: no eager forward, no allocation),
-    shardings fitted to the mesh, then each base tensor read once from the checkpoint and each LoRA tensor
-    initialised, straight into its NamedSharding. LoRA params are float32 whatever the base dtype (as PEFT keeps
-    them: AdamW state of bf16 LoRA weights loses small updates).
+    shardings fitted to the mesh, then each base tensor read once from the checkpoint straight into its
+    NamedSharding. The LoRA is the run's initial LoRA (crosstune.train.lora_init, seeded by `seed`: the same arrays
+    the torch backend installs), fused k/v einsums in the rank-2r block form. LoRA params are float32 whatever the
+    base dtype (as PEFT keeps them: AdamW state of bf16 LoRA weights loses small updates).
     """
     reader = CheckpointReader(Path(model_dir))
-    config = tunix_model_config(family, reader.config(), dtype=dtype, compute_dtype=compute_dtype, remat=remat)
+    # Built without remat: Qwix creates the LoRA params while tracing a forward pass, and under tunix's nnx.remat
+    # (graph_updates=False) the params it creates inside the layers are dropped. Remat is switched on after.
+    config = tunix_model_config(family, reader.config(), dtype=dtype, compute_dtype=compute_dtype, remat=False)
     cls = tunix_model_class(family)
     rule = None if lora is None else _lora_rule(family, lora, reader)
     with mesh_context(mesh):
@@ -133,6 +136,8 @@ def build_model(
             )
     if lora is not None:
         _check_lora_modules(model, family, reader, lora)
+    if remat:
+        _set_remat(model, tunix_model_config(family, reader.config(), remat=True).remat_config)
     replicated = fit_shardings(model, mesh)
     graphdef, lora_state, base_state = nnx.split(model, nnx.LoRAParam, ...)
     host_dtype = np.dtype(jnp.dtype(config.param_dtype))
@@ -146,11 +151,23 @@ def build_model(
     )
     nnx.replace_by_pure_dict(base_state, base)
     if rule is not None:
-        nnx.replace_by_pure_dict(lora_state, _init_lora(lora_state, mesh, seed))
+        nnx.replace_by_pure_dict(lora_state, _zeros(lora_state, mesh))
     model = nnx.merge(graphdef, lora_state, base_state)
+    if rule is not None:
+        _install_initial_lora(model, family, reader, lora, seed)
     if lora is not None and lora.dropout > 0:
         model.set_attributes(qwix_rngs=nnx.Rngs(dropout=seed))  # qwix unsets the rngs it was applied with
     return model, replicated
+
+
+def _set_remat(model: nnx.Module, remat_config) -> None:
+    """Every tunix module's remat setting (its config's, and the attention layers' own copy) -> `remat_config`."""
+    for _, module in model.iter_modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "remat_config"):
+            module.config = dataclasses.replace(config, remat_config=remat_config)
+        if hasattr(module, "remat_config"):
+            module.remat_config = remat_config
 
 
 def _lora_rule(family: str, lora: LoraSection, reader: CheckpointReader):
@@ -165,20 +182,21 @@ def _lora_rule(family: str, lora: LoraSection, reader: CheckpointReader):
     )
 
 
-def _init_lora(lora_state: nnx.State, mesh: Mesh, seed: int) -> dict:
-    """LoRA A ~ He uniform (Qwix's default: U(±sqrt(6 / fan_in)), fan_in = all axes but the rank), B = 0, in
-    float32, drawn on the host per leaf from (seed, leaf name): a jitted threefry init compiles for ~10 s on CPU."""
-
-    def init(path, x):
-        name = _key(path)
-        if not name.endswith("_lora_a"):
-            return np.zeros(x.shape, np.float32)
-        limit = math.sqrt(6.0 / math.prod(x.shape[:-1]))
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        return rng.uniform(-limit, limit, size=x.shape).astype(np.float32)
-
-    values = jax.tree.map_with_path(init, lora_state.to_pure_dict())
+def _zeros(lora_state: nnx.State, mesh: Mesh) -> dict:
+    """float32 zeros in every LoRA leaf's sharding (LoRA stays float32 whatever the base dtype)."""
+    values = jax.tree.map(lambda x: np.zeros(x.shape, np.float32), lora_state.to_pure_dict())
     return jax.device_put(values, nnx.get_named_sharding(lora_state, mesh).to_pure_dict())
+
+
+def _install_initial_lora(model: nnx.Module, family: str, reader: CheckpointReader, lora: LoraSection, seed: int):
+    """The run's initial LoRA, drawn once in the neutral PEFT layout (crosstune.train.lora_init, the torch backend
+    installs the same arrays): fused k/v einsums get the exact rank-2r block form (separate A for k and v), whose
+    off-diagonal blocks the optimizer keeps at zero (jax_step.keep_block_lora_diagonal)."""
+    from crosstune.export.jax_lora import install_lora
+    from crosstune.train.lora_init import initial_lora
+
+    spec = get_family(family).spec_from_hf_config(reader.config())
+    install_lora(model, initial_lora(spec, lora.rank, lora.alpha, lora.targets, seed), spec)
 
 
 def lora_module_regex(family: str, spec: ModelSpec, targets: list[str]) -> str:

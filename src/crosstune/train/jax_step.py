@@ -66,7 +66,8 @@ def optimizer_steps(batches: Iterable[dict], accumulation: int, global_sum=lambd
     """Group micro-batches per optimizer step and attach `loss_weight` = k / N_step to every row.
 
     `global_sum` adds a per-process count over all processes (identity on one host). Yields the k micro-batches
-    of each step (a trailing incomplete step is dropped); each carries `trained_tokens`/`tokens` of the step too.
+    of each step (a trailing incomplete step is dropped); each carries the step's `step_trained_tokens`,
+    `step_tokens` (not padding) and `step_computed_tokens` (every position of every row) too.
     """
     group: list[dict] = []
     for batch in batches:
@@ -74,13 +75,17 @@ def optimizer_steps(batches: Iterable[dict], accumulation: int, global_sum=lambd
         if len(group) < accumulation:
             continue
         local = np.array(
-            [sum(trained_tokens(b) for b in group), sum(int(np.count_nonzero(b["segment_ids"])) for b in group)]
+            [
+                sum(trained_tokens(b) for b in group),
+                sum(int(np.count_nonzero(b["segment_ids"])) for b in group),
+                sum(int(b["input_tokens"].size) for b in group),  # every position is computed, padding included
+            ]
         )
-        trained, tokens = (int(x) for x in global_sum(local))
+        trained, tokens, computed = (int(x) for x in global_sum(local))
         weight = np.float32(accumulation / max(trained, 1))
         for b in group:
             b["loss_weight"] = np.full(b["input_tokens"].shape[0], weight, dtype=np.float32)
-        yield [dict(b, step_trained_tokens=trained, step_tokens=tokens) for b in group]
+        yield [dict(b, step_trained_tokens=trained, step_tokens=tokens, step_computed_tokens=computed) for b in group]
         group = []
 
 
@@ -123,10 +128,46 @@ def record_grad_norm() -> optax.GradientTransformation:
     return optax.GradientTransformation(init, update)
 
 
-def make_optimizer(train: TrainSection, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """AdamW with the recipe's schedule and hyper-parameters, gradient clipping, and the grad-norm recorder."""
+FUSED_LORA_B = {"kv_einsum": 2, "qkv_einsum": 3}  # fused einsum -> its components (crosstune.families.lora_layout)
+
+
+def _block_diagonal(name: str, shape: tuple[int, ...], rank: int) -> jax.Array | None:
+    """0/1 mask of a fused einsum's block LoRA B (c·r, c, ...): 1 on component j's own r rows. None otherwise."""
+    module = name.rsplit(".", 2)[-2] if name.endswith(".w_lora_b") else ""
+    c = FUSED_LORA_B.get(module)
+    if c is None or shape[0] != c * rank or len(shape) < 2 or shape[1] != c:
+        return None
+    rows, comps = jnp.arange(shape[0])[:, None] // rank, jnp.arange(c)[None, :]
+    return (rows == comps).astype(jnp.float32).reshape(shape[:2] + (1,) * (len(shape) - 2))
+
+
+def keep_block_lora_diagonal(rank: int) -> optax.GradientTransformation:
+    """Zero the gradient of every block LoRA's off-diagonal blocks, so that a fused k/v einsum's LoRA stays the two
+    independent rank-r PEFT LoRAs it was initialised as (zero gradient -> zero AdamW update, and decay of 0 is 0).
+    The mask is built from the shape inside the step (no constants the size of B in the program)."""
+
+    def update(updates, state, params=None):
+        del params
+
+        def mask(path, g):
+            parts = [getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))) for k in path]
+            m = _block_diagonal(".".join(str(p) for p in parts if p != "value"), g.shape, rank)
+            return g if m is None else g * m.astype(g.dtype)
+
+        return jax.tree_util.tree_map_with_path(mask, updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def make_optimizer(
+    train: TrainSection, total_steps: int, lora_rank: int | None = None
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """AdamW with the recipe's schedule and hyper-parameters, gradient clipping, and the grad-norm recorder; with
+    `lora_rank`, block LoRAs of fused einsums first get their off-diagonal gradients zeroed (so the recorded norm
+    is that of the parameters PEFT has)."""
     schedule = lr_schedule(train.schedule, train.learning_rate, train.warmup_steps, total_steps)
-    parts = [record_grad_norm()]
+    parts = [] if lora_rank is None else [keep_block_lora_diagonal(lora_rank)]
+    parts.append(record_grad_norm())
     if train.max_grad_norm:
         parts.append(optax.clip_by_global_norm(train.max_grad_norm))
     parts.append(

@@ -27,12 +27,19 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "grad_norm": "global L2 norm of the LoRA gradients before clipping",
     "trained_tokens": "tokens with loss_mask = 1 in the step",
     "tokens": "non-padding tokens in the step (prompt + answer)",
+    "computed_tokens": "token positions the model computed in the step, padding included (jax: every position of "
+    "every [batch, seq_len] row; torch: the padding-free rows' tokens). Equal to `tokens` when nothing is padded; "
+    "unpacked rows make the jax backend compute far more than it trains (see `crosstune recipe check`)",
     "step_time_s": "wall time of the step, excluding compilation (reported once as compile_time_s)",
     "trained_tokens_per_s": "trained_tokens / step_time_s, summed over all devices",
     "tokens_per_s": "tokens / step_time_s, summed over all devices",
     "peak_memory_gb": "peak accelerator memory per device (GB); host peak RSS on CPU",
-    "mfu": "model FLOPs utilisation: LoRA FLOPs (forward + backward-to-activations, + forward when recomputing) "
-    "of the step's tokens / (step_time_s × peak bf16 FLOP/s of all devices); null on CPU",
+    "mfu": "model FLOPs utilisation on real tokens: `tokens` × model FLOPs per token / (step_time_s × peak bf16 "
+    "FLOP/s of all devices). Model FLOPs follow the LoRA convention: forward + backward to activations (2× forward, "
+    "'4N'), NOT counting activation recompute (until issue 16 `mfu` counted it); null on CPU",
+    "mfu_computed": "as `mfu`, on `computed_tokens` (padding included): the work the chips were given, useful or not",
+    "hfu": "hardware FLOPs utilisation: `computed_tokens` × (forward + backward to activations + the recomputed "
+    "forward when activations are recomputed, i.e. 3× forward) / (step_time_s × peak); null on CPU",
 }
 
 
@@ -45,11 +52,14 @@ class StepMetrics:
     grad_norm: float
     trained_tokens: int
     tokens: int
+    computed_tokens: int
     step_time_s: float
     trained_tokens_per_s: float
     tokens_per_s: float
     peak_memory_gb: float | None
     mfu: float | None
+    mfu_computed: float | None
+    hfu: float | None
 
 
 def host_peak_rss_gb() -> float:
@@ -57,7 +67,7 @@ def host_peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
-def mfu(
+def flops_utilisation(
     spec: ModelSpec,
     tokens: int,
     context: int,
@@ -66,7 +76,8 @@ def mfu(
     devices: int,
     recompute_activations: bool,
 ) -> float | None:
-    """LoRA-convention MFU of one step; None where the chip has no meaningful peak (CPU)."""
+    """LoRA-convention FLOPs of `tokens` / (step time × peak of all devices); None where the chip has no
+    meaningful peak (CPU). `recompute_activations` adds the recomputed forward (hardware FLOPs, not model FLOPs)."""
     peak = hardware.chip.peak_bf16_tflops
     if peak is None or step_time_s <= 0:
         return None
@@ -83,6 +94,7 @@ def make_step_metrics(
     grad_norm: float,
     trained_tokens: int,
     tokens: int,
+    computed_tokens: int,
     step_time_s: float,
     peak_memory_gb: float | None,
     spec: ModelSpec,
@@ -91,7 +103,8 @@ def make_step_metrics(
     devices: int,
     recompute_activations: bool,
 ) -> StepMetrics:
-    """Derive rates and MFU the same way for both backends."""
+    """Derive rates, MFU and HFU the same way for both backends."""
+    util = lambda n, remat: flops_utilisation(spec, n, context, step_time_s, hardware, devices, remat)  # noqa: E731
     rate = (lambda n: n / step_time_s) if step_time_s > 0 else (lambda n: math.nan)
     return StepMetrics(
         step=step,
@@ -101,11 +114,14 @@ def make_step_metrics(
         grad_norm=float(grad_norm),
         trained_tokens=int(trained_tokens),
         tokens=int(tokens),
+        computed_tokens=int(computed_tokens),
         step_time_s=step_time_s,
         trained_tokens_per_s=rate(trained_tokens),
         tokens_per_s=rate(tokens),
         peak_memory_gb=peak_memory_gb,
-        mfu=mfu(spec, tokens, context, step_time_s, hardware, devices, recompute_activations),
+        mfu=util(tokens, False),
+        mfu_computed=util(computed_tokens, False),
+        hfu=util(computed_tokens, recompute_activations),
     )
 
 

@@ -157,6 +157,7 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
         keep_last=recipe.train.keep_last,
     )
     callback.bind(trainer)
+    install_initial_lora(trainer.model, recipe)  # a resumed run's checkpoint replaces it in trainer.train()
     lora_meta["trainable_params"] = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     if state.is_main_process:
         _write_metadata(recipe, run_dir, trainer, lora_meta, resume_from, data)
@@ -280,6 +281,45 @@ def lora_config(recipe: Recipe, model: Any) -> tuple[Any, dict]:
         "notes": notes,
     }
     return config, meta
+
+
+def peft_lora_params(model: Any) -> dict[tuple[str, str], Any]:
+    """{(HF module name in the text-only layout, "A" | "B"): the PEFT parameter} of a PEFT-wrapped model."""
+    from crosstune.export.lora import text_module_name
+
+    params = {}
+    for name, p in model.named_parameters():
+        if ".lora_A." in name or ".lora_B." in name:
+            module, part = name.split(".lora_")
+            params[(text_module_name(module.removeprefix("base_model.model.")), part[0])] = p
+    return params
+
+
+def install_lora_weights(model: Any, lora: Any) -> None:
+    """Copy `lora` (crosstune.export.lora.LoraWeights) into the PEFT model's lora_A/lora_B, which must cover exactly
+    the same modules."""
+    import torch
+
+    params = peft_lora_params(model)
+    wanted = {(m, part) for m in lora.modules for part in "AB"}
+    if set(params) != wanted:
+        raise RuntimeError(
+            "the PEFT model's LoRA modules differ from the LoRA to install: model only "
+            f"{sorted(set(params) - wanted)[:3]}, LoRA only {sorted(wanted - set(params))[:3]} (family layout mismatch)"
+        )
+    with torch.no_grad():
+        for (module, part), p in params.items():
+            p.copy_(torch.from_numpy(lora.modules[module][0 if part == "A" else 1]))
+
+
+def install_initial_lora(model: Any, recipe: Recipe) -> None:
+    """The run's initial LoRA from crosstune.train.lora_init (the JAX backend installs the same arrays), in place of
+    PEFT's own draw: the two backends start bit for bit from the same adapter."""
+    from crosstune.train.lora_init import initial_lora
+
+    spec = get_family(recipe.model.family).spec_from_hf_config(model.get_base_model().config.to_dict())
+    lora = recipe.lora
+    install_lora_weights(model, initial_lora(spec, lora.rank, lora.alpha, lora.targets, recipe.train.seed))
 
 
 # --- SFTConfig --------------------------------------------------------------------------------------------------

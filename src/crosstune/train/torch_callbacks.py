@@ -35,6 +35,7 @@ class CrosstuneSFTTrainer(SFTTrainer):
         self._loss_sum = 0  # the losses training_step returns
         self._trained_tokens = 0  # tokens with a label (after the shift)
         self._tokens = 0  # non-padding tokens
+        self._computed = 0  # token positions the model ran (padding-free rows: the same as _tokens)
         self._grad_norm = None
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -45,6 +46,7 @@ class CrosstuneSFTTrainer(SFTTrainer):
         labels, mask = inputs["labels"], inputs.get("attention_mask")
         self._trained_tokens = self._trained_tokens + (labels[..., 1:] != -100).sum()
         self._tokens = self._tokens + (mask.sum() if mask is not None else labels.numel())
+        self._computed = self._computed + inputs["input_ids"].numel()
         loss = super().training_step(model, inputs, num_items_in_batch)
         self._loss_sum = self._loss_sum + loss
         return loss
@@ -53,23 +55,24 @@ class CrosstuneSFTTrainer(SFTTrainer):
         self._grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
         return self._grad_norm
 
-    def pop_step(self) -> tuple[float, int, int, float]:
-        """(loss, trained tokens, tokens, grad norm) of the step just finished, over all ranks. Collective: every
-        rank calls it. Each rank's loss is its share of sum(token losses) / (step's trained tokens of all ranks),
-        scaled by the world size (TRL, average_tokens_across_devices) -> the mean over ranks is the step's loss."""
+    def pop_step(self) -> tuple[float, int, int, int, float]:
+        """(loss, trained tokens, tokens, computed tokens, grad norm) of the step just finished, over all ranks.
+        Collective: every rank calls it. Each rank's loss is its share of sum(token losses) / (step's trained
+        tokens of all ranks), scaled by the world size (TRL, average_tokens_across_devices) -> the mean over
+        ranks is the step's loss."""
         import torch
 
         acc = self.accelerator
-        sums = (self._loss_sum, self._trained_tokens, self._tokens)
+        sums = (self._loss_sum, self._trained_tokens, self._tokens, self._computed)
         packed = torch.stack([torch.as_tensor(x, device=acc.device).double() for x in sums])
         total = acc.reduce(packed, reduction="sum") if acc.num_processes > 1 else packed
-        loss, trained, tokens = total.tolist()  # the one host sync of a metrics row
+        loss, trained, tokens, computed = total.tolist()  # the one host sync of a metrics row
         grad_norm = float(self._grad_norm) if self._grad_norm is not None else float("nan")
         self.discard_step()
-        return loss / acc.num_processes, round(trained), round(tokens), grad_norm
+        return loss / acc.num_processes, round(trained), round(tokens), round(computed), grad_norm
 
     def discard_step(self) -> None:
-        self._loss_sum, self._trained_tokens, self._tokens = 0, 0, 0
+        self._loss_sum, self._trained_tokens, self._tokens, self._computed = 0, 0, 0, 0
 
     # --- checkpoints ------------------------------------------------------------------------------------------
     def _save_checkpoint(self, model, trial):
@@ -171,7 +174,7 @@ class StepMetricsCallback(TrainerCallback):
         from crosstune.train.metrics import host_peak_rss_gb, make_step_metrics
 
         on_gpu = torch.cuda.is_available()
-        loss, trained, tokens, grad_norm = self.trainer.pop_step()  # collective: syncs the device too
+        loss, trained, tokens, computed, grad_norm = self.trainer.pop_step()  # collective: syncs the device too
         if on_gpu:
             torch.cuda.synchronize()
         now = time.perf_counter()
@@ -186,6 +189,7 @@ class StepMetricsCallback(TrainerCallback):
             grad_norm=grad_norm,
             trained_tokens=trained,
             tokens=tokens,
+            computed_tokens=computed,
             step_time_s=step_time,
             peak_memory_gb=torch.cuda.max_memory_allocated() / 1024**3 if on_gpu else host_peak_rss_gb(),
             spec=self.spec,
