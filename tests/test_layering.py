@@ -26,8 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "crosstune.export.output",
     )),
     ("backends and planner", ("crosstune.train", "crosstune.planner")),
-    ("stages", ("crosstune.export", "crosstune.parity", "crosstune.parity_sides", "crosstune.compare",
-                "crosstune.serve")),
+    ("stages", ("crosstune.export", "crosstune.compare", "crosstune.serve")),
     ("entry points", ("crosstune.cli", "crosstune.commands", "crosstune.demo", "crosstune.doctor",
                       "crosstune.train.cli")),
 ]  # fmt: skip

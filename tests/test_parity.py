@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from crosstune import parity
-from crosstune.parity import (
+from crosstune.compare import parity
+from crosstune.compare.parity import (
     BF16_EPS,
     GRAD_RTOL,
     LOSS_TOL,
     DropoutCheck,
     GradDiff,
     ParityReport,
-    report_table,
     run_parity,
 )
+from crosstune.compare.parity_table import report_table
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny-cpu.yaml"
 

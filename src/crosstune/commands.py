@@ -7,13 +7,13 @@ import typer
 
 def register_all(app: typer.Typer) -> None:
     from crosstune.compare.cli import register as register_compare
+    from crosstune.compare.parity_table import register as register_parity
     from crosstune.data.cli import data_app
     from crosstune.demo import register as register_demo
     from crosstune.doctor import register as register_doctor
     from crosstune.evals.cli import register as register_eval
     from crosstune.export.cli import register as register_export
     from crosstune.models.cli import model_app
-    from crosstune.parity import register as register_parity
     from crosstune.planner.cli import register as register_plan
     from crosstune.recipe.cli import recipe_app
     from crosstune.serve.cli import register as register_serve

@@ -142,7 +142,8 @@ def stage_train_jax(ctx: DemoContext) -> str:
 
 
 def stage_parity(ctx: DemoContext) -> str:
-    from crosstune.parity import report_table, run_parity
+    from crosstune.compare.parity import run_parity
+    from crosstune.compare.parity_table import report_table
 
     report = run_parity(ctx.recipe_file, ctx.overrides())
     console.print(report_table(report))

@@ -6,6 +6,8 @@
     backend.read_lora(run_dir, step, spec, meta)    # a saved step's LoRA in the PEFT layout (export reads this)
     backend.close()
 
+    backend.probe(prepared, lora, rows, bf16)       # a StepProbe: one optimizer step on given rows, given LoRA
+
 Only crosstune.train.session drives it; the CLI, demo, export and parity talk to the session. Every failure a user
 can act on is a TrainError (or another CrosstuneError) whose message says what to change.
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from crosstune.data.prepared import PreparedDataset
 from crosstune.errors import CrosstuneError
 from crosstune.export.lora import LoraWeights
 from crosstune.families.spec import ModelSpec
@@ -59,6 +62,26 @@ class SavedLora:
     path: Path  # the checkpoint (or adapter) folder it was read from
 
 
+class StepProbe(Protocol):
+    """One optimizer step of the recipe's k micro-batches on the first rows of the prepared data, with a given LoRA
+    (PEFT layout) installed, computed by the backend's own training code: what crosstune.compare.parity compares."""
+
+    tokens: int  # trained (loss) tokens of the step
+    recomputes: bool  # activation recompute is on
+
+    def loss_and_grads(self) -> tuple[float, dict[str, tuple[Any, Any]]]:
+        """The step's token-weighted loss and {HF module: (dL/dA, dL/dB)} in the PEFT layout."""
+        ...
+
+    def step(self, freeze: dict[str, tuple[Any, Any]]) -> tuple[float, dict[str, tuple[Any, Any]]]:
+        """One AdamW step at the peak learning rate (elements where `freeze` is 1 held), then (loss, LoRA)."""
+        ...
+
+    def sample_losses(self, samples: int, seed: int, dropout: float) -> list[float]:
+        """The step's loss (no gradients) under `samples` LoRA dropout draws at rate `dropout`."""
+        ...
+
+
 class Backend(Protocol):
     name: str
     lead: bool  # this process owns the run directory (writes run.json, metrics, the adapter)
@@ -77,6 +100,10 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def probe(self, prepared: PreparedDataset, lora: LoraWeights, rows: int, bf16: bool) -> StepProbe:
+        """The step probe on `rows` rows per micro-batch (a bf16 base when `bf16`; LoRA and optimizer fp32)."""
+        ...
 
 
 def backend_class(name: str) -> type:

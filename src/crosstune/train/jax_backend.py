@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crosstune.data.prepared import PreparedDataset
+from crosstune.export.lora import LoraWeights
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
-from crosstune.train.backend import FitResult, SavedLora, TrainError
+from crosstune.train.backend import FitResult, SavedLora, StepProbe, TrainError
 from crosstune.train.steps import StepPlan
 
 if TYPE_CHECKING:
@@ -89,6 +90,11 @@ class JaxBackend:
 
     def close(self) -> None:
         self._stack.close()
+
+    def probe(self, prepared: PreparedDataset, lora: LoraWeights, rows: int, bf16: bool) -> StepProbe:
+        from crosstune.train.jax_probe import JaxStepProbe
+
+        return JaxStepProbe(self.recipe, prepared, lora, rows, bf16)
 
 
 class JaxRun:

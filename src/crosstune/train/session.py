@@ -7,7 +7,8 @@ depend on the stack.
       backend.setup(session) -> backend.fit() -> backend.close()
       finalise: run.json's steps, loss.png, and <run>/adapter (a PEFT adapter) for both backends
 
-`read_run_lora` gives any saved step's LoRA through the backend that wrote the run (export's only way in).
+`read_run_lora` gives any saved step's LoRA through the backend that wrote the run (export's only way in);
+`step_probe` gives a backend's probe of one optimizer step (crosstune.compare.parity compares two).
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from typing import Any
 
 from crosstune.data.prepare import data_provenance, lenient_note, training_data
 from crosstune.data.prepared import PreparedDataset
-from crosstune.export.lora import ExportError, write_peft_adapter
+from crosstune.export.lora import ExportError, LoraWeights, write_peft_adapter
 from crosstune.export.merge import open_base
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text, say, staged_dir
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.train.backend import Backend, SavedLora, TrainError, TrainResult, get_backend
+from crosstune.train.backend import Backend, SavedLora, StepProbe, TrainError, TrainResult, get_backend
 from crosstune.train.integrity import record_checksums
 from crosstune.train.metrics import read_metrics
 from crosstune.train.plot import plot_loss_curve
@@ -159,3 +160,11 @@ def read_run_lora(run_dir: Path, step: int | None = None, spec: ModelSpec | None
     except TrainError:
         raise ExportError(f"{run_dir}/run.json: backend {name!r} (expected torch or jax)") from None
     return backend.read_lora(run_dir, step, spec, meta)
+
+
+def step_probe(
+    recipe: Recipe, backend: str, prepared: PreparedDataset, lora: LoraWeights, rows: int, bf16: bool = False
+) -> StepProbe:
+    """Backend `backend`'s step probe for `recipe`: one optimizer step on the first `rows`-row micro-batches of
+    `prepared` with `lora` installed (crosstune.train.backend.StepProbe)."""
+    return get_backend(backend, recipe).probe(prepared, lora, rows, bf16)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from crosstune.errors import BATCH_HINT, BatchPlanError
-from crosstune.recipe.schema import TrainSection
+from crosstune.recipe.schema import Recipe, TrainSection
 
 
 @dataclass(frozen=True)
@@ -64,3 +64,8 @@ def plan_steps(train: TrainSection, n_rows: int, data_parallel: int, processes: 
             f"{n_rows} rows give no whole optimizer step of {k} micro-batches × {micro} rows: {BATCH_HINT}"
         )
     return StepPlan(micro, local, k, total, max(1, math.ceil(total * k / per_epoch)), per_epoch)
+
+
+def constant_step(recipe: Recipe) -> TrainSection:
+    """The recipe's optimizer settings at a constant peak learning rate (no warmup: one probed step moves)."""
+    return recipe.train.model_copy(update={"schedule": "constant", "warmup_steps": 0})

@@ -21,12 +21,13 @@ from rich.console import Console
 
 from crosstune.data import torch_dataset, training_data
 from crosstune.data.prepare import data_provenance
-from crosstune.export.lora import ExportError, read_peft_adapter
+from crosstune.data.prepared import PreparedDataset
+from crosstune.export.lora import ExportError, LoraWeights, read_peft_adapter
 from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.train.backend import FitResult, SavedLora
+from crosstune.train.backend import FitResult, SavedLora, StepProbe
 from crosstune.train.integrity import verify_checksums
 from crosstune.train.metrics import read_metrics
 from crosstune.train.resume import nothing_to_resume
@@ -108,6 +109,11 @@ class TorchBackend:
 
     def close(self) -> None:
         return None
+
+    def probe(self, prepared: PreparedDataset, lora: LoraWeights, rows: int, bf16: bool) -> StepProbe:
+        from crosstune.train.torch_probe import TorchStepProbe
+
+        return TorchStepProbe(self.recipe, prepared, lora, rows, bf16)
 
 
 def _last_metrics_step(run_dir: Path) -> int | None:

@@ -1,9 +1,10 @@
-"""`crosstune parity RECIPE`: the two backends compute the same training step.
+"""Cross-backend parity: the two backends compute the same training step (`crosstune parity RECIPE`).
 
 Both load the recipe's HF base, get the SAME LoRA weights (random, B non-zero so gradients flow; made in the PEFT
 layout and imported into Qwix exactly, crosstune.export.jax_lora), and read the same first optimizer step — k =
 train.grad_accumulation micro-batches — of the prepared data through their own adapters. Each computes the step's
-token-weighted loss and LoRA gradients with its own training code (crosstune.parity_sides), then takes one AdamW
+token-weighted loss and LoRA gradients with its own training code (the backend's step probe, reached through
+crosstune.train.session.step_probe), then takes one AdamW
 step with the recipe's betas, eps, weight decay and clipping at the peak learning rate (the schedule's warmup would
 make step 1 a no-op), and the loss is computed again. What varies with the recipe: the jax mesh (fsdp × tp, inputs
 split over fsdp as the trainer feeds them), activation recompute (train.gradient_checkpointing, on both sides),
@@ -34,17 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import typer
-from rich.console import Console
-from rich.table import Table
 
-from crosstune.errors import read_model_config
+from crosstune.data import prepare_dataset
 from crosstune.export.lora import LoraWeights, module_target
-from crosstune.families import get_family
+from crosstune.families import get_family, model_dir_spec
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
-
-console = Console(soft_wrap=True, highlight=False)
+from crosstune.recipe import load_recipe, resolve_path
+from crosstune.train.session import step_probe
 
 LOSS_TOL = 1e-4  # fp32, on a mean cross-entropy of ~7
 GRAD_RTOL = 1e-3  # per tensor: max |Δg| <= GRAD_RTOL · max |g| (+ GRAD_ATOL)
@@ -155,8 +153,6 @@ def parity_lora(spec: ModelSpec, rank: int, alpha: float, targets: list[str], se
 
 def _load(recipe_file: Path, overrides: list[str], precision: str):
     """The recipe with LoRA dropout 0 and the base in `precision` on both sides (fp32 | bf16)."""
-    from crosstune.recipe import load_recipe
-
     dtype = {"fp32": "float32", "bf16": "bfloat16"}[precision]
     fixed = ["lora.dropout=0.0", f"model.dtype={dtype}", f"train.precision={precision}"]
     return load_recipe(recipe_file, [*(overrides or []), *fixed])
@@ -174,18 +170,13 @@ def run_parity(
 ) -> ParityReport:
     """Load, step and compare both backends on the recipe (see the module docstring); `log` hears each phase.
     `dropout`: the LoRA dropout of the sampled check (None or 0 skips it: it builds a second jax model)."""
-
-    from crosstune.data import prepare_dataset
-    from crosstune.parity_sides import JaxSide, TorchSide
-    from crosstune.recipe import resolve_path
-
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision {precision!r}: fp32 or bf16")
     recipe = _load(recipe_file, overrides or [], precision)
     base = resolve_path(recipe, recipe.model.path)
     if base is None or not (base / "config.json").is_file():
         raise FileNotFoundError(f"model.path: no HF checkpoint at {base}")
-    spec = get_family(recipe.model.family).spec_from_hf_config(read_model_config(base))
+    spec = model_dir_spec(base, recipe.model.family)
     log("preparing data")
     prepared = prepare_dataset(recipe)
     mesh = recipe.backend.jax.mesh
@@ -193,9 +184,9 @@ def run_parity(
     lora = parity_lora(spec, recipe.lora.rank, recipe.lora.alpha, list(recipe.lora.targets), seed)
     bf16 = precision == "bf16"
     log("loading the torch model (TRL + PEFT)")
-    torch_side = TorchSide(recipe, prepared, lora, rows, bf16)
+    torch_side = step_probe(recipe, "torch", prepared, lora, rows, bf16)
     log(f"loading the jax model (Tunix + Qwix, mesh {mesh.fsdp}×{mesh.tp})")
-    jax_side = JaxSide(recipe, base, spec, prepared, lora, rows, bf16)
+    jax_side = step_probe(recipe, "jax", prepared, lora, rows, bf16)
     log("loss and gradients")
     loss_t, grads_t = torch_side.loss_and_grads()
     loss_j, grads_j = jax_side.loss_and_grads()
@@ -215,7 +206,7 @@ def run_parity(
         precision=precision,
         accumulation=recipe.train.grad_accumulation,
         mesh=(mesh.fsdp, mesh.tp),
-        recompute={"torch": torch_side.recomputes, "jax": recipe.train.gradient_checkpointing},
+        recompute={"torch": torch_side.recomputes, "jax": jax_side.recomputes},
     )
     rtol = GRAD_RTOL if precision == "fp32" else math.inf  # bf16: reported, not judged (see BF16_LOSS_RTOL)
     for name in lora.modules:
@@ -224,11 +215,10 @@ def run_parity(
             report.grads.append(GradDiff(name, part, float(np.abs(gt - gj).max()), float(np.abs(gt).max()), rtol))
     if dropout:
         log(f"LoRA dropout {dropout}: {dropout_samples} draws per side")
-        torch_side.set_dropout(dropout)
         report.dropout = DropoutCheck(
             dropout,
             {
-                "torch": torch_side.sample_losses(dropout_samples, seed),
+                "torch": torch_side.sample_losses(dropout_samples, seed, dropout),
                 "jax": jax_side.sample_losses(dropout_samples, seed, dropout),
             },
             report.loss_tol,
@@ -246,108 +236,3 @@ def undetermined_signs(torch_grads: dict, jax_grads: dict) -> dict[str, tuple[np
         m: tuple((np.sign(torch_grads[m][i]) != np.sign(jax_grads[m][i])).astype(np.float32) for i in (0, 1))
         for m in torch_grads
     }
-
-
-def report_table(report: ParityReport) -> Table:
-    def mark(ok: bool) -> str:
-        return "[green]ok[/green]" if ok else "[red]FAIL[/red]"
-
-    fsdp, tp = report.mesh
-    title = (
-        f"torch vs jax: one training step ({report.family}, {report.rows} rows × {report.accumulation} micro-batches, "
-        f"{report.precision}, jax mesh {fsdp}×{tp})"
-    )
-    table = Table(title=title)
-    rtol = report.grads[0].rtol if report.grads else GRAD_RTOL
-    table.caption = (
-        f"grad rows: worst layer, max |g| (torch) and max |Δg|; tolerance {rtol:.0e}·max|g| + {GRAD_ATOL:.0e}. "
-        "Frozen: gradient elements whose sign the backends disagree on (noise floor), held for the step."
-    )
-    for col in ("quantity", "torch", "jax", "|Δ|", "tol", ""):
-        table.add_column(col, justify="right" if col not in ("quantity", "") else "left")
-    rc = report.recompute
-    table.add_row("activation recompute", str(rc["torch"]), str(rc["jax"]), "", "same", mark(rc["torch"] == rc["jax"]))
-    tok_ok = report.tokens["torch"] == report.tokens["jax"]
-    table.add_row(
-        "trained tokens",
-        str(report.tokens["torch"]),
-        str(report.tokens["jax"]),
-        str(abs(report.tokens["torch"] - report.tokens["jax"])),
-        "0",
-        mark(tok_ok),
-    )
-    table.add_row(
-        "loss",
-        f"{report.loss['torch']:.6f}",
-        f"{report.loss['jax']:.6f}",
-        f"{report.loss_diff:.2e}",
-        f"{report.loss_tol:.0e}",
-        mark(report.loss_diff <= report.loss_tol),
-    )
-    by_kind: dict[tuple[str, str], list[GradDiff]] = {}
-    for g in report.grads:
-        by_kind.setdefault((module_target(g.module)[1], g.part), []).append(g)
-    for (target, part), diffs in by_kind.items():
-        worst = max(diffs, key=lambda g: g.max_abs / max(g.scale, 1e-30))
-        table.add_row(
-            f"∇ {target}.lora_{part} ×{len(diffs)}",
-            f"{worst.scale:.2e}",
-            "",
-            f"{worst.max_abs:.2e}",
-            f"{GRAD_ATOL + worst.rtol * worst.scale:.0e}",
-            mark(all(g.ok for g in diffs)),
-        )
-    table.add_row("frozen elements", f"{report.frozen}/{report.elements}", "", "", "", "")
-    table.add_row("LoRA after step", "", "", f"{report.weight_diff:.2e}", "", "")
-    table.add_row(
-        "loss after step",
-        f"{report.loss_after['torch']:.6f}",
-        f"{report.loss_after['jax']:.6f}",
-        f"{report.loss_after_diff:.2e}",
-        f"{report.loss_tol:.0e}",
-        mark(report.loss_after_diff <= report.loss_tol),
-    )
-    d = report.dropout
-    if d is not None:
-        table.add_row(
-            f"loss, dropout {d.p} (mean ± s.e., {len(d.losses['torch'])} draws)",
-            f"{d.mean('torch'):.6f} ± {d.sem('torch'):.1e}",
-            f"{d.mean('jax'):.6f} ± {d.sem('jax'):.1e}",
-            f"{abs(d.mean('torch') - d.mean('jax')):.2e}",
-            f"{d.bound:.0e}",
-            mark(d.ok),
-        )
-    return table
-
-
-def register(app: typer.Typer) -> None:
-    app.command("parity")(parity)
-
-
-def parity(
-    recipe_file: Path = typer.Argument(..., help="recipe YAML (its model, LoRA, data, optimizer and jax mesh)"),
-    overrides: list[str] = typer.Option(None, "--set", help="override a recipe value: --set lora.rank=4"),
-    seed: int = typer.Option(0, help="seed of the random LoRA weights both backends get"),
-    precision: str = typer.Option("fp32", help="fp32 (tight tolerances) or bf16 (both bases bf16; loss within 4·2^-8)"),
-    dropout: float = typer.Option(None, help="also check LoRA dropout p (e.g. the recipe's) over sampled masks"),
-    dropout_samples: int = typer.Option(8, help="dropout draws per backend for the sampled check"),
-) -> None:
-    """Check that torch (TRL+PEFT) and jax (Tunix+Qwix) compute the same training step on the recipe: same loss,
-    same LoRA gradients, same loss after one AdamW step, over the recipe's gradient accumulation, activation
-    recompute and jax mesh. LoRA dropout is checked statistically (different RNGs). Exits non-zero when out of
-    tolerance."""
-    with console.status("parity") as status:
-        report = run_parity(
-            recipe_file,
-            overrides,
-            seed,
-            log=lambda msg: status.update(f"parity: {msg}"),
-            precision=precision,
-            dropout=dropout,
-            dropout_samples=dropout_samples,
-        )
-    console.print(report_table(report))
-    if not report.ok:
-        console.print("[red]parity FAILED[/red]: the backends disagree beyond tolerance")
-        raise typer.Exit(1)
-    console.print("[green]parity ok[/green]")
