@@ -77,18 +77,21 @@ def write_run(
         loss = loss0 * math.exp(-step / steps) + 0.5
         rows.append(
             StepMetrics(
-                step,
-                step / steps,
-                loss,
-                1e-3,
-                1.0,
-                trained_tokens,
-                tokens,
-                step_time_s,
-                trained_tokens / step_time_s,
-                tokens / step_time_s,
-                1.0,
-                None,
+                step=step,
+                epoch=step / steps,
+                loss=loss,
+                learning_rate=1e-3,
+                grad_norm=1.0,
+                trained_tokens=trained_tokens,
+                tokens=tokens,
+                computed_tokens=tokens,  # packed rows: no padding computed
+                step_time_s=step_time_s,
+                trained_tokens_per_s=trained_tokens / step_time_s,
+                tokens_per_s=tokens / step_time_s,
+                peak_memory_gb=1.0,
+                mfu=None,
+                mfu_computed=None,
+                hfu=None,
             )
         )
     (run / "metrics.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))

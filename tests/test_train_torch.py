@@ -76,6 +76,19 @@ def adapter_rel(steps: int) -> float:
     return steps * math.sqrt(STEP_REL)
 
 
+def step_rel(step: int) -> float:
+    """Relative tolerance of step `step`'s loss or gradient norm between two runs that sum in another order. Step 1
+    sees the same weights (STEP_REL); later steps see adapters already apart by adapter_rel(step - 1), and the LoRA
+    delta s·B·A, a product of two such factors, moves by up to twice that (first order)."""
+    return STEP_REL + (2 * adapter_rel(step - 1) if step > 1 else 0.0)
+
+
+def assert_steps_close(ours: list[float], theirs: list[float]) -> None:
+    assert len(ours) == len(theirs)
+    for step, (a, b) in enumerate(zip(ours, theirs, strict=True), 1):
+        assert a == pytest.approx(b, rel=step_rel(step)), f"step {step}: {a} vs {b} (rel limit {step_rel(step):.1e})"
+
+
 def recipe_file(root: Path, family: str, model: Path, corpus: Path) -> Path:
     path = root / f"{family}.yaml"
     path.write_text(RECIPE.format(family=family, root=root, model=model, corpus=corpus))
@@ -390,7 +403,7 @@ def test_two_cpu_processes_via_the_launcher_match_one(reference_runs, workspace,
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     losses = [r["loss"] for r in read_metrics(run)]
-    assert losses == pytest.approx(reference_runs["gemma4"].losses[:4], rel=STEP_REL)  # summed in another order
+    assert_steps_close(losses, reference_runs["gemma4"].losses[:4])  # summed in another order
     assert json.loads((run / "run.json").read_text())["world_size"] == 2
 
 
@@ -406,7 +419,7 @@ def free_port() -> int:
 def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
     """The FSDP2 path (accelerate's fully_shard per Gemma4TextDecoderLayer) on 2 CPU processes over gloo, 1 row each,
     against 1 process accumulating the same 2 rows: the same losses, gradient norms and adapter up to fp32 rounding
-    in another summation order (STEP_REL, adapter_rel; measured here: 4e-7, 3e-6 and 1.2e-4 relative)."""
+    in another summation order (step_rel, adapter_rel; Adam's sign-like early steps let near-zero gradients flip)."""
     from safetensors.torch import load_file
 
     from crosstune.train.session import train
@@ -441,8 +454,8 @@ def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
 
     ours, theirs = read_metrics(run), read_metrics(reference.run_dir)
     assert [r["trained_tokens"] for r in ours] == [r["trained_tokens"] for r in theirs]
-    assert [r["loss"] for r in ours] == pytest.approx([r["loss"] for r in theirs], rel=STEP_REL)
-    assert [r["grad_norm"] for r in ours] == pytest.approx([r["grad_norm"] for r in theirs], rel=STEP_REL)
+    assert_steps_close([r["loss"] for r in ours], [r["loss"] for r in theirs])
+    assert_steps_close([r["grad_norm"] for r in ours], [r["grad_norm"] for r in theirs])
     a = load_file(run / "adapter" / "adapter_model.safetensors")
     b = load_file(reference.run_dir / "adapter" / "adapter_model.safetensors")
     assert a.keys() == b.keys()

@@ -134,9 +134,9 @@ def training_section(doc: Document, runs: list[RunSummary], notes: list[Note]) -
         "final loss",
     ]
     caption = (
-        f"Loss: {LOSS_CONVENTION}. MFU as the trainers record it: LoRA FLOPs (4N; 6N when activations are "
-        "recomputed, which makes it a hardware-FLOPs utilisation, HFU, on such runs) over the hardware's bf16 peak; "
-        "n/a on CPU. n/a timing: the backend does not record it."
+        f"Loss: {LOSS_CONVENTION}. MFU as both trainers record it: LoRA model FLOPs of the real tokens (forward + "
+        "backward-to-activations, 4N; recomputed activations not counted — metrics.jsonl's hfu counts them) over "
+        "the hardware's bf16 peak; n/a on CPU. n/a timing: the backend does not record it."
     )
     section.items.append(Table("Per run", headers, rows, caption=caption))
     for r in runs:

@@ -95,7 +95,7 @@ def train_cost_from_spec(where: str, base: Path, spec: dict, book: PriceBook) ->
         rate = tokens_per_s_at_mfu(target, float(spec["mfu"]), flops)
         made = [
             f"MFU {float(spec['mfu']):.0%} of {target}'s bf16 peak, {family} {size} at {spec['seq_len']} tokens, "
-            f"LoRA {'6N (recomputed activations)' if recompute else '4N'} FLOPs"
+            f"LoRA {'6N FLOPs (recompute counted: a hardware-FLOPs utilisation)' if recompute else '4N FLOPs'}"
         ]
         return what_if_training(book, target, trained_tokens=float(tokens), tokens_per_s=rate, assumptions=made)
     raise CostError(f"{where}: give `run`, or `target` + `tokens` with one of hours, tokens_per_s, mfu")
