@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from crosstune.errors import CrosstuneError, read_json, read_model_config
-from crosstune.families import get_family
+from crosstune.export.shards import SafetensorsFile
+from crosstune.families import family_of_hf_config, get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 
@@ -188,7 +189,6 @@ def read_peft_adapter(adapter_dir: Path, family: str | None = None) -> tuple[Lor
 
 def _load_bf16_safe(path: Path, load_file) -> dict[str, np.ndarray]:
     """safetensors.numpy can't load bf16: read those through our header reader (crosstune.export.shards)."""
-    from crosstune.export.shards import SafetensorsFile
 
     st = SafetensorsFile(path)
     if all(info.dtype != "BF16" for info in st.tensors.values()):
@@ -204,8 +204,6 @@ def _order(name: str) -> tuple[int, int]:
 def _family_from_config(cfg: dict, adapter_dir: Path) -> str:
     base = cfg.get("base_model_name_or_path")
     if base and (Path(base) / "config.json").is_file():
-        from crosstune.families import family_of_hf_config
-
         return family_of_hf_config(read_model_config(Path(base))).name
     raise ExportError(
         f"{adapter_dir}: can't tell the model family (base_model_name_or_path {base!r} has no config.json); pass it"
@@ -301,7 +299,6 @@ def _add_vllm_v_aliases(
 
 def _drop_vllm_v_aliases(tensors: dict[str, np.ndarray], weights_path: Path) -> None:
     """Remove the v_proj tensors that `_add_vllm_v_aliases` wrote, after checking they still equal k_proj's."""
-    from crosstune.export.shards import SafetensorsFile
 
     aliases = json.loads(SafetensorsFile(weights_path).metadata.get(VLLM_ALIAS_KEY, "[]"))
     for v_key in aliases:

@@ -19,10 +19,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crosstune.data.prepared import PreparedDataset
+from crosstune.export.jax_lora import qwix_to_lora
 from crosstune.export.lora import LoraWeights
 from crosstune.families.spec import ModelSpec
-from crosstune.recipe import Recipe
+from crosstune.hardware import HARDWARE
+from crosstune.planner import plan_recipe
+from crosstune.recipe import Recipe, resolve_path
 from crosstune.train.backend import FitResult, SavedLora, StepProbe, TrainError
+from crosstune.train.integrity import record_checksums, verify_checksums
+from crosstune.train.jax_checkpoints import checkpoint_steps, read_orbax_lora
+from crosstune.train.jax_data import (
+    ensure_cpu_devices,
+    global_batch,
+    global_sum,
+    maybe_initialize_distributed,
+    train_dataset,
+)
+from crosstune.train.metrics import MetricsWriter, make_step_metrics
+from crosstune.train.resume import nothing_to_resume
+from crosstune.train.rundir import write_run_metadata
 from crosstune.train.steps import StepPlan
 
 if TYPE_CHECKING:
@@ -49,7 +64,6 @@ class JaxBackend:
         if recipe is None:  # reading saved runs only
             self.lead = self.prepares_data = False
             return
-        from crosstune.train.jax_data import ensure_cpu_devices, maybe_initialize_distributed
 
         if recipe.hardware == "cpu":
             ensure_cpu_devices(recipe.backend.jax.mesh.fsdp * recipe.backend.jax.mesh.tp)
@@ -74,9 +88,6 @@ class JaxBackend:
 
     def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, meta: dict[str, Any]) -> SavedLora:
         """The Orbax checkpoint `<run>/checkpoints/<step>/model_params`, through Qwix's layout to PEFT's."""
-        from crosstune.export.jax_lora import qwix_to_lora
-        from crosstune.train.integrity import verify_checksums
-        from crosstune.train.jax_checkpoints import checkpoint_steps, read_orbax_lora
 
         lora_meta = meta.get("lora") or {}
         steps = checkpoint_steps(run_dir)
@@ -125,9 +136,6 @@ class JaxRun:
         """Check the plan, build mesh, data loader, model + LoRA and the trainer, and stay inside the mesh context."""
         import jax
 
-        from crosstune.hardware import HARDWARE
-        from crosstune.planner import plan_recipe
-        from crosstune.train.jax_data import train_dataset
         from crosstune.train.jax_model import make_mesh, mesh_context
 
         r, checkpoints = self.recipe, self.run_dir / "checkpoints"
@@ -153,7 +161,6 @@ class JaxRun:
 
     def _verify_latest_checkpoint(self, checkpoints: Path) -> None:
         """--resume restores the latest step: check its bytes against the sha256 recorded when it was saved."""
-        from crosstune.train.integrity import verify_checksums
 
         steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) if checkpoints.is_dir() else []
         if self.resume and steps and not verify_checksums(checkpoints / str(steps[-1]), "checkpoint"):
@@ -164,7 +171,6 @@ class JaxRun:
         from flax import nnx
         from tunix.sft import peft_trainer
 
-        from crosstune.recipe import resolve_path
         from crosstune.train.jax_model import (
             build_model,
             optimizer_sharding_mismatches,
@@ -229,9 +235,6 @@ class JaxRun:
 
         from crosstune.train.jax_progress import CompileTimer, ProgressBar, SaveTimer, StepRecorder
         from crosstune.train.jax_step import TRAIN_STEP_NAME
-        from crosstune.train.metrics import MetricsWriter
-        from crosstune.train.resume import nothing_to_resume
-        from crosstune.train.rundir import write_run_metadata
 
         r, d, trainer = self.recipe, self.data, self.trainer
         start = trainer.train_steps
@@ -277,8 +280,6 @@ class JaxRun:
         process 0 records the step folder's sha256."""
         import jax
 
-        from crosstune.train.integrity import record_checksums
-
         self.trainer.checkpoint_manager._checkpoint_manager.wait_until_finished()
         if jax.process_index() == 0:
             record_checksums(self.run_dir / "checkpoints" / str(step))
@@ -286,7 +287,6 @@ class JaxRun:
     def micro_batches(self, start: int):
         """The trainer's iterator: stand-in batches for the micro-batches already trained, then steps start+1..N as
         global arrays; each step's token counts go into `self.counts` before its first micro-batch is handed out."""
-        from crosstune.train.jax_data import global_batch, global_sum
         from crosstune.train.jax_step import device_batch, optimizer_steps
 
         k, total = self.data.accumulation, self.data.total_steps
@@ -319,7 +319,6 @@ class JaxRun:
 
     def _metrics(self, step: int, loss: float, grad_norm: float, step_time_s: float):
         from crosstune.train.jax_progress import peak_memory_gb
-        from crosstune.train.metrics import make_step_metrics
 
         d, r = self.data, self.recipe
         trained, tokens, computed = self.counts.pop(step)

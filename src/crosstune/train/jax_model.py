@@ -27,11 +27,13 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 
+from crosstune.export.jax_lora import install_lora
 from crosstune.families import get_family
 from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_config import tunix_model_class, tunix_model_config
 from crosstune.families.tunix_weights import CheckpointReader, tunix_tensor
 from crosstune.recipe.schema import LoraSection
+from crosstune.train.lora_init import initial_lora
 
 AXES = ("fsdp", "tp")
 
@@ -192,8 +194,6 @@ def _install_initial_lora(model: nnx.Module, family: str, reader: CheckpointRead
     """The run's initial LoRA, drawn once in the neutral PEFT layout (crosstune.train.lora_init, the torch backend
     installs the same arrays): fused k/v einsums get the exact rank-2r block form (separate A for k and v), whose
     off-diagonal blocks the optimizer keeps at zero (jax_step.keep_block_lora_diagonal)."""
-    from crosstune.export.jax_lora import install_lora
-    from crosstune.train.lora_init import initial_lora
 
     spec = get_family(family).spec_from_hf_config(reader.config())
     install_lora(model, initial_lora(spec, lora.rank, lora.alpha, lora.targets, seed), spec)

@@ -11,9 +11,11 @@ import numpy as np
 
 from crosstune.data import grain_dataset
 from crosstune.data.prepared import PreparedDataset
+from crosstune.export.jax_lora import install_lora, lora_to_qwix, param_name, qwix_to_lora
 from crosstune.export.lora import LoraWeights
 from crosstune.families import model_dir_spec
 from crosstune.recipe import Recipe, resolve_path
+from crosstune.train.jax_data import global_batch
 from crosstune.train.steps import constant_step
 
 
@@ -24,7 +26,6 @@ class JaxStepProbe:
     def __init__(self, recipe: Recipe, prepared: PreparedDataset, lora: LoraWeights, rows: int, bf16: bool):
         from flax import nnx
 
-        from crosstune.train.jax_data import global_batch
         from crosstune.train.jax_model import make_mesh, mesh_context
         from crosstune.train.jax_step import device_batch, model_inputs, optimizer_steps
 
@@ -43,7 +44,6 @@ class JaxStepProbe:
         self._loss_and_grad = nnx.jit(self._loss_and_grad)  # compiled once: before and after the step
 
     def _build(self, dropout: float):
-        from crosstune.export.jax_lora import install_lora
         from crosstune.train.jax_model import build_model
 
         dtype = "bfloat16" if self.bf16 else "float32"
@@ -86,12 +86,9 @@ class JaxStepProbe:
     def _named(self, tree) -> dict[str, np.ndarray]:
         import jax
 
-        from crosstune.export.jax_lora import param_name
-
         return {param_name(p): np.asarray(v, np.float32) for p, v in jax.tree_util.tree_leaves_with_path(tree)}
 
     def loss_and_grads(self) -> tuple[float, dict]:
-        from crosstune.export.jax_lora import qwix_to_lora
 
         loss, self.grads = self._step_loss(self.model, with_grads=True)
         self.flat = self._named(self.grads)
@@ -117,7 +114,6 @@ class JaxStepProbe:
     def step(self, freeze: dict) -> tuple[float, dict]:
         from flax import nnx
 
-        from crosstune.export.jax_lora import lora_to_qwix, qwix_to_lora
         from crosstune.train.jax_model import mesh_context
         from crosstune.train.jax_step import make_optimizer
 
@@ -139,7 +135,5 @@ class JaxStepProbe:
 def _nest(flat: dict[str, np.ndarray], state) -> dict:
     """Dotted names -> the nested pure dict of `state` (for nnx.replace_by_pure_dict)."""
     import jax
-
-    from crosstune.export.jax_lora import param_name
 
     return jax.tree_util.tree_map_with_path(lambda p, _: flat[param_name(p)], state.to_pure_dict())

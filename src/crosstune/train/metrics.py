@@ -14,7 +14,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
+from crosstune.fsutil import say
 from crosstune.hardware import HardwareTarget
 
 # name -> definition; the run directory's metrics.jsonl carries exactly these keys.
@@ -169,8 +171,6 @@ def read_metrics(run_dir: Path) -> list[dict]:
 def read_metrics_file(path: Path) -> list[dict]:
     """The rows of a metrics.jsonl. A torn last line (the process died mid-write) is dropped, saying so; a bad
     line elsewhere is an error naming file:line."""
-    from crosstune.errors import CrosstuneError
-    from crosstune.fsutil import say
 
     lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
     rows = []

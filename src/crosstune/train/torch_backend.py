@@ -22,13 +22,14 @@ from rich.console import Console
 from crosstune.data import torch_dataset, training_data
 from crosstune.data.prepare import data_provenance
 from crosstune.data.prepared import PreparedDataset
-from crosstune.export.lora import ExportError, LoraWeights, read_peft_adapter
+from crosstune.export.lora import ExportError, LoraWeights, read_peft_adapter, text_module_name
 from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe, resolve_path
 from crosstune.train.backend import FitResult, SavedLora, StepProbe
 from crosstune.train.integrity import verify_checksums
+from crosstune.train.lora_init import initial_lora
 from crosstune.train.metrics import read_metrics
 from crosstune.train.resume import nothing_to_resume
 from crosstune.train.rundir import write_run_metadata
@@ -291,7 +292,6 @@ def lora_config(recipe: Recipe, model: Any) -> tuple[Any, dict]:
 
 def peft_lora_params(model: Any) -> dict[tuple[str, str], Any]:
     """{(HF module name in the text-only layout, "A" | "B"): the PEFT parameter} of a PEFT-wrapped model."""
-    from crosstune.export.lora import text_module_name
 
     params = {}
     for name, p in model.named_parameters():
@@ -321,7 +321,6 @@ def install_lora_weights(model: Any, lora: Any) -> None:
 def install_initial_lora(model: Any, recipe: Recipe) -> None:
     """The run's initial LoRA from crosstune.train.lora_init (the JAX backend installs the same arrays), in place of
     PEFT's own draw: the two backends start bit for bit from the same adapter."""
-    from crosstune.train.lora_init import initial_lora
 
     spec = get_family(recipe.model.family).spec_from_hf_config(model.get_base_model().config.to_dict())
     lora = recipe.lora

@@ -12,6 +12,10 @@ from typing import Any
 from transformers import TrainerCallback
 from trl import SFTTrainer
 
+from crosstune.families import get_family
+from crosstune.hardware import get_hardware
+from crosstune.train.integrity import record_checksums
+from crosstune.train.metrics import MetricsWriter, host_peak_rss_gb, make_step_metrics
 from crosstune.train.torch_checkpoints import ADAPTER_STAGING, STAGING, checkpoints
 
 
@@ -87,8 +91,6 @@ class CrosstuneSFTTrainer(SFTTrainer):
             self.args.output_dir = str(root)
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
-            from crosstune.train.integrity import record_checksums
-
             record_checksums(staging / name)  # complete now: export and --resume verify against these
             final = root / name
             if final.exists():  # a stale checkpoint of an interrupted timeline: replace it
@@ -101,7 +103,6 @@ class CrosstuneSFTTrainer(SFTTrainer):
 
     def save_adapter(self, out_dir: Path) -> None:
         """The final PEFT adapter (adapter_config.json + adapter_model.safetensors), written atomically."""
-        from crosstune.train.integrity import record_checksums
 
         out_dir = Path(out_dir)
         tmp = out_dir.with_name(ADAPTER_STAGING)
@@ -127,8 +128,6 @@ class StepMetricsCallback(TrainerCallback):
     def __init__(
         self, recipe: Any, run_dir: Path, hf_config: Any, *, micro_batches_per_epoch: int, progress: bool = True
     ):
-        from crosstune.families import get_family
-        from crosstune.hardware import get_hardware
 
         self.recipe, self.run_dir, self.progress = recipe, Path(run_dir), progress
         self.micro_batches_per_epoch = micro_batches_per_epoch  # as the JAX backend counts epochs
@@ -143,7 +142,6 @@ class StepMetricsCallback(TrainerCallback):
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
-        from crosstune.train.metrics import MetricsWriter
 
         if state.is_world_process_zero:
             self.writer = MetricsWriter(self.run_dir, resume_from_step=state.global_step)
@@ -170,8 +168,6 @@ class StepMetricsCallback(TrainerCallback):
             self.trainer.discard_step()
             return
         import torch
-
-        from crosstune.train.metrics import host_peak_rss_gb, make_step_metrics
 
         on_gpu = torch.cuda.is_available()
         loss, trained, tokens, computed, grad_norm = self.trainer.pop_step()  # collective: syncs the device too
