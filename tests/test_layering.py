@@ -135,3 +135,21 @@ def test_export_knows_no_backend_checkpoint_format():
         if "orbax" in path.read_text(encoding="utf-8"):
             found.append(f"{path.relative_to(SRC)}: mentions orbax")
     assert found == []
+
+
+def test_the_command_and_both_backends_import_without_their_stacks():
+    """Moving crosstune's own imports to the top kept the stacks lazy: the CLI with every command registered, the
+    session and both backend modules load neither torch nor jax (a jax import before the backend sets XLA_FLAGS
+    would fix the CPU device count too early)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import crosstune.train.jax_backend, crosstune.train.torch_backend, crosstune.train.session; "
+        "from crosstune.cli import _register; _register(); "
+        "print(sorted(m for m in ('torch', 'jax', 'transformers', 'tunix', 'flax', 'trl', 'peft', 'orbax', 'grain') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={
+        "PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert out.stdout.strip() == "[]"

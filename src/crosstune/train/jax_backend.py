@@ -3,7 +3,9 @@
     recipe ─► plan (heads vs tp, devices, memory) ─► mesh ─► tunix model from HF safetensors, sharded, + Qwix LoRA
            ─► PeftTrainer (AdamW, token-weighted loss) ─► metrics.jsonl + TensorBoard ─► <run>/checkpoints/<step>/
 
-Same schedule, hyper-parameters, loss definition, metric names and run-directory layout as the torch backend.
+Driven by crosstune.train.session (run directory, data, step plan from the global batch per fsdp shard, run.json,
+loss.png and the PEFT adapter/ written from the last checkpoint). Same schedule, hyper-parameters, loss definition,
+metric names and run-directory layout as the torch backend.
 Multi-host: see crosstune.train.jax_data. Checkpoints hold the LoRA params and the optimizer state (Orbax, via
 tunix); the data position is the step count (the shared row order is deterministic), so `--resume` continues the
 same curve.

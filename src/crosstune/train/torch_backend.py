@@ -1,12 +1,13 @@
 """The PyTorch backend: TRL SFTTrainer + PEFT LoRA (+ FSDP2 through accelerate) on the prepared dataset.
 
-Setup -> train -> save, top to bottom:
-1. `train()` runs in this process (one device) or launches `devices × nodes` workers (crosstune.train.torch_launch).
+Driven by crosstune.train.session (run directory, data, step plan, finalisation), top to bottom:
+1. `TorchBackend.fit()` trains in this process (one device) or launches `devices × nodes` workers
+   (crosstune.train.torch_launch), each running `train_in_process`.
 2. `build_model()` loads the HF checkpoint and `lora_config()` targets the recipe's neutral targets through the
    family's regex (language model only: a multimodal checkpoint's vision tower is left alone).
 3. `sft_config()` maps the recipe onto SFTConfig, setting every TRL default that differs from the recipe.
 4. `CrosstuneSFTTrainer` (torch_callbacks) trains padding-free on pre-tokenized rows, writes the shared metrics,
-   checkpoints atomically; the final adapter goes to <run>/adapter, the loss curve to <run>/loss.png.
+   checkpoints atomically; the final adapter goes to <run>/adapter (PEFT's own save: collective under FSDP).
 """
 
 from __future__ import annotations
