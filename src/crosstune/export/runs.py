@@ -80,7 +80,12 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
     base_dir = Path(base or meta["base_model"]).resolve()
     spec = _base_spec(base_dir, family)
     backend = meta.get("backend")
-    source = {"run_dir": str(run_dir), "backend": backend, "recipe_hash": meta.get("recipe_hash")}
+    source = {
+        "run_dir": str(run_dir),
+        "backend": backend,
+        "recipe_hash": meta.get("recipe_hash"),
+        "chat_template_sha256": (meta.get("data") or {}).get("chat_template_sha256"),  # what the run trained on
+    }
     if backend == "torch":
         if step is None and (run_dir / "adapter").is_dir():
             adapter, got_step = run_dir / "adapter", _final_step(run_dir, meta)
