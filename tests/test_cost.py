@@ -189,3 +189,16 @@ def test_what_if_mfu_matches_the_hand_calculation():
     assert rate / 4 == pytest.approx(1440, rel=0.05)
     with pytest.raises(CostError, match="MFU means nothing"):
         tokens_per_s_at_mfu("cpu", 0.4, flops)
+
+
+def test_a_rate_sweep_is_read_with_its_request_rate_as_the_load(tmp_path):
+    """`bench serve --request-rate` writes concurrency null and the rate; the reader takes the rate as the load."""
+    from crosstune.compare.bench import read_sweep
+
+    cell = {"context_len": 512, "concurrency": None, "request_rate": 2.5, "completed": 10, "output_throughput": 40.0}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"cells": [cell]}))
+    assert read_sweep(path).cells[0].concurrency == 2.5
+    path.write_text(json.dumps({"cells": [{**cell, "request_rate": None}]}))
+    with pytest.raises(CostError, match=r"lacks concurrency \(or request_rate\)"):
+        read_sweep(path)

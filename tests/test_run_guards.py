@@ -130,6 +130,19 @@ def test_both_backends_train_on_lenient_data_and_record_it(lenient_workspace, to
         assert data["prepared_dir"] == str(root / "prepared") and data["skipped_by_reason"] == {"too_long": skipped}
 
 
+def test_runs_and_exports_carry_the_data_template_hash(lenient_workspace, torch_run, jax_run, tmp_path):
+    """Issue 13, item 5: the hash of the chat template the rows were rendered with travels run.json → export."""
+    from crosstune.export import export_run
+
+    root, _, _ = lenient_workspace
+    want = json.loads((root / "prepared" / "manifest.json").read_text())["chat_template_sha256"]
+    assert len(want) == 64
+    for run in (torch_run, jax_run):
+        assert json.loads((run / "run.json").read_text())["data"]["chat_template_sha256"] == want
+        out = export_run(run, "adapter", tmp_path / run.name)["adapter"]
+        assert json.loads((out / "export_manifest.json").read_text())["source"]["chat_template_sha256"] == want
+
+
 # --- 5: one writer per run directory ------------------------------------------------------------------------------
 def test_a_second_train_into_a_busy_run_dir_is_refused_naming_the_holder(lenient_workspace, tmp_path):
     from crosstune.fsutil import LockedError

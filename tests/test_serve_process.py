@@ -153,3 +153,23 @@ def test_cli_serve_start_and_stop(tmp_path, tiny_gemma4_dir, fake_vllm):
     assert "ready" in started.output and read_state(state).model == tiny_gemma4_dir.name
     stopped = runner.invoke(app, ["serve", "stop", "--state-dir", str(state)])
     assert stopped.exit_code == 0 and "stopped" in stopped.output
+
+
+def test_export_carries_the_runs_template_hash_and_serve_checks_it(tmp_path, tiny_gemma4_dir, tiny_gemma3_dir):
+    """run.json's data.chat_template_sha256 → export_manifest.json's source → compared with the served template."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from crosstune.data.prepared import chat_template_hash
+    from crosstune.serve.template import check_export_template
+
+    exported = tmp_path / "merged"
+    shutil.copytree(tiny_gemma4_dir, exported)
+    assert check_export_template(exported) is None  # not an export: nothing recorded
+    for trained_with, verdict in ((tiny_gemma4_dir, None), (tiny_gemma3_dir, "is not the one")):
+        recorded = chat_template_hash(AutoTokenizer.from_pretrained(trained_with))
+        manifest = {"kind": "merged", "source": {"chat_template_sha256": recorded}, "files": {}}
+        (exported / "export_manifest.json").write_text(json.dumps(manifest))
+        problem = check_export_template(exported)
+        assert problem is None if verdict is None else verdict in problem

@@ -32,7 +32,7 @@ from crosstune.compare.prices import CostError
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p90", "p99")
-REQUIRED = ("context_len", "concurrency", "completed", "output_throughput")
+REQUIRED = ("context_len", "completed", "output_throughput")  # + concurrency, or request_rate for a rate sweep
 LATENCY_NAMES = tuple(f"{s}_{m}_ms" for m in METRICS for s in STATS)
 KNEE_FRACTION = 0.95
 
@@ -40,7 +40,7 @@ KNEE_FRACTION = 0.95
 @dataclass(frozen=True)
 class Cell:
     context_len: int
-    concurrency: int
+    concurrency: float  # the load: concurrent requests, or requests/s for a rate sweep (concurrency null)
     completed: int
     failed: int
     duration_s: float | None
@@ -90,6 +90,9 @@ def _cell(path: Path, index: int, row: dict) -> Cell:
     row.setdefault("context_len", row.get("input_len"))
     row.setdefault("duration_s", row.get("duration"))
     missing = [k for k in REQUIRED if row.get(k) is None]
+    load = row.get("concurrency") if row.get("concurrency") is not None else row.get("request_rate")
+    if load is None:
+        missing.append("concurrency (or request_rate)")
     if missing:
         raise CostError(f"{path}: cells[{index}] lacks {', '.join(missing)}")
     latency = {name: float(row[name]) for name in LATENCY_NAMES if row.get(name) is not None}
@@ -99,7 +102,7 @@ def _cell(path: Path, index: int, row: dict) -> Cell:
     }
     return Cell(
         context_len=int(row["context_len"]),
-        concurrency=int(row["concurrency"]),
+        concurrency=int(load) if row.get("concurrency") is not None else float(load),
         completed=int(row["completed"]),
         failed=int(row.get("failed") or 0),
         output_throughput=float(row["output_throughput"]),

@@ -201,6 +201,8 @@ def data_provenance(prepared: PreparedDataset) -> dict:
     return {
         "prepared_dir": str(prepared.path),
         "data_hash": prepared.manifest.get("data_hash"),
+        # the template the rows were rendered with: export carries it on and `serve start` checks the served one
+        "chat_template_sha256": prepared.manifest.get("chat_template_sha256"),
         "lenient": bool(prepared.manifest.get("lenient")),
         "skipped_records": int(sum(skipped.values())),
         "skipped_by_reason": skipped,

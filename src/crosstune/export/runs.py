@@ -63,7 +63,12 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
         raise ExportError(f"{run_dir}/run.json names no base_model: pass --base")
     base_dir = Path(base or meta["base_model"]).resolve()
     spec = _base_spec(base_dir, family)
-    source = {"run_dir": str(run_dir), "backend": meta.get("backend"), "recipe_hash": meta.get("recipe_hash")}
+    source = {
+        "run_dir": str(run_dir),
+        "backend": meta.get("backend"),
+        "recipe_hash": meta.get("recipe_hash"),
+        "chat_template_sha256": (meta.get("data") or {}).get("chat_template_sha256"),  # what the run trained on
+    }
     # the session imports export's LoRA formats, and crosstune.export's __init__ imports this module: call time
     from crosstune.train.session import read_run_lora
 

@@ -72,7 +72,7 @@ def start(
 ) -> None:
     """Start vLLM (CPU build, .venv-serve) in its own process group; returns when a 1-token completion succeeds."""
     from crosstune.serve.process import start_server
-    from crosstune.serve.template import check_template
+    from crosstune.serve.template import check_export_template, check_template
 
     recipe = None
     if source.is_file():
@@ -88,12 +88,12 @@ def start(
         model_dir = source
     if model_dir is None:
         raise ServeError(f"{source}: model.path is not set: pass --model-dir")
-    if recipe is not None:
-        problem = check_template(recipe, model_dir)
-        if problem and not allow_template_mismatch:
+    problem = check_template(recipe, model_dir) if recipe is not None else None
+    problem = problem or check_export_template(model_dir)
+    if problem:
+        if not allow_template_mismatch:
             raise ServeError(problem + " (pass --allow-template-mismatch to serve anyway)")
-        if problem:
-            console.print(f"[bold red]WARNING[/bold red]: {problem}", highlight=False)
+        console.print(f"[bold red]WARNING[/bold red]: {problem}", highlight=False)
     state = start_server(
         model_dir,
         state_dir,

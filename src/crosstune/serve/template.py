@@ -38,3 +38,21 @@ def check_template(recipe: Recipe, model_dir: Path) -> str | None:
         f"differs from the one the training data was prepared with ({manifest_path}: tokenizer_hash {trained[:16]}…): "
         "answers would be prompted in another turn format than the model was trained on"
     )
+
+
+def check_export_template(model_dir: Path) -> str | None:
+    """Why the template served from an export differs from the one its run's data was rendered with (the run records
+    it in run.json, export in export_manifest.json's source); None when equal or not recorded."""
+    manifest = Path(model_dir) / "export_manifest.json"
+    if not manifest.is_file():
+        return None
+    trained = json.loads(manifest.read_text()).get("source", {}).get("chat_template_sha256")
+    if not trained:
+        return None
+    _, served = template_sha256(model_dir)
+    if served == trained:
+        return None
+    return (
+        f"the chat template served from {model_dir} (sha256 {served[:16]}…) is not the one the exported run's data "
+        f"was prepared with ({manifest}: chat_template_sha256 {trained[:16]}…)"
+    )
