@@ -70,7 +70,7 @@ class TrainingSession:
         backend = get_backend(self.backend_name, self.recipe, **self.launch)
         with claim_run_dir(self.run_dir, self.recipe, backend.name, resume=self.resume, lead=backend.lead) as run:
             self.run_dir = run
-            self._check_earlier_run()
+            self._check_earlier_run(backend.lead)
             self._prepare_data(backend)
             try:
                 backend.setup(self)
@@ -88,13 +88,16 @@ class TrainingSession:
         return TrainResult(self.run_dir, fit.steps, final, losses, self.run_dir / ADAPTER)
 
     # --- before training -------------------------------------------------------------------------------------
-    def _check_earlier_run(self) -> None:
-        """A fresh run never writes over an earlier one; a run starting from step 0 drops the void metrics."""
+    def _check_earlier_run(self, lead: bool) -> None:
+        """A fresh run never writes over an earlier one (every process refuses); a run starting from step 0 drops
+        the void metrics (the lead process, which owns the run directory)."""
         steps = saved_steps(self.run_dir)
         if not self.resume and (steps or (self.run_dir / "metrics.jsonl").exists()):
             raise TrainError(
                 f"{self.run_dir} holds an earlier run: pass --resume to continue it, or choose another --run-dir"
             )
+        if not lead:
+            return
         if self.resume and not steps:
             say(f"[resume] no complete checkpoint in {self.run_dir / 'checkpoints'}: starting from step 0")
         if not steps:
