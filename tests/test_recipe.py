@@ -177,3 +177,13 @@ def test_unpacked_recipe_warns_about_padding_skew():
     recipe = parse_recipe(MINIMAL.replace("    - path: data.jsonl", "    - path: data.jsonl\n  packing: false"))
     (warning,) = [p for p in recipe.warnings if p.path == "data.packing"]
     assert warning.severity == "warning" and "padding included" in warning.message and "mfu_computed" in warning.hint
+
+
+def test_global_batch_must_split_over_both_backends():
+    ok = MINIMAL + "train:\n  global_batch_size: 8\n"
+    assert parse_recipe(ok).train.global_batch_size == 8
+    bad = MINIMAL + "train:\n  per_device_batch_size: 4\n  global_batch_size: 6\n"
+    assert errors(bad) == [
+        ("train.global_batch_size", 14, f"6 rows per step can't be split into micro-batches of per_device_batch_size "
+         f"4 × 1 data-parallel devices of {backend}") for backend in ("torch (devices × nodes)", "jax (mesh.fsdp)")
+    ]  # fmt: skip

@@ -180,6 +180,18 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
                 severity="warning",
             )
         )
+    t, tb = recipe.train, recipe.backend.torch
+    widths = {"torch (devices × nodes)": tb.devices * tb.nodes, "jax (mesh.fsdp)": recipe.backend.jax.mesh.fsdp}
+    for backend, width in widths.items() if t.global_batch_size else ():
+        if t.global_batch_size % (t.per_device_batch_size * width):
+            problems.append(
+                Problem(
+                    "train.global_batch_size",
+                    f"{t.global_batch_size} rows per step can't be split into micro-batches of per_device_batch_size "
+                    f"{t.per_device_batch_size} × {width} data-parallel devices of {backend}",
+                    f"use a multiple of {t.per_device_batch_size * width}",
+                )
+            )
     if hw.chip.platform == "cpu" and recipe.train.precision == "bf16":
         problems.append(
             Problem(
