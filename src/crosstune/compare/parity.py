@@ -2,14 +2,14 @@
 
 Both load the recipe's HF base, get the SAME LoRA weights (random, B non-zero so gradients flow; made in the PEFT
 layout and imported into Qwix exactly, crosstune.export.jax_lora), and read the same first optimizer step — k =
-train.grad_accumulation micro-batches — of the prepared data through their own adapters. Each computes the step's
+the step plan's micro-batches — of the prepared data through their own adapters. Each computes the step's
 token-weighted loss and LoRA gradients with its own training code (the backend's step probe, reached through
-crosstune.train.session.step_probe), then takes one AdamW
-step with the recipe's betas, eps, weight decay and clipping at the peak learning rate (the schedule's warmup would
-make step 1 a no-op), and the loss is computed again. What varies with the recipe: the jax mesh (fsdp × tp, inputs
-split over fsdp as the trainer feeds them), activation recompute (train.gradient_checkpointing, on both sides),
-accumulation k, and with --precision bf16 a bf16 base on both sides (LoRA and optimizer fp32, as in training;
-losses judged with a tolerance derived from bf16's 2^-8 precision, gradients reported only: see BF16_LOSS_RTOL).
+crosstune.train.session.step_probe), then takes one AdamW step with the recipe's betas, eps, weight decay and
+clipping at the peak learning rate (the schedule's warmup would make step 1 a no-op), and the loss is computed
+again. What varies with the recipe: the jax mesh (fsdp × tp, inputs split over fsdp as the trainer feeds them),
+activation recompute (train.gradient_checkpointing, on both sides), accumulation k, and with --precision bf16 a
+bf16 base on both sides (LoRA and optimizer fp32, as in training; losses judged with a tolerance derived from
+bf16's 2^-8 precision, gradients reported only: see BF16_LOSS_RTOL).
 
 Layout: the JAX side holds each fused k/v LoRA as the exact rank-2r block LoRA (as training does), its off-diagonal
 gradient blocks masked to zero, so both sides train the same function with the same parameters. Gradients are
@@ -204,7 +204,7 @@ def run_parity(
         elements=int(sum(a.size + b.size for a, b in lora.modules.values())),
         weight_diff=max(float(np.abs(weights_t[m][i] - weights_j[m][i]).max()) for m in lora.modules for i in (0, 1)),
         precision=precision,
-        accumulation=recipe.train.grad_accumulation,
+        accumulation=torch_side.k,
         mesh=(mesh.fsdp, mesh.tp),
         recompute={"torch": torch_side.recomputes, "jax": jax_side.recomputes},
     )

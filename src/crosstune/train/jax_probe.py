@@ -16,7 +16,7 @@ from crosstune.export.lora import LoraWeights
 from crosstune.families import model_dir_spec
 from crosstune.recipe import Recipe, resolve_path
 from crosstune.train.jax_data import global_batch
-from crosstune.train.steps import constant_step
+from crosstune.train.steps import accumulation, constant_step
 
 
 class JaxStepProbe:
@@ -33,7 +33,7 @@ class JaxStepProbe:
         self.recomputes = recipe.train.gradient_checkpointing  # tunix's remat, set when the model is built
         self.base = resolve_path(recipe, recipe.model.path)
         self.spec = model_dir_spec(self.base, recipe.model.family)
-        self.k = recipe.train.grad_accumulation
+        self.k = accumulation(recipe.train, recipe.backend.jax.mesh.fsdp)  # the jax run's own step
         self.mesh = make_mesh(recipe.backend.jax.mesh.fsdp, recipe.backend.jax.mesh.tp)
         batches = grain_dataset(prepared, "train", batch_size=rows, seed=recipe.train.seed)
         micro = next(optimizer_steps((batches[i] for i in range(self.k)), self.k))

@@ -14,7 +14,7 @@ from crosstune.data import torch_dataset
 from crosstune.data.prepared import PreparedDataset
 from crosstune.export.lora import LoraWeights
 from crosstune.recipe import Recipe
-from crosstune.train.steps import constant_step
+from crosstune.train.steps import accumulation, constant_step
 
 
 class TorchStepProbe:
@@ -34,7 +34,8 @@ class TorchStepProbe:
         from crosstune.train.torch_callbacks import CrosstuneSFTTrainer
 
         torch.manual_seed(0)
-        self.recipe, self.lora, self.k = recipe, lora, recipe.train.grad_accumulation
+        # one process reads the rows jax spreads over fsdp: the same micro-batches, the same accumulation
+        self.recipe, self.lora, self.k = recipe, lora, accumulation(recipe.train, recipe.backend.jax.mesh.fsdp)
         model, tokenizer = build_model(recipe, on_gpu=bf16)  # on_gpu: the recipe's dtype (bf16) even on a CPU
         config, _ = lora_config(recipe, model)
         dataset = torch_dataset(prepared, "train", seed=recipe.train.seed).select(range(rows * self.k))
