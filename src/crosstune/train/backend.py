@@ -53,6 +53,7 @@ class FitResult:
     steps: int  # the optimizer step the run ended at (its last checkpoint / final adapter)
     metadata: dict[str, Any] = field(default_factory=dict)  # extra run.json fields (timings, ...)
     adapter_written: bool = False  # the backend wrote <run>/adapter itself (torch: PEFT's own save, collective)
+    lora: LoraWeights | None = None  # else the final LoRA (PEFT layout) for the session to write as <run>/adapter
 
 
 @dataclass

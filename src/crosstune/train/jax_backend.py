@@ -20,8 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from crosstune.data.prepared import PreparedDataset
-from crosstune.export.jax_lora import qwix_to_lora
+from crosstune.export.jax_lora import param_name, qwix_to_lora
 from crosstune.export.lora import LoraWeights
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE
@@ -275,7 +277,20 @@ class JaxRun:
             writer.write_event("compile_time_s", compile_timer.seconds, step=start)
             writer.close()
         timings = {"compile_time_s": round(compile_timer.seconds, 3), "checkpoint_time_s": round(saves.seconds, 3)}
-        return FitResult(trainer.train_steps, {**timings, "resumed_from_step": start})
+        return FitResult(trainer.train_steps, {**timings, "resumed_from_step": start}, lora=self._final_lora())
+
+    def _final_lora(self) -> LoraWeights:
+        """The trained LoRA in the PEFT layout, gathered from the devices of every process (a collective: every
+        process calls it; only the lead's copy is written, as <run>/adapter)."""
+        import jax
+        from flax import nnx
+        from jax.experimental import multihost_utils
+
+        state = nnx.state(self.trainer.model, nnx.LoRAParam)
+        leaves = jax.tree_util.tree_leaves_with_path(state)
+        params = {param_name(p): np.asarray(multihost_utils.process_allgather(v, tiled=True)) for p, v in leaves}
+        lora = self.recipe.lora
+        return qwix_to_lora(params, self.spec, rank=lora.rank, alpha=float(lora.alpha))
 
     def _record_checksums(self, step: int) -> None:
         """After Orbax finalised `step` (the save is asynchronous: every process waits, as its next save would),

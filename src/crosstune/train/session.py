@@ -28,7 +28,7 @@ from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text, say, staged_dir
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.train.backend import Backend, SavedLora, StepProbe, TrainError, TrainResult, get_backend
+from crosstune.train.backend import Backend, FitResult, SavedLora, StepProbe, TrainError, TrainResult, get_backend
 from crosstune.train.integrity import record_checksums
 from crosstune.train.metrics import read_metrics
 from crosstune.train.plot import plot_loss_curve
@@ -82,7 +82,7 @@ class TrainingSession:
         """Train to the plan's last step, then finalise the run directory (lead process)."""
         fit = backend.fit()
         if backend.lead:
-            self._finalise(fit.steps, fit.metadata, fit.adapter_written)
+            self._finalise(fit)
         losses = [row["loss"] for row in read_metrics(self.run_dir)]
         final = losses[-1] if losses else float("nan")
         return TrainResult(self.run_dir, fit.steps, final, losses, self.run_dir / ADAPTER)
@@ -118,20 +118,20 @@ class TrainingSession:
             raise nothing_to_resume(self.run_dir, done[-1], self.plan.total_steps)
 
     # --- after training --------------------------------------------------------------------------------------
-    def _finalise(self, steps: int, metadata: dict[str, Any], adapter_written: bool) -> None:
+    def _finalise(self, fit: FitResult) -> None:
         """run.json's `steps` (the step the final adapter belongs to; export reads it), loss.png, adapter/."""
         meta = read_run_metadata(self.run_dir)
         plan = {"global_batch": self.plan.global_batch, "grad_accumulation": self.plan.accumulation}  # rows per step
-        meta.update(steps=steps, **plan, **metadata)
+        meta.update(steps=fit.steps, **plan, **fit.metadata)
         atomic_write_text(self.run_dir / "run.json", json.dumps(meta, indent=2))
         if (self.run_dir / "metrics.jsonl").exists():
             plot_loss_curve(self.run_dir)
-        if not adapter_written:  # the final LoRA as a PEFT adapter, keyed like the base checkpoint's layers
+        if not fit.adapter_written:  # the final LoRA as a PEFT adapter, keyed like the base checkpoint's layers
             base = resolve_path(self.recipe, self.recipe.model.path)
             spec = model_dir_spec(base, self.recipe.model.family)
-            saved = read_run_lora(self.run_dir, steps, spec)
+            lora = fit.lora if fit.lora is not None else read_run_lora(self.run_dir, fit.steps, spec).lora
             with staged_dir(self.run_dir / ADAPTER, may_replace=lambda _: None) as tmp:
-                write_peft_adapter(saved.lora, tmp, str(base), spec=spec, layer_prefix=open_base(base).layer_prefix())
+                write_peft_adapter(lora, tmp, str(base), spec=spec, layer_prefix=open_base(base).layer_prefix())
             record_checksums(self.run_dir / ADAPTER)  # once in place: the staging marker is gone
 
 
