@@ -89,10 +89,10 @@ runs.export_run(Path(sys.argv[1]), "adapter", Path(sys.argv[2]))
 """
 KILLED_PREPARE = """
 import os, signal, sys
-import crosstune.data.stats as stats
+import crosstune.data.prepared as prepared
 from crosstune.data import prepare_dataset
 from crosstune.recipe import load_recipe
-stats.save_stats = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+prepared.save_stats = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
 prepare_dataset(load_recipe(sys.argv[1]), lenient=True)
 """
 
