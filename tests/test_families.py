@@ -1,4 +1,4 @@
-"""Real-size family specs against published shapes (shared/notes/gemma.md) and the layout helpers."""
+"""Real-size family specs against published shapes (docs/TUNIX_LAYOUT.md, "Published shapes") and the layout helpers."""
 
 import pytest
 
