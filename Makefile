@@ -57,3 +57,8 @@ clean-venv:
 test-report: setup
 	@bash scripts/install_chromium.sh
 	@$(VENV)/bin/python -m pytest -q tests/test_cost.py tests/test_report.py $(PYTEST_ARGS)
+
+# --- demo base (issue 15): pretrain the demo's small Gemma 4 once; cached, and `make demo` builds it when missing ----
+.PHONY: pretrain
+pretrain: setup
+	@$(VENV)/bin/crosstune model pretrain
