@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from crosstune.models.pretrain import DONE, HELD_OUT_FAMILIES, PretrainConfig, pretrained_base
+from crosstune.models.pretrain import DONE, HELD_OUT_FAMILIES, UNUSED_FAMILIES, PretrainConfig, pretrained_base
 
 # A few records and steps: what is tested is the cache and the saved layout, not what the model learns.
 SMALL = PretrainConfig(n_records=24, steps=2, batch_size=2, warmup_steps=1)
@@ -20,7 +20,7 @@ def test_the_base_is_built_once_then_reused_and_rebuilt_when_an_input_changes(tm
     first = pretrained_base(SMALL, tmp_path, log=logs.append)
     assert len(logs) == 3 and logs[0].startswith(f"pretraining the base into {first}")  # start + steps 1 and 2
     info = json.loads((first / DONE).read_text())
-    assert len(info["losses"]) == 2 and info["held_out_families"] == list(HELD_OUT_FAMILIES)
+    assert len(info["losses"]) == 2 and info["families_not_seen"] == [*HELD_OUT_FAMILIES, *UNUSED_FAMILIES]
     cfg = json.loads((first / "config.json").read_text())
     # The small spec keeps the 31B layout: 5 sliding : 1 global, global head_dim 2x, 1 global KV head, k_eq_v.
     assert cfg["layer_types"] == ["sliding_attention"] * 5 + ["full_attention"]
@@ -67,3 +67,20 @@ def test_the_lora_fine_tune_beats_the_base_on_held_out_problems(tmp_path):
     )
     assert base["problems"] == tuned["problems"] == 16
     assert tuned["pass_at_k"]["1"] >= base["pass_at_k"]["1"] + 0.2, (base["pass_at_k"], tuned["pass_at_k"])
+
+
+def test_the_cache_key_follows_the_model_shape_and_the_training_text(monkeypatch):
+    """A changed spec (here the sliding window) or corpus must name a new folder, never reuse a stale base."""
+    from crosstune.families import gemma4
+    from crosstune.models.pretrain import cache_key
+
+    config = PretrainConfig()
+    key = cache_key(config, "corpus-a")
+    assert key.startswith("gemma4-small-") and cache_key(config, "corpus-a") == key
+    assert cache_key(config, "corpus-b") != key
+    small = gemma4.SIZES["small"]
+    sliding = dataclasses.replace(small.attention["sliding"], window=64)
+    monkeypatch.setitem(
+        gemma4.SIZES, "small", dataclasses.replace(small, attention={**small.attention, "sliding": sliding})
+    )
+    assert cache_key(config, "corpus-a") != key

@@ -34,6 +34,7 @@ class DemoContext:
     n_eval: int
     steps: int | None = None  # LoRA steps for both backends; None keeps the recipe's train.max_steps
     cache_root: Path | None = None  # where the pretrained base is cached (default: see models.pretrain)
+    base_steps: int | None = None  # pretraining steps of the base; None keeps PretrainConfig's
     made: list[tuple[str, Path, str]] = field(default_factory=list)  # (what, where, note)
     scores: list = field(default_factory=list)  # demo_results.ModelScore per evaluated model
     report: Path | None = None
@@ -78,13 +79,14 @@ def stage_corpus(ctx: DemoContext) -> str:
 
 
 def stage_base_model(ctx: DemoContext) -> str:
+    import dataclasses
     import json
     import shutil
 
     from crosstune.families import get_family
     from crosstune.models.pretrain import DONE, PretrainConfig, pretrained_base
 
-    config = PretrainConfig()
+    config = PretrainConfig() if ctx.base_steps is None else dataclasses.replace(PretrainConfig(), steps=ctx.base_steps)
     cached = pretrained_base(config, ctx.cache_root, log=lambda line: console.print("   " + line, highlight=False))
     shutil.copytree(cached, ctx.model_dir)  # the runs' run.json names the demo's own copy as their base
     info = json.loads((cached / DONE).read_text())
@@ -222,7 +224,7 @@ def stage_export_torch(ctx: DemoContext) -> str:
     from crosstune.train.rundir import default_run_dir
 
     recipe = load_recipe(ctx.recipe_file, ctx.overrides())
-    made = export_run(default_run_dir(recipe, "torch"), "merged", ctx.out / "export-torch", overwrite=True)
+    made = export_run(default_run_dir(recipe, "torch"), "merged", ctx.out / "export-torch" / "merged", overwrite=True)
     ctx.made.append(("merged HF model from the torch run", made["merged"], "evaluated below"))
     return f"torch run → merged model {made['merged']}"
 
@@ -276,9 +278,10 @@ def run_demo(
     n_eval: int = DEFAULT_EVAL,
     steps: int | None = None,
     cache_root: Path | None = None,
+    base_steps: int | None = None,
 ) -> DemoContext:
     claim_output_folder(out)
-    ctx = DemoContext(out, recipe_file, seed, n_train, n_eval, steps=steps, cache_root=cache_root)
+    ctx = DemoContext(out, recipe_file, seed, n_train, n_eval, steps, cache_root, base_steps)
     for i, (title, fn) in enumerate(STAGES, 1):
         console.rule(f"[bold]{i}/{len(STAGES)} {title}")
         t0 = time.perf_counter()
@@ -311,8 +314,9 @@ def demo(
     n_eval: int = typer.Option(DEFAULT_EVAL, help="held-out evaluation problems"),
     steps: int = typer.Option(None, help="LoRA steps on each backend [default: the recipe's train.max_steps]"),
     cache: Path = typer.Option(None, help="cache folder for the pretrained base [default: ~/.cache/crosstune]"),
+    base_steps: int = typer.Option(None, help="pretraining steps of the base (a new cached base) [default: 600]"),
 ) -> None:
     """Run the pipeline end to end on this CPU: a pretrained small Gemma 4, LoRA on both backends, pass@k gain."""
     recipe = recipe or shipped_recipe("demo-cpu.yaml")
     cache_root = cache.resolve() / "pretrained" if cache else None
-    run_demo(out.resolve(), recipe, seed=seed, n_train=n_train, n_eval=n_eval, steps=steps, cache_root=cache_root)
+    run_demo(out.resolve(), recipe, seed, n_train, n_eval, steps=steps, cache_root=cache_root, base_steps=base_steps)

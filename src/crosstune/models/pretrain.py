@@ -26,7 +26,9 @@ from crosstune.synth.families import FAMILIES
 PRETRAIN_VERSION = 1  # bump when the loop or the saved layout changes: it is part of the cache key
 # The families the demo's LoRA teaches and evaluates on: short, regular modules a LoRA learns in minutes.
 HELD_OUT_FAMILIES = ("vector_gate", "parity_popcount", "gray_code", "decoder")  # registry order
-BASE_FAMILIES = tuple(f.name for f in FAMILIES if f.name not in HELD_OUT_FAMILIES)
+# The base learns the other families, less the longest one (Moore/Mealy FSMs: ~700-token records, twice the rest).
+UNUSED_FAMILIES = ("sequence_detector",)
+BASE_FAMILIES = tuple(f.name for f in FAMILIES if f.name not in HELD_OUT_FAMILIES + UNUSED_FAMILIES)
 DONE = "pretrain.json"  # written last into a finished base: its config, losses and timing
 
 
@@ -38,7 +40,7 @@ class PretrainConfig:
     n_records: int = 2400
     corpus_seed: int = 1000  # distinct from the demo corpus's seeds, which draw the held-out families
     seed: int = 0
-    steps: int = 300
+    steps: int = 600
     batch_size: int = 8
     learning_rate: float = 3e-3
     warmup_steps: int = 25
@@ -58,18 +60,22 @@ def _sha256(path: Path) -> str:
 
 
 def cache_key(config: PretrainConfig, corpus_sha256: str) -> str:
-    """The folder name: a hash of everything the weights depend on (config, training text, library versions)."""
+    """The folder name: a hash of everything the weights depend on (config, model shape, training text, versions)."""
     import torch
     import transformers
 
+    from crosstune.families import get_family
+
+    family = get_family(config.family)
     inputs = {
         "config": asdict(config),
+        "model": family.hf_config(family.spec(config.size)),
         "corpus_sha256": corpus_sha256,
         "pretrain_version": PRETRAIN_VERSION,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return f"{config.family}-{config.size}-{digest}"
 
 
@@ -95,6 +101,17 @@ def pretrained_base(
         with staged_dir(dest, may_replace=lambda _: None) as out:
             _pretrain(config, corpus, Path(tmp), out, log)
     return dest
+
+
+def _length_batched(perm, lengths, batch_size: int, rng) -> list[int]:
+    """`perm` regrouped so each batch holds rows of similar length (less padding: ~30% fewer tokens per step):
+    pools of 8 batches are sorted by length, cut into batches, and the batches shuffled."""
+    pool = 8 * batch_size
+    batches = []
+    for start in range(0, len(perm), pool):
+        chunk = sorted(perm[start : start + pool].tolist(), key=lambda i: lengths[i])
+        batches += [chunk[k : k + batch_size] for k in range(0, len(chunk), batch_size)]
+    return [i for b in rng.permutation(len(batches)) for i in batches[b]]
 
 
 def _pretrain(config: PretrainConfig, corpus: Path, work: Path, out: Path, log: Callable[[str], None]) -> None:
@@ -134,12 +151,13 @@ def _pretrain(config: PretrainConfig, corpus: Path, work: Path, out: Path, log: 
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     rng = np.random.default_rng(config.seed)
+    lengths = (split.rows(range(len(split)))["segment_ids"] > 0).sum(axis=1)
     order: list[int] = []
     losses: list[float] = []
     t0 = time.perf_counter()
     for step in range(config.steps):
-        while len(order) < config.batch_size:  # epochs in a seeded order
-            order += rng.permutation(len(split)).tolist()
+        while len(order) < config.batch_size:  # epochs in a seeded order, batched by similar length
+            order += _length_batched(rng.permutation(len(split)), lengths, config.batch_size, rng)
         picked, order = order[: config.batch_size], order[config.batch_size :]
         rows = split.rows(picked)
         length = int((rows["segment_ids"] > 0).sum(axis=1).max())  # rows are right-padded: trim to the longest
@@ -162,7 +180,7 @@ def _pretrain(config: PretrainConfig, corpus: Path, work: Path, out: Path, log: 
             (out / name).write_bytes((init / name).read_bytes())
     summary = {
         "config": asdict(config),
-        "held_out_families": [f.name for f in FAMILIES if f.name not in config.families],
+        "families_not_seen": [f.name for f in FAMILIES if f.name not in config.families],
         "corpus_sha256": _sha256(corpus / "train.jsonl"),
         "losses": losses,
         "seconds": round(time.perf_counter() - t0, 1),
