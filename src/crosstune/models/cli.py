@@ -88,13 +88,13 @@ def tiny(
 
 @model_app.command("pretrain")
 def pretrain(
-    steps: int = typer.Option(None, "--steps", help="Training steps [default: the demo's base, PretrainConfig]."),
-    cache: Path = typer.Option(None, "--cache", help="Cache folder [default: $CROSSTUNE_CACHE or ~/.cache/crosstune]."),
+    steps: int = typer.Option(None, "--steps", help="Training steps (default: 600, the base the demo uses)."),
+    cache: Path = typer.Option(None, "--cache", help="Cache folder (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)."),
 ) -> None:
     """Pretrain the demo's small Gemma 4 base in full on CPU, on the synthetic families the demo does not hold out.
 
-    The result is cached in a content-addressed folder (a hash of the config, the training text and the library
-    versions): a second run with the same inputs returns at once. `crosstune demo` starts from it.
+    The result is cached in a content-addressed folder (a hash of the config, the model shape, the training text and
+    the library versions): a second run with the same inputs returns at once. `crosstune demo` starts from it.
     """
     import dataclasses
     import json
