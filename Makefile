@@ -70,3 +70,8 @@ serve-env:
 # The integration tests against real vLLM (the default `make test` skips them: they need .venv-serve).
 test-serve: setup serve-env
 	@$(VENV)/bin/python -m pytest -q -m serve $(PYTEST_ARGS)
+
+# --- demo base (issue 15): pretrain the demo's small Gemma 4 once; cached, and `make demo` builds it when missing ----
+.PHONY: pretrain
+pretrain: setup
+	@$(VENV)/bin/crosstune model pretrain

@@ -86,7 +86,7 @@ def test_the_shipped_recipe_is_found_from_a_wheel(tmp_path):
     subprocess.run(install, check=True, env=env, capture_output=True, timeout=240)
     probe = (
         "import crosstune, sys; from crosstune.recipes import shipped_recipe; from crosstune.recipe import load_recipe;"
-        "p = shipped_recipe('tiny-cpu.yaml'); r = load_recipe(p); print(crosstune.__file__); print(p); print(r.name)"
+        "p = shipped_recipe('demo-cpu.yaml'); r = load_recipe(p); print(crosstune.__file__); print(p); print(r.name)"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], env={**env, "PYTHONPATH": str(target)}, capture_output=True, text=True,
@@ -94,5 +94,5 @@ def test_the_shipped_recipe_is_found_from_a_wheel(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     module, recipe, name = result.stdout.splitlines()
-    assert module.startswith(str(target)) and recipe == str(target / "crosstune" / "recipes" / "tiny-cpu.yaml")
-    assert name == "tiny-cpu"
+    assert module.startswith(str(target)) and recipe == str(target / "crosstune" / "recipes" / "demo-cpu.yaml")
+    assert name == "demo-cpu"

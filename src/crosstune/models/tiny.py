@@ -40,8 +40,10 @@ def _randomise_scales(model) -> None:
         model.get_input_embeddings().weight.normal_(0.0, TINY_EMBED_STD)
 
 
-def build_tiny_model(family: str, out_dir: Path, seed: int = 0, corpus_dir: Path | None = None) -> Path:
-    """Write a tiny `family` checkpoint into `out_dir` and return it.
+def build_tiny_model(
+    family: str, out_dir: Path, seed: int = 0, corpus_dir: Path | None = None, size: str = "tiny"
+) -> Path:
+    """Write a tiny `family` checkpoint (or another small CPU size of the family, e.g. "small") into `out_dir`.
 
     Files: config.json, model.safetensors (fp32), generation_config.json (eos = [<eos>, turn end]), tokenizer.json,
     tokenizer_config.json (with the family's chat template) and special_tokens_map.json. The tokenizer is trained
@@ -51,7 +53,7 @@ def build_tiny_model(family: str, out_dir: Path, seed: int = 0, corpus_dir: Path
     import transformers
 
     fam = get_family(family)
-    spec = fam.spec("tiny")
+    spec = fam.spec(size)
     out_dir = Path(out_dir)
 
     if corpus_dir is None:

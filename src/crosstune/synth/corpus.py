@@ -6,7 +6,7 @@ import json
 import random
 import shutil
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,24 +65,35 @@ def _draw(family: Family, rng: random.Random, taken: set[str], what: str) -> Par
     )
 
 
-def plan_eval(n_eval: int, seed: int) -> list[Design]:
-    """Eval problems cycle through the families in registry order, so any n_eval >= 16 covers all of them."""
-    rngs = {f.name: random.Random(f"{seed}:eval:{f.name}") for f in FAMILIES}
+def select_families(names: Sequence[str] | None) -> tuple[Family, ...]:
+    """The named families in registry order (all of them for None); an unknown name is refused."""
+    if names is None:
+        return FAMILIES
+    unknown = sorted(set(names) - set(FAMILY_BY_NAME))
+    if unknown or not names:
+        known = ", ".join(FAMILY_BY_NAME)
+        raise ValueError(f"unknown task families {unknown or '(none given)'}: choose from {known}")
+    return tuple(f for f in FAMILIES if f.name in set(names))
+
+
+def plan_eval(n_eval: int, seed: int, families: tuple[Family, ...] = FAMILIES) -> list[Design]:
+    """Eval problems cycle through the families in registry order, so any n_eval >= len(families) covers all."""
+    rngs = {f.name: random.Random(f"{seed}:eval:{f.name}") for f in families}
     taken: set[str] = set()
     designs = []
     for i in range(n_eval):
-        family = FAMILIES[i % len(FAMILIES)]
+        family = families[i % len(families)]
         params = _draw(family, rngs[family.name], taken, "eval problems")
         taken.add(param_key(family.name, params))
         designs.append(family.build(params, random.Random(f"{seed}:eval-style:{i}")))
     return designs
 
 
-def _train_families(n_train: int, seed: int) -> list[Family]:
+def _train_families(n_train: int, seed: int, families: tuple[Family, ...] = FAMILIES) -> list[Family]:
     """Balanced family counts (differing by at most one), in a seeded shuffled order."""
     rng = random.Random(f"{seed}:train-order")
-    extra = set(rng.sample(range(len(FAMILIES)), n_train % len(FAMILIES)))
-    order = [f for k, f in enumerate(FAMILIES) for _ in range(n_train // len(FAMILIES) + (k in extra))]
+    extra = set(rng.sample(range(len(families)), n_train % len(families)))
+    order = [f for k, f in enumerate(families) for _ in range(n_train // len(families) + (k in extra))]
     rng.shuffle(order)
     return order
 
@@ -94,10 +105,12 @@ class TrainRecord:
     record: dict[str, str]  # the JSONL object: system, prompt, response
 
 
-def plan_train(n_train: int, seed: int, eval_keys: set[str]) -> list[TrainRecord]:
+def plan_train(
+    n_train: int, seed: int, eval_keys: set[str], families: tuple[Family, ...] = FAMILIES
+) -> list[TrainRecord]:
     """Training designs with their JSONL records; parameters used by the eval set are never drawn."""
     out = []
-    for i, family in enumerate(_train_families(n_train, seed)):
+    for i, family in enumerate(_train_families(n_train, seed, families)):
         rng = random.Random(f"{seed}:train:{i}")
         params = _draw(family, rng, eval_keys, "training records")
         design = family.build(params, rng)
@@ -137,17 +150,23 @@ def generate_corpus(
     seed: int,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
+    families: Sequence[str] | None = None,
+    split: dict | None = None,
 ) -> CorpusSummary:
     """Generate train.jsonl, eval/ and manifest.json under `out_dir`; byte-identical for the same arguments.
 
-    `progress(1)` is called after each train record and each eval problem written."""
+    `families` restricts train and eval to those task families (default: all; with all of them the output is the
+    same as before the option existed). `split`, when given, is recorded as the manifest's "split" (what the data
+    is held out from, e.g. a base model's families). `progress(1)` is called after each train record and eval problem.
+    """
     if n_train < 0 or n_eval < 0:
         raise ValueError(f"counts must be >= 0, got n_train={n_train}, n_eval={n_eval}")
     out_dir = Path(out_dir)
     _check_target(out_dir, force)
-    evals = plan_eval(n_eval, seed)
+    chosen = select_families(families)
+    evals = plan_eval(n_eval, seed, chosen)
     eval_keys = {param_key(d.family, d.params) for d in evals}
-    train = plan_train(n_train, seed, eval_keys)
+    train = plan_train(n_train, seed, eval_keys, chosen)
     overlap = eval_keys & {param_key(t.design.family, t.design.params) for t in train}
     if overlap:
         raise RuntimeError(f"train/eval parameter overlap (generator bug): {sorted(overlap)[:3]}")
@@ -162,7 +181,7 @@ def generate_corpus(
 
     train_counts = Counter(t.design.family for t in train)
     eval_counts = Counter(d.family for d in evals)
-    counts = {f.name: (train_counts[f.name], eval_counts[f.name]) for f in FAMILIES}
+    counts = {f.name: (train_counts[f.name], eval_counts[f.name]) for f in chosen}
     manifest = {
         "version": SYNTH_VERSION,
         "generator": "crosstune.synth",
@@ -170,7 +189,7 @@ def generate_corpus(
         "n_train": n_train,
         "n_eval": n_eval,
         "families": {
-            f.name: {"summary": f.summary, "train": counts[f.name][0], "eval": counts[f.name][1]} for f in FAMILIES
+            f.name: {"summary": f.summary, "train": counts[f.name][0], "eval": counts[f.name][1]} for f in chosen
         },
         "train": [
             {
@@ -183,6 +202,7 @@ def generate_corpus(
             for i, t in enumerate(train)
         ],
         "eval": [{"problem": p, "family": d.family, "params": d.params} for p, d in zip(problems, evals, strict=True)],
+        **({"split": split} if split is not None else {}),
     }
     manifest_path = out_dir / "manifest.json"
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
