@@ -25,9 +25,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "crosstune.export.lora", "crosstune.export.jax_lora", "crosstune.export.shards", "crosstune.export.merge",
         "crosstune.export.output",
     )),
-    ("backends and planner", ("crosstune.train", "crosstune.planner")),
+    ("backends and planner", ("crosstune.train", "crosstune.planner", "crosstune.models.pretrain")),
     ("stages", ("crosstune.export", "crosstune.compare", "crosstune.serve")),
-    ("entry points", ("crosstune.cli", "crosstune.commands", "crosstune.demo", "crosstune.doctor",
+    ("entry points", ("crosstune.cli", "crosstune.commands", "crosstune.demo", "crosstune.demo_results", "crosstune.doctor", "crosstune.models.cli",
                       "crosstune.train.cli")),
 ]  # fmt: skip
 
