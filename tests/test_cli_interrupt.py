@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
+from tests.test_cli_errors import tiny_args
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "recipes" / "tiny-cpu.yaml"
@@ -21,16 +22,8 @@ runner = CliRunner()
 
 
 def _sets(model_dir: Path, corpus_dir: Path, out: Path, *extra: str) -> list[str]:
-    sets = [
-        f"model.path={model_dir}",
-        f"data.sources=[{{path: {corpus_dir / 'train.jsonl'}}}]",
-        f"data.prepared_dir={out / 'data'}",
-        "data.max_seq_len=512",
-        "data.truncation=truncate",
-        f"output_dir={out / 'runs'}",
-        *extra,
-    ]
-    return [a for s in sets for a in ("--set", s)]
+    """test_cli_errors.tiny_args without the recipe file: the --set overrides alone."""
+    return tiny_args(model_dir, corpus_dir, out, *extra)[1:]
 
 
 @pytest.mark.parametrize(("backend", "checkpoint"), [("torch", "checkpoint-4"), ("jax", "4")])

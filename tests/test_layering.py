@@ -27,8 +27,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     )),
     ("backends and planner", ("crosstune.train", "crosstune.planner", "crosstune.models.pretrain")),
     ("stages", ("crosstune.export", "crosstune.compare", "crosstune.serve")),
-    ("entry points", ("crosstune.cli", "crosstune.commands", "crosstune.demo", "crosstune.demo_results", "crosstune.doctor", "crosstune.models.cli",
-                      "crosstune.train.cli")),
+    ("entry points", ("crosstune.cli", "crosstune.commands", "crosstune.demo", "crosstune.demo_results",
+                      "crosstune.doctor", "crosstune.models.cli", "crosstune.train.cli")),
 ]  # fmt: skip
 
 
