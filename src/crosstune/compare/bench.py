@@ -24,7 +24,6 @@ the saturation throughput.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,16 +69,17 @@ class Sweep:
 
 def read_sweep(path: Path) -> Sweep:
     """Parse a sweep summary; a missing field or a file of another kind gets an error naming file, cell and key."""
+    from crosstune.serve.report import load_summary  # the one reader of `crosstune bench serve` summaries
+
     path = Path(path)
-    if path.is_dir():
-        path = path / "summary.json"
+    path = path / "summary.json" if path.is_dir() else path
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CostError(f"{path}: can't read a bench summary: {e}") from None
-    rows = raw.get("cells", raw.get("results")) if isinstance(raw, dict) else None
-    if not isinstance(rows, list) or not rows:
-        raise CostError(f"{path}: no `cells` list: not a `crosstune bench serve` summary")
+        raw = load_summary(path)
+    except ValueError as e:
+        raise CostError(str(e)) from None
+    rows = raw["cells"]
+    if not rows:
+        raise CostError(f"{path}: the `cells` list is empty: the sweep recorded nothing")
     cells = [_cell(path, i, row) for i, row in enumerate(rows)]
     label = raw.get("label") or raw.get("target") or path.parent.name or path.stem
     return Sweep(path, str(label), raw.get("target"), cells)
