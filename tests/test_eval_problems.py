@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from crosstune.evals.examples import EXAMPLES
 from crosstune.evals.extract import RULES, extract_code
 from crosstune.evals.problems import CODE_COMPLETE, SPEC_TO_RTL, ProblemSetError, load_problems
 from crosstune.evals.prompts import SPEC_SYSTEM, build_messages, prompt_hash
+from crosstune.synth import generate_corpus
 
 CHECKOUT = Path(__file__).parent / "fixtures" / "verilogeval"
 
@@ -82,10 +84,14 @@ def test_code_complete_prompt_comments_the_spec_above_the_interface():
     assert "\nmodule TopModule (\n  input clk," in user  # the header itself stays uncommented
 
 
-def test_codev_prompt_asks_for_think_and_answer():
+def test_codev_prompt_asks_for_think_and_answer(tmp_path: Path):
     problem = load_problems(CHECKOUT, patterns=["Prob002_and2"])[0]
     messages = build_messages(problem, "codev", shots=1)
     assert "<think>" in messages[0]["content"] and "```verilog" in messages[0]["content"]
+    # The system prompt the synthetic training records carry: a fine-tuned model is asked in its training words.
+    generate_corpus(tmp_path, n_train=1, n_eval=0, seed=0)
+    corpus_system = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])["system"]
+    assert messages[0]["content"] == corpus_system
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[2]["content"].startswith("<think>") and "<answer>" in messages[2]["content"]
     with pytest.raises(ValueError, match="prompt style"):

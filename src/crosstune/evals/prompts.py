@@ -14,6 +14,7 @@ import json
 
 from crosstune.evals.examples import EXAMPLES, Example
 from crosstune.evals.problems import CODE_COMPLETE, Problem
+from crosstune.synth.prompts import SYSTEM_PROMPT
 
 VERILOGEVAL = "verilogeval"
 CODEV = "codev"
@@ -31,14 +32,9 @@ COMPLETE_PREFIX = (
 BEGIN_DONE_RULE = (
     "Enclose your code with [BEGIN] and [DONE]. Only output the code snippet\nand do NOT output anything else."
 )
-CODEV_SYSTEM = (
-    "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and "
-    "then provides the user with the answer. The reasoning process and answer are enclosed within "
-    "<think> </think> and <answer> </answer> tags, respectively, i.e., <think> reasoning process here "
-    "</think><answer> answer here </answer>. Now the user asks you to write Verilog code. After thinking, "
-    "when you reach a conclusion, put the final Verilog code in a ```verilog block inside the <answer> "
-    "</answer> tags, i.e., <answer> ```verilog\nmodule TopModule(...); ... endmodule\n``` </answer>."
-)
+# CodeV-R1's own system prompt, the one its training records (and crosstune's synthetic ones) carry: a model
+# fine-tuned on them is asked in exactly the words it was trained with.
+CODEV_SYSTEM = SYSTEM_PROMPT
 
 Message = dict[str, str]
 

@@ -7,7 +7,8 @@ import textwrap
 
 from crosstune.synth.design import Design, Port, bits_word, render_module, vrange
 
-# Same contract as CodeV-R1's prompt: reasoning in <think>, final code in a ```verilog block inside <answer>.
+# CodeV-R1's system prompt (its eval scripts and training data): reasoning in <think>, the final code in a
+# ```verilog block inside <answer>. The evaluator's "codev" prompt style asks with this same text.
 SYSTEM_PROMPT = (
     "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and then "
     "provides the user with the answer. The reasoning process and answer are enclosed within <think> </think> "
