@@ -18,7 +18,10 @@ from crosstune.train.torch_layers import (
     lora_input_casting,
     recomputes_attention,
 )
+from tests import test_torch_kernels
 from tests.test_torch_attention import DOC_LENGTHS, loss_and_lora_grads, packed_row, tiny_peft_model
+
+recipe_path = test_torch_kernels.recipe_path  # fixture: the tiny Gemma 4 training recipe, data prepared
 
 
 class OpCounter(TorchDispatchMode):
@@ -243,3 +246,58 @@ def test_recipe_rules_for_the_switches():
     assert Recipe(**base, train=selective, backend={"torch": {"devices": 2, "fsdp": False}})  # DDP: Trainer's
     with pytest.raises(ValidationError, match="FSDP2's activation checkpointing .* takes no policy"):
         Recipe(**base, train=selective, backend={"torch": {"devices": 2, "fsdp": True}})
+
+
+# --- the switches in `crosstune train` ------------------------------------------------------------------------
+def train_losses(recipe_path, run_dir, overrides: list[str]) -> list[float]:
+    from crosstune.recipe import load_recipe
+    from crosstune.train.metrics import read_metrics
+    from crosstune.train.session import train
+
+    recipe = load_recipe(recipe_path, ["train.gradient_checkpointing=true", *overrides])
+    assert train(recipe, run_dir, progress=False, backend="torch").steps == 2
+    return [row["loss"] for row in read_metrics(run_dir)]
+
+
+def test_selective_recompute_and_no_lora_cast_train_like_the_default(recipe_path, tmp_path, monkeypatch):
+    """Two optimizer steps through TRL (CPU: fp32, so no cast exists to remove; the switch must be harmless), the
+    same losses as the default run; TRL's selective checkpointing and PEFT's casting switch are really engaged."""
+    import peft.helpers
+    import trl.trainer.sft_trainer as sft_trainer
+
+    sac_models, cast_switches = [], []
+    real_sac = sft_trainer.enable_selective_activation_checkpointing
+    real_casting = peft.helpers.disable_input_dtype_casting
+
+    def sac_spy(model):
+        sac_models.append(type(model).__name__)
+        return real_sac(model)
+
+    def casting_spy(model, active=True):
+        cast_switches.append(active)
+        return real_casting(model, active)
+
+    monkeypatch.setattr(sft_trainer, "enable_selective_activation_checkpointing", sac_spy)
+    monkeypatch.setattr(peft.helpers, "disable_input_dtype_casting", casting_spy)
+    default = train_losses(recipe_path, tmp_path / "default", [])
+    assert sac_models == [] and cast_switches == [False]
+    fast = train_losses(recipe_path, tmp_path / "fast", ["train.precision=bf16", "train.kernels.lora_input_cast=false",
+                                                         "train.kernels.recompute=selective"])  # fmt: skip
+    assert sac_models == ["PeftModelForCausalLM"] and cast_switches == [False, True]
+    # recompute re-runs the same fp32 kernels (see above); step 2 also sees one AdamW step of equal gradients
+    assert len(default) == len(fast) == 2 and all(abs(a - b) <= 1e-6 * a for a, b in zip(default, fast, strict=True))
+
+
+@pytest.mark.slow  # inductor compilation inside the trainer: ~40 s on 2 cores with a cold cache
+def test_compiled_layers_train_like_the_default(recipe_path, tmp_path, monkeypatch):
+    import crosstune.train.torch_layers as torch_layers
+
+    compiled: list[int] = []
+    real = torch_layers.compile_decoder_layers
+    monkeypatch.setattr(torch_layers, "compile_decoder_layers", lambda *a: compiled.append(real(*a)) or compiled[-1])
+    default = train_losses(recipe_path, tmp_path / "default", [])
+    fast = train_losses(recipe_path, tmp_path / "compiled", ["train.kernels.compile=true"])
+    assert compiled == [get_family("gemma4").spec("tiny").num_layers]
+    # one packed row per step; the compiled layers' fp32 rounding (COMPILE_LOSS_ATOL above), then one AdamW step
+    # (lr 1e-3) of gradients equal to 2e-3 of their size: the step-2 loss moves by far less than 1e-4
+    assert abs(default[0] - fast[0]) <= COMPILE_LOSS_ATOL and abs(default[1] - fast[1]) <= 1e-4
