@@ -238,7 +238,6 @@ def test_recompute_and_cast_switches_reach_the_trainer_config(tmp_path):
     }
     assert recomputes_attention(KernelsSection())
     assert not recomputes_attention(KernelsSection(recompute="selective"))
-    assert recomputes_attention(KernelsSection(recompute="selective", attention="eager"))  # not an SDPA op
 
 
 def test_hfu_counts_the_selective_recompute_without_attention():
@@ -273,6 +272,9 @@ def test_recipe_rules_for_the_switches():
     assert (defaults.lora_input_cast, defaults.compile, defaults.recompute) == (True, False, "full")  # today's path
     with pytest.raises(ValidationError, match="set train.gradient_checkpointing true, or kernels.recompute full"):
         TrainSection(gradient_checkpointing=False, kernels={"recompute": "selective"})
+    for attention in ("eager", "flex"):  # not SDPA kernels: the policy would keep nothing, a silent `full`
+        with pytest.raises(ValidationError, match=f"attention '{attention}' runs none"):
+            KernelsSection(recompute="selective", attention=attention)
     with pytest.raises(ValidationError, match="lora_input_cast false needs train.precision bf16"):
         TrainSection(precision="fp32", kernels={"lora_input_cast": False})
     base = {"name": "r", "model": {"family": "gemma4", "size": "tiny"}, "data": {"sources": [{"path": "x.jsonl"}]}}

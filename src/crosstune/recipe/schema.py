@@ -135,13 +135,18 @@ class KernelsSection(Section):
         "full", description="what train.gradient_checkpointing recomputes in the backward: full = every op of each "
         "decoder layer; selective = TRL's selective activation checkpointing: the attention kernel's outputs are "
         "kept (one [tokens, heads × head_dim] tensor more per layer) and everything else is recomputed. Needs "
-        "gradient_checkpointing true, and not FSDP over several devices"
+        "gradient_checkpointing true, attention sdpa, and not FSDP over several devices"
     )  # fmt: skip
 
     @model_validator(mode="after")
     def _cce_has_no_metrics(self) -> KernelsSection:
         if self.loss == "cce" and self.token_metrics:
             raise ValueError("loss 'cce' gives no per-token entropy or accuracy: set train.kernels.token_metrics false")
+        if self.recompute == "selective" and self.attention != "sdpa":
+            raise ValueError(
+                f"recompute 'selective' keeps the outputs of PyTorch's SDPA kernels; attention {self.attention!r} "
+                "runs none, so it would recompute everything as 'full' does: use attention sdpa or recompute full"
+            )
         return self
 
 

@@ -16,8 +16,8 @@
   enable_selective_activation_checkpointing, switched on by SFTConfig's gradient_checkpointing_kwargs
   `selective`): torch's create_selective_checkpoint_contexts with a policy that saves the SDPA kernels' outputs
   (flash, memory-efficient, cuDNN, CPU flash) and recomputes everything else, so the backward runs no attention
-  forward again. Eager and FlexAttention are not aten SDPA ops: with `attention: eager | flex` they are recomputed
-  as under `full` (the hfu count follows `recomputes_attention`).
+  forward again. Eager and FlexAttention are not aten SDPA ops: the policy would keep nothing of them, so the recipe
+  refuses `selective` with `attention: eager | flex`.
 """
 
 from __future__ import annotations
@@ -61,6 +61,6 @@ def gradient_checkpointing_kwargs(kernels: Any) -> dict[str, Any]:
 
 
 def recomputes_attention(kernels: Any) -> bool:
-    """Whether activation recompute runs the attention forward again (hfu counts it): TRL's selective policy keeps
-    only aten SDPA outputs, so eager and flex attention are recomputed as under `full`."""
-    return kernels.recompute == "full" or kernels.attention != "sdpa"
+    """Whether activation recompute runs the attention forward again (hfu counts it, the planner keeps its outputs
+    otherwise). The recipe allows `selective` with SDPA attention only, whose outputs TRL's policy keeps."""
+    return kernels.recompute == "full"
