@@ -10,8 +10,10 @@
   returns in fp32; the bf16 weights are autocast's per-forward cast. Under fp32 nothing is cast either way.
 - compile: `nn.Module.compile()` on every decoder layer: the layer compiles its own forward in place, so module
   names, checkpoints, gradient checkpointing (transformers' GradientCheckpointingLayer wraps the compiled call)
-  and FSDP2's per-layer wrapping are unchanged. Layers of one type share one compiled graph (parameters are
-  graph inputs); a new row length recompiles once, after which the sequence dimension is dynamic.
+  and FSDP2's per-layer wrapping are unchanged (FSDP2 with compiled layers needs GPUs: not tested on CPU, where
+  several processes run DDP). Layers of one type share their compiled graphs (parameters are graph inputs); a new
+  row length recompiles once, after which the sequence dimension is dynamic. Inductor calls the SDPA kernel through
+  the dispatcher, so selective recompute still keeps its outputs in compiled layers.
 - recompute: `selective` is TRL's selective activation checkpointing (trl.models.
   enable_selective_activation_checkpointing, switched on by SFTConfig's gradient_checkpointing_kwargs
   `selective`): torch's create_selective_checkpoint_contexts with a policy that saves the SDPA kernels' outputs
