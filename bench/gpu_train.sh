@@ -5,12 +5,14 @@
 # r=64 on q k v o gate up down, bf16, remat, packed rows of SEQ tokens, STEPS optimizer steps per variant.
 #
 # In one run: the plain transformers + PEFT loop (bench/gpu_plain_loop.py, same rows) as the baseline, then
-# `crosstune train --backend torch` once per VARIANTS entry (name=attention,loss,token_metrics: train.kernels).
+# `crosstune train --backend torch` once per VARIANTS entry (name=attention,loss,token_metrics[,key=value...]:
+# train.kernels; each key=value after the first three sets train.kernels.key, e.g. recompute=selective).
 # Prints, per variant, median tokens/s over steps 3..N, MFU without recompute (forward + backward-to-activations
 # model FLOPs, the baseline's convention), crosstune's own `mfu` column, peak memory, and the ratio to the plain loop.
 #
 #   bench/gpu_train.sh                                # 1 H200, 60 layers, 4096 tokens, 10 steps, all variants
 #   LAYERS=8 VARIANTS="baseline=sdpa,trl,true flex=flex,trl,true" bench/gpu_train.sh
+#   VARIANTS="baseline=sdpa,trl,true selective=sdpa,trl,true,recompute=selective" bench/gpu_train.sh
 #   DRY=1 bench/gpu_train.sh                          # CPU smoke test of this script: tiny shape, 3 steps
 #
 # Needs: the repo's .venv with a CUDA build of torch (or ../shared/device/on_device.sh's wrappers), one GPU;
@@ -23,7 +25,10 @@ if [ "$DRY" = 1 ]; then
   VARIANTS=${VARIANTS:-"baseline=sdpa,trl,true lean=sdpa,trl,false"}
 else
   LAYERS=${LAYERS:-60} SEQ=${SEQ:-4096} STEPS=${STEPS:-10} HARDWARE=${HARDWARE:-1xh200} PRECISION=bf16
-  VARIANTS=${VARIANTS:-"baseline=sdpa,trl,true lean=sdpa,trl,false flex=flex,trl,true flex+lean=flex,trl,false flex+cce=flex,cce,false"}
+  VARIANTS=${VARIANTS:-"baseline=sdpa,trl,true lean=sdpa,trl,false flex=flex,trl,true flex+lean=flex,trl,false \
+flex+cce=flex,cce,false nocast=sdpa,trl,true,lora_input_cast=false compile=sdpa,trl,true,compile=true \
+selective=sdpa,trl,true,recompute=selective \
+lean+nocast+compile+selective=sdpa,trl,false,lora_input_cast=false,compile=true,recompute=selective"}
 fi
 WORK=${WORK:-/tmp/crosstune-gpu-train}
 PY=.venv/bin/python
@@ -89,16 +94,17 @@ echo "== plain transformers + PEFT loop (baseline)"
 "$PY" bench/gpu_plain_loop.py "$WORK/recipe.yaml" "$STEPS" | tee "$WORK/plain.json"
 
 for variant in $VARIANTS; do
-  name=${variant%%=*}; IFS=, read -r attention loss metrics <<< "${variant#*=}"
+  name=${variant%%=*}; IFS=, read -r attention loss metrics extras <<< "${variant#*=}"
+  sets=(); for extra in ${extras//,/ }; do sets+=(--set "train.kernels.$extra"); done
   if [ "$loss" = cce ] && ! "$PY" -c "import cut_cross_entropy" 2>/dev/null; then
     echo "== $name: skipped (cut-cross-entropy is not installed: pip install cut-cross-entropy==25.1.1)"
     continue
   fi
-  echo "== crosstune train, $name: attention=$attention loss=$loss token_metrics=$metrics"
+  echo "== crosstune train, $name: attention=$attention loss=$loss token_metrics=$metrics ${extras//,/ }"
   rm -rf "$WORK/runs/$name"
   .venv/bin/crosstune train "$WORK/recipe.yaml" --backend torch --run-dir "$WORK/runs/$name" \
     --set "train.kernels.attention=$attention" --set "train.kernels.loss=$loss" \
-    --set "train.kernels.token_metrics=$metrics" || echo "== $name: FAILED (exit $?)"
+    --set "train.kernels.token_metrics=$metrics" "${sets[@]}" || echo "== $name: FAILED (exit $?)"
 done
 
 "$PY" - "$WORK" "$VARIANTS" <<'PY'
@@ -124,22 +130,22 @@ def mfu(tokens_per_s):
 
 print(f"\n{spec.num_layers} layers, seq {recipe.data.max_seq_len}, {recipe.hardware}; MFU = forward + "
       f"backward-to-activations model FLOPs ({flops / 1e9:.1f} GFLOP/token), recompute not counted")
-print(f"{'variant':12s} {'tokens/s':>10s} {'MFU':>7s} {'mfu col':>8s} {'hfu col':>8s} {'peak GiB':>9s} {'x plain':>8s}")
+print(f"{'variant':30s} {'tokens/s':>10s} {'MFU':>7s} {'mfu col':>8s} {'hfu col':>8s} {'peak GiB':>9s} {'x plain':>8s}")
 peak_mem = plain["peak_memory_gib"]
-print(f"{'plain loop':12s} {plain['tokens_per_s']:10,.0f} {mfu(plain['tokens_per_s']):>7s} {'':>8s} {'':>8s} "
+print(f"{'plain loop':30s} {plain['tokens_per_s']:10,.0f} {mfu(plain['tokens_per_s']):>7s} {'':>8s} {'':>8s} "
       f"{peak_mem if peak_mem is None else round(peak_mem, 1)!s:>9s} {1.0:8.2f}")
 for variant in sys.argv[2].split():
     name = variant.split("=")[0]
     run = work / "runs" / name
     rows = read_metrics(run)[2:] if (run / "metrics.jsonl").is_file() else []
     if not rows:
-        print(f"{name:12s} no metrics (skipped or failed: see above)")
+        print(f"{name:30s} no metrics (skipped or failed: see above)")
         continue
     tps = statistics.median(r["tokens_per_s"] for r in rows)
     col = statistics.median(r["mfu"] for r in rows) if rows[0].get("mfu") is not None else None
     hfu = statistics.median(r["hfu"] for r in rows) if rows[0].get("hfu") is not None else None
     mem = max(r["peak_memory_gb"] for r in rows)
-    print(f"{name:12s} {tps:10,.0f} {mfu(tps):>7s} {'' if col is None else f'{col:.1%}':>8s} "
+    print(f"{name:30s} {tps:10,.0f} {mfu(tps):>7s} {'' if col is None else f'{col:.1%}':>8s} "
           f"{'' if hfu is None else f'{hfu:.1%}':>8s} {mem:9.1f} "
           f"{tps / plain['tokens_per_s']:8.2f}")
 PY

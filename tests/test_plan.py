@@ -133,3 +133,17 @@ def test_plan_cli_exit_codes_and_tables():
     bad = runner.invoke(app, args, terminal_width=200)
     assert bad.exit_code == 1
     assert "4 KV heads on global layers (10) not divisible by tp=8" in bad.output
+
+
+def test_selective_recompute_adds_the_kept_attention_outputs():
+    """torch, 31B on one H200 at the recipe's 3072 tokens: selective recompute keeps each layer's attention output
+    (32 heads × head_dim, bf16) and fp32 logsumexp (32 heads) on top of full remat: 50 sliding layers at head_dim
+    256 and 10 global ones at 512."""
+    full = plan_recipe(_recipe(G4, "1xh200"), backend="torch").torch_memory
+    selective = plan_recipe(_recipe(G4, "1xh200", "train.kernels.recompute=selective"), backend="torch")
+    kept = 3072 * 32 * (50 * (256 * 2 + 4) + 10 * (512 * 2 + 4)) / 1e9
+    assert selective.ok and kept == pytest.approx(3.547, abs=1e-3)
+    assert selective.torch_memory.activations == pytest.approx(full.activations + kept, rel=1e-12)
+    assert selective.torch_memory.total == pytest.approx(full.total + kept, rel=1e-12)
+    assert full.activations_selective == selective.torch_memory.activations  # the table's row, either way
+    assert selective.jax_memory.activations_selective is None  # a torch-only mode

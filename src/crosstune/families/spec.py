@@ -111,17 +111,27 @@ class ModelSpec:
         """
         matmul = sum(sum(o * i for o, i in self.projection_shapes(layer).values()) for layer in range(self.num_layers))
         matmul += self.vocab_size * self.hidden_size  # LM head (tied or not, it is computed)
+        return 2.0 * matmul + self.attention_flops_per_token(context)
+
+    def attention_flops_per_token(self, context: int) -> float:
+        """The attention scores and values part of `forward_flops_per_token`."""
         attention = 0
         for layer in range(self.num_layers):
             a = self.kind(layer)
             span = min(context, a.window) if a.window else context
             attention += 4 * a.num_heads * a.head_dim * span
-        return 2.0 * matmul + attention
+        return float(attention)
 
-    def lora_train_flops_per_token(self, context: int, recompute_activations: bool) -> float:
+    def lora_train_flops_per_token(
+        self, context: int, recompute_activations: bool, *, recompute_attention: bool = True
+    ) -> float:
         """LoRA convention ("4N"): forward + backward to activations (no frozen-weight grads),
-        plus one more forward when activations are recomputed. LoRA's own matmuls are < 1% and left out."""
-        return (3.0 if recompute_activations else 2.0) * self.forward_flops_per_token(context)
+        plus one more forward when activations are recomputed, less its attention when the attention outputs are
+        kept (selective recompute). LoRA's own matmuls are < 1% and left out."""
+        forward = self.forward_flops_per_token(context)
+        if not recompute_activations:
+            return 2.0 * forward
+        return 3.0 * forward - (0.0 if recompute_attention else self.attention_flops_per_token(context))
 
     # --- tensor-parallel divisibility -------------------------------------------------------
     def tp_problems(self, tp: int) -> list[str]:

@@ -92,6 +92,7 @@ def render_plan(plan: Plan, out: Console | None = None) -> None:
         ("LoRA + grads + AdamW", lambda m: m.lora),
         ("activations, remat", lambda m: m.activations_remat),
         ("activations, no remat", lambda m: m.activations_no_remat),
+        ("activations, selective (torch)", lambda m: m.activations_selective),
         (f"logits ({spec.vocab_size:,} vocab)", lambda m: m.logits),
         ("total (as configured)", lambda m: m.total),
         ("HBM", lambda m: m.hbm),

@@ -12,6 +12,8 @@ model dtype; everything tp can split is divided by tp, what it can't is counted 
   attention output) + 4·b·L·F·a (MLP) + attention scores: JAX/tunix materialises logits and probabilities for the
   full L×L in fp32 (2·b·Nq·L²·4; sliding layers mask the same full matrix); torch's SDPA kernels don't.
   With remat (gradient_checkpointing): b·L·D·a per layer + one layer's working set for the recomputation.
+  torch's selective recompute (train.kernels.recompute) keeps each layer's SDPA outputs on top of that:
+  b·L·Nq·H·a (attention output) + b·Nq·L·4 (fp32 logsumexp) per layer.
 - logits: b·L·V·4 × 3 (fp32 logits, log-softmax, their gradient) — 262k vocabulary: the largest single term.
 A plan fits when the total is at most USABLE_FRACTION of HBM (runtime, compiler scratch, fragmentation).
 """
@@ -26,6 +28,7 @@ from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
 from crosstune.planner.tensors import fitted, lora_targets_tensors, lora_tensors, per_device_elements, tunix_tensors
 from crosstune.recipe import Recipe, resolve_path
+from crosstune.train.torch_layers import recomputes_attention
 
 USABLE_FRACTION = 0.9
 GB = 1e9
@@ -43,6 +46,7 @@ class Memory:
     activations_remat: float
     logits: float
     hbm: float | None
+    activations_selective: float | None = None  # torch only: remat + the kept attention outputs
 
     @property
     def total(self) -> float:
@@ -111,6 +115,11 @@ def _layer_working_set(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp
     return out
 
 
+def _saved_attention(spec: ModelSpec, b: int, seq: int, a: int) -> float:
+    """Bytes selective recompute keeps per model: every layer's attention output and fp32 logsumexp."""
+    return sum(b * seq * spec.kind(i).num_heads * (spec.kind(i).head_dim * a + 4) for i in range(spec.num_layers))
+
+
 def memory(
     spec: ModelSpec, recipe: Recipe, hw: HardwareTarget, *, fsdp: int, tp: int, backend: str, devices: int = 1
 ) -> Memory:
@@ -133,9 +142,15 @@ def memory(
     no_remat = sum(working) + b * seq * seq  # + the [b, L, L] boolean mask
     remat = spec.num_layers * b * seq * spec.hidden_size / tp * a + max(working) + b * seq * seq
     logits = b * seq * spec.vocab_size * 4 * 3 / (tp if spec.vocab_size % tp == 0 else 1)
+    selective = remat + _saved_attention(spec, b, seq, a) if backend == "torch" else None
     acts = remat if recipe.train.gradient_checkpointing else no_remat
+    if selective is not None and recipe.train.gradient_checkpointing and not recomputes_attention(recipe.train.kernels):
+        acts = selective
     hbm = hw.chip.hbm_gb
-    return Memory(base / GB, lora / GB, acts / GB, no_remat / GB, remat / GB, logits / GB, hbm)
+    return Memory(
+        base / GB, lora / GB, acts / GB, no_remat / GB, remat / GB, logits / GB, hbm,
+        None if selective is None else selective / GB,
+    )  # fmt: skip
 
 
 def replication_cost_gb(spec: ModelSpec, recipe: Recipe, fsdp: int, tp: int) -> float:

@@ -121,11 +121,32 @@ class KernelsSection(Section):
         True, description="TRL's per-step entropy and mean_token_accuracy (extra vocabulary work and host syncs "
         "every micro-batch); false computes the loss alone"
     )  # fmt: skip
+    lora_input_cast: bool = Field(
+        True, description="PEFT casts every LoRA layer's input to the adapter weights' fp32, and under bf16 autocast "
+        "the LoRA matmul casts it straight back to bf16: two activation-sized copies per LoRA module and pass. false "
+        "feeds the bf16 activation as is (peft.helpers.disable_input_dtype_casting): the same numbers, the LoRA "
+        "weights stay fp32 (the optimizer's master copy). Needs train.precision bf16"
+    )  # fmt: skip
+    compile: bool = Field(
+        False, description="torch.compile each decoder layer in place (nn.Module.compile: names, checkpointing and "
+        "the FSDP2 wrap unit stay per layer); the first steps pay the compilation"
+    )  # fmt: skip
+    recompute: Literal["full", "selective"] = Field(
+        "full", description="what train.gradient_checkpointing recomputes in the backward: full = every op of each "
+        "decoder layer; selective = TRL's selective activation checkpointing: the attention kernel's outputs are "
+        "kept (one [tokens, heads × head_dim] tensor more per layer) and everything else is recomputed. Needs "
+        "gradient_checkpointing true, attention sdpa, and not FSDP over several devices"
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _cce_has_no_metrics(self) -> KernelsSection:
         if self.loss == "cce" and self.token_metrics:
             raise ValueError("loss 'cce' gives no per-token entropy or accuracy: set train.kernels.token_metrics false")
+        if self.recompute == "selective" and self.attention != "sdpa":
+            raise ValueError(
+                f"recompute 'selective' keeps the outputs of PyTorch's SDPA kernels; attention {self.attention!r} "
+                "runs none, so it would recompute everything as 'full' does: use attention sdpa or recompute full"
+            )
         return self
 
 
@@ -152,6 +173,20 @@ class TrainSection(Section):
     keep_last: PositiveInt = 3
     seed: int = 42
     kernels: KernelsSection = Field(default_factory=KernelsSection)
+
+    @model_validator(mode="after")
+    def _kernels_need(self) -> TrainSection:
+        if self.kernels.recompute == "selective" and not self.gradient_checkpointing:
+            raise ValueError(
+                "kernels.recompute 'selective' chooses what gradient_checkpointing recomputes: set "
+                "train.gradient_checkpointing true, or kernels.recompute full"
+            )
+        if not self.kernels.lora_input_cast and self.precision != "bf16":
+            raise ValueError(
+                "kernels.lora_input_cast false needs train.precision bf16 (under fp32 the LoRA input already has the "
+                "weights' dtype: nothing to remove); set it true"
+            )
+        return self
 
     @model_validator(mode="after")
     def _length(self) -> TrainSection:
@@ -258,6 +293,16 @@ class Recipe(Section):
     def warnings(self) -> list[Any]:
         """The consistency checks' warnings (recipe.load.Problem) found when the recipe was loaded."""
         return list(self._warnings)
+
+    @model_validator(mode="after")
+    def _selective_recompute_without_fsdp(self) -> Recipe:
+        tb = self.backend.torch
+        if self.train.kernels.recompute == "selective" and tb.fsdp and tb.devices * tb.nodes > 1:
+            raise ValueError(
+                "train.kernels.recompute 'selective' is Trainer's gradient checkpointing with a save policy; FSDP2's "
+                "activation checkpointing (backend.torch.fsdp on several devices) takes no policy: set recompute full"
+            )
+        return self
 
     @field_validator("hardware")
     @classmethod

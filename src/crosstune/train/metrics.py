@@ -41,7 +41,8 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "'4N'), NOT counting activation recompute (until issue 16 `mfu` counted it); null on CPU",
     "mfu_computed": "as `mfu`, on `computed_tokens` (padding included): the work the chips were given, useful or not",
     "hfu": "hardware FLOPs utilisation: `computed_tokens` × (forward + backward to activations + the recomputed "
-    "forward when activations are recomputed, i.e. 3× forward) / (step_time_s × peak); null on CPU",
+    "forward when activations are recomputed, i.e. 3× forward; with torch's selective recompute the recomputed "
+    "forward leaves out the attention, whose outputs are kept) / (step_time_s × peak); null on CPU",
 }
 
 
@@ -77,13 +78,16 @@ def flops_utilisation(
     hardware: HardwareTarget,
     devices: int,
     recompute_activations: bool,
+    recompute_attention: bool = True,
 ) -> float | None:
     """LoRA-convention FLOPs of `tokens` / (step time × peak of all devices); None where the chip has no
-    meaningful peak (CPU). `recompute_activations` adds the recomputed forward (hardware FLOPs, not model FLOPs)."""
+    meaningful peak (CPU). `recompute_activations` adds the recomputed forward (hardware FLOPs, not model FLOPs),
+    without its attention when `recompute_attention` is false (selective recompute keeps the attention outputs)."""
     peak = hardware.chip.peak_bf16_tflops
     if peak is None or step_time_s <= 0:
         return None
-    flops = tokens * spec.lora_train_flops_per_token(context, recompute_activations)
+    per_token = spec.lora_train_flops_per_token(context, recompute_activations, recompute_attention=recompute_attention)
+    flops = tokens * per_token
     return flops / (step_time_s * peak * 1e12 * devices)
 
 
@@ -104,9 +108,12 @@ def make_step_metrics(
     hardware: HardwareTarget,
     devices: int,
     recompute_activations: bool,
+    recompute_attention: bool = True,
 ) -> StepMetrics:
-    """Derive rates, MFU and HFU the same way for both backends."""
-    util = lambda n, remat: flops_utilisation(spec, n, context, step_time_s, hardware, devices, remat)  # noqa: E731
+    """Derive rates, MFU and HFU the same way for both backends (`recompute_attention`: see flops_utilisation)."""
+    util = lambda n, remat: flops_utilisation(  # noqa: E731
+        spec, n, context, step_time_s, hardware, devices, remat, recompute_attention
+    )
     rate = (lambda n: n / step_time_s) if step_time_s > 0 else (lambda n: math.nan)
     return StepMetrics(
         step=step,

@@ -131,6 +131,7 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
 
     from crosstune.train.torch_callbacks import CrosstuneSFTTrainer, StepMetricsCallback
     from crosstune.train.torch_kernels import kernel_trainer_class
+    from crosstune.train.torch_layers import compile_decoder_layers, lora_input_casting
 
     run_dir = Path(run_dir).resolve()
     state = PartialState(cpu=not torch.cuda.is_available())  # as TrainingArguments will; a singleton
@@ -166,11 +167,15 @@ def train_in_process(recipe: Recipe, run_dir: Path, *, resume: bool = False, pro
     )
     callback.bind(trainer)
     install_initial_lora(trainer.model, recipe)  # a resumed run's checkpoint replaces it in trainer.train()
+    kernels = recipe.train.kernels  # the decoder layers' fast paths (torch_layers)
+    if kernels.compile:
+        compile_decoder_layers(trainer.model, get_family(recipe.model.family).decoder_layer_class)
     lora_meta["trainable_params"] = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     if state.is_main_process:
         _write_metadata(recipe, run_dir, trainer, lora_meta, resume_from, data)
 
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    with lora_input_casting(trainer.model, kernels):
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     trainer.save_adapter(run_dir / ADAPTER)
     state.wait_for_everyone()
     return trainer.state.global_step
@@ -351,6 +356,8 @@ def sft_config(recipe: Recipe, run_dir: Path, steps: int, *, world_size: int = 1
     import torch
     from trl import SFTConfig
 
+    from crosstune.train.torch_layers import gradient_checkpointing_kwargs
+
     t = recipe.train
     on_gpu = torch.cuda.is_available()
     fsdp = recipe.backend.torch.fsdp and world_size > 1  # on CPU accelerate quietly runs this as DDP
@@ -378,7 +385,7 @@ def sft_config(recipe: Recipe, run_dir: Path, steps: int, *, world_size: int = 1
         fp16=False,
         use_cpu=not on_gpu,
         gradient_checkpointing=t.gradient_checkpointing and not fsdp,
-        gradient_checkpointing_kwargs={"use_reentrant": False},
+        gradient_checkpointing_kwargs=gradient_checkpointing_kwargs(t.kernels),  # + TRL's `selective` key
         fsdp=fsdp,  # sharding and wrapping come from fsdp_config
         fsdp_config=fsdp_settings(recipe) if fsdp else None,
         ddp_find_unused_parameters=False,

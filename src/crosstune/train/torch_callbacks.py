@@ -17,6 +17,7 @@ from crosstune.hardware import get_hardware
 from crosstune.train.integrity import record_checksums
 from crosstune.train.metrics import MetricsWriter, host_peak_rss_gb, make_step_metrics
 from crosstune.train.torch_checkpoints import ADAPTER_STAGING, STAGING, checkpoints
+from crosstune.train.torch_layers import recomputes_attention
 
 
 def recomputes_activations(args: Any) -> bool:
@@ -193,6 +194,7 @@ class StepMetricsCallback(TrainerCallback):
             hardware=self.hardware,
             devices=args.world_size,
             recompute_activations=recomputes_activations(args),
+            recompute_attention=recomputes_attention(self.recipe.train.kernels),
         )
         self.writer.write(m)
         if self._bar is not None:
