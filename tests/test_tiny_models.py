@@ -166,6 +166,14 @@ def test_tokenizer_learned_verilog_merges(tiny_gemma4_dir):
     assert n < len(VERILOG.encode()) / 1.5  # merges learned from the corpus compress Verilog well below bytes
 
 
+def test_tokenizer_spells_numbers_digit_by_digit(family_dir):
+    # As Gemma's tokenizers do: a width reads the same in a prompt's "(20 bits)" and in the code's "[19:0]".
+    tok = AutoTokenizer.from_pretrained(family_dir[1])
+    pieces = tok.tokenize("input [19:0] a, (20 bits) 1024")
+    digits = [p for p in pieces if any(c.isdigit() for c in p)]
+    assert digits == list("190") + list("20") + list("1024"), pieces
+
+
 def test_tokenizer_too_little_text_is_a_clear_error():
     with pytest.raises(ValueError, match="only supports .* tokens, not 1024"):
         train_tokenizer("gemma3", ["module a; endmodule"] * 10)

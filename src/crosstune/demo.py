@@ -326,10 +326,10 @@ def demo(
     seed: int = typer.Option(0, help="seed for the held-out corpus"),
     n_train: int = typer.Option(DEFAULT_TRAIN, help="synthetic training records for the LoRA"),
     n_eval: int = typer.Option(DEFAULT_EVAL, help="held-out evaluation problems"),
-    steps: int = typer.Option(None, help="LoRA steps on each backend (default: the recipe's train.max_steps, 120)"),
+    steps: int = typer.Option(None, help="LoRA steps on each backend (default: the recipe's train.max_steps, 200)"),
     cache: Path = typer.Option(None, help="pretrained-base cache (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)"),
     base_steps: int = typer.Option(
-        None, help="pretraining steps of the base (default 600; another count caches another base)"
+        None, help="pretraining steps of the base (default 1200; another count caches another base)"
     ),
 ) -> None:
     """Run the pipeline end to end on this CPU: a pretrained small Gemma 4, LoRA on both backends, pass@k gain."""

@@ -89,7 +89,7 @@ def tiny(
 
 @model_app.command("pretrain")
 def pretrain(
-    steps: int = typer.Option(None, "--steps", help="Training steps (default: 600, the base the demo uses)."),
+    steps: int = typer.Option(None, "--steps", help="Training steps (default: 1200, the base the demo uses)."),
     cache: Path = typer.Option(None, "--cache", help="Cache folder (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)."),
 ) -> None:
     """Pretrain the demo's small Gemma 4 base in full on CPU, on the synthetic families the demo does not hold out.
