@@ -66,9 +66,9 @@ def train_tokenizer(family_name: str, texts: Iterable[str], vocab_size: int | No
     # Digits one per token, as Gemma's own tokenizers split them: every number is spelled the same way wherever it
     # appears ("(20 bits)", "[19:0]"), which a small model needs to copy widths from a prompt into code.
     # add_prefix_space=False keeps decode(encode(text)) == text and offsets exact, with no extra leading space.
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
-    )
+    digits = pre_tokenizers.Digits(individual_digits=True)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
