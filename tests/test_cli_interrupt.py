@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_helpers import default_sigint
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
@@ -86,7 +87,11 @@ def test_sigint_during_real_torch_training(tmp_path, tiny_gemma4_dir, synth_corp
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     assert runner.invoke(app, ["data", "prepare", *command[4:]]).exit_code == 0  # torch trains on prepared data
     proc = subprocess.Popen(
-        [*command, "--backend", "torch", "--run-dir", str(run)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*command, "--backend", "torch", "--run-dir", str(run)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 240
     while not (run / "checkpoints" / "checkpoint-2").is_dir():

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fake_endpoint import ERROR_BODY, FakeEndpoint
+from process_helpers import default_sigint
 
 from crosstune.evals.cache import CompletionCache, SamplingParams
 from crosstune.evals.endpoint import EndpointBackend, EndpointUnreachable, Timeouts
@@ -104,18 +105,28 @@ def eval_argv(url: str, out: Path, *extra: str) -> list[str]:
 
 
 def test_ctrl_c_stops_promptly_and_says_what_was_kept(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "COLUMNS": "500"}  # no wrapped paths
+    # COLUMNS: no wrapped paths; PYTHONFAULTHANDLER: a child that hangs prints its threads' stacks on SIGABRT.
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parents[1] / "src"),
+        "COLUMNS": "500",
+        "PYTHONFAULTHANDLER": "1",
+    }
     code = "import sys; from crosstune.cli import main; sys.argv[0] = 'crosstune'; main()"
     with FakeEndpoint(lambda seed: "ok" if seed == 0 else "stall") as server:
         argv = eval_argv(server.url, tmp_path, "--n", "3", "--concurrency", "1")
         process = subprocess.Popen([sys.executable, "-c", code, "eval", *argv], env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                                   stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)  # fmt: skip
         try:
             server.wait_for_posts(2)  # sample 0 answered, sample 1 hangs (default timeouts: minutes)
             time.sleep(0.3)
             process.send_signal(signal.SIGINT)
             start = time.monotonic()
-            output, _ = process.communicate(timeout=5)
+            try:
+                output, _ = process.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGABRT)
+                pytest.fail("no exit 5 s after Ctrl-C; the child's stacks:\n" + process.communicate(timeout=10)[0])
         finally:
             process.kill()
         assert time.monotonic() - start < 5

@@ -199,6 +199,8 @@ class EndpointBackend:
                 response = conn.getresponse()
                 return response.status, response.read()
             except (OSError, http.client.HTTPException) as e:
+                if isinstance(e, TimeoutError) and deadline_s <= self.timeouts.read_s:
+                    expired.set()  # the socket's timeout was the deadline itself: it may fire before the timer does
                 raise self._why(e, expired, f"the {deadline_name} ({deadline_s:g} s)") from None
             finally:
                 timer.cancel()

@@ -196,7 +196,7 @@ def _ask(
     done, in_a_row, give_up_after = total - len(jobs), 0, max(3, workers)
     try:
         for received in range(1, len(jobs) + 1):
-            job, result = results.get()
+            job, result = _next_result(results)
             if isinstance(result, Completion):
                 cache.put(_record(job, backend.model, params, result))
                 done, in_a_row = done + 1, 0
@@ -220,6 +220,16 @@ def _ask(
         backend.cancel()  # interrupted: cut the requests in flight; the finished ones are cached
         raise
     return failures
+
+
+def _next_result(results: queue.Queue) -> tuple[_Job, Completion | BaseException]:
+    """The next finished request. Waits in short slices: Ctrl-C's SIGINT may land on a request thread, and then
+    only a main thread that wakes up runs Python's handler (an untimed wait would sleep through it)."""
+    while True:
+        try:
+            return results.get(timeout=0.2)
+        except queue.Empty:
+            continue
 
 
 def _record(job: _Job, model: str, params: SamplingParams, completion: Completion) -> dict:
