@@ -1,5 +1,6 @@
 """The demo's pretrained base: a content-addressed cache that is reused, rebuilt when an input changes, and a model
-that holds every Gemma 4 peculiarity; and (slow) the fine-tune beating the base on held-out problems."""
+that holds every Gemma 4 peculiarity; the shipped default base (named by the inputs it was built from, and (slow)
+rebuilt to the same bytes); and (slow) the fine-tune beating the base on held-out problems."""
 
 from __future__ import annotations
 
@@ -8,7 +9,19 @@ import json
 
 import pytest
 
-from crosstune.models.pretrain import DONE, HELD_OUT_FAMILIES, UNUSED_FAMILIES, PretrainConfig, pretrained_base
+from crosstune.models.pretrain import (
+    DONE,
+    HELD_OUT_FAMILIES,
+    SHIPPED_BASES,
+    UNUSED_FAMILIES,
+    PretrainConfig,
+    pretrained_base,
+)
+
+SHIPPED_FILES = (  # what a rebuild must reproduce byte for byte (pretrain.json also holds timings)
+    "model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+    "special_tokens_map.json",
+)  # fmt: skip
 
 # A few records and steps: what is tested is the cache and the saved layout, not what the model learns.
 SMALL = PretrainConfig(n_records=24, steps=2, batch_size=2, warmup_steps=1)
@@ -51,12 +64,39 @@ def test_an_unfinished_folder_is_not_taken_for_a_cached_base(tmp_path):
     assert (first / DONE).is_file()
 
 
+def test_the_default_base_ships_under_the_name_of_its_inputs(tmp_path):
+    """The package holds exactly one base, and it is the one today's code, corpus and versions name: a change to any
+    input (PretrainConfig, the corpus generator, the model spec, the library pins) fails here until the shipped
+    base is rebuilt (`crosstune model pretrain --rebuild`, then copy the cache folder into models/pretrained/)."""
+    logs: list[str] = []
+    base = pretrained_base(PretrainConfig(), tmp_path, log=logs.append)
+    assert base.parent == SHIPPED_BASES and logs == [] and not any(tmp_path.iterdir())  # nothing trained or cached
+    assert [p.name for p in SHIPPED_BASES.iterdir()] == [base.name]
+    assert {p.name for p in base.iterdir()} == {*SHIPPED_FILES, DONE}
+    size = sum(p.stat().st_size for p in base.iterdir())
+    assert size < 7_000_000, size  # 1.6M fp32 parameters and a 1024-entry tokenizer: ~6.6 MB in the repository
+    info = json.loads((base / DONE).read_text())
+    last = info["losses"][-50:]  # per-step losses of single batches are noisy: their mean (0.049 when built)
+    assert info["config"]["steps"] == PretrainConfig().steps and sum(last) / len(last) < 0.1
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # the first run pretrains the demo's base (~10-20 min on 2 busy cores), then cached
+@pytest.mark.timeout(3600)  # ~17 min on 2 cores
+def test_a_rebuild_gives_the_shipped_bytes(tmp_path):
+    rebuilt = pretrained_base(PretrainConfig(), tmp_path, log=lambda _: None, shipped=False)
+    shipped = SHIPPED_BASES / rebuilt.name
+    assert rebuilt.parent == tmp_path
+    for name in SHIPPED_FILES:
+        assert (rebuilt / name).read_bytes() == (shipped / name).read_bytes(), name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # the shipped base; a 200-step torch LoRA and two evaluations: ~4 min on 2 cores
 def test_the_lora_fine_tune_beats_the_base_on_held_out_problems(tmp_path):
     """The demo's story at reduced size: the torch LoRA only, scored greedily on the first 24 held-out problems
-    (the demo scores 60 and both backends). Measured: base 0/24, fine-tune 2/24 (docs/BENCHMARKS.md has the demo's
-    full numbers); greedy decoding and seeded training make the outcome repeatable on one machine."""
+    (the demo scores 60 and both backends), held to the issue's bar of a 20-point gain. Measured in the demo's
+    fresh-clone run: base 0/24, fine-tune 9/24 (docs/BENCHMARKS.md); greedy decoding and seeded training make the
+    outcome repeatable on one machine, and the margin covers another thread count's rounding."""
     import shutil
 
     from crosstune.demo import DemoContext, stage_corpus, stage_export_torch
@@ -79,7 +119,7 @@ def test_the_lora_fine_tune_beats_the_base_on_held_out_problems(tmp_path):
     }
     base, tuned = (scores[k]["pass_at_k"]["1"] for k in ("base", "tuned"))
     assert scores["base"]["problems"] == scores["tuned"]["problems"] == 24
-    assert tuned > base, (base, tuned)
+    assert tuned - base >= 0.2, (base, tuned)
 
 
 def test_the_cache_key_follows_the_model_shape_and_the_training_text(monkeypatch):

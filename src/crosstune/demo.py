@@ -84,18 +84,20 @@ def stage_base_model(ctx: DemoContext) -> str:
     import shutil
 
     from crosstune.families import get_family
-    from crosstune.models.pretrain import DONE, PretrainConfig, pretrained_base
+    from crosstune.models.pretrain import DONE, SHIPPED_BASES, PretrainConfig, pretrained_base
 
     config = PretrainConfig() if ctx.base_steps is None else dataclasses.replace(PretrainConfig(), steps=ctx.base_steps)
     cached = pretrained_base(config, ctx.cache_root, log=lambda line: console.print("   " + line, highlight=False))
     shutil.copytree(cached, ctx.model_dir)  # the runs' run.json names the demo's own copy as their base
     info = json.loads((cached / DONE).read_text())
     spec = get_family(config.family).spec(config.size)
-    ctx.made.append(("pretrained small Gemma 4 (cached copy)", ctx.model_dir, f"{spec.total_params:,} params"))
+    source = "shipped with crosstune" if cached.parent == SHIPPED_BASES else "cache"
+    ctx.made.append((f"pretrained small Gemma 4 (copy; {source})", ctx.model_dir, f"{spec.total_params:,} params"))
     return (
         f"{spec.total_params:,} parameters, layer types {''.join(t[0] for t in spec.layer_types)} (s=sliding, "
         f"g=global), trained in full for {config.steps} steps on {len(config.families)} families "
-        f"(loss {info['losses'][0]:.2f} → {info['losses'][-1]:.2f}, {info['seconds']:.0f} s when built); cache {cached}"
+        f"(loss {info['losses'][0]:.2f} → {info['losses'][-1]:.2f}, {info['seconds']:.0f} s when built); "
+        f"{source} {cached}"
     )
 
 
@@ -326,7 +328,7 @@ def demo(
     seed: int = typer.Option(0, help="seed for the held-out corpus"),
     n_train: int = typer.Option(DEFAULT_TRAIN, help="synthetic training records for the LoRA"),
     n_eval: int = typer.Option(DEFAULT_EVAL, help="held-out evaluation problems"),
-    steps: int = typer.Option(None, help="LoRA steps on each backend (default: the recipe's train.max_steps, 200)"),
+    steps: int = typer.Option(None, help="LoRA steps on each backend (default: the recipe's train.max_steps, 180)"),
     cache: Path = typer.Option(None, help="pretrained-base cache (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)"),
     base_steps: int = typer.Option(
         None, help="pretraining steps of the base (default 1200; another count caches another base)"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 console = Console()
 PASS5_PROBLEMS = 8  # problems sampled 5 times for pass@5: 2 per held-out family (they cycle through the families)
-MAX_TOKENS = 128  # the held-out families' answers are at most ~105 tokens; longer output is a failure anyway
+MAX_TOKENS = 128  # the held-out families' answers are at most 121 tokens (digits one per token); longer is a failure
 # CPU has no price in the catalog; the demo prices its runs at an illustrative rate so the cost cells are filled.
 ILLUSTRATIVE_CPU_USD_PER_HOUR = 0.10
 ILLUSTRATIVE_SOURCE = "illustrative: a 2-vCPU cloud VM's order of magnitude, not a quote"

@@ -12,12 +12,13 @@ deterministic on a given machine and thread count.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,13 @@ HELD_OUT_FAMILIES = ("vector_gate", "parity_popcount", "gray_code", "decoder")  
 UNUSED_FAMILIES = ("sequence_detector",)
 BASE_FAMILIES = tuple(f.name for f in FAMILIES if f.name not in HELD_OUT_FAMILIES + UNUSED_FAMILIES)
 DONE = "pretrain.json"  # written last into a finished base: its config, losses and timing
+# The default base, shipped in the package (6.6 MB) so a first demo needs no pretraining: the folder is named by
+# its cache key, so it is used only while every input (config, corpus, shape, versions) is the same; the slow test
+# tests/test_pretrain.py rebuilds it and compares the bytes.
+SHIPPED_BASES = Path(__file__).parent / "pretrained"
+# Torch threads of the pretraining loop: a float sum's order, so the weights' bits, depend on the thread count;
+# fixed, so a rebuild on any machine of this kind gives the shipped bytes (and a 1-core machine just runs slower).
+PRETRAIN_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ def cache_key(config: PretrainConfig, corpus_sha256: str) -> str:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
+        "threads": PRETRAIN_THREADS,
     }
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return f"{config.family}-{config.size}-{digest}"
@@ -88,8 +97,11 @@ def pretrained_base(
     config: PretrainConfig = PretrainConfig(),
     cache_root: Path | None = None,
     log: Callable[[str], None] = print,
+    *,
+    shipped: bool = True,
 ) -> Path:
-    """The cached base for `config`, trained first when no finished one exists under `cache_root`."""
+    """The base for `config`: the one shipped with crosstune when its inputs are these (`shipped=False` ignores
+    it), else the cached one under `cache_root`, trained first when no finished one exists there."""
     import tempfile
 
     from crosstune.fsutil import staged_dir
@@ -99,13 +111,28 @@ def pretrained_base(
     with tempfile.TemporaryDirectory(prefix="crosstune-pretrain-") as tmp:
         corpus = Path(tmp) / "corpus"
         generate_corpus(corpus, n_train=config.n_records, n_eval=0, seed=config.corpus_seed, families=config.families)
-        dest = cache_root / cache_key(config, _sha256(corpus / "train.jsonl"))
+        key = cache_key(config, _sha256(corpus / "train.jsonl"))
+        if shipped and (SHIPPED_BASES / key / DONE).is_file():
+            return SHIPPED_BASES / key
+        dest = cache_root / key
         if (dest / DONE).is_file():
             return dest
         log(f"pretraining the base into {dest} ({config.steps} steps; once, then cached)")
-        with staged_dir(dest, may_replace=lambda _: None) as out:
+        with staged_dir(dest, may_replace=lambda _: None) as out, _torch_threads(PRETRAIN_THREADS):
             _pretrain(config, corpus, Path(tmp), out, log)
     return dest
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _length_batched(perm, lengths, batch_size: int, rng) -> list[int]:
