@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 console = Console()
 PASS5_PROBLEMS = 8  # problems sampled 5 times for pass@5: 2 per held-out family (they cycle through the families)
+# One token at a time from a 1.6M-parameter model: each matmul is too small to split across threads (6 greedy
+# answers of the demo's fine-tune: 5.4 s on 1 thread, 18.6 s on 2, on the 2 cores with a training job alongside).
+GENERATION_THREADS = 1
 MAX_TOKENS = 128  # the held-out families' answers are at most 121 tokens (digits one per token); longer is a failure
 # CPU has no price in the catalog; the demo prices its runs at an illustrative rate so the cost cells are filled.
 ILLUSTRATIVE_CPU_USD_PER_HOUR = 0.10
@@ -48,6 +51,7 @@ def evaluate_model(
     """The evaluator's summary.json for `model` on the demo's held-out problems (codev prompts, local generation)."""
     from crosstune.evals import SamplingParams
     from crosstune.evals.runner import EvalConfig, run_eval
+    from crosstune.models.pretrain import torch_threads
 
     # run_eval prints nothing: the demo shows one side-by-side table; each run's per-problem table is in summary.md.
     config = EvalConfig(
@@ -55,7 +59,8 @@ def evaluate_model(
         hf_model=model, ks=(1, 5) if n >= 5 else (1,), prompt_style="codev", concurrency=1,
         sampling=SamplingParams(n=n, temperature=temperature, top_p=0.95, max_tokens=MAX_TOKENS, seed=ctx.seed),
     )  # fmt: skip
-    report = run_eval(config)
+    with torch_threads(GENERATION_THREADS):
+        report = run_eval(config)
     return report.summary
 
 

@@ -118,13 +118,14 @@ def pretrained_base(
         if (dest / DONE).is_file():
             return dest
         log(f"pretraining the base into {dest} ({config.steps} steps; once, then cached)")
-        with staged_dir(dest, may_replace=lambda _: None) as out, _torch_threads(PRETRAIN_THREADS):
+        with staged_dir(dest, may_replace=lambda _: None) as out, torch_threads(PRETRAIN_THREADS):
             _pretrain(config, corpus, Path(tmp), out, log)
     return dest
 
 
 @contextlib.contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `n` inside the block, restored after."""
     import torch
 
     before = torch.get_num_threads()
