@@ -247,7 +247,7 @@ def stage_serve(ctx: DemoContext) -> str:
 Stage = tuple[str, Callable[[DemoContext], str]]
 STAGES: list[Stage] = [
     ("synthesize the held-out Verilog corpus", stage_corpus),
-    ("the pretrained small Gemma 4 base (crosstune model pretrain, cached)", stage_base_model),
+    ("the pretrained small Gemma 4 base (shipped, or crosstune model pretrain)", stage_base_model),
     ("validate the recipe", stage_recipe),
     ("prepare data", stage_prepare),
     ("train LoRA with the torch backend (TRL + PEFT)", stage_train_torch),
