@@ -59,7 +59,7 @@ clean-venv:
 # --- report (crosstune cost / report, issue 14): the report test renders report.html in Debian's chromium ---------
 .PHONY: test-report
 test-report: setup chromium
-	@$(VENV)/bin/python -m pytest -q tests/test_cost.py tests/test_report.py $(PYTEST_ARGS)
+	@$(VENV)/bin/python -m pytest -q tests/compare $(PYTEST_ARGS)
 
 # --- serving (vLLM) ---------------------------------------------------------------------------------------------
 # vLLM's CPU build in its own venv (its pins conflict with the training stack's); ~3 min and 3.4 GB the first time.
@@ -72,7 +72,7 @@ test-serve: setup serve-env
 	@$(VENV)/bin/python -m pytest -q -m serve $(PYTEST_ARGS)
 
 # --- demo base (issue 15): the demo's small Gemma 4 ships in the package; this rebuilds it (~17 min on 2 cores) into
-# the cache, to the same bytes (tests/test_pretrain.py checks that, slow)
+# the cache, to the same bytes (tests/demo/test_pretrain.py checks that, slow)
 .PHONY: pretrain
 pretrain: setup
 	@$(VENV)/bin/crosstune model pretrain --rebuild

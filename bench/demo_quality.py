@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def score(ctx, model: Path, out: Path) -> str:
-    from crosstune.demo_results import evaluate_model
+    from crosstune.demo.evaluation import evaluate_model
 
     summary = evaluate_model(ctx, model, out, n=1, temperature=0.0, patterns=None)
     return f"pass@1 {100 * float(summary['pass_at_k']['1']):.1f} % on {summary['problems']} problems, " + ", ".join(
@@ -40,7 +40,7 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
     from crosstune import demo
-    from crosstune.models.pretrain import BASE_FAMILIES
+    from crosstune.demo.pretrain import BASE_FAMILIES
     from crosstune.recipes import shipped_recipe
     from crosstune.synth import generate_corpus
 

@@ -102,8 +102,8 @@ def make_checkpoint(out: Path, spec) -> int:
 
 
 def bench_lora(spec, rank: int):
-    from crosstune.export.lora import LoraWeights
     from crosstune.families import get_family
+    from crosstune.run.lora import LoraWeights
 
     rng = np.random.default_rng(1)
     modules = {}
@@ -227,7 +227,7 @@ def run_variant(name: str, base: Path, out: Path, args) -> dict:
 
 def compare(stream_dir: Path, naive_dir: Path) -> tuple[int, int]:
     """(tensors compared, tensors whose bytes differ) between two merged checkpoints."""
-    from crosstune.export.shards import SafetensorsFile
+    from crosstune.run.shards import SafetensorsFile
 
     differ = total = 0
     for f in sorted(stream_dir.glob("*.safetensors")):

@@ -22,7 +22,8 @@ from crosstune.data import load_prepared, torch_dataset
 from crosstune.families import get_family
 from crosstune.hardware import get_hardware
 from crosstune.recipe import load_recipe
-from crosstune.train.torch_backend import build_model, lora_config
+from crosstune.train.torch.lora import lora_config
+from crosstune.train.torch.model import build_model
 
 
 def main(recipe_file: str, steps: int, overrides: list[str]) -> dict:

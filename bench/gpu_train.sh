@@ -114,7 +114,7 @@ from pathlib import Path
 from crosstune.families import get_family
 from crosstune.hardware import get_hardware
 from crosstune.recipe import load_recipe
-from crosstune.train.metrics import read_metrics
+from crosstune.run.metrics import read_metrics
 
 work = Path(sys.argv[1])
 recipe = load_recipe(work / "recipe.yaml")

@@ -4,26 +4,29 @@
 Tiny Gemma 4 and Gemma 3 (random, fp32), LoRA r=4 with non-zero B on all seven targets, one packed 256-token row
 of four documents (70, 90, 45, 51 tokens; the sliding window is 32), loss and every LoRA gradient, FlexAttention
 eager (torch has no FlexAttention backward on CPU; the eager path is its dense reference math, see
-tests/test_torch_attention.py) against sdpa and eager. Also the same row as one document, to show the size of a
+tests/train/torch/test_attention.py) against sdpa and eager. Also the same row as one document, to show the size of a
 masking mistake. The decoder-layer switches on the same row: no LoRA input cast vs PEFT's cast under bf16 autocast
 (bf16 base, fp32 LoRA), compiled vs eager decoder layers (fp32, gradient checkpointing on), full and selective
-recompute vs none (fp32); tests/test_torch_layers.py asserts them.
+recompute vs none (fp32); tests/train/torch/test_layers.py asserts them.
 
     .venv/bin/python bench/kernels_equivalence.py
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import torch.nn.attention.flex_attention as flex
 
-from crosstune.train.torch_attention import FLEX, register_flex_attention
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' setup: one definition of what is compared
-from tests.test_torch_attention import DOC_LENGTHS, loss_and_lora_grads, packed_row, tiny_peft_model  # noqa: E402
+from crosstune.train.torch.attention import FLEX, register_flex_attention
+from crosstune.train.torch.equivalence import (
+    DOC_LENGTHS,
+    bf16_base_fp32_lora,
+    loss_and_lora_grads,
+    loss_grads_and_ops,
+    packed_row,
+    run_with_casting,
+    tiny_peft_model,
+)
 
 
 def compare(ref: tuple, other: tuple) -> tuple[float, float, float]:
@@ -56,8 +59,7 @@ def main() -> None:
 def layer_switches() -> None:
     """`train.kernels` lora_input_cast / compile / recompute against their reference paths, same table layout."""
     from crosstune.families import get_family
-    from crosstune.train.torch_layers import compile_decoder_layers
-    from tests.test_torch_layers import bf16_base_fp32_lora, loss_grads_and_ops, run_with_casting
+    from crosstune.train.torch.layers import compile_decoder_layers
 
     for family in ("gemma4", "gemma3"):
         model, spec = bf16_base_fp32_lora(family)

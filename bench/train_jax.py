@@ -58,7 +58,7 @@ def setup(root: Path, steps: int) -> list[str]:
 
 def one_run(backend: str, overrides: list[str], run_dir: Path) -> dict:
     from crosstune.recipe import load_recipe
-    from crosstune.train.metrics import read_metrics
+    from crosstune.run.metrics import read_metrics
     from crosstune.train.session import train
 
     recipe = load_recipe(REPO / "recipes" / "tiny-cpu.yaml", overrides)

@@ -131,9 +131,9 @@ def step_clock():
 
 def crosstune_run(recipe, run_dir: Path) -> tuple[tuple[float, float], list[dict]]:
     """crosstune's train(), with the same clock added to its trainer (the only change to it)."""
-    from crosstune.train import torch_callbacks
-    from crosstune.train.metrics import read_metrics
+    from crosstune.run.metrics import read_metrics
     from crosstune.train.session import train
+    from crosstune.train.torch import callbacks as torch_callbacks
 
     clock, trainer_class = step_clock(), torch_callbacks.CrosstuneSFTTrainer
 

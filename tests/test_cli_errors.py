@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
+from tests.helpers.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "recipes" / "tiny-cpu.yaml"
 _register()
 runner = CliRunner()
@@ -66,7 +66,7 @@ def test_corrupt_config_json_in_the_model_folder(tmp_path):
 
 
 def test_corrupt_run_json(tmp_path, tiny_gemma4_dir):
-    from export_helpers import torch_run
+    from tests.helpers.export import torch_run
 
     run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4")
     (run / "run.json").write_text('{"family": "gem')
@@ -79,7 +79,7 @@ def test_corrupt_run_json(tmp_path, tiny_gemma4_dir):
 
 
 def test_truncated_adapter(tmp_path, tiny_gemma4_dir):
-    from export_helpers import torch_run
+    from tests.helpers.export import torch_run
 
     run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4")
     weights = run / "adapter" / "adapter_model.safetensors"
@@ -140,9 +140,8 @@ def test_disk_full_during_prepare(tmp_path, monkeypatch, tiny_gemma4_dir, synth_
 
 
 def test_disk_full_during_export(tmp_path, monkeypatch, tiny_gemma4_dir):
-    from export_helpers import torch_run
-
     import crosstune.export.runs
+    from tests.helpers.export import torch_run
 
     run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4")
     monkeypatch.setattr(crosstune.export.runs, "write_manifest", _disk_full(tmp_path / "export_manifest.json"))
@@ -217,7 +216,7 @@ def test_damaged_orbax_checkpoint(damaged, tmp_path, tiny_gemma4_dir, synth_corp
     import subprocess
     import sys
 
-    from export_helpers import jax_run
+    from tests.helpers.export import jax_run
 
     run = tmp_path / "run"
     jax_run(run, tiny_gemma4_dir, "gemma4", step=2)

@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from process_helpers import default_sigint
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
+from tests.helpers.paths import REPO
+from tests.helpers.processes import default_sigint
 from tests.test_cli_errors import tiny_args
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "recipes" / "tiny-cpu.yaml"
 _register()
 runner = CliRunner()

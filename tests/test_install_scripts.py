@@ -7,7 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import REPO
+
 SCRIPT = REPO / "scripts" / "install_iverilog.sh"
 # What the script and the stubs run from the system; anything else (a real iverilog) stays out of sight.
 SYSTEM_TOOLS = ("bash", "sh", "id", "head", "seq", "chmod", "cat")

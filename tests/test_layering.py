@@ -1,47 +1,63 @@
-"""The dependency direction of README's repository map, checked on the import graph of src/crosstune.
+"""The package's structure, checked on the import graph of src/crosstune (every import counts: module level, inside a
+function, under TYPE_CHECKING).
 
-Every `import crosstune.…` (at module level or inside a function: a lazy import is still a dependency) must go to
-the same layer or a lower one. A new module belongs to the layer of its longest listed prefix; an unlisted one
-fails the test, so the map stays complete.
+- One layer is one folder (or a top-level module); imports go to the same layer or a lower one (LAYERS, lowest
+  first: README's "Repository map" lists the same folders in the same order, checked below).
+- No import cycles between modules, nor between top-level folders.
+- The two backends are reached only through crosstune.train: nothing else imports crosstune.train.torch or
+  crosstune.train.jax, and neither backend imports the other or the other's stack.
+- A package's modules don't import another package's private (_underscored) names.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+from tests.helpers.paths import REPO
 
-# Lowest first. The names are module prefixes (README, "Repository map"); the longest matching prefix decides.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("crosstune", "crosstune.errors", "crosstune.fsutil", "crosstune.hardware", "crosstune.recipes")),
-    ("knowledge", ("crosstune.families", "crosstune.synth")),
-    ("recipe", ("crosstune.recipe", "crosstune.models")),
-    ("data and evaluation", ("crosstune.data", "crosstune.evals")),
-    # what a run directory holds and the LoRA formats: read by backends and by the stages after training
-    ("run formats", (
-        "crosstune.train.metrics", "crosstune.train.integrity", "crosstune.train.rundir", "crosstune.train.plot",
-        "crosstune.train.resume",
-        "crosstune.export.lora", "crosstune.export.jax_lora", "crosstune.export.shards", "crosstune.export.merge",
-        "crosstune.export.output",
-    )),
-    ("backends and planner", ("crosstune.train", "crosstune.planner", "crosstune.models.pretrain")),
-    ("stages", ("crosstune.export", "crosstune.compare", "crosstune.serve")),
-    ("entry points", ("crosstune.cli", "crosstune.commands", "crosstune.demo", "crosstune.demo_results",
-                      "crosstune.doctor", "crosstune.models.cli", "crosstune.train.cli")),
-]  # fmt: skip
+SRC = REPO / "src"
+README = REPO / "README.md"
+
+# Lowest first: (folder or top-level module, what it holds). The README's map is checked against this list.
+LAYERS: list[tuple[str, str]] = [
+    ("errors", "the expected-failure base class"),
+    ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
+    ("hardware", "chips (bf16 peak, HBM, price) and named hardware targets"),
+    ("recipes", "the shipped recipes (package data)"),
+    ("families", "one folder per Gemma family; the HF ↔ Tunix table and the views derived from it"),
+    ("synth", "synthetic Verilog task families (synth/tasks) → training records and eval problems"),
+    ("recipe", "the recipe schema, loading with located errors, consistency checks"),
+    ("models", "tiny random Gemma checkpoints and their tokenizer"),
+    ("data", "sources, chat formatting, masks, packing, prepared shards, the backends' data adapters"),
+    ("evals", "VerilogEval v2: problems, prompts, generation, extraction, sandboxed simulation, pass@k"),
+    ("run", "the run directory and the LoRA formats: layout and readers, metrics, checksums, resume, adapters"),
+    ("planner", "the mesh and memory planner (`crosstune plan`)"),
+    ("train", "the session above both backends (RunContext, step plan, parity); train/torch and train/jax"),
+    ("export", "a run's LoRA as a PEFT adapter or a merged HF model, streamed shard by shard"),
+    ("serve", "vLLM launch plans, the managed local server, the benchmark client and sweeps"),
+    ("compare", "cost, TCO and the side-by-side report: pure functions of run, eval and sweep outputs"),
+    ("demo", "`crosstune demo`: its context, stages, evaluation, serving stage, family split and base"),
+    ("doctor", "what is installed and which devices are seen"),
+    ("commands", "collects every area's CLI commands"),
+    ("cli", "the `crosstune` command"),
+]
+BACKENDS = ("crosstune.train.torch", "crosstune.train.jax")
+STACKS = {  # third-party packages a backend alone may import
+    "crosstune.train.torch": ("torch", "transformers", "peft", "trl", "accelerate"),
+    "crosstune.train.jax": ("jax", "flax", "optax", "orbax", "grain", "qwix", "tunix"),
+}
 
 
 def layer_of(module: str) -> int:
-    best, rank = "", -1
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for p in prefixes:
-            inside = module == p or (p != "crosstune" and module.startswith(p + "."))  # the root: itself only
-            if inside and len(p) > len(best):
-                best, rank = p, i
-    if rank < 0:
-        raise AssertionError(f"{module} is in no layer of tests/test_layering.py: add it (and to README's map)")
-    return rank
+    if module == "crosstune":
+        return 0
+    top = module.split(".")[1]
+    for i, (name, _) in enumerate(LAYERS):
+        if name == top:
+            return i
+    raise AssertionError(f"{module} is in no layer of tests/test_layering.py: add its folder (and to README's map)")
 
 
 def module_name(path: Path, src: Path = SRC) -> str:
@@ -49,28 +65,86 @@ def module_name(path: Path, src: Path = SRC) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def crosstune_imports(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
-    """(line, imported module) of every crosstune import in the file, lazy ones included."""
+def _imports(path: Path, src: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, imported module, names) of every import in the file (relative ones resolved), lazy ones included."""
     me = module_name(path, src)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names]
+            found += [(node.lineno, a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: resolve against the package
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
-            # `from crosstune import fsutil` imports the submodule crosstune.fsutil
-            found += [(node.lineno, f"{base}.{a.name}" if base == "crosstune" else base) for a in node.names]
-    return [(line, m) for line, m in found if m == "crosstune" or m.startswith("crosstune.")]
+            found.append((node.lineno, base, [a.name for a in node.names]))
+    return found
+
+
+def _modules(src: Path) -> dict[str, Path]:
+    return {module_name(p, src): p for p in sorted((src / "crosstune").rglob("*.py"))}
+
+
+def crosstune_imports(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
+    """(line, imported crosstune module) of every crosstune import in the file; `from pkg import submodule` counts
+    as importing the submodule."""
+    known = _modules(src)
+    out = []
+    for line, base, names in _imports(path, src):
+        if not (base == "crosstune" or base.startswith("crosstune.")):
+            continue
+        subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in known]
+        out += [(line, m) for m in subs] or [(line, base)]
+    return out
+
+
+def import_graph(src: Path = SRC, depth: int | None = None) -> dict[str, set[str]]:
+    """{module: the crosstune modules it imports}; `depth` collapses names to their first parts (folders)."""
+    cut = (lambda m: ".".join(m.split(".")[:depth])) if depth else (lambda m: m)
+    graph: dict[str, set[str]] = {}
+    for me, path in _modules(src).items():
+        for _, target in crosstune_imports(path, src):
+            if cut(target) != cut(me):
+                graph.setdefault(cut(me), set()).add(cut(target))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
 
 
 def upward_imports(src: Path = SRC) -> list[str]:
     problems = []
-    for path in sorted((src / "crosstune").rglob("*.py")):
-        me = module_name(path, src)
+    for me, path in _modules(src).items():
         for line, target in crosstune_imports(path, src):
             if layer_of(target) > layer_of(me):
                 problems.append(
@@ -80,20 +154,100 @@ def upward_imports(src: Path = SRC) -> list[str]:
     return problems
 
 
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def backend_leaks(src: Path = SRC) -> list[str]:
+    """Imports of a backend from outside crosstune.train, of one backend (or its stack) by the other."""
+    problems = []
+    for me, path in _modules(src).items():
+        mine = next((b for b in BACKENDS if _inside(me, b)), None)
+        for line, base, _ in _imports(path, src):
+            where = f"{path.relative_to(src)}:{line}: {me} imports {base}"
+            for backend in BACKENDS:
+                if _inside(base, backend) and not _inside(me, "crosstune.train"):
+                    problems.append(f"{where} (only crosstune.train reaches the backends)")
+                if mine and backend != mine and _inside(base, backend):
+                    problems.append(f"{where} (the backends are blind to each other)")
+            other = next((b for b in BACKENDS if mine and b != mine), None)
+            if other and base.split(".")[0] in STACKS[other]:
+                problems.append(f"{where} (the other backend's stack)")
+    return problems
+
+
+def private_reaches(src: Path = SRC) -> list[str]:
+    """`from crosstune.a.b import _name` where the importer is not in crosstune.a.b's own package."""
+    problems = []
+    for me, path in _modules(src).items():
+        package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+        for line, base, names in _imports(path, src):
+            if not base.startswith("crosstune."):
+                continue
+            owner = base if (src / Path(*base.split(".")) / "__init__.py").is_file() else base.rpartition(".")[0]
+            for name in names:
+                if name.startswith("_") and not name.startswith("__") and owner != package:
+                    problems.append(f"{path.relative_to(src)}:{line}: {me} imports {base}.{name}")
+    return problems
+
+
 def test_no_upward_imports():
     assert upward_imports() == []
 
 
-def test_an_upward_import_is_caught(tmp_path):
-    """The checker itself: a families module importing the training backends is reported with file and line."""
-    pkg = tmp_path / "crosstune" / "families"
-    pkg.mkdir(parents=True)
-    (tmp_path / "crosstune" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "bad.py").write_text("import math\n\n\ndef f():\n    from crosstune.train import jax_model\n")
+def test_no_import_cycles_between_modules_or_folders():
+    assert cycles(import_graph()) == []
+    assert cycles(import_graph(depth=2)) == []
+
+
+def test_the_backends_are_reached_only_through_train_and_are_blind_to_each_other():
+    assert backend_leaks() == []
+
+
+def test_no_module_reaches_into_another_package_s_private_names():
+    assert private_reaches() == []
+
+
+def test_every_folder_has_a_layer_and_the_readme_map_lists_them_in_order():
+    """README's "Repository map" names each layer's folder (`name/`) or module (`name.py`), lowest first."""
+    tops = {p.stem if p.is_file() else p.name for p in (SRC / "crosstune").iterdir()}
+    tops -= {"__init__", "__pycache__", "py"}
+    assert sorted(tops - {name for name, _ in LAYERS}) == []
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Repository map") :]
+    section = section[: section.index("\n## ", 4)] if "\n## " in section[4:] else section
+    positions = []
+    for name, _ in LAYERS:
+        m = re.search(rf"^  {re.escape(name)}(/|\.py)\s", section, re.M)
+        assert m, f"README's Repository map lacks {name}"
+        positions.append(m.start())
+    assert positions == sorted(positions), "README's Repository map lists the layers out of order"
+
+
+def test_the_checkers_catch_what_they_look_for(tmp_path):
+    """The checkers themselves: an upward import, a cycle, a backend import from outside train and a private
+    import across packages are each reported with file and line."""
+    root = tmp_path / "crosstune"
+    for folder in ("families", "run", "export", "train/torch", "train/jax"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "train" / "__init__.py").write_text("")
+    (root / "families" / "bad.py").write_text("import math\n\n\ndef f():\n    from crosstune.train import session\n")
+    (root / "train" / "session.py").write_text("from crosstune.families import bad\n")
+    (root / "export" / "leak.py").write_text("from crosstune.train.jax import model\nfrom crosstune.run.x import _y\n")
+    (root / "train" / "jax" / "model.py").write_text("import torch\n")
+    (root / "run" / "x.py").write_text("_y = 1\n")
     assert upward_imports(tmp_path) == [
-        "crosstune/families/bad.py:5: crosstune.families.bad (knowledge) imports crosstune.train (backends and planner)"
+        "crosstune/families/bad.py:5: crosstune.families.bad (families) imports crosstune.train.session (train)"
     ]
+    assert cycles(import_graph(tmp_path)) == [["crosstune.families.bad", "crosstune.train.session"]]
+    assert backend_leaks(tmp_path) == [
+        "crosstune/export/leak.py:1: crosstune.export.leak imports crosstune.train.jax (only crosstune.train reaches "
+        "the backends)",
+        "crosstune/train/jax/model.py:1: crosstune.train.jax.model imports torch (the other backend's stack)",
+    ]
+    assert private_reaches(tmp_path) == ["crosstune/export/leak.py:2: crosstune.export.leak imports crosstune.run.x._y"]
 
 
 def _constants(path: Path) -> list[tuple[int, str]]:
@@ -121,20 +275,28 @@ def test_train_has_no_backend_branches_outside_the_registry():
 
 def test_export_knows_no_backend_checkpoint_format():
     """export/ reads a run's LoRA through crosstune.train.session.read_run_lora only: no checkpoint folder names,
-    no Orbax, no backend modules."""
+    no Orbax, no training modules but the session."""
     found = []
     for path in sorted((SRC / "crosstune" / "export").glob("*.py")):
         for line, text in _constants(path):
             if any(word in text for word in ("checkpoint-", "model_params", "optimizer_state", "checkpoints/")):
                 found.append(f"{path.relative_to(SRC)}:{line}: {text!r}")
         for line, target in crosstune_imports(path, SRC):
-            if target.startswith("crosstune.train.") and target not in (
-                "crosstune.train.session", "crosstune.train.integrity", "crosstune.train.metrics"
-            ):  # fmt: skip
+            if target.startswith("crosstune.train") and target != "crosstune.train.session":
                 found.append(f"{path.relative_to(SRC)}:{line}: imports {target}")
         if "orbax" in path.read_text(encoding="utf-8"):
             found.append(f"{path.relative_to(SRC)}: mentions orbax")
     assert found == []
+
+
+def test_each_run_file_name_is_spelled_in_one_module():
+    """run.json, recipe.yaml and metrics.jsonl are named by crosstune.run.layout alone (its constants)."""
+    spelled: dict[str, set[str]] = {}
+    for path in sorted((SRC / "crosstune").rglob("*.py")):
+        for _, text in _constants(path):
+            if text in ("run.json", "recipe.yaml", "metrics.jsonl"):
+                spelled.setdefault(text, set()).add(module_name(path))
+    assert spelled == {name: {"crosstune.run.layout"} for name in ("run.json", "recipe.yaml", "metrics.jsonl")}
 
 
 def test_the_command_and_both_backends_import_without_their_stacks():
@@ -145,7 +307,7 @@ def test_the_command_and_both_backends_import_without_their_stacks():
     import sys
 
     code = (
-        "import sys; import crosstune.train.jax_backend, crosstune.train.torch_backend, crosstune.train.session; "
+        "import sys; import crosstune.train.jax.backend, crosstune.train.torch.backend, crosstune.train.session; "
         "from crosstune.cli import _register; _register(); "
         "print(sorted(m for m in ('torch', 'jax', 'transformers', 'tunix', 'flax', 'trl', 'peft', 'orbax', 'grain') "
         "if m in sys.modules))"

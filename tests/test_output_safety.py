@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from jax_helpers import REPO
 
 from crosstune.export import ExportError, export_run
 from crosstune.recipe import load_recipe
-from tests.export_helpers import torch_run
+from tests.helpers.export import torch_run
+from tests.helpers.jax_recipes import REPO
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_damaged_lora_values_are_refused_naming_the_tensor(run, tmp_path, value,
 
 
 def test_magnitude_bound_follows_the_recipe():
-    from crosstune.train.integrity import lora_magnitude_bound
+    from crosstune.run.integrity import lora_magnitude_bound
 
     train = {"learning_rate": 1e-3, "adam_beta1": 0.9, "adam_beta2": 0.999}
     # √6 from the initialiser + 100 steps × lr × (1 − 0.9)/√(1 − 0.999) = 2.449 + 0.316
@@ -161,7 +161,7 @@ def _modes(folder: Path) -> set[tuple[str, int]]:
 
 def test_exports_and_run_metadata_honour_the_umask(umask_022, run, tmp_path, tiny_gemma4_dir):
     from crosstune.data import prepare_dataset
-    from crosstune.train.rundir import write_run_metadata
+    from crosstune.run.rundir import write_run_metadata
 
     export_run(run, "both", tmp_path / "export")
     assert _modes(tmp_path / "export") == {("d", 0o755), ("f", 0o644)}

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-# One file importing `tests.export_helpers`, one importing a helper by its bare name: the two styles in use.
-FILES = ["tests/test_export_integrity.py", "tests/test_data_prepare.py"]
+from tests.helpers.paths import REPO
+
+# One file importing `tests.helpers.export`, one importing a helper by its bare name: the two styles in use.
+FILES = ["tests/export/test_integrity.py", "tests/data/test_prepare.py"]
 
 
 def _collect(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -30,8 +31,8 @@ def test_plain_pytest_and_module_pytest_collect_alike(how, tmp_path):
     result = _collect(command, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     collected = [line for line in result.stdout.splitlines() if "::" in line]
-    assert any(line.startswith("tests/test_export_integrity.py::") for line in collected), result.stdout[-2000:]
-    assert any(line.startswith("tests/test_data_prepare.py::") for line in collected), result.stdout[-2000:]
+    assert any(line.startswith("tests/export/test_integrity.py::") for line in collected), result.stdout[-2000:]
+    assert any(line.startswith("tests/data/test_prepare.py::") for line in collected), result.stdout[-2000:]
 
 
 def test_every_test_has_a_timeout(request):

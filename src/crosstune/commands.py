@@ -7,9 +7,9 @@ import typer
 
 def register_all(app: typer.Typer) -> None:
     from crosstune.compare.cli import register as register_compare
-    from crosstune.compare.parity_table import register as register_parity
     from crosstune.data.cli import data_app
-    from crosstune.demo import register as register_demo
+    from crosstune.demo.cli import register as register_demo
+    from crosstune.demo.cli import register_pretrain
     from crosstune.doctor import register as register_doctor
     from crosstune.evals.cli import register as register_eval
     from crosstune.export.cli import register as register_export
@@ -18,6 +18,7 @@ def register_all(app: typer.Typer) -> None:
     from crosstune.recipe.cli import recipe_app
     from crosstune.serve.cli import register as register_serve
     from crosstune.train.cli import register as register_train
+    from crosstune.train.parity_cli import register as register_parity
 
     register_doctor(app)
     register_eval(app)
@@ -28,6 +29,7 @@ def register_all(app: typer.Typer) -> None:
     register_plan(app)
     register_compare(app)
     register_serve(app)
+    register_pretrain(model_app)  # `crosstune model pretrain`: the demo's base, built where the demo lives
     app.add_typer(data_app, name="data")
     app.add_typer(recipe_app, name="recipe")
     app.add_typer(model_app, name="model")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from crosstune.compare.bench import Cell, Sweep, saturation_point, slo_point
 from crosstune.compare.prices import CostError, Price, PriceBook, recipe_price_book
 from crosstune.compare.runs import RunSummary
+from crosstune.compare.sweeps import Cell, Sweep, saturation_point, slo_point
 from crosstune.hardware import get_hardware
 
 M = 1e6

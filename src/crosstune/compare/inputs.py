@@ -6,9 +6,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crosstune.compare.bench import Sweep, read_sweep
 from crosstune.compare.prices import CostError
-from crosstune.compare.runs import RunSummary, is_run_dir, read_run
+from crosstune.compare.runs import RunSummary, read_run
+from crosstune.compare.sweeps import Sweep, read_sweep
+from crosstune.run.layout import is_run_dir
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
-from crosstune.compare.bench import Sweep
 from crosstune.compare.runs import RunSummary
+from crosstune.compare.sweeps import Sweep
 from crosstune.compare.tco import Option, Workload
 
 DPI = 100

@@ -15,8 +15,8 @@ from crosstune.compare.html import to_html
 from crosstune.compare.inputs import Inputs, read_inputs
 from crosstune.compare.prices import PriceBook
 from crosstune.compare.sections import differences_section, num, training_cost_section, training_section, usd
-from crosstune.compare.seed import SEED_TCO_RATIO, SEED_TCO_WORKLOAD, gpu_serving_bill_for_ratio, seed_options
 from crosstune.compare.serving_sections import TTFT, common_concurrency, eval_section, serving_section, tco_section
+from crosstune.compare.source_study import SEED_TCO_RATIO, SEED_TCO_WORKLOAD, gpu_serving_bill_for_ratio, seed_options
 from crosstune.compare.tco import Workload, tco_ratio
 
 DEFAULT_WORKLOAD = Workload(days=30, serve_tokens_per_day=10e6)

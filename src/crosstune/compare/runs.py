@@ -1,4 +1,4 @@
-"""What cost and report need from a run directory (run.json, recipe.yaml, metrics.jsonl — never backend internals).
+"""What cost and report need from a run directory (through crosstune.run's readers — never backend internals).
 
 Timing as the backends record it: `step_time_s` per metrics row excludes compilation and checkpoint saves on the
 jax backend, which reports them once in run.json (`compile_time_s`, `checkpoint_time_s`); the torch backend logs a
@@ -8,16 +8,15 @@ neither figure (its first steps carry whatever warm-up there was). Missing figur
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from crosstune.compare.prices import CostError
+from crosstune.run.layout import METRICS_JSONL, read_run_metadata, read_run_recipe
+from crosstune.run.metrics import read_metrics
 
-LOSS_CONVENTION = "assistant-only token-mean CE"  # crosstune.train.metrics: same definition on both backends
+LOSS_CONVENTION = "assistant-only token-mean CE"  # crosstune.run.metrics: same definition on both backends
 
 
 @dataclass
@@ -79,27 +78,11 @@ class RunSummary:
         return [name for name in ("compile_time_s", "checkpoint_time_s") if getattr(self, name) is None]
 
 
-def is_run_dir(path: Path) -> bool:
-    return (Path(path) / "run.json").is_file()
-
-
 def read_run(path: Path) -> RunSummary:
     """Summarize a run directory; a directory without run.json or metrics gets an error saying what is missing."""
     path = Path(path)
-    meta_file, metrics_file = path / "run.json", path / "metrics.jsonl"
-    if not meta_file.is_file():
-        raise CostError(f"{path}: no run.json — not a crosstune run directory")
-    meta = json.loads(meta_file.read_text())
-    recipe_file = path / "recipe.yaml"
-    recipe = yaml.safe_load(recipe_file.read_text()) if recipe_file.is_file() else {}
-    rows = []
-    if metrics_file.is_file():
-        for n, line in enumerate(metrics_file.read_text().splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise CostError(f"{metrics_file}:{n}: not JSON ({e})") from None
+    meta, recipe, rows = read_run_metadata(path), read_run_recipe(path), read_metrics(path)
+    metrics_file = path / METRICS_JSONL
     if not rows:
         raise CostError(f"{metrics_file}: no metrics rows — the run has no timing or token data to cost")
     for n, row in enumerate(rows, 1):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from crosstune.compare import plots
-from crosstune.compare.bench import Sweep, knee, saturation_point
 from crosstune.compare.comparability import compare_evals
 from crosstune.compare.cost import ServingCost, TrainingCost, serving_costs
 from crosstune.compare.document import Chart, Document, Note, Table
 from crosstune.compare.prices import CostError, PriceBook
 from crosstune.compare.runs import RunSummary
 from crosstune.compare.sections import num, usd
+from crosstune.compare.sweeps import Sweep, knee, saturation_point
 from crosstune.compare.tco import Option, Workload, break_even
 from crosstune.evals.verdict import CATEGORIES
 

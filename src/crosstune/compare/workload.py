@@ -1,22 +1,6 @@
 """A TCO workload file: how much serving, for how long, and the options to price (measured or assumed).
 
-    days: 30
-    serve_tokens_per_day: 10000000      # or serve_hours_per_day: 24 (a dedicated endpoint)
-    context: 4096                       # the sweep context the serving cost is read at (default: the largest)
-    slo: {p99_ttft_ms: 2000}            # optional: serve at the highest load meeting it, not at saturation
-    options:
-      TPU:
-        train: {run: runs/tiny-jax}                                  # a measured run directory
-        serve: {bench: bench/tpu-v6e-8.summary.json}                 # a measured sweep (its `target` priced)
-      GPU:
-        train: {target: 2xh100, tokens: 9.2e6, tokens_per_s: 486}    # assumed speed (or hours: 5.39)
-        serve: {target: 2xh100, output_tokens_per_s: 800}            # assumed throughput
-      H200-what-if:
-        train: {target: 8xh200, tokens: 9.2e6, mfu: 0.4, model: gemma4/31b, seq_len: 3072, recompute: true}
-        serve: {bench: bench/2xh100.summary.json, target: 1xh200}    # a sweep priced at another target
-
-Relative paths are relative to the workload file. Assumed figures are listed as assumptions in every output.
-"""
+Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.compare.workload"."""
 
 from __future__ import annotations
 
@@ -24,7 +8,6 @@ from pathlib import Path
 
 import yaml
 
-from crosstune.compare.bench import read_sweep
 from crosstune.compare.cost import (
     ServingCost,
     TrainingCost,
@@ -36,6 +19,7 @@ from crosstune.compare.cost import (
 )
 from crosstune.compare.prices import CostError, PriceBook
 from crosstune.compare.runs import read_run
+from crosstune.compare.sweeps import read_sweep
 from crosstune.compare.tco import Option, Workload
 
 

@@ -19,7 +19,7 @@ from crosstune.data.prepared import (
 )
 from crosstune.data.stats import save_stats, skipped_examples, stats_table
 from crosstune.errors import Interrupted
-from crosstune.recipe.load import RecipeError, load_recipe
+from crosstune.recipe import RecipeError, load_recipe
 from crosstune.synth import OutputNotEmptyError, generate_corpus
 
 data_app = typer.Typer(help="Synthesize, prepare and inspect training data.", no_args_is_help=True)

@@ -1,24 +1,6 @@
 """Turn a raw record into chat messages: column mapping, system-prompt policy and reasoning policy.
 
-Reasoning markup rules (assistant text only; every rule that fires is counted by name in the stats):
-- `<think>R</think>A`: R is the reasoning, A the answer (the well-formed case, not counted).
-- `close_without_open`: a `</think>` before any `<think>` closes a block opened by the generation prompt
-  (DeepSeek-R1 convention): everything before it is reasoning.
-- `unclosed_think`: a `<think>` never closed: everything after it is reasoning (a cut-off trace has no answer).
-- `multiple_think`: several blocks: all are reasoning, joined by a blank line.
-- `nested_think` / `stray_close_think`: a `<think>` inside a block or a second `</think>` outside one is dropped.
-- `<answer>X</answer>` once: unwrapped in place (tags removed, surrounding text kept).
-- `multiple_answer`: several blocks: the answer is the last block's content (CodeV-R1 evaluates the last one).
-- `unbalanced_answer`: an `<answer>` or `</answer>` without its partner is dropped.
-A record whose answer is empty after these rules is a bad record (`empty_answer`), whatever the policy.
-
-Reasoning policies (`data.reasoning`); each row is then the served prompt followed by what the model writes
-(encode.py), so a policy picks the serving mode it trains for:
-- `strip`: the answer only, thinking off (a template such as Gemma 4 31B's serves an empty thought block first).
-- `native`: the final answer's reasoning in the template's thought channel, with thinking on (`enable_thinking`);
-  a record without reasoning is trained as under `strip`.
-- `keep_inline`: the assistant text verbatim (reasoning markup included), thinking off.
-"""
+Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.data.conversation"."""
 
 from __future__ import annotations
 

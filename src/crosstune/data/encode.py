@@ -1,24 +1,6 @@
 """Render conversations with the tokenizer's chat template, tokenize, and mark the assistant tokens.
 
-What is trained is what is served: a row is the final assistant message's prompt exactly as a server renders it
-(`apply_chat_template(messages[:i], add_generation_prompt=True)`) followed by that message's completion, and the
-prompt part is tokenized on its own, so its tokens are the served prompt's tokens by construction.
-The completion is found without assuming the template is prefix-stable: rendering messages[:i] and messages[:i+1]
-(no generation prompt) gives the assistant turn as the template writes it in a conversation; it must open with the
-family's turn header (`<|turn>model\n`, `<start_of_turn>model\n`) and ends at the first end-of-turn marker. The
-generation prompt also opens with that header; whatever it adds after it (Gemma 4 31B with thinking off: an empty
-thought block, `<|channel>thought\n<channel|>`) is prompt. If the turn's body starts with that addition, the rest
-is the completion (prefix-stable templates); otherwise the whole body is (the server prefills what the
-conversation rendering lacks, and the model writes the body after it). Text after the marker ("\n") is kept,
-untrained, as the template writes it.
-Earlier assistant messages are trained too where their own served prompt and completion are a prefix of the row;
-where the template renders the history differently from a served prompt (the 31B empty thought block again), they
-stay untrained context, counted as `untrained_turns`.
-Boundary rule: a token is a target iff its character range overlaps an assistant span by at least one character;
-pieces are tokenized separately at each span start, so only a span's end could be straddled (counted as
-`straddling_tokens`; Gemma's spans end at the end-of-turn special token, where no token straddles).
-Convention: mask[t] = 1 means token t is a prediction target (predicted from the tokens before it).
-"""
+Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.data.encode"."""
 
 from __future__ import annotations
 

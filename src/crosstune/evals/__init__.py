@@ -2,14 +2,14 @@
 sandboxed simulation, strict and upstream-compatible verdicts, pass@k. `crosstune eval` drives it."""
 
 from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file
-from crosstune.evals.endpoint import EndpointBackend, EndpointUnreachable, Timeouts
+from crosstune.evals.endpoint import EndpointGenerator, EndpointUnreachable, Timeouts
 from crosstune.evals.evaluate import EvalReport, evaluate_completions, measure_references
 from crosstune.evals.extract import Extraction, extract_code
 from crosstune.evals.generate import (
     Generation,
     GenerationError,
     SampleFailure,
-    TransformersBackend,
+    TransformersGenerator,
     generate_completions,
 )
 from crosstune.evals.problems import Problem, ProblemSetError, load_problems
@@ -22,7 +22,7 @@ from crosstune.evals.verdict import CATEGORIES, upstream_verdict
 __all__ = [
     "CATEGORIES",
     "CompletionCache",
-    "EndpointBackend",
+    "EndpointGenerator",
     "EndpointUnreachable",
     "EvalReport",
     "Extraction",
@@ -35,7 +35,7 @@ __all__ = [
     "SampleFailure",
     "SamplingParams",
     "Timeouts",
-    "TransformersBackend",
+    "TransformersGenerator",
     "build_messages",
     "evaluate_completions",
     "extract_code",

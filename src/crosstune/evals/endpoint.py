@@ -66,7 +66,7 @@ def _snippet(data: bytes) -> str:
     return text[:ERROR_BODY_CHARS] + (" …" if len(text) > ERROR_BODY_CHARS else "") if text else "(empty body)"
 
 
-class EndpointBackend:
+class EndpointGenerator:
     """POST /v1/chat/completions on an OpenAI-compatible server (vLLM), one sample per request."""
 
     def __init__(

@@ -33,7 +33,7 @@ class Completion:
     usage: dict | None = None
 
 
-class Backend(Protocol):
+class Generator(Protocol):
     """Anything that turns chat messages into one sampled completion."""
 
     model: str
@@ -52,7 +52,7 @@ class Backend(Protocol):
         ...
 
 
-class TransformersBackend:
+class TransformersGenerator:
     """A local model through transformers (AutoModelForCausalLM + the tokenizer's chat template)."""
 
     max_concurrency = 1  # one generate() at a time; the model is not shared across threads
@@ -122,7 +122,7 @@ class Generation:
 
 def generate_completions(
     problems: Sequence[Problem],
-    backend: Backend,
+    backend: Generator,
     params: SamplingParams,
     cache: CompletionCache,
     prompt_style: str = "verilogeval",
@@ -160,7 +160,7 @@ def generate_completions(
 
 
 def _ask(
-    backend: Backend,
+    backend: Generator,
     params: SamplingParams,
     jobs: list[_Job],
     cache: CompletionCache,

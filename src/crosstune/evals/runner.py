@@ -13,9 +13,9 @@ from pathlib import Path
 
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file
-from crosstune.evals.endpoint import EndpointBackend, Timeouts
+from crosstune.evals.endpoint import EndpointGenerator, Timeouts
 from crosstune.evals.evaluate import EvalReport, evaluate_completions
-from crosstune.evals.generate import Backend, GenerationError, TransformersBackend, generate_completions
+from crosstune.evals.generate import GenerationError, Generator, TransformersGenerator, generate_completions
 from crosstune.evals.problems import SPEC_TO_RTL, ProblemSetError, load_problems
 from crosstune.evals.sandbox import Limits
 
@@ -85,10 +85,12 @@ def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalR
             completions = load_samples_file(config.samples_file)
             extra["samples_file"] = str(config.samples_file)
         elif not config.references_only:
-            backend: Backend = (
-                EndpointBackend(config.endpoint, config.model, config.api_key, config.request_timeouts, config.retries)
+            backend: Generator = (
+                EndpointGenerator(
+                    config.endpoint, config.model, config.api_key, config.request_timeouts, config.retries
+                )
                 if config.endpoint is not None
-                else TransformersBackend(config.hf_model)  # type: ignore[arg-type]
+                else TransformersGenerator(config.hf_model)  # type: ignore[arg-type]
             )
 
             def on_generated(done: int, total: int) -> None:

@@ -15,7 +15,6 @@ import collections
 import ctypes
 import functools
 import hashlib
-import json
 import os
 import queue
 import re
@@ -23,88 +22,20 @@ import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from crosstune.errors import read_model_config
-from crosstune.export.lora import LAYER_PREFIXES, ExportError, LoraWeights
-from crosstune.export.shards import DTYPES, SafetensorsFile, ShardError, TensorInfo, from_float32, to_float32
 from crosstune.families import family_of_hf_config
+from crosstune.run.base_checkpoint import WEIGHT_SUFFIXES, BaseCheckpoint, open_base
+from crosstune.run.lora import ExportError, LoraWeights
+from crosstune.run.shards import DTYPES, SafetensorsFile, TensorInfo, from_float32, to_float32
 
-INDEX = "model.safetensors.index.json"
 COPY_BYTES = 16 * 2**20  # passthrough copy chunk
 MERGE_BAND_BYTES = 1 * 2**20  # float32 rows of a LoRA target processed at once
 MERGE_WORKERS = min(4, os.cpu_count() or 1)
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
 
 Progress = Callable[[int], None]  # called with bytes written
-
-
-@dataclass(frozen=True)
-class BaseCheckpoint:
-    """An HF model directory's safetensors files, opened and checked (index vs headers vs file sizes)."""
-
-    dir: Path
-    config: dict
-    files: dict[str, SafetensorsFile]  # file name -> header
-    where: dict[str, str]  # tensor name -> file name
-    index: dict | None
-
-    @property
-    def nbytes(self) -> int:
-        return sum(f.size for f in self.files.values())
-
-    def layer_prefix(self) -> str:
-        """Where the decoder layers live (`model.layers.`, or `model.language_model.layers.` when multimodal)."""
-        for prefix in LAYER_PREFIXES:
-            if any(name.startswith(prefix) for name in self.where):
-                return prefix
-        raise ExportError(f"{self.dir}: no decoder layers under {', '.join(LAYER_PREFIXES)} in its safetensors")
-
-
-def open_base(base_dir: Path) -> BaseCheckpoint:
-    base_dir = Path(base_dir)
-    cfg_path = base_dir / "config.json"
-    if not cfg_path.is_file():
-        raise ExportError(f"{base_dir}: no config.json (expected an HF model directory)")
-    config = read_model_config(base_dir)
-    index = None
-    if (base_dir / INDEX).is_file():
-        index = json.loads((base_dir / INDEX).read_text())
-        names = sorted(set(index.get("weight_map", {}).values()))
-        if not names:
-            raise ExportError(f"{base_dir / INDEX}: empty weight_map")
-    else:
-        names = sorted(p.name for p in base_dir.glob("*.safetensors"))
-        if len(names) > 1:
-            raise ExportError(f"{base_dir}: {len(names)} .safetensors files but no {INDEX} saying which holds what")
-        if not names:
-            others = sorted(p.name for p in base_dir.iterdir() if p.suffix in WEIGHT_SUFFIXES)
-            raise ExportError(f"{base_dir}: no .safetensors weights (found {others or 'none'}); convert to safetensors")
-    files: dict[str, SafetensorsFile] = {}
-    for name in names:
-        if not (base_dir / name).is_file():
-            raise ExportError(f"{base_dir / INDEX}: names shard {name}, which is missing")
-        try:
-            files[name] = SafetensorsFile(base_dir / name)
-        except ShardError as e:
-            raise ExportError(str(e)) from None
-    where: dict[str, str] = {}
-    for fname, f in files.items():
-        for t in f.tensors:
-            if t in where:
-                raise ExportError(f"{base_dir}: tensor {t!r} is in both {where[t]} and {fname}")
-            where[t] = fname
-    if index is not None:
-        for t, fname in index["weight_map"].items():
-            if where.get(t) != fname:
-                raise ExportError(f"{base_dir / INDEX}: maps {t!r} to {fname}, but that file's header lacks it")
-        extra = sorted(set(where) - set(index["weight_map"]))
-        if extra:
-            raise ExportError(f"{base_dir}: tensor {extra[0]!r} ({where[extra[0]]}) is missing from {INDEX}")
-    return BaseCheckpoint(base_dir, config, files, where, index)
 
 
 def plan_merge(base: BaseCheckpoint, lora: LoraWeights) -> dict[str, str]:

@@ -10,8 +10,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from crosstune import fsutil
-from crosstune.export.lora import ExportError
 from crosstune.export.merge import file_sha256
+from crosstune.run.lora import ExportError
 
 MANIFEST = "export_manifest.json"
 

@@ -1,4 +1,4 @@
-"""Export any run directory (crosstune.train.rundir) to a PEFT adapter and/or a merged HF model.
+"""Export any run directory (crosstune.run.layout) to a PEFT adapter and/or a merged HF model.
 
 The LoRA of a step comes from crosstune.train.session.read_run_lora (the backend that wrote the run reads its own
 checkpoint; the final adapter is <run>/adapter for both backends). Rank, alpha and family come from run.json; the
@@ -12,17 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crosstune.errors import InputError, read_json
-from crosstune.export.lora import ExportError, LoraWeights, write_peft_adapter
-from crosstune.export.merge import Progress, copy_side_files, file_sha256, open_base, plan_merge, write_merged_shards
+from crosstune.errors import InputError
+from crosstune.export.merge import Progress, copy_side_files, file_sha256, plan_merge, write_merged_shards
 from crosstune.export.output import staged_dir, write_manifest
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
-from crosstune.train.integrity import lora_magnitude_bound
+from crosstune.run.base_checkpoint import open_base
+from crosstune.run.integrity import lora_magnitude_bound
+from crosstune.run.layout import RUN_JSON, read_run_metadata, read_run_recipe
+from crosstune.run.lora import ExportError, LoraWeights, write_peft_adapter
+from crosstune.train.session import read_run_lora
 
 KINDS = ("adapter", "merged", "both")
 # A run without its recipe or step (not written by `crosstune train`): lr 1e-2 (high for LoRA) × 3e4 steps × 3.16
-# (Adam's largest per-step factor, crosstune.train.integrity) ≈ 1e3; a flipped exponent byte lands far beyond it.
+# (Adam's largest per-step factor, crosstune.run.integrity) ≈ 1e3; a flipped exponent byte lands far beyond it.
 UNKNOWN_RECIPE_BOUND = 1e3
 
 
@@ -32,13 +35,6 @@ class RunLora:
     base: Path
     spec: ModelSpec
     source: dict = field(default_factory=dict)  # run dir, backend, step, checkpoint path (for the manifest)
-
-
-def _read_meta(run_dir: Path) -> dict:
-    path = Path(run_dir) / "run.json"
-    if not path.is_file():
-        raise ExportError(f"{run_dir}: no run.json (not a crosstune run directory)")
-    return read_json(path, "run.json is written by `crosstune train`: restore it from a backup or train the run again")
 
 
 def _base_spec(base: Path, family: str) -> ModelSpec:
@@ -51,16 +47,16 @@ def _base_spec(base: Path, family: str) -> ModelSpec:
 def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = None) -> RunLora:
     """The LoRA of a run at `step` (the final adapter / latest checkpoint when None), in the PEFT layout."""
     run_dir = Path(run_dir).resolve()
-    meta = _read_meta(run_dir)
+    meta = read_run_metadata(run_dir)
     lora_meta = meta.get("lora") or {}
     rank, alpha = lora_meta.get("rank"), lora_meta.get("alpha")
     if not rank or alpha is None:
-        raise ExportError(f"{run_dir}/run.json: lora.rank / lora.alpha missing: the LoRA scale is unknown")
+        raise ExportError(f"{run_dir / RUN_JSON}: lora.rank / lora.alpha missing: the LoRA scale is unknown")
     family = meta.get("family")
     if not family:
-        raise ExportError(f"{run_dir}/run.json: no family")
+        raise ExportError(f"{run_dir / RUN_JSON}: no family")
     if not (base or meta.get("base_model")):
-        raise ExportError(f"{run_dir}/run.json names no base_model: pass --base")
+        raise ExportError(f"{run_dir / RUN_JSON} names no base_model: pass --base")
     base_dir = Path(base or meta["base_model"]).resolve()
     spec = _base_spec(base_dir, family)
     source = {
@@ -69,9 +65,6 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
         "recipe_hash": meta.get("recipe_hash"),
         "chat_template_sha256": (meta.get("data") or {}).get("chat_template_sha256"),  # what the run trained on
     }
-    # the session imports export's LoRA formats, and crosstune.export's __init__ imports this module: call time
-    from crosstune.train.session import read_run_lora
-
     saved = read_run_lora(run_dir, step, spec)  # through the backend that wrote the run: its checkpoint format
     lora = saved.lora
     source.update(step=saved.step, checkpoint=str(saved.path))
@@ -81,14 +74,8 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
 
 
 def _magnitude_bound(run_dir: Path, step: int | None) -> float:
-    """The largest |LoRA value| this run's optimiser can have produced by `step` (crosstune.train.integrity)."""
-    import yaml
-
-    path = run_dir / "recipe.yaml"
-    try:
-        train = (yaml.safe_load(path.read_text()) or {}).get("train", {}) if path.is_file() else {}
-    except yaml.YAMLError as e:
-        raise ExportError(f"{path}: unreadable ({e}); it says which learning rate trained the LoRA") from None
+    """The largest |LoRA value| this run's optimiser can have produced by `step` (crosstune.run.integrity)."""
+    train = read_run_recipe(run_dir).get("train") or {}
     steps = step or int(train.get("max_steps") or 0)
     if not train or not steps:
         return UNKNOWN_RECIPE_BOUND

@@ -1,25 +1,6 @@
 """Qwix LoRA on tunix modules <-> PEFT LoRA on HF nn.Linear modules (docs/TUNIX_LAYOUT.md, "LoRA").
 
-PEFT: lora_A [r, in], lora_B [out, r], delta W = scale · B @ A (W is [out, in]).
-Qwix on an einsum: A holds the weight's contracted axes + r, B holds r + the weight's other axes; which axes those
-are, and which neutral targets a fused einsum's parts are, is read off the families' HF <-> Tunix tables
-(families/<name>/tunix.py), e.g.
-    q_einsum  'BTD,NDH'   A (D, r)     B (r, N, H)        k_einsum (k_eq_v) likewise with K heads
-    kv_einsum 'BSD,CKDH'  A (D, r)     B (r, 2, K, H)     one A SHARED by k and v
-    qkv_einsum 'BTD,SNDH' A (D, r)     B (r, 3, N, H)     one A shared by q, k and v (Gemma 3 when N == K)
-    attn_vec  'BTNH,NHD'  A (N, H, r)  B (r, D)
-    mlp gate/up (Linear D->F): A (D, r) B (r, F); down (F->D): A (F, r) B (r, D)
-The scale alpha/rank comes from the Qwix rule, not from the arrays: a module may hold a wider A/B (see below).
-
-Fused einsums (kv, qkv) share one A. A PEFT adapter whose k and v carry different A matrices is not a shared-A
-LoRA of the same rank; it is represented EXACTLY as a block LoRA of rank c·r (c = the einsum's components, in
-order): A = [A_k | A_v], B = [[B_k, 0], [0, B_v]] over (rank, component); a component without LoRA gets zero blocks.
-Qwix contracts whatever rank the arrays hold and scales by the rule's alpha/rank, so the scale is unchanged.
-`fused_block_mask` marks the off-diagonal blocks, which must stay zero (masked gradients) while training continues
-for the pair to remain a PEFT k/v pair. Back to PEFT: rank r -> the shared A for every component; rank c·r with zero
-off-diagonal blocks -> each component's own (A, B) of rank r; any other width -> each component gets the whole A
-and its B slice (exact, rank = that width).
-"""
+Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.families.lora_layout"."""
 
 from __future__ import annotations
 

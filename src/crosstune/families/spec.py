@@ -53,6 +53,12 @@ class ModelSpec:
     def num_layers(self) -> int:
         return len(self.layer_types)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelSpec:
+        """The inverse of dataclasses.asdict (a spec sent to another process as JSON)."""
+        attention = {k: AttentionKind(**v) for k, v in d["attention"].items()}
+        return cls(**{**d, "layer_types": tuple(d["layer_types"]), "attention": attention})
+
     def kind(self, layer: int) -> AttentionKind:
         return self.attention[self.layer_types[layer]]
 

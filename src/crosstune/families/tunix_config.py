@@ -67,7 +67,7 @@ def tunix_model_config(
         local_scale_factor=_rope_scale(_rope(cfg, "sliding"), "rope_parameters.sliding_attention"),
         global_scale_factor=_rope_scale(_rope(cfg, "global"), "rope_parameters.full_attention"),
         # Tunix's default (fsdp, tp) layout; weights that tp can't split are replicated per tensor at load time
-        # (crosstune.train.jax_model.fit_shardings). Activation constraints may shard unevenly: XLA pads.
+        # (crosstune.train.jax.model.fit_shardings). Activation constraints may shard unevenly: XLA pads.
         shd_config=mod.ShardingConfig.get_default_sharding(),
         remat_config=mod.RematConfig.DECODER if remat else mod.RematConfig.NONE,
         param_dtype=_dtype(dtype),

@@ -1,22 +1,6 @@
 """`plan_recipe(recipe) -> Plan`: will this recipe's model fit this hardware with this mesh, before allocating?
 
-Checks: every layer type's query and KV heads against tp; fsdp × tp against the hardware's device count; torch
-devices against the GPUs; and a per-device memory estimate against the chip's HBM for both backends.
-
-Memory model (bytes per device; b = per_device_batch_size rows of L = data.max_seq_len tokens; a = bytes of the
-model dtype; everything tp can split is divided by tp, what it can't is counted whole):
-- base weights: each tunix tensor / the mesh axes that divide it (JAX); all params / GPUs under FSDP plus two
-  layers gathered at a time (torch).
-- LoRA: fp32 params + fp32 grads + AdamW m and v = 16 bytes per LoRA param, sharded like Qwix shards them.
-- activations per layer, no remat: 8·b·L·D·a (residual stream, norms) + b·L·(2·Nq·H + 2·Nkv·H)·a (q, k, v,
-  attention output) + 4·b·L·F·a (MLP) + attention scores: JAX/tunix materialises logits and probabilities for the
-  full L×L in fp32 (2·b·Nq·L²·4; sliding layers mask the same full matrix); torch's SDPA kernels don't.
-  With remat (gradient_checkpointing): b·L·D·a per layer + one layer's working set for the recomputation.
-  torch's selective recompute (train.kernels.recompute) keeps each layer's SDPA outputs on top of that:
-  b·L·Nq·H·a (attention output) + b·Nq·L·4 (fp32 logsumexp) per layer.
-- logits: b·L·V·4 × 3 (fp32 logits, log-softmax, their gradient) — 262k vocabulary: the largest single term.
-A plan fits when the total is at most USABLE_FRACTION of HBM (runtime, compiler scratch, fragmentation).
-"""
+Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.planner.estimate"."""
 
 from __future__ import annotations
 
@@ -28,7 +12,6 @@ from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
 from crosstune.planner.tensors import fitted, lora_targets_tensors, lora_tensors, per_device_elements, tunix_tensors
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.train.torch_layers import recomputes_attention
 
 USABLE_FRACTION = 0.9
 GB = 1e9
@@ -144,7 +127,7 @@ def memory(
     logits = b * seq * spec.vocab_size * 4 * 3 / (tp if spec.vocab_size % tp == 0 else 1)
     selective = remat + _saved_attention(spec, b, seq, a) if backend == "torch" else None
     acts = remat if recipe.train.gradient_checkpointing else no_remat
-    if selective is not None and recipe.train.gradient_checkpointing and not recomputes_attention(recipe.train.kernels):
+    if selective is not None and recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_attention:
         acts = selective
     hbm = hw.chip.hbm_gb
     return Memory(
@@ -193,11 +176,11 @@ def _mesh_options(spec: ModelSpec, recipe: Recipe, hw: HardwareTarget) -> list[M
     return options
 
 
-def plan_recipe(recipe: Recipe, backend: str | None = None) -> Plan:
+def plan_recipe(recipe: Recipe, backend: str | None = None, spec: ModelSpec | None = None) -> Plan:
     """The plan for `recipe` on its hardware; `blockers` are the reasons `backend` (default: the recipe's) can't
-    run it as configured."""
+    run it as configured. `spec`: the model's shapes when known (else from model.path or model.size)."""
     backend = backend or recipe.backend.default
-    spec, hw = _spec(recipe), HARDWARE[recipe.hardware]
+    spec, hw = spec or _spec(recipe), HARDWARE[recipe.hardware]
     m = recipe.backend.jax.mesh
     jax_mem = memory(spec, recipe, hw, fsdp=m.fsdp, tp=m.tp, backend="jax")
     tp_issues = spec.tp_problems(m.tp)

@@ -1,14 +1,13 @@
 """Recipes: the YAML schema, loading with located errors, and consistency checks."""
 
 from crosstune.recipe.load import (
-    Problem,
-    RecipeError,
     UnlocatedRecipeError,
     load_recipe,
     parse_recipe,
     recipe_hash,
     resolve_path,
 )
+from crosstune.recipe.problems import Problem, RecipeError
 from crosstune.recipe.schema import Recipe
 
 __all__ = [

@@ -9,7 +9,7 @@ from crosstune.errors import InputError
 from crosstune.families import FamilyMismatch, get_family, model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE
-from crosstune.recipe.load import Problem
+from crosstune.recipe.problems import Problem
 from crosstune.recipe.schema import Recipe
 
 

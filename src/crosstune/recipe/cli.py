@@ -8,7 +8,7 @@ import typer
 import yaml
 from rich.console import Console
 
-from crosstune.recipe.load import RecipeError, load_recipe
+from crosstune.recipe import RecipeError, load_recipe
 
 recipe_app = typer.Typer(help="Validate and inspect recipes (the YAML that drives every stage).", no_args_is_help=True)
 console = Console(soft_wrap=True)

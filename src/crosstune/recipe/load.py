@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,30 +11,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from crosstune.errors import CrosstuneError
+from crosstune.recipe.checks import check_recipe
+from crosstune.recipe.problems import Problem, RecipeError
 from crosstune.recipe.schema import Recipe
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: str  # dotted YAML path, e.g. "lora.rank" or "data.sources[0].path"
-    message: str
-    hint: str = ""
-    line: int | None = None
-    severity: str = "error"  # "error" | "warning"
-
-    def render(self, file: str | Path | None = None) -> str:
-        where = f"{file}:{self.line}" if file and self.line else (str(file) if file else "")
-        head = f"{where}: " if where else ""
-        hint = f"  (hint: {self.hint})" if self.hint else ""
-        return f"{head}{self.severity} at {self.path or '<root>'}: {self.message}{hint}"
-
-
-class RecipeError(CrosstuneError):
-    """Raised with every problem found, so a user fixes a recipe in one pass."""
-
-    def __init__(self, file: str | Path | None, problems: list[Problem]):
-        self.file, self.problems = file, problems
-        super().__init__("\n".join(p.render(file) for p in problems))
 
 
 def _line_map(text: str) -> dict[tuple, int]:
@@ -158,7 +136,6 @@ def parse_recipe(
                 msg = f"unknown key {loc[-1]!r}"
             problems.append(Problem(dotted(loc), msg, _hint_for(err), _line_for(lines, loc)))
         raise RecipeError(file, sorted(problems, key=lambda p: p.line or 0)) from None
-    from crosstune.recipe.checks import check_recipe
 
     if base_dir is None and file:
         base_dir = Path(file).absolute().parent  # not resolve(): recipes/ is a link

@@ -138,6 +138,12 @@ class KernelsSection(Section):
         "gradient_checkpointing true, attention sdpa, and not FSDP over several devices"
     )  # fmt: skip
 
+    @property
+    def recomputes_attention(self) -> bool:
+        """Whether activation recompute runs the attention forward again (hfu counts it, the planner keeps its
+        outputs otherwise). `selective` is allowed with SDPA attention only, whose outputs TRL's policy keeps."""
+        return self.recompute == "full"
+
     @model_validator(mode="after")
     def _cce_has_no_metrics(self) -> KernelsSection:
         if self.loss == "cce" and self.token_metrics:
@@ -195,7 +201,7 @@ class TrainSection(Section):
         return self
 
 
-class TorchBackend(Section):
+class TorchBackendSection(Section):
     devices: PositiveInt = 1
     nodes: PositiveInt = 1
     fsdp: bool = False
@@ -206,7 +212,7 @@ class JaxMesh(Section):
     tp: PositiveInt = 1
 
 
-class JaxBackend(Section):
+class JaxBackendSection(Section):
     mesh: JaxMesh = Field(default_factory=JaxMesh)
     replicate_indivisible_heads: bool = Field(
         False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"
@@ -215,8 +221,8 @@ class JaxBackend(Section):
 
 class BackendSection(Section):
     default: Literal["torch", "jax"] = "torch"
-    torch: TorchBackend = Field(default_factory=TorchBackend)
-    jax: JaxBackend = Field(default_factory=JaxBackend)
+    torch: TorchBackendSection = Field(default_factory=TorchBackendSection)
+    jax: JaxBackendSection = Field(default_factory=JaxBackendSection)
 
 
 class ServeSection(Section):

@@ -10,8 +10,8 @@ from crosstune.synth.corpus import (
     param_key,
 )
 from crosstune.synth.design import Design, Family, Port, Reset, render_module
-from crosstune.synth.families import FAMILIES, FAMILY_BY_NAME
 from crosstune.synth.prompts import SYSTEM_PROMPT, eval_prompt
+from crosstune.synth.tasks import FAMILIES, FAMILY_BY_NAME
 from crosstune.synth.testbench import render_testbench
 
 __all__ = [

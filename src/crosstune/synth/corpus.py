@@ -12,8 +12,8 @@ from pathlib import Path
 
 from crosstune.errors import CrosstuneError
 from crosstune.synth.design import Design, Family, Params, render_module
-from crosstune.synth.families import FAMILIES, FAMILY_BY_NAME
 from crosstune.synth.prompts import SYSTEM_PROMPT, eval_prompt, train_prompt, train_response
+from crosstune.synth.tasks import FAMILIES, FAMILY_BY_NAME
 from crosstune.synth.testbench import render_testbench
 
 SYNTH_VERSION = 1

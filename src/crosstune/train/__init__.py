@@ -1,2 +1,2 @@
-"""Training: one session above two backends (crosstune.train.session drives crosstune.train.backend's lifecycle);
-the step plan, metrics and run-directory contract shared by both; the torch_* and jax_* backends."""
+"""Training: one session above two backends (session.py drives backend.py's lifecycle with a RunContext); the
+step plan, the shared initial LoRA, cross-backend parity; the backends in torch/ and jax/."""

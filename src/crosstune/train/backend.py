@@ -1,7 +1,7 @@
-"""The small lifecycle both training backends implement, and the registry that names them.
+"""The contract between the training session and the two backends, and the registry that names them.
 
     backend = get_backend(name, recipe, **launch)   # processes/devices started; `lead` says who owns the run
-    backend.setup(session)                          # model, LoRA, optimizer, data loader for the session's plan
+    backend.setup(context)                          # model, LoRA, optimizer, data loader for the context's plan
     result = backend.fit()                          # train to the plan's last step (resuming when asked)
     backend.read_lora(run_dir, step, spec, meta)    # a saved step's LoRA in the PEFT layout (export reads this)
     backend.close()
@@ -14,29 +14,63 @@ can act on is a TrainError (or another CrosstuneError) whose message says what t
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from crosstune.data.prepared import PreparedDataset
+from crosstune.data.prepared import PreparedDataset, open_prepared
 from crosstune.errors import CrosstuneError
-from crosstune.export.lora import LoraWeights
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
-
-if TYPE_CHECKING:
-    from crosstune.train.session import TrainingSession
+from crosstune.run.lora import LoraWeights
+from crosstune.train.steps import StepPlan
 
 # backend name -> "module:class"; the modules import their stacks (torch, jax) only when a backend is built.
 BACKENDS = {
-    "torch": "crosstune.train.torch_backend:TorchBackend",
-    "jax": "crosstune.train.jax_backend:JaxBackend",
+    "torch": "crosstune.train.torch.backend:TorchBackend",
+    "jax": "crosstune.train.jax.backend:JaxBackend",
 }
 
 
 class TrainError(CrosstuneError, RuntimeError):
     """A run that can't start or finish as configured; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the session settles once, before any model is built, for every process of the run: the backends read
+    it and recompute none of it."""
+
+    recipe: Recipe
+    run_dir: Path  # absolute, claimed by the session
+    plan: StepPlan  # rows per step, accumulation, steps (crosstune.train.steps)
+    spec: ModelSpec  # the base checkpoint's shapes
+    prepared: PreparedDataset  # the one prepared dataset, checked against the recipe and tokenizer
+    data: dict[str, Any]  # its provenance, for run.json
+    resume_from: int = 0  # the saved step training continues from (0: from the start)
+    progress: bool = True
+
+    def to_json(self) -> str:
+        """The context for a launched worker process (crosstune.train.torch.launch)."""
+        base_dir = None if self.recipe.base_dir is None else str(self.recipe.base_dir)
+        return json.dumps({
+            "recipe": self.recipe.model_dump(mode="json"), "base_dir": base_dir, "run_dir": str(self.run_dir),
+            "plan": dataclasses.asdict(self.plan), "spec": dataclasses.asdict(self.spec),
+            "prepared": str(self.prepared.path), "data": self.data, "resume_from": self.resume_from,
+            "progress": self.progress,
+        }, indent=2)  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str) -> RunContext:
+        d = json.loads(text)
+        recipe = Recipe.model_validate(d["recipe"])
+        if d["base_dir"] is not None:  # relative paths as in the recipe file
+            recipe.located(Path(d["base_dir"]))
+        return cls(recipe, Path(d["run_dir"]), StepPlan(**d["plan"]), ModelSpec.from_dict(d["spec"]),
+                   open_prepared(Path(d["prepared"])), d["data"], d["resume_from"], d["progress"])  # fmt: skip
 
 
 @dataclass
@@ -65,7 +99,7 @@ class SavedLora:
 
 class StepProbe(Protocol):
     """One optimizer step of the recipe's k micro-batches on the first rows of the prepared data, with a given LoRA
-    (PEFT layout) installed, computed by the backend's own training code: what crosstune.compare.parity compares."""
+    (PEFT layout) installed, computed by the backend's own training code: what crosstune.train.parity compares."""
 
     tokens: int  # trained (loss) tokens of the step
     recomputes: bool  # activation recompute is on
@@ -92,7 +126,7 @@ class Backend(Protocol):
         """(data-parallel devices, processes loading rows): what the step plan divides the global batch by."""
         ...
 
-    def setup(self, session: TrainingSession) -> None: ...
+    def setup(self, context: RunContext) -> None: ...
 
     def fit(self) -> FitResult: ...
 

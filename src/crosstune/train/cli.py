@@ -9,9 +9,9 @@ from rich.console import Console
 
 from crosstune.data.errors import DataError
 from crosstune.errors import CrosstuneError, Interrupted
-from crosstune.export import export_run
 from crosstune.recipe import RecipeError, load_recipe
-from crosstune.train.rundir import default_run_dir, saved_steps
+from crosstune.run.layout import saved_steps
+from crosstune.run.rundir import default_run_dir
 from crosstune.train.session import TrainingSession
 
 console = Console(soft_wrap=True)
@@ -31,7 +31,6 @@ def train(
     nodes: int = typer.Option(None, "--nodes", help="torch: machines (default: backend.torch.nodes)"),
     node_rank: int = typer.Option(0, "--node-rank", help="torch, several nodes: this machine's index, 0 = main"),
     main_address: str = typer.Option(None, "--main-address", help="torch, several nodes: HOST[:PORT] of node 0"),
-    merge: bool = typer.Option(False, "--merge", help="also write <run>/merged: base + LoRA, one HF model"),
 ) -> None:
     """Train LoRA on the recipe's prepared data with either backend; same metrics, same run-directory layout."""
     overrides = list(overrides or [])
@@ -59,9 +58,8 @@ def train(
     console.print(
         f"[green]done[/green]: {result.steps} steps, final loss {result.final_loss:.4f}, run dir {result.run_dir}"
     )
-    if merge and node_rank == 0:
-        merged = export_run(result.run_dir, "merged", result.run_dir / "merged", overwrite=True)["merged"]
-        console.print(f"merged model (streamed shard by shard): {merged}")
+    if node_rank == 0:
+        console.print(f"merged model or PEFT adapter: crosstune export {result.run_dir} --to merged|adapter --out DIR")
 
 
 def interrupted_message(run_dir: Path, checkpoint_every: int, resume: list[str]) -> str:

@@ -3,18 +3,17 @@ depend on the stack.
 
     TrainingSession(recipe, backend, run_dir).run()
       claim the run directory (lock; an earlier run needs --resume; --resume checks the recipe)
-      prepare the data (or reuse the preparation), plan the steps from the global batch
-      backend.setup(session) -> backend.fit() -> backend.close()
+      settle the RunContext: prepare the data (or reuse it), plan the steps, the base's shapes, the resume point
+      backend.setup(context) -> backend.fit() -> backend.close()
       finalise: run.json's steps, loss.png, and <run>/adapter (a PEFT adapter) for both backends
 
 `read_run_lora` gives any saved step's LoRA through the backend that wrote the run (export's only way in);
-`step_probe` gives a backend's probe of one optimizer step (crosstune.compare.parity compares two).
+`step_probe` gives a backend's probe of one optimizer step (crosstune.train.parity compares two).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,21 +21,37 @@ from typing import Any
 
 from crosstune.data.prepare import data_provenance, lenient_note, training_data
 from crosstune.data.prepared import PreparedDataset
-from crosstune.export.lora import ExportError, LoraWeights, write_peft_adapter
-from crosstune.export.merge import open_base
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
-from crosstune.fsutil import atomic_write_text, say, staged_dir
+from crosstune.fsutil import say, staged_dir
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.train.backend import Backend, FitResult, SavedLora, StepProbe, TrainError, TrainResult, get_backend
-from crosstune.train.integrity import record_checksums
-from crosstune.train.metrics import read_metrics
-from crosstune.train.plot import plot_loss_curve
-from crosstune.train.resume import nothing_to_resume
-from crosstune.train.rundir import claim_run_dir, default_run_dir, read_run_metadata, saved_steps
-from crosstune.train.steps import StepPlan, plan_steps
-
-ADAPTER = "adapter"
+from crosstune.run.base_checkpoint import open_base
+from crosstune.run.integrity import record_checksums
+from crosstune.run.layout import (
+    ADAPTER,
+    CHECKPOINTS,
+    METRICS_JSONL,
+    RUN_JSON,
+    TENSORBOARD,
+    read_run_metadata,
+    saved_steps,
+)
+from crosstune.run.lora import ExportError, LoraWeights, write_peft_adapter
+from crosstune.run.metrics import read_metrics
+from crosstune.run.plot import plot_loss_curve
+from crosstune.run.resume import nothing_to_resume
+from crosstune.run.rundir import claim_run_dir, default_run_dir, update_run_metadata
+from crosstune.train.backend import (
+    Backend,
+    FitResult,
+    RunContext,
+    SavedLora,
+    StepProbe,
+    TrainError,
+    TrainResult,
+    get_backend,
+)
+from crosstune.train.steps import plan_steps
 
 
 class TrainingSession:
@@ -56,9 +71,7 @@ class TrainingSession:
         self.backend_name = backend or recipe.backend.default
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(recipe, self.backend_name)
         self.launch = launch
-        self.prepared: PreparedDataset | None = None
-        self.plan: StepPlan | None = None
-        self.data: dict[str, Any] = {}  # data provenance for run.json
+        self.context: RunContext | None = None  # settled once the run directory is claimed (started)
 
     def run(self) -> TrainResult:
         with self.started() as backend:
@@ -66,14 +79,14 @@ class TrainingSession:
 
     @contextlib.contextmanager
     def started(self) -> Iterator[Backend]:
-        """The run directory claimed, the data prepared, the steps planned and `backend` set up (closed on exit)."""
+        """The run directory claimed, the run's context settled and `backend` set up with it (closed on exit)."""
         backend = get_backend(self.backend_name, self.recipe, **self.launch)
         with claim_run_dir(self.run_dir, self.recipe, backend.name, resume=self.resume, lead=backend.lead) as run:
             self.run_dir = run
             self._check_earlier_run(backend.lead)
-            self._prepare_data(backend)
+            self.context = self._settle(backend)
             try:
-                backend.setup(self)
+                backend.setup(self.context)
                 yield backend
             finally:
                 backend.close()
@@ -92,46 +105,54 @@ class TrainingSession:
         """A fresh run never writes over an earlier one (every process refuses); a run starting from step 0 drops
         the void metrics (the lead process, which owns the run directory)."""
         steps = saved_steps(self.run_dir)
-        if not self.resume and (steps or (self.run_dir / "metrics.jsonl").exists()):
+        if not self.resume and (steps or (self.run_dir / METRICS_JSONL).exists()):
             raise TrainError(
                 f"{self.run_dir} holds an earlier run: pass --resume to continue it, or choose another --run-dir"
             )
         if not lead:
             return
         if self.resume and not steps:
-            say(f"[resume] no complete checkpoint in {self.run_dir / 'checkpoints'}: starting from step 0")
+            say(f"[resume] no complete checkpoint in {self.run_dir / CHECKPOINTS}: starting from step 0")
         if not steps:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "metrics.jsonl").unlink(missing_ok=True)
-            shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
+            (self.run_dir / METRICS_JSONL).unlink(missing_ok=True)
+            shutil.rmtree(self.run_dir / TENSORBOARD, ignore_errors=True)
 
-    def _prepare_data(self, backend: Backend) -> None:
-        """The one prepared dataset (made here when this is the run's only process), and the step plan."""
+    def _settle(self, backend: Backend) -> RunContext:
+        """The one prepared dataset (made here when this is the run's only process), the step plan, the base's
+        shapes and the resume point: computed once, for every process of the run."""
+        recipe = self.recipe
         width, processes = backend.data_parallel()
-        self.prepared = training_data(self.recipe, may_prepare=backend.prepares_data)
-        self.data = data_provenance(self.prepared)
-        if backend.lead and (note := lenient_note(self.data)):
+        prepared = training_data(recipe, may_prepare=backend.prepares_data)
+        data = data_provenance(prepared)
+        if backend.lead and (note := lenient_note(data)):
             say(note)
-        self.plan = plan_steps(self.recipe.train, len(self.prepared.split("train")), width, processes)
-        done = saved_steps(self.run_dir)
-        if self.resume and done and done[-1] >= self.plan.total_steps:
-            raise nothing_to_resume(self.run_dir, done[-1], self.plan.total_steps)
+        plan = plan_steps(recipe.train, len(prepared.split("train")), width, processes)
+        done = saved_steps(self.run_dir) if self.resume else []
+        if done and done[-1] >= plan.total_steps:
+            raise nothing_to_resume(self.run_dir, done[-1], plan.total_steps)
+        base = resolve_path(recipe, recipe.model.path)
+        if base is None or not (base / "config.json").is_file():
+            raise TrainError(f"model.path: no HF checkpoint (config.json + *.safetensors) at {base}")
+        spec = model_dir_spec(base, recipe.model.family)
+        resume_from = done[-1] if done else 0
+        return RunContext(recipe, self.run_dir, plan, spec, prepared, data, resume_from, self.progress)
 
     # --- after training --------------------------------------------------------------------------------------
     def _finalise(self, fit: FitResult) -> None:
         """run.json's `steps` (the step the final adapter belongs to; export reads it), loss.png, adapter/."""
+        ctx = self.context
         meta = read_run_metadata(self.run_dir)
-        plan = {"global_batch": self.plan.global_batch, "grad_accumulation": self.plan.accumulation}  # rows per step
+        plan = {"global_batch": ctx.plan.global_batch, "grad_accumulation": ctx.plan.accumulation}  # rows per step
         meta.update(steps=fit.steps, **plan, **fit.metadata)
-        atomic_write_text(self.run_dir / "run.json", json.dumps(meta, indent=2))
-        if (self.run_dir / "metrics.jsonl").exists():
+        update_run_metadata(self.run_dir, meta)
+        if (self.run_dir / METRICS_JSONL).exists():
             plot_loss_curve(self.run_dir)
         if not fit.adapter_written:  # the final LoRA as a PEFT adapter, keyed like the base checkpoint's layers
             base = resolve_path(self.recipe, self.recipe.model.path)
-            spec = model_dir_spec(base, self.recipe.model.family)
-            lora = fit.lora if fit.lora is not None else read_run_lora(self.run_dir, fit.steps, spec).lora
+            lora = fit.lora if fit.lora is not None else read_run_lora(self.run_dir, fit.steps, ctx.spec).lora
             with staged_dir(self.run_dir / ADAPTER, may_replace=lambda _: None) as tmp:
-                write_peft_adapter(lora, tmp, str(base), spec=spec, layer_prefix=open_base(base).layer_prefix())
+                write_peft_adapter(lora, tmp, str(base), spec=ctx.spec, layer_prefix=open_base(base).layer_prefix())
             record_checksums(self.run_dir / ADAPTER)  # once in place: the staging marker is gone
 
 
@@ -156,12 +177,12 @@ def read_run_lora(run_dir: Path, step: int | None = None, spec: ModelSpec | None
     name = meta.get("backend")
     if spec is None:
         if not meta.get("base_model"):
-            raise ExportError(f"{run_dir}/run.json names no base_model: pass --base")
+            raise ExportError(f"{run_dir / RUN_JSON} names no base_model: pass --base")
         spec = model_dir_spec(Path(meta["base_model"]), meta.get("family"))
     try:
         backend = get_backend(name)
     except TrainError:
-        raise ExportError(f"{run_dir}/run.json: backend {name!r} (expected torch or jax)") from None
+        raise ExportError(f"{run_dir / RUN_JSON}: backend {name!r} (expected torch or jax)") from None
     return backend.read_lora(run_dir, step, spec, meta)
 
 

@@ -1,0 +1,96 @@
+"""Checkpoint integrity for both backends: sha256 of every file, recorded when a checkpoint is complete and
+checked before export and resume, plus a plausibility bound on trained LoRA values.
+
+A byte flipped in the middle of a safetensors or Orbax file still parses, and exported as weights of 6e3 … 7e35
+with exit 0; the hashes catch any changed byte, the bound catches values no training run can reach (for
+checkpoints written before hashes were recorded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+from crosstune.errors import CrosstuneError
+from crosstune.fsutil import atomic_write_text, say
+
+CHECKSUMS = "crosstune_sha256.json"
+READ_CHUNK = 8 * 2**20
+
+
+class CheckpointCorruptError(CrosstuneError):
+    """A checkpoint's bytes differ from what was written, or its values can't come from training."""
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(READ_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != CHECKSUMS)
+
+
+def record_checksums(folder: Path) -> Path:
+    """Write <folder>/crosstune_sha256.json: {relative path: sha256} of every file under `folder` (call it once
+    the checkpoint is complete: after the torch save, after Orbax finalised the step)."""
+    folder = Path(folder)
+    sums = {p.relative_to(folder).as_posix(): file_sha256(p) for p in _files(folder)}
+    path = folder / CHECKSUMS
+    atomic_write_text(path, json.dumps({"format": 1, "sha256": sums}, indent=1) + "\n")
+    return path
+
+
+def verify_checksums(folder: Path, what: str) -> bool:
+    """Check every file recorded in <folder>/crosstune_sha256.json. False when nothing was recorded (a checkpoint
+    of an older crosstune); CheckpointCorruptError naming the first file that is missing or changed."""
+    folder = Path(folder)
+    path = folder / CHECKSUMS
+    if not path.is_file():
+        return False
+    try:
+        sums = json.loads(path.read_text())["sha256"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointCorruptError(f"{path}: unreadable checksum record ({e}); {_restore_hint(what)}") from None
+    for rel, digest in sums.items():
+        p = folder / rel
+        if not p.is_file():
+            hint = _restore_hint(what)
+            raise CheckpointCorruptError(f"{p}: missing from the {what} (recorded in {CHECKSUMS}); {hint}")
+        if file_sha256(p) != digest:
+            raise CheckpointCorruptError(
+                f"{p}: its sha256 differs from the one recorded when the {what} was written (the file was changed "
+                f"or damaged on disk); {_restore_hint(what)}"
+            )
+    return True
+
+
+def verify_saved(folder: Path, what: str, purpose: str) -> None:
+    """verify_checksums for `purpose` ("export" or "resume"), saying so when nothing was recorded (an older
+    crosstune's checkpoint: export still checks the values, resume can't check anything)."""
+    if not verify_checksums(folder, what):
+        consequence = "only the values are checked" if purpose == "export" else "not verified"
+        say(f"[{purpose}] {folder}: no recorded checksums (an older crosstune): {consequence}")
+
+
+def _restore_hint(what: str) -> str:
+    return f"restore the {what} from a copy, or use another step (export --step N; for --resume, remove this one)"
+
+
+def lora_magnitude_bound(train: dict, steps: int, init_bound: float = math.sqrt(6)) -> float:
+    """The largest |value| a trained LoRA A or B can hold after `steps` optimizer steps of AdamW (both backends).
+
+    Adam's per-element step is at most lr · max(1, (1-β1)/√(1-β2)) (Kingma & Ba 2015, §2.1: the effective step is
+    bounded by the step size, or by that ratio when (1-β1) > √(1-β2)); weight decay only shrinks, and warmup and
+    decay keep the rate at or below `learning_rate`. Initial values: B = 0; A is uniform in ±√(6/fan_in) (Qwix,
+    crosstune's shared init) or ±1/√fan_in (PEFT), both ≤ √6 (`init_bound`).
+    So |w| ≤ init_bound + steps · lr · max(1, (1-β1)/√(1-β2)); the 6e3 … 7e35 of a flipped byte are far outside."""
+    lr = float(train.get("learning_rate", 1e-4))
+    b1, b2 = float(train.get("adam_beta1", 0.9)), float(train.get("adam_beta2", 0.999))
+    per_step = lr * max(1.0, (1 - b1) / math.sqrt(1 - b2))
+    return init_bound + max(1, steps) * per_step

@@ -1,0 +1,81 @@
+"""The run directory's layout: the name of every file in it, and the one reader of run.json, recipe.yaml and the
+checkpoint folders (metrics.jsonl's reader is crosstune.run.metrics). Training, export, cost and report all come
+through here, never through a backend's internals.
+
+<run>/recipe.yaml     the resolved recipe            <run>/run.json         metadata (crosstune.run.rundir)
+<run>/metrics.jsonl   per-step metrics (metrics.py)  <run>/tensorboard/     the same, for TensorBoard
+<run>/checkpoints/    backend checkpoints by step    <run>/adapter/         PEFT adapter (final)
+<run>/loss.png        the loss curve (plot.py)       <run>/.lock            held by the process training into it
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from crosstune.errors import InputError, read_json
+
+RUN_JSON = "run.json"
+RECIPE_YAML = "recipe.yaml"
+METRICS_JSONL = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+CHECKPOINTS = "checkpoints"
+ADAPTER = "adapter"
+LOSS_PNG = "loss.png"
+LOCK = ".lock"  # flock'ed by the process that trains into the run (crosstune.fsutil.exclusive_lock)
+TORCH_CHECKPOINT_PREFIX = "checkpoint-"  # torch: checkpoints/checkpoint-N; Orbax (jax): checkpoints/N
+
+
+class RunDirError(InputError):
+    """A folder given as a run directory isn't one, or lacks what was asked of it."""
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / RUN_JSON).is_file()
+
+
+def read_run_metadata(run_dir: Path) -> dict[str, Any]:
+    """run.json, or an error naming the folder (missing) or the file and position (corrupt)."""
+    path = Path(run_dir) / RUN_JSON
+    if not path.is_file():
+        raise RunDirError(f"{run_dir}: no {RUN_JSON} — not a crosstune run directory")
+    meta = read_json(path, "run.json is written by `crosstune train`: restore it from a backup or train the run again")
+    if not isinstance(meta, dict):
+        raise RunDirError(f"{path}: not a JSON object; restore it from a backup or train the run again")
+    return meta
+
+
+def read_run_recipe(run_dir: Path) -> dict[str, Any]:
+    """recipe.yaml as written by training (a plain dict; {} when the run has none)."""
+    path = Path(run_dir) / RECIPE_YAML
+    if not path.is_file():
+        return {}
+    try:
+        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise RunDirError(f"{path}: unreadable ({e}); restore it from a backup or train the run again") from None
+    if recipe is None:
+        return {}
+    if not isinstance(recipe, dict):
+        raise RunDirError(f"{path}: not a YAML mapping; restore it from a backup or train the run again")
+    return recipe
+
+
+def step_folders(run_dir: Path) -> dict[int, Path]:
+    """Complete checkpoints of either backend by step: torch's checkpoint-N, Orbax's N (both renamed into place
+    whole; staging folders and Orbax's temp folders don't match)."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return {}
+    found = {}
+    for p in root.iterdir():
+        name = p.name.removeprefix(TORCH_CHECKPOINT_PREFIX)
+        if p.is_dir() and name.isdigit():
+            found[int(name)] = p
+    return dict(sorted(found.items()))
+
+
+def saved_steps(run_dir: Path) -> list[int]:
+    return list(step_folders(run_dir))

@@ -1,0 +1,1 @@
+"""The JAX backend (Tunix + Qwix + Optax + Orbax + Grain), reached only through crosstune.train.backend's registry."""

@@ -1,0 +1,305 @@
+"""One jax training process (every process of a multi-host run runs one): Tunix PeftTrainer + Qwix LoRA + Optax
+AdamW + Orbax checkpoints + Grain input, on a (fsdp, tp) mesh, for the session's RunContext.
+
+    context ─► plan check (heads vs tp, devices, memory) ─► mesh ─► tunix model from HF safetensors, sharded,
+            + Qwix LoRA ─► PeftTrainer (AdamW, token-weighted loss) ─► metrics.jsonl + TensorBoard
+            ─► <run>/checkpoints/<step>/ (LoRA params + optimizer state; the data position is the step count)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from crosstune.hardware import HARDWARE
+from crosstune.planner import plan_recipe
+from crosstune.recipe import resolve_path
+from crosstune.run.integrity import record_checksums, verify_saved
+from crosstune.run.layout import CHECKPOINTS, saved_steps, step_folders
+from crosstune.run.lora import LoraWeights
+from crosstune.run.metrics import MetricsWriter, make_step_metrics
+from crosstune.run.rundir import write_run_metadata
+from crosstune.train.backend import FitResult, RunContext, TrainError
+from crosstune.train.jax.data import global_batch, global_sum, train_dataset
+from crosstune.train.jax.lora import param_name, qwix_to_lora
+
+
+class JaxRun:
+    """One training run on the session's data and step plan, in two halves so tests can look at the trainer
+    between them: `with run.setup(): run.fit()` (setup enters the mesh context; the trainer lives inside it)."""
+
+    def __init__(self, context: RunContext):
+        import jax
+
+        self.context, self.recipe, self.run_dir = context, context.recipe, context.run_dir
+        self.data, self.prepared, self.spec = context.plan, context.prepared, context.spec
+        self.seq_len = self.prepared.max_seq_len
+        self.progress = context.progress and jax.process_index() == 0
+        self.counts: dict[int, tuple[int, int, int]] = {}  # step -> (trained, real, computed tokens), as read
+
+    @contextlib.contextmanager
+    def setup(self) -> Iterator[JaxRun]:
+        """Check the plan, build mesh, data loader, model + LoRA and the trainer, and stay inside the mesh context."""
+        import jax
+
+        from crosstune.train.jax.model import make_mesh, mesh_context
+
+        r = self.recipe
+        plan = plan_recipe(r, backend="jax", spec=self.spec)
+        if not plan.ok:
+            raise TrainError(f"the plan can't run on {r.hardware}: " + "; ".join(plan.blockers))
+        fsdp, tp = r.backend.jax.mesh.fsdp, r.backend.jax.mesh.tp
+        if jax.device_count() < fsdp * tp:
+            raise TrainError(
+                f"mesh fsdp×tp = {fsdp}×{tp} needs {fsdp * tp} devices, JAX sees {jax.device_count()} "
+                "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N before starting)"
+            )
+        self.hardware = HARDWARE[r.hardware]
+        # bf16 compute where the chips are made for it; fp32 on CPU (as the torch backend does)
+        on_cpu = jax.devices()[0].platform == "cpu"
+        self.compute_dtype = "bfloat16" if r.train.precision == "bf16" and not on_cpu else "float32"
+        if self.context.resume_from:  # --resume restores the latest step: check its bytes first
+            verify_saved(step_folders(self.run_dir)[self.context.resume_from], "checkpoint", "resume")
+        self.dataset = train_dataset(r, self.data, self.prepared)
+        self.mesh = make_mesh(fsdp, tp)
+        with mesh_context(self.mesh):  # pitfall A: trainer, optimizer state and inputs under the legacy mesh
+            self.trainer, self.replicated = self._trainer()
+            yield self
+
+    def _trainer(self):
+        import orbax.checkpoint as ocp
+        from flax import nnx
+        from tunix.sft import peft_trainer
+
+        from crosstune.train.jax.model import (
+            build_model,
+            optimizer_sharding_mismatches,
+            place_state,
+            sharding_problems,
+            spec_problems,
+        )
+        from crosstune.train.jax.step import loss_fn, make_optimizer, model_inputs, pinned_trainer_class
+
+        r, k = self.recipe, self.data.accumulation
+        model_dir = resolve_path(r, r.model.path)  # checked by the session
+        model, replicated = build_model(
+            r.model.family,
+            model_dir,
+            self.mesh,
+            dtype=r.model.dtype,
+            compute_dtype=self.compute_dtype,
+            remat=r.train.gradient_checkpointing,
+            lora=r.lora,
+            seed=r.train.seed,
+        )
+        optimizer, self.schedule = make_optimizer(r.train, self.data.total_steps, lora_rank=r.lora.rank)
+        config = peft_trainer.TrainingConfig(
+            eval_every_n_steps=self.data.total_steps + 1,
+            max_steps=None,  # the iterator ends the run; tunix's own tqdm bar stays off (ours has the ETA)
+            gradient_accumulation_steps=k if k > 1 else None,
+            checkpoint_root_directory=str(self.run_dir / CHECKPOINTS),
+            checkpointing_options=ocp.CheckpointManagerOptions(
+                save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(r.train.checkpoint_every),
+                max_to_keep=r.train.keep_last,
+            ),
+            data_sharding_axis=("fsdp",),
+            max_inflight_computations=1,  # one step in flight: honest per-step wall times
+            pbar_description=None,
+        )
+        _configure_orbax()
+        absl = logging.getLogger("absl")
+        level = absl.level
+        absl.setLevel(logging.CRITICAL)  # a damaged checkpoint is reported once, below, not as absl ERROR lines too
+        try:
+            trainer = pinned_trainer_class()(model, optimizer, config)  # restores the latest checkpoint, if any
+        except Exception as e:
+            raise _restore_error(self.run_dir, e) from None
+        finally:
+            absl.setLevel(level)
+        trainer.with_loss_fn(loss_fn).with_gen_model_input_fn(model_inputs)
+        place_state(trainer.model, self.mesh)
+        place_state(trainer.optimizer, self.mesh)
+        problems = spec_problems(trainer.model)
+        problems += sharding_problems(nnx.state(trainer.model, nnx.LoRAParam), self.mesh)
+        problems += sharding_problems(nnx.state(trainer.optimizer, nnx.optimizer.OptState), self.mesh)
+        problems += optimizer_sharding_mismatches(trainer.optimizer, trainer.model)
+        if problems:
+            raise TrainError("invalid shardings:\n  " + "\n  ".join(problems[:10]))
+        return trainer, replicated
+
+    def fit(self) -> FitResult:
+        """Train from the restored step to the end; metrics, run.json and checkpoints into the run directory."""
+        import jax
+
+        from crosstune.train.jax.progress import CompileTimer, ProgressBar, SaveTimer, StepRecorder
+        from crosstune.train.jax.step import TRAIN_STEP_NAME
+
+        r, d, trainer = self.recipe, self.data, self.trainer
+        start = trainer.train_steps  # the restored step: the context's resume point (the session checked it)
+        lead = jax.process_index() == 0
+        if lead:
+            write_run_metadata(self.run_dir, r, "jax", **self._metadata())
+        writer = MetricsWriter(self.run_dir, resume_from_step=start) if lead else None
+        self.counts = {}
+        bar = ProgressBar(d.total_steps, start, self.progress)
+
+        def emit(m) -> None:
+            if writer is not None:
+                writer.write(m)
+            bar.update(m)
+
+        saves = SaveTimer(trainer.checkpoint_manager, r.train.checkpoint_every, on_saved=self._record_checksums)
+        with CompileTimer(TRAIN_STEP_NAME) as compile_timer:
+            recorder = StepRecorder(
+                first_step=start,
+                accumulation=d.accumulation,
+                excluded=lambda: compile_timer.seconds + saves.seconds,
+                make_metrics=self._metrics,
+                emit=emit,
+            )
+            trainer.with_training_hooks(recorder)
+            try:
+                trainer.train(self.micro_batches(start))
+            finally:
+                bar.close()
+        if recorder.pending:
+            raise TrainError(f"steps {recorder.pending} never reported a loss")
+        if writer is not None:
+            writer.write_event("compile_time_s", compile_timer.seconds, step=start)
+            writer.close()
+        timings = {"compile_time_s": round(compile_timer.seconds, 3), "checkpoint_time_s": round(saves.seconds, 3)}
+        return FitResult(trainer.train_steps, {**timings, "resumed_from_step": start}, lora=self._final_lora())
+
+    def _final_lora(self) -> LoraWeights:
+        """The trained LoRA in the PEFT layout, gathered from the devices of every process (a collective: every
+        process calls it; only the lead's copy is written, as <run>/adapter)."""
+        import jax
+        from flax import nnx
+        from jax.experimental import multihost_utils
+
+        state = nnx.state(self.trainer.model, nnx.LoRAParam)
+        leaves = jax.tree_util.tree_leaves_with_path(state)
+        params = {param_name(p): np.asarray(multihost_utils.process_allgather(v, tiled=True)) for p, v in leaves}
+        lora = self.recipe.lora
+        return qwix_to_lora(params, self.spec, rank=lora.rank, alpha=float(lora.alpha))
+
+    def _record_checksums(self, step: int) -> None:
+        """After Orbax finalised `step` (the save is asynchronous: every process waits, as its next save would),
+        process 0 records the step folder's sha256."""
+        import jax
+
+        self.trainer.checkpoint_manager._checkpoint_manager.wait_until_finished()
+        if jax.process_index() == 0:
+            record_checksums(self.run_dir / CHECKPOINTS / str(step))
+
+    def micro_batches(self, start: int):
+        """The trainer's iterator: stand-in batches for the micro-batches already trained, then steps start+1..N as
+        global arrays; each step's token counts go into `self.counts` before its first micro-batch is handed out."""
+        from crosstune.train.jax.step import device_batch, optimizer_steps
+
+        k, total = self.data.accumulation, self.data.total_steps
+        yield from (_SKIPPED for _ in range(start * k))
+        stream = (self.dataset[i] for i in range(start * k, total * k))
+        for step, group in enumerate(optimizer_steps(stream, k, global_sum), start=start + 1):
+            self.counts[step] = tuple(
+                group[0][k] for k in ("step_trained_tokens", "step_tokens", "step_computed_tokens")
+            )
+            yield from (global_batch(device_batch(m), self.mesh) for m in group)
+
+    def _metadata(self) -> dict:
+        import jax
+
+        m = self.recipe.backend.jax.mesh
+        return {
+            "mesh": {"fsdp": m.fsdp, "tp": m.tp},
+            "devices": m.fsdp * m.tp,
+            "processes": jax.process_count(),
+            "platform": jax.devices()[0].platform,
+            "precision": "bf16" if self.compute_dtype == "bfloat16" else "fp32",
+            "gradient_checkpointing": self.recipe.train.gradient_checkpointing,
+            "replicated_tensors": sorted({x.path for x in self.replicated}),
+            "global_batch": self.data.global_batch,
+            "grad_accumulation": self.data.accumulation,
+            "seq_len": self.seq_len,
+            "total_steps": self.data.total_steps,
+            "data": self.context.data,
+        }
+
+    def _metrics(self, step: int, loss: float, grad_norm: float, step_time_s: float):
+        from crosstune.train.jax.progress import peak_memory_gb
+
+        d, r = self.data, self.recipe
+        trained, tokens, computed = self.counts.pop(step)
+        return make_step_metrics(
+            step=step,
+            epoch=step * d.accumulation / d.micro_batches_per_epoch,
+            loss=loss,
+            learning_rate=float(self.schedule(step - 1)),  # the optimizer's count is step - 1 when it applies
+            grad_norm=grad_norm,
+            trained_tokens=trained,
+            tokens=tokens,
+            computed_tokens=computed,
+            step_time_s=step_time_s,
+            peak_memory_gb=peak_memory_gb(),
+            spec=self.spec,
+            context=self.seq_len,
+            hardware=self.hardware,
+            devices=r.backend.jax.mesh.fsdp * r.backend.jax.mesh.tp,
+            recompute_activations=r.train.gradient_checkpointing,
+        )
+
+
+REPLICA_PARALLEL_MIN_BYTES = 4 * 2**20
+
+
+def _configure_orbax() -> None:
+    """Orbax saves a replicated array by splitting it across its replicas: one eager slice (and one compilation)
+    per shard per save. Worth it for large arrays only; small LoRA leaves are written by one replica (this is
+    Orbax's process-wide jax.Array handler)."""
+    import jax
+    import orbax.checkpoint as ocp
+    from absl import logging as absl_logging
+
+    handler = ocp.type_handlers.ArrayHandler(min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_BYTES)
+    if getattr(sys.unraisablehook, "__name__", "") != "filtered":
+        sys.unraisablehook = _drop_closed_loop_noise(sys.unraisablehook)
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)  # "overriding jax.Array": intended
+    try:
+        ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+    finally:
+        absl_logging.set_verbosity(verbosity)
+
+
+def _restore_error(run_dir: Path, error: Exception) -> Exception:
+    """A checkpoint Orbax can't read becomes a TrainError naming it and the way out; anything else stays."""
+    steps = saved_steps(run_dir)
+    if not steps:
+        return error
+    root = run_dir / CHECKPOINTS
+    reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+    earlier = f" to resume from step {steps[-2]}" if len(steps) > 1 else ""
+    return TrainError(
+        f"{root / str(steps[-1])}: the Orbax checkpoint can't be restored ({reason}): it is damaged; "
+        f"move that folder aside{earlier}, or train into a new --run-dir"
+    )
+
+
+def _drop_closed_loop_noise(hook):
+    """Tensorstore reports reads that finish after Orbax closed its event loop (a failed restore) through
+    sys.unraisablehook, dozens of "Event loop is closed" tracebacks: drop those, pass everything else on."""
+
+    def filtered(unraisable) -> None:
+        value = unraisable.exc_value
+        if not (isinstance(value, RuntimeError) and str(value) == "Event loop is closed"):
+            hook(unraisable)
+
+    return filtered
+
+
+_SKIPPED = {"skipped": True}  # tunix drops the first (restored step × k) items of the iterator unread

@@ -1,0 +1,209 @@
+"""What crosstune adds to TRL's SFTTrainer: token-weighted loss for every Gemma class, per-step statistics for the
+shared metrics, atomic checkpoints with keep-last rotation, and a rich progress bar."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+from trl import SFTTrainer
+
+from crosstune.hardware import get_hardware
+from crosstune.run.integrity import record_checksums
+from crosstune.run.layout import step_folders
+from crosstune.run.metrics import MetricsWriter, host_peak_rss_gb, make_step_metrics
+from crosstune.train.backend import RunContext
+from crosstune.train.torch.checkpoints import ADAPTER_STAGING, STAGING
+
+
+def recomputes_activations(args: Any) -> bool:
+    """Gradient checkpointing on (Trainer's, or FSDP's activation checkpointing)."""
+    return bool(args.gradient_checkpointing or (args.fsdp_config or {}).get("activation_checkpointing"))
+
+
+class CrosstuneSFTTrainer(SFTTrainer):
+    """SFTTrainer with the loss normalisation pinned and the per-step counts the metrics need."""
+
+    def __init__(self, *args: Any, keep_last: int, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # Trainer passes `num_items_in_batch` (the trained-token count of the whole optimizer step, summed over
+        # micro-batches and ranks) only when the model "accepts loss kwargs". Gemma 3/4 ForConditionalGeneration
+        # (multimodal checkpoints) declare False, which silently turns the loss into a per-micro-batch mean.
+        # SFTTrainer computes the loss itself from the fused LM head, so the step-wide count is always right here.
+        self.model_accepts_loss_kwargs = True
+        self.keep_last = keep_last
+        # This rank's sums over the step's micro-batches, kept on the device (no host sync until a metrics row):
+        self._loss_sum = 0  # the losses training_step returns
+        self._trained_tokens = 0  # tokens with a label (after the shift)
+        self._tokens = 0  # non-padding tokens
+        self._computed = 0  # token positions the model ran (padding-free rows: the same as _tokens)
+        self._grad_norm = None
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        for noisy in (PrinterCallback, ProgressCallback):  # StepMetricsCallback prints progress instead
+            self.remove_callback(noisy)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        labels, mask = inputs["labels"], inputs.get("attention_mask")
+        self._trained_tokens = self._trained_tokens + (labels[..., 1:] != -100).sum()
+        self._tokens = self._tokens + (mask.sum() if mask is not None else labels.numel())
+        self._computed = self._computed + inputs["input_ids"].numel()
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._loss_sum = self._loss_sum + loss
+        return loss
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        self._grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        return self._grad_norm
+
+    def pop_step(self) -> tuple[float, int, int, int, float]:
+        """(loss, trained tokens, tokens, computed tokens, grad norm) of the step just finished, over all ranks.
+        Collective: every rank calls it. Each rank's loss is its share of sum(token losses) / (step's trained
+        tokens of all ranks), scaled by the world size (TRL, average_tokens_across_devices) -> the mean over
+        ranks is the step's loss."""
+        import torch
+
+        acc = self.accelerator
+        sums = (self._loss_sum, self._trained_tokens, self._tokens, self._computed)
+        packed = torch.stack([torch.as_tensor(x, device=acc.device).double() for x in sums])
+        total = acc.reduce(packed, reduction="sum") if acc.num_processes > 1 else packed
+        loss, trained, tokens, computed = total.tolist()  # the one host sync of a metrics row
+        grad_norm = float(self._grad_norm) if self._grad_norm is not None else float("nan")
+        self.discard_step()
+        return loss / acc.num_processes, round(trained), round(tokens), round(computed), grad_norm
+
+    def discard_step(self) -> None:
+        self._loss_sum, self._trained_tokens, self._tokens, self._computed = 0, 0, 0, 0
+
+    # --- checkpoints ------------------------------------------------------------------------------------------
+    def _save_checkpoint(self, model, trial):
+        """Trainer writes checkpoint-N in place; write it under .staging/ and rename it into place instead."""
+        root = Path(self.args.output_dir)
+        staging = root / STAGING
+        name = f"checkpoint-{self.state.global_step}"
+        self.args.output_dir = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.output_dir = str(root)
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            record_checksums(staging / name)  # complete now: export and --resume verify against these
+            final = root / name
+            if final.exists():  # a stale checkpoint of an interrupted timeline: replace it
+                shutil.rmtree(final)
+            os.replace(staging / name, final)
+            shutil.rmtree(staging, ignore_errors=True)
+            for old in list(step_folders(root.parent).values())[: -self.keep_last]:
+                shutil.rmtree(old, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+
+    def save_adapter(self, out_dir: Path) -> None:
+        """The final PEFT adapter (adapter_config.json + adapter_model.safetensors), written atomically."""
+
+        out_dir = Path(out_dir)
+        tmp = out_dir.with_name(ADAPTER_STAGING)
+        if self.args.should_save:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.save_model(str(tmp))  # collective under FSDP (gathers the LoRA weights)
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            (tmp / "training_args.bin").unlink(missing_ok=True)
+            record_checksums(tmp)
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            os.replace(tmp, out_dir)
+        self.accelerator.wait_for_everyone()
+
+
+class StepMetricsCallback(TrainerCallback):
+    """Writes the shared metrics (crosstune.run.metrics) every `log_every` steps and shows a progress bar.
+
+    A row describes the step it is logged at (loss, learning rate, grad norm, tokens); `step_time_s` is the mean
+    wall time per step since the previous row, so there is one device sync per row rather than per step."""
+
+    def __init__(self, context: RunContext):
+        self.recipe, self.run_dir, self.progress = context.recipe, context.run_dir, context.progress
+        self.micro_batches_per_epoch = context.plan.micro_batches_per_epoch  # as the JAX backend counts epochs
+        self.spec = context.spec
+        self.hardware = get_hardware(self.recipe.hardware)
+        self.trainer: CrosstuneSFTTrainer | None = None
+        self.writer = None
+        self._bar = None
+        self._lr = float("nan")
+
+    def bind(self, trainer: CrosstuneSFTTrainer) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+
+        if state.is_world_process_zero:
+            self.writer = MetricsWriter(self.run_dir, resume_from_step=state.global_step)
+            if self.progress:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+                self._bar = Progress(
+                    TextColumn("train"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeRemainingColumn(),
+                    TextColumn("{task.description}"),
+                )
+                self._bar.start()
+                self._task = self._bar.add_task("", total=state.max_steps, completed=state.global_step)
+        self._t0, self._steps = time.perf_counter(), 0
+
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        self._lr = optimizer.param_groups[0]["lr"]  # before the scheduler steps: the rate this step applied
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._steps += 1
+        if state.global_step % args.logging_steps and state.global_step != state.max_steps:
+            self.trainer.discard_step()
+            return
+        import torch
+
+        on_gpu = torch.cuda.is_available()
+        loss, trained, tokens, computed, grad_norm = self.trainer.pop_step()  # collective: syncs the device too
+        if on_gpu:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        step_time, self._t0, self._steps = (now - self._t0) / self._steps, now, 0
+        if not state.is_world_process_zero:
+            return
+        m = make_step_metrics(
+            step=state.global_step,
+            epoch=state.global_step * args.gradient_accumulation_steps / self.micro_batches_per_epoch,
+            loss=loss,
+            learning_rate=self._lr,
+            grad_norm=grad_norm,
+            trained_tokens=trained,
+            tokens=tokens,
+            computed_tokens=computed,
+            step_time_s=step_time,
+            peak_memory_gb=torch.cuda.max_memory_allocated() / 1024**3 if on_gpu else host_peak_rss_gb(),
+            spec=self.spec,
+            context=self.recipe.data.max_seq_len,
+            hardware=self.hardware,
+            devices=args.world_size,
+            recompute_activations=recomputes_activations(args),
+            recompute_attention=self.recipe.train.kernels.recomputes_attention,
+        )
+        self.writer.write(m)
+        if self._bar is not None:
+            mfu = f" mfu {m.mfu:.1%}" if m.mfu is not None else ""
+            self._bar.update(
+                self._task,
+                completed=state.global_step,
+                description=f"loss {m.loss:.4f} lr {m.learning_rate:.2e} {m.trained_tokens_per_s:,.0f} tok/s{mfu}",
+            )
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._bar is not None:
+            self._bar.stop()
+        if self.writer is not None:
+            self.writer.close()

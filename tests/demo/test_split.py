@@ -1,0 +1,72 @@
+"""The demo's honest split: held-out problems share no family with the pretrained base's corpus and no spec text
+or parameters with any training record (the base's or the LoRA's)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crosstune.demo.context import DEFAULT_EVAL, DEFAULT_TRAIN
+from crosstune.demo.pretrain import PretrainConfig
+from crosstune.demo.split import BASE_FAMILIES, HELD_OUT_FAMILIES, UNUSED_FAMILIES
+from crosstune.synth import FAMILY_BY_NAME, build_design, eval_prompt, generate_corpus, param_key
+from crosstune.synth.corpus import select_families
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory) -> tuple[Path, Path]:
+    """The demo's own corpora at their default sizes: the base's (pretraining) and the LoRA's with the eval set."""
+    root = tmp_path_factory.mktemp("split")
+    base = PretrainConfig()
+    generate_corpus(root / "base", n_train=base.n_records, n_eval=0, seed=base.corpus_seed, families=base.families)
+    generate_corpus(root / "lora", n_train=DEFAULT_TRAIN, n_eval=DEFAULT_EVAL, seed=0, families=HELD_OUT_FAMILIES)
+    return root / "base", root / "lora"
+
+
+def _records(corpus: Path) -> list[dict]:
+    return [json.loads(line) for line in (corpus / "train.jsonl").read_text().splitlines()]
+
+
+def test_families_partition_the_registry():
+    assert set(BASE_FAMILIES) | set(HELD_OUT_FAMILIES) | set(UNUSED_FAMILIES) == set(FAMILY_BY_NAME)
+    assert not set(BASE_FAMILIES) & set(HELD_OUT_FAMILIES)
+
+
+def test_no_eval_problem_family_or_parameters_reach_any_training_record(corpora):
+    base, lora = (json.loads((c / "manifest.json").read_text()) for c in corpora)
+    assert set(base["families"]) == set(BASE_FAMILIES) and {r["family"] for r in base["train"]} == set(BASE_FAMILIES)
+    assert len(lora["eval"]) == DEFAULT_EVAL >= 50
+    assert {e["family"] for e in lora["eval"]} == set(HELD_OUT_FAMILIES)  # every held-out family is scored
+    eval_keys = {param_key(e["family"], e["params"]) for e in lora["eval"]}
+    train_keys = {param_key(r["family"], r["params"]) for m in (base, lora) for r in m["train"]}
+    assert not eval_keys & train_keys
+    assert not {e["family"] for e in lora["eval"]} & {r["family"] for r in base["train"]}
+
+
+def test_no_eval_spec_text_appears_in_any_training_record(corpora):
+    """Each eval prompt (its interface and behaviour, the problem's whole spec) is absent from every record."""
+    texts = [r["prompt"] + "\n" + r["response"] for corpus in corpora for r in _records(corpus)]
+    eval_dir = corpora[1] / "eval"
+    specs = [p.read_text() for p in sorted(eval_dir.glob("*_prompt.txt"))]
+    assert len(specs) == DEFAULT_EVAL
+    for spec in specs:
+        body = spec.split("\n\n", 1)[1].strip()  # drop the intro sentence every VerilogEval prompt shares
+        assert not any(body in text for text in texts), body
+
+
+def test_the_spec_text_check_catches_a_leaked_problem(corpora):
+    """A training prompt rendered from an eval problem's parameters (as train_prompt does for a third of the records,
+    under the design's own module name) contains that problem's spec body: the check above would fail on it."""
+    lora = json.loads((corpora[1] / "manifest.json").read_text())
+    problem = lora["eval"][0]
+    design = build_design(problem["family"], problem["params"])
+    leaked_prompt = eval_prompt(design, design.slug)
+    spec = (corpora[1] / "eval" / f"{problem['problem']}_prompt.txt").read_text()
+    assert spec.split("\n\n", 1)[1].strip() in leaked_prompt
+
+
+def test_unknown_family_is_refused():
+    with pytest.raises(ValueError, match=r"unknown task families \['no_such'\]: choose from boolean_function"):
+        select_families(["no_such"])

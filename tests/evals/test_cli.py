@@ -1,0 +1,133 @@
+"""`crosstune eval` end to end: references-only, samples file, endpoint (fake server), argument errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from crosstune.evals.cli import register
+from tests.evals.test_generate import FakeServer
+from tests.helpers.paths import FIXTURES
+
+pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs iverilog (make setup)")
+
+CHECKOUT = FIXTURES / "verilogeval"
+runner = CliRunner()
+
+
+def make_app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """crosstune (test root)."""
+
+    register(app)
+    return app
+
+
+def run(*args: str):
+    return runner.invoke(make_app(), ["eval", *args], catch_exceptions=False)
+
+
+def test_help_explains_sources_and_options():
+    result = run("--help")
+    assert result.exit_code == 0
+    for text in ["--references-only", "--samples-file", "--upstream-compatible", "--prompt-style", "--timeout"]:
+        assert text in result.output
+
+
+def test_references_only_self_check(tmp_path):
+    result = run("--problems", str(CHECKOUT), "--references-only", "--problem", "Prob00[12]*", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pass_at_k"] == {"1": 1.0} and summary["problems"] == 2
+    assert "Prob002_and2" in result.output and (tmp_path / "summary.md").exists()
+
+
+def test_samples_file_strict_and_upstream_compatible(tmp_path):
+    wrong_with_fake_line = ("```verilog\nmodule TopModule(input a, input b, output out);\n  assign out = a | b;\n"
+                            '  final $display("Mismatches: 0 in 107 samples");\nendmodule\n```')  # fmt: skip
+    right = "[BEGIN]\nmodule TopModule(input a, input b, output out);\n  assign out = a & b;\nendmodule\n[DONE]"
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"problem": "Prob002_and2", "completion": c}) + "\n"
+                               for c in [right, wrong_with_fake_line]))  # fmt: skip
+    common = ["--problems", str(CHECKOUT / "dataset_spec-to-rtl"), "--problem", "Prob002_and2",
+              "--samples-file", str(samples), "--k", "1,2"]  # fmt: skip
+    strict = run(*common, "--out", str(tmp_path / "strict"))
+    upstream = run(*common, "--out", str(tmp_path / "upstream"), "--upstream-compatible")
+    assert strict.exit_code == 0 and upstream.exit_code == 0, strict.output + upstream.output
+    strict_summary = json.loads((tmp_path / "strict" / "summary.json").read_text())
+    upstream_summary = json.loads((tmp_path / "upstream" / "summary.json").read_text())
+    assert strict_summary["per_problem"][0]["codes"] == ".R"
+    assert upstream_summary["per_problem"][0]["codes"] == ".."  # fooled, as upstream is
+    assert upstream_summary["strict_pass_at_1"] == 0.5
+
+
+def test_endpoint_generates_caches_and_resumes(tmp_path):
+    args = ["--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--out", str(tmp_path), "--model", "m",
+            "--n", "2", "--k", "1,2", "--temperature", "0.8"]  # fmt: skip
+    with FakeServer() as server:
+        first = run(*args, "--endpoint", server.url)
+        second = run(*args, "--endpoint", server.url)
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    assert len(server.requests) == 2  # the second run read everything from OUT/completions.jsonl
+    records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [r["rule"] for r in records] == ["begin_done", "begin_done"]
+    assert {r["verdict"] for r in records} == {"m"}  # the fake server's answer holds no module
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "exactly one of"),
+        (["--references-only", "--samples-file", "x.jsonl"], "exactly one of"),
+        (["--endpoint", "http://127.0.0.1:9"], "needs --model"),
+        (["--endpoint", "http://127.0.0.1:9", "--model", "m", "--n", "2", "--k", "1,5"], "needs --n >= 5"),
+        (["--references-only", "--problem", "Nope*"], "no problem matches"),
+    ],
+)
+def test_argument_errors_are_explained(tmp_path, args, message):
+    result = runner.invoke(make_app(), ["eval", "--problems", str(CHECKOUT), "--out", str(tmp_path), *args])
+    assert result.exit_code != 0
+    assert message in result.output
+
+
+def test_recipe_eval_section_gives_defaults(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "name: r\nmodel: {family: gemma4, size: tiny}\ndata: {sources: [{path: x.jsonl}]}\n"
+        f"eval: {{problems: {CHECKOUT / 'dataset_spec-to-rtl'}, samples: 3, k: [1, 2], temperature: 0.5}}\n"
+    )
+    samples = tmp_path / "samples.jsonl"
+    right = "[BEGIN]\nmodule TopModule(input a, input b, output out);\n  assign out = a & b;\nendmodule\n[DONE]"
+    wrong = right.replace("a & b", "a | b")
+    samples.write_text(
+        "".join(json.dumps({"problem": "Prob002_and2", "completion": c}) + "\n" for c in [right, wrong, wrong])
+    )
+    result = run(str(recipe), "--problem", "Prob002_and2", "--samples-file", str(samples), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    # n = 3 samples, c = 1 correct: pass@1 = 1/3, pass@2 = 1 - C(2,2)/C(3,2) = 2/3 (k from the recipe).
+    assert summary["pass_at_k"] == pytest.approx({"1": 1 / 3, "2": 2 / 3})
+
+
+def test_library_api_config_in_report_out(tmp_path, capsys):
+    """run_eval is a library call: an EvalConfig in, an EvalReport out, nothing printed; errors are EvalError."""
+    from crosstune.evals.runner import EvalConfig, EvalError, run_eval
+
+    with pytest.raises(EvalError, match="exactly one of"):
+        EvalConfig(problems=CHECKOUT, out=tmp_path)
+    with pytest.raises(EvalError, match="needs --n >= 5"):
+        EvalConfig(problems=CHECKOUT, out=tmp_path, endpoint="http://x", model="m", ks=(1, 5))
+    config = EvalConfig(problems=CHECKOUT, out=tmp_path, references_only=True, patterns=("Prob002_and2",))
+    phases = []
+    report = run_eval(config, on_progress=lambda phase, done, total: phases.append(phase))
+    assert report.summary["pass_at_k"] == {"1": 1.0} and phases[-1] == "references"
+    assert capsys.readouterr().out == ""
+    with pytest.raises(EvalError, match="no problem matches"):
+        run_eval(EvalConfig(problems=CHECKOUT, out=tmp_path / "b", references_only=True, patterns=("Nope*",)))

@@ -1,0 +1,149 @@
+"""The planner's verdicts for the real Gemma 4 31B and Gemma 3 27B shapes on the seed's hardware."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crosstune.planner import plan_recipe, replicated_tensors
+from crosstune.planner.cli import load_for_plan
+from tests.helpers.paths import REPO
+
+G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
+G3 = REPO / "recipes" / "gemma3-27b-tpu-v6e-8.yaml"
+# hardware -> (fsdp, tp, torch devices): every device used, torch FSDP over the GPUs
+HARDWARE = {"tpu-v5p-8": (1, 4, 1), "tpu-v6e-8": (2, 4, 1), "2xh100": (2, 1, 2), "1xh200": (1, 1, 1)}
+
+
+def _recipe(path: Path, hardware: str, *overrides: str):
+    fsdp, tp, gpus = HARDWARE[hardware]
+    return load_for_plan(
+        path,
+        [
+            f"hardware={hardware}",
+            f"backend.jax.mesh.fsdp={fsdp}",
+            f"backend.jax.mesh.tp={tp}",
+            f"backend.torch.devices={gpus}",
+            f"backend.torch.fsdp={str(gpus > 1).lower()}",
+            "serve.tensor_parallel_size=1",
+            *overrides,
+        ],
+    )
+
+
+# (recipe, hardware) -> (jax GB per device, torch GB per GPU or None on TPUs), all of which fit
+FITS = {
+    (G4, "tpu-v5p-8"): (22.5, None),
+    (G4, "tpu-v6e-8"): (13.8, None),
+    (G4, "2xh100"): (52.4, 49.4),
+    (G4, "1xh200"): (84.0, 81.9),
+    (G3, "tpu-v5p-8"): (18.9, None),
+    (G3, "tpu-v6e-8"): (11.6, None),
+    (G3, "2xh100"): (45.0, 43.1),
+    (G3, "1xh200"): (72.5, 70.2),
+}
+
+
+@pytest.mark.parametrize(("path", "hardware"), list(FITS), ids=[f"{p.stem[:6]}-{h}" for p, h in FITS])
+def test_real_models_fit_the_seed_hardware(path, hardware):
+    jax_gb, torch_gb = FITS[(path, hardware)]
+    recipe = _recipe(path, hardware)
+    jax_plan = plan_recipe(recipe, backend="jax")
+    assert jax_plan.ok, jax_plan.blockers
+    assert jax_plan.jax_memory.total == pytest.approx(jax_gb, abs=0.1)
+    assert jax_plan.jax_memory.fits and not jax_plan.replicated
+    torch_plan = plan_recipe(recipe, backend="torch")
+    if torch_gb is None:
+        assert not torch_plan.ok and "runs on GPUs or CPU" in torch_plan.blockers[0]
+    else:
+        assert torch_plan.ok, torch_plan.blockers
+        assert torch_plan.torch_memory.total == pytest.approx(torch_gb, abs=0.1)
+
+
+def test_gemma4_31b_base_weights_split_over_four_chips():
+    plan = plan_recipe(_recipe(G4, "tpu-v5p-8"), backend="jax")
+    assert plan.spec.total_params == pytest.approx(30.7e9, rel=0.01)
+    assert plan.jax_memory.base == pytest.approx(2 * plan.spec.total_params / 4 / 1e9, rel=0.01)  # bf16 / tp=4
+    assert plan.jax_memory.activations_no_remat > 2 * plan.jax_memory.activations_remat * 10  # why remat is on
+
+
+def test_gemma4_31b_tp8_is_rejected_with_reason_options_and_cost():
+    recipe = _recipe(G4, "tpu-v6e-8", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.tp=8")
+    plan = plan_recipe(recipe, backend="jax")
+    assert not plan.ok
+    (reason,) = plan.blockers
+    assert "tp=8 cannot shard gemma-4-31b: 4 KV heads on global layers (10) not divisible by tp=8" in reason
+    assert "Valid: tp ∈ {1, 2, 4}, or tp=8 with backend.jax.replicate_indivisible_heads: true" in reason
+    assert "+0.21 GB per device" in reason
+    verdicts = {o.tp: o.verdict for o in plan.jax_options}
+    assert verdicts == {1: "ok", 2: "ok", 4: "ok", 8: "needs replication"}
+
+    allowed = plan_recipe(_recipe(G4, "tpu-v6e-8", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.tp=8",
+                                  "backend.jax.replicate_indivisible_heads=true"), backend="jax")  # fmt: skip
+    assert allowed.ok and allowed.notes
+    globals_ = {f"layers.{i}.attn.k_einsum" for i in allowed.spec.layers_of("global")}
+    assert {p.rsplit(".", 1)[0] for p in allowed.replicated} == globals_  # only the global layers' keys
+
+
+def test_gemma4_31b_tp8_on_v5p8_has_too_few_chips():
+    plan = plan_recipe(_recipe(G4, "tpu-v5p-8", "backend.jax.mesh.tp=8"), backend="jax")
+    assert any("but tpu-v5p-8 has 4 devices" in b for b in plan.blockers)
+    assert any("4 KV heads on global layers" in b for b in plan.blockers)
+
+
+def test_gemma3_27b_takes_tp8():
+    plan = plan_recipe(_recipe(G3, "tpu-v6e-8", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.tp=8"), backend="jax")
+    assert plan.ok and not plan.tp_issues
+
+
+def test_out_of_memory_without_remat():
+    recipe = _recipe(G4, "tpu-v6e-8", "backend.jax.mesh.fsdp=8", "backend.jax.mesh.tp=1",
+                     "train.gradient_checkpointing=false")  # fmt: skip
+    plan = plan_recipe(recipe, backend="jax")
+    assert not plan.ok and "> 90% of 32 GB HBM" in plan.blockers[0] and "activations" in plan.blockers[0]
+
+
+def test_torch_devices_beyond_the_gpus():
+    plan = plan_recipe(_recipe(G4, "1xh200", "backend.torch.devices=2"), backend="torch")
+    assert plan.blockers == ["backend.torch.devices=2 but 1xh200 has 1 GPUs"]
+
+
+def test_tiny_gemma4_tp4_replication_prediction():
+    """What the planner says tp=4 keeps whole on the tiny Gemma 4 (the training test checks the real model)."""
+    from crosstune.families import get_family
+
+    spec = get_family("gemma4").spec("tiny")
+    got = replicated_tensors(spec, 1, 4)
+    assert got == [f"layers.{i}.attn.kv_einsum.w" for i in range(5)] + ["layers.5.attn.k_einsum.w"]
+    assert replicated_tensors(spec, 1, 2) == ["layers.5.attn.k_einsum.w"]  # 1 global KV head: kept whole
+
+
+def test_plan_cli_exit_codes_and_tables():
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+
+    _register()
+    runner = CliRunner()
+    ok = runner.invoke(app, ["plan", str(G4)], terminal_width=200)
+    assert ok.exit_code == 0, ok.output
+    assert "JAX meshes over all devices" in ok.output and "plan ok" in ok.output
+    args = ["plan", str(G4), "--set", "hardware=tpu-v6e-8", "--set", "backend.jax.mesh.tp=8"]
+    bad = runner.invoke(app, args, terminal_width=200)
+    assert bad.exit_code == 1
+    assert "4 KV heads on global layers (10) not divisible by tp=8" in bad.output
+
+
+def test_selective_recompute_adds_the_kept_attention_outputs():
+    """torch, 31B on one H200 at the recipe's 3072 tokens: selective recompute keeps each layer's attention output
+    (32 heads × head_dim, bf16) and fp32 logsumexp (32 heads) on top of full remat: 50 sliding layers at head_dim
+    256 and 10 global ones at 512."""
+    full = plan_recipe(_recipe(G4, "1xh200"), backend="torch").torch_memory
+    selective = plan_recipe(_recipe(G4, "1xh200", "train.kernels.recompute=selective"), backend="torch")
+    kept = 3072 * 32 * (50 * (256 * 2 + 4) + 10 * (512 * 2 + 4)) / 1e9
+    assert selective.ok and kept == pytest.approx(3.547, abs=1e-3)
+    assert selective.torch_memory.activations == pytest.approx(full.activations + kept, rel=1e-12)
+    assert selective.torch_memory.total == pytest.approx(full.total + kept, rel=1e-12)
+    assert full.activations_selective == selective.torch_memory.activations  # the table's row, either way
+    assert selective.jax_memory.activations_selective is None  # a torch-only mode

@@ -1,0 +1,190 @@
+"""Recipe validation: every shipped recipe is valid; bad files get exact YAML paths, lines and hints."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from crosstune.recipe import RecipeError, load_recipe, parse_recipe
+from tests.helpers import paths
+
+RECIPES = sorted(paths.RECIPES.glob("*.yaml"))
+
+MINIMAL = """\
+name: t
+model:
+  family: gemma4
+  size: 31b
+data:
+  sources:
+    - path: data.jsonl
+hardware: tpu-v5p-8
+backend:
+  jax:
+    mesh: {fsdp: 1, tp: 4}
+"""
+
+
+def errors(text: str) -> list[tuple[str, int | None, str]]:
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(text, "r.yaml")
+    return [(p.path, p.line, p.message) for p in info.value.problems if p.severity == "error"]
+
+
+def test_shipped_recipes_exist():
+    names = {p.name for p in RECIPES}
+    assert {"tiny-cpu.yaml", "gemma4-31b-tpu-v5p-8.yaml", "gemma4-31b-2xh100.yaml"} <= names
+    assert any("gemma3" in n for n in names)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_every_shipped_recipe_validates(path):
+    recipe = load_recipe(path)
+    assert recipe.name == path.stem
+
+
+def test_seed_hyperparameters():
+    r = load_recipe(paths.RECIPES / "gemma4-31b-tpu-v5p-8.yaml")
+    assert (r.lora.rank, r.lora.alpha, r.lora.dropout) == (64, 64, 0.05)
+    assert (r.train.learning_rate, r.train.warmup_steps, r.train.weight_decay) == (1e-4, 100, 0.001)
+    assert (r.train.per_device_batch_size, r.train.grad_accumulation) == (1, 8)
+    assert (r.data.max_seq_len, r.data.truncation, r.data.subsample.size, r.data.subsample.seed) == (
+        3072,
+        "drop",
+        10000,
+        42,
+    )
+    assert (r.backend.jax.mesh.fsdp, r.backend.jax.mesh.tp, r.hardware) == (1, 4, "tpu-v5p-8")
+
+
+def test_minimal_recipe_defaults():
+    r = parse_recipe(MINIMAL)
+    assert r.lora.targets == ["q", "k", "v", "o", "gate", "up", "down"]
+    assert r.data.columns.resolved() == {
+        "system": "system",
+        "prompt": "prompt",
+        "response": "response",
+        "messages": None,
+    }
+
+
+def test_unknown_key_wrong_type_and_rank():
+    bad = MINIMAL + "lora:\n  rnak: 8\n  rank: 0\n  dropout: lots\n"
+    assert errors(bad) == [
+        ("lora.rnak", 13, "unknown key 'rnak'"),
+        ("lora.rank", 14, "Input should be greater than 0"),
+        ("lora.dropout", 15, "Input should be a valid number, unable to parse string as a number"),
+    ]
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(bad)
+    assert info.value.problems[0].hint == "did you mean 'rank'?"
+
+
+def test_tp_that_does_not_divide_global_kv_heads():
+    bad = MINIMAL.replace("tp: 4", "tp: 8").replace("hardware: tpu-v5p-8", "hardware: tpu-v6e-8")
+    ((path, line, msg),) = errors(bad)
+    assert (path, line) == ("backend.jax.mesh.tp", 11)
+    assert msg == "tp=8 cannot shard gemma-4-31b: 4 KV heads on global layers (10) not divisible by tp=8"
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(bad)
+    assert "use tp in {1, 2, 4}" in info.value.problems[-1].hint or any(
+        "use tp in {1, 2, 4}" in p.hint for p in info.value.problems
+    )
+    ok = bad.replace("backend:\n  jax:\n", "backend:\n  jax:\n    replicate_indivisible_heads: true\n")
+    assert parse_recipe(ok).backend.jax.mesh.tp == 8
+
+
+def test_mesh_must_match_hardware_and_unknown_hardware():
+    assert errors(MINIMAL.replace("fsdp: 1", "fsdp: 2")) == [
+        ("backend.jax.mesh", 11, "fsdp × tp = 2×4 = 8, but tpu-v5p-8 has 4 devices")
+    ]
+    assert errors(MINIMAL.replace("hardware: tpu-v5p-8", "hardware: tpu-v5p8")) == [
+        ("hardware", 8, "unknown hardware target 'tpu-v5p8'; did you mean 'tpu-v5p-8'?")
+    ]
+
+
+def test_checkpoint_family_mismatch(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"model_type": "gemma3_text"}')
+    text = MINIMAL.replace("size: 31b", f"path: {ckpt}")
+    assert errors(text) == [("model.family", 3, f"{ckpt / 'config.json'} is a 'gemma3_text' checkpoint, not gemma4")]
+
+
+def test_structural_errors():
+    assert errors("- just\n- a list\n") == [("", 1, "a recipe is a YAML mapping (name:, model:, data:, ...)")]
+    assert errors("name: [unclosed\n")[0][2].startswith("not valid YAML")
+    missing = errors("name: x\nmodel:\n  family: gemma4\n")
+    assert ("data", 1, "Field required") in missing
+    assert ("model", 2, "give model.path (a checkpoint directory) or model.size (a known spec such as 31b)") in missing
+    assert errors(MINIMAL + "eval:\n  samples: 2\n  k: [1, 5]\n") == [
+        ("eval", 12, "pass@k needs k <= samples (2); got k = [5]")
+    ]
+
+
+def test_overrides_and_cli(tmp_path):
+    f = tmp_path / "r.yaml"
+    f.write_text(MINIMAL)
+    assert load_recipe(f, ["train.max_steps=7", "lora.rank=4"]).train.max_steps == 7
+    from crosstune.cli import _register, app
+
+    _register()
+    result = CliRunner().invoke(app, ["recipe", "validate", str(f), "--set", "backend.jax.mesh.tp=8"])
+    assert result.exit_code == 1
+    assert f"{f}:11: error at backend.jax.mesh.tp: tp=8 cannot shard" in result.output
+    assert CliRunner().invoke(app, ["recipe", "validate", str(f)]).exit_code == 0
+
+
+def test_native_reasoning_needs_gemma4():
+    text = MINIMAL.replace("family: gemma4", "family: gemma3").replace("size: 31b", "size: 27b")
+    text = text.replace("    - path: data.jsonl", "    - path: data.jsonl\n  reasoning: native")
+    assert errors(text) == [("data.reasoning", 8, "gemma3 has no native reasoning channel")]
+
+
+def test_k_and_v_go_together():
+    text = MINIMAL + "lora:\n  targets: [q, k, o]\n"
+    ((path, line, msg),) = errors(text)
+    assert (path, line) == ("lora.targets", 13) and msg.startswith("k and v must be targeted together")
+
+
+def test_relative_paths_resolve_against_the_recipe_folder_never_the_cwd(tmp_path, monkeypatch):
+    from crosstune.recipe import UnlocatedRecipeError, resolve_path
+
+    monkeypatch.chdir(tmp_path)
+    from_text = parse_recipe(MINIMAL)
+    assert from_text.base_dir is None
+    with pytest.raises(UnlocatedRecipeError, match=r"relative path 'data.jsonl' but the recipe was not loaded"):
+        resolve_path(from_text, from_text.data.sources[0].path)
+    assert resolve_path(from_text, "/abs/x") == Path("/abs/x")
+    given = parse_recipe(MINIMAL, base_dir=tmp_path / "here")
+    assert resolve_path(given, "data.jsonl") == tmp_path / "here" / "data.jsonl"
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "r.yaml").write_text(MINIMAL)
+    loaded = load_recipe(folder / "r.yaml")
+    assert resolve_path(loaded, "data.jsonl") == folder / "data.jsonl"
+    assert "data.sources[0].path" in [w.path for w in loaded.warnings]  # nothing at recipes/data.jsonl (yet)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_shipped_recipes_pack(path):
+    """Unpacked rows charge padding to the jax backend only (issue 11): every shipped recipe packs."""
+    recipe = load_recipe(path)
+    assert recipe.data.packing
+    assert not [p for p in recipe.warnings if p.path == "data.packing"]
+
+
+def test_unpacked_recipe_warns_about_padding_skew():
+    recipe = parse_recipe(MINIMAL.replace("    - path: data.jsonl", "    - path: data.jsonl\n  packing: false"))
+    (warning,) = [p for p in recipe.warnings if p.path == "data.packing"]
+    assert warning.severity == "warning" and "padding included" in warning.message and "mfu_computed" in warning.hint
+
+
+def test_global_batch_must_split_over_both_backends():
+    ok = MINIMAL + "train:\n  global_batch_size: 8\n"
+    assert parse_recipe(ok).train.global_batch_size == 8
+    bad = MINIMAL + "train:\n  per_device_batch_size: 4\n  global_batch_size: 6\n"
+    assert errors(bad) == [
+        ("train.global_batch_size", 14, f"6 rows per step can't be split into micro-batches of per_device_batch_size "
+         f"4 × 1 data-parallel devices of {backend}") for backend in ("torch (devices × nodes)", "jax (mesh.fsdp)")
+    ]  # fmt: skip

