@@ -74,8 +74,8 @@ def test_the_default_base_ships_under_the_name_of_its_inputs(tmp_path):
     assert info["config"]["steps"] == PretrainConfig().steps and sum(last) / len(last) < 0.1
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(3600)  # ~17 min on 2 cores
+@pytest.mark.rebuild  # ~17 min on 2 quiet cores: its own target (`make test-rebuild`), outside CI's slow suite
+@pytest.mark.timeout(3600)
 def test_a_rebuild_gives_the_shipped_bytes(tmp_path):
     """The issue's reproducibility bar for a shipped checkpoint, and so a byte comparison across processes: it holds
     where the cache key's inputs hold (pinned libraries, the loop's fixed 2 threads) on this machine kind's CPU; a
