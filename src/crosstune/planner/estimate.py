@@ -63,6 +63,7 @@ class Plan:
     torch_devices: int | None  # GPUs per node the torch plan uses (None: not a GPU/CPU target)
     torch_memory: Memory | None
     blockers: list[str] = field(default_factory=list)  # for `backend`
+    memory_blockers: list[str] = field(default_factory=list)  # those of `blockers` that are the memory estimate's
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -224,7 +225,8 @@ def _jax_blockers(plan: Plan, recipe: Recipe) -> None:
     if hw.chip.platform != "cpu" and fsdp * tp != hw.devices:
         plan.blockers.append(f"fsdp × tp = {fsdp}×{tp} = {fsdp * tp}, but {hw.name} has {hw.devices} devices")
     if not plan.jax_memory.fits:
-        plan.blockers.append(_oom(plan.jax_memory, "device"))
+        plan.memory_blockers.append(_oom(plan.jax_memory, "device"))
+        plan.blockers.append(plan.memory_blockers[-1])
 
 
 def _torch_blockers(plan: Plan, recipe: Recipe) -> None:
@@ -235,7 +237,8 @@ def _torch_blockers(plan: Plan, recipe: Recipe) -> None:
     if hw.chip.platform == "gpu" and plan.torch_devices > hw.devices:
         plan.blockers.append(f"backend.torch.devices={plan.torch_devices} but {hw.name} has {hw.devices} GPUs")
     if plan.torch_memory is not None and not plan.torch_memory.fits:
-        plan.blockers.append(_oom(plan.torch_memory, "GPU"))
+        plan.memory_blockers.append(_oom(plan.torch_memory, "GPU"))
+        plan.blockers.append(plan.memory_blockers[-1])
 
 
 def _oom(mem: Memory, unit: str) -> str:
