@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from crosstune.families import get_family, model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
-from crosstune.planner.tensors import fitted, lora_targets_tensors, lora_tensors, per_device_elements, tunix_tensors
+from crosstune.planner.tensors import fitted, per_device_elements, trained_lora_tensors, tunix_tensors
 from crosstune.recipe import Recipe, resolve_path
 
 USABLE_FRACTION = 0.9
@@ -112,10 +112,10 @@ def memory(
     b, seq = recipe.train.per_device_batch_size, recipe.data.max_seq_len
     mesh = {"fsdp": fsdp, "tp": tp}
     rank = recipe.lora.rank
-    lora_targets = lora_targets_tensors(spec, recipe.lora.targets)
     if backend == "jax":
         base = sum(per_device_elements(t, mesh) for t in tunix_tensors(spec)) * a
-        lora = sum(per_device_elements(x, mesh) for t in lora_targets for x in lora_tensors(t, rank)) * 16
+        lora_elements = sum(per_device_elements(x, mesh) for x in trained_lora_tensors(spec, recipe.lora.targets, rank))
+        lora = lora_elements * 16
     else:
         shards = devices if recipe.backend.torch.fsdp else 1
         layer = max(spec.layer_params(i) for i in range(spec.num_layers))
@@ -147,9 +147,7 @@ def replication_cost_gb(spec: ModelSpec, recipe: Recipe, fsdp: int, tp: int) -> 
         return per_device_elements(t, mesh) - as_specified
 
     base = sum(extra(t) for t in tunix_tensors(spec)) * DTYPE_BYTES[recipe.model.dtype]
-    lora = sum(
-        extra(x) for t in lora_targets_tensors(spec, recipe.lora.targets) for x in lora_tensors(t, recipe.lora.rank)
-    )
+    lora = sum(extra(x) for x in trained_lora_tensors(spec, recipe.lora.targets, recipe.lora.rank))
     return (base + lora * 16) / GB
 
 
@@ -158,7 +156,7 @@ def replicated_tensors(spec: ModelSpec, fsdp: int, tp: int, rank: int | None = N
     mesh = {"fsdp": fsdp, "tp": tp}
     tensors = tunix_tensors(spec)
     if rank:
-        tensors += [x for t in lora_targets_tensors(spec, targets) for x in lora_tensors(t, rank)]
+        tensors += trained_lora_tensors(spec, targets, rank)
     return [t.path for t in tensors if fitted(t, mesh)[1]]
 
 
