@@ -80,3 +80,16 @@ pretrain: setup
 # The rebuild compared byte for byte with the shipped base (~17 min): by hand, result in docs/BENCHMARKS.md.
 test-rebuild: setup
 	@$(VENV)/bin/python -m pytest -q -m rebuild $(PYTEST_ARGS)
+
+# --- ahead-of-time TPU compile (issue 21): `crosstune plan RECIPE --compile` compiles the real jax step for a TPU
+# topology on this machine. It needs libtpu (213 MB, requirements-tpu-compile.txt: the version jax's [tpu] extra
+# pins), installed into a folder of its own: in .venv every `import jax` would look for a TPU.
+.PHONY: tpu-compile-env test-tpu-compile
+TPU_COMPILE_ENV ?= .venv-tpu-compile
+tpu-compile-env: setup
+	@test -f $(TPU_COMPILE_ENV)/libtpu/libtpu.so || { echo "Installing libtpu (213 MB) into $(TPU_COMPILE_ENV)..."; \
+	  $(VENV)/bin/pip install -q --target $(TPU_COMPILE_ENV) -r requirements-tpu-compile.txt 2>&1 | $(QUIET_PIP); }
+
+# Full-depth compiles of the shipped TPU recipes, planner vs XLA (~40 min and ~17 GB of RAM on 2 cores, one at a time)
+test-tpu-compile: setup tpu-compile-env
+	@CROSSTUNE_TPU_COMPILE_ENV=$(TPU_COMPILE_ENV) $(VENV)/bin/python -m pytest -q -m tpu_compile $(PYTEST_ARGS)

@@ -14,11 +14,11 @@ def register_all(app: typer.Typer) -> None:
     from crosstune.evals.cli import register as register_eval
     from crosstune.export.cli import register as register_export
     from crosstune.models.cli import model_app
-    from crosstune.planner.cli import register as register_plan
     from crosstune.recipe.cli import recipe_app
     from crosstune.serve.cli import register as register_serve
     from crosstune.train.cli import register as register_train
     from crosstune.train.parity_cli import register as register_parity
+    from crosstune.train.plan_cli import register as register_plan
 
     register_doctor(app)
     register_eval(app)

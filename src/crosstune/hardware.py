@@ -52,6 +52,9 @@ class HardwareTarget:
     chip: Chip
     devices: int  # chips (JAX devices / GPUs); TPU "v5p-8" names TensorCores = 4 chips
     note: str = ""
+    # TPUs: the topology libtpu compiles for without the machine (jax.experimental.topologies.get_topology_desc:
+    # topology_name, chips_per_host_bounds); `crosstune plan --compile` uses it
+    tpu_topology: tuple[str, tuple[int, int, int]] | None = None
 
     @property
     def price_per_hour(self) -> float | None:
@@ -73,11 +76,11 @@ HARDWARE: dict[str, HardwareTarget] = {
     t.name: t
     for t in (
         HardwareTarget("cpu", CHIPS["cpu"], 1, "this machine; JAX may fake several devices via XLA_FLAGS"),
-        HardwareTarget("tpu-v5p-8", CHIPS["tpu-v5p"], 4, "v5p-8 counts TensorCores: 4 chips"),
-        HardwareTarget("tpu-v5p-16", CHIPS["tpu-v5p"], 8, "2 hosts"),
-        HardwareTarget("tpu-v6e-4", CHIPS["tpu-v6e"], 4),
-        HardwareTarget("tpu-v6e-8", CHIPS["tpu-v6e"], 8, "v6e-8 counts chips: 8 chips"),
-        HardwareTarget("tpu-v5e-8", CHIPS["tpu-v5e"], 8),
+        HardwareTarget("tpu-v5p-8", CHIPS["tpu-v5p"], 4, "v5p-8 counts TensorCores: 4 chips", ("v5p:2x2x1", (2, 2, 1))),
+        HardwareTarget("tpu-v5p-16", CHIPS["tpu-v5p"], 8, "2 hosts", ("v5p:2x2x2", (2, 2, 1))),
+        HardwareTarget("tpu-v6e-4", CHIPS["tpu-v6e"], 4, "", ("v6e:2x2", (2, 2, 1))),
+        HardwareTarget("tpu-v6e-8", CHIPS["tpu-v6e"], 8, "v6e-8 counts chips: 8 chips", ("v6e:2x4", (2, 4, 1))),
+        HardwareTarget("tpu-v5e-8", CHIPS["tpu-v5e"], 8, "", ("v5e:2x4", (2, 4, 1))),
         HardwareTarget("1xh100", CHIPS["h100"], 1),
         HardwareTarget("2xh100", CHIPS["h100"], 2),
         HardwareTarget("8xh100", CHIPS["h100"], 8),

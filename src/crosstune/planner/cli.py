@@ -1,24 +1,21 @@
-"""`crosstune plan RECIPE`: the planner's verdict as rich tables; exit 1 when the plan can't run."""
+"""What `crosstune plan RECIPE` shows (the command is crosstune.train.plan_cli's: --compile needs the jax backend):
+the planner's verdict as rich tables, or one JSON object, and XLA's numbers next to the planner's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
-from crosstune.planner.estimate import USABLE_FRACTION, Memory, Plan, plan_recipe
+from crosstune.planner.compiled import planner_bytes
+from crosstune.planner.estimate import GB, USABLE_FRACTION, Memory, Plan
 from crosstune.recipe import Problem, Recipe, RecipeError, load_recipe
 from crosstune.recipe.checks import check_recipe
 
 console = Console(soft_wrap=True)
 # Recipe checks the planner itself explains (with options and costs), so they don't stop it from planning.
 PLANNED_PATHS = ("backend.jax.mesh", "backend.jax.mesh.tp", "backend.torch.devices")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("plan")(plan)
 
 
 def load_for_plan(path: Path, overrides: list[str] | None = None) -> Recipe:
@@ -109,22 +106,65 @@ def render_plan(plan: Plan, out: Console | None = None) -> None:
         out.print(f"[red]can't run[/red] (--backend {plan.backend}): {b}", markup=True, highlight=False)
 
 
-def plan(
-    recipe_file: Path = typer.Argument(..., help="recipe YAML"),
-    backend: str = typer.Option(
-        None, "--backend", help="jax or torch: whose verdict sets the exit code (default: recipe)"
-    ),
-    overrides: list[str] = typer.Option(None, "--set", help="override a recipe value: --set backend.jax.mesh.tp=8"),
-) -> None:
-    """Check a recipe against its hardware before allocating anything: heads vs tensor parallelism, fsdp × tp vs
-    devices, and per-device memory (weights, LoRA, optimizer, activations with/without remat, logits) vs HBM."""
+def plan_json(plan: Plan) -> dict:
+    """The planner's verdict as the JSON object `crosstune plan --json` prints (bytes per device)."""
+    hbm = plan.hardware.chip.hbm_gb
+    return {
+        "recipe": plan.recipe_name,
+        "hardware": plan.hardware.name,
+        "mesh": {"fsdp": plan.jax_mesh[0], "tp": plan.jax_mesh[1]},
+        "hbm_bytes_per_device": None if hbm is None else round(hbm * GB),
+        "ok": plan.ok,
+        "blockers": plan.blockers,
+        "planner": planner_bytes(plan.jax_memory),
+    }
 
-    try:
-        recipe = load_for_plan(recipe_file, overrides)
-    except RecipeError as e:
-        console.print(str(e), markup=False, highlight=False)
-        raise typer.Exit(2) from None
-    result = plan_recipe(recipe, backend)
-    render_plan(result)
-    if not result.ok:
-        raise typer.Exit(1)
+
+def _bytes(x: float | int | None) -> str:
+    return "–" if x is None else f"{x / GB:,.2f}"
+
+
+def render_compiled(report: dict, out: Console | None = None) -> None:
+    """XLA's per-device memory next to the planner's, the compiled cost and the roofline (crosstune.planner.compiled
+    builds `report`)."""
+    out = out or console
+    x, p, line, layers = report["xla"], report["planner"], report["roofline"], report["layers"]
+    depth = f"{layers['compiled']} of {layers['model']} layers"
+    table = Table(title=f"Per device, GB: XLA (compiled for {report['topology']}, {report['device_kind']} × "
+                  f"{report['devices']}, {depth}) vs the planner")  # fmt: skip
+    for col in ("", "XLA", "planner", ""):
+        table.add_column(col, justify="right" if col else "left")
+    table.add_row("arguments", _bytes(x["argument_bytes"]), _bytes(p["base_bytes"] + p["lora_optimizer_bytes"]),
+                  "base + LoRA + optimizer state (+ the batch)")  # fmt: skip
+    table.add_row("outputs", _bytes(x["output_bytes"]), "", f"{x['output_fraction_of_arguments']:.1%} of arguments")
+    table.add_row("  reusing an argument's buffer", _bytes(x["alias_bytes"]), "", "donated state, updated in place")
+    table.add_row("temporaries", _bytes(x["temp_bytes"]), _bytes(p["activations_bytes"] + p["logits_bytes"]),
+                  "activations + logits")  # fmt: skip
+    table.add_row("generated code", _bytes(x["generated_code_bytes"]), "", "")
+    table.add_row("total", _bytes(x["per_device_bytes"]), _bytes(p["per_device_bytes"]),
+                  f"planner {p['relative_to_xla']:+.1%} vs XLA")  # fmt: skip
+    table.add_row("HBM", _bytes(report["hbm_bytes_per_device"]), "", "")
+    table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", "")
+    out.print(table)
+    out.print(
+        f"cost per micro-step per device: {x['flops']:.3g} flops, {x['bytes_accessed']:.3g} bytes accessed "
+        f"(XLA cost_analysis)"
+    )
+    out.print(
+        f"roofline: compute {line['compute_s']:.3f} s, HBM {line['memory_s']:.3f} s per micro-step "
+        f"({line['micro_batch_tokens']:,} tokens; {line['bound']}-bound) → ≥ {line['step_s']:.2f} s per optimizer "
+        f"step (×{line['accumulation']}), ≤ {line['tokens_per_s']:,.0f} tokens/s: {line['note']}",
+        highlight=False,
+    )
+    t = report["timings_s"]
+    out.print(
+        f"compile: build {t['build']:.0f} s, lower {t['lower']:.0f} s, XLA {t['compile']:.0f} s; host peak RSS "
+        f"{report['host_peak_rss_bytes'] / GB:.1f} GB",
+        highlight=False,
+    )
+    if not layers["full_depth"]:
+        out.print(
+            f"[yellow]note[/yellow]: the first {depth}: a smoke check of the step, not the model's memory (temp "
+            "grows faster than linearly with depth); compile without --layers for the full depth",
+            highlight=False,
+        )

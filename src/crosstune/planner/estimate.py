@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from crosstune.families import get_family, model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
-from crosstune.planner.tensors import fitted, lora_targets_tensors, lora_tensors, per_device_elements, tunix_tensors
+from crosstune.planner.tensors import fitted, per_device_elements, trained_lora_tensors, tunix_tensors
 from crosstune.recipe import Recipe, resolve_path
 
 USABLE_FRACTION = 0.9
@@ -63,6 +63,7 @@ class Plan:
     torch_devices: int | None  # GPUs per node the torch plan uses (None: not a GPU/CPU target)
     torch_memory: Memory | None
     blockers: list[str] = field(default_factory=list)  # for `backend`
+    memory_blockers: list[str] = field(default_factory=list)  # those of `blockers` that are the memory estimate's
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -111,10 +112,10 @@ def memory(
     b, seq = recipe.train.per_device_batch_size, recipe.data.max_seq_len
     mesh = {"fsdp": fsdp, "tp": tp}
     rank = recipe.lora.rank
-    lora_targets = lora_targets_tensors(spec, recipe.lora.targets)
     if backend == "jax":
         base = sum(per_device_elements(t, mesh) for t in tunix_tensors(spec)) * a
-        lora = sum(per_device_elements(x, mesh) for t in lora_targets for x in lora_tensors(t, rank)) * 16
+        lora_elements = sum(per_device_elements(x, mesh) for x in trained_lora_tensors(spec, recipe.lora.targets, rank))
+        lora = lora_elements * 16
     else:
         shards = devices if recipe.backend.torch.fsdp else 1
         layer = max(spec.layer_params(i) for i in range(spec.num_layers))
@@ -146,9 +147,7 @@ def replication_cost_gb(spec: ModelSpec, recipe: Recipe, fsdp: int, tp: int) -> 
         return per_device_elements(t, mesh) - as_specified
 
     base = sum(extra(t) for t in tunix_tensors(spec)) * DTYPE_BYTES[recipe.model.dtype]
-    lora = sum(
-        extra(x) for t in lora_targets_tensors(spec, recipe.lora.targets) for x in lora_tensors(t, recipe.lora.rank)
-    )
+    lora = sum(extra(x) for x in trained_lora_tensors(spec, recipe.lora.targets, recipe.lora.rank))
     return (base + lora * 16) / GB
 
 
@@ -157,7 +156,7 @@ def replicated_tensors(spec: ModelSpec, fsdp: int, tp: int, rank: int | None = N
     mesh = {"fsdp": fsdp, "tp": tp}
     tensors = tunix_tensors(spec)
     if rank:
-        tensors += [x for t in lora_targets_tensors(spec, targets) for x in lora_tensors(t, rank)]
+        tensors += trained_lora_tensors(spec, targets, rank)
     return [t.path for t in tensors if fitted(t, mesh)[1]]
 
 
@@ -224,7 +223,8 @@ def _jax_blockers(plan: Plan, recipe: Recipe) -> None:
     if hw.chip.platform != "cpu" and fsdp * tp != hw.devices:
         plan.blockers.append(f"fsdp × tp = {fsdp}×{tp} = {fsdp * tp}, but {hw.name} has {hw.devices} devices")
     if not plan.jax_memory.fits:
-        plan.blockers.append(_oom(plan.jax_memory, "device"))
+        plan.memory_blockers.append(_oom(plan.jax_memory, "device"))
+        plan.blockers.append(plan.memory_blockers[-1])
 
 
 def _torch_blockers(plan: Plan, recipe: Recipe) -> None:
@@ -235,7 +235,8 @@ def _torch_blockers(plan: Plan, recipe: Recipe) -> None:
     if hw.chip.platform == "gpu" and plan.torch_devices > hw.devices:
         plan.blockers.append(f"backend.torch.devices={plan.torch_devices} but {hw.name} has {hw.devices} GPUs")
     if plan.torch_memory is not None and not plan.torch_memory.fits:
-        plan.blockers.append(_oom(plan.torch_memory, "GPU"))
+        plan.memory_blockers.append(_oom(plan.torch_memory, "GPU"))
+        plan.blockers.append(plan.memory_blockers[-1])
 
 
 def _oom(mem: Memory, unit: str) -> str:

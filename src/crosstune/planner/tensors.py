@@ -14,7 +14,10 @@ from crosstune.families import get_family
 from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_table import Spec, Tensor
 
-__all__ = ["Spec", "Tensor", "fitted", "lora_targets_tensors", "lora_tensors", "per_device_elements", "tunix_tensors"]
+__all__ = [
+    "Spec", "Tensor", "fitted", "lora_targets_tensors", "lora_tensors", "per_device_elements", "trained_lora_tensors",
+    "tunix_tensors",
+]  # fmt: skip
 
 
 def tunix_tensors(spec: ModelSpec) -> list[Tensor]:
@@ -57,3 +60,18 @@ def lora_targets_tensors(spec: ModelSpec, targets: list[str] | tuple[str, ...]) 
     table = get_family(spec.family).tunix
     wanted = {f"layers.{i}.{r.path}" for i in range(spec.num_layers) for r in table.lora_rows(spec, i, targets)}
     return [t for t in tunix_tensors(spec) if t.path in wanted]
+
+
+def trained_lora_tensors(spec: ModelSpec, targets: list[str] | tuple[str, ...], rank: int) -> list[Tensor]:
+    """Qwix LoRA A and B of every adapted tensor at the width training installs: rank r, or c·r for a fused einsum
+    whose c components each get their own LoRA (the exact block form of separate PEFT LoRAs, e.g. k and v on a
+    kv_einsum: crosstune.families.lora_layout; crosstune.train.jax.lora.widen_block_lora gives the same shapes)."""
+    table = get_family(spec.family).tunix
+    tensors = {t.path: t for t in tunix_tensors(spec)}
+    out: list[Tensor] = []
+    for i in range(spec.num_layers):
+        present = set(spec.targets_present(i, targets))
+        for row in table.lora_rows(spec, i, targets):
+            block = row.fused and len(present & set(row.lora)) > 1
+            out += lora_tensors(tensors[f"layers.{i}.{row.path}"], rank * len(row.lora) if block else rank)
+    return out

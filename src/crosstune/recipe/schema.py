@@ -217,6 +217,12 @@ class JaxBackendSection(Section):
     replicate_indivisible_heads: bool = Field(
         False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"
     )
+    cpu_compute_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="the activations' dtype when the jax backend runs on CPU (on TPU/GPU they follow "
+        "train.precision). bfloat16 halves activation and logit memory: what a real-size rehearsal on a CPU box "
+        "needs; parity checks and tiny models want float32. Gemma 4 only: tunix's Gemma 3 computes in model.dtype. "
+        "The torch backend has no such switch: it loads the base in fp32 on CPU and trains there without autocast"
+    )  # fmt: skip
 
 
 class BackendSection(Section):

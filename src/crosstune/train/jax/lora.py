@@ -151,3 +151,32 @@ def install_lora(model, lora: LoraWeights, spec: ModelSpec) -> dict[str, np.ndar
                 new, jax.sharding.NamedSharding(old.sharding.mesh, jax.sharding.PartitionSpec())
             )
     return masks
+
+
+def widen_block_lora(model, spec: ModelSpec, targets, rank: int) -> list[str]:
+    """On an abstract model (ShapeDtypeStruct leaves, built by crosstune.train.jax.model.abstract_model): give
+    every fused einsum whose components each have their own LoRA the shape `install_lora` gives it for the run's
+    initial LoRA, whose components' A matrices differ: the block LoRA of width c·r (A [..., c·r], B [c·r, c, ...]).
+    The compiled step then sees the shapes training sees without drawing the initial LoRA. Returns the widened
+    params' names."""
+    import jax
+    from flax import nnx
+
+    widened = []
+    for path, node in nnx.iter_graph(model):
+        if not isinstance(node, nnx.LoRAParam):
+            continue
+        name = ".".join(map(str, path))
+        m = _PARAM.fullmatch(name)
+        module = m.group(2) if m else None
+        if module not in FUSED:
+            continue
+        present = [t for t in FUSED[module] if t in spec.targets_present(int(m.group(1)), list(targets))]
+        if len(present) < 2:
+            continue
+        width = rank * len(FUSED[module])
+        shape = node.value.shape
+        shape = (*shape[:-1], width) if m.group(4) == "a" else (width, *shape[1:])
+        node.value = jax.ShapeDtypeStruct(shape, node.value.dtype)
+        widened.append(name)
+    return widened

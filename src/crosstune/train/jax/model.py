@@ -31,7 +31,7 @@ from crosstune.families import get_family
 from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_config import tunix_model_class, tunix_model_config
 from crosstune.families.tunix_weights import CheckpointReader, tunix_tensor
-from crosstune.recipe.schema import LoraSection
+from crosstune.recipe.schema import LoraSection, Recipe
 from crosstune.train.jax.lora import install_lora
 from crosstune.train.lora_init import initial_lora
 
@@ -73,6 +73,14 @@ def _axes(entry) -> tuple[str, ...]:
     return () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
 
 
+def compute_dtype(recipe: Recipe, platform: str) -> str:
+    """The activations' dtype: bf16 where the chips are made for it and train.precision is bf16; on CPU the
+    recipe's backend.jax.cpu_compute_dtype (float32 unless a rehearsal asks for bfloat16)."""
+    if platform == "cpu":
+        return recipe.backend.jax.cpu_compute_dtype
+    return "bfloat16" if recipe.train.precision == "bf16" else "float32"
+
+
 def fit_shardings(model: nnx.Module, mesh: Mesh) -> list[Replicated]:
     """Drop the mesh axes that don't divide a tensor dimension from its sharding metadata (in place)."""
     out: list[Replicated] = []
@@ -99,9 +107,9 @@ def _key(path) -> str:
     return ".".join(str(p) for p in parts if p != "value")
 
 
-def build_model(
+def abstract_model(
     family: str,
-    model_dir: Path,
+    hf_config: dict,
     mesh: Mesh,
     *,
     dtype: str = "float32",
@@ -110,20 +118,14 @@ def build_model(
     lora: LoraSection | None = None,
     seed: int = 0,
 ) -> tuple[nnx.Module, list[Replicated]]:
-    """The tunix model of an HF checkpoint directory, with Qwix LoRA on `lora.targets` when `lora` is given.
-
-    Built abstractly first (the model, then Qwix's tracing pass that adds LoRA: no eager forward, no allocation),
-    shardings fitted to the mesh, then each base tensor read once from the checkpoint straight into its
-    NamedSharding. The LoRA is the run's initial LoRA (crosstune.train.lora_init, seeded by `seed`: the same arrays
-    the torch backend installs), fused k/v einsums in the rank-2r block form. LoRA params are float32 whatever the
-    base dtype (as PEFT keeps them: AdamW state of bf16 LoRA weights loses small updates).
-    """
-    reader = CheckpointReader(Path(model_dir))
+    """The tunix model of an HF config (a config.json dict) with Qwix LoRA on `lora.targets`, built abstractly:
+    every leaf a ShapeDtypeStruct, nothing allocated, shardings fitted to `mesh` (in the variables' metadata).
+    The LoRA leaves have Qwix's own rank-r shapes; `build_model` then installs the run's initial LoRA."""
     # Built without remat: Qwix creates the LoRA params while tracing a forward pass, and under tunix's nnx.remat
     # (graph_updates=False) the params it creates inside the layers are dropped. Remat is switched on after.
-    config = tunix_model_config(family, reader.config(), dtype=dtype, compute_dtype=compute_dtype, remat=False)
+    config = tunix_model_config(family, hf_config, dtype=dtype, compute_dtype=compute_dtype, remat=False)
     cls = tunix_model_class(family)
-    rule = None if lora is None else _lora_rule(family, lora, reader)
+    rule = None if lora is None else _lora_rule(family, lora, hf_config)
     with mesh_context(mesh):
         model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(params=0)))
         if rule is not None:
@@ -137,12 +139,44 @@ def build_model(
                 model,
             )
     if lora is not None:
-        _check_lora_modules(model, family, reader, lora)
+        _check_lora_modules(model, family, hf_config, lora)
     if remat:
-        _set_remat(model, tunix_model_config(family, reader.config(), remat=True).remat_config)
-    replicated = fit_shardings(model, mesh)
+        _set_remat(model, tunix_model_config(family, hf_config, remat=True).remat_config)
+    return model, fit_shardings(model, mesh)
+
+
+def build_model(
+    family: str,
+    model_dir: Path,
+    mesh: Mesh,
+    *,
+    dtype: str = "float32",
+    compute_dtype: str | None = None,
+    remat: bool = False,
+    lora: LoraSection | None = None,
+    seed: int = 0,
+) -> tuple[nnx.Module, list[Replicated]]:
+    """The tunix model of an HF checkpoint directory, with Qwix LoRA on `lora.targets` when `lora` is given.
+
+    Built abstractly first (`abstract_model`: no eager forward, no allocation), then each base tensor read once
+    from the checkpoint straight into its NamedSharding. The LoRA is the run's initial LoRA
+    (crosstune.train.lora_init, seeded by `seed`: the same arrays the torch backend installs), fused k/v einsums in
+    the rank-2r block form. LoRA params are float32 whatever the base dtype (as PEFT keeps them: AdamW state of
+    bf16 LoRA weights loses small updates).
+    """
+    reader = CheckpointReader(Path(model_dir))
+    model, replicated = abstract_model(
+        family,
+        reader.config(),
+        mesh,
+        dtype=dtype,
+        compute_dtype=compute_dtype,
+        remat=remat,
+        lora=lora,
+        seed=seed,
+    )
     graphdef, lora_state, base_state = nnx.split(model, nnx.LoRAParam, ...)
-    host_dtype = np.dtype(jnp.dtype(config.param_dtype))
+    host_dtype = np.dtype(jnp.dtype(dtype))
 
     def place(path, leaf: jax.ShapeDtypeStruct, sharding: NamedSharding) -> jax.Array:
         host = np.asarray(tunix_tensor(reader, _key(path), leaf.shape), dtype=host_dtype)
@@ -152,13 +186,13 @@ def build_model(
         place, base_state.to_pure_dict(), nnx.get_named_sharding(base_state, mesh).to_pure_dict()
     )
     nnx.replace_by_pure_dict(base_state, base)
-    if rule is not None:
+    if lora is not None:
         nnx.replace_by_pure_dict(lora_state, _zeros(lora_state, mesh))
     model = nnx.merge(graphdef, lora_state, base_state)
-    if rule is not None:
+    if lora is not None:
         _install_initial_lora(model, family, reader, lora, seed)
-    if lora is not None and lora.dropout > 0:
-        model.set_attributes(qwix_rngs=nnx.Rngs(dropout=seed))  # qwix unsets the rngs it was applied with
+        if lora.dropout > 0:
+            model.set_attributes(qwix_rngs=nnx.Rngs(dropout=seed))  # qwix unsets the rngs it was applied with
     return model, replicated
 
 
@@ -172,10 +206,10 @@ def _set_remat(model: nnx.Module, remat_config) -> None:
             module.remat_config = remat_config
 
 
-def _lora_rule(family: str, lora: LoraSection, reader: CheckpointReader):
+def _lora_rule(family: str, lora: LoraSection, hf_config: dict):
     import qwix
 
-    spec = get_family(family).spec_from_hf_config(reader.config())
+    spec = get_family(family).spec_from_hf_config(hf_config)
     return qwix.LoraRule(
         module_path=lora_module_regex(family, spec, list(lora.targets)),
         rank=lora.rank,
@@ -211,9 +245,9 @@ def lora_modules(model: nnx.Module) -> set[str]:
     return {".".join(map(str, path[:-1])) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.LoRAParam)}
 
 
-def _check_lora_modules(model: nnx.Module, family: str, reader: CheckpointReader, lora: LoraSection) -> None:
+def _check_lora_modules(model: nnx.Module, family: str, hf_config: dict, lora: LoraSection) -> None:
     fam = get_family(family)
-    spec = fam.spec_from_hf_config(reader.config())
+    spec = fam.spec_from_hf_config(hf_config)
     targets = list(lora.targets)
     expected = {f"layers.{i}.{m}" for i in range(spec.num_layers) for m in fam.tunix_lora_modules(spec, i, targets)}
     got = lora_modules(model)

@@ -189,34 +189,3 @@ def last_grad_norm(opt_state) -> float:
         raise ValueError("no GradNormState in the optimizer state: build the optimizer with make_optimizer")
     value = found[0].grad_norm
     return float(jax.device_get(getattr(value, "value", value)))
-
-
-TRAIN_STEP_NAME = "crosstune_train_step"
-
-
-def pinned_trainer_class():
-    """Tunix's PeftTrainer with its step's outputs pinned to the state's own shardings.
-
-    Tunix jits the step without output shardings, so XLA picks them: some LoRA A leaves come back sharded
-    differently (e.g. replicated -> split over tp), and the second step compiles again for the new layout.
-    """
-    from flax import nnx
-    from jax.interpreters import pxla
-    from tunix.sft import peft_trainer
-
-    class PinnedPeftTrainer(peft_trainer.PeftTrainer):
-        def create_train_step_fn(self):
-            step = super().create_train_step_fn()
-            mesh = pxla.thread_resources.env.physical_mesh
-            model_sh = nnx.get_named_sharding(nnx.state(self.model), mesh)
-            opt_sh = nnx.get_named_sharding(nnx.state(self.optimizer), mesh)
-
-            def crosstune_train_step(model, optimizer, inputs):  # the name CompileTimer looks for
-                out = step(model, optimizer, inputs)
-                nnx.update(model, jax.lax.with_sharding_constraint(nnx.state(model), model_sh))
-                nnx.update(optimizer, jax.lax.with_sharding_constraint(nnx.state(optimizer), opt_sh))
-                return out
-
-            return crosstune_train_step
-
-    return PinnedPeftTrainer

@@ -47,7 +47,7 @@ class JaxRun:
         """Check the plan, build mesh, data loader, model + LoRA and the trainer, and stay inside the mesh context."""
         import jax
 
-        from crosstune.train.jax.model import make_mesh, mesh_context
+        from crosstune.train.jax.model import compute_dtype, make_mesh, mesh_context
 
         r = self.recipe
         plan = plan_recipe(r, backend="jax", spec=self.spec)
@@ -60,9 +60,7 @@ class JaxRun:
                 "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N before starting)"
             )
         self.hardware = HARDWARE[r.hardware]
-        # bf16 compute where the chips are made for it; fp32 on CPU (as the torch backend does)
-        on_cpu = jax.devices()[0].platform == "cpu"
-        self.compute_dtype = "bfloat16" if r.train.precision == "bf16" and not on_cpu else "float32"
+        self.compute_dtype = compute_dtype(r, jax.devices()[0].platform)
         if self.context.resume_from:  # --resume restores the latest step: check its bytes first
             verify_saved(step_folders(self.run_dir)[self.context.resume_from], "checkpoint", "resume")
         self.dataset = train_dataset(r, self.data, self.prepared)
@@ -72,9 +70,7 @@ class JaxRun:
             yield self
 
     def _trainer(self):
-        import orbax.checkpoint as ocp
         from flax import nnx
-        from tunix.sft import peft_trainer
 
         from crosstune.train.jax.model import (
             build_model,
@@ -83,7 +79,8 @@ class JaxRun:
             sharding_problems,
             spec_problems,
         )
-        from crosstune.train.jax.step import loss_fn, make_optimizer, model_inputs, pinned_trainer_class
+        from crosstune.train.jax.step import loss_fn, make_optimizer, model_inputs
+        from crosstune.train.jax.trainer import CrosstunePeftTrainer, training_config
 
         r, k = self.recipe, self.data.accumulation
         model_dir = resolve_path(r, r.model.path)  # checked by the session
@@ -98,25 +95,14 @@ class JaxRun:
             seed=r.train.seed,
         )
         optimizer, self.schedule = make_optimizer(r.train, self.data.total_steps, lora_rank=r.lora.rank)
-        config = peft_trainer.TrainingConfig(
-            eval_every_n_steps=self.data.total_steps + 1,
-            max_steps=None,  # the iterator ends the run; tunix's own tqdm bar stays off (ours has the ETA)
-            gradient_accumulation_steps=k if k > 1 else None,
-            checkpoint_root_directory=str(self.run_dir / CHECKPOINTS),
-            checkpointing_options=ocp.CheckpointManagerOptions(
-                save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(r.train.checkpoint_every),
-                max_to_keep=r.train.keep_last,
-            ),
-            data_sharding_axis=("fsdp",),
-            max_inflight_computations=1,  # one step in flight: honest per-step wall times
-            pbar_description=None,
-        )
+        checkpoints = (self.run_dir / CHECKPOINTS, r.train.checkpoint_every, r.train.keep_last)
+        config = training_config(k, self.data.total_steps, checkpoints)
         _configure_orbax()
         absl = logging.getLogger("absl")
         level = absl.level
         absl.setLevel(logging.CRITICAL)  # a damaged checkpoint is reported once, below, not as absl ERROR lines too
         try:
-            trainer = pinned_trainer_class()(model, optimizer, config)  # restores the latest checkpoint, if any
+            trainer = CrosstunePeftTrainer(model, optimizer, config)  # restores the latest checkpoint, if any
         except Exception as e:
             raise _restore_error(self.run_dir, e) from None
         finally:
@@ -137,7 +123,7 @@ class JaxRun:
         import jax
 
         from crosstune.train.jax.progress import CompileTimer, ProgressBar, SaveTimer, StepRecorder
-        from crosstune.train.jax.step import TRAIN_STEP_NAME
+        from crosstune.train.jax.trainer import TRAIN_STEP_NAME
 
         r, d, trainer = self.recipe, self.data, self.trainer
         start = trainer.train_steps  # the restored step: the context's resume point (the session checked it)

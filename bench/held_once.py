@@ -1,0 +1,85 @@
+"""The frozen base held once: XLA's per-device memory of the trainer's step (HeldOnceStep) against tunix 0.1.7's own
+jit of the same step body (`nnx.jit(step, donate_argnames=("optimizer",))`), both compiled in this run for the
+recipe's TPU topology from abstract weights (crosstune.train.jax.aot; libtpu from .venv-tpu-compile).
+
+    .venv/bin/python bench/held_once.py                                   # Gemma 4 31B on v5p-8, first 2 layers
+    .venv/bin/python bench/held_once.py --layers 6 --recipe recipes/gemma3-27b-tpu-v6e-8.yaml
+
+It re-runs itself with libtpu on its path (never in the training environment) and prints one row per program and
+the ratios of their outputs and totals. Each compile of the 31B's first 2 layers takes ~3 min and ~3.5 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GB = 1e9
+
+
+def _measure(recipe_path: Path, layers: int) -> list[dict]:
+    from flax import nnx
+
+    from crosstune.planner.cli import load_for_plan
+    from crosstune.run.metrics import host_peak_rss_gb
+    from crosstune.train.jax.aot import abstract_step, hf_config, topology_mesh
+    from crosstune.train.jax.model import mesh_context
+
+    recipe = load_for_plan(recipe_path)
+    _, kind, mesh = topology_mesh(recipe)
+    step, trainer, inputs, _, _ = abstract_step(recipe, hf_config(recipe, layers), mesh)
+    programs = {
+        "HeldOnceStep (crosstune)": step.lower,
+        "tunix 0.1.7 nnx.jit, optimizer donated": nnx.jit(
+            trainer.create_train_step_fn(), donate_argnames=("optimizer",)
+        ).lower,
+    }
+    rows = []
+    for name, lower in programs.items():
+        t0 = time.perf_counter()
+        with mesh_context(mesh):
+            mem = lower(trainer.model, trainer.optimizer, inputs).compile().memory_analysis()
+        args, out, alias = mem.argument_size_in_bytes, mem.output_size_in_bytes, mem.alias_size_in_bytes
+        total = args + out - alias + mem.temp_size_in_bytes + mem.generated_code_size_in_bytes
+        rows.append({"program": name, "device": kind, "arguments": args, "outputs": out, "alias": alias,
+                     "temp": mem.temp_size_in_bytes, "code": mem.generated_code_size_in_bytes, "total": total,
+                     "compile_s": time.perf_counter() - t0, "host_peak_rss_gb": host_peak_rss_gb()})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", type=Path, default=REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_measure(args.recipe, args.layers)))
+        return
+    from crosstune.train.jax.compile import child_env, find_libtpu
+
+    cmd = [sys.executable, __file__, "--child", "--recipe", str(args.recipe), "--layers", str(args.layers)]
+    out = subprocess.run(cmd, env=child_env(find_libtpu(), "v5p-8"), capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(out.stderr[-3000:])
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"{args.recipe.name}, first {args.layers} layers, per device (GB), {rows[0]['device']}:")
+    print(f"{'program':42} {'args':>7} {'outputs':>8} {'alias':>7} {'temp':>7} {'code':>6} {'total':>7} {'compile':>8}")
+    for r in rows:
+        print(f"{r['program']:42} {r['arguments'] / GB:7.3f} {r['outputs'] / GB:8.3f} {r['alias'] / GB:7.3f} "
+              f"{r['temp'] / GB:7.3f} {r['code'] / GB:6.3f} {r['total'] / GB:7.3f} {r['compile_s']:7.0f}s")  # fmt: skip
+    ours, theirs = rows
+    print(f"outputs / arguments: {ours['outputs'] / ours['arguments']:.3f} (crosstune) vs "
+          f"{theirs['outputs'] / theirs['arguments']:.3f} (tunix); total {ours['total'] / theirs['total']:.3f}× "
+          f"tunix's; host peak RSS {max(r['host_peak_rss_gb'] for r in rows):.1f} GB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5p-8")
+    main()

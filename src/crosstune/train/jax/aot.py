@@ -1,0 +1,227 @@
+"""Compile a recipe's real train step for its TPU topology on a machine without a TPU (`crosstune plan --compile`
+starts this module in a process of its own, with libtpu on its path: crosstune.train.jax.compile).
+
+The same code path `crosstune train --backend jax` runs, built abstractly: the tunix model of the family's config
+(model.path's config.json, else model.size) with Qwix LoRA, the run's block-LoRA shapes, remat, the recipe's
+(fsdp, tp) mesh over the topology's devices, crosstune's optimizer in tunix's MultiSteps, the trainer's own step
+(HeldOnceStep over tunix's step body) and one micro-batch of per_device_batch_size × fsdp rows × max_seq_len.
+Every leaf is a ShapeDtypeStruct with its NamedSharding: no weight is read or allocated. XLA's memory_analysis and
+cost_analysis of the compiled step go to a JSON file; progress goes to stderr.
+
+    python -m crosstune.train.jax.aot RECIPE [--set k=v ...] [--layers N] --out FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+from crosstune.errors import CrosstuneError, read_model_config
+from crosstune.families import get_family
+from crosstune.hardware import HARDWARE
+from crosstune.planner.cli import load_for_plan
+from crosstune.planner.compiled import with_layers
+from crosstune.recipe import Recipe, resolve_path
+from crosstune.run.metrics import host_peak_rss_gb
+from crosstune.train.steps import accumulation
+
+NOMINAL_STEPS = 1000  # the schedule's length only sets constants in the program: sizes and costs don't depend on it
+
+
+class CompileError(CrosstuneError):
+    """The step could not be built or compiled for the topology; the message says where."""
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def hf_config(recipe: Recipe, layers: int | None) -> dict:
+    """The model's HF config (model.path's config.json, else the family's for model.size), cut to its first
+    `layers` decoder layers."""
+    fam = get_family(recipe.model.family)
+    path = resolve_path(recipe, recipe.model.path)
+    if path is not None and (path / "config.json").is_file():
+        cfg = read_model_config(path)
+        spec = fam.spec_from_hf_config(cfg)
+    elif recipe.model.size:
+        spec = fam.spec(recipe.model.size)
+        cfg = fam.hf_config(spec)
+    else:
+        raise CompileError(f"model.path has no config.json ({path}) and model.size is not set: nothing to compile")
+    if layers is None:
+        return cfg
+    try:
+        with_layers(spec, layers)  # checks the range
+    except ValueError as e:
+        raise CompileError(str(e)) from None
+    text = dict(cfg.get("text_config", cfg))
+    text["num_hidden_layers"] = layers
+    text["layer_types"] = list(text["layer_types"])[:layers]
+    return {**cfg, "text_config": text} if "text_config" in cfg else text
+
+
+def topology_mesh(recipe: Recipe):
+    """The recipe's (fsdp, tp) mesh over the devices of its hardware's TPU topology (compile-only devices)."""
+    import jax
+    from jax.experimental import topologies
+    from jax.sharding import AxisType
+
+    from crosstune.train.jax.model import AXES
+
+    hw = HARDWARE[recipe.hardware]
+    if hw.tpu_topology is None:
+        tpus = ", ".join(h.name for h in HARDWARE.values() if h.tpu_topology)
+        raise CompileError(f"hardware {hw.name}: --compile compiles for TPU topologies only ({tpus})")
+    name, bounds = hw.tpu_topology
+    topo = topologies.get_topology_desc(
+        platform="tpu", topology_name=name, chips_per_host_bounds=bounds, chip_config_name="default", num_slices=1
+    )
+    m = recipe.backend.jax.mesh
+    if m.fsdp * m.tp != len(topo.devices):
+        raise CompileError(f"mesh fsdp×tp = {m.fsdp}×{m.tp}, but {name} has {len(topo.devices)} devices")
+    mesh = jax.make_mesh((m.fsdp, m.tp), AXES, axis_types=(AxisType.Auto,) * 2, devices=topo.devices)
+    return name, topo.devices[0].device_kind, mesh
+
+
+def abstract_step(recipe: Recipe, cfg: dict, mesh, *, platform: str = "tpu", total_steps: int = NOMINAL_STEPS):
+    """(the trainer's HeldOnceStep, the abstract trainer, abstract inputs, tokens per micro-step, accumulation) for
+    the recipe on `mesh`, compute dtype as on `platform`."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from crosstune.train.jax.lora import widen_block_lora
+    from crosstune.train.jax.model import abstract_model, compute_dtype, mesh_context
+    from crosstune.train.jax.step import loss_fn, make_optimizer, model_inputs
+    from crosstune.train.jax.trainer import abstract_trainer, training_config
+
+    r = recipe
+    fam = get_family(r.model.family)
+    model, _ = abstract_model(
+        r.model.family,
+        cfg,
+        mesh,
+        dtype=r.model.dtype,
+        compute_dtype=compute_dtype(r, platform),
+        remat=r.train.gradient_checkpointing,
+        lora=r.lora,
+        seed=r.train.seed,
+    )
+    widen_block_lora(model, fam.spec_from_hf_config(cfg), r.lora.targets, r.lora.rank)
+    if r.lora.dropout > 0:
+        model.set_attributes(qwix_rngs=nnx.Rngs(dropout=r.train.seed))  # as build_model does
+    k = accumulation(r.train, r.backend.jax.mesh.fsdp)
+    tx, _ = make_optimizer(r.train, total_steps, lora_rank=r.lora.rank)
+    with mesh_context(mesh):
+        trainer = abstract_trainer(model, tx, training_config(k, total_steps))
+        trainer.with_loss_fn(loss_fn).with_gen_model_input_fn(model_inputs)
+        for obj in (trainer.model, trainer.optimizer):  # every leaf: shape, dtype and its NamedSharding
+            state = nnx.state(obj)
+            sds = jax.tree.map(
+                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                state,
+                nnx.get_named_sharding(state, mesh),
+            )
+            nnx.update(obj, sds)
+        step = trainer.held_once_step()
+    rows, length = r.train.per_device_batch_size * r.backend.jax.mesh.fsdp, r.data.max_seq_len
+    rows_sharding = NamedSharding(mesh, PartitionSpec("fsdp"))
+    dtypes = {"input_tokens": jnp.int32, "input_mask": jnp.bool_, "positions": jnp.int32, "segment_ids": jnp.int32}
+    inputs = {k: jax.ShapeDtypeStruct((rows, length), d, sharding=rows_sharding) for k, d in dtypes.items()}
+    inputs["loss_weight"] = jax.ShapeDtypeStruct((rows,), jnp.float32, sharding=rows_sharding)
+    return step, trainer, inputs, rows * length, k
+
+
+class _Ticker:
+    """A line on stderr every `every` seconds while XLA compiles (one call that gives no progress of its own)."""
+
+    def __init__(self, what: str, every: float = 30.0) -> None:
+        self.what, self.every, self._stop = what, every, threading.Event()
+
+    def __enter__(self) -> _Ticker:
+        self.t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            rss = host_peak_rss_gb()
+            _say(f"  … {self.what}: {time.perf_counter() - self.t0:.0f} s (host peak RSS {rss:.1f} GB)")
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
+    """Build, lower and compile the recipe's step for its topology: the fields of planner.compiled.CompiledStep."""
+    from crosstune.train.jax.model import mesh_context
+
+    fam = get_family(recipe.model.family)
+    model_layers = fam.spec_from_hf_config(hf_config(recipe, None)).num_layers
+    cfg = hf_config(recipe, layers)
+    compiled_layers = fam.spec_from_hf_config(cfg).num_layers
+    t0 = time.perf_counter()
+    topology, kind, mesh = topology_mesh(recipe)
+    _say(f"[1/3] building the abstract step: {recipe.name}, {compiled_layers} of {model_layers} layers, {topology}")
+    step, trainer, inputs, tokens, k = abstract_step(recipe, cfg, mesh)
+    t1 = time.perf_counter()
+    _say(f"[2/3] lowering to StableHLO ({t1 - t0:.0f} s so far)")
+    with mesh_context(mesh), _Ticker("lowering"):
+        lowered = step.lower(trainer.model, trainer.optimizer, inputs)
+    t2 = time.perf_counter()
+    _say(f"[3/3] XLA compiling for {kind} × {len(mesh.devices.flat)} ({t2 - t0:.0f} s so far; the full 31B: ~10 min)")
+    with _Ticker("compiling"):
+        compiled = lowered.compile()
+    t3 = time.perf_counter()
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    _say(f"compiled in {t3 - t0:.0f} s (host peak RSS {host_peak_rss_gb():.1f} GB)")
+    return {
+        "topology": topology,
+        "device_kind": kind,
+        "devices": len(mesh.devices.flat),
+        "layers": compiled_layers,
+        "model_layers": model_layers,
+        "micro_batch_tokens": tokens,
+        "accumulation": k,
+        "argument_bytes": int(mem.argument_size_in_bytes),
+        "output_bytes": int(mem.output_size_in_bytes),
+        "alias_bytes": int(mem.alias_size_in_bytes),
+        "temp_bytes": int(mem.temp_size_in_bytes),
+        "generated_code_bytes": int(mem.generated_code_size_in_bytes),
+        "flops": float(cost.get("flops", 0.0)),
+        "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
+        "build_s": t1 - t0,
+        "lower_s": t2 - t1,
+        "compile_s": t3 - t2,
+        "host_peak_rss_bytes": int(host_peak_rss_gb() * 1e9),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m crosstune.train.jax.aot", description=__doc__.splitlines()[0])
+    parser.add_argument("recipe", type=Path)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        result = compile_recipe(load_for_plan(args.recipe, args.overrides), args.layers)
+    except CrosstuneError as e:
+        _say(f"error: {e}")
+        return 1
+    args.out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

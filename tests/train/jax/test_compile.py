@@ -1,0 +1,127 @@
+"""`crosstune plan --compile`: the recipe's real jax step compiled for its TPU topology on this CPU (libtpu from
+.venv-tpu-compile), XLA's per-device memory next to the planner's, refusals before compiling, and the hint when
+libtpu is missing. The full-depth agreement of planner and compiler is the `tpu_compile` marker's (make
+test-tpu-compile: ~10-25 min and ~17 GB per recipe)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.helpers.paths import REPO
+
+G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
+G3 = REPO / "recipes" / "gemma3-27b-tpu-v6e-8.yaml"
+TINY = REPO / "recipes" / "tiny-cpu.yaml"
+TINY_ON_V5P = ["--set", "hardware=tpu-v5p-8", "--set", "backend.jax.mesh.fsdp=2", "--set", "backend.jax.mesh.tp=2",
+               "--set", "data.max_seq_len=128", "--set", "lora.dropout=0.05"]  # fmt: skip
+AGREEMENT = 0.10  # the issue's bound: planner within ±10 % of XLA's per-device total
+
+
+def _libtpu():
+    from crosstune.train.jax.compile import LibtpuMissing, find_libtpu
+
+    try:
+        return find_libtpu()
+    except LibtpuMissing as e:
+        pytest.skip(str(e))
+
+
+def _plan(*args: str, env: dict | None = None):
+    from crosstune.cli import _register, app
+
+    _register()
+    return CliRunner().invoke(app, ["plan", *args], env=env, terminal_width=200)
+
+
+def test_missing_libtpu_says_how_to_install_it(tmp_path):
+    result = _plan(str(G4), "--compile", "--json", env={"CROSSTUNE_TPU_COMPILE_ENV": str(tmp_path / "none")})
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'none'}: no libtpu. --compile needs libtpu (libtpu==0.0.42.*" in result.output
+    assert "make tpu-compile-env" in result.output and "CROSSTUNE_TPU_COMPILE_ENV" in result.output
+
+
+def test_the_pin_is_the_one_the_make_target_installs():
+    from crosstune.train.jax.compile import LIBTPU_REQUIREMENT
+
+    assert (REPO / "requirements-tpu-compile.txt").read_text().split() == [LIBTPU_REQUIREMENT]
+
+
+def test_a_mesh_the_planner_refuses_is_refused_before_compiling(tmp_path):
+    """tp=8 can't split Gemma 4 31B's 4 global KV heads: the planner's reason, no compile (and so no libtpu)."""
+    env = {"CROSSTUNE_TPU_COMPILE_ENV": str(tmp_path / "none")}
+    args = ("--set", "hardware=tpu-v5p-16", "--set", "backend.jax.mesh.tp=8", "--compile")
+    result = _plan(str(G4), *args, env=env)
+    assert result.exit_code == 1, result.output
+    assert "4 KV heads on global layers (10) not divisible by tp=8" in result.output
+    assert "not compiled" in result.output and "libtpu" not in result.output
+    as_json = json.loads(_plan(str(G4), *args, "--json", env=env).stdout)
+    assert not as_json["ok"] and "not divisible by tp=8" in as_json["blockers"][0]
+
+
+def test_compile_needs_a_tpu_target():
+    result = _plan(str(TINY), "--compile")
+    assert result.exit_code == 1 and "hardware cpu: --compile compiles for a TPU topology (tpu-v5p-8" in result.output
+
+
+def test_layers_only_with_compile():
+    assert _plan(str(G4), "--layers", "2").exit_code == 2
+
+
+def test_tiny_step_compiles_for_a_v5p_8(capfd):
+    """The tiny Gemma 4 recipe's first layer on a v5p-8 (2 × 2 mesh, LoRA dropout): the JSON object's fields, the
+    frozen base held once (every output reuses a donated buffer but the loss and grad norm), progress on stderr."""
+    _libtpu()
+    result = _plan(str(TINY), *TINY_ON_V5P, "--compile", "--layers", "1", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    x = report["xla"]
+    assert report["topology"] == "v5p:2x2x1" and report["device_kind"] == "TPU v5" and report["devices"] == 4
+    assert report["layers"] == {"compiled": 1, "model": 6, "full_depth": False}
+    assert report["hbm_bytes_per_device"] == 95_000_000_000 and report["fits"]
+    assert x["per_device_bytes"] == x["argument_bytes"] + x["output_bytes"] - x["alias_bytes"] + x["temp_bytes"] + x[
+        "generated_code_bytes"]  # fmt: skip
+    assert 0 < x["output_bytes"] - x["alias_bytes"] < 4096
+    assert x["flops"] > 0 and x["bytes_accessed"] > 0 and report["planner"]["per_device_bytes"] > 0
+    line = report["roofline"]
+    assert line["micro_step_s"] == max(line["compute_s"], line["memory_s"]) > 0
+    assert line["tokens_per_s"] == pytest.approx(4 * 128 / line["micro_step_s"])  # 2 rows/device × fsdp 2 × 128
+    assert "upper bound" in line["note"] and "first 1 layers only" in line["note"]
+    err = capfd.readouterr().err
+    assert "[3/3] XLA compiling for TPU v5 × 4" in err and "INVALID_ARGUMENT" not in err
+
+
+@pytest.mark.slow
+def test_real_dimensions_hold_the_base_once(capfd):
+    """Gemma 4 31B's true widths, first 2 layers, v5p-8 at tp=4 (~2 min, ~4 GB): the outputs are the LoRA and
+    optimizer state only, a small fraction of the arguments (tunix's own jit returned the whole base: outputs =
+    arguments, docs/BENCHMARKS.md)."""
+    _libtpu()
+    result = _plan(str(G4), "--compile", "--layers", "2", "--json")
+    assert result.exit_code == 0, result.output + capfd.readouterr().err
+    x = json.loads(result.stdout)["xla"]
+    assert x["output_fraction_of_arguments"] < 0.1 and x["output_bytes"] - x["alias_bytes"] < 4096
+
+
+def _full_depth(recipe, capfd) -> dict:
+    _libtpu()
+    result = _plan(str(recipe), "--compile", "--json")
+    assert result.exit_code == 0, result.output + capfd.readouterr().err
+    return json.loads(result.stdout)
+
+
+@pytest.mark.tpu_compile
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("recipe", [G4, G3], ids=["gemma4-31b-v5p-8", "gemma3-27b-v6e-8"])
+def test_planner_agrees_with_the_compiler_at_full_depth(recipe, capfd):
+    """The shipped TPU recipes compiled at full depth: the step fits its chip's HBM, the planner is within ±10 % of
+    XLA's per-device total, and the outputs are the LoRA and optimizer state only (no second copy of the base)."""
+    report = _full_depth(recipe, capfd)
+    x = report["xla"]
+    assert report["layers"]["full_depth"] and report["fits"]
+    assert abs(report["planner"]["relative_to_xla"]) <= AGREEMENT, report
+    assert x["output_fraction_of_arguments"] < 0.25 and x["output_bytes"] - x["alias_bytes"] < 4096
+    print(json.dumps(report, indent=1), file=os.sys.stderr)
