@@ -83,22 +83,16 @@ def test_a_real_vocabulary_is_learned_past_what_the_corpus_supports(synth_corpus
 
 def test_both_backends_and_both_exports_on_the_hub_layout(hub_tiny, synth_corpus_dir, tmp_path):
     """One step of each backend on the multimodal bf16 sharded checkpoint (a large step: bf16 rounding would swallow
-    a small LoRA update); each run's merged export keeps the shard
+    a small LoRA update; short rows and one device keep it quick); each run's merged export keeps the shard
     names and the index, leaves the vision tower byte for byte, and changes each target by exactly bf16(W + s·B@A)."""
     from crosstune.export import export_run, read_peft_adapter
     from crosstune.train.session import train
 
     base = _tensors(hub_tiny)
+    short = ["train.max_steps=1", "train.learning_rate=0.05", "train.warmup_steps=0", "train.per_device_batch_size=1"]
+    short += ["data.max_seq_len=256", "data.subsample={size: 16, seed: 0}", "backend.jax.mesh={fsdp: 1, tp: 1}"]
     for backend in ("torch", "jax"):
-        recipe = tiny_recipe(
-            hub_tiny,
-            synth_corpus_dir,
-            tmp_path,
-            "gemma4",
-            "train.max_steps=1",
-            "train.learning_rate=0.05",
-            "train.warmup_steps=0",
-        )
+        recipe = tiny_recipe(hub_tiny, synth_corpus_dir, tmp_path, "gemma4", *short)
         run = train(recipe, tmp_path / backend, progress=False, backend=backend).run_dir
         assert json.loads((run / "run.json").read_text())["backend"] == backend
         out = tmp_path / f"{backend}-export"
