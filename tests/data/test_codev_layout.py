@@ -80,8 +80,8 @@ def test_shipped_31b_recipes_keep_every_record_that_fits_and_drop_and_count_the_
     assert stats["dropped"] == {"too_long": too_long} and stats["skipped"] == {}
     assert prepared.manifest["dropped"] == {"train": {"too_long": too_long}}
     assert stats["records_in"] == len(RECORDS) and stats["records_out"] == len(fits)
-    summary = f"train: kept {len(fits)} of {len(RECORDS)} records; dropped {too_long} ({too_long} longer than "
-    assert summary + "max_seq_len, max_seq_len 3072)" in " ".join(result.output.split())
+    summary = f"train: kept {len(fits)} of {len(RECORDS)} records; dropped {too_long} longer than max_seq_len 3072"
+    assert summary in " ".join(result.output.split())
     assert prepared.stats["warnings"] == [] and "warning" not in result.output
 
 

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from crosstune.data import DataError, load_prepared, prepare_dataset
 from crosstune.data.cli import data_app
+from crosstune.data.stats import summary_line
 from tests.helpers.data import recipe_for, write_jsonl, write_recipe
 
 HINT = " (fix the record, or pass --lenient to skip bad records and count them)"
@@ -112,6 +113,9 @@ def test_truncate_keeps_the_prompt_and_cuts_the_answer(tmp_path, tiny_gemma3_dir
     prepared = prepare_dataset(recipe, tokenizer=g3_tok, lenient=True)
     stats, split = prepared.stats["splits"]["train"], prepared.split("train")
     assert stats["truncated"] == 1 and stats["skipped"] == {} and stats["dropped"] == {"prompt_too_long": 1}
+    assert (
+        summary_line(prepared.stats) == "train: kept 1 of 2 records; dropped 1 prompt alone longer than max_seq_len 32"
+    )
     assert stats["truncated_tokens_cut"] == int(split.raw_lengths[0]) - 32
     row = split[0]
     assert split.docs["doc_truncated"].tolist() == [1] and np.count_nonzero(row["segment_ids"]) == 32

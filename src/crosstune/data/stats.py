@@ -122,8 +122,8 @@ def summary_line(stats: dict, split: str = "train") -> str:
     parts = [f"{split}: kept {s['records_out']:,} of {s['records_in']:,} records"]
     dropped, skipped = s.get("dropped", {}), s["skipped"]
     if dropped:
-        what = ", ".join(f"{n:,} {DROP_LABELS.get(r, r)}" for r, n in dropped.items())
-        parts.append(f"dropped {sum(dropped.values()):,} ({what}, max_seq_len {s['row_length']})")
+        what = ", ".join(f"{n:,} {DROP_LABELS.get(r, r)} {s['row_length']}" for r, n in dropped.items())
+        parts.append(f"dropped {what}" if len(dropped) == 1 else f"dropped {sum(dropped.values()):,} ({what})")
     if skipped:
         parts.append(f"skipped {sum(skipped.values()):,} bad ({', '.join(f'{r} {n:,}' for r, n in skipped.items())})")
     if s["subsampled_out"]:
