@@ -26,9 +26,12 @@ LAYOUTS = ("causal", "multimodal")
 DTYPES = ("float32", "bfloat16")
 # The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).
 DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
-# Embedding std: with transformers' 0.02 a tiny model's tied-embedding logits stay within about ±1, too small for a
-# wrong softcap or norm mapping to show in a logits comparison; 0.1 gives logits of several units.
+# Embedding std of the small models (hidden size up to SMALL_HIDDEN): with transformers' 0.02 their tied-embedding
+# logits stay within about ±1, too small for a wrong softcap or norm mapping to show in a logits comparison; 0.1
+# gives logits of several units. Larger models keep transformers' own 0.02: logits grow with sqrt(hidden), and 0.1
+# at hidden 5376 saturates the softcap (a loss of ~27 on a 262,144 vocabulary instead of ~13).
 EMBED_STD = 0.1
+SMALL_HIDDEN = 128
 # The official checkpoints' multimodal classes, with a one-layer vision tower (the rehearsal needs its layout and its
 # tensors beside the language model's, not its size). Media token ids lie past the text vocabulary.
 MULTIMODAL = {
@@ -142,7 +145,8 @@ def build_checkpoint(
 
 
 def randomise_scales(model) -> None:
-    """Norm weights, layer scalars and embeddings away from their init values, drawn from the global torch RNG.
+    """Norm weights, layer scalars and (small models') embeddings away from their init values, drawn from the global
+    torch RNG.
 
     At init every norm is the identity (Gemma 3 stores w=0 for x*(1+w), Gemma 4 w=1 for x*w) and every layer scalar
     is 1, so a converter that drops or swaps them would still match; random values make such a mistake visible.
@@ -156,7 +160,8 @@ def randomise_scales(model) -> None:
         for name, buf in model.named_buffers():
             if name.endswith("layer_scalar"):
                 buf.uniform_(0.5, 1.5)
-        model.get_input_embeddings().weight.normal_(0.0, EMBED_STD)
+        if model.config.get_text_config().hidden_size <= SMALL_HIDDEN:
+            model.get_input_embeddings().weight.normal_(0.0, EMBED_STD)
 
 
 def shard_size_for(model, shards: int) -> int:
