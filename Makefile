@@ -43,6 +43,18 @@ test: setup chromium
 test-slow: setup
 	@$(VENV)/bin/python -m pytest -q -m slow $(PYTEST_ARGS)
 
+# --- the real-dimension rehearsal (issue 21): Gemma 4 31B's true dimensions with 2 layers in the hub's layout,
+# prepare -> train torch -> train jax -> export both -> parity (~15 min, ~15 GB of RAM, ~10 GB of disk). The jax leg's
+# vocabulary and settings are arguments: make rehearsal REHEARSAL_ARGS="--jax-vocab 262144 --jax-set KEY=VALUE"
+.PHONY: rehearsal test-rehearsal
+REHEARSAL_DIR ?= /tmp/crosstune-rehearsal
+REHEARSAL_ARGS ?=
+rehearsal: setup
+	@$(VENV)/bin/python bench/rehearsal.py --work $(REHEARSAL_DIR) --json $(REHEARSAL_DIR).json $(REHEARSAL_ARGS)
+
+test-rehearsal: setup
+	@REHEARSAL_ARGS="$(REHEARSAL_ARGS)" $(VENV)/bin/python -m pytest -q -s -m rehearsal $(PYTEST_ARGS)
+
 lint: setup
 	@$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from crosstune.data import DataError, load_prepared, prepare_dataset
 from crosstune.data.cli import data_app
+from crosstune.data.stats import summary_line
 from tests.helpers.data import recipe_for, write_jsonl, write_recipe
 
 HINT = " (fix the record, or pass --lenient to skip bad records and count them)"
@@ -62,19 +63,21 @@ def test_strict_stops_at_the_bad_record_with_file_line_field_reason(
     assert not (tmp_path / "runs").exists()  # nothing written, not even a partial folder
 
 
-def test_strict_too_long_under_drop_names_the_token_count(tmp_path, tiny_gemma3_dir, g3_tok):
+def test_strict_drop_counts_the_over_long_record_and_names_its_token_count(tmp_path, tiny_gemma3_dir, g3_tok):
+    """Over-long is the length policy, not a broken record: strict mode drops it under `drop` and counts it."""
     src = write_jsonl(tmp_path / "long.jsonl", [GOOD, LONG])
     recipe = recipe_for(tmp_path, tiny_gemma3_dir, "gemma3", [{"path": str(src)}], max_seq_len=64)
+    assert recipe.data.strict
     text = g3_tok.apply_chat_template(
         [{"role": "user", "content": LONG["prompt"]}, {"role": "assistant", "content": "ok"}], tokenize=False
     )
     n = len(g3_tok(text, add_special_tokens=False)["input_ids"])
-    with pytest.raises(DataError) as err:
-        prepare_dataset(recipe, tokenizer=g3_tok)
-    assert str(err.value) == (
-        f"{src}:2: {n} tokens, more than data.max_seq_len 64 (raise data.max_seq_len, set data.truncation: "
-        "truncate, or pass --lenient to skip such records)"
-    )
+    prepared = prepare_dataset(recipe, tokenizer=g3_tok)
+    stats = prepared.stats["splits"]["train"]
+    assert stats["records_in"] == 2 and stats["records_out"] == 1 and stats["skipped"] == {}
+    assert stats["dropped"] == {"too_long": 1} and prepared.manifest["dropped"] == {"train": {"too_long": 1}}
+    assert stats["dropped_examples"] == [f"{src}:2: {n} tokens, more than data.max_seq_len 64"]
+    assert prepared.split("train").record_sources == [f"{src}:1"]
 
 
 def test_lenient_skips_and_counts_every_bad_record(tmp_path, tiny_gemma3_dir, g3_tok):
@@ -90,9 +93,9 @@ def test_lenient_skips_and_counts_every_bad_record(tmp_path, tiny_gemma3_dir, g3
         "empty_field": 1,
         "invalid_utf8": 2,
         "missing_field": 1,
-        "too_long": 1,
         "wrong_type": 2,
     }
+    assert stats["dropped"] == {"too_long": 1}  # not a bad record: the length policy's
     assert stats["blank_lines"] == 1 and stats["records_in"] == 13
     # Listed in file order as read: line errors while reading, then record errors, then length errors.
     assert stats["skipped_examples"][0] == f"{src}:2: {BAD_LINES[0][2]}"
@@ -109,7 +112,10 @@ def test_truncate_keeps_the_prompt_and_cuts_the_answer(tmp_path, tiny_gemma3_dir
     )
     prepared = prepare_dataset(recipe, tokenizer=g3_tok, lenient=True)
     stats, split = prepared.stats["splits"]["train"], prepared.split("train")
-    assert stats["truncated"] == 1 and stats["skipped"] == {"prompt_too_long": 1}
+    assert stats["truncated"] == 1 and stats["skipped"] == {} and stats["dropped"] == {"prompt_too_long": 1}
+    assert (
+        summary_line(prepared.stats) == "train: kept 1 of 2 records; dropped 1 prompt alone longer than max_seq_len 32"
+    )
     assert stats["truncated_tokens_cut"] == int(split.raw_lengths[0]) - 32
     row = split[0]
     assert split.docs["doc_truncated"].tolist() == [1] and np.count_nonzero(row["segment_ids"]) == 32
@@ -208,7 +214,8 @@ def test_stats_figures_on_the_synthetic_corpus(tmp_path, tiny_gemma4_dir, synth_
     prepared = prepare_dataset(recipe, lenient=True)
     s, split = prepared.stats["splits"]["train"], prepared.split("train")
     rows = split.rows(range(len(split)))
-    assert s["records_in"] == s["records_out"] + sum(s["skipped"].values()) + s["subsampled_out"] == 200
+    left_out = sum(s["skipped"].values()) + sum(s["dropped"].values()) + s["subsampled_out"]
+    assert s["records_in"] == s["records_out"] + left_out == 200
     assert s["tokens"] == int(np.count_nonzero(rows["segment_ids"])) and s["target_tokens"] == int(
         rows["loss_mask"].sum()
     )

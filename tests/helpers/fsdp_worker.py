@@ -5,7 +5,8 @@ FSDP once the trainer's plugin is known; everything else is the production path:
 accelerate's fsdp2_prepare_model (`fully_shard` per decoder layer, gloo) -> FSDP2 gradient clipping, checkpoints and
 adapter gathering. One CPU-only difference: accelerate gathers the full state dict with `cpu_offload=True`, which on
 CPU hands back views of FSDP's freed all-gather buffers; here they are copied instead. The worker also records what
-fully_shard produced (<run>/fsdp_probe.json) so the test can see the model really was sharded.
+fully_shard produced (<run>/fsdp_probe.json) so the test can see the model really was sharded, and that its base
+parameters were still on the meta device then (each rank reads only its shard afterwards: sharded_load.py).
 """
 
 import dataclasses
@@ -17,6 +18,8 @@ import accelerate.state as accelerate_state
 import torch.distributed as dist
 import torch.distributed.checkpoint.state_dict as dcp_state_dict
 from accelerate.utils import DistributedType, fsdp_utils
+
+import crosstune.train.torch.model as torch_model
 
 _init = accelerate_state.AcceleratorState.__init__
 
@@ -46,6 +49,7 @@ def _probe(accelerator, model):
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
 
+    meta_before = [n for n, p in model.named_parameters() if p.is_meta]
     model = _prepare(accelerator, model)
     units = [type(m).__name__ for m in model.modules() if isinstance(m, FSDPModule)]
     lora = [(n, p) for n, p in model.named_parameters() if "lora_A" in n]
@@ -56,6 +60,9 @@ def _probe(accelerator, model):
         "lora_param": name,
         "global_shape": list(param.shape),
         "local_shape": list(param.to_local().shape),
+        "params": sum(1 for _ in model.parameters()),
+        "meta_before_shard": len(meta_before),  # no rank ever held these whole: each reads its shard afterwards
+        "lora_meta_before_shard": sum(".lora_" in n for n in meta_before),
     }
     if dist.get_rank() == 0:
         run_dir = Path(sys.argv[1]).parents[1]  # <run>/launch/context.json
@@ -64,6 +71,7 @@ def _probe(accelerator, model):
 
 
 accelerate_state.AcceleratorState.__init__ = _fsdp_on_cpu
+torch_model.SHARDING_DEVICES = ("cuda", "cpu")  # FSDP2 really shards here: ranks read only their shards
 dcp_state_dict.get_model_state_dict = _copied_state_dict
 fsdp_utils.fsdp2_prepare_model = _probe
 import accelerate.accelerator  # noqa: E402  (it imported fsdp2_prepare_model by name)

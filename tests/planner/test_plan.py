@@ -147,3 +147,14 @@ def test_selective_recompute_adds_the_kept_attention_outputs():
     assert selective.torch_memory.total == pytest.approx(full.total + kept, rel=1e-12)
     assert full.activations_selective == selective.torch_memory.activations  # the table's row, either way
     assert selective.jax_memory.activations_selective is None  # a torch-only mode
+
+
+def test_torch_on_cpu_is_planned_in_fp32():
+    """Issue 21, item 7: the torch backend trains in fp32 without a GPU (a bf16 recipe included), so the planner's
+    torch column counts 4 bytes per weight there (the 2-layer rehearsal measured 14.8 GB against 4.8 shown)."""
+    cpu = ["hardware=cpu", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.tp=1", "serve.tensor_parallel_size=1"]
+    plan = plan_recipe(load_for_plan(REPO / "recipes" / "gemma4-31b-2xh100.yaml", [*cpu, "backend.torch.fsdp=false"]))
+    assert plan.torch_memory is not None and plan.torch_devices == 2
+    assert plan.torch_memory.base == pytest.approx(plan.spec.total_params * 4 / 1e9)
+    gpu = plan_recipe(_recipe(G4, "1xh200"))  # bf16 on a GPU: 2 bytes per weight
+    assert gpu.torch_memory.base == pytest.approx(plan.spec.total_params * 2 / 1e9)

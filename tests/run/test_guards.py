@@ -13,14 +13,15 @@ import yaml
 
 from crosstune.recipe import load_recipe
 
-# Strict recipe (data.strict defaults to true); 512-token rows drop the longer records, so `--lenient` skips some.
+# Strict recipe (data.strict defaults to true) on the synthetic corpus plus two broken lines, which `--lenient`
+# skips; 512-token rows drop the longer records (the length policy: dropped and counted in either mode).
 RECIPE = """\
 name: guards
 output_dir: {root}/runs
 model: {{family: gemma4, path: {model}, dtype: float32}}
 lora: {{rank: 4, alpha: 8, dropout: 0.0, targets: [q, o]}}
 data:
-  sources: [{{path: {corpus}/train.jsonl}}]
+  sources: [{{path: {root}/train.jsonl}}]
   max_seq_len: 512
   truncation: drop
   packing: true
@@ -50,12 +51,14 @@ def lenient_workspace(tmp_path_factory, tiny_gemma4_dir, synth_corpus_dir):
     from crosstune.data import prepare_dataset
 
     root = tmp_path_factory.mktemp("guards")
+    broken = b'{"prompt": "p", "response": "a"\n{"system": "s", "prompt": "p"}\n'  # bad JSON, no response
+    (root / "train.jsonl").write_bytes((synth_corpus_dir / "train.jsonl").read_bytes() + broken)
     path = root / "recipe.yaml"
-    path.write_text(RECIPE.format(root=root, model=tiny_gemma4_dir, corpus=synth_corpus_dir))
+    path.write_text(RECIPE.format(root=root, model=tiny_gemma4_dir))
     prepared = prepare_dataset(load_recipe(path), lenient=True)
-    skipped = sum(prepared.stats["splits"]["train"]["skipped"].values())
-    assert skipped > 0
-    return root, path, skipped
+    train = prepared.stats["splits"]["train"]
+    assert train["skipped"] == {"bad_json": 1, "missing_field": 1} and sum(train["dropped"].values()) > 0
+    return root, path, train
 
 
 def _in(folder: Path):
@@ -123,11 +126,12 @@ def test_relative_run_dir_works_for_both_backends(torch_run, jax_run):
 
 # --- 10: one rule for leniently prepared data ---------------------------------------------------------------------
 def test_both_backends_train_on_lenient_data_and_record_it(lenient_workspace, torch_run, jax_run):
-    root, _, skipped = lenient_workspace
+    root, _, train = lenient_workspace
     for run in (torch_run, jax_run):
         data = json.loads((run / "run.json").read_text())["data"]
-        assert data["lenient"] is True and data["skipped_records"] == skipped
-        assert data["prepared_dir"] == str(root / "prepared") and data["skipped_by_reason"] == {"too_long": skipped}
+        assert data["lenient"] is True and data["skipped_records"] == 2
+        assert data["prepared_dir"] == str(root / "prepared") and data["skipped_by_reason"] == train["skipped"]
+        assert data["dropped_by_reason"] == train["dropped"] == {"too_long": data["dropped_records"]}
 
 
 def test_runs_and_exports_carry_the_data_template_hash(lenient_workspace, torch_run, jax_run, tmp_path):

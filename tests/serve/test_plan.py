@@ -110,3 +110,31 @@ def test_cli_serve_plan_exit_codes():
     assert "vllm/vllm-tpu:latest" in ok.output and "replicated on 2 ranks" in ok.output
     bad = runner.invoke(app, ["serve", "plan", str(RECIPES / "gemma4-31b-2xh100.yaml"), "--tp", "3"])
     assert bad.exit_code == 1 and "can't serve" in bad.output
+
+
+@pytest.mark.parametrize("args", [["--tp", "8"], ["--tp", "3"], ["--target", "2xh100", "--tp", "8"]])
+def test_cli_serve_plan_refuses_before_printing_any_command(args):
+    """Issue 21, item 7: a plan that can't serve says so right after the heads table, and prints no `vllm serve`
+    command, docker line or flag table to copy."""
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+
+    if not any(c.name == "export" for c in app.registered_commands):
+        _register()
+    bad = CliRunner().invoke(app, ["serve", "plan", str(RECIPES / "gemma4-31b-tpu-v5p-8.yaml"), *args])
+    assert bad.exit_code == 1
+    assert "can't serve" in bad.output and "vllm serve" not in bad.output and "docker" not in bad.output
+    assert "--served-model-name" not in bad.output and "capacity per chip" not in bad.output
+
+
+def test_served_model_name_follows_the_target():
+    """Issue 21, item 7: the recipe's name on its own hardware; on another target the model's name (a recipe named
+    for 2xh100 must not name a TPU server); --name overrides both, the adapter following it."""
+    home = serve_plan(recipe("gemma4-31b-2xh100"), "2xh100")
+    assert "--served-model-name gemma4-31b-2xh100 " in home.command()
+    away = serve_plan(recipe("gemma4-31b-2xh100"), "tpu-v6e-8", adapter=Path("/a"), adapter_rank=64)
+    assert "--served-model-name gemma-4-31b-it " in away.command() and "gemma-4-31b-it-lora=/a" in away.command()
+    assert "gemma-4-31b-it-lora=/adapter" in away.docker and "gemma4-31b-2xh100" not in away.docker
+    named = serve_plan(recipe("gemma4-31b-2xh100"), "1xh200", name="coder")
+    assert "--served-model-name coder " in named.command()

@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from crosstune.data.errors import DataError
 from crosstune.data.prepare import prepare_dataset
@@ -17,7 +18,7 @@ from crosstune.data.prepared import (
     staleness,
     tokenizer_hash,
 )
-from crosstune.data.stats import save_stats, skipped_examples, stats_table
+from crosstune.data.stats import dropped_examples, save_stats, skipped_examples, stats_table, summary_line
 from crosstune.errors import Interrupted
 from crosstune.recipe import RecipeError, load_recipe
 from crosstune.synth import OutputNotEmptyError, generate_corpus
@@ -104,9 +105,7 @@ def prepare(
         _fail(errors, exc)
     except KeyboardInterrupt:
         raise _interrupted(recipe, overrides or [], lenient, force) from None
-    console.print(stats_table(prepared.stats, title=f"Prepared data: {prepared.path}"))
-    for line in skipped_examples(prepared.stats):
-        console.print(f"  skipped {line}", markup=False, highlight=False)
+    _show(console, prepared.stats, prepared.path)
     if prepared.reused:
         console.print("[green]up to date[/green]: reused the existing preparation (--force redoes it)")
 
@@ -131,13 +130,24 @@ def stats(
             raise DataError(str(prepared.path), "no stats.json", hint="re-run `crosstune data prepare RECIPE --force`")
     except (RecipeError, DataError) as exc:
         _fail(errors, exc)
-    console.print(stats_table(prepared.stats, title=f"Prepared data: {prepared.path}"))
-    for line in skipped_examples(prepared.stats):
-        console.print(f"  skipped {line}", markup=False, highlight=False)
+    _show(console, prepared.stats, prepared.path)
     save_stats(prepared.path, prepared.stats)
     console.print(f"saved {prepared.path / 'stats.json'} and {prepared.path / 'lengths.png'}")
     if stale:
         console.print("[yellow]stale[/yellow] against the recipe: " + "; ".join(stale), highlight=False)
+
+
+def _show(console, stats: dict, path: Path) -> None:
+    """The stats table, the records left out (first few of each kind), the summary line and any warnings."""
+    console.print(stats_table(stats, title=f"Prepared data: {path}"))
+    for line in skipped_examples(stats):
+        console.print(f"  skipped {line}", markup=False, highlight=False)
+    for line in dropped_examples(stats):
+        console.print(f"  dropped {line}", markup=False, highlight=False)
+    for split in stats["splits"]:
+        console.print(summary_line(stats, split), markup=False, highlight=False)
+    for warning in stats.get("warnings", []):
+        console.print(f"[yellow]warning[/yellow]: {escape(warning)}", highlight=False)
 
 
 def _interrupted(recipe: Path, overrides: list[str], lenient: bool, force: bool) -> BaseException:
@@ -155,8 +165,6 @@ def _interrupted(recipe: Path, overrides: list[str], lenient: bool, force: bool)
 
 def _fail(errors, exc: Exception) -> None:
     """Print a recipe or data error (no traceback: it already says where and why) and exit 1."""
-    from rich.markup import escape
-
     errors.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
     raise typer.Exit(1)
 

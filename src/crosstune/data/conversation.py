@@ -15,6 +15,9 @@ THINK_TAG = re.compile(r"</?think>")
 ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
 ANSWER_TAG = re.compile(r"</?answer>")
 REASONING_FIELDS = ("reasoning", "reasoning_content", "thinking")
+# The markup a CodeV-R1-style system prompt asks the answer to be written in (tag -> how a message names it).
+PROMPTED_TAGS = {"<think>": "<think>…</think>", "<answer>": "<answer>…</answer>"}
+EMPTY_THINK = "<think>\n</think>\n"
 ROLES = ("system", "user", "assistant")
 
 
@@ -24,6 +27,8 @@ class Conversation:
     messages: list[dict]  # {"role", "content"} (+ "reasoning" on the final assistant turn under `native`)
     template_kwargs: dict = field(default_factory=dict)
     malformed: list[str] = field(default_factory=list)
+    # tags the system prompt asks for that the final assistant message (the trained target) does not contain
+    missing_tags: tuple[str, ...] = ()
 
 
 def split_reasoning(text: str) -> tuple[str, str, list[str]]:
@@ -175,7 +180,9 @@ class ConversationBuilder:
             if not answer:
                 once = " once the reasoning is removed" if reasoning else ""
                 raise _BadRecord("empty_answer", f"the answer is empty{once}", field_name)
-            if self.data.reasoning == "keep_inline":
+            if self.data.reasoning == "strip" and self.data.answer_markup == "tags":
+                out.append({"role": "assistant", "content": f"{EMPTY_THINK}<answer>\n{answer}\n</answer>"})
+            elif self.data.reasoning == "keep_inline":
                 content = msg["content"]
                 if msg.get("reasoning", "").strip():  # a separate reasoning field goes inline, in CodeV-R1 markup
                     content = f"<think>\n{msg['reasoning'].strip()}\n</think>\n\n{content}"
@@ -187,7 +194,9 @@ class ConversationBuilder:
             else:
                 out.append({"role": "assistant", "content": answer})
         kwargs = {"enable_thinking": True} if thinking else {}  # `<|think|>` only where a thought channel follows
-        return Conversation(where, out, kwargs, sorted(set(malformed)))
+        asked = [tag for tag in PROMPTED_TAGS if system and tag in system]
+        missing = tuple(tag for tag in asked if tag not in out[-1]["content"])
+        return Conversation(where, out, kwargs, sorted(set(malformed)), missing)
 
 
 class _BadRecord(Exception):
@@ -197,3 +206,22 @@ class _BadRecord(Exception):
 
 def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def prompt_target_warning(convs: list[Conversation], data: DataSection, split: str) -> str | None:
+    """The warning for records whose (kept or replaced) system prompt asks for <think>/<answer> tags that the trained
+    target lacks: a model trained on them learns to disobey its system prompt. None when every record agrees."""
+    bad = [c for c in convs if c.missing_tags]
+    if not bad:
+        return None
+    tags = [PROMPTED_TAGS[t] for t in PROMPTED_TAGS if any(t in c.missing_tags for c in bad)]
+    setting = f"data.reasoning {data.reasoning}"
+    if data.reasoning == "strip":
+        setting += f" (answer_markup {data.answer_markup})"
+    return (
+        f"{split}: in {len(bad):,} of {len(convs):,} records (first: {bad[0].where}) the system prompt "
+        f"(data.system_prompt.policy {data.system_prompt.policy}) asks for {' and '.join(tags)} tags, but "
+        f"{setting} trains targets without {'them' if len(tags) > 1 else 'it'}: a model trained so learns to "
+        "disobey its system prompt. Keep them consistent: data.answer_markup tags (reasoning stripped, tags kept), "
+        "data.system_prompt.policy strip or replace, or data.reasoning keep_inline"
+    )

@@ -1,4 +1,5 @@
-"""Bad input: one exception for strict mode, one ledger for lenient mode, so nothing is skipped silently."""
+"""Bad input: one exception for strict mode, one ledger for lenient mode, so nothing is skipped silently; records
+the length policy leaves out (too long for max_seq_len) are counted there too, in strict mode as well."""
 
 from __future__ import annotations
 
@@ -23,11 +24,14 @@ class DataError(CrosstuneError):
 
 @dataclass
 class Ledger:
-    """Strict: the first bad record raises DataError. Lenient: it is skipped, counted by kind and (first few) listed."""
+    """Strict: the first bad record raises DataError. Lenient: it is skipped, counted by kind and (first few) listed.
+    A record the length policy drops is not bad: `drop` counts and lists it whatever the mode."""
 
     strict: bool
     skipped: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
+    dropped: Counter = field(default_factory=Counter)
+    dropped_examples: list[str] = field(default_factory=list)
 
     def bad(self, where: str, kind: str, reason: str, field_name: str | None = None, hint: str = "") -> None:
         error = DataError(where, reason, field_name, hint)
@@ -36,3 +40,9 @@ class Ledger:
         self.skipped[kind] += 1
         if len(self.examples) < MAX_LISTED:
             self.examples.append(str(error))
+
+    def drop(self, where: str, kind: str, reason: str) -> None:
+        """A well-formed record left out by the length policy (data.truncation): counted, never an error."""
+        self.dropped[kind] += 1
+        if len(self.dropped_examples) < MAX_LISTED:
+            self.dropped_examples.append(f"{where}: {reason}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from crosstune.data.conversation import Conversation, ConversationBuilder
+from crosstune.data.conversation import Conversation, ConversationBuilder, prompt_target_warning
 from crosstune.data.encode import ChatEncoder
 from crosstune.data.errors import DataError, Ledger
 from crosstune.data.packing import build_rows, fit_length
@@ -33,7 +33,6 @@ from crosstune.fsutil import exclusive_lock, lock_path
 from crosstune.recipe.schema import Recipe, Subsample
 
 ENCODE_BATCH = 256  # conversations per render + tokenize call (the tokenizer batches in Rust)
-LENGTH_HINT = "raise data.max_seq_len, set data.truncation: truncate, or pass --lenient to skip such records"
 Progress = Callable[[str, int, int], None]  # (split, records done, records total)
 
 
@@ -50,6 +49,8 @@ def prepare_dataset(
     An up-to-date preparation at the destination is reused; a stale or foreign one is refused unless `force`.
     Strict (the recipe's `data.strict`, unless `lenient`): the first bad record raises DataError naming
     file:line, field and reason, and nothing is written. Lenient: bad records are skipped and counted in the stats.
+    Length is a policy, not a defect: in either mode a record longer than data.max_seq_len is dropped (`drop`, or
+    `truncate` when not one answer token fits) and counted under `dropped` in the stats and the manifest.
     """
     dest = (Path(out_dir) if out_dir else prepared_dir(recipe)).resolve()
     hint = "wait for it to finish, then run again (its result is reused when it matches)"
@@ -85,11 +86,13 @@ def _prepare_locked(recipe, dest, tokenizer, lenient, force, progress) -> Prepar
     builder = ConversationBuilder(recipe.data, tuple(dict.fromkeys(control)), bool(chat.thought_start))
     encoder = ChatEncoder(tokenizer, chat)
 
-    splits, all_stats = {}, {}
+    splits, all_stats, warnings = {}, {}, []
     for split in dict.fromkeys(["train", *(s.split for s in recipe.data.sources)]):
         ledger = Ledger(strict)
         raw, blank = read_split(recipe, split, ledger)
         convs = [c for r in raw if (c := builder.build(r, ledger)) is not None]
+        if warning := prompt_target_warning(convs, recipe.data, split):
+            warnings.append(warning)
         sample = recipe.data.subsample if split == "train" else None
         convs, subsampled_out = _subsample(convs, sample)
         rows, wheres, lengths, figures = _encode_split(split, convs, encoder, ledger, recipe, tokenizer, progress)
@@ -97,7 +100,7 @@ def _prepare_locked(recipe, dest, tokenizer, lenient, force, progress) -> Prepar
             raise DataError("data.sources", "no training records left", hint=_why_empty(ledger, subsampled_out))
         splits[split] = (rows, wheres, lengths)
         all_stats[split] = split_stats(
-            rows, lengths, ledger.skipped, ledger.examples, subsampled_out=subsampled_out, blank_lines=blank, **figures
+            rows, lengths, ledger, subsampled_out=subsampled_out, blank_lines=blank, **figures
         )
 
     manifest = {
@@ -112,10 +115,12 @@ def _prepare_locked(recipe, dest, tokenizer, lenient, force, progress) -> Prepar
         "packing": recipe.data.packing,
         "pad_id": int(tokenizer.pad_token_id),
         "lenient": not strict,
+        # records the length policy left out, per split and reason (also in stats.json, with the first few named)
+        "dropped": {name: dict(sorted(s["dropped"].items())) for name, s in all_stats.items()},
         "dtypes": {"input_ids": "int32", "loss_mask": "uint8", "segment_ids": "int32", "positions": "int32"},
         "mask_convention": "loss_mask[t] = 1: token t is a prediction target, predicted from tokens < t",
     }
-    write_prepared(dest, splits, manifest, {"recipe": recipe.name, "splits": all_stats})
+    write_prepared(dest, splits, manifest, {"recipe": recipe.name, "splits": all_stats, "warnings": warnings})
     return PreparedDataset(dest, read_manifest(dest))
 
 
@@ -138,22 +143,18 @@ def _encode_split(split, convs, encoder, ledger, recipe, tokenizer, progress):
             if enc.min_tokens is not None:  # too long for certain, and never tokenized (a 50 MB record took minutes)
                 lengths.append(enc.min_tokens)  # a lower bound: the length statistics stay "longer than max"
                 reason = f"at least {enc.min_tokens} tokens (too long to tokenize), more than data.max_seq_len"
-                ledger.bad(enc.where, "too_long", f"{reason} {data.max_seq_len}", hint=LENGTH_HINT)
+                ledger.drop(enc.where, "too_long", f"{reason} {data.max_seq_len}")
                 continue
             lengths.append(len(enc.ids))
             fit = fit_length(enc.ids, enc.mask, data.max_seq_len, data.truncation)
             if fit == "too_long":
-                ledger.bad(
-                    enc.where,
-                    "too_long",
-                    f"{len(enc.ids)} tokens, more than data.max_seq_len {data.max_seq_len}",
-                    hint=LENGTH_HINT,
-                )
+                reason = f"{len(enc.ids)} tokens, more than data.max_seq_len {data.max_seq_len}"
+                ledger.drop(enc.where, "too_long", reason)
                 continue
             if fit == "prompt_too_long":
                 first = int(np.argmax(enc.mask))
                 reason = f"the prompt alone is {first} tokens, data.max_seq_len is {data.max_seq_len}"
-                ledger.bad(enc.where, "prompt_too_long", reason, hint=LENGTH_HINT)
+                ledger.drop(enc.where, "prompt_too_long", reason)
                 continue
             ids, mask, was_cut = fit
             docs.append((ids, mask))
@@ -176,8 +177,9 @@ def _encode_split(split, convs, encoder, ledger, recipe, tokenizer, progress):
 
 
 def _why_empty(ledger: Ledger, subsampled_out: int) -> str:
-    if ledger.skipped:
-        return "every record was skipped: " + ", ".join(f"{k} {v}" for k, v in ledger.skipped.items())
+    left_out = ledger.skipped + ledger.dropped
+    if left_out:
+        return "every record was left out: " + ", ".join(f"{k} {v}" for k, v in left_out.items())
     return "the sources hold no records" if not subsampled_out else "check data.subsample"
 
 
@@ -197,7 +199,7 @@ def training_data(recipe: Recipe, tokenizer=None, *, may_prepare: bool = True) -
 def data_provenance(prepared: PreparedDataset) -> dict:
     """What run.json records about the data: where, which hash, and whether (and what) records were skipped."""
     train = prepared.stats.get("splits", {}).get("train", {})
-    skipped = train.get("skipped", {})
+    skipped, dropped = train.get("skipped", {}), train.get("dropped", {})
     return {
         "prepared_dir": str(prepared.path),
         "data_hash": prepared.manifest.get("data_hash"),
@@ -206,7 +208,10 @@ def data_provenance(prepared: PreparedDataset) -> dict:
         "lenient": bool(prepared.manifest.get("lenient")),
         "skipped_records": int(sum(skipped.values())),
         "skipped_by_reason": skipped,
+        "dropped_records": int(sum(dropped.values())),  # longer than max_seq_len (data.truncation), not bad
+        "dropped_by_reason": dropped,
         "train_rows": len(prepared.split("train")),
+        "warnings": list(prepared.stats.get("warnings", [])),  # e.g. a system prompt the targets disobey
     }
 
 

@@ -9,16 +9,17 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
+from crosstune.data.errors import Ledger
 from crosstune.data.packing import Rows
 
 PERCENTILES = (50, 90, 99)
+DROP_LABELS = {"too_long": "longer than max_seq_len", "prompt_too_long": "prompt alone longer than max_seq_len"}
 
 
 def split_stats(
     rows: Rows,
     raw_lengths: np.ndarray,
-    skipped: Counter,
-    examples: list[str],
+    ledger: Ledger,
     malformed: Counter,
     subsampled_out: int,
     blank_lines: int,
@@ -27,7 +28,8 @@ def split_stats(
     untrained_turns: int,
 ) -> dict:
     """The figures of one split (JSON-ready). `raw_lengths`: token length of every tokenized record before the
-    length policy, so the histogram shows what max_seq_len cut or dropped."""
+    length policy, so the histogram shows what max_seq_len cut or dropped. `ledger`: the records skipped as bad and
+    those the length policy dropped."""
     n_rows, row_len = rows.input_ids.shape
     n_docs = len(rows.doc_row)
     tokens = int(np.count_nonzero(rows.segment_ids))
@@ -37,11 +39,14 @@ def split_stats(
     lengths["mean"] = round(float(raw_lengths.mean()), 1) if raw_lengths.size else 0.0
     lengths["fraction_within_max_seq_len"] = _ratio(int((raw_lengths <= row_len).sum()), raw_lengths.size)
     counts, edges = np.histogram(raw_lengths, bins=40) if raw_lengths.size else (np.zeros(0), np.zeros(0))
+    skipped, dropped = ledger.skipped, ledger.dropped
     return {
-        "records_in": n_docs + sum(skipped.values()) + subsampled_out,
+        "records_in": n_docs + sum(skipped.values()) + sum(dropped.values()) + subsampled_out,
         "records_out": n_docs,
         "skipped": dict(sorted(skipped.items())),
-        "skipped_examples": examples,
+        "skipped_examples": ledger.examples,
+        "dropped": dict(sorted(dropped.items())),  # longer than max_seq_len: the length policy, not bad records
+        "dropped_examples": ledger.dropped_examples,
         "subsampled_out": subsampled_out,
         "blank_lines": blank_lines,
         "truncated": int(rows.doc_truncated.sum()),
@@ -85,6 +90,8 @@ def stats_table(stats: dict, title: str = "Prepared data") -> Table:
     reasons = sorted({r for s in splits.values() for r in s["skipped"]})
     for reason in reasons:
         row(f"  skipped: {reason}", lambda s, r=reason: f"{s['skipped'].get(r, 0):,}")
+    for reason in sorted({r for s in splits.values() for r in s.get("dropped", {})}):
+        row(f"  dropped: {DROP_LABELS.get(reason, reason)}", lambda s, r=reason: f"{s.get('dropped', {}).get(r, 0):,}")
     row("  subsampled out", lambda s: f"{s['subsampled_out']:,}")
     row("truncated (tokens cut)", lambda s: f"{s['truncated']:,} ({s['truncated_tokens_cut']:,})")
     row("tokens", lambda s: f"{s['tokens']:,}")
@@ -103,6 +110,25 @@ def stats_table(stats: dict, title: str = "Prepared data") -> Table:
 
 def skipped_examples(stats: dict) -> list[str]:
     return [f"{name}: {e}" for name, s in stats["splits"].items() for e in s["skipped_examples"]]
+
+
+def dropped_examples(stats: dict) -> list[str]:
+    return [f"{name}: {e}" for name, s in stats["splits"].items() for e in s.get("dropped_examples", [])]
+
+
+def summary_line(stats: dict, split: str = "train") -> str:
+    """One line: records kept of those read, and what was dropped (length policy) or skipped (bad records)."""
+    s = stats["splits"][split]
+    parts = [f"{split}: kept {s['records_out']:,} of {s['records_in']:,} records"]
+    dropped, skipped = s.get("dropped", {}), s["skipped"]
+    if dropped:
+        what = ", ".join(f"{n:,} {DROP_LABELS.get(r, r)} {s['row_length']}" for r, n in dropped.items())
+        parts.append(f"dropped {what}" if len(dropped) == 1 else f"dropped {sum(dropped.values()):,} ({what})")
+    if skipped:
+        parts.append(f"skipped {sum(skipped.values()):,} bad ({', '.join(f'{r} {n:,}' for r, n in skipped.items())})")
+    if s["subsampled_out"]:
+        parts.append(f"{s['subsampled_out']:,} left out by data.subsample")
+    return "; ".join(parts)
 
 
 def save_stats(folder: Path, stats: dict) -> None:

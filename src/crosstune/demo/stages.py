@@ -81,9 +81,9 @@ def stage_prepare(ctx: DemoContext) -> str:
     console.print(stats_table(prepared.stats, title="Prepared data"))
     s = prepared.stats["splits"]["train"]
     ctx.made.append(("prepared data (shards, manifest, stats)", prepared.path, f"{s['rows']} rows × {s['row_length']}"))
-    skipped = sum(s["skipped"].values())
+    skipped, dropped = sum(s["skipped"].values()), sum(s.get("dropped", {}).values())
     return (
-        f"{s['records_out']} records ({skipped} skipped) → {s['rows']} rows of {s['row_length']}, "
+        f"{s['records_out']} records ({skipped} skipped, {dropped} too long) → {s['rows']} rows of {s['row_length']}, "
         f"{s['trained_fraction']:.0%} of tokens trained, {s['packing_efficiency']:.0%} non-padding"
     )
 

@@ -10,38 +10,89 @@ from rich.table import Table
 
 from crosstune.families import get_family
 from crosstune.fsutil import staged_dir
-from crosstune.models.tiny import build_tiny_model
+from crosstune.models.build import DTYPES, LAYOUTS, build_checkpoint, sized_spec
 
 model_app = typer.Typer(
-    help="Build model checkpoints locally (tiny test models, the demo's pretrained base).", no_args_is_help=True
+    help="Build model checkpoints locally (tiny test models, real-size rehearsal models, the demo's pretrained base).",
+    no_args_is_help=True,
 )
+CorpusOpt = typer.Option(
+    None,
+    "--corpus",
+    help="Corpus directory with train.jsonl to train the tokenizer on (default: a small synthetic Verilog corpus, "
+    "fixed seed).",
+)
+SeedOpt = typer.Option(0, "--seed", help="Weight-init seed; the same arguments give byte-identical files.")
+OutOpt = typer.Option(..., "--out", help="Directory to write the checkpoint into (must be empty or new).")
+ForceOpt = typer.Option(False, "--force", help="Replace OUT if it is not empty (its contents are deleted).")
+LayoutOpt = typer.Option(
+    "causal", "--layout", help="causal: text-only *ForCausalLM; multimodal: *ForConditionalGeneration with a small "
+    "vision tower (the official checkpoints' layout)"
+)  # fmt: skip
+ShardsOpt = typer.Option(1, "--shards", min=1, help="safetensors files (more than 1: with model.safetensors.index.json)")
 
 
 @model_app.command("tiny")
 def tiny(
     family: str = typer.Option(..., "--family", help="Model family: gemma3 or gemma4."),
-    out: Path = typer.Option(..., "--out", help="Directory to write the checkpoint into (must be empty or new)."),
-    seed: int = typer.Option(0, "--seed", help="Weight-init seed; the same seed gives byte-identical files."),
-    corpus: Path | None = typer.Option(
-        None,
-        "--corpus",
-        help="Corpus directory with train.jsonl to train the tokenizer on "
-        "(default: a small synthetic Verilog corpus, fixed seed).",
-    ),
-    force: bool = typer.Option(False, "--force", help="Replace OUT if it is not empty (its contents are deleted)."),
+    out: Path = OutOpt,
+    seed: int = SeedOpt,
+    corpus: Path | None = CorpusOpt,
+    layout: str = LayoutOpt,
+    dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16"),
+    shards: int = ShardsOpt,
+    force: bool = ForceOpt,
 ) -> None:
-    """Build a tiny random-weight Gemma checkpoint (HF layout, fp32) with a locally trained tokenizer.
+    """Build a tiny random-weight Gemma checkpoint (HF layout, fp32 by default) with a locally trained tokenizer.
 
-    Shapes are the family's "tiny" spec: hidden 64, 6 layers (5 sliding : 1 global), vocab 1024.
+    Shapes are the family's "tiny" spec: hidden 64, 6 layers (5 sliding : 1 global), vocab 1024. `--layout
+    multimodal --dtype bfloat16 --shards 2` gives the hub's layout at the same size.
 
     It loads offline with AutoModelForCausalLM and AutoTokenizer; meant for tests and CPU smoke runs.
     """
+    _build(family, out, "tiny", None, None, layout, dtype, shards, seed, corpus, force)
 
+
+@model_app.command("build")
+def build(
+    family: str = typer.Option(..., "--family", help="Model family: gemma3 or gemma4."),
+    size: str = typer.Option(..., "--size", help="A size of the family (gemma4: tiny, small, 31b; gemma3: ... 27b)."),
+    out: Path = OutOpt,
+    layers: int = typer.Option(None, "--layers", min=1, help="Decoder layers (default: the size's; fewer than 6 "
+                               "end with a global layer, so 2 = one sliding + one global)"),  # fmt: skip
+    vocab: int = typer.Option(None, "--vocab", min=16, help="Vocabulary size (default: the size's, 262,144 for 31b)"),
+    layout: str = LayoutOpt,
+    dtype: str = typer.Option("bfloat16", "--dtype", help="float32 or bfloat16 (the hub's checkpoints: bfloat16)"),
+    shards: int = ShardsOpt,
+    seed: int = SeedOpt,
+    corpus: Path | None = CorpusOpt,
+    force: bool = ForceOpt,
+) -> None:
+    """Build a random-weight checkpoint of a real size in the hub's layout, with a tokenizer of its vocabulary.
+
+    The 31B's true dimensions with 2 layers, as the real checkpoint is stored (2.4 B parameters, ~4.8 GB, ~1-2 min
+    and ~8 GB of RAM here):
+
+        crosstune model build --family gemma4 --size 31b --layers 2 --layout multimodal --shards 4 --out DIR
+
+    The tokenizer is trained locally (byte-level BPE, the family's special tokens and chat template); a vocabulary
+    larger than the corpus supports learns its extra entries from seeded pseudo-words.
+    """
+    _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus, force)
+
+
+def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus, force) -> None:
     console = Console()
     try:
         fam = get_family(family)
     except KeyError as e:
         raise typer.BadParameter(str(e.args[0]), param_hint="--family") from None
+    if size not in fam.sizes:
+        raise typer.BadParameter(f"unknown {fam.name} size {size!r}; known: {', '.join(fam.sizes)}", param_hint="--size")
+    if layout not in LAYOUTS:
+        raise typer.BadParameter(f"{layout!r}: one of {', '.join(LAYOUTS)}", param_hint="--layout")
+    if dtype not in DTYPES:
+        raise typer.BadParameter(f"{dtype!r}: one of {', '.join(DTYPES)}", param_hint="--dtype")
     if out.exists() and not out.is_dir():
         raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="--out")
     if out.is_dir() and any(out.iterdir()):
@@ -56,15 +107,23 @@ def tiny(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-
+    spec = sized_spec(fam.name, size, layers, vocab)
     # Build next to OUT and swap in at the end: a failed build leaves OUT as it was (--force was checked above).
-    with staged_dir(out, may_replace=lambda _: None) as tmp:
-        with console.status(f"building tiny {fam.name} (training tokenizer, initialising weights)"):
-            build_tiny_model(fam.name, tmp, seed=seed, corpus_dir=corpus)
+    try:
+        with staged_dir(out, may_replace=lambda _: None) as tmp, console.status(f"building {spec.name}") as status:
+            build_checkpoint(
+                fam.name, tmp, size=size, layers=layers, vocab=vocab, layout=layout, dtype=dtype, shards=shards,
+                seed=seed, corpus_dir=corpus, say=lambda message: status.update(f"{spec.name}: {message}"),
+            )  # fmt: skip
+    except ValueError as e:  # e.g. a shard count the tensors can't be split into
+        raise typer.BadParameter(str(e), param_hint="--shards") from None
+    _report(console, spec, out, layout, dtype, seed)
 
-    spec = fam.spec("tiny")
+
+def _report(console: Console, spec, out: Path, layout: str, dtype: str, seed: int) -> None:
     console.print(
-        f"[bold]tiny {fam.name}[/bold] → {out}  params {spec.total_params:,}  vocab {spec.vocab_size}  seed {seed}"
+        f"[bold]{spec.name}[/bold] ({layout}, {dtype}) → {out}  decoder params {spec.total_params:,}  "
+        f"vocab {spec.vocab_size:,}  seed {seed}"
     )
     console.print("layer types: " + " ".join(spec.layer_types))
     table = Table("layer type", "layers", "heads", "KV heads", "head_dim", "window", "v_proj")

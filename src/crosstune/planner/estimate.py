@@ -109,6 +109,8 @@ def memory(
 ) -> Memory:
     """Per-device memory of one mesh (JAX: fsdp × tp) or one FSDP group of `devices` GPUs (torch)."""
     a = DTYPE_BYTES[recipe.model.dtype]
+    if backend == "torch" and hw.chip.platform == "cpu":
+        a = DTYPE_BYTES["float32"]  # the torch backend loads and trains in fp32 without a GPU (train/torch/model.py)
     b, seq = recipe.train.per_device_batch_size, recipe.data.max_seq_len
     mesh = {"fsdp": fsdp, "tp": tp}
     rank = recipe.lora.rank

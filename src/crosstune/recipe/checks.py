@@ -86,6 +86,7 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
             )
         )
 
+    problems += _prompt_target_problems(recipe)
     spec, spec_problems = model_spec(recipe, base_dir)
     problems += spec_problems
     targets = set(recipe.lora.targets)
@@ -214,3 +215,24 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
                 )
             )
     return problems
+
+
+def _prompt_target_problems(recipe: Recipe) -> list[Problem]:
+    """A replacement system prompt (its text is in the recipe) that asks for <think>/<answer> tags the targets won't
+    have; kept prompts come with the data, so `data prepare` checks those record by record."""
+    d = recipe.data
+    text = d.system_prompt.text if d.system_prompt.policy == "replace" else None
+    asked = [tag for tag in ("<think>", "<answer>") if text and tag in text]
+    if not asked or d.reasoning == "keep_inline" or (d.reasoning == "strip" and d.answer_markup == "tags"):
+        return []
+    return [
+        Problem(
+            "data.system_prompt.text",
+            f"asks for {' and '.join(asked)} tags, but data.reasoning {d.reasoning}"
+            + (f" with answer_markup {d.answer_markup}" if d.reasoning == "strip" else "")
+            + " trains targets without them: the model learns to disobey its system prompt",
+            "set data.answer_markup: tags (reasoning stripped, tags kept), reword the prompt, or use reasoning "
+            "keep_inline",
+            severity="warning",
+        )
+    ]

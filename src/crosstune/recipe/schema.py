@@ -98,12 +98,25 @@ class DataSection(Section):
     columns: ColumnMapping = Field(default_factory=ColumnMapping)
     system_prompt: SystemPromptPolicy = Field(default_factory=SystemPromptPolicy)
     reasoning: Literal["strip", "keep_inline", "native"] = "strip"
+    answer_markup: Literal["plain", "tags"] = Field(
+        "plain", description="reasoning strip only: 'tags' trains the answer in the markup a CodeV-R1 system prompt "
+        "asks for, an emptied <think></think> then <answer>ANSWER</answer>, so a kept prompt and the target agree"
+    )  # fmt: skip
     max_seq_len: PositiveInt = 2048
     truncation: Literal["drop", "truncate"] = "drop"
     packing: bool = True
     subsample: Subsample | None = None
     strict: bool = Field(True, description="stop at the first bad record (file:line) instead of skipping it")
     prepared_dir: str | None = Field(None, description="where prepared shards go (default: <output_dir>/data/<name>)")
+
+    @model_validator(mode="after")
+    def _markup_needs_strip(self) -> DataSection:
+        if self.answer_markup == "tags" and self.reasoning != "strip":
+            raise ValueError(
+                f"answer_markup 'tags' rewrites stripped targets; reasoning {self.reasoning!r} keeps the reasoning "
+                "(keep_inline: the record's own tags; native: Gemma 4's thought channel): set answer_markup plain"
+            )
+        return self
 
 
 class KernelsSection(Section):

@@ -32,6 +32,9 @@ def plan(
     ),
     kv_cache_dtype: str = typer.Option(None, "--kv-cache-dtype", help="auto or fp8 (default: serve.kv_cache_dtype)"),
     adapter: Path = typer.Option(None, "--adapter", help="a PEFT adapter directory to serve with --enable-lora"),
+    name: str = typer.Option(
+        None, "--name", help="served model name (default: the recipe's name on its hardware, else the model folder's)"
+    ),
 ) -> None:
     """The exact `vllm serve` command and docker line for a target, every flag explained, tensor parallelism checked
     against each layer type's heads, and the KV-cache capacity per chip at bf16 and fp8. Exit 1 if it can't serve."""
@@ -45,7 +48,7 @@ def plan(
         raise typer.BadParameter(f"{target!r}: one of {', '.join(SERVE_TARGETS)}", param_hint="--target")
     recipe = load_recipe(recipe_file)
     rank = json.loads((adapter / "adapter_config.json").read_text())["r"] if adapter else None
-    result = serve_plan(recipe, target, tp=tp, kv_dtype=kv_cache_dtype, adapter=adapter, adapter_rank=rank)
+    result = serve_plan(recipe, target, tp=tp, kv_dtype=kv_cache_dtype, adapter=adapter, adapter_rank=rank, name=name)
     render_serve_plan(result, console)
     if not result.ok:
         raise typer.Exit(1)

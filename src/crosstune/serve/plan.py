@@ -102,8 +102,10 @@ def serve_plan(
     adapter: Path | None = None,
     adapter_rank: int | None = None,
     port: int | None = None,
+    name: str | None = None,
 ) -> ServePlan:
-    """The launch plan of `recipe`'s model on `target` (default: the recipe's hardware)."""
+    """The launch plan of `recipe`'s model on `target` (default: the recipe's hardware); `name`: the served model
+    name (default: `served_name`)."""
     target = target or recipe.hardware
     if target not in SERVE_TARGETS:
         raise ValueError(f"unknown serve target {target!r}; known: {', '.join(SERVE_TARGETS)}")
@@ -176,14 +178,15 @@ def serve_plan(
             "else Triton attention for all layers (slower)"
         )
     mm = _multimodal(recipe, model_dir)
-    flags = _flags(recipe, spec, platform, tp, kv_dtype, mm, port or s.port)
+    name = name or served_name(recipe, target, model_dir)
+    flags = _flags(recipe, spec, platform, tp, kv_dtype, mm, port or s.port, name)
     if adapter is not None:
         rank = adapter_rank or recipe.lora.rank
         flags += [
             Flag(("--enable-lora",), "serve LoRA adapters on top of the base weights"),
             Flag(
-                ("--lora-modules", f"{recipe.name}-lora={adapter}"),
-                f"the adapter, requested as model {recipe.name}-lora (the base stays {recipe.name})",
+                ("--lora-modules", f"{name}-lora={adapter}"),
+                f"the adapter, requested as model {name}-lora (the base stays {name})",
             ),
             Flag(
                 ("--max-lora-rank", str(max_lora_rank(rank))),
@@ -206,15 +209,26 @@ def serve_plan(
         blockers,
         notes + layout.replicated,
     )
-    plan.docker = _docker(plan, recipe, port or s.port, adapter)
+    plan.docker = _docker(plan, recipe, port or s.port, adapter, name)
     return plan
 
 
-def _flags(recipe: Recipe, spec: ModelSpec, platform: str, tp: int, kv_dtype: str, mm: bool, port: int) -> list[Flag]:
+def served_name(recipe: Recipe, target: str, model_dir: Path | None) -> str:
+    """The recipe's name on its own hardware; elsewhere the model's (its folder's name, e.g. gemma-4-31b-it): a
+    recipe named for 2xh100 would misname a server on a TPU."""
+    if target == recipe.hardware:
+        return recipe.name
+    folder = model_dir or (Path(recipe.model.path) if recipe.model.path else None)
+    return folder.name if folder is not None and folder.name else _spec(recipe, None).name
+
+
+def _flags(
+    recipe: Recipe, spec: ModelSpec, platform: str, tp: int, kv_dtype: str, mm: bool, port: int, name: str
+) -> list[Flag]:
     s = recipe.serve
     dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
     flags = [
-        Flag(("--served-model-name", recipe.name), "the name clients put in the request's `model` field"),
+        Flag(("--served-model-name", name), "the name clients put in the request's `model` field"),
         Flag(("--dtype", dtype), "vLLM's default silently converts fp32 checkpoints to bf16: say which"),
         Flag(("--max-model-len", str(s.max_model_len)), "prompt + output limit; sizes the KV cache a sequence may use"),
     ]
@@ -267,14 +281,14 @@ def _host_path(path: str) -> str:
     return f'"$HOME/{path[2:]}"' if path.startswith("~/") else shlex.quote(path)
 
 
-def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None) -> str | None:
+def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, name: str) -> str | None:
     if plan.platform == "cpu":
         return None
     args = [a for f in plan.flags for a in f.args]
     mounts = f"-v {_host_path(str(recipe.model.path or plan.model_dir))}:{MODEL_MOUNT}:ro"
     if adapter is not None:  # the adapter is mounted at /adapter and named there
         mounts += f" -v {_host_path(str(adapter))}:/adapter:ro"
-        args = [f"{recipe.name}-lora=/adapter" if a == f"{recipe.name}-lora={adapter}" else a for a in args]
+        args = [f"{name}-lora=/adapter" if a == f"{name}-lora={adapter}" else a for a in args]
     if plan.platform == "gpu":
         head = ["docker", "run", "--gpus", "all", "--ipc=host", "-p", f"{port}:{port}"]
     else:  # TPU: host network and devices; XLA's compile cache kept across restarts

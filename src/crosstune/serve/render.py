@@ -31,6 +31,12 @@ def render_serve_plan(plan: ServePlan, out: Console) -> None:
             verdict,
         )
     out.print(heads)
+    if not plan.ok:  # refuse first: an invalid command is never printed, not even to be read past
+        for b in plan.blockers:
+            out.print(f"[red]can't serve[/red]: {b}", highlight=False)
+        for note in plan.notes:
+            out.print(f"[yellow]note[/yellow]: {note}", highlight=False)
+        return
 
     out.print("[bold]command[/bold]")
     out.print(plan.command(), markup=False, highlight=False, soft_wrap=True)
@@ -66,7 +72,4 @@ def render_serve_plan(plan: ServePlan, out: Console) -> None:
     out.print(cap)
     for note in plan.notes:
         out.print(f"[yellow]note[/yellow]: {note}", highlight=False)
-    if plan.ok:
-        out.print(f"[green]plan ok[/green] for {hw.name}")
-    for b in plan.blockers:
-        out.print(f"[red]can't serve[/red]: {b}", highlight=False)
+    out.print(f"[green]plan ok[/green] for {hw.name}")

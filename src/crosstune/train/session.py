@@ -127,6 +127,8 @@ class TrainingSession:
         data = data_provenance(prepared)
         if backend.lead and (note := lenient_note(data)):
             say(note)
+        for warning in data["warnings"] if backend.lead else ():
+            say(f"[data] warning: {warning}")
         plan = plan_steps(recipe.train, len(prepared.split("train")), width, processes)
         done = saved_steps(self.run_dir) if self.resume else []
         if done and done[-1] >= plan.total_steps:

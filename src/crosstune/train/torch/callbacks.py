@@ -28,8 +28,9 @@ def recomputes_activations(args: Any) -> bool:
 class CrosstuneSFTTrainer(SFTTrainer):
     """SFTTrainer with the loss normalisation pinned and the per-step counts the metrics need."""
 
-    def __init__(self, *args: Any, keep_last: int, **kwargs: Any):
+    def __init__(self, *args: Any, keep_last: int, shard_source: Path | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.shard_source = shard_source  # the checkpoint this rank reads its FSDP2 shard from (a meta base)
         # Trainer passes `num_items_in_batch` (the trained-token count of the whole optimizer step, summed over
         # micro-batches and ranks) only when the model "accepts loss kwargs". Gemma 3/4 ForConditionalGeneration
         # (multimodal checkpoints) declare False, which silently turns the loss into a per-micro-batch mean.
@@ -78,6 +79,21 @@ class CrosstuneSFTTrainer(SFTTrainer):
 
     def discard_step(self) -> None:
         self._loss_sum, self._trained_tokens, self._tokens, self._computed = 0, 0, 0, 0
+
+    def _prepare_for_training(self, max_steps, train_dataloader, resume_from_checkpoint):
+        """Trainer's preparation (accelerate's fully_shard); with a meta base, this rank's shard is read right after
+        sharding and before a checkpoint is resumed (the resume reads the LoRA into a model with real weights)."""
+        if self.shard_source is None:
+            return super()._prepare_for_training(max_steps, train_dataloader, resume_from_checkpoint)
+        from crosstune.train.torch.sharded_load import load_local_shards
+
+        model, train_dataloader = super()._prepare_for_training(max_steps, train_dataloader, None)
+        load_local_shards(model, self.shard_source)
+        if resume_from_checkpoint is not None:  # what Trainer does there for FSDP, now that the weights are real
+            self._load_from_checkpoint(resume_from_checkpoint, self.model_wrapped)
+            self._load_optimizer_and_scheduler(resume_from_checkpoint)
+            self._load_scaler(resume_from_checkpoint)
+        return model, train_dataloader
 
     # --- checkpoints ------------------------------------------------------------------------------------------
     def _save_checkpoint(self, model, trial):

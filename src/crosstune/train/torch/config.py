@@ -24,8 +24,8 @@ def fsdp_settings(recipe: Recipe) -> dict[str, Any]:
         "reshard_after_forward": True,
         "state_dict_type": "FULL_STATE_DICT",  # LoRA weights and their optimizer state are small
         "activation_checkpointing": recipe.train.gradient_checkpointing,
-        # Every rank reads the checkpoint to host RAM. accelerate 1.15's rank-0-only loading assumes every state-dict
-        # entry becomes a sharded DTensor and fails on Gemma 4's persistent `layer_scalar` buffers.
+        # Off: accelerate 1.15's rank-0 loading gives rank 0 the whole model and fails on Gemma 4's persistent
+        # `layer_scalar` buffers. Each rank reads only its own shard instead (sharded_load.py, after fully_shard).
         "cpu_ram_efficient_loading": False,
     }
 

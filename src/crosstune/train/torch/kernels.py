@@ -23,10 +23,11 @@ CCE_PACKAGE = "cut-cross-entropy==25.1.1"
 
 
 # --- model ------------------------------------------------------------------------------------------------------
-def load_causal_lm(recipe: Any, path: Path, dtype: Any, *, on_gpu: bool) -> Any:
+def load_causal_lm(recipe: Any, path: Path, dtype: Any, *, on_gpu: bool, empty: bool = False) -> Any:
     """The HF causal LM at `path` with the recipe's attention; `model.random_init` builds it from config.json
     with random weights instead (benchmarks: the 31B shape without a 62 GB checkpoint), on the GPU when there is
-    one (host RAM and CPU init time stay small)."""
+    one (host RAM and CPU init time stay small). `empty`: its parameters on the meta device, for FSDP2 ranks that
+    read only their shard after sharding (sharded_load.py)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -36,6 +37,10 @@ def load_causal_lm(recipe: Any, path: Path, dtype: Any, *, on_gpu: bool) -> Any:
     attn = attention_implementation(kernels.attention, on_gpu=on_gpu)
     if kernels.loss == "cce":
         require_cce(on_gpu=on_gpu)
+    if empty:
+        from crosstune.train.torch.sharded_load import empty_causal_lm
+
+        return empty_causal_lm(path, dtype, attn)
     if not recipe.model.random_init:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn)
     config = AutoConfig.from_pretrained(path)

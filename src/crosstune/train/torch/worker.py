@@ -16,6 +16,7 @@ from rich.console import Console
 
 from crosstune.data import torch_dataset
 from crosstune.families import get_family
+from crosstune.recipe import resolve_path
 from crosstune.run.integrity import verify_saved
 from crosstune.run.layout import ADAPTER, CHECKPOINTS, step_folders
 from crosstune.run.rundir import write_run_metadata
@@ -23,7 +24,8 @@ from crosstune.train.backend import RunContext
 from crosstune.train.torch.checkpoints import ADAPTER_STAGING, STAGING
 from crosstune.train.torch.config import sft_config
 from crosstune.train.torch.lora import install_initial_lora, lora_config
-from crosstune.train.torch.model import build_model
+from crosstune.train.torch.model import build_model, loads_by_shard
+from crosstune.train.torch.sharded_load import materialize_lora
 
 console = Console(soft_wrap=True, highlight=False, markup=False)
 
@@ -49,7 +51,8 @@ def train_in_process(ctx: RunContext) -> int:
             console.print("[precision] no GPU: training in fp32 (bf16 is for GPUs here)")
     state.wait_for_everyone()
 
-    model, tokenizer = build_model(recipe, on_gpu=state.device.type == "cuda")
+    by_shard = loads_by_shard(recipe, state.num_processes, state.device.type)  # FSDP2: meta base, shards read
+    model, tokenizer = build_model(recipe, on_gpu=state.device.type == "cuda", empty=by_shard)
     dataset = train_rows(ctx)
     args = sft_config(recipe, run_dir, ctx.plan.total_steps, world_size=state.num_processes, progress=ctx.progress)
     lora, lora_meta = lora_config(recipe, model, ctx.spec)
@@ -63,8 +66,11 @@ def train_in_process(ctx: RunContext) -> int:
         peft_config=lora,
         callbacks=[callback],
         keep_last=recipe.train.keep_last,
+        shard_source=resolve_path(recipe, recipe.model.path) if by_shard else None,
     )
     callback.bind(trainer)
+    if by_shard:
+        materialize_lora(trainer.model, state.device)  # PEFT put them on the meta device beside the meta base
     install_initial_lora(trainer.model, recipe, ctx.spec)  # a resumed run's checkpoint replaces it in train()
     kernels = recipe.train.kernels  # the decoder layers' fast paths (layers.py)
     if kernels.compile:

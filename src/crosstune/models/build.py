@@ -1,0 +1,225 @@
+"""Random Gemma checkpoints of any size in the hub's layout: a family size with its layer count, vocabulary, dtype,
+layout (text-only causal LM, or the official checkpoints' `*ForConditionalGeneration` with a small vision tower) and
+shard count, plus a tokenizer of exactly that vocabulary trained locally (crosstune.models.tokenizer).
+
+A 2-layer model of the 31B's true dimensions (hidden 5376, vocab 262,144) rehearses the real checkpoint on a CPU
+(docs/BENCHMARKS.md, "Real-dimension rehearsal"); the tiny sizes are the tests' models. The weights are
+transformers' own initialisation under `torch.manual_seed(seed)` with norms, layer scalars and embeddings
+randomised (`randomise_scales`): the same arguments give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from crosstune.families import get_family
+from crosstune.families.base import gemma_layer_pattern
+from crosstune.families.spec import ModelSpec
+from crosstune.models.tokenizer import corpus_texts, save_tokenizer, train_tokenizer
+from crosstune.synth import generate_corpus
+
+LAYOUTS = ("causal", "multimodal")
+DTYPES = ("float32", "bfloat16")
+# The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).
+DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
+# Embedding std of the small models (hidden size up to SMALL_HIDDEN): with transformers' 0.02 their tied-embedding
+# logits stay within about ±1, too small for a wrong softcap or norm mapping to show in a logits comparison; 0.1
+# gives logits of several units. Larger models keep transformers' own 0.02: logits grow with sqrt(hidden), and 0.1
+# at hidden 5376 saturates the softcap (a loss of ~27 on a 262,144 vocabulary instead of ~13).
+EMBED_STD = 0.1
+SMALL_HIDDEN = 128
+# The official checkpoints' multimodal classes, with a one-layer vision tower (the rehearsal needs its layout and its
+# tensors beside the language model's, not its size). Media token ids lie past the text vocabulary.
+MULTIMODAL = {
+    "gemma4": {
+        "config": "Gemma4Config",
+        "model": "Gemma4ForConditionalGeneration",
+        "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                   "num_key_value_heads": 2, "head_dim": 16},
+        "media": ("image_token_id", "boi_token_id", "eoi_token_id", "video_token_id"),
+        "extra": {"audio_config": None},
+    },
+    "gemma3": {
+        "config": "Gemma3Config",
+        "model": "Gemma3ForConditionalGeneration",
+        "vision": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                   "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 56, "patch_size": 14,
+                   "vision_use_head": False},
+        "media": ("image_token_index", "boi_token_index", "eoi_token_index"),
+        "extra": {"mm_tokens_per_image": 4},
+    },
+}  # fmt: skip
+
+
+def sized_spec(family: str, size: str, layers: int | None = None, vocab: int | None = None) -> ModelSpec:
+    """`family.spec(size)` with another layer count and/or vocabulary. The layer pattern stays Gemma's 5 sliding : 1
+    global; a model of fewer than 6 layers ends with a global layer, so every layer type is present (2 layers: one
+    sliding, one global)."""
+    spec = get_family(family).spec(size)
+    changes: dict = {}
+    if layers is not None:
+        if layers < 1:
+            raise ValueError(f"layers must be at least 1, got {layers}")
+        types = gemma_layer_pattern(layers)
+        changes["layer_types"] = types if "global" in types or layers == 1 else (*types[:-1], "global")
+        changes["name"] = f"{spec.name}-{layers}l"
+    if vocab is not None:
+        changes["vocab_size"] = vocab
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
+def build_checkpoint(
+    family: str,
+    out_dir: Path,
+    *,
+    size: str = "tiny",
+    layers: int | None = None,
+    vocab: int | None = None,
+    layout: str = "causal",
+    dtype: str = "float32",
+    shards: int = 1,
+    seed: int = 0,
+    corpus_dir: Path | None = None,
+    say=lambda message: None,
+) -> Path:
+    """Write a random `family` checkpoint of `size` into `out_dir` (see the module docstring).
+
+    Files: config.json, model.safetensors or `shards` model-0000k-of-0000N.safetensors files with their index,
+    generation_config.json (eos = [<eos>, turn end]), tokenizer.json, tokenizer_config.json (with the family's chat
+    template) and special_tokens_map.json. The tokenizer is trained on `corpus_dir/train.jsonl`, or on a small
+    synthetic corpus with a fixed seed when `corpus_dir` is None. `say` hears each phase (progress)."""
+    import torch
+    import transformers
+
+    if layout not in LAYOUTS or dtype not in DTYPES or shards < 1:
+        raise ValueError(f"layout in {LAYOUTS}, dtype in {DTYPES}, shards >= 1; got {layout!r}, {dtype!r}, {shards}")
+    fam = get_family(family)
+    spec = sized_spec(family, size, layers, vocab)
+    out_dir = Path(out_dir)
+
+    say(f"training a {spec.vocab_size:,}-entry tokenizer")
+    tokenizer = _tokenizer(family, spec.vocab_size, corpus_dir)
+    named = {"pad": "<pad>", "eos": "<eos>", "bos": fam.chat.bos, "turn_end": fam.chat.turn_end}
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in named.items()}
+    hf = fam.hf_config(
+        spec,
+        vocab_size=len(tokenizer),
+        pad_token_id=ids["pad"],
+        bos_token_id=ids["bos"],
+        eos_token_id=[ids["eos"], ids["turn_end"]],
+        dtype=dtype,
+    )
+    text_class = transformers.CONFIG_MAPPING[hf.pop("model_type")]
+    text_config = text_class(**hf)  # layer_types at construction: setting it later leaves derived fields stale
+    if layout == "multimodal":
+        mm = MULTIMODAL[fam.name]
+        media = {name: len(tokenizer) + i for i, name in enumerate(mm["media"])}
+        text = {k: v for k, v in text_config.to_dict().items() if k != "architectures"}  # the hub's configs: none
+        config = getattr(transformers, mm["config"])(text_config=text, vision_config=mm["vision"], **mm["extra"], **media)
+        config.dtype = dtype
+        model_class = getattr(transformers, mm["model"])
+    else:
+        config, model_class = text_config, getattr(transformers, fam.hf_causal_lm_class)
+
+    say(f"initialising {spec.name} ({layout}, {dtype})")
+    torch.manual_seed(seed)
+    with _default_dtype(getattr(torch, dtype)):  # params born in the checkpoint's dtype: no fp32 copy of a big model
+        model = model_class(config).to(getattr(torch, dtype)).eval()
+    randomise_scales(model)
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=ids["bos"], eos_token_id=[ids["eos"], ids["turn_end"]], pad_token_id=ids["pad"]
+    )
+
+    say(f"writing {shards} shard(s)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if shards == 1:
+        model.save_pretrained(out_dir, safe_serialization=True)
+    else:
+        model.save_pretrained(out_dir, safe_serialization=True, max_shard_size=shard_size_for(model, shards))
+    save_tokenizer(tokenizer, out_dir)
+    return out_dir
+
+
+def randomise_scales(model) -> None:
+    """Norm weights, layer scalars and (small models') embeddings away from their init values, drawn from the global
+    torch RNG.
+
+    At init every norm is the identity (Gemma 3 stores w=0 for x*(1+w), Gemma 4 w=1 for x*w) and every layer scalar
+    is 1, so a converter that drops or swaps them would still match; random values make such a mistake visible.
+    """
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.add_(torch.empty_like(param).uniform_(-0.5, 0.5))
+        for name, buf in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                buf.uniform_(0.5, 1.5)
+        if model.config.get_text_config().hidden_size <= SMALL_HIDDEN:
+            model.get_input_embeddings().weight.normal_(0.0, EMBED_STD)
+
+
+def shard_size_for(model, shards: int) -> int:
+    """The smallest `max_shard_size` (bytes) for which save_pretrained writes exactly `shards` files: it takes a
+    size, not a count. The tensors are the ones it saves, prepared by its own steps (tied weights once, keys back in
+    the checkpoint's format and order: Gemma 3's multimodal class saves `language_model.model.*`) and split by
+    huggingface_hub's splitter, as save_pretrained does (transformers 5.12)."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from transformers.core_model_loading import revert_weight_conversion
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+
+    state = revert_weight_conversion(model, remove_tied_weights_from_state_dict(model.state_dict(), model))
+
+    def count(limit: int) -> int:
+        return len(split_torch_state_dict_into_shards(state, max_shard_size=limit).filename_to_tensors)
+
+    lo, hi = 1, sum(t.numel() * t.element_size() for t in state.values())
+    while lo < hi:  # the count only falls as the limit grows
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if count(mid) <= shards else (mid + 1, hi)
+    if count(lo) != shards:
+        raise ValueError(f"the model's tensors can't be split into exactly {shards} shards (the nearest is {count(lo)})")
+    return lo
+
+
+def _tokenizer(family: str, vocab_size: int, corpus_dir: Path | None):
+    """The tokenizer trained on the corpus; when it holds too little text for `vocab_size` entries (a real
+    vocabulary of 262,144), seeded pseudo-words are added to the training text: the extra entries are learned
+    from them, so the corpus's own text tokenizes much as with a smaller vocabulary."""
+    if corpus_dir is None:
+        with tempfile.TemporaryDirectory(prefix="crosstune-corpus-") as tmp:
+            generate_corpus(Path(tmp), **DEFAULT_CORPUS)
+            texts = corpus_texts(Path(tmp))
+    else:
+        texts = corpus_texts(Path(corpus_dir))
+    try:
+        return train_tokenizer(family, texts, vocab_size=vocab_size)
+    except ValueError:
+        return train_tokenizer(family, texts + pseudo_words(vocab_size), vocab_size=vocab_size)
+
+
+def pseudo_words(n: int, seed: int = 0) -> list[str]:
+    """`n` seeded random lowercase words of 5-12 letters, 1000 to a line (enough distinct pairs for n merges)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
+    words = [letters[rng.integers(0, 26, length)].tobytes().decode() for length in rng.integers(5, 13, n)]
+    return [" ".join(words[i : i + 1000]) for i in range(0, n, 1000)]
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype) -> Iterator[None]:
+    import torch
+
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
