@@ -9,9 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crosstune.demo import stages
 from crosstune.demo.context import DEFAULT_EVAL, DEFAULT_TRAIN, DemoContext, claim_output_folder, console
 from crosstune.demo.evaluation import comparison_table
+from crosstune.demo import stages
 from crosstune.recipes import shipped_recipe
 
 
