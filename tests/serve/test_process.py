@@ -22,7 +22,10 @@ def test_start_ready_then_stop_ends_the_group(tmp_path, tiny_gemma4_dir, fake_vl
     fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
     state = start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
     assert read_state(tmp_path / "s").pid == state.pid and len(group_members(state.pid)) == 2
-    assert {m["cmdline"].split()[0] for m in read_state(tmp_path / "s").members} == {sys.executable, "sleep"}
+    recorded = read_state(tmp_path / "s")
+    assert recorded.leader["cmdline"].startswith(f"{sys.executable} ") and [m["cmdline"] for m in recorded.members] == [
+        "sleep 300"
+    ]
     assert stop_server(tmp_path / "s")
     assert not group_members(state.pid)  # the `sleep` child went too
     assert not (tmp_path / "s" / "server.json").exists() and not stop_server(tmp_path / "s")

@@ -19,16 +19,40 @@ import pytest
 
 from crosstune.serve import process as serve_process
 from crosstune.serve.engine import ServeError
-from crosstune.serve.logscan import root_cause
 from crosstune.serve.process import read_state, start_server, stop_server
-from crosstune.serve.proctree import boot_id, group_members, identify
 from tests.helpers.fake_vllm import ROOT_CAUSE, free_port
 from tests.helpers.serve import cli, one_line_error
 
 
+def running(pid: int) -> bool:
+    """`pid` runs and is no zombie (read from /proc here, independently of crosstune.serve.proctree)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def group(pgid: int) -> list[int]:
+    """Running members of process group `pgid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                out.append(int(entry))
+    return out
+
+
+def start_ticks(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+
+
 def wait_gone(pid: int, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while identify(pid) is not None and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -119,7 +143,7 @@ def test_the_default_state_dir_does_not_depend_on_the_current_folder(tmp_path, t
     finally:
         stop_server(state_dir)
     assert stopped.exit_code == 0 and f"stopped the server on port {port} (2 process(es)" in stopped.output
-    assert not group_members(pid)
+    assert not group(pid)
 
 
 def test_stop_after_a_kill_9_of_the_main_process_stops_the_rest(tmp_path, tiny_gemma4_dir, fake_vllm):
@@ -138,15 +162,16 @@ def test_stop_after_a_kill_9_of_the_main_process_stops_the_rest(tmp_path, tiny_g
         f"{workers[0]}"
     )
     wait_gone(workers[0])
-    assert identify(workers[0]) is None and not group_members(state.pid)
+    assert not running(workers[0]) and not group(state.pid)
 
 
 def test_stop_never_signals_a_stranger_that_reused_a_stale_pid(tmp_path):
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)  # its own group, as a server's would be
     try:
-        me = identify(stranger.pid)
-        recorded = {"pid": me.pid, "start": me.start - 1, "boot": boot_id(), "cmdline": "vllm serve /m"}
-        state = {"pid": me.pid, "port": 1, "model": "m", "lora_name": None, "model_dir": "/m", "log": "/m.log",
+        pid = stranger.pid
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+        recorded = {"pid": pid, "start": start_ticks(pid) - 1, "boot": boot, "cmdline": "vllm serve /m"}
+        state = {"pid": pid, "port": 1, "model": "m", "lora_name": None, "model_dir": "/m", "log": "/m.log",
                  "started": 0.0, "leader": recorded, "members": [recorded]}  # fmt: skip
         (tmp_path / "s").mkdir()
         (tmp_path / "s" / "server.json").write_text(json.dumps(state))
@@ -154,7 +179,7 @@ def test_stop_never_signals_a_stranger_that_reused_a_stale_pid(tmp_path):
         time.sleep(0.2)
         assert stranger.poll() is None  # still running: never signalled
         assert not outcome and outcome.message == (
-            f"the server recorded in {tmp_path / 's'} is gone; pid {me.pid} is now another process (sleep 60), left "
+            f"the server recorded in {tmp_path / 's'} is gone; pid {pid} is now another process (sleep 60), left "
             "alone; removed the stale server.json"
         )
         assert not (tmp_path / "s" / "server.json").exists()
@@ -178,6 +203,8 @@ def test_a_failed_start_shows_the_root_cause_and_the_log(tmp_path, tiny_gemma4_d
 
 
 def test_root_cause_is_the_first_tracebacks_exception():
+    from crosstune.serve.logscan import root_cause
+
     plain = ["noise", "Traceback (most recent call last):", '  File "a.py", line 1, in <module>', "    x()",
              "ValueError: first", "", "During handling of the above exception, another exception occurred:", "",
              "Traceback (most recent call last):", '  File "b.py", line 2', "RuntimeError: second"]  # fmt: skip

@@ -54,7 +54,7 @@ class ServerState:
     log: str
     started: float
     leader: dict | None = None  # ProcId of the main process (absent in state files of older versions)
-    members: list[dict] = field(default_factory=list)  # ProcIds of the group once ready (engine core, workers)
+    members: list[dict] = field(default_factory=list)  # ProcIds of the rest of the group once ready (engine core…)
 
     @property
     def base_url(self) -> str:
@@ -171,7 +171,9 @@ def start_server(
             fh.write(f"\n=== crosstune serve start {time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(argv)}\n".encode())
             fh.flush()
             proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        leader = proctree.identify(proc.pid) or ProcId(proc.pid, -1, proctree.boot_id(), " ".join(argv))
+        # Its start time now, its command line once ready (read this early, /proc may show it mid-exec).
+        spawned = proctree.identify(proc.pid)
+        leader = ProcId(proc.pid, spawned.start if spawned else -1, proctree.boot_id(), "")
         lora_name = f"{name}-lora" if adapter else None
         state = ServerState(
             proc.pid, port, name, lora_name, str(model_dir), str(log), time.time(), leader=leader.to_json()
@@ -179,7 +181,9 @@ def start_server(
         write_state(state_dir, state)
         try:
             wait_ready(state, proc, ready_timeout_s)
-            state.members = [p.to_json() for p in proctree.tree([leader], pgid=proc.pid)]
+            members = proctree.tree([leader], pgid=proc.pid)
+            state.leader = next((p.to_json() for p in members if p.pid == proc.pid), state.leader)
+            state.members = [p.to_json() for p in members if p.pid != proc.pid]
             write_state(state_dir, state)
         except BaseException:
             _stop_child(proc, leader)

@@ -71,9 +71,12 @@ def identify(pid: int) -> ProcId | None:
 
 
 def is_running(p: ProcId) -> bool:
-    """The very process `p` still runs (same boot, same start time): a reused PID is not it."""
+    """The very process `p` still runs: same boot, same start time and, when one was recorded, the same command
+    line. A reused PID is not it."""
     now = identify(p.pid)
-    return now is not None and now.start == p.start and now.boot == p.boot
+    if now is None or now.start != p.start or now.boot != p.boot:
+        return False
+    return not p.cmdline or now.cmdline == p.cmdline
 
 
 def _all_stats() -> dict[int, tuple[str, int, int, int]]:
@@ -90,7 +93,7 @@ def tree(roots: list[ProcId], pgid: int | None = None) -> list[ProcId]:
     the group's members once the server is ready makes them roots of their own: vLLM's engine core and workers
     outlive a kill -9 of the API server, re-parented away from it."""
     stats = _all_stats()
-    proven = {p.pid: p for p in roots if is_running(p)}
+    proven = {p.pid: now for p in roots if is_running(p) and (now := identify(p.pid)) is not None}
     children: dict[int, list[int]] = {}
     for pid, st in stats.items():
         children.setdefault(st[1], []).append(pid)
