@@ -214,6 +214,16 @@ def test_root_cause_is_the_first_tracebacks_exception():
                    "(APIServer pid=2) INFO 11-30 waiting for engine", p + "    f()",
                    p + "torch.OutOfMemoryError: CPU out of memory"]  # fmt: skip
     assert root_cause(interleaved).text == "torch.OutOfMemoryError: CPU out of memory"
+    pydantic = [
+        p + "Traceback (most recent call last):",
+        p + '  File "cfg.py", line 9, in __init__',
+        p + "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+        p + "  Value error, User-specified max_model_len (200000) is greater than the derived 131072",
+    ]
+    assert root_cause(pydantic).text == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig — Value error, "
+        "User-specified max_model_len (200000) is greater than the derived 131072"
+    )
     assert root_cause(["INFO fine", "ERROR 11-30 [x.py:1] model not found", "INFO more"]).line == 2
     assert root_cause(["INFO all fine"]) is None
 

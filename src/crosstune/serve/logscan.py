@@ -35,12 +35,24 @@ def root_cause(lines: list[str]) -> RootCause | None:
                 continue  # another process's line, interleaved
             body = lines[j][len(prefix) :]
             if body.strip() and not body.startswith((" ", "\t")) and _EXCEPTION.match(body):
-                return RootCause(j + 1, body.strip())  # frames and their source lines are indented
+                return RootCause(j + 1, body.strip() + _continuation(lines, j + 1, prefix))
+            # frames and their source lines are indented; the exception is the first line that is not
         break
     for i, line in enumerate(lines):
         if _ERROR_LINE.search(line):
             return RootCause(i + 1, line.strip())
     return None
+
+
+def _continuation(lines: list[str], i: int, prefix: str) -> str:
+    """The indented line that continues a multi-line exception message (pydantic's ValidationError says what
+    failed there: "  Value error, User-specified max_model_len …"), or ""."""
+    if i >= len(lines) or not lines[i].startswith(prefix):
+        return ""
+    body = lines[i][len(prefix) :]
+    if not body.strip() or not body.startswith((" ", "\t")) or body.lstrip().startswith("File "):
+        return ""
+    return " — " + body.strip()[:400]
 
 
 def explain_failure(log: Path, tail: int = 5) -> str:

@@ -312,7 +312,7 @@ async def run_sweep(cfg: SweepConfig, out_dir: Path, progress: Callable[[str], N
                 write_summary(summary, out_dir)
                 if progress is not None:
                     progress(cell_line(cell))
-                if i + 1 < len(plan) and (why := _stop_reason(cfg, cell, current)):
+                if why := _stop_reason(cfg, cell, current, last=i + 1 == len(plan)):
                     summary["aborted"] = why
                     write_summary(summary, out_dir)
                     return summary
@@ -328,14 +328,15 @@ async def run_sweep(cfg: SweepConfig, out_dir: Path, progress: Callable[[str], N
     return summary
 
 
-def _stop_reason(cfg: SweepConfig, cell: dict, current: str) -> str | None:
-    """Why the sweep can't go on after this cell, with cells still to run (None: it can)."""
+def _stop_reason(cfg: SweepConfig, cell: dict, current: str, last: bool) -> str | None:
+    """Why the sweep can't go on after this cell (None: it can): the server is gone, or (with cells still to run)
+    every request of the cell failed at the endpoint."""
     if not cell["failed"]:
         return None
     if why := _server_down(cfg.endpoint):
         return f"the server stopped answering after {current} ({why}); results so far are kept"
     kinds = set(cell["failures"])
-    if cell["completed"] == 0 and kinds and all(k in ENDPOINT_FAILURES for k in kinds):
+    if not last and cell["completed"] == 0 and kinds and all(k in ENDPOINT_FAILURES for k in kinds):
         return (
             f"every request of {current} failed at the endpoint ({failure_text(cell)}): the server answers /health "
             "but not requests; the remaining cells were not run, results so far are kept"
