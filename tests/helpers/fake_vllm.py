@@ -8,7 +8,10 @@ starts a `sleep 300` worker in its process group, as vLLM's engine core is.
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -94,3 +97,29 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class Stranger(ThreadingHTTPServer):
+    """Another server that answers /health and a 1-token completion, as any OpenAI-compatible server would."""
+
+    daemon_threads = True
+
+    def __init__(self, port: int):
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_POST(self):
+                body = json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        super().__init__(("127.0.0.1", port), H)
+        threading.Thread(target=self.serve_forever, daemon=True).start()

@@ -11,16 +11,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from crosstune.serve import process as serve_process
 from crosstune.serve.engine import ServeError
 from crosstune.serve.process import read_state, start_server, stop_server
-from tests.helpers.fake_vllm import ROOT_CAUSE, free_port
+from tests.helpers.fake_vllm import ROOT_CAUSE, Stranger, free_port
 from tests.helpers.serve import cli, one_line_error
 
 
@@ -67,32 +65,6 @@ def test_a_busy_port_is_refused_before_anything_starts(tmp_path, tiny_gemma4_dir
     assert str(e.value).startswith(f"port {port} on 127.0.0.1 is in use (Address already in use) by pid {os.getpid()}")
     assert str(e.value).endswith("stop it, or pass another --port")
     assert not (tmp_path / "s" / "vllm.log").exists()  # nothing was started
-
-
-class Stranger(ThreadingHTTPServer):
-    """Another server that answers /health and a 1-token completion, as any OpenAI-compatible server would."""
-
-    daemon_threads = True
-
-    def __init__(self, port: int):
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def do_POST(self):
-                body = json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        super().__init__(("127.0.0.1", port), H)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 def test_readiness_is_not_fooled_by_another_server_taking_the_port(tmp_path, tiny_gemma4_dir, fake_vllm):
