@@ -172,6 +172,12 @@ def test_a_failed_start_shows_the_root_cause_and_the_log(tmp_path, tiny_gemma4_d
         str(e.value)
         == f"vLLM exited (status 1) before it was ready; root cause (line {at} of {len(lines)} in {log}): {ROOT_CAUSE}"
     )
+    fake_vllm.setenv(
+        "FAKE_VLLM_MODE", "exit_early"
+    )  # the log is appended to: the first start's cause is not this one's
+    with pytest.raises(ServeError) as again:
+        start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
+    assert ROOT_CAUSE not in str(again.value) and "no error in the log; its last lines" in str(again.value)
 
 
 def test_root_cause_is_the_first_tracebacks_exception():

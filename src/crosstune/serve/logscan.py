@@ -55,14 +55,18 @@ def _continuation(lines: list[str], i: int, prefix: str) -> str:
     return " — " + body.strip()[:400]
 
 
-def explain_failure(log: Path, tail: int = 5) -> str:
-    """A few lines for an error message: the root cause with its line number, and where the whole log is."""
+def explain_failure(log: Path, offset: int = 0, tail: int = 5) -> str:
+    """For an error message: the root cause with its line number, and where the whole log is. Only what follows
+    byte `offset` is searched (the log is appended to by every start; earlier starts' errors are not this one's)."""
     try:
-        lines = Path(log).read_text(errors="replace").splitlines()
+        data = Path(log).read_bytes()
     except OSError:
         return f"(no log at {log})"
+    before = data[:offset].count(b"\n")
+    lines = data[offset:].decode(errors="replace").splitlines()
+    total = before + len(lines)
     cause = root_cause(lines)
     if cause is not None:
-        return f"root cause (line {cause.line} of {len(lines)} in {log}): {cause.text}"
+        return f"root cause (line {before + cause.line} of {total} in {log}): {cause.text}"
     last = "\n".join(lines[-tail:]) if lines else "(empty)"
-    return f"no error in the log; its last lines ({log}, {len(lines)} lines):\n{last}"
+    return f"no error in the log; its last lines ({log}, {total} lines):\n{last}"

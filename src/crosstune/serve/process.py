@@ -55,6 +55,7 @@ class ServerState:
     started: float
     leader: dict | None = None  # ProcId of the main process (absent in state files of older versions)
     members: list[dict] = field(default_factory=list)  # ProcIds of the rest of the group once ready (engine core…)
+    log_offset: int = 0  # where this start's output begins in the log (it is appended to)
 
     @property
     def base_url(self) -> str:
@@ -168,6 +169,7 @@ def start_server(
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}
         env.pop("PYTHONPATH", None)  # the serving venv must not see the training stack's sources
         with open(log, "ab") as fh:
+            offset = fh.tell()
             fh.write(f"\n=== crosstune serve start {time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(argv)}\n".encode())
             fh.flush()
             proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -176,7 +178,7 @@ def start_server(
         leader = ProcId(proc.pid, spawned.start if spawned else -1, proctree.boot_id(), "")
         lora_name = f"{name}-lora" if adapter else None
         state = ServerState(
-            proc.pid, port, name, lora_name, str(model_dir), str(log), time.time(), leader=leader.to_json()
+            proc.pid, port, name, lora_name, str(model_dir), str(log), time.time(), leader.to_json(), log_offset=offset
         )
         write_state(state_dir, state)
         try:
@@ -282,18 +284,22 @@ def wait_ready(state: ServerState, proc: subprocess.Popen | None, timeout_s: flo
     (and the adapter's) succeeds. The engine can pass /health and die at its first request, so health alone is
     not readiness; another server on the port would answer both, so the port's owner is checked first."""
     deadline = time.monotonic() + timeout_s
+
+    def cause() -> str:
+        return explain_failure(Path(state.log), state.log_offset)
+
     while time.monotonic() < deadline:
         if not _leader_running(state, proc):
             code = _exit_status(proc) if proc is not None else "?"
-            raise ServeError(f"vLLM exited (status {code}) before it was ready; {explain_failure(Path(state.log))}")
+            raise ServeError(f"vLLM exited (status {code}) before it was ready; {cause()}")
         if listens(state) and health(state, timeout=2.0) is None:
             why = one_token(state) or (state.lora_name and one_token(state, state.lora_name))
             if not why:
                 return
             if not _leader_running(state, proc) or health(state, timeout=2.0):
-                raise ServeError(f"vLLM died at its first request ({why}); {explain_failure(Path(state.log))}")
+                raise ServeError(f"vLLM died at its first request ({why}); {cause()}")
         time.sleep(1.0)
-    raise ServeError(f"vLLM not ready after {timeout_s:.0f} s; {explain_failure(Path(state.log))}")
+    raise ServeError(f"vLLM not ready after {timeout_s:.0f} s; {cause()}")
 
 
 @dataclass(frozen=True)
