@@ -142,7 +142,9 @@ def render_summary(summary: dict, out: Console | None = None) -> None:
     out = out or console
     t = Table(title=f"{summary['model']} @ {summary['endpoint']} ({summary['api']}, {summary['output_len']} out)")
     columns = ("ctx", "load", "ok/fail", "req/s", "out tok/s", "TTFT p50/p99 ms", "TPOT p50 ms", "E2EL p99 ms")
-    for col in (*columns, "server TTFT p50 ms (bucket)", "bursty streams", "load avg"):
+    slo = summary.get("slo_ms") or {}
+    extra = ("SLO",) if slo else ()
+    for col in (*columns, "server TTFT p50 ms (bucket)", "bursty streams", "load avg", *extra):
         t.add_column(col, justify="right")
     bursty_cells = 0
     for c in summary["cells"]:
@@ -162,12 +164,17 @@ def render_summary(summary: dict, out: Console | None = None) -> None:
             _bucket(server, "median_ttft"),
             _f(c.get("bursty_stream_share"), ".0%"),
             _f(c["load_avg_1m"][1], ".1f"),
+            *((("met" if not c.get("slo_misses") else "missed: " + ", ".join(c["slo_misses"])) + mark,) if slo else ()),
         )
     out.print(t)
+    if slo:
+        limits = ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
+        out.print(f"SLO {limits}: a cell meets it when each statistic does; goodput in summary.json", highlight=False)
     if bursty_cells:
         out.print(
-            f"{BURSTY_MARK} the client received most streams of this cell in one burst: its TTFT/TPOT/ITL describe "
-            "the host's scheduling, not the server; use the server's /metrics figures (summary.json cells[].server)",
+            f"{BURSTY_MARK} the client received most streams of this cell in one burst: its TTFT/TPOT/ITL (and an SLO "
+            "on them) describe the host's scheduling, not the server; use the server's /metrics figures "
+            "(summary.json cells[].server)",
             highlight=False,
         )
     if any(c.get("server") for c in summary["cells"]):
