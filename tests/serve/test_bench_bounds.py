@@ -144,12 +144,17 @@ def test_nothing_listening_is_reported_as_such(tmp_path, tiny_gemma4_dir):
     assert asyncio.run(one()).error.startswith(f"refused: nothing accepted the connection to {url}")
 
 
+# After Ctrl-C the finished cells' plots are drawn (matplotlib: ~3 s at load average 7 here) and the interpreter
+# tears down torch and transformers (~3 s): 25 s is far above both and far below the hung request's 120 s.
+LATE_S = 25
+
+
 def test_ctrl_c_keeps_the_finished_cells_and_marks_the_summary_interrupted(tmp_path, tiny_gemma4_dir):
     out = tmp_path / "b"
     src = str(Path(crosstune.__file__).parents[1])  # the crosstune this test imported
     env = {**os.environ, "PYTHONPATH": src, "COLUMNS": "500", "PYTHONFAULTHANDLER": "1"}
     code = "import sys; from crosstune.cli import main; sys.argv[0] = 'crosstune'; main()"
-    with FixtureServer(stall_s=30.0, stall_prompts_over=20) as server:  # context 16 answers, context 32 hangs
+    with FixtureServer(stall_s=120.0, stall_prompts_over=20) as server:  # context 16 answers, context 32 hangs
         argv = bench_args(server.url, tiny_gemma4_dir, "--contexts", "16,32", "--out", str(out))
         process = subprocess.Popen(
             [sys.executable, "-c", code, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -163,13 +168,15 @@ def test_ctrl_c_keeps_the_finished_cells_and_marks_the_summary_interrupted(tmp_p
             process.send_signal(signal.SIGINT)
             start = time.monotonic()
             try:
-                output, _ = process.communicate(timeout=10)
+                output, _ = process.communicate(timeout=LATE_S)
             except subprocess.TimeoutExpired:
                 process.send_signal(signal.SIGABRT)
-                pytest.fail("no exit 10 s after Ctrl-C; the child's stacks:\n" + process.communicate(timeout=10)[0])
+                pytest.fail(
+                    f"no exit {LATE_S} s after Ctrl-C; the child's stacks:\n" + process.communicate(timeout=10)[0]
+                )
         finally:
             process.kill()
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < LATE_S
     assert process.returncode == 130, output
     said = " ".join(output.split())
     assert f"interrupted (Ctrl-C): the 1 finished cell(s) are kept in {out}" in said, output
