@@ -8,6 +8,7 @@ starts a `sleep 300` worker in its process group, as vLLM's engine core is.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -123,3 +124,24 @@ class Stranger(ThreadingHTTPServer):
 
         super().__init__(("127.0.0.1", port), H)
         threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+@contextlib.contextmanager
+def stranger_takes_the_port(monkeypatch):
+    """Let `serve start`'s free-port check pass, then have a Stranger take the port before the server binds it."""
+    from crosstune.serve import process
+
+    strangers: list[Stranger] = []
+    check = process.check_port_free
+
+    def then_taken(port: int) -> None:
+        check(port)
+        strangers.append(Stranger(port))
+
+    monkeypatch.setattr(process, "check_port_free", then_taken)
+    try:
+        yield
+    finally:
+        for s in strangers:
+            s.shutdown()
+            s.server_close()

@@ -15,10 +15,9 @@ import time
 
 import pytest
 
-from crosstune.serve import process as serve_process
 from crosstune.serve.engine import ServeError
 from crosstune.serve.process import read_state, start_server, stop_server
-from tests.helpers.fake_vllm import ROOT_CAUSE, Stranger, free_port
+from tests.helpers.fake_vllm import ROOT_CAUSE, free_port, stranger_takes_the_port
 from tests.helpers.serve import cli, one_line_error
 
 
@@ -68,25 +67,13 @@ def test_a_busy_port_is_refused_before_anything_starts(tmp_path, tiny_gemma4_dir
 
 
 def test_readiness_is_not_fooled_by_another_server_taking_the_port(tmp_path, tiny_gemma4_dir, fake_vllm):
-    """The port is free when checked; another server takes it before vLLM binds (vLLM binds after a long start-up).
-    vLLM then dies with "Address already in use" while the stranger answers every readiness probe."""
+    """The port is free when checked; another server takes it before the server binds it (the fake waits 1 s). The
+    server then dies with "Address already in use" while the stranger answers every readiness probe."""
     fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
     fake_vllm.setenv("FAKE_VLLM_DELAY", "1.0")
-    strangers = []
-    original = serve_process.check_port_free
-
-    def then_taken(port: int) -> None:
-        original(port)
-        strangers.append(Stranger(port))
-
-    fake_vllm.setattr(serve_process, "check_port_free", then_taken)
-    try:
+    with stranger_takes_the_port(fake_vllm):
         with pytest.raises(ServeError) as e:
             start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
-    finally:
-        for s in strangers:
-            s.shutdown()
-            s.server_close()
     message = str(e.value)
     assert message.startswith("vLLM exited (status 1) before it was ready; root cause (line ")
     assert message.endswith(f"in {tmp_path / 's' / 'vllm.log'}): OSError: [Errno 98] Address already in use")

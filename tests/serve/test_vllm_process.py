@@ -10,10 +10,9 @@ import time
 
 import pytest
 
-from crosstune.serve import process as serve_process
 from crosstune.serve.engine import ServeError, vllm_binary
 from crosstune.serve.process import read_state, start_server, stop_server
-from tests.helpers.fake_vllm import Stranger, free_port
+from tests.helpers.fake_vllm import free_port, stranger_takes_the_port
 
 pytestmark = [
     pytest.mark.serve,
@@ -60,20 +59,8 @@ def test_a_failed_vllm_start_names_vllms_root_cause(tmp_path, tiny_gemma4_dir):
 
 
 def test_another_server_taking_the_port_is_not_mistaken_for_vllm(tmp_path, tiny_gemma4_dir, monkeypatch):
-    strangers = []
-    original = serve_process.check_port_free
-
-    def then_taken(port: int) -> None:
-        original(port)
-        strangers.append(Stranger(port))  # answers /health and a 1-token completion, as vLLM would
-
-    monkeypatch.setattr(serve_process, "check_port_free", then_taken)
-    try:
+    with stranger_takes_the_port(monkeypatch):
         with pytest.raises(ServeError) as e:
             start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), max_model_len=256)
-    finally:
-        for s in strangers:
-            s.shutdown()
-            s.server_close()
     print(e.value)
     assert "Address already in use" in str(e.value) and "root cause (line " in str(e.value)

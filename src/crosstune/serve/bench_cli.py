@@ -18,43 +18,40 @@ bench_app = typer.Typer(help="Benchmark a serving endpoint the way `vllm bench s
 BURSTY_MARK = "*"
 
 
-def parse_ints(text: str, option: str, least: int) -> list[int]:
-    """'128,512' -> [128, 512]; BenchError naming the option and the value otherwise."""
+def parse_list(text: str, option: str, convert, what: str, problem) -> list:
+    """A comma-separated option: each part converted (`what` names the expected kind) and then checked (`problem`
+    returns why a value is refused, or None); BenchError naming the option and the value otherwise."""
     values = []
-    for part in text.split(","):
-        part = part.strip()
+    for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         try:
-            value = int(part)
+            value = convert(part)
         except ValueError:
-            raise BenchError(f"{option} {text!r}: {part!r} is not an integer (comma-separated, e.g. 1,4)") from None
-        if value < least:
-            raise BenchError(f"{option} {text!r}: {value} is below {least}")
+            raise BenchError(f"{option} {text!r}: {part!r} is not {what} (comma-separated, e.g. 1,4)") from None
+        if why := problem(value):
+            raise BenchError(f"{option} {text!r}: {part} {why}")
         values.append(value)
     if not values:
         raise BenchError(f"{option} {text!r}: give at least one value")
     return values
 
 
+def parse_ints(text: str, option: str, least: int) -> list[int]:
+    """'128,512' -> [128, 512]."""
+    return parse_list(text, option, int, "an integer", lambda v: f"is below {least}" if v < least else None)
+
+
 def parse_rates(text: str) -> list[float]:
-    values = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            value = float(part)
-        except ValueError:
-            raise BenchError(f"--rates {text!r}: {part!r} is not a number of requests per second") from None
-        if not math.isfinite(value) or value <= 0:
-            raise BenchError(
-                f"--rates {text!r}: {part} is not a positive, finite request rate (for all requests at once, "
-                "use --concurrency)"
-            )
-        values.append(value)
-    if not values:
-        raise BenchError(f"--rates {text!r}: give at least one rate")
-    return values
+    """'0.5,2' -> [0.5, 2.0]: positive, finite requests per second."""
+    refused = "is not a positive, finite request rate (for all requests at once, use --concurrency)"
+    return parse_list(
+        text,
+        "--rates",
+        float,
+        "a number of requests per second",
+        lambda v: None if math.isfinite(v) and v > 0 else refused,
+    )
 
 
 @bench_app.command("serve")

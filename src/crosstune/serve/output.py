@@ -49,14 +49,11 @@ def check_out(out: Path, *, overwrite: bool, inputs: Sequence[Path] = ()) -> Pat
         if parent.exists() and not parent.is_dir():
             what = "is" if parent == out else f"is inside {parent}, which is"
             raise BenchError(f"--out {out} {what} a file, not a folder: choose another --out")
-    resolved = out.resolve()
-    for source in inputs:
-        src = Path(source).resolve()
-        if resolved == src or resolved in src.parents:
-            raise BenchError(
-                f"--out {out} {'is' if resolved == src else 'contains'} the sweep's input {src}: writing there "
-                "would replace it; choose an --out outside it"
-            )
+    if overlap := fsutil.overlapping_source(out, inputs):
+        raise BenchError(
+            f"--out {out} {overlap[0]} the sweep's input {overlap[1]}: writing there would replace it; choose an "
+            "--out outside it"
+        )
     if out.is_dir() and any(out.iterdir()):
         if not is_sweep(out):
             raise BenchError(
