@@ -82,6 +82,22 @@ def test_a_stalled_endpoint_ends_the_sweep_after_one_cell(tmp_path, tiny_gemma4_
     assert summary["aborted"].startswith("every request of context 16, concurrency 1 failed at the endpoint (2 × ")
 
 
+def test_a_failed_warm_up_skips_its_cell_and_only_an_endpoint_failure_ends_the_sweep(tmp_path, tiny_gemma4_dir):
+    """`truncate` fails every request at context 100 (the request's fault): that cell is skipped, the next runs.
+    A stalled warm-up (the endpoint's fault) ends the sweep."""
+    with FixtureServer(stall_s=20.0) as server:
+        cfg = config(server.url, tiny_gemma4_dir, model="truncate", contexts=[100, 16], warmup=1)
+        skipped = asyncio.run(run_sweep(cfg, tmp_path / "a"))
+        cfg = config(server.url, tiny_gemma4_dir, model="stall", contexts=[100, 16], warmup=1, timeout_s=0.5)
+        stalled = asyncio.run(run_sweep(cfg, tmp_path / "b"))
+    assert [c["failures"] for c in skipped["cells"]] == [{"skipped": 2}, {}] and skipped["aborted"] is None
+    assert skipped["cells"][0]["first_error"] == (
+        "skipped: every warm-up request failed (first: prompt length mismatch: 64 tokens on the server, 100 requested)"
+    )
+    assert [c["failures"] for c in stalled["cells"]] == [{"not sent": 2}]
+    assert stalled["aborted"].startswith("every request of context 100, concurrency 1 failed at the endpoint")
+
+
 @pytest.mark.parametrize(
     ("server_kw", "args", "message"),
     [

@@ -56,7 +56,7 @@ def summarize(records: list[RequestRecord], duration_s: float, slo_ms: dict[str,
         "num_requests": len(records),
         "completed": len(done),
         "failed": len(failed),
-        "failures": dict(Counter(_reason(r.error) for r in failed if r.error)),
+        "failures": dict(Counter(failure_kind(r.error) for r in failed if r.error)),
         "first_error": next((r.error for r in failed if r.error), None),
         "duration_s": duration_s,
         "total_input_tokens": prompt,
@@ -115,7 +115,7 @@ def chunk_shares(done: list[RequestRecord]) -> dict[str, float | None]:
     }
 
 
-def _reason(error: str) -> str:
+def failure_kind(error: str) -> str:
     """A failure's kind, for counting ("HTTP 500", "timeout", "dropped stream", "short completion", ...)."""
     return error.split(":")[0].split(" after")[0]
 

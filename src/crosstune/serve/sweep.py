@@ -27,7 +27,7 @@ import httpx
 from crosstune.errors import CrosstuneError
 from crosstune.serve import server_metrics
 from crosstune.serve.client import RequestRecord, chat_payload, completion_payload, send
-from crosstune.serve.metrics import describe_load, saturation, summarize
+from crosstune.serve.metrics import describe_load, failure_kind, saturation, summarize
 from crosstune.serve.workload import PromptMaker, arrival_times
 
 ENDPOINT_FAILURES = ("timeout", "refused", "dropped stream", "cut", "not sent")  # the server, not the request
@@ -218,7 +218,9 @@ async def run_cell(
     jobs = [make(i) for i in range(cfg.num_requests)]
     if warm and len(warm_failed) == len(warm):
         for _, record in jobs:
-            record.error = f"not sent: every warm-up request failed (first: {warmup['first_error'][:200]})"
+            # "not sent" when the endpoint failed (the sweep may stop), "skipped" when the requests did (it goes on)
+            kind = "not sent" if failure_kind(warmup["first_error"]) in ENDPOINT_FAILURES else "skipped"
+            record.error = f"{kind}: every warm-up request failed (first: {warmup['first_error'][:200]})"
         return [r for _, r in jobs], 0.0, before, warmup
     offsets = arrival_times(len(jobs), rate if rate is not None else float("inf"), cfg.burstiness, cfg.seed + ctx)
     sem = asyncio.Semaphore(conc) if conc else None
