@@ -62,7 +62,11 @@ def check_out(out: Path, *, overwrite: bool, inputs: Sequence[Path] = ()) -> Pat
             )
         if not overwrite:
             raise BenchError(f"--out {out} holds an earlier sweep: pass --overwrite to replace it, or choose another")
-        listed = set(read_json(out / MANIFEST, "delete the folder yourself or choose another --out").get("files", []))
+        manifest = read_json(out / MANIFEST, "delete the folder yourself or choose another --out")
+        files = manifest.get("files") if isinstance(manifest, dict) else None
+        if not isinstance(files, list):
+            raise BenchError(f"{out / MANIFEST}: no list of files: not a bench manifest; choose another --out")
+        listed = set(map(str, files))
         extra = sorted(p.name for p in out.iterdir() if p.name not in listed and p.name != MANIFEST)
         if extra:
             raise BenchError(
