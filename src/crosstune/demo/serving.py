@@ -61,7 +61,7 @@ def serving_stage(
     finally:
         stop_server(state_dir)
     write_plots(summary, out_dir / "bench")
-    from crosstune.serve.cli import render_summary
+    from crosstune.serve.bench_cli import render_summary
 
     render_summary(summary, console)
     return summary

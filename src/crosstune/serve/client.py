@@ -8,6 +8,7 @@ how many tokens each chunk held (a chunk is not a token). Every fault ends up in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -76,53 +77,67 @@ def chat_payload(model: str, text: str, output_len: int) -> dict[str, Any]:
 async def send(
     client: httpx.AsyncClient, url: str, payload: dict[str, Any], record: RequestRecord, t0: float, timeout_s: float
 ) -> RequestRecord:
-    """POST `payload` to `url`, stream the answer into `record` (times relative to `t0`, a perf_counter)."""
+    """POST `payload` to `url`, stream the answer into `record` (times relative to `t0`, a perf_counter).
+
+    `timeout_s` is a deadline for the whole exchange (connect, first byte, every chunk, [DONE]): a server that
+    trickles a byte at a time is cut at the deadline too, not only one that falls silent."""
     st = time.perf_counter()
     record.dispatch_s = st - t0
+    try:
+        async with asyncio.timeout(timeout_s):
+            await _exchange(client, url, payload, record, st, timeout_s)
+    except TimeoutError:
+        record.error = f"timeout: no complete answer within the {timeout_s:g} s deadline per request (--timeout)"
+    except httpx.TimeoutException as e:  # httpx's own, per read: inside the deadline only on a loaded host
+        record.error = f"timeout: {type(e).__name__} after {timeout_s:g} s"
+    except httpx.ConnectError as e:
+        record.error = f"refused: nothing accepted the connection to {url} ({e})"
+    except (httpx.HTTPError, json.JSONDecodeError) as e:
+        record.error = f"dropped stream: {type(e).__name__}: {e}"
+    return record
+
+
+async def _exchange(
+    client: httpx.AsyncClient, url: str, payload: dict[str, Any], record: RequestRecord, st: float, timeout_s: float
+) -> None:
     last = st
     done = False
     tokens_so_far = 0
-    try:
-        async with client.stream("POST", url, json=payload, timeout=timeout_s) as r:
-            record.http_status = r.status_code
-            if r.status_code != 200:
-                body = (await r.aread()).decode(errors="replace")[:300]
-                record.error = f"HTTP {r.status_code}: {body}"
-                return record
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[len("data:") :].strip()
-                if data == "[DONE]":
-                    done = True
-                    break
-                now = time.perf_counter()
-                msg = json.loads(data)
-                usage = msg.get("usage")
-                if msg.get("choices"):
-                    if record.ttft_s is None:
-                        record.ttft_s = now - st
-                    else:
-                        record.itl_s.append(now - last)
-                    last = now
-                    choice = msg["choices"][0]
-                    record.finish_reason = choice.get("finish_reason") or record.finish_reason
-                    if usage and usage.get("completion_tokens") is not None:
-                        record.chunk_tokens.append(usage["completion_tokens"] - tokens_so_far)
-                        tokens_so_far = usage["completion_tokens"]
-                if usage:
-                    record.prompt_tokens = usage.get("prompt_tokens")
-                    record.completion_tokens = usage.get("completion_tokens")
-    except httpx.TimeoutException as e:
-        record.error = f"timeout after {timeout_s:.0f} s ({type(e).__name__})"
-        return record
-    except (httpx.HTTPError, json.JSONDecodeError) as e:
-        record.error = f"dropped stream: {type(e).__name__}: {e}"
-        return record
+    async with client.stream("POST", url, json=payload, timeout=timeout_s) as r:
+        record.http_status = r.status_code
+        if r.status_code != 200:
+            body = (await r.aread()).decode(errors="replace")[:300]
+            record.error = f"HTTP {r.status_code}: {body}"
+            return
+        async for line in r.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                done = True
+                break
+            now = time.perf_counter()
+            msg = json.loads(data)
+            if not isinstance(msg, dict):
+                raise json.JSONDecodeError("an SSE message that is not a JSON object", data, 0)
+            usage = msg.get("usage")
+            if msg.get("choices"):
+                if record.ttft_s is None:
+                    record.ttft_s = now - st
+                else:
+                    record.itl_s.append(now - last)
+                last = now
+                choice = msg["choices"][0]
+                record.finish_reason = choice.get("finish_reason") or record.finish_reason
+                if usage and usage.get("completion_tokens") is not None:
+                    record.chunk_tokens.append(usage["completion_tokens"] - tokens_so_far)
+                    tokens_so_far = usage["completion_tokens"]
+            if usage:
+                record.prompt_tokens = usage.get("prompt_tokens")
+                record.completion_tokens = usage.get("completion_tokens")
     if record.ttft_s is not None:
         record.e2el_s = last - st
     record.error = _verdict(record, done)
-    return record
 
 
 def _verdict(record: RequestRecord, done: bool) -> str | None:

@@ -1,38 +1,68 @@
-"""vLLM as a managed subprocess: its own process group, a state file (pid, port, log), readiness by a real
-completion, and a crash detected by process exit or failed health — whatever the exit status (vLLM's CPU engine
-dies on an unsupported head size and the server still exits 0).
+"""vLLM as a managed subprocess: a free port checked first, its own process group, a state file naming every process
+of the server by (boot, PID, start time), readiness by a real completion answered by the process started (the port's
+listening socket is traced to it), and a crash detected by process exit or failed health — whatever the exit status
+(vLLM's CPU engine dies on an unsupported head size and the server still exits 0).
+
+`stop_server` signals only processes proven to be the ones started (serve.proctree): the whole tree even when the
+main process was kill -9'd (vLLM's engine core and workers live on), never a stranger that reused a stale PID.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
+import socket
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from crosstune.errors import InputError, read_json, read_model_config
+from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
+from crosstune.serve import proctree
 from crosstune.serve.engine import ServeError, cpu_head_dim_problems, max_lora_rank, require_vllm
+from crosstune.serve.logscan import explain_failure
+from crosstune.serve.proctree import ProcId
 
 STATE_FILE = "server.json"
 LOG_FILE = "vllm.log"
 READY_TIMEOUT_S = 300.0  # 30-120 s to /health on 2 loaded cores, plus the first request's compile
+STATE_ENV = "CROSSTUNE_SERVE_STATE"  # overrides the default state root
+
+
+def default_state_root() -> Path:
+    """Where `serve start` records servers unless --state-dir says otherwise: one place per user, whatever the
+    current folder ($CROSSTUNE_SERVE_STATE, else $XDG_STATE_HOME/crosstune/serve, else ~/.local/state/...)."""
+    if os.environ.get(STATE_ENV):
+        return Path(os.environ[STATE_ENV])
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "crosstune" / "serve"
+
+
+def default_state_dir(port: int) -> Path:
+    """The state folder of the server on 127.0.0.1:`port`: one server per port, so two starts on one port meet."""
+    return default_state_root() / f"port-{port}"
 
 
 @dataclass
 class ServerState:
-    pid: int  # also the process group id (start_new_session)
+    pid: int  # the main process; also the process group id (start_new_session)
     port: int
     model: str  # the served model name (base)
     lora_name: str | None
     model_dir: str
     log: str
     started: float
+    leader: dict | None = None  # ProcId of the main process (absent in state files of older versions)
+    members: list[dict] = field(default_factory=list)  # ProcIds of the rest of the group once ready (engine core…)
+    log_offset: int = 0  # where this start's output begins in the log (it is appended to)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def recorded(self) -> list[ProcId]:
+        return [ProcId.from_json(d) for d in ([self.leader] if self.leader else []) + self.members]
 
 
 def _spec_of(model_dir: Path):
@@ -41,12 +71,22 @@ def _spec_of(model_dir: Path):
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
         raise ServeError(f"{model_dir}: no config.json (expected an HF model directory: a base or a merged export)")
-    cfg = json.loads(cfg_path.read_text())
+    cfg = read_model_config(model_dir)
+    if not isinstance(cfg, dict):
+        raise InputError(f"{cfg_path}: not a JSON object: restore it from the model's source")
     try:
         fam = family_of_hf_config(cfg)
-    except (KeyError, ValueError) as e:
-        raise ServeError(f"{cfg_path}: {e}") from None
-    return fam.spec_from_hf_config(cfg.get("text_config", cfg), name=model_dir.name)
+        return fam.spec_from_hf_config(cfg.get("text_config", cfg), name=model_dir.name)
+    except (KeyError, ValueError, TypeError) as e:
+        raise ServeError(f"{cfg_path}: not a config crosstune can serve ({type(e).__name__}: {e})") from None
+
+
+def check_model_dir(model_dir: Path) -> None:
+    """Refuse, before anything starts, a model folder vLLM's CPU engine can't serve (config or head size)."""
+    model_dir = Path(model_dir)
+    problems = cpu_head_dim_problems(_spec_of(model_dir))
+    if problems:
+        raise ServeError(f"{model_dir}: vLLM's CPU engine would die at the first request: " + "; ".join(problems))
 
 
 def vllm_argv(
@@ -56,15 +96,43 @@ def vllm_argv(
     argv = [str(vllm), "serve", str(model_dir), "--served-model-name", name, "--dtype", dtype]
     argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1", "--port", str(port)]
     if adapters:
-        rank = max(json.loads((p / "adapter_config.json").read_text())["r"] for p in adapters.values())
+        rank = max(_adapter_rank(p) for p in adapters.values())
         argv += ["--enable-lora", "--lora-modules", *(f"{n}={p}" for n, p in adapters.items())]
         argv += ["--max-lora-rank", str(max_lora_rank(rank))]
     return argv
 
 
+def _adapter_rank(adapter: Path) -> int:
+    path = Path(adapter) / "adapter_config.json"
+    if not path.is_file():
+        raise ServeError(
+            f"{adapter}: no adapter_config.json (expected a PEFT adapter folder, e.g. an export's adapter)"
+        )
+    rank = read_json(path, "export the adapter again").get("r")
+    if not isinstance(rank, int) or rank < 1:
+        raise ServeError(f"{path}: `r` is {rank!r}, not a positive integer LoRA rank")
+    return rank
+
+
+def check_port_free(port: int) -> None:
+    """ServeError naming the holder when 127.0.0.1:`port` can't be bound (vLLM binds with SO_REUSEADDR too)."""
+    if not 1 <= port <= 65535:
+        raise ServeError(f"--port {port}: not a TCP port (1-65535)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return
+        except OSError as e:
+            reason = e.strerror or str(e)
+    owners = proctree.port_owner(port)
+    who = "; ".join(f"pid {p.pid}: {p.cmdline[:120]}" for p in owners) or "a process this user can't see"
+    raise ServeError(f"port {port} on 127.0.0.1 is in use ({reason}) by {who}: stop it, or pass another --port")
+
+
 def start_server(
     model_dir: Path,
-    state_dir: Path,
+    state_dir: Path | None = None,
     *,
     name: str,
     port: int,
@@ -75,70 +143,116 @@ def start_server(
     extra_adapters: dict[str, Path] | None = None,
     ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> ServerState:
-    """Start vLLM on 127.0.0.1:`port` and return once a 1-token completion succeeded (ServeError otherwise, with
-    the log's tail; the process group is stopped). `adapter` is served as NAME-lora, `extra_adapters` by name."""
+    """Start vLLM on 127.0.0.1:`port` and return once a 1-token completion, answered by the process started,
+    succeeded. Otherwise ServeError with the log's root cause and path, and everything started is stopped.
+    `adapter` is served as NAME-lora, `extra_adapters` by name; `state_dir` defaults to default_state_dir(port)."""
     model_dir = Path(model_dir).resolve()
-    problems = cpu_head_dim_problems(_spec_of(model_dir))
-    if problems:
-        raise ServeError(f"{model_dir}: vLLM's CPU engine would die at the first request: " + "; ".join(problems))
+    check_model_dir(model_dir)
     vllm = require_vllm()
-    state_dir.mkdir(parents=True, exist_ok=True)
-    if (state_dir / STATE_FILE).is_file():
-        old = read_state(state_dir)
-        if _alive(old.pid):
-            raise ServeError(f"{state_dir}: a server (pid {old.pid}, port {old.port}) runs: `crosstune serve stop` it")
-    log = state_dir / LOG_FILE
+    state_dir = Path(state_dir) if state_dir is not None else default_state_dir(port)
     adapters = {f"{name}-lora": Path(adapter).resolve()} if adapter else {}
     adapters.update({n: Path(p).resolve() for n, p in (extra_adapters or {}).items()})
     argv = vllm_argv(vllm, model_dir, name, port, dtype=dtype, max_model_len=max_model_len, adapters=adapters)
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}
-    env.pop("PYTHONPATH", None)  # the serving venv must not see the training stack's sources
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    lora_name = f"{name}-lora" if adapter else None
-    state = ServerState(proc.pid, port, name, lora_name, str(model_dir), str(log), time.time())
-    (state_dir / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
-    try:
-        wait_ready(state, proc, ready_timeout_s)
-    except BaseException:
-        stop_server(state_dir)
-        raise
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(lock_path(state_dir), f"server state {state_dir}", "another `serve start` is starting it"):
+        if (state_dir / STATE_FILE).is_file():
+            old = read_state(state_dir)
+            running = proctree.tree(old.recorded(), pgid=old.pid)
+            if running:
+                raise ServeError(
+                    f"{state_dir}: a server (pid {old.pid}, port {old.port}) runs: `crosstune serve stop "
+                    f"--state-dir {state_dir}` it first"
+                )
+            (state_dir / STATE_FILE).unlink()  # stale: nothing of it runs any more
+        check_port_free(port)
+        log = state_dir / LOG_FILE
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}
+        env.pop("PYTHONPATH", None)  # the serving venv must not see the training stack's sources
+        with open(log, "ab") as fh:
+            offset = fh.tell()
+            fh.write(f"\n=== crosstune serve start {time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(argv)}\n".encode())
+            fh.flush()
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # Its start time now, its command line once ready (read this early, /proc may show it mid-exec).
+        spawned = proctree.identify(proc.pid)
+        leader = ProcId(proc.pid, spawned.start if spawned else -1, proctree.boot_id(), "")
+        lora_name = f"{name}-lora" if adapter else None
+        state = ServerState(
+            proc.pid, port, name, lora_name, str(model_dir), str(log), time.time(), leader.to_json(), log_offset=offset
+        )
+        write_state(state_dir, state)
+        try:
+            wait_ready(state, proc, ready_timeout_s)
+            members = proctree.tree([leader], pgid=proc.pid)
+            state.leader = next((p.to_json() for p in members if p.pid == proc.pid), state.leader)
+            state.members = [p.to_json() for p in members if p.pid != proc.pid]
+            write_state(state_dir, state)
+        except BaseException:
+            _stop_child(proc, leader)
+            (state_dir / STATE_FILE).unlink(missing_ok=True)
+            raise
     return state
+
+
+def _exit_status(proc: subprocess.Popen) -> int | None:
+    """The child's exit status once it exited, without reaping it: an unreaped child keeps its PID, so its process
+    group can't be a stranger's while we stop it."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return proc.poll()
+    if info is None:
+        return None
+    killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+    return -info.si_status if killed else info.si_status  # Popen's convention: -N for signal N
+
+
+def _stop_child(proc: subprocess.Popen, leader: ProcId, grace_s: float = 30.0) -> None:
+    """Stop a server this process started and has not reaped: its whole process group is provably ours."""
+    proctree.stop_tree([leader, *proctree.group_members(proc.pid)], grace_s)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def write_state(state_dir: Path, state: ServerState) -> None:
+    from dataclasses import asdict
+
+    atomic_write_text(Path(state_dir) / STATE_FILE, json.dumps(asdict(state), indent=2) + "\n")
 
 
 def read_state(state_dir: Path) -> ServerState:
     path = Path(state_dir) / STATE_FILE
     if not path.is_file():
         raise ServeError(f"{path}: no server state (nothing started with `crosstune serve start` here)")
-    return ServerState(**json.loads(path.read_text()))
-
-
-def _alive(pid: int) -> bool:
+    data = read_json(path, "stop the server by its PID yourself and delete the file")
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return ServerState(**data)
+    except TypeError as e:
+        raise InputError(f"{path}: not a crosstune server state ({e})") from None
+
+
+def listens(state: ServerState) -> bool:
+    """The port's listening socket is held by a process of the server's group (not by another server)."""
+    members = [p.pid for p in proctree.group_members(state.pid)]
+    return bool(proctree.socket_holders(proctree.listening_inodes(state.port), members))
+
+
+def _leader_running(state: ServerState, proc: subprocess.Popen | None) -> bool:
+    if proc is not None and _exit_status(proc) is not None:
         return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0): ask /proc whether it has exited.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def log_tail(state: ServerState, lines: int = 25) -> str:
-    try:
-        return "\n".join(Path(state.log).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+    return state.leader is None or proctree.is_running(ProcId.from_json(state.leader))
 
 
 def health(state: ServerState, timeout: float = 5.0) -> str | None:
     """None when the server is up and healthy; otherwise why not (exited, refused, status)."""
     import httpx
 
-    if not _alive(state.pid):
+    if not _leader_running(state, None):
         return f"the vLLM process {state.pid} has exited"
     try:
         r = httpx.get(state.base_url + "/health", timeout=timeout)
@@ -158,70 +272,85 @@ def one_token(state: ServerState, model: str | None = None, timeout: float = 120
         return f"1-token completion: {type(e).__name__}: {e}"
     if r.status_code != 200:
         return f"1-token completion answered {r.status_code}: {r.text[:200]}"
-    usage = r.json().get("usage") or {}
+    try:
+        usage = r.json().get("usage") or {}
+    except ValueError:
+        return f"1-token completion answered non-JSON: {r.text[:200]}"
     return None if usage.get("completion_tokens") == 1 else f"1-token completion returned usage {usage}"
 
 
 def wait_ready(state: ServerState, proc: subprocess.Popen | None, timeout_s: float) -> None:
-    """Poll until /health is 200 and then a 1-token completion (and the adapter's) succeeds; the engine can pass
-    /health and die at its first request, so health alone is not readiness."""
+    """Poll until the port is held by the server's own process group, /health is 200 and a 1-token completion
+    (and the adapter's) succeeds. The engine can pass /health and die at its first request, so health alone is
+    not readiness; another server on the port would answer both, so the port's owner is checked first."""
     deadline = time.monotonic() + timeout_s
+
+    def cause() -> str:
+        return explain_failure(Path(state.log), state.log_offset)
+
     while time.monotonic() < deadline:
-        if (proc is not None and proc.poll() is not None) or not _alive(state.pid):
-            code = proc.returncode if proc is not None else "?"
-            raise ServeError(f"vLLM exited (status {code}) before it was ready; {state.log}:\n{log_tail(state)}")
-        if health(state, timeout=2.0) is None:
+        if not _leader_running(state, proc):
+            code = _exit_status(proc) if proc is not None else "?"
+            raise ServeError(f"vLLM exited (status {code}) before it was ready; {cause()}")
+        if listens(state) and health(state, timeout=2.0) is None:
             why = one_token(state) or (state.lora_name and one_token(state, state.lora_name))
             if not why:
                 return
-            if (proc is not None and proc.poll() is not None) or health(state, timeout=2.0):
-                raise ServeError(f"vLLM died at its first request ({why}); {state.log}:\n{log_tail(state)}")
+            if not _leader_running(state, proc) or health(state, timeout=2.0):
+                raise ServeError(f"vLLM died at its first request ({why}); {cause()}")
         time.sleep(1.0)
-    raise ServeError(f"vLLM not ready after {timeout_s:.0f} s; {state.log}:\n{log_tail(state)}")
+    raise ServeError(f"vLLM not ready after {timeout_s:.0f} s; {cause()}")
 
 
-def stop_server(state_dir: Path, grace_s: float = 30.0) -> bool:
-    """SIGTERM the server's process group, SIGKILL after `grace_s`; remove the state file. False if none ran."""
+@dataclass(frozen=True)
+class StopOutcome:
+    stopped: list[ProcId]  # the processes signalled
+    message: str
+
+    def __bool__(self) -> bool:
+        return bool(self.stopped)
+
+
+def stop_server(state_dir: Path, grace_s: float = 30.0) -> StopOutcome:
+    """SIGTERM every process of the recorded server still proven to be it (its tree and group), SIGKILL after
+    `grace_s`; remove the state file. A PID now held by another process is left alone and said so."""
     try:
         state = read_state(state_dir)
     except ServeError:
-        return False
-    running = _alive(state.pid)
-    if running:
-        _signal_group(state.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _group_alive(state.pid):
-            time.sleep(0.2)
-            _reap(state.pid)
-        if _group_alive(state.pid):
-            _signal_group(state.pid, signal.SIGKILL)
-    _reap(state.pid)
-    (Path(state_dir) / STATE_FILE).unlink(missing_ok=True)
-    return running
+        return StopOutcome([], f"no server recorded in {state_dir}")
+    path = Path(state_dir) / STATE_FILE
+    if state.leader is None:
+        raise ServeError(
+            f"{path}: recorded by an older crosstune without the processes' start times, so pid {state.pid} can't "
+            f"be proven to be the server: check `ps -o pid,lstart,args -g {state.pid}`, stop it yourself, and "
+            "delete the file"
+        )
+    leader = ProcId.from_json(state.leader)
+    procs = proctree.tree(state.recorded(), pgid=state.pid)
+    if not procs:
+        path.unlink(missing_ok=True)
+        now = proctree.identify(leader.pid)
+        if now is not None:
+            return StopOutcome(
+                [],
+                f"the server recorded in {state_dir} is gone; pid {leader.pid} is now another process "
+                f"({now.cmdline[:120]}), left alone; removed the stale {path.name}",
+            )
+        return StopOutcome([], f"the server recorded in {state_dir} is gone (nothing of it runs); removed {path.name}")
+    stopped = proctree.stop_tree(procs, grace_s)
+    path.unlink(missing_ok=True)
+    pids = ", ".join(str(p.pid) for p in stopped)
+    if all(p.pid != leader.pid for p in procs):
+        message = (
+            f"the server's main process (pid {leader.pid}) was already gone; stopped its {len(stopped)} "
+            f"remaining process(es): {pids}"
+        )
+    else:
+        message = f"stopped the server on port {state.port} ({len(stopped)} process(es): {pids})"
+    return StopOutcome(stopped, message)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Any process of the group still running (vLLM's API server, engine core and workers share it)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-def _reap(pid: int) -> None:
-    """Collect our own child's exit status so it doesn't linger as a zombie (no-op for others)."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+def recorded_servers(root: Path | None = None) -> list[Path]:
+    """State folders under the default root (or `root`) that record a server."""
+    root = Path(root) if root is not None else default_state_root()
+    return sorted(p.parent for p in root.glob(f"*/{STATE_FILE}")) if root.is_dir() else []

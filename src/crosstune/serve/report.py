@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from crosstune.serve.metrics import load_of
+
 COMPARED = (
     "request_throughput",
     "output_throughput",
@@ -29,9 +31,8 @@ def load_summary(path: Path) -> dict:
     return data
 
 
-def _level(cell: dict) -> float:
-    """A cell's load: its request rate in a rate sweep (concurrency is then only a cap), else its concurrency."""
-    return cell["request_rate"] if cell.get("request_rate") is not None else cell.get("concurrency") or 0
+_level = load_of
+CLIENT_TIMED = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms")  # wrong for bursty streams
 
 
 def write_plots(summary: dict, out_dir: Path) -> list[Path]:
@@ -93,10 +94,20 @@ def compare_rows(a: dict, b: dict) -> list[dict]:
         cb = index_b.get((ca["context_len"], _level(ca)))
         if cb is None:
             continue
+        bursty = [side for side, c in (("A", ca), ("B", cb)) if not c.get("client_timing_reliable", True)]
         for m in COMPARED:
             va, vb = ca.get(m), cb.get(m)
             ratio = vb / va if va and vb is not None else None
+            note = f"{' and '.join(bursty)} bursty: not a server figure" if bursty and m in CLIENT_TIMED else None
             rows.append(
-                {"context_len": ca["context_len"], "level": _level(ca), "metric": m, "a": va, "b": vb, "ratio": ratio}
+                {
+                    "context_len": ca["context_len"],
+                    "level": _level(ca),
+                    "metric": m,
+                    "a": va,
+                    "b": vb,
+                    "ratio": ratio,
+                    "note": note,
+                }
             )
     return rows

@@ -1,5 +1,6 @@
 """vLLM's own `/metrics` (Prometheus) before and after a cell: histogram and counter deltas, so the server's view of
-TTFT / ITL / E2E sits next to the client's (on a loaded host the client's TTFT/ITL can read ~E2EL / ~0)."""
+TTFT / ITL / E2E sits next to the client's (on a loaded host the client's TTFT/ITL can read ~E2EL / ~0).
+Means are exact (the histograms' sum / count); percentiles are bucket-bounded estimates and carry their bucket."""
 
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
-def _bucket_quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
-    """Prometheus' histogram_quantile: linear within the bucket holding rank q·count."""
+def _bucket_quantile(buckets: list[tuple[float, float]], q: float) -> tuple[float, float, float] | None:
+    """Prometheus' histogram_quantile: linear within the bucket holding rank q·count. Returns (estimate, the
+    bucket's lower and upper edge): the true quantile is somewhere in that bucket, the estimate is no measurement.
+    The upper edge is inf for the +Inf bucket (the estimate is then its lower edge, as Prometheus gives)."""
     if not buckets or buckets[-1][1] <= 0:
         return None
     total = buckets[-1][1]
@@ -51,18 +54,25 @@ def _bucket_quantile(buckets: list[tuple[float, float]], q: float) -> float | No
     for le, count in buckets:
         if count >= rank:
             if math.isinf(le):
-                return prev_le
+                return prev_le, prev_le, le
             width = count - prev_count
-            return prev_le + (le - prev_le) * ((rank - prev_count) / width if width else 0.0)
+            return prev_le + (le - prev_le) * ((rank - prev_count) / width if width else 0.0), prev_le, le
         prev_le, prev_count = le, count
-    return prev_le
+    return prev_le, prev_le, math.inf
 
 
-def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float | None] | None:
-    """The server's view of the requests between two scrapes: mean/median/p99 in ms per histogram, counter deltas."""
+BUCKET_NOTE = (
+    "server percentiles are interpolated within vLLM's /metrics histogram buckets: the true value lies in the "
+    "bucket given by *_bucket_ms ([lower, upper] edges), not at the estimate; means are exact (sum / count)"
+)
+
+
+def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict | None:
+    """The server's view of the requests between two scrapes: mean (exact: sum / count), median and p99 (bucket
+    estimates, with their buckets' edges) in ms per histogram, and counter deltas."""
     if before is None or after is None:
         return None
-    out: dict[str, float | None] = {}
+    out: dict = {"note": BUCKET_NOTE}
     for short, name in HISTOGRAMS.items():
         n = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
         total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
@@ -71,9 +81,14 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
         out[f"count_{short}"] = n
         out[f"mean_{short}_ms"] = total / n * 1000.0 if n > 0 else None
         for label, q in (("median", 0.5), ("p99", 0.99)):
-            v = _bucket_quantile(buckets, q) if n > 0 else None
-            out[f"{label}_{short}_ms"] = None if v is None else v * 1000.0
+            found = _bucket_quantile(buckets, q) if n > 0 else None
+            out[f"{label}_{short}_ms"] = None if found is None else found[0] * 1000.0
+            out[f"{label}_{short}_bucket_ms"] = None if found is None else [_ms(found[1]), _ms(found[2])]
     for short, name in COUNTERS.items():
         key = f"{name}_total"
         out[short] = after.get(key, 0.0) - before.get(key, 0.0) if key in after else None
     return out
+
+
+def _ms(seconds: float) -> float | None:
+    return None if math.isinf(seconds) else seconds * 1000.0

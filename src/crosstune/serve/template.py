@@ -1,12 +1,13 @@
 """Train ↔ serve chat-template consistency. vLLM applies the chat template stored with the served tokenizer; the
 training data was rendered with the template of the recipe's model, whose hash (with the tokenizer's) the prepared
 data's manifest.json records. The seed trained Gemma 4 with Gemma 3's turn format and served it with Gemma 4's:
-this check catches that before the server starts."""
+this check catches that before the server starts. A merged export and an adapter are checked the same way: the
+template their run's data was rendered with (export_manifest.json, or the run's run.json) against the one served
+(the merged folder's tokenizer, or the base's for an adapter, which vLLM serves with the base's tokenizer)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from crosstune.recipe import Recipe
@@ -29,7 +30,10 @@ def check_template(recipe: Recipe, model_dir: Path) -> str | None:
     manifest_path = prepared_dir(recipe) / "manifest.json"
     if not manifest_path.is_file():
         return None
-    trained = json.loads(manifest_path.read_text()).get("tokenizer_hash")
+    from crosstune.errors import read_json
+
+    manifest = read_json(manifest_path, "prepare the data again")
+    trained = manifest.get("tokenizer_hash") if isinstance(manifest, dict) else None
     served, template = template_sha256(model_dir)
     if trained is None or trained == served:
         return None
@@ -40,19 +44,48 @@ def check_template(recipe: Recipe, model_dir: Path) -> str | None:
     )
 
 
-def check_export_template(model_dir: Path) -> str | None:
-    """Why the template served from an export differs from the one its run's data was rendered with (the run records
-    it in run.json, export in export_manifest.json's source); None when equal or not recorded."""
-    manifest = Path(model_dir) / "export_manifest.json"
-    if not manifest.is_file():
+def recorded_template(trained: Path) -> tuple[str, Path] | None:
+    """(sha256 of the chat template the training data was rendered with, the file recording it) for a merged
+    export or an exported adapter (export_manifest.json's source) or a run's own adapter folder (the run's
+    run.json); None when nothing records it."""
+    from crosstune.errors import read_json
+    from crosstune.run.layout import ADAPTER, RUN_JSON
+
+    trained = Path(trained)
+    manifest = trained / "export_manifest.json"
+    if manifest.is_file():
+        data = read_json(manifest, "export the run again")
+        recorded = data.get("source", {}).get("chat_template_sha256") if isinstance(data, dict) else None
+        return (recorded, manifest) if recorded else None
+    run_json = trained.parent / RUN_JSON
+    if trained.name == ADAPTER and run_json.is_file():
+        data = read_json(run_json, "restore it from a backup or train the run again")
+        recorded = (data.get("data") or {}).get("chat_template_sha256") if isinstance(data, dict) else None
+        return (recorded, run_json) if recorded else None
+    return None
+
+
+def check_trained_template(served_dir: Path, trained: Path) -> str | None:
+    """Why the template vLLM serves (the tokenizer of `served_dir`) differs from the one the run behind `trained`
+    (a merged export, or an adapter served on top of `served_dir`) was trained with; None when equal or unknown."""
+    from transformers import AutoTokenizer
+
+    from crosstune.data.prepared import chat_template_hash
+
+    found = recorded_template(trained)
+    if found is None:
         return None
-    trained = json.loads(manifest.read_text()).get("source", {}).get("chat_template_sha256")
-    if not trained:
+    recorded, where = found
+    served = chat_template_hash(AutoTokenizer.from_pretrained(str(served_dir)))
+    if served == recorded:
         return None
-    _, served = template_sha256(model_dir)
-    if served == trained:
-        return None
+    what = f"{served_dir}" if Path(served_dir) == Path(trained) else f"the base {served_dir} (adapter {trained})"
     return (
-        f"the chat template served from {model_dir} (sha256 {served[:16]}…) is not the one the exported run's data "
-        f"was prepared with ({manifest}: chat_template_sha256 {trained[:16]}…)"
+        f"the chat template served from {what} (sha256 {served[:16]}…) is not the one the run's data was "
+        f"prepared with ({where}: chat_template_sha256 {recorded[:16]}…)"
     )
+
+
+def check_export_template(model_dir: Path) -> str | None:
+    """check_trained_template for a merged export served on its own."""
+    return check_trained_template(model_dir, model_dir)

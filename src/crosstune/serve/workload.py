@@ -50,6 +50,10 @@ class PromptMaker:
             "found): use the completions API, whose prompts are token ids"
         )
 
+    def chat_overhead_tokens(self) -> int:
+        """The chat template's own tokens around one user message (what a chat prompt adds to its text)."""
+        return self.chat_prompt_tokens("")
+
     def chat_prompt_tokens(self, text: str) -> int:
         """usage.prompt_tokens vLLM reports for one user message: the template applied with a generation prompt."""
         msgs = [{"role": "user", "content": text}]

