@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from crosstune.evals.scoring import ProblemScore, summarize, write_reports
+from crosstune.recipe.schema import Recipe
 from crosstune.run.metrics import StepMetrics
 from tests.helpers import paths
 
@@ -64,15 +65,16 @@ def write_run(
     else:
         meta.update(world_size=1, lora_layout={"modules": 20, "targets_by_layer_type": {"sliding": ["q"]}})
     (run / "run.json").write_text(json.dumps(meta, indent=2))
-    recipe = {
-        "name": "tiny",
-        "hardware": hardware,
-        "model": {"family": "gemma4", "size": "tiny"},
-        "data": {"packing": True, "max_seq_len": 1024},
-        "train": {"per_device_batch_size": 2, "grad_accumulation": 1},
-        "cost": {"price_per_hour": None},
-    }
-    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    recipe = Recipe.model_validate(
+        {
+            "name": "tiny",
+            "hardware": hardware,
+            "model": {"family": "gemma4", "size": "tiny"},
+            "data": {"sources": [{"path": "train.jsonl"}], "packing": True, "max_seq_len": 1024},
+            "train": {"per_device_batch_size": 2, "grad_accumulation": 1, "max_steps": steps},
+        }
+    )  # resolved as training writes it (crosstune.run.rundir)
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
     rows = []
     for step in range(log_every, steps + 1, log_every):
         loss = loss0 * math.exp(-step / steps) + 0.5
