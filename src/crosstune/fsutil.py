@@ -19,7 +19,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError
@@ -124,6 +124,17 @@ def _temp_beside(dest: Path, kind: str) -> Path:
     tmp.mkdir()
     (tmp / MARKER).write_text(json.dumps({"pid": os.getpid(), "host": _host(), "started": _start_time(os.getpid())}))
     return tmp
+
+
+def overlapping_source(dest: Path, sources: Iterable[Path]) -> tuple[Path, str] | None:
+    """The first of `sources` that replacing `dest` would delete — dest is it ("is") or holds it ("contains") —
+    with which; None when replacing dest is safe for all of them. Links are followed."""
+    dest = Path(dest).resolve()
+    for source in sources:
+        src = Path(source).resolve()
+        if dest == src or dest in src.parents:
+            return src, "is" if dest == src else "contains"
+    return None
 
 
 @contextlib.contextmanager

@@ -100,7 +100,7 @@ def test_prices_from_recipe_yaml_file_and_missing_price(tmp_path):
     ("text", "message"),
     [
         ("chips:\n  tpu-v9: {on_demand: 1}\n", r"chips.tpu-v9: unknown chip"),
-        ("targets:\n  2xh100: {on_demand: -3}\n", r"targets.2xh100.on_demand: -3 is not a positive number"),
+        ("targets:\n  2xh100: {on_demand: -3}\n", r"targets.2xh100.on_demand: -3 is not a number > 0 and <= 2000"),
         ("chips:\n  h100: {price: 3}\n", r"chips.h100: expected a mapping with keys"),
         ("gpus: {}\n", r"expected top-level keys `chips` and/or `targets`"),
     ],

@@ -23,13 +23,12 @@ def staged_dir(dest: Path, overwrite: bool = False, sources: Sequence[Path] = ()
     `dest` may not equal or contain any of `sources` (the run, the base model): replacing it would delete them. An
     existing non-empty `dest` is replaced only with `overwrite` and only when it is itself an earlier export."""
     dest = Path(dest).resolve()
-    for source in sources:
-        src = Path(source).resolve()
-        if dest == src or dest in src.parents:
-            raise ExportError(
-                f"--out {dest} {'is' if dest == src else 'contains'} the export's source {src}: writing there would "
-                "replace it; choose an --out outside it"
-            )
+    found = fsutil.overlapping_source(dest, sources)
+    if found:
+        raise ExportError(
+            f"--out {dest} {found[1]} the export's source {found[0]}: writing there would replace it; choose an "
+            "--out outside it"
+        )
 
     def may_replace(existing: Path) -> None:
         if not overwrite:
