@@ -7,8 +7,6 @@ import pytest
 import yaml
 
 from crosstune.recipe import RecipeError, load_recipe, parse_recipe
-from crosstune.recipe.schema import RESOLVED, Recipe
-from crosstune.recipe.strict_yaml import load_yaml
 from crosstune.run.rundir import default_run_dir
 from tests.helpers import paths
 from tests.recipe.test_recipe import MINIMAL, errors
@@ -23,6 +21,8 @@ def test_a_duplicate_key_is_refused_with_both_lines():
 
 
 def test_yaml_1_2_scalars_no_yes_no_booleans_no_sexagesimal_no_dates():
+    from crosstune.recipe.strict_yaml import load_yaml
+
     assert load_yaml("a: yes\nb: no\nc: on\nd: 1:30\ne: 2026-01-15\nf: true\ng: 1e-4\nh: 0o17\n") == {
         "a": "yes", "b": "no", "c": "on", "d": "1:30", "e": "2026-01-15", "f": True, "g": 1e-4, "h": 15,
     }  # fmt: skip
@@ -89,6 +89,8 @@ def test_the_run_directory_stays_inside_output_dir(tmp_path):
 def test_a_resolved_shipped_recipe_validates_again(path: Path):
     """A run's recipe.yaml is the resolved recipe with every default written out: it must read back (crosstune.run.
     layout validates it), though e.g. grad_accumulation and a derived epochs: null are both present."""
+    from crosstune.recipe.schema import RESOLVED, Recipe
+
     dumped = load_recipe(path).model_dump(mode="json")
     again = Recipe.model_validate(yaml.safe_load(yaml.safe_dump(dumped)), context={RESOLVED: True})
     assert again.model_dump(mode="json") == dumped

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -14,23 +16,11 @@ from crosstune.compare.prices import CostError, PriceBook, load_prices
 from crosstune.compare.values import whole
 
 # Tables go whole into a pipe or a file (`cost serve … | tee costs.txt`): rich would cut them to 80 columns there.
+# A terminal's width is read as usual, and COLUMNS, when set, still wins.
 PIPE_WIDTH = 1000
-
-
-class _Console(Console):
-    """Rich's console at the terminal's width, or PIPE_WIDTH when stdout is not a terminal (read per print: tests
-    and callers swap sys.stdout)."""
-
-    @property
-    def width(self) -> int:  # type: ignore[override]
-        return super().width if self.is_terminal else PIPE_WIDTH
-
-    @width.setter
-    def width(self, value: int) -> None:
-        Console.width.fset(self, value)  # type: ignore[attr-defined]
-
-
-console = _Console(soft_wrap=True)
+console = Console(
+    soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+)
 cost_app = typer.Typer(
     help="What runs, serving and whole workloads cost, from measured runs and sweeps (or assumed "
     "speeds, marked as such). Prices: the catalog in crosstune.hardware, overridable.",

@@ -10,6 +10,7 @@ unchecked, never assumed equal.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from crosstune.compare.document import Note
@@ -100,7 +101,11 @@ def compare_sweeps(sweeps: list[Sweep]) -> list[Note]:
 
 
 def _short(value: object) -> str:
+    """A value for a message: a hash cut to its first 12 digits, a long tuple to its length and first items."""
     text = str(value)
     if isinstance(value, tuple) and len(value) > 4:
         text = f"{len(value)} items ({', '.join(map(str, value[:3]))}, …)"
-    return text[:12] + "…" if isinstance(value, str) and len(value) > 16 else text
+    return text[:12] + "…" if isinstance(value, str) and len(value) > 16 and _HASH.match(value) else text
+
+
+_HASH = re.compile(r"^[0-9a-fA-F]+$")

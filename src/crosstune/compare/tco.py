@@ -115,7 +115,7 @@ def break_even(a: Option, b: Option, workload: Workload) -> BreakEven:
         return BreakEven(
             None,
             f"{cheap_first} is cheaper for the next {HORIZON_YEARS} years: the totals cross only after "
-            f"{days / 365.25:,.0f} years, when the serving costs per day differ by {abs(da - db) / max(da, db):.2%}",
+            f"{days / 365.25:,.0f} years (serving costs ${abs(da - db):.2g} a day less on {cheap_later})",
         )
     return BreakEven(days, f"{cheap_first} is cheaper until day {days:,.1f}, {cheap_later} after")
 

@@ -38,12 +38,12 @@ class StrictLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
             try:
-                first = seen.setdefault(key, line)
+                first = seen.get(key)
+                seen.setdefault(key, key_node.start_mark.line + 1)
             except TypeError:  # an unhashable key: the base constructor says so
                 break
-            if first != line:
+            if first is not None:
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping", node.start_mark,
                     f"duplicate key {key!r} (first on line {first}): keep one of them", key_node.start_mark,
