@@ -18,9 +18,7 @@ from crosstune.compare.values import whole
 # Tables go whole into a pipe or a file (`cost serve … | tee costs.txt`): rich would cut them to 80 columns there.
 # A terminal's width is read as usual, and COLUMNS, when set, still wins.
 PIPE_WIDTH = 1000
-console = Console(
-    soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
-)
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
 cost_app = typer.Typer(
     help="What runs, serving and whole workloads cost, from measured runs and sweeps (or assumed "
     "speeds, marked as such). Prices: the catalog in crosstune.hardware, overridable.",

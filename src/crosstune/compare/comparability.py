@@ -59,7 +59,7 @@ def compare_runs(runs: list[RunSummary]) -> list[Note]:
         unknown = [r.label for r, v in zip(runs, values, strict=True) if v is None]
         known = {v for v in values if v is not None}
         if len(known) > 1:
-            shown = "; ".join(f"{r.label}: {_short(v)}" for r, v in zip(runs, values, strict=True))
+            shown = "; ".join(f"{r.label}: {_short(v, 'hash' in label)}" for r, v in zip(runs, values, strict=True))
             notes.append(Note(f"the runs differ in {label} — {shown}", "error"))
         elif unknown:
             notes.append(Note(f"{label} not recorded for {', '.join(unknown)}: comparability unchecked", "warn"))
@@ -100,12 +100,14 @@ def compare_sweeps(sweeps: list[Sweep]) -> list[Note]:
     return notes
 
 
-def _short(value: object) -> str:
-    """A value for a message: a hash cut to its first 12 digits, a long tuple to its length and first items."""
+def _short(value: object, hashed: bool = False) -> str:
+    """A value for a message: a hash (`hashed`, or hex digits) cut to its first 12 characters, a long tuple to its
+    length and first items."""
     text = str(value)
     if isinstance(value, tuple) and len(value) > 4:
         text = f"{len(value)} items ({', '.join(map(str, value[:3]))}, …)"
-    return text[:12] + "…" if isinstance(value, str) and len(value) > 16 and _HASH.match(value) else text
+    long_hash = isinstance(value, str) and len(value) > 16 and (hashed or _HASH.match(value))
+    return text[:12] + "…" if long_hash else text
 
 
 _HASH = re.compile(r"^[0-9a-fA-F]+$")

@@ -12,17 +12,22 @@ from crosstune.compare.sweeps import Sweep
 MAX_COLUMNS = 4
 
 
-def _measured_ticks(ax, values: Sequence[float], axis: str = "x") -> None:
-    """Log-2 axis with a tick at each measured value, labelled as a plain number."""
+def _measured_ticks(ax, values: Sequence[float]) -> None:
+    """Log-2 x axis with a tick at each measured value, labelled as a plain number."""
     ticks = sorted(set(values))
-    labels = [f"{v:g}" for v in ticks]
-    if axis == "x":
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, labels)
-        ax.minorticks_off()
-    else:
-        ax.set_yscale("log", base=2)
-        ax.set_yticks(ticks, labels)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
+    ax.minorticks_off()
+
+
+def _plain_log_y(ax) -> None:
+    """Log y axis labelled 20, 50, 100, 200 … (not 10¹, 10² with unlabelled ticks between)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _style(k: int, sweep: Sweep, size: float) -> dict:
@@ -37,7 +42,7 @@ def serving_figure(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms"):
     contexts = sorted({c for s in sweeps for c in s.contexts})
     ncols = min(MAX_COLUMNS, len(contexts))
     blocks = math.ceil(len(contexts) / ncols)
-    fig, axes = plt.subplots(2 * blocks, ncols, figsize=(3.3 * ncols + 1.2, 5.6 * blocks + 0.9), dpi=DPI,
+    fig, axes = plt.subplots(2 * blocks, ncols, figsize=(3.0 * ncols + 1.2, 5.6 * blocks + 0.9), dpi=DPI,
                              squeeze=False)  # fmt: skip
     rate = any(s.declared.get("load") == "request rate (req/s)" for s in sweeps)
     load = "request rate (req/s)" if rate else "concurrent requests"
@@ -57,7 +62,7 @@ def serving_figure(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms"):
         top.set_title(f"context {context:,} tokens", fontsize=10)
         top.set_ylabel("output tokens / s")
         bottom.set_ylabel(f"{latency.split('_')[0]} TTFT (ms, log)")
-        bottom.set_yscale("log")
+        _plain_log_y(bottom)
         bottom.set_xlabel(load)
         for ax in (top, bottom):
             if loads:
@@ -67,7 +72,8 @@ def serving_figure(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms"):
         axes[2 * (n // ncols)][n % ncols].set_visible(False)
         axes[2 * (n // ncols) + 1][n % ncols].set_visible(False)
     handles, labels = _legend_entries(axes)
-    fig.legend(handles, labels, loc="upper center", ncol=min(4, len(labels)), fontsize=LEGEND_SIZE, frameon=False)
+    # the figure is wider than the page: a larger font keeps the legend as large as the body text there
+    fig.legend(handles, labels, loc="upper center", ncol=min(4, len(labels)), fontsize=LEGEND_SIZE + 2, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (5.6 * blocks + 0.9) * (1 + (len(labels) - 1) // 4)))
     return fig
 
@@ -101,7 +107,7 @@ def contexts_figure(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms"):
             right.plot(*zip(*first, strict=True), **style)
     left.set(ylabel="peak output tokens / s", title="Peak throughput by context length")
     right.set(ylabel=f"{latency.split('_')[0]} TTFT (ms, log)", title="TTFT at the lowest load measured")
-    right.set_yscale("log")
+    _plain_log_y(right)
     for ax in (left, right):
         _measured_ticks(ax, contexts)
         ax.set_xlabel("context length (prompt tokens)")
