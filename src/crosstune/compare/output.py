@@ -34,18 +34,17 @@ def check_out(out: Path, inputs: list[Path]) -> None:
             raise CostError(f"--out {out} {where}: give the report a folder (it is created if missing)")
         if folder.exists():
             break
-    found = fsutil.overlapping_source(out, inputs)
-    if found:
-        raise CostError(
-            f"--out {out} {found[1]} the report's input {found[0]}: writing there would replace it; choose a folder "
-            "outside the inputs"
-        )
+    refusal = fsutil.overlap_refusal(out, inputs, "report's input")
+    if refusal:
+        raise CostError(refusal)
 
 
 def _may_replace(existing: Path) -> None:
     """An earlier report, every file of it listed in its manifest and unchanged; else refused naming what's foreign."""
     try:
         listed = json.loads((existing / MANIFEST).read_text())["files"]
+        if not isinstance(listed, dict):
+            raise TypeError
     except (OSError, ValueError, KeyError, TypeError):
         raise CostError(
             f"--out {existing} is not empty and holds no crosstune report ({MANIFEST}): the report replaces its "
