@@ -77,14 +77,12 @@ def read_sweep(path: Path) -> Sweep:
 
 
 def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
-    output_lens = {row.get("output_len") for row in rows} - {None}
-    output_len = raw.get("output_len")
-    if output_len is None and len(output_lens) == 1:
-        output_len = next(iter(output_lens))
-    elif output_len is None and output_lens:
-        output_len = "varies: " + ", ".join(map(str, sorted(output_lens)))
-    if isinstance(output_len, int | float) and not isinstance(output_len, str):
-        output_len = whole(f"{path}: output_len", output_len, low=1, unit="tokens per request")
+    """What the summary says about its workload and server, by the labels comparability reports them under."""
+    lens = [whole(f"{path}: output_len", n, low=1, unit="tokens per request") for n in [raw.get("output_len")]
+            + [row.get("output_len") for row in rows] if n is not None]  # fmt: skip
+    output_len: object = None
+    if lens:
+        output_len = lens[0] if len(set(lens)) == 1 else "varies: " + ", ".join(map(str, sorted(set(lens))))
     rates = any(row.get("concurrency") is None for row in rows)
     return {
         "model": raw.get("model"),
@@ -95,9 +93,6 @@ def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
         "hardware": raw.get("target"),
         "load": "request rate (req/s)" if rates else "concurrent requests",
     }
-
-
-_COUNTS = ("completed", "failed")
 
 
 def _cell(path: Path, index: int, row: object) -> Cell:
