@@ -249,3 +249,19 @@ def test_the_slo_is_one_spelling_and_a_positive_limit(items, message):
 
 def test_a_negative_slo_is_refused_by_the_commands():
     assert "p99_ttft_ms: -1.0 is not a number > 0" in _cli("cost", "serve", str(GPU_SWEEP), "--slo", "p99_ttft_ms=-1")
+
+
+def test_a_recipe_name_in_run_json_never_leads_outside_the_runs_folder(tmp_path):
+    """Without recipe.yaml the report looks for the prepared data at <runs>/../data/<recipe_name>: a name that is not
+    one path component (run.json is the user's file) is not followed."""
+    from crosstune.compare.comparability import prepared_manifest
+
+    run = write_run(tmp_path / "work" / "runs", "torch", "cpu")
+    (run / "recipe.yaml").unlink()
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (outside / "manifest.json").write_text(json.dumps({"data_hash": "s" * 64}))
+    meta = json.loads((run / "run.json").read_text())
+    assert prepared_manifest(read_run(run))["data_hash"] == "d" * 64  # <runs>/data/tiny, the helper's layout
+    (run / "run.json").write_text(json.dumps(meta | {"recipe_name": "../../../secret"}))
+    assert prepared_manifest(read_run(run)) == {}

@@ -17,6 +17,7 @@ from crosstune.compare.document import Note
 from crosstune.compare.runs import RunSummary
 from crosstune.compare.sweeps import Sweep
 from crosstune.errors import read_json
+from crosstune.recipe.schema import SAFE_NAME
 
 # (label, run.json keys in order of preference, manifest.json key)
 RUN_KEYS = (
@@ -27,7 +28,9 @@ RUN_KEYS = (
 
 def prepared_manifest(run: RunSummary) -> dict:
     data = run.recipe.get("data") or {}
-    default = run.path.resolve().parent / "data" / str(run.recipe.get("name") or run.meta.get("recipe_name"))
+    name = str(run.recipe.get("name") or run.meta.get("recipe_name"))
+    # the default layout <output_dir>/data/<name>, only for a name that is one path component (as recipes check)
+    default = run.path.resolve().parent / "data" / name if SAFE_NAME.match(name) else None
     for c in (run.meta.get("prepared_dir"), data.get("prepared_dir"), default):
         # a relative path in a stored recipe is relative to a recipe file that is no longer at hand
         if c and Path(c).is_absolute() and (Path(c) / "manifest.json").is_file():
