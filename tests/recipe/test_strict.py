@@ -91,9 +91,10 @@ def test_a_resolved_shipped_recipe_validates_again(path: Path):
     layout validates it), though e.g. grad_accumulation and a derived epochs: null are both present."""
     from crosstune.recipe.schema import RESOLVED, Recipe
 
-    dumped = load_recipe(path).model_dump(mode="json")
-    again = Recipe.model_validate(yaml.safe_load(yaml.safe_dump(dumped)), context={RESOLVED: True})
-    assert again.model_dump(mode="json") == dumped
+    for overrides in ([], ["train.global_batch_size=8"]):  # a global batch: grad_accumulation is written out too
+        dumped = load_recipe(path, overrides).model_dump(mode="json")
+        again = Recipe.model_validate(yaml.safe_load(yaml.safe_dump(dumped)), context={RESOLVED: True})
+        assert again.model_dump(mode="json") == dumped
 
 
 def test_set_values_are_parsed_the_same_way(tmp_path):
