@@ -265,3 +265,12 @@ def test_a_recipe_name_in_run_json_never_leads_outside_the_runs_folder(tmp_path)
     assert prepared_manifest(read_run(run))["data_hash"] == "d" * 64  # <runs>/data/tiny, the helper's layout
     (run / "run.json").write_text(json.dumps(meta | {"recipe_name": "../../../secret"}))
     assert prepared_manifest(read_run(run)) == {}
+
+
+def test_a_resumed_run_reads_with_its_rows_in_order(tmp_path):
+    """A resumed run's metrics.jsonl keeps the rows up to its checkpoint (crosstune.run.metrics.MetricsWriter):
+    steps 1…20 with resumed_from_step 10 are in order."""
+    run = write_run(tmp_path, "jax", "tpu-v5p-8")
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps(meta | {"resumed_from_step": 10}))
+    assert read_run(run).steps == 20

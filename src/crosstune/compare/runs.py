@@ -88,7 +88,7 @@ def read_run(path: Path) -> RunSummary:
     metrics_file = path / METRICS_JSONL
     if not rows:
         raise CostError(f"{metrics_file}: no metrics rows — the run has no timing or token data to cost")
-    previous = int(meta.get("resumed_from_step") or 0)
+    previous = 0  # a resumed run keeps its rows up to the checkpoint: the steps rise from the first row on
     for n, row in enumerate(rows, 1):
         missing = [k for k in ("step", "loss", "step_time_s", "trained_tokens", "tokens") if row.get(k) is None]
         if missing:
