@@ -126,14 +126,15 @@ def _temp_beside(dest: Path, kind: str) -> Path:
     return tmp
 
 
-def overlapping_source(dest: Path, sources: Iterable[Path]) -> tuple[str, Path] | None:
-    """("is" or "contains", the source) when `dest` is one of `sources` or a folder above one of them: replacing
-    `dest` would delete that input. None when it is neither."""
+def overlap_refusal(dest: Path, sources: Iterable[Path], what: str) -> str | None:
+    """Why `dest` may not be replaced — it is, or holds, one of `sources` (the command's `what`, e.g. "export's
+    source"), which replacing it would delete — or None when that is safe. Links are followed."""
     dest = Path(dest).resolve()
     for source in sources:
         src = Path(source).resolve()
         if dest == src or dest in src.parents:
-            return ("is" if dest == src else "contains"), src
+            verb = "is" if dest == src else "contains"
+            return f"--out {dest} {verb} the {what} {src}: writing there would replace it; choose an --out outside it"
     return None
 
 

@@ -100,9 +100,19 @@ def test_prices_from_recipe_yaml_file_and_missing_price(tmp_path):
     ("text", "message"),
     [
         ("chips:\n  tpu-v9: {on_demand: 1}\n", r"chips.tpu-v9: unknown chip"),
-        ("targets:\n  2xh100: {on_demand: -3}\n", r"targets.2xh100.on_demand: -3 is not a positive number"),
+        ("targets:\n  2xh100: {on_demand: -3}\n", r"targets.2xh100.on_demand: -3 is not a number > 0 and <= 2000"),
         ("chips:\n  h100: {price: 3}\n", r"chips.h100: expected a mapping with keys"),
         ("gpus: {}\n", r"expected top-level keys `chips` and/or `targets`"),
+        # issue 22: a number that isn't a plausible price (a NaN printed `$nan/h`), a date that isn't text, twice a key
+        ("chips:\n  h100: {on_demand: .nan}\n", r"chips.h100.on_demand: nan is not a finite number > 0"),
+        ("chips:\n  h100: {on_demand: .inf}\n", r"chips.h100.on_demand: inf is not a finite number > 0"),
+        ("chips:\n  h100: {on_demand: '3.5'}\n", r"chips.h100.on_demand: '3.5' is not a number > 0"),
+        (
+            "chips:\n  h100: {on_demand: 5000}\n",
+            r"h100.on_demand: 5000 is not a number > 0 and <= 1000 \(\$/chip-hour\)",
+        ),
+        ("chips:\n  h100: {on_demand: 3, date: 2026}\n", r"chips.h100.date: 2026 is not text \(quote it\)"),
+        ("chips:\n  h100: {on_demand: 3, on_demand: 4}\n", r":2: not valid YAML: duplicate key 'on_demand'"),
     ],
 )
 def test_bad_prices_file_names_file_and_key(tmp_path, text, message):

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from crosstune.compare.report import write_report
-from tests.helpers.report import GPU_SWEEP, TPU_SWEEP, write_eval, write_run
+from tests.helpers.report import GPU_SWEEP, TPU_SWEEP, served_by, write_eval, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -24,14 +24,16 @@ def _inputs(root: Path, tokenizer_hash_b: str = "t" * 64) -> list[Path]:
     b = write_run(root / "b", "torch", "2xh100", step_time_s=1.6, timing=False, tokenizer_hash=tokenizer_hash_b)
     e1 = write_eval(root / "eval-jax", {"p1": ".S..R", "p2": "RRRRR", "p3": "....."})
     e2 = write_eval(root / "eval-torch", {"p1": "..S.R", "p2": "RRTRR", "p3": "....C"})
-    return [a, b, e1, e2, TPU_SWEEP, GPU_SWEEP]
+    # each sweep declares the run it served, as `bench serve` of an export records it: TCO pairs by that
+    return [a, b, e1, e2, served_by(a, TPU_SWEEP, root / "bench-tpu"), served_by(b, GPU_SWEEP, root / "bench-gpu")]
 
 
 def test_report_has_every_section_chart_and_table(tmp_path):
     html = write_report(_inputs(tmp_path), tmp_path / "out")
     page, md = html.read_text(), (tmp_path / "out" / "report.md").read_text()
     charts = sorted(p.name for p in (tmp_path / "out" / "charts").glob("*.png"))
-    assert charts == ["eval.png", "loss.png", "serving.png", "tco.png", "throughput.png"]
+    assert charts == ["loss.png", "pass-at-k.png", "serving-contexts.png", "serving.png", "tco.png",
+                      "throughput.png", "verdicts.png"]  # fmt: skip
     for name in charts:
         assert (tmp_path / "out" / "charts" / name).read_bytes().startswith(PNG_MAGIC)
         assert f"](charts/{name})" in md
@@ -43,7 +45,7 @@ def test_report_has_every_section_chart_and_table(tmp_path):
     # seed-style figures from the fixture sweeps: TTFT at 4096 (8 concurrent) 1443 / 61 ms, serving 41 % cheaper
     assert "TPU v6e-8 (vLLM TPU, tp=8) 23.66× lower" in md
     assert "| serving $ / 1M output tokens, ctx 4096 | $4.52 | $7.68 | TPU v6e-8 (vLLM TPU, tp=8) 1.70× cheaper |" in md
-    assert "| eval-jax | 53.3 % | 66.7 % |" in md  # pass@1 = (3/5 + 0 + 1) / 3; pass@5 = (1 + 0 + 1) / 3
+    assert "| eval-jax | not recorded | 15 | 53.3 % | 66.7 % |" in md  # pass@1 = (3/5 + 0 + 1) / 3; pass@5 = 2/3
     assert "| TCO, train once + 1 h of serving on each | GPU total / TPU total | 1.82× (seed: 1.82×) |" in md
     assert "NOT COMPARABLE" not in md  # same data, template and loss convention
 
@@ -77,7 +79,10 @@ def test_different_eval_problem_sets_are_flagged(tmp_path):
     e1 = write_eval(tmp_path / "e1", {"p1": ".....", "p2": "RRRRR"})
     e2 = write_eval(tmp_path / "e2", {"p1": ".....", "p9": "RRRRR"})
     page = write_report([e1, e2], tmp_path / "out").read_text()
-    assert "NOT COMPARABLE: the evaluations differ in problem set" in page
+    assert (
+        "NOT COMPARABLE: the evaluations of e1 and e2 differ in problem set: (&#x27;p1&#x27;, &#x27;p2&#x27;) vs"
+        in page
+    )
 
 
 def test_cli_report_tco_and_errors(tmp_path):
@@ -155,7 +160,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     found = re.search(r'<div id="probe">([^<]*)</div>', dom.stdout)
     assert found, f"the probe never ran: {dom.stderr[-2000:]}"
     status = dict(item.split("=", 1) for item in found.group(1).split())
-    assert int(status["images"]) == 5 and status["broken"] == "0" and status["failed"] == "0"
+    assert int(status["images"]) == 7 and status["broken"] == "0" and status["failed"] == "0"
     assert all(int(w) >= 700 for w in status["widths"].split(","))  # every chart decoded at its drawn size
     assert int(status["tables"]) >= 12 and int(status["flagged"]) == 2 and status["fetched"] == "0"
     shot = tmp_path / "out" / "screenshot.png"

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from crosstune.evals.scoring import ProblemScore, summarize, write_reports
+from crosstune.recipe.schema import Recipe
 from crosstune.run.metrics import StepMetrics
 from tests.helpers import paths
 
@@ -64,15 +65,16 @@ def write_run(
     else:
         meta.update(world_size=1, lora_layout={"modules": 20, "targets_by_layer_type": {"sliding": ["q"]}})
     (run / "run.json").write_text(json.dumps(meta, indent=2))
-    recipe = {
-        "name": "tiny",
-        "hardware": hardware,
-        "model": {"family": "gemma4", "size": "tiny"},
-        "data": {"packing": True, "max_seq_len": 1024},
-        "train": {"per_device_batch_size": 2, "grad_accumulation": 1},
-        "cost": {"price_per_hour": None},
-    }
-    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    recipe = Recipe.model_validate(
+        {
+            "name": "tiny",
+            "hardware": hardware,
+            "model": {"family": "gemma4", "size": "tiny"},
+            "data": {"sources": [{"path": "train.jsonl"}], "packing": True, "max_seq_len": 1024},
+            "train": {"per_device_batch_size": 2, "grad_accumulation": 1, "max_steps": steps},
+        }
+    )  # resolved as training writes it (crosstune.run.rundir)
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
     rows = []
     for step in range(log_every, steps + 1, log_every):
         loss = loss0 * math.exp(-step / steps) + 0.5
@@ -107,4 +109,45 @@ def write_eval(out: Path, codes_per_problem: dict[str, str], ks=(1, 5)) -> Path:
     scores = [ProblemScore(name, list(codes)) for name, codes in codes_per_problem.items()]
     summary = summarize(scores, list(ks), "strict", {"task": "spec-to-rtl"})
     write_reports(out, summary, [])
+    return out
+
+
+def served_by(run: Path, fixture: Path, dest: Path) -> Path:
+    """A copy of a bench fixture that declares it served `run` (the `source` an export's manifest records)."""
+    meta = json.loads((run / "run.json").read_text())
+    summary = json.loads(fixture.read_text())
+    summary["source"] = {
+        "run_dir": str(run),
+        "backend": meta["backend"],
+        "recipe_hash": meta["recipe_hash"],
+        "step": 20,
+    }
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "summary.json").write_text(json.dumps(summary, indent=1))
+    return dest / "summary.json"
+
+
+def write_demo_evals(root: Path, pass1: dict[str, str], pass5: dict[str, str]) -> list[Path]:
+    """Evaluation folders shaped like `crosstune demo`'s (crosstune.demo.evaluation): per model, a greedy pass on
+    every held-out problem (n=1, T=0) and a 5-sample pass at T=0.8 on the first few, with the summary fields
+    crosstune.evals.runner adds for a local model. `pass1` / `pass5`: model slug -> one code string per problem set."""
+    from crosstune.demo.evaluation import MAX_TOKENS, PASS5_PROBLEMS
+    from crosstune.evals import SamplingParams
+    from crosstune.evals.runner import EvalConfig
+
+    out = []
+    for slug in pass1:
+        for kind, codes, n, temperature in (("greedy", pass1[slug], 1, 0.0), ("sampled", pass5[slug], 5, 0.8)):
+            problems = [f"fam{i % 4}_{i:03d}" for i in range(len(codes) // n)]
+            assert kind == "greedy" or len(problems) == PASS5_PROBLEMS
+            scores = [ProblemScore(p, list(codes[i * n : (i + 1) * n])) for i, p in enumerate(problems)]
+            sampling = SamplingParams(n=n, temperature=temperature, top_p=0.95, max_tokens=MAX_TOKENS, seed=0)
+            config = EvalConfig(problems=root / "corpus" / "eval", out=root / "eval" / f"{slug}-{kind}",
+                                hf_model=root / "models" / slug, ks=(1, 5) if n >= 5 else (1,),
+                                prompt_style="codev", sampling=sampling)  # fmt: skip
+            extra = {"problems_path": str(config.problems), "task": "spec-to-rtl", "model": str(config.hf_model),
+                     "sampling": asdict(config.sampling), "prompt_style": config.prompt_style,
+                     "shots": config.shots}  # fmt: skip
+            write_reports(config.out, summarize(scores, list(config.ks), "strict", extra), [])
+            out.append(config.out)
     return out

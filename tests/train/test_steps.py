@@ -22,7 +22,7 @@ def test_steps_and_batches_from_epochs_or_max_steps():
 def test_a_global_batch_moves_between_backends_unchanged():
     """The seed's 31B recipes: 8 rows per step. torch on 2 GPUs accumulates 4 per GPU; jax with fsdp=1 accumulates 8;
     fsdp=4 accumulates 2: every backend steps over the same 8 rows, so the same 100 rows give the same 12 steps."""
-    train = TrainSection(per_device_batch_size=1, grad_accumulation=3, global_batch_size=8)  # grad_accumulation unused
+    train = TrainSection(per_device_batch_size=1, global_batch_size=8)  # grad_accumulation derived per backend
     plans = {width: plan_steps(train, 100, data_parallel=width) for width in (1, 2, 4, 8)}
     assert {w: p.accumulation for w, p in plans.items()} == {1: 8, 2: 4, 4: 2, 8: 1}
     assert {p.global_batch for p in plans.values()} == {8} and {p.total_steps for p in plans.values()} == {12}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -11,8 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from crosstune.compare.prices import CostError, PriceBook, load_prices
+from crosstune.compare.values import whole
 
-console = Console(soft_wrap=True)
+# Tables go whole into a pipe or a file (`cost serve … | tee costs.txt`): rich would cut them to 80 columns there.
+# A terminal's width is read as usual, and COLUMNS, when set, still wins.
+PIPE_WIDTH = 1000
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
 cost_app = typer.Typer(
     help="What runs, serving and whole workloads cost, from measured runs and sweeps (or assumed "
     "speeds, marked as such). Prices: the catalog in crosstune.hardware, overridable.",
@@ -237,7 +243,16 @@ def report(
     days: float = typer.Option(30, "--days", help="TCO: days of serving."),
     tokens_per_day: float = typer.Option(10e6, "--tokens-per-day", help="TCO: output tokens served per day."),
     context: int = typer.Option(
-        None, "--context", help="TCO: the sweep context to price serving at (default: the largest)."
+        None,
+        "--context",
+        help="TCO: the sweep context to price serving at; every paired sweep must have measured it (default: the "
+        "largest context they all measured).",
+    ),
+    pair: list[str] = typer.Option(
+        None,
+        "--pair",
+        help="TCO: RUN_DIR=SUMMARY (repeatable): this sweep served what this run trained. Sweeps that record their "
+        "`source` (an export's run) are paired by it; nothing is paired by position.",
     ),
 ) -> None:
     """Side-by-side report of runs, evals and serving sweeps: Markdown + one self-contained HTML page."""
@@ -246,12 +261,21 @@ def report(
     from crosstune.compare.tco import Workload
 
     book: PriceBook = load_prices(prices)
+    if context is not None:
+        whole("--context", context, low=1, unit="prompt tokens")
+    pairs = []
+    for item in pair or []:
+        run, sep, sweep = item.partition("=")
+        if not sep or not run or not sweep:
+            raise CostError(f"--pair {item!r}: expected RUN_DIR=SUMMARY (a run directory = a bench summary.json)")
+        pairs.append((Path(run), Path(sweep)))
     html = write_report(
         inputs,
         out,
         book=book,
         slo=parse_slo(slo) or None,
-        workload=Workload(days=days, serve_tokens_per_day=tokens_per_day),
+        workload=Workload.given("--days / --tokens-per-day", days, tokens_per_day),
         context=context,
+        pairs=pairs,
     )
     console.print(f"report: {html}  (Markdown: {html.with_name('report.md')})", highlight=False)

@@ -1,4 +1,5 @@
-"""What makes two runs (or two evals) comparable, and where each run records it.
+"""What makes two runs (or two serving sweeps) comparable, and where each records it (evaluations:
+crosstune.compare.evaluations).
 
 Runs must share the data (prepared data hash), the chat template the data was rendered with (tokenizer hash,
 which covers the template) and the loss convention. Each is read from run.json when the run records it, else from
@@ -9,11 +10,14 @@ unchecked, never assumed equal.
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 
 from crosstune.compare.document import Note
 from crosstune.compare.runs import RunSummary
+from crosstune.compare.sweeps import Sweep
+from crosstune.errors import read_json
+from crosstune.recipe.schema import SAFE_NAME
 
 # (label, run.json keys in order of preference, manifest.json key)
 RUN_KEYS = (
@@ -24,12 +28,15 @@ RUN_KEYS = (
 
 def prepared_manifest(run: RunSummary) -> dict:
     data = run.recipe.get("data") or {}
-    default = run.path.resolve().parent / "data" / str(run.recipe.get("name") or run.meta.get("recipe_name"))
+    name = str(run.recipe.get("name") or run.meta.get("recipe_name"))
+    # the default layout <output_dir>/data/<name>, only for a name that is one path component (as recipes check)
+    default = run.path.resolve().parent / "data" / name if SAFE_NAME.match(name) else None
     for c in (run.meta.get("prepared_dir"), data.get("prepared_dir"), default):
         # a relative path in a stored recipe is relative to a recipe file that is no longer at hand
         if c and Path(c).is_absolute() and (Path(c) / "manifest.json").is_file():
             path = Path(c) / "manifest.json"
-            return {**json.loads(path.read_text()), "_path": str(path)}
+            manifest = read_json(path, "manifest.json is written by `crosstune data prepare`: prepare the data again")
+            return {**manifest, "_path": str(path)} if isinstance(manifest, dict) else {}
     return {}
 
 
@@ -55,33 +62,55 @@ def compare_runs(runs: list[RunSummary]) -> list[Note]:
         unknown = [r.label for r, v in zip(runs, values, strict=True) if v is None]
         known = {v for v in values if v is not None}
         if len(known) > 1:
-            shown = "; ".join(f"{r.label}: {_short(v)}" for r, v in zip(runs, values, strict=True))
+            shown = "; ".join(f"{r.label}: {_short(v, 'hash' in label)}" for r, v in zip(runs, values, strict=True))
             notes.append(Note(f"the runs differ in {label} — {shown}", "error"))
         elif unknown:
             notes.append(Note(f"{label} not recorded for {', '.join(unknown)}: comparability unchecked", "warn"))
     return notes
 
 
-def compare_evals(evals: list[tuple[str, dict]]) -> list[Note]:
-    """Evals are comparable on the same problems, task, verdict mode and samples per problem."""
-    if len(evals) < 2:
+# Sweeps: what defines the workload must match (else the numbers measure different things); of what is being
+# compared (the subject) one dimension should differ at a time, else a ratio can't be put down to any of them.
+SWEEP_WORKLOAD = ("output length (tokens)", "api", "tokenizer", "load")
+SWEEP_SUBJECT = ("hardware", "model", "KV-cache dtype")
+
+
+def compare_sweeps(sweeps: list[Sweep]) -> list[Note]:
+    """Red notes for a differing workload, a warning when several subject dimensions differ at once or a figure is
+    unrecorded, and an info note naming what is compared."""
+    if len(sweeps) < 2:
         return []
-    notes = []
-    for key, get in (
-        ("problem set", lambda s: tuple(sorted(p["problem"] for p in s.get("per_problem", [])))),
-        ("verdict mode", lambda s: s.get("mode")),
-        ("task", lambda s: s.get("task")),
-        ("samples per problem", lambda s: tuple(sorted({p["n"] for p in s.get("per_problem", [])}))),
-    ):
-        values = [get(s) for _, s in evals]
-        if len(set(values)) > 1:
-            shown = "; ".join(f"{name}: {_short(v)}" for (name, _), v in zip(evals, values, strict=True))
-            notes.append(Note(f"the evaluations differ in {key} — {shown}", "error"))
+    notes, subject = [], []
+    for label in SWEEP_WORKLOAD + SWEEP_SUBJECT:
+        values = [s.declared.get(label) for s in sweeps]
+        known = {str(v) for v in values if v is not None}
+        unknown = [s.label for s, v in zip(sweeps, values, strict=True) if v is None]
+        shown = "; ".join(f"{s.label}: {_short(v)}" for s, v in zip(sweeps, values, strict=True))
+        if len(known) > 1 and label in SWEEP_WORKLOAD:
+            notes.append(Note(f"the sweeps differ in {label} — {shown}", "error"))
+        elif len(known) > 1:
+            subject.append((label, shown))
+        if unknown:
+            notes.append(Note(f"{label} not recorded for {', '.join(unknown)}: comparability unchecked", "warn"))
+    if len(subject) > 1:
+        names = " and ".join(label for label, _ in subject)
+        details = " / ".join(shown for _, shown in subject)
+        notes.append(
+            Note(f"the sweeps differ in {names} at once: a ratio can't be put down to either ({details})", "warn")
+        )
+    elif subject:
+        notes.append(Note(f"compared: {subject[0][0]} — {subject[0][1]}"))
     return notes
 
 
-def _short(value: object) -> str:
+def _short(value: object, hashed: bool = False) -> str:
+    """A value for a message: a hash (`hashed`, or hex digits) cut to its first 12 characters, a long tuple to its
+    length and first items."""
     text = str(value)
     if isinstance(value, tuple) and len(value) > 4:
         text = f"{len(value)} items ({', '.join(map(str, value[:3]))}, …)"
-    return text[:12] + "…" if isinstance(value, str) and len(value) > 16 else text
+    long_hash = isinstance(value, str) and len(value) > 16 and (hashed or _HASH.match(value))
+    return text[:12] + "…" if long_hash else text
+
+
+_HASH = re.compile(r"^[0-9a-fA-F]+$")

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from crosstune.compare.prices import CostError, Price, PriceBook, recipe_price_book
 from crosstune.compare.runs import RunSummary
-from crosstune.compare.sweeps import Cell, Sweep, saturation_point, slo_point
+from crosstune.compare.sweeps import Cell, Sweep, check_slo, saturation_point, slo_point
+from crosstune.compare.values import number
 from crosstune.hardware import get_hardware
 
 M = 1e6
@@ -27,6 +28,7 @@ class TrainingCost:
     wall_hours: float | None = None  # steps + compilation + checkpoint saves; None when not recorded
     assumptions: list[str] = field(default_factory=list)  # non-empty: a what-if, not a measurement
     notes: list[str] = field(default_factory=list)
+    run: RunSummary | None = None  # the measured run (None for a what-if)
 
     @property
     def step_cost(self) -> float:
@@ -62,6 +64,7 @@ def training_cost(run: RunSummary, book: PriceBook, target: str | None = None) -
         trained_tokens=run.trained_tokens,
         wall_hours=None if wall is None else wall / 3600,
         notes=list(run.notes),
+        run=run,
     )
 
 
@@ -70,8 +73,7 @@ def tokens_per_s_at_mfu(target: str, mfu: float, flops_per_token: float) -> floa
     hw = get_hardware(target)
     if hw.peak_tflops is None:
         raise CostError(f"{target} has no bf16 peak in the catalog: MFU means nothing there; assume tokens/s instead")
-    if not 0 < mfu <= 1:
-        raise CostError(f"MFU {mfu} is not a fraction in (0, 1]")
+    number("MFU", mfu, low=0, low_open=True, high=1, unit="a fraction of the bf16 peak")
     return mfu * hw.peak_tflops * 1e12 / flops_per_token
 
 
@@ -87,12 +89,15 @@ def what_if_training(
 ) -> TrainingCost:
     """A training cost without a measured run: from assumed hours, or tokens ÷ assumed tokens/s."""
     made = list(assumptions or [])
+    trained_tokens = number("trained tokens", trained_tokens, low=0, low_open=True)
     if hours is None:
-        if not tokens_per_s or tokens_per_s <= 0:
+        if tokens_per_s is None:
             raise CostError("a what-if training cost needs hours or a positive tokens/s")
+        tokens_per_s = number("trained tokens/s", tokens_per_s, low=0, low_open=True)
         hours = trained_tokens / tokens_per_s / 3600
         made.append(f"{tokens_per_s:,.0f} trained tokens/s on {target}")
     else:
+        hours = number("training hours", hours, low=0, low_open=True)
         made.append(f"{hours:g} h on {target}")
     made.append(f"{trained_tokens / M:,.2f} M trained tokens")
     return TrainingCost(label or f"what-if · {target}", book.price(target), hours, trained_tokens, hours, made)
@@ -107,6 +112,7 @@ class ServingCost:
     cell: Cell | None = None
     error: str | None = None  # why there is no operating point (e.g. no load meets the SLO)
     assumptions: list[str] = field(default_factory=list)
+    source: dict | None = None  # the run the sweep declares it served (Sweep.source)
 
     @property
     def usd_per_m_output(self) -> float | None:
@@ -123,21 +129,21 @@ def serving_costs(
     if target is None:
         raise CostError(f"{sweep.path}: the summary names no `target`: pass --target (e.g. 2xh100, tpu-v6e-8)")
     price = book.price(target)
+    slo = check_slo(slo) if slo else None
     policy = "SLO " + ", ".join(f"{k}<={v:g}" for k, v in slo.items()) if slo else "saturation"
     out = []
     for context in sweep.contexts:
         try:
             cell = slo_point(sweep, context, slo) if slo else saturation_point(sweep, context)
-            out.append(ServingCost(sweep.label, context, policy, price, cell))
+            out.append(ServingCost(sweep.label, context, policy, price, cell, source=sweep.source))
         except CostError as e:
-            out.append(ServingCost(sweep.label, context, policy, price, error=str(e)))
+            out.append(ServingCost(sweep.label, context, policy, price, error=str(e), source=sweep.source))
     return out
 
 
 def what_if_serving(book: PriceBook, target: str, context_len: int, output_tokens_per_s: float) -> ServingCost:
     """Serving cost from an assumed output throughput (marked as an assumption)."""
-    if output_tokens_per_s <= 0:
-        raise CostError("an assumed output throughput must be positive")
+    number("an assumed output throughput", output_tokens_per_s, low=0, low_open=True, unit="output tokens/s")
     cell = Cell(context_len, 0, 0, 0, None, None, output_tokens_per_s, None)
     made = [f"{output_tokens_per_s:,.0f} output tokens/s on {target} at context {context_len}"]
     return ServingCost(f"what-if · {target}", context_len, "assumed", book.price(target), cell, assumptions=made)

@@ -1,7 +1,12 @@
-"""The report as data (sections of notes, tables and charts), rendered to Markdown here and to HTML in html.py."""
+"""The report as data (sections of notes, tables and charts), rendered to Markdown here and to HTML in html.py.
+
+Every text that reaches report.md is escaped as report.html escapes it: names of runs, sweeps and evaluations are
+the user's (folder names, `--label`), and Markdown renders inline HTML, links and images.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,26 +59,43 @@ class Document:
 _MARK = {"info": "", "warn": "**Warning:** ", "error": "**NOT COMPARABLE:** "}
 
 
+_INLINE = re.compile(r"([\\`*_\[\]|~!])")  # what starts emphasis, code, links, images, table cells, strikethrough
+# what makes a heading, quote, list or rule at the start of a line (a backslash before punctuation is always literal)
+_LINE_START = re.compile(r"^(\s*)([#+=-](?=\s|$|[#=-])|\d+(?=[.)](?:\s|$)))")
+
+
+def md(text: str) -> str:
+    """`text` as Markdown that renders as exactly that text, on one line: HTML as entities, markup backslashed."""
+    text = " ".join(str(text).split())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _INLINE.sub(r"\\\1", text)
+    marker = _LINE_START.match(text)  # (">" is an entity by now); "1." is escaped after the digits: "1\\."
+    if marker is None:
+        return text
+    at = marker.end() if marker.group(2)[0].isdigit() else marker.start(2)
+    return text[:at] + "\\" + text[at:]
+
+
 def to_markdown(doc: Document, chart_dir: str = "charts") -> str:
-    lines = [f"# {doc.title}", ""]
+    lines = [f"# {md(doc.title)}", ""]
     for s in doc.sections:
-        lines += [f"## {s.title}", ""]
+        lines += [f"## {md(s.title)}", ""]
         for item in s.items:
             if isinstance(item, Note):
-                lines += [f"> {_MARK[item.level]}{item.text}" if item.level != "info" else item.text, ""]
+                lines += [f"> {_MARK[item.level]}{md(item.text)}" if item.level != "info" else md(item.text), ""]
             elif isinstance(item, Chart):
-                lines += [f"![{item.alt or item.title}]({chart_dir}/{item.name}.png)", ""]
+                lines += [f"![{md(item.alt or item.title)}]({chart_dir}/{item.name}.png)", ""]
             else:
                 lines += _markdown_table(item)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _markdown_table(t: Table) -> list[str]:
-    out = [f"**{t.title}**", ""] if t.title else []
-    out += ["| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
+    out = [f"**{md(t.title)}**", ""] if t.title else []
+    out += ["| " + " | ".join(md(h) for h in t.headers) + " |", "|" + "---|" * len(t.headers)]
     for i, row in enumerate(t.rows):
-        cells = [c.replace("|", "\\|") for c in row]
+        cells = [md(c) for c in row]
         if i in t.flagged:
             cells[0] = f"⚠ {cells[0]}"
         out.append("| " + " | ".join(cells) + " |")
-    return out + (["", f"_{t.caption}_"] if t.caption else []) + [""]
+    return out + (["", f"_{md(t.caption)}_"] if t.caption else []) + [""]

@@ -1,11 +1,16 @@
-"""Sorts the report's inputs: run directories, evaluation outputs and serving sweep summaries."""
+"""Sorts the report's inputs: run directories, evaluation outputs and serving sweep summaries.
+
+Each kind has one reader; `read_inputs` asks, for every path, which kind it is (KINDS, in order) and reads it.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crosstune.compare.evaluations import Evaluation, read_evaluation
 from crosstune.compare.prices import CostError
 from crosstune.compare.runs import RunSummary, read_run
 from crosstune.compare.sweeps import Sweep, read_sweep
@@ -15,37 +20,66 @@ from crosstune.run.layout import is_run_dir
 @dataclass
 class Inputs:
     runs: list[RunSummary] = field(default_factory=list)
-    evals: list[tuple[str, dict]] = field(default_factory=list)  # (name, the evaluator's summary.json)
+    evals: list[Evaluation] = field(default_factory=list)
     sweeps: list[Sweep] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[Path]:
+        """Every file or folder the report read (an --out must not replace any of them)."""
+        return [r.path for r in self.runs] + [e.path for e in self.evals] + [s.path for s in self.sweeps]
 
 
 def _json(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
+def _summary_file(path: Path) -> Path:
+    return path / "summary.json" if path.is_dir() else path
+
+
+def _add_run(found: Inputs, path: Path) -> bool:
+    if not (path.is_dir() and is_run_dir(path)):
+        return False
+    found.runs.append(read_run(path))
+    return True
+
+
+def _add_eval(found: Inputs, path: Path) -> bool:
+    summary = _summary_file(path)
+    data = _json(summary)
+    if data is None or "pass_at_k" not in data:
+        return False
+    found.evals.append(read_evaluation(summary, summary.parent.name, data))
+    return True
+
+
+def _add_sweep(found: Inputs, path: Path) -> bool:
+    summary = _summary_file(path)
+    data = _json(summary)
+    if data is None or not ("cells" in data or "results" in data):
+        return False
+    found.sweeps.append(read_sweep(summary))
+    return True
+
+
+# (what it is, reader: adds the input and returns True when the path is of its kind)
+KINDS: list[tuple[str, Callable[[Inputs, Path], bool]]] = [
+    ("a run directory (run.json)", _add_run),
+    ("an evaluation (summary.json with pass_at_k)", _add_eval),
+    ("a bench sweep summary (JSON with cells)", _add_sweep),
+]
+
+
 def read_inputs(paths: list[Path]) -> Inputs:
-    """A run dir has run.json; an eval dir (or file) a summary.json with pass_at_k; a sweep a summary with cells."""
+    """Read every path by the first kind that recognises it; an unknown one is an error listing the kinds."""
     found = Inputs()
     for path in map(Path, paths):
         if not path.exists():
             raise CostError(f"{path}: no such file or directory")
-        if path.is_dir() and is_run_dir(path):
-            found.runs.append(read_run(path))
-            continue
-        summary = path / "summary.json" if path.is_dir() else path
-        data = _json(summary)
-        if data is not None and "pass_at_k" in data:
-            name = path.name if path.is_dir() else path.parent.name
-            found.evals.append((name, data))
-        elif data is not None and ("cells" in data or "results" in data):
-            found.sweeps.append(read_sweep(summary))
-        else:
-            raise CostError(
-                f"{path}: not a run directory (run.json), an evaluation (summary.json with pass_at_k) "
-                "or a bench sweep summary (JSON with cells)"
-            )
+        if not any(add(found, path) for _, add in KINDS):
+            raise CostError(f"{path}: not {', '.join(kind for kind, _ in KINDS[:-1])} or {KINDS[-1][0]}")
     return found

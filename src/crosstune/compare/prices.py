@@ -18,15 +18,16 @@ from typing import Literal
 
 import yaml
 
-from crosstune.errors import CrosstuneError
+from crosstune.compare.values import CostError, number
 from crosstune.hardware import CHIPS, HARDWARE, get_hardware
+from crosstune.recipe.strict_yaml import load_yaml, yaml_problem
 
 PriceKind = Literal["on_demand", "spot"]
 _ENTRY_KEYS = {"on_demand", "spot", "source", "date"}
+# No accelerator rents for more (H100s list at ~$11/chip-hour): a larger figure is a typo or a price per month/year.
+MAX_USD_PER_CHIP_HOUR = 1000.0
 
-
-class CostError(CrosstuneError):
-    """A cost that can't be computed from what was given; the message says what is missing and how to give it."""
+__all__ = ["CostError", "MAX_USD_PER_CHIP_HOUR", "Price", "PriceBook", "load_prices", "recipe_price_book"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Price:
     kind: PriceKind
     source: str
     date: str
+
+    def __post_init__(self) -> None:
+        number(f"price of {self.target} ({self.source})", self.per_hour, low=0, low_open=True, unit="$/hour")
 
     def short(self) -> str:
         return f"${self.per_hour:,.2f}/h {self.kind.replace('_', '-')}"
@@ -88,9 +92,10 @@ def load_prices(path: Path | None) -> PriceBook:
     if not path.is_file():
         raise CostError(f"{path}: no such prices file")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise CostError(f"{path}: not valid YAML: {e}") from None
+        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        reason, line = yaml_problem(e) if isinstance(e, yaml.YAMLError) else ("not UTF-8 text", None)
+        raise CostError(f"{path}{f':{line}' if line else ''}: not valid YAML: {reason}") from None
     if not isinstance(raw, dict) or set(raw) - {"chips", "targets"}:
         raise CostError(f"{path}: expected top-level keys `chips` and/or `targets`, got {sorted(raw) if raw else raw}")
     return PriceBook(
@@ -109,10 +114,16 @@ def _section(path: Path, section: object, name: str, known: dict) -> dict[str, d
             raise CostError(f"{where}: unknown {name[:-1]}; known: {', '.join(known)}")
         if not isinstance(entry, dict) or not entry or set(entry) - _ENTRY_KEYS:
             raise CostError(f"{where}: expected a mapping with keys from {sorted(_ENTRY_KEYS)}")
+        chips = 1 if name == "chips" else HARDWARE[key].devices
         for kind in ("on_demand", "spot"):
-            value = entry.get(kind)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
-                raise CostError(f"{where}.{kind}: {value!r} is not a positive number ($/hour)")
+            if entry.get(kind) is not None:
+                unit = "$/chip-hour" if name == "chips" else f"$/hour for all {chips} chips"
+                number(
+                    f"{where}.{kind}", entry[kind], low=0, low_open=True, high=MAX_USD_PER_CHIP_HOUR * chips, unit=unit
+                )
+        for text in ("source", "date"):
+            if entry.get(text) is not None and not isinstance(entry[text], str):
+                raise CostError(f"{where}.{text}: {entry[text]!r} is not text (quote it)")
         out[key] = {**entry, "source": str(entry.get("source") or f"{path.name}")}
     return out
 
@@ -124,4 +135,5 @@ def recipe_price_book(book: PriceBook, recipe: dict | None) -> PriceBook:
     per_hour = (recipe.get("cost") or {}).get("price_per_hour")
     if per_hour is None:
         return book
-    return book.with_target_price(recipe.get("hardware", "cpu"), float(per_hour), "recipe cost.price_per_hour")
+    per_hour = number("recipe cost.price_per_hour", per_hour, low=0, low_open=True, unit="$/hour")
+    return book.with_target_price(recipe.get("hardware", "cpu"), per_hour, "recipe cost.price_per_hour")

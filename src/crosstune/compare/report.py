@@ -1,21 +1,26 @@
 """`write_report(inputs, out_dir)`: a side-by-side report of runs, evaluations and serving sweeps.
 
 Writes <out>/report.md (charts as <out>/charts/*.png) and <out>/report.html (one self-contained file: charts
-inlined as base64 PNG, no external resource). Inputs that cannot be compared are flagged in red.
+inlined as base64 PNG, no external resource), through crosstune.compare.output (a temp folder swapped into place;
+only an earlier report is replaced). Inputs that cannot be compared are flagged in red.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from crosstune.compare.comparability import compare_evals
+from crosstune.compare.comparability import compare_sweeps
 from crosstune.compare.cost import ServingCost, TrainingCost
 from crosstune.compare.document import Document, Note, Table, to_markdown
+from crosstune.compare.eval_section import eval_section, pass_at_k_table
+from crosstune.compare.evaluations import compare_evals, eval_groups, unmatched
 from crosstune.compare.html import to_html
 from crosstune.compare.inputs import Inputs, read_inputs
+from crosstune.compare.output import check_out, report_folder
+from crosstune.compare.pairing import pair_runs_with_sweeps
 from crosstune.compare.prices import PriceBook
 from crosstune.compare.sections import differences_section, num, training_cost_section, training_section, usd
-from crosstune.compare.serving_sections import TTFT, common_concurrency, eval_section, serving_section, tco_section
+from crosstune.compare.serving_sections import TTFT, common_concurrency, serving_section, tco_section
 from crosstune.compare.source_study import SEED_TCO_RATIO, SEED_TCO_WORKLOAD, gpu_serving_bill_for_ratio, seed_options
 from crosstune.compare.tco import Workload, tco_ratio
 
@@ -28,13 +33,17 @@ def build_report(
     slo: dict[str, float] | None = None,
     workload: Workload = DEFAULT_WORKLOAD,
     context: int | None = None,
+    pairs: list[tuple[Path, Path]] | None = None,
 ) -> Document:
+    """The report as a Document. `pairs`: (run dir, sweep summary) the user declares for TCO (`--pair`), on top of
+    what the sweeps declare themselves (crosstune.compare.pairing)."""
     book = book or PriceBook()
+    pairing = pair_runs_with_sweeps(inputs.runs, inputs.sweeps, pairs)  # a contradicted --pair fails before any work
     doc = Document("crosstune report")
     summary = doc.section("Summary")
     notes: list[Note] = []
     train_costs: list[TrainingCost | None] = []
-    serving: dict[str, list[ServingCost]] = {}
+    serving: list[list[ServingCost] | None] = []
     if inputs.runs:
         notes = differences_section(doc, inputs.runs)
         training_section(doc, inputs.runs, notes)
@@ -44,21 +53,14 @@ def build_report(
     if inputs.evals:
         eval_section(doc, inputs.evals)
     if inputs.runs and inputs.sweeps:
-        tco_section(doc, inputs.runs, train_costs, inputs.sweeps, serving, workload, context)
+        tco_section(doc, inputs.runs, train_costs, inputs.sweeps, serving, workload, context, pairing)
     _seed_section(doc, book)
-    used = [c.price for c in train_costs if c] + [c.price for cs in serving.values() for c in cs if c.price]
+    used = [c.price for c in train_costs if c] + [c.price for cs in serving if cs for c in cs if c.price]
     _prices_section(
         doc, used + [o.train.price for o in seed_options(book=book)] + [o.serve.price for o in seed_options(book=book)]
     )
     summary.items += _summary(inputs, train_costs, serving, notes)
-    summary.items.append(
-        Note(
-            "Inputs: "
-            + ", ".join(
-                [str(r.path) for r in inputs.runs] + [n for n, _ in inputs.evals] + [str(s.path) for s in inputs.sweeps]
-            )
-        )
-    )
+    summary.items.append(Note("Inputs: " + ", ".join(map(str, inputs.paths))))
     return doc
 
 
@@ -70,7 +72,7 @@ def _ratio_text(a: float | None, b: float | None, names: tuple[str, str], better
     return f"{names[0] if first_wins else names[1]} {hi / lo:.2f}× {better}"
 
 
-def _summary(inputs: Inputs, costs: list, serving: dict[str, list[ServingCost]], notes: list[Note]) -> list:
+def _summary(inputs: Inputs, costs: list, serving: list[list[ServingCost] | None], notes: list[Note]) -> list:
     """The seed-style headline: speed-up, cost ratio, TTFT ratio by context, pass@1 / pass@5."""
     items: list = [n for n in notes if n.level == "error"]
     rows: list[list[str]] = []
@@ -105,6 +107,8 @@ def _summary(inputs: Inputs, costs: list, serving: dict[str, list[ServingCost]],
         rows = []
     if len(inputs.sweeps) >= 2:
         sa, sb = inputs.sweeps[:2]
+        sweep_errors = [n for n in compare_sweeps(inputs.sweeps) if n.level == "error"]
+        items += sweep_errors
         for context in sorted(set(sa.contexts) & set(sb.contexts)):
             conc = common_concurrency(sa, sb, context)
             if conc is None:
@@ -120,8 +124,8 @@ def _summary(inputs: Inputs, costs: list, serving: dict[str, list[ServingCost]],
                 ]
             )
         for context in sorted(set(sa.contexts) & set(sb.contexts)):
-            pa = next((c.usd_per_m_output for c in serving.get(sa.label, []) if c.context_len == context), None)
-            pb = next((c.usd_per_m_output for c in serving.get(sb.label, []) if c.context_len == context), None)
+            pa = next((c.usd_per_m_output for c in serving[0] or [] if c.context_len == context), None)
+            pb = next((c.usd_per_m_output for c in serving[1] or [] if c.context_len == context), None)
             if pa is not None or pb is not None:
                 rows.append(
                     [
@@ -132,18 +136,15 @@ def _summary(inputs: Inputs, costs: list, serving: dict[str, list[ServingCost]],
                     ]
                 )
         caption = "TTFT at the highest concurrency both measured at or below both knees (before queueing)."
-        items.append(Table("Serving", ["figure", sa.label, sb.label, "comparison"], rows, caption=caption))
+        flagged = set(range(len(rows))) if sweep_errors else set()
+        items.append(Table("Serving", ["figure", sa.label, sb.label, "comparison"], rows, flagged, caption))
     if inputs.evals:
-        ks = [k for k in ("1", "5") if any(k in s["pass_at_k"] for _, s in inputs.evals)]
-        eval_rows = [
-            [
-                name,
-                *[num(100 * s["pass_at_k"][k], 1) + " %" if s["pass_at_k"].get(k) is not None else "n/a" for k in ks],
-            ]
-            for name, s in inputs.evals
-        ]
-        bad = {i for i in range(len(eval_rows))} if compare_evals(inputs.evals) else set()
-        items.append(Table("pass@k", ["evaluation", *[f"pass@{k}" for k in ks]], eval_rows, bad))
+        items += [n for n in compare_evals(inputs.evals) if n.level == "error"]
+        mismatched = {e.name for x, y, _ in unmatched(inputs.evals) for e in (x, y)}
+        for group in eval_groups(inputs.evals):
+            table = pass_at_k_table(group, f"pass@k — {group.title}")
+            table.flagged = {i for i, e in enumerate(group.evals) if e.name in mismatched}
+            items.append(table)
     return items
 
 
@@ -202,17 +203,19 @@ def write_report(
     slo: dict[str, float] | None = None,
     workload: Workload = DEFAULT_WORKLOAD,
     context: int | None = None,
+    pairs: list[tuple[Path, Path]] | None = None,
 ) -> Path:
-    """Write report.md (+ charts/*.png) and the self-contained report.html into `out_dir`; returns the HTML path."""
-    doc = build_report(read_inputs(list(inputs)), book, slo, workload, context)
-    out_dir = Path(out_dir)
-    charts = out_dir / "charts"
-    charts.mkdir(parents=True, exist_ok=True)
-    for stale in charts.glob("*.png"):  # charts of an earlier report into the same folder
-        stale.unlink()
-    for chart in doc.charts():
-        (charts / f"{chart.name}.png").write_bytes(chart.png)
-    (out_dir / "report.md").write_text(to_markdown(doc))
-    html = out_dir / "report.html"
-    html.write_text(to_html(doc), encoding="utf-8")
-    return html
+    """Write report.md (+ charts/*.png) and the self-contained report.html into `out_dir` (whole, or not at all;
+    only an earlier report there is replaced); returns the HTML path."""
+    out_dir = Path(out_dir).absolute()
+    check_out(out_dir, list(inputs))  # before reading anything: a wrong --out costs nothing
+    read = read_inputs(list(inputs))
+    doc = build_report(read, book, slo, workload, context, pairs)
+    with report_folder(out_dir, [*inputs, *read.paths]) as tmp:
+        charts = tmp / "charts"
+        charts.mkdir()
+        for chart in doc.charts():
+            (charts / f"{chart.name}.png").write_bytes(chart.png)
+        (tmp / "report.md").write_text(to_markdown(doc), encoding="utf-8")
+        (tmp / "report.html").write_text(to_html(doc), encoding="utf-8")
+    return out_dir / "report.html"

@@ -8,6 +8,7 @@ neither figure (its first steps carry whatever warm-up there was). Missing figur
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,16 +80,23 @@ class RunSummary:
 
 
 def read_run(path: Path) -> RunSummary:
-    """Summarize a run directory; a directory without run.json or metrics gets an error saying what is missing."""
+    """Summarize a run directory; a directory without run.json or metrics gets an error saying what is missing, and a
+    figure that would make a cost or a chart lie (a non-finite loss, a step of 0 s, more trained tokens than tokens,
+    an MFU outside [0, 1], steps out of order) an error naming file:line and the field."""
     path = Path(path)
     meta, recipe, rows = read_run_metadata(path), read_run_recipe(path), read_metrics(path)
     metrics_file = path / METRICS_JSONL
     if not rows:
         raise CostError(f"{metrics_file}: no metrics rows — the run has no timing or token data to cost")
+    previous = 0  # a resumed run keeps its rows up to the checkpoint: the steps rise from the first row on
     for n, row in enumerate(rows, 1):
         missing = [k for k in ("step", "loss", "step_time_s", "trained_tokens", "tokens") if row.get(k) is None]
         if missing:
             raise CostError(f"{metrics_file}:{n}: row lacks {', '.join(missing)}")
+        why = _implausible(row, previous)
+        if why:
+            raise CostError(f"{metrics_file}:{n}: {why}")
+        previous = row["step"]
     previous, time_s, trained, tokens, extrapolated = int(meta.get("resumed_from_step") or 0), 0.0, 0, 0, False
     for row in rows:
         gap = max(1, int(row["step"]) - previous)  # the steps this row stands for
@@ -121,6 +129,22 @@ def read_run(path: Path) -> RunSummary:
             "the cost with them included is unknown"
         )
     return summary
+
+
+def _implausible(row: dict, previous_step: int) -> str | None:
+    """Why a metrics row (types already checked by crosstune.run.metrics) can't be costed or plotted; None if it can."""
+    loss, mfu = row["loss"], row.get("mfu")
+    if row["step"] <= previous_step:
+        return f"step {row['step']} does not follow step {previous_step}: rows out of order or repeated"
+    if not math.isfinite(loss) or loss < 0:
+        return f"loss is {loss!r}: a cross-entropy is a finite number >= 0 (a run that diverged has no final loss)"
+    if row["step_time_s"] <= 0:
+        return "step_time_s is 0: no optimizer step takes no time, so no rate or cost follows from it"
+    if row["trained_tokens"] > row["tokens"]:
+        return f"trained_tokens {row['trained_tokens']} > tokens {row['tokens']}: trained tokens are among the tokens"
+    if mfu is not None and not 0 <= mfu <= 1:
+        return f"mfu is {mfu!r}: a utilisation is a fraction in [0, 1]"
+    return None
 
 
 def _optional(meta: dict, key: str) -> float | None:

@@ -1,17 +1,17 @@
-"""The report's sections about serving sweeps, evaluations, TCO and the seed-style summary."""
+"""The report's sections about serving sweeps and TCO."""
 
 from __future__ import annotations
 
-from crosstune.compare import plots
-from crosstune.compare.comparability import compare_evals
+from crosstune.compare import plots, serving_plots
+from crosstune.compare.comparability import compare_sweeps
 from crosstune.compare.cost import ServingCost, TrainingCost, serving_costs
 from crosstune.compare.document import Chart, Document, Note, Table
+from crosstune.compare.pairing import Pairing
 from crosstune.compare.prices import CostError, PriceBook
 from crosstune.compare.runs import RunSummary
 from crosstune.compare.sections import num, usd
 from crosstune.compare.sweeps import Sweep, knee, saturation_point
 from crosstune.compare.tco import Option, Workload, break_even
-from crosstune.evals.verdict import CATEGORIES
 
 TTFT = "median_ttft_ms"
 
@@ -33,20 +33,37 @@ def _cell(sweep: Sweep, context: int, concurrency: int):
 
 def serving_section(
     doc: Document, sweeps: list[Sweep], book: PriceBook, slo: dict[str, float] | None
-) -> dict[str, list[ServingCost]]:
+) -> list[list[ServingCost] | None]:
+    """The sweeps' charts, operating points, comparison and cost; returns each sweep's saturation costs (None: no
+    price), in the order of `sweeps`."""
     section = doc.section("Serving")
+    notes = compare_sweeps(sweeps)
+    section.items += notes
     section.items.append(
         Chart(
             "serving",
-            "Serving sweeps",
-            plots.serving_sweeps(sweeps, TTFT),
-            "output throughput and TTFT against concurrency",
+            "Serving sweeps: one colour per sweep, one column per context length",
+            serving_plots.serving_sweeps(sweeps, TTFT),
+            "output throughput and TTFT against the load, per context length",
+        )
+    )
+    section.items.append(
+        Chart(
+            "serving-contexts",
+            "By context length",
+            serving_plots.serving_contexts(sweeps, TTFT),
+            "peak output throughput and unloaded TTFT against the context length",
         )
     )
     rows = []
     for s in sweeps:
         for context in s.contexts:
-            sat, k = saturation_point(s, context), knee(s, context)
+            try:
+                sat, k = saturation_point(s, context), knee(s, context)
+            except CostError as e:
+                rows.append([s.label, str(context), *["n/a"] * 6, str(sum(c.failed for c in s.at(context)))])
+                section.items.append(Note(str(e), "warn"))
+                continue
             rows.append(
                 [
                     s.label,
@@ -73,10 +90,13 @@ def serving_section(
     ]
     section.items.append(Table("Operating points per context", headers, rows))
     if len(sweeps) >= 2:
-        section.items.append(_compare_table(sweeps[0], sweeps[1]))
-    costs: dict[str, list[ServingCost]] = {}
+        table = _compare_table(sweeps[0], sweeps[1])
+        if any(n.level == "error" for n in notes):
+            table.flagged = set(range(len(table.rows)))
+        section.items.append(table)
+    costs: list[list[ServingCost] | None] = [None] * len(sweeps)
     rows = []
-    for s in sweeps:
+    for i, s in enumerate(sweeps):
         for policy in [None, slo] if slo else [None]:
             try:
                 found = serving_costs(s, book, slo=policy)
@@ -84,7 +104,7 @@ def serving_section(
                 section.items.append(Note(f"{s.label}: {e}", "warn"))
                 break
             if policy is None:
-                costs[s.label] = found
+                costs[i] = found
             for c in found:
                 rows.append(
                     [
@@ -136,30 +156,19 @@ def _ratio(x: float | None, y: float | None) -> float | None:
     return None if x is None or not y else x / y
 
 
-def eval_section(doc: Document, evals: list[tuple[str, dict]]) -> None:
-    section = doc.section("Evaluation (VerilogEval pass@k)")
-    section.items += compare_evals(evals)
-    flagged = {i for i in range(len(evals))} if any(n.level == "error" for n in compare_evals(evals)) else set()
-    ks = sorted({k for _, s in evals for k in s["pass_at_k"]}, key=int)
-    rows = [
-        [
-            name,
-            str(s["problems"]),
-            str(s["samples"]),
-            s.get("mode", "?"),
-            *[num(100 * s["pass_at_k"][k], 1) + " %" if s["pass_at_k"].get(k) is not None else "n/a" for k in ks],
-        ]
-        for name, s in evals
-    ]
-    section.items.append(
-        Table("pass@k", ["evaluation", "problems", "samples", "verdict", *[f"pass@{k}" for k in ks]], rows, flagged)
-    )
-    codes = [c for c in CATEGORIES if any(s["categories"].get(c) for _, s in evals)]
-    rows = [[f"`{c}` {CATEGORIES[c]}", *[str(s["categories"].get(c, 0)) for _, s in evals]] for c in codes]
-    section.items.append(Table("Verdicts by category (samples)", ["category", *[n for n, _ in evals]], rows))
-    section.items.append(
-        Chart("eval", "pass@k and failure categories", plots.eval_scores(evals), "pass@k bars and verdict categories")
-    )
+def tco_context(sweeps: list[Sweep], context: int | None) -> int | None:
+    """The context TCO prices serving at: `context` when every sweep measured it (else an error naming what each
+    measured), by default the largest context all of them measured (None: they share none)."""
+    shared = set.intersection(*(set(s.contexts) for s in sweeps)) if sweeps else set()
+    if context is not None:
+        lacking = [s for s in sweeps if context not in s.contexts]
+        if lacking:
+            measured = "; ".join(f"{s.label}: {', '.join(map(str, s.contexts))}" for s in lacking)
+            raise CostError(
+                f"--context {context}: not measured by every sweep priced ({measured}); choose one they all measured"
+            )
+        return context
+    return max(shared) if shared else None
 
 
 def tco_section(
@@ -167,31 +176,38 @@ def tco_section(
     runs: list[RunSummary],
     train_costs: list[TrainingCost | None],
     sweeps: list[Sweep],
-    serving: dict[str, list[ServingCost]],
+    serving: list[list[ServingCost] | None],
     workload: Workload,
     context: int | None,
+    pairing: Pairing,
 ) -> None:
-    """Option i = run i trained, then served as sweep i measured (in the order given; targets may differ)."""
+    """One option per run paired with the sweep of what it trained (crosstune.compare.pairing), priced at one
+    context length shared by every option's sweep."""
     section = doc.section("Total cost of ownership")
+    section.items += pairing.notes
     pairs = []
-    for run, train, sweep in zip(runs, train_costs, sweeps, strict=False):
-        if train is None or not serving.get(sweep.label):
+    for i, j in pairing.pairs:
+        run, train, sweep = runs[i], train_costs[i], sweeps[j]
+        if train is None or not serving[j]:
             section.items.append(Note(f"no TCO option for {run.label} + {sweep.label}: one of them has no price "
                                       "(runs on cpu have none: pass --prices)", "warn"))  # fmt: skip
         else:
-            pairs.append((train, serving[sweep.label]))
+            pairs.append((train, sweep, serving[j]))
     if not pairs:
         return
+    at = tco_context([sweep for _, sweep, _ in pairs], context)
+    if at is None:
+        measured = "; ".join(f"{s.label}: {', '.join(map(str, s.contexts))}" for _, s, _ in pairs)
+        section.items.append(Note(f"no context length measured by every paired sweep ({measured}): no TCO", "warn"))
+        return
     options = []
-    for train, costs in pairs:
-        contexts = [c.context_len for c in costs]
-        at = context if context in contexts else max(contexts)
+    for train, _, costs in pairs:
         serve = next(c for c in costs if c.context_len == at)
         options.append(Option(f"{train.label} → {serve.sweep} @ ctx {at}", train, serve))
     section.items.append(
         Note(
             workload.describe() + "; training includes compile and checkpoint time where "
-            "recorded. Serving billed at each sweep's saturation point."
+            f"recorded. Serving billed at each sweep's saturation point, at context {at}."
         )
     )
     rows = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crosstune.compare.prices import CostError
+from crosstune.compare.values import CostError, number, whole
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p90", "p99")
@@ -38,6 +38,11 @@ class Sweep:
     label: str
     target: str | None
     cells: list[Cell]
+    # What the summary declares about the workload and the server (None: not recorded), compared across sweeps by
+    # crosstune.compare.comparability: model, api, output_len, tokenizer, kv_cache_dtype, load ("concurrency" or
+    # "request rate"), and `source`: the training run the served weights came from (an export's manifest source).
+    declared: dict[str, object] = field(default_factory=dict)
+    source: dict | None = None
 
     @property
     def contexts(self) -> list[int]:
@@ -48,7 +53,8 @@ class Sweep:
 
 
 def read_sweep(path: Path) -> Sweep:
-    """Parse a sweep summary; a missing field or a file of another kind gets an error naming file, cell and key."""
+    """Parse a sweep summary; a missing field, a value of the wrong type, a non-finite or negative figure, or a file of
+    another kind gets an error naming file, cell and key."""
     from crosstune.serve.report import load_summary  # the one reader of `crosstune bench serve` summaries
 
     path = Path(path)
@@ -61,31 +67,67 @@ def read_sweep(path: Path) -> Sweep:
     if not rows:
         raise CostError(f"{path}: the `cells` list is empty: the sweep recorded nothing")
     cells = [_cell(path, i, row) for i, row in enumerate(rows)]
+    for key in ("label", "target", "model", "api", "tokenizer", "tokenizer_hash", "kv_cache_dtype"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise CostError(f"{path}: {key} is {raw[key]!r}, not text")
+    if raw.get("source") is not None and not isinstance(raw["source"], dict):
+        raise CostError(f"{path}: source is {raw['source']!r}, not a mapping (an export manifest's `source`)")
     label = raw.get("label") or raw.get("target") or path.parent.name or path.stem
-    return Sweep(path, str(label), raw.get("target"), cells)
+    return Sweep(path, str(label), raw.get("target"), cells, _declared(path, raw, rows), raw.get("source"))
 
 
-def _cell(path: Path, index: int, row: dict) -> Cell:
+def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
+    """What the summary says about its workload and server, by the labels comparability reports them under."""
+    lens = [whole(f"{path}: output_len", n, low=1, unit="tokens per request") for n in [raw.get("output_len")]
+            + [row.get("output_len") for row in rows] if n is not None]  # fmt: skip
+    output_len: object = None
+    if lens:
+        output_len = lens[0] if len(set(lens)) == 1 else "varies: " + ", ".join(map(str, sorted(set(lens))))
+    rates = any(row.get("concurrency") is None for row in rows)
+    return {
+        "model": raw.get("model"),
+        "api": raw.get("api"),
+        "output length (tokens)": output_len,
+        "tokenizer": raw.get("tokenizer_hash") or raw.get("tokenizer"),
+        "KV-cache dtype": raw.get("kv_cache_dtype"),
+        "hardware": raw.get("target"),
+        "load": "request rate (req/s)" if rates else "concurrent requests",
+    }
+
+
+def _cell(path: Path, index: int, row: object) -> Cell:
+    where = f"{path}: cells[{index}]"
+    if not isinstance(row, dict):
+        raise CostError(f"{where}: not a mapping")
     row = {**row}
     row.setdefault("context_len", row.get("input_len"))
     row.setdefault("duration_s", row.get("duration"))
     missing = [k for k in REQUIRED if row.get(k) is None]
-    load = row.get("concurrency") if row.get("concurrency") is not None else row.get("request_rate")
+    rate = row.get("concurrency") is None
+    load = row.get("request_rate") if rate else row.get("concurrency")
     if load is None:
         missing.append("concurrency (or request_rate)")
     if missing:
-        raise CostError(f"{path}: cells[{index}] lacks {', '.join(missing)}")
-    latency = {name: float(row[name]) for name in LATENCY_NAMES if row.get(name) is not None}
+        raise CostError(f"{where} lacks {', '.join(missing)}")
+    latency = {
+        name: number(f"{where}.{name}", row[name], low=0, unit="ms")
+        for name in LATENCY_NAMES
+        if row.get(name) is not None
+    }
     optional = {
-        k: (None if row.get(k) is None else float(row[k]))
+        k: (None if row.get(k) is None else number(f"{where}.{k}", row[k], low=0))
         for k in ("duration_s", "request_throughput", "total_token_throughput")
     }
     return Cell(
-        context_len=int(row["context_len"]),
-        concurrency=int(load) if row.get("concurrency") is not None else float(load),
-        completed=int(row["completed"]),
-        failed=int(row.get("failed") or 0),
-        output_throughput=float(row["output_throughput"]),
+        context_len=whole(f"{where}.context_len", row["context_len"], low=1, unit="prompt tokens"),
+        concurrency=(
+            number(f"{where}.request_rate", load, low=0, low_open=True, unit="requests/s")
+            if rate
+            else whole(f"{where}.concurrency", load, low=1, unit="requests in flight")
+        ),
+        completed=whole(f"{where}.completed", row["completed"]),
+        failed=whole(f"{where}.failed", row.get("failed") or 0),
+        output_throughput=number(f"{where}.output_throughput", row["output_throughput"], low=0, unit="tokens/s"),
         latency_ms=latency,
         **optional,
     )
@@ -121,12 +163,7 @@ def meets(cell: Cell, slo: dict[str, float]) -> list[str]:
 
 def slo_point(sweep: Sweep, context_len: int, slo: dict[str, float]) -> Cell:
     """The highest-concurrency cell meeting every SLO limit; CostError (with the closest misses) if none does."""
-    bad = [f"{k!r}" for k in slo if k not in LATENCY_NAMES]
-    if bad:
-        raise CostError(
-            f"unknown SLO metric(s) {', '.join(bad)}: use <stat>_<metric>_ms with stat in {STATS} and "
-            f"metric in {METRICS}, e.g. p99_ttft_ms"
-        )
+    slo = check_slo(slo)
     cells = sweep.at(context_len)
     ok = [c for c in cells if not meets(c, slo)]
     if not ok:
@@ -136,15 +173,37 @@ def slo_point(sweep: Sweep, context_len: int, slo: dict[str, float]) -> Cell:
     return max(ok, key=lambda c: c.concurrency)
 
 
-def parse_slo(items: list[str] | None) -> dict[str, float]:
-    """['p99_ttft_ms=2000', ...] -> {'p99_ttft_ms': 2000.0}."""
+SLO_HELP = "NAME=MILLISECONDS with NAME <stat>_<metric>_ms, e.g. p99_ttft_ms=2000"
+
+
+def check_slo(limits: dict, where: str = "--slo") -> dict[str, float]:
+    """The SLO as {name: ms}: every name a latency statistic of the summaries, every limit a finite number > 0 ms.
+    The one spelling of an SLO in crosstune (`bench serve --slo`, cost, report and workload files)."""
     out = {}
+    for name, value in limits.items():
+        if name not in LATENCY_NAMES:
+            raise CostError(
+                f"{where}: unknown SLO metric {name!r}: use <stat>_<metric>_ms with stat in {', '.join(STATS)} "
+                f"and metric in {', '.join(METRICS)}, e.g. p99_ttft_ms"
+            )
+        out[name] = number(f"{where}: {name}", value, low=0, low_open=True, unit="milliseconds")
+    return out
+
+
+def parse_slo(items: list[str] | None) -> dict[str, float]:
+    """['p99_ttft_ms=2000', ...] -> {'p99_ttft_ms': 2000.0}; a name given twice, an unknown name or a limit that is
+    not a positive number of milliseconds is an error naming the item."""
+    out: dict[str, float] = {}
     for item in items or []:
-        name, sep, value = item.partition("=")
+        name, sep, text = item.partition("=")
+        name = name.strip()
         try:
-            out[name.strip()] = float(value)
+            value = float(text)
         except ValueError:
             sep = ""
-        if not sep:
-            raise CostError(f"--slo {item!r}: expected NAME=MILLISECONDS, e.g. p99_ttft_ms=2000")
+        if not sep or not name:
+            raise CostError(f"--slo {item!r}: expected {SLO_HELP}")
+        if name in out:
+            raise CostError(f"--slo {item!r}: {name} is given twice; keep one limit per metric")
+        out |= check_slo({name: value}, f"--slo {item!r}")
     return out

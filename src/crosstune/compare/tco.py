@@ -10,10 +10,13 @@ stays cheaper until then if it is dearer to serve.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from crosstune.compare.cost import M, ServingCost, TrainingCost
-from crosstune.compare.prices import CostError
+from crosstune.compare.values import CostError, number
+
+MAX_DAYS = 3653.0  # ten years: no accelerator is rented longer; a longer horizon is a typo
+HORIZON_YEARS = 10  # a break-even later than this is reported as "not within 10 years", not as a day number
 
 
 @dataclass(frozen=True)
@@ -21,12 +24,32 @@ class Workload:
     days: float
     serve_tokens_per_day: float | None = None  # per-token billing
     serve_hours_per_day: float | None = None  # deployment-hour billing
+    where: str = field(default="", compare=False)  # where the figures came from, for errors (a file, or options)
 
     def __post_init__(self) -> None:
+        at = f"{self.where}: " if self.where else ""
         if (self.serve_tokens_per_day is None) == (self.serve_hours_per_day is None):
-            raise CostError("a workload serves either tokens per day or deployment hours per day (exactly one)")
-        if self.days < 0:
-            raise CostError(f"days must be >= 0, got {self.days}")
+            raise CostError(f"{at}a workload serves either tokens per day or deployment hours per day (exactly one)")
+        number(f"{at}days", self.days, low=0, unit="days of serving")
+        if self.serve_tokens_per_day is not None:
+            number(f"{at}serve_tokens_per_day", self.serve_tokens_per_day, low=0, unit="output tokens per day")
+        if self.serve_hours_per_day is not None:
+            number(f"{at}serve_hours_per_day", self.serve_hours_per_day, low=0, high=24, unit="hours a day")
+
+    @classmethod
+    def given(cls, where: str, days: object, tokens_per_day: object = None, hours_per_day: object = None) -> Workload:
+        """A workload from a user's figures (a file, command-line options): numbers, and at most ten years."""
+        at = f"{where}: " if where else ""
+        number(f"{at}days", days, low=0, high=MAX_DAYS, unit="days of serving, at most ten years")
+        for name, value in (("serve_tokens_per_day", tokens_per_day), ("serve_hours_per_day", hours_per_day)):
+            if value is not None:
+                number(f"{at}{name}", value)
+        return cls(
+            float(days),  # type: ignore[arg-type]
+            None if tokens_per_day is None else float(tokens_per_day),  # type: ignore[arg-type]
+            None if hours_per_day is None else float(hours_per_day),  # type: ignore[arg-type]
+            where,
+        )
 
     def describe(self) -> str:
         if self.serve_hours_per_day is not None:
@@ -88,6 +111,12 @@ def break_even(a: Option, b: Option, workload: Workload) -> BreakEven:
         return BreakEven(None, f"{cheap} is cheaper on every day (cheaper or equal to train, cheaper to serve)")
     cheap_first = a.name if ta < tb else b.name
     cheap_later = b.name if cheap_first == a.name else a.name
+    if days > HORIZON_YEARS * 365.25:
+        return BreakEven(
+            None,
+            f"{cheap_first} is cheaper for the next {HORIZON_YEARS} years: the totals cross only after "
+            f"{days / 365.25:,.0f} years (serving costs ${abs(da - db):.2g} a day less on {cheap_later})",
+        )
     return BreakEven(days, f"{cheap_first} is cheaper until day {days:,.1f}, {cheap_later} after")
 
 

@@ -23,11 +23,9 @@ def staged_dir(dest: Path, overwrite: bool = False, sources: Sequence[Path] = ()
     `dest` may not equal or contain any of `sources` (the run, the base model): replacing it would delete them. An
     existing non-empty `dest` is replaced only with `overwrite` and only when it is itself an earlier export."""
     dest = Path(dest).resolve()
-    if overlap := fsutil.overlapping_source(dest, sources):
-        raise ExportError(
-            f"--out {dest} {overlap[0]} the export's source {overlap[1]}: writing there would replace it; choose an "
-            "--out outside it"
-        )
+    refusal = fsutil.overlap_refusal(dest, sources, "export's source")
+    if refusal:
+        raise ExportError(refusal)
 
     def may_replace(existing: Path) -> None:
         if not overwrite:

@@ -14,6 +14,7 @@ from crosstune.errors import CrosstuneError
 from crosstune.recipe.checks import check_recipe
 from crosstune.recipe.problems import Problem, RecipeError
 from crosstune.recipe.schema import Recipe
+from crosstune.recipe.strict_yaml import StrictLoader, load_yaml, yaml_problem
 
 
 def _line_map(text: str) -> dict[tuple, int]:
@@ -30,7 +31,7 @@ def _line_map(text: str) -> dict[tuple, int]:
             for i, item in enumerate(node.value):
                 walk(item, path + (i,))
 
-    root = yaml.compose(text)
+    root = yaml.compose(text, Loader=StrictLoader)
     if root is not None:
         walk(root, ())
     return lines
@@ -83,7 +84,26 @@ def _hint_for(err: dict) -> str:
         return "this key is required"
     if kind in ("greater_than", "greater_than_equal"):
         return "must be a positive number" if err["ctx"].get("gt") == 0 else ""
+    if kind in ("int_type", "float_type", "bool_type", "string_type") and isinstance(err.get("input"), str | bool):
+        return _TYPE_HINTS[kind]
+    if kind == "finite_number":
+        return "NaN and infinity mean nothing here: give a number"
     return ""
+
+
+_TYPE_HINTS = {
+    "int_type": 'a whole number, unquoted (e.g. 8, not "8" or 8.0)',
+    "float_type": "a number, unquoted (e.g. 1.0e-4 or 0.5)",
+    "bool_type": "true or false (YAML 1.2: yes/no/on/off are strings)",
+    "string_type": 'quote it to make it text, e.g. "no"',
+}
+# One setting given by two keys: a --set of one replaces the file's other (the command line states the intent).
+_SAME_SETTING = {
+    ("train", "max_steps"): "epochs",
+    ("train", "epochs"): "max_steps",
+    ("train", "global_batch_size"): "grad_accumulation",
+    ("train", "grad_accumulation"): "global_batch_size",
+}
 
 
 def _apply_override(data: dict, assignment: str) -> None:
@@ -98,16 +118,13 @@ def _apply_override(data: dict, assignment: str) -> None:
         if not isinstance(node, dict):
             raise RecipeError(None, [Problem(key, f"cannot set {key}: {part} is not a mapping")])
     try:
-        node[parts[-1]] = yaml.safe_load(raw)
+        node[parts[-1]] = load_yaml(raw)
+        node.pop(_SAME_SETTING.get(tuple(parts), ""), None)
     except yaml.YAMLError as e:
         hint = "quote the value for the shell and close every bracket, e.g. --set 'lora.targets=[q, v]'"
         raise RecipeError(
-            None, [Problem(key, f"--set {assignment!r}: not valid YAML: {_yaml_reason(e)}", hint)]
+            None, [Problem(key, f"--set {assignment!r}: not valid YAML: {yaml_problem(e)[0]}", hint)]
         ) from None
-
-
-def _yaml_reason(e: yaml.YAMLError) -> str:
-    return str(getattr(e, "problem", None) or e)
 
 
 def parse_recipe(
@@ -115,12 +132,11 @@ def parse_recipe(
 ) -> Recipe:
     """Validate YAML text; raises RecipeError listing every schema and consistency problem."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
         lines = _line_map(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        raise RecipeError(file, [Problem("", f"not valid YAML: {_yaml_reason(e)}", line=line)]) from None
+        reason, line = yaml_problem(e)
+        raise RecipeError(file, [Problem("", f"not valid YAML: {reason}", line=line)]) from None
     if not isinstance(data, dict):
         raise RecipeError(file, [Problem("", "a recipe is a YAML mapping (name:, model:, data:, ...)", line=1)])
     for assignment in overrides or []:
@@ -134,6 +150,8 @@ def parse_recipe(
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = f"unknown key {loc[-1]!r}"
+            elif err["type"] in _TYPE_HINTS and isinstance(err.get("input"), str | bool | int | float):
+                msg = f"{msg}, not {err['input']!r}"
             problems.append(Problem(dotted(loc), msg, _hint_for(err), _line_for(lines, loc)))
         raise RecipeError(file, sorted(problems, key=lambda p: p.line or 0)) from None
 

@@ -1,10 +1,13 @@
 """The recipe: one YAML file that drives data, both training backends, serving, evaluation and cost.
 
-Every section forbids unknown keys, so a typo is an error with its YAML path rather than a silent default.
+Every section forbids unknown keys, so a typo is an error with its YAML path rather than a silent default; values
+are strict (no "1" for an int, no 2.0 for an int, no true for a string) and finite; a recipe name is one safe path
+component (it names <output_dir>/<name>-<backend> and <output_dir>/data/<name>).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +18,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -23,10 +27,18 @@ from crosstune.families.spec import NEUTRAL_TARGETS
 from crosstune.hardware import HARDWARE
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down"]
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# Validation context of a recipe already resolved (a run's recipe.yaml, where every default is written out): the
+# checks of what a user wrote (two keys for one setting) don't apply to it.
+RESOLVED = "resolved"
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True, allow_inf_nan=False)
+
+
+def _written_by_user(info: ValidationInfo) -> bool:
+    return not (info.context or {}).get(RESOLVED)
 
 
 class ModelSection(Section):
@@ -208,9 +220,29 @@ class TrainSection(Section):
         return self
 
     @model_validator(mode="after")
+    def _one_setting_one_key(self, info: ValidationInfo) -> TrainSection:
+        """Two keys for one setting: refused rather than one silently replacing the other."""
+        if not _written_by_user(info):
+            return self
+        given = self.model_fields_set
+        if "epochs" in given and self.epochs is not None and self.max_steps is not None:
+            raise ValueError(
+                f"epochs ({self.epochs:g}) and max_steps ({self.max_steps}) both set the run's length: keep one "
+                "(a --set of one replaces the file's other)"
+            )
+        if self.epochs is None and self.max_steps is None:
+            raise ValueError("the run has no length: give train.epochs or train.max_steps")
+        if self.global_batch_size is not None and "grad_accumulation" in given:
+            raise ValueError(
+                f"global_batch_size ({self.global_batch_size}) derives the gradient accumulation per backend, so "
+                f"grad_accumulation ({self.grad_accumulation}) would be ignored: keep one of them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _length(self) -> TrainSection:
         if self.max_steps is not None:
-            self.epochs = None  # max_steps wins; say so in the resolved recipe rather than keep both
+            self.epochs = None  # the default epochs gives way to max_steps; the resolved recipe says so
         return self
 
 
@@ -328,6 +360,16 @@ class Recipe(Section):
                 "activation checkpointing (backend.torch.fsdp on several devices) takes no policy: set recompute full"
             )
         return self
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_one_path_component(cls, value: str) -> str:
+        if not SAFE_NAME.match(value):
+            raise ValueError(
+                f"{value!r} can't name a folder: the name becomes <output_dir>/<name>-<backend>, so it is letters, "
+                "digits, '.', '_' and '-' (starting with a letter or digit, at most 100), never a path"
+            )
+        return value
 
     @field_validator("hardware")
     @classmethod

@@ -198,8 +198,32 @@ def read_metrics_file(path: Path) -> list[dict]:
             ) from None
         if not isinstance(row, dict):
             raise CrosstuneError(f"{path}:{i + 1}: a metrics row is a JSON object, not {line[:60]!r}")
+        for key, value in row.items():
+            why = _bad_value(key, value)
+            if why:
+                raise CrosstuneError(
+                    f"{path}:{i + 1}: {key} is {value!r}, not {why}; restore the file or remove that line"
+                )
         rows.append(row)
     return rows
+
+
+_COUNTS = ("step", "trained_tokens", "tokens", "computed_tokens")
+
+
+def _bad_value(key: str, value: object) -> str | None:
+    """What a metric must be, when `value` isn't that (None: fine). The writer's own output always passes: counts are
+    whole numbers, step_time_s a measured duration; a rate, loss or utilisation may be NaN (a diverged or 0 s step)."""
+    if key not in METRIC_DEFINITIONS:
+        return None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if key in _COUNTS:
+        low = 1 if key == "step" else 0
+        ok = number and isinstance(value, int) and value >= low
+        return None if ok else f"a whole number >= {low}"
+    if key == "step_time_s":
+        return None if number and math.isfinite(value) and value >= 0 else "a finite number of seconds >= 0"
+    return None if value is None or number else "a number (or null)"
 
 
 class StepTimer:

@@ -49,11 +49,8 @@ def check_out(out: Path, *, overwrite: bool, inputs: Sequence[Path] = ()) -> Pat
         if parent.exists() and not parent.is_dir():
             what = "is" if parent == out else f"is inside {parent}, which is"
             raise BenchError(f"--out {out} {what} a file, not a folder: choose another --out")
-    if overlap := fsutil.overlapping_source(out, inputs):
-        raise BenchError(
-            f"--out {out} {overlap[0]} the sweep's input {overlap[1]}: writing there would replace it; choose an "
-            "--out outside it"
-        )
+    if refusal := fsutil.overlap_refusal(out, inputs, "sweep's input"):
+        raise BenchError(refusal)
     if out.is_dir() and any(out.iterdir()):
         if not is_sweep(out):
             raise BenchError(

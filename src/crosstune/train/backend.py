@@ -25,6 +25,7 @@ from crosstune.data.prepared import PreparedDataset, open_prepared
 from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
+from crosstune.recipe.schema import RESOLVED
 from crosstune.run.lora import LoraWeights
 from crosstune.train.steps import StepPlan
 
@@ -66,7 +67,7 @@ class RunContext:
     @classmethod
     def from_json(cls, text: str) -> RunContext:
         d = json.loads(text)
-        recipe = Recipe.model_validate(d["recipe"])
+        recipe = Recipe.model_validate(d["recipe"], context={RESOLVED: True})  # every default written out
         if d["base_dir"] is not None:  # relative paths as in the recipe file
             recipe.located(Path(d["base_dir"]))
         return cls(recipe, Path(d["run_dir"]), StepPlan(**d["plan"]), ModelSpec.from_dict(d["spec"]),
