@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from crosstune.compare import eval_stats
 from crosstune.compare.comparability import compare_evals
 from crosstune.compare.cost import ServingCost, TrainingCost
 from crosstune.compare.document import Document, Note, Table, to_markdown
@@ -142,7 +143,8 @@ def _summary(inputs: Inputs, costs: list, serving: dict[str, list[ServingCost]],
             ]
             for name, s in inputs.evals
         ]
-        bad = {i for i in range(len(eval_rows))} if compare_evals(inputs.evals) else set()
+        mismatched = compare_evals(inputs.evals) or eval_stats.not_comparable(inputs.evals)
+        bad = {i for i in range(len(eval_rows))} if mismatched else set()
         items.append(Table("pass@k", ["evaluation", *[f"pass@{k}" for k in ks]], eval_rows, bad))
     return items
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crosstune.compare import plots
+from crosstune.compare import eval_stats, plots
 from crosstune.compare.comparability import compare_evals
 from crosstune.compare.cost import ServingCost, TrainingCost, serving_costs
 from crosstune.compare.document import Chart, Document, Note, Table
@@ -139,7 +139,8 @@ def _ratio(x: float | None, y: float | None) -> float | None:
 def eval_section(doc: Document, evals: list[tuple[str, dict]]) -> None:
     section = doc.section("Evaluation (VerilogEval pass@k)")
     section.items += compare_evals(evals)
-    flagged = {i for i in range(len(evals))} if any(n.level == "error" for n in compare_evals(evals)) else set()
+    mismatched = any(n.level == "error" for n in compare_evals(evals)) or eval_stats.not_comparable(evals)
+    flagged = {i for i in range(len(evals))} if mismatched else set()
     ks = sorted({k for _, s in evals for k in s["pass_at_k"]}, key=int)
     rows = [
         [
@@ -154,6 +155,7 @@ def eval_section(doc: Document, evals: list[tuple[str, dict]]) -> None:
     section.items.append(
         Table("pass@k", ["evaluation", "problems", "samples", "verdict", *[f"pass@{k}" for k in ks]], rows, flagged)
     )
+    section.items += eval_stats.uncertainty_items(evals)
     codes = [c for c in CATEGORIES if any(s["categories"].get(c) for _, s in evals)]
     rows = [[f"`{c}` {CATEGORIES[c]}", *[str(s["categories"].get(c, 0)) for _, s in evals]] for c in codes]
     section.items.append(Table("Verdicts by category (samples)", ["category", *[n for n, _ in evals]], rows))
