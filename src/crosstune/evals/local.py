@@ -4,8 +4,8 @@ Prompts are left-padded into one batch, so a batch costs about as much as its lo
 transformers' own. Sampling draws every row from its own torch.Generator seeded with `seed + sample index`, so a
 sample is the same whichever others share its batch (transformers' sampler draws the whole batch from one global
 stream, which would tie each sample to its batch-mates): RowSampler applies transformers' warpers (temperature,
-then the model's top_k, then top_p and min_p, in generate's order) and lets only the drawn token through, and
-generate runs greedy on top of it.
+the model's top_k or transformers' default 50, top_p, min_p: generate's order) and lets only the drawn token
+through, and generate runs greedy on top of it. One prompt at a time this reproduces the unbatched sampler.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from crosstune.evals.cache import SamplingParams
 from crosstune.evals.generate import Completion
 from crosstune.evals.prompts import Message
 
+TRANSFORMERS_DEFAULT_TOP_K = (
+    50  # GenerationConfig's documented default, which generate() applies when a model sets none
+)
 DEFAULT_BATCH_SIZE = 16  # docs/BENCHMARKS.md "Local generation": the demo model's throughput levels off near 16
 
 
@@ -34,8 +37,10 @@ def row_sampler(seeds: list[int], params: SamplingParams, generation_config):  #
     warpers = []
     if params.temperature != 1.0:
         warpers.append(TemperatureLogitsWarper(params.temperature))
-    if getattr(generation_config, "top_k", None):
-        warpers.append(TopKLogitsWarper(top_k=generation_config.top_k))
+    top_k = getattr(generation_config, "top_k", None)
+    top_k = TRANSFORMERS_DEFAULT_TOP_K if top_k is None else top_k
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k=top_k))
     if params.top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p=params.top_p))
     if getattr(generation_config, "min_p", None):

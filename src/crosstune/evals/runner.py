@@ -155,6 +155,8 @@ def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalR
                          shots=config.shots, engine=_one_engine(generation.engines or [backend.engine]))  # fmt: skip
         if not config.references_only:
             extra["protocol"] = protocol_record(config.protocol, suite, config.settings())
+            if config.samples_file is not None:  # completions made elsewhere: the settings are as stated
+                extra["protocol"]["settings_observed"] = False
         return evaluate_completions(
             problems, completions, config.out, ks=config.ks, upstream_compatible=config.upstream_compatible,
             workers=config.workers, limits=config.limits, on_progress=report_progress, extra_summary=extra,
