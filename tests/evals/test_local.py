@@ -3,6 +3,7 @@ path it replaced, greedy and sampled (each sample drawn from its own seeded gene
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 
+@functools.cache
+def loaded(folder: Path):
+    return transformers.AutoTokenizer.from_pretrained(folder), transformers.AutoModelForCausalLM.from_pretrained(folder)
+
+
 def one_at_a_time(folder: Path, messages: list[dict], params: SamplingParams, sample: int) -> tuple[str, str]:
     """The local path as it was before batching (crosstune 2026-12-01): one prompt per generate() call, sampling
     from the global RNG seeded with seed + sample."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    lm = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokenizer, lm = loaded(folder)
     inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")
     sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p}
     with torch.no_grad():

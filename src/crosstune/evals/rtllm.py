@@ -4,7 +4,7 @@ A design folder holds `design_description.txt` (the prompt), `testbench.v`, the 
 `makefile` whose TEST_DESIGN names the file VCS compiles. v2.0 nests the folders by category, v1.1 keeps them at
 the top: both are found by walking the tree. The module the design must define is the one the testbench
 instantiates: TEST_DESIGN where the testbench uses that name, else the description's "Module name:" (TEST_DESIGN
-is a file name; in v2.0 two makefiles name a file the testbench never instantiates, see docs/EVAL_SANDBOX.md).
+is a file name; three v2.0 makefiles name a module the testbench never instantiates, see docs/EVAL_SANDBOX.md).
 The reference becomes a design by renaming its `verified_*` module to that name. Other files in the folder are
 data the testbench reads ($readmemh, $fopen): they are copied next to it for every run.
 """
@@ -32,14 +32,10 @@ _FAIL_DISPLAY = re.compile(
 
 
 def design_folders(root: Path) -> list[Path]:
-    """Every folder under `root` (itself included) that holds an RTLLM design, sorted by path."""
+    """Every folder under `root` (itself included, at most MAX_DEPTH down) holding an RTLLM design, sorted by path."""
     root = Path(root)
-    found = []
-    for makefile in sorted(root.rglob(MAKEFILE)):
-        folder = makefile.parent
-        if len(folder.relative_to(root).parts) <= MAX_DEPTH and (folder / DESCRIPTION).is_file():
-            found.append(folder)
-    return found
+    makefiles = [m for depth in range(MAX_DEPTH + 1) for m in root.glob("/".join(["*"] * depth + [MAKEFILE]))]
+    return sorted(m.parent for m in makefiles if (m.parent / DESCRIPTION).is_file())
 
 
 def is_rtllm(path: Path) -> bool:
