@@ -35,7 +35,7 @@ def bare_run(problem: Problem) -> tuple[float, float]:
     """Upstream's two commands without any sandbox layer: (wall, CPU) seconds."""
     with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp:
         work = Path(tmp)
-        (work / "sample.sv").write_text(reference_as_design(problem.ref))
+        (work / "sample.sv").write_text(reference_as_design(problem))
         (work / "test.sv").write_text(problem.test)
         (work / "ref.sv").write_text(problem.ref)
         wall, cpu = time.monotonic(), cpu_seconds()
@@ -50,7 +50,7 @@ def bare_run(problem: Problem) -> tuple[float, float]:
 def sandboxed_run(problem: Problem) -> tuple[float, float]:
     """The full sandboxed judgement of the reference, in this (single-threaded) process: (wall, CPU)."""
     wall, cpu = time.monotonic(), cpu_seconds()
-    outcome = judge_design(reference_as_design(problem.ref), problem.test, problem.ref, None, Limits())
+    outcome = judge_design(reference_as_design(problem), problem, None, Limits())
     wall, cpu = time.monotonic() - wall, cpu_seconds() - cpu
     assert outcome.strict == ".", f"{problem.name}: {outcome.detail}"
     return wall, cpu

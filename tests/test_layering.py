@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, str]] = [
     ("recipe", "the recipe schema, loading with located errors, consistency checks"),
     ("models", "tiny random Gemma checkpoints and their tokenizer"),
     ("data", "sources, chat formatting, masks, packing, prepared shards, the backends' data adapters"),
-    ("evals", "VerilogEval v2: problems, prompts, generation, extraction, sandboxed simulation, pass@k"),
+    ("evals", "VerilogEval v2 and RTLLM: problems, protocols, generation, extraction, sandboxed simulation, pass@k"),
     ("run", "the run directory and the LoRA formats: layout and readers, metrics, checksums, resume, adapters"),
     ("planner", "the mesh and memory planner (`crosstune plan`)"),
     ("train", "the session above both backends (RunContext, step plan, parity); train/torch and train/jax"),

@@ -118,6 +118,7 @@ def test_the_lora_fine_tune_beats_the_base_on_held_out_problems(tmp_path):
     }
     base, tuned = (scores[k]["pass_at_k"]["1"] for k in ("base", "tuned"))
     assert scores["base"]["problems"] == scores["tuned"]["problems"] == 24
+    assert scores["base"]["engine"] == scores["tuned"]["engine"] and scores["base"]["engine"]["kind"] == "local"
     assert tuned - base >= 0.2, (base, tuned)
 
 

@@ -196,7 +196,7 @@ def tiny_local_model(folder: Path) -> Path:
 
 
 def test_transformers_backend_samples_reproducibly(tmp_path):
-    from crosstune.evals.generate import TransformersGenerator
+    from crosstune.evals.local import TransformersGenerator
 
     model = TransformersGenerator(tiny_local_model(tmp_path / "tiny"))
     params = SamplingParams(n=2, temperature=1.0, top_p=1.0, max_tokens=6, seed=3)

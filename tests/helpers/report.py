@@ -104,10 +104,11 @@ def write_run(
     return run
 
 
-def write_eval(out: Path, codes_per_problem: dict[str, str], ks=(1, 5)) -> Path:
-    """An evaluation output folder written by the evaluator's own summary code ('.' = pass)."""
+def write_eval(out: Path, codes_per_problem: dict[str, str], ks=(1, 5), extra: dict | None = None) -> Path:
+    """An evaluation output folder written by the evaluator's own summary code ('.' = pass); `extra` adds summary
+    keys (engine, protocol)."""
     scores = [ProblemScore(name, list(codes)) for name, codes in codes_per_problem.items()]
-    summary = summarize(scores, list(ks), "strict", {"task": "spec-to-rtl"})
+    summary = summarize(scores, list(ks), "strict", {"task": "spec-to-rtl", **(extra or {})})
     write_reports(out, summary, [])
     return out
 

@@ -1,16 +1,16 @@
-"""The report's evaluation section: one pass@k table per protocol group (crosstune.compare.evaluations), the
-verdict categories, and their charts.
+"""The report's evaluation section: one pass@k table per protocol group (crosstune.compare.evaluations), each
+followed by its paired significance test; the engine and protocol notes and the 95 % intervals
+(crosstune.compare.eval_stats); the verdict categories, and their charts.
 
-Extension points: EVAL_COLUMNS (a column of every pass@k table, e.g. a confidence interval) and GROUP_ITEMS
-(items added after each group's table, e.g. a paired test between its evaluations — a group holds exactly the
-evaluations that may be compared, on the same problems with the same samples).
+Extension points: EVAL_COLUMNS (a column of every pass@k table) and GROUP_ITEMS (items added after each group's
+table — a group holds exactly the evaluations that may be compared, on the same problems with the same samples).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from crosstune.compare import plots
+from crosstune.compare import eval_stats, plots
 from crosstune.compare.document import Chart, Document, Note, Table
 from crosstune.compare.evaluations import EvalGroup, Evaluation, compare_evals, eval_groups
 from crosstune.evals.verdict import CATEGORIES
@@ -30,8 +30,25 @@ EVAL_COLUMNS: list[tuple[str, Callable[[Evaluation], str]]] = [
     ("model", lambda e: str(e.summary.get("model") or "not recorded")),
     ("samples judged", lambda e: str(e.summary["samples"])),
 ]
+
+
+def pairs(evals: list[Evaluation]) -> list[tuple[str, dict]]:
+    return [(e.name, e.summary) for e in evals]
+
+
+def significance(group: EvalGroup) -> list[Table]:
+    """The paired test between the group's evaluations that also share an engine (crosstune.compare.eval_stats)."""
+    table = eval_stats.significance_table(pairs(group.evals))
+    return [table] if table else []
+
+
 # Called with each group after its table; returns more items (notes, tables, charts) for that group.
-GROUP_ITEMS: list[Callable[[EvalGroup], list[Note | Table | Chart]]] = []
+GROUP_ITEMS: list[Callable[[EvalGroup], list[Note | Table | Chart]]] = [significance]
+
+
+def not_comparable(evals: list[Evaluation]) -> bool:
+    """Evaluations of the same problems produced by different engines or protocols (eval_stats' red notes)."""
+    return eval_stats.not_comparable(pairs(evals))
 
 
 def pass_at_k_table(group: EvalGroup, title: str | None = None) -> Table:
@@ -44,6 +61,9 @@ def pass_at_k_table(group: EvalGroup, title: str | None = None) -> Table:
 def eval_section(doc: Document, evals: list[Evaluation]) -> None:
     section = doc.section("Evaluation (VerilogEval pass@k)")
     section.items += compare_evals(evals)
+    engine_notes = eval_stats.mismatch_notes(pairs(evals))
+    section.items += engine_notes
+    flagged = set(range(len(evals))) if any(n.level == "error" for n in engine_notes) else set()
     groups = eval_groups(evals)
     if len(groups) > 1:
         section.items.append(
@@ -53,9 +73,12 @@ def eval_section(doc: Document, evals: list[Evaluation]) -> None:
             )
         )
     for group in groups:
-        section.items.append(pass_at_k_table(group))
+        table = pass_at_k_table(group)
+        table.flagged = set(range(len(group.evals))) if flagged else set()
+        section.items.append(table)
         for extra in GROUP_ITEMS:
             section.items += extra(group)
+    section.items.append(eval_stats.interval_table(pairs(evals), flagged))
     section.items.append(
         Chart("pass-at-k", "pass@k per protocol", plots.pass_at_k(groups), "pass@k bars per evaluation protocol")
     )

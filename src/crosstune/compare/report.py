@@ -12,7 +12,7 @@ from pathlib import Path
 from crosstune.compare.comparability import compare_sweeps
 from crosstune.compare.cost import ServingCost, TrainingCost
 from crosstune.compare.document import Document, Note, Table, to_markdown
-from crosstune.compare.eval_section import eval_section, pass_at_k_table
+from crosstune.compare.eval_section import eval_section, not_comparable, pass_at_k_table
 from crosstune.compare.evaluations import compare_evals, eval_groups, unmatched
 from crosstune.compare.html import to_html
 from crosstune.compare.inputs import Inputs, read_inputs
@@ -141,9 +141,10 @@ def _summary(inputs: Inputs, costs: list, serving: list[list[ServingCost] | None
     if inputs.evals:
         items += [n for n in compare_evals(inputs.evals) if n.level == "error"]
         mismatched = {e.name for x, y, _ in unmatched(inputs.evals) for e in (x, y)}
+        everything = not_comparable(inputs.evals)
         for group in eval_groups(inputs.evals):
             table = pass_at_k_table(group, f"pass@k — {group.title}")
-            table.flagged = {i for i, e in enumerate(group.evals) if e.name in mismatched}
+            table.flagged = {i for i, e in enumerate(group.evals) if everything or e.name in mismatched}
             items.append(table)
     return items
 

@@ -1,5 +1,6 @@
-"""VerilogEval v2 evaluation with iverilog: problems, prompts, generation (cached), code extraction,
-sandboxed simulation, strict and upstream-compatible verdicts, pass@k. `crosstune eval` drives it."""
+"""VerilogEval v2 and RTLLM evaluation with iverilog: problems, prompts, generation (cached; an endpoint or a local
+engine), code extraction, sandboxed simulation, strict and upstream-compatible verdicts, pass@k with intervals,
+named protocols. `crosstune eval` drives it; `runner.run_eval(EvalConfig)` is the library call."""
 
 from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file
 from crosstune.evals.endpoint import EndpointGenerator, EndpointUnreachable, Timeouts
@@ -9,14 +10,16 @@ from crosstune.evals.generate import (
     Generation,
     GenerationError,
     SampleFailure,
-    TransformersGenerator,
     generate_completions,
 )
+from crosstune.evals.local import TransformersGenerator
 from crosstune.evals.problems import Problem, ProblemSetError, load_problems
 from crosstune.evals.prompts import build_messages
+from crosstune.evals.protocols import PROTOCOLS, Protocol
 from crosstune.evals.sandbox import Limits
 from crosstune.evals.scoring import pass_at_k
 from crosstune.evals.simulate import Outcome, judge_design
+from crosstune.evals.stats import PairedTest, bootstrap_interval, paired_permutation_test
 from crosstune.evals.verdict import CATEGORIES, upstream_verdict
 
 __all__ = [
@@ -30,12 +33,16 @@ __all__ = [
     "GenerationError",
     "Limits",
     "Outcome",
+    "PROTOCOLS",
+    "PairedTest",
+    "Protocol",
     "Problem",
     "ProblemSetError",
     "SampleFailure",
     "SamplingParams",
     "Timeouts",
     "TransformersGenerator",
+    "bootstrap_interval",
     "build_messages",
     "evaluate_completions",
     "extract_code",
@@ -44,6 +51,7 @@ __all__ = [
     "load_problems",
     "load_samples_file",
     "measure_references",
+    "paired_permutation_test",
     "pass_at_k",
     "upstream_verdict",
 ]

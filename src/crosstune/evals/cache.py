@@ -86,3 +86,19 @@ def load_samples_file(path: Path) -> dict[str, list[str]]:
         rows = found.setdefault(problem, [])
         rows.append((int(record.get("sample", len(rows))), completion))
     return {problem: [text for _, text in sorted(rows, key=lambda r: r[0])] for problem, rows in found.items()}
+
+
+def samples_file_engines(path: Path) -> list[dict]:
+    """The distinct engines named by a samples file's records (a completion cache names them; a file of bare
+    {"problem", "completion"} records names none: one "unknown" engine)."""
+    engines: list[dict] = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        engine = record.get("engine") if isinstance(record, dict) else None
+        engine = engine if isinstance(engine, dict) else {"name": "unknown (not recorded)", "kind": "unknown"}
+        if engine not in engines:
+            engines.append(engine)
+    return engines

@@ -1,8 +1,9 @@
-"""`crosstune eval`: VerilogEval v2 pass@k with iverilog, strict verdict, every sample sandboxed."""
+"""`crosstune eval`: VerilogEval v2 and RTLLM pass@k with iverilog, strict verdict, every sample sandboxed."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -11,8 +12,17 @@ from rich.console import Console
 from crosstune.errors import InputError
 from crosstune.evals.cache import SamplingParams
 from crosstune.evals.endpoint import Timeouts
-from crosstune.evals.problems import CODE_COMPLETE, SPEC_TO_RTL
-from crosstune.evals.runner import PARTIAL_EXIT_CODE, EvalConfig, EvalError, EvalInterrupted, run_eval
+from crosstune.evals.local import DEFAULT_BATCH_SIZE
+from crosstune.evals.problems import CODE_COMPLETE, RTLLM, SPEC_TO_RTL
+from crosstune.evals.protocols import PROTOCOLS, UnknownProtocol, get_protocol
+from crosstune.evals.runner import (
+    PARTIAL_EXIT_CODE,
+    EvalConfig,
+    EvalError,
+    EvalInterrupted,
+    protocol_tasks,
+    run_eval,
+)
 from crosstune.evals.sandbox import Limits
 from crosstune.evals.show import progress_bars, show_report
 from crosstune.recipe import RecipeError, load_recipe, resolve_path
@@ -20,8 +30,9 @@ from crosstune.recipe import RecipeError, load_recipe, resolve_path
 console = Console()
 
 EVAL_HELP = (
-    "Evaluate Verilog generation on VerilogEval v2 (or a synthetic set in its layout) with iverilog: "
-    "pass@k, per-problem failure categories, summary.json and summary.md in --out.\n\n"
+    "Evaluate Verilog generation on VerilogEval v2 (or a synthetic set in its layout) or RTLLM (v2.0 or v1.1 "
+    "checkout; the layout is detected) with iverilog: pass@k with 95 % intervals, per-problem failure "
+    "categories, summary.json and summary.md in --out.\n\n"
     "Give exactly one source of designs: --endpoint with --model (an OpenAI-compatible server such as "
     "vLLM), --hf-model (a local transformers model), --samples-file (existing completions) or "
     "--references-only (a self-check of the problem set).\n\n"
@@ -30,6 +41,10 @@ EVAL_HELP = (
     "endpoint is probed (GET /v1/models), so a dead server fails in seconds; every request has a deadline "
     "(--request-timeout). A sample that still fails is recorded with its reason, the report covers the "
     "completed samples, and the exit status is 3 (rerun to retry only those samples).\n\n"
+    "Named protocols (--protocol) set n, k, temperature, top_p, the token budget, the prompt style, shots and the "
+    "task list at once: " + "; ".join(f"{p.name}: {p.summary}" for p in PROTOCOLS.values()) + ". Explicit options "
+    "override a protocol; summary.json records it and every departure. With a protocol and no --task, each of its "
+    "tasks the checkout holds is evaluated into OUT/<task>.\n\n"
     "Example: crosstune eval --problems ~/verilog-eval --endpoint http://localhost:8000 --model gemma "
     "--n 5 --k 1,5 --temperature 0.8 --out runs/eval"
 )
@@ -53,10 +68,14 @@ def eval_command(
     recipe: Path = typer.Argument(None, help="Optional recipe: its eval section (problems, samples, k, "
                                   "temperature, top_p, max_tokens, prompt_style, timeouts) gives the defaults."),
     problems: Path = typer.Option(None, "--problems", help="VerilogEval v2 checkout, one of its dataset_* "
-                                  "folders, or any folder holding problems.txt (e.g. a synthetic set)."),
+                                  "folders, any folder holding problems.txt (e.g. a synthetic set), or an RTLLM "
+                                  "checkout (v2.0 or v1.1), category folder or design folder."),
     out: Path = typer.Option(..., "--out", help="Output folder: summary.json, summary.md, samples.jsonl, "
                              "the completion cache and the reference sample counts."),
-    task: str = typer.Option(SPEC_TO_RTL, "--task", help=f"{SPEC_TO_RTL} or {CODE_COMPLETE} (for a checkout)."),
+    task: str = typer.Option(None, "--task", help=f"{SPEC_TO_RTL} or {CODE_COMPLETE} (for a VerilogEval checkout) "
+                             f"[default: {SPEC_TO_RTL}, or every task of --protocol]; RTLLM has one ({RTLLM})."),
+    protocol: str = typer.Option(None, "--protocol", help="A named evaluation protocol: "
+                                 f"{', '.join(PROTOCOLS)} (see above) [default: recipe's eval.protocol, else none]."),
     problem: list[str] = typer.Option(None, "--problem", help="Only problems matching this name or glob "
                                       "(repeatable, comma lists allowed), e.g. 'Prob00*'."),
     endpoint: str = typer.Option(None, "--endpoint", help="OpenAI-compatible server, e.g. http://localhost:8000."),
@@ -78,7 +97,8 @@ def eval_command(
     prompt_style: str = typer.Option(None, "--prompt-style", help="verilogeval ([BEGIN]/[DONE], "
                                      "Question/Answer) or codev (<think> then ```verilog in <answer>) "
                                      "[default: recipe, else verilogeval]."),
-    shots: int = typer.Option(0, "--shots", min=0, help="In-context examples in the prompt (0-3)."),
+    shots: int = typer.Option(None, "--shots", min=0, help="In-context examples in the prompt (0-3) "
+                              "[default: protocol, else 0]."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Parallel requests to the endpoint."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable holding the "
                                     "endpoint's API key, if it needs one."),
@@ -98,15 +118,23 @@ def eval_command(
                                 "a cut response, HTTP 429 or 5xx (backoff from 2 s, doubling); timeouts are not "
                                 "retried."),
     memory_mib: int = typer.Option(2048, "--memory-mib", min=64, help="Address-space limit per process (MiB)."),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", min=1, help="Prompts per generate() call "
+                                   "of the local engine (--hf-model)."),
 ) -> None:  # fmt: skip
-    """Evaluate Verilog generation on VerilogEval v2 with iverilog (see EVAL_HELP)."""
+    """Evaluate Verilog generation on VerilogEval v2 or RTLLM with iverilog (see EVAL_HELP)."""
     fallback = {"n": 1, "k": "1", "temperature": 0.0, "top_p": 0.95, "max_tokens": 1024, "prompt_style": "verilogeval",
-                "connect_timeout": Timeouts.connect_s, "read_timeout": Timeouts.read_s,
+                "shots": 0, "connect_timeout": Timeouts.connect_s, "read_timeout": Timeouts.read_s,
                 "request_timeout": Timeouts.request_s}  # fmt: skip
+    recipe_set: dict = {}
     if recipe is not None:
-        problems, fallback = _recipe_defaults(recipe, problems, fallback)
+        problems, recipe_set, recipe_protocol = _recipe_defaults(recipe, problems)
+        fallback = {**fallback, **recipe_set}
+        protocol = protocol or recipe_protocol
     if problems is None:
         raise typer.BadParameter("give --problems DIR (or a RECIPE whose eval.problems names one)")
+    if protocol is not None:
+        fallback = {**fallback, **_protocol_defaults(protocol, problems), **recipe_set}  # the recipe's own lines win
+    tasks = [task] if task is not None or protocol is None else _tasks(protocol, problems)
     n = fallback["n"] if n is None else n
     ks = _parse_ks(fallback["k"] if k is None else k)
     if references_only:
@@ -116,7 +144,7 @@ def eval_command(
         config = EvalConfig(
             problems=problems,
             out=out,
-            task=task,
+            task=tasks[0],
             patterns=tuple(problem or ()),
             endpoint=endpoint,
             model=model,
@@ -132,7 +160,7 @@ def eval_command(
             ),
             ks=tuple(ks),
             prompt_style=fallback["prompt_style"] if prompt_style is None else prompt_style,
-            shots=shots,
+            shots=fallback["shots"] if shots is None else shots,
             concurrency=concurrency,
             api_key=os.environ.get(api_key_env) or None,
             upstream_compatible=upstream_compatible,
@@ -144,9 +172,20 @@ def eval_command(
                 request_s=fallback["request_timeout"] if request_timeout is None else request_timeout,
             ),
             retries=retries,
+            protocol=protocol,
+            batch_size=batch_size,
         )
     except EvalError as e:
         raise typer.BadParameter(str(e)) from None
+    partial = False
+    for each in tasks:  # several: a protocol's tasks on one checkout, each into OUT/<task>
+        partial |= _run(replace(config, task=each, out=out / each if len(tasks) > 1 and each else out))
+    if partial:
+        raise typer.Exit(PARTIAL_EXIT_CODE)
+
+
+def _run(config: EvalConfig) -> bool:
+    """Run and show one evaluation; whether some samples could not be generated."""
     try:
         with progress_bars(console) as on_progress:
             report = run_eval(config, on_progress)
@@ -157,8 +196,7 @@ def eval_command(
         console.print(f"error: {e}", style="red", markup=False)  # a message may hold [brackets]
         raise typer.Exit(1) from None
     show_report(report, console)
-    if report.summary.get("generation", {}).get("failed"):
-        raise typer.Exit(PARTIAL_EXIT_CODE)
+    return bool(report.summary.get("generation", {}).get("failed"))
 
 
 def _check_paths(out: Path, hf_model: Path | None) -> None:
@@ -170,8 +208,9 @@ def _check_paths(out: Path, hf_model: Path | None) -> None:
         raise InputError(f"--hf-model {hf_model} {what}: give a local transformers model folder (an export's merged/)")
 
 
-def _recipe_defaults(recipe_file: Path, problems: Path | None, fallback: dict) -> tuple[Path | None, dict]:
-    """The recipe's eval section as defaults; explicit options still win."""
+def _recipe_defaults(recipe_file: Path, problems: Path | None) -> tuple[Path | None, dict, str | None]:
+    """The recipe's eval section as defaults (explicit options still win), and its protocol. With a protocol, only
+    the lines the recipe writes override it; without one, the section's own defaults count too."""
     try:
         recipe = load_recipe(recipe_file)
     except RecipeError as e:
@@ -189,4 +228,30 @@ def _recipe_defaults(recipe_file: Path, problems: Path | None, fallback: dict) -
         "read_timeout": ev.read_timeout_s,
         "request_timeout": ev.request_timeout_s,
     }
-    return (problems or resolve_path(recipe, ev.problems)), {**fallback, **defaults}
+    fields = {"n": "samples", "connect_timeout": "connect_timeout_s", "read_timeout": "read_timeout_s",
+              "request_timeout": "request_timeout_s"}  # fmt: skip
+    protocol = getattr(ev, "protocol", None)
+    if protocol is not None:
+        written = ev.model_fields_set
+        defaults = {key: value for key, value in defaults.items() if fields.get(key, key) in written}
+    return (problems or resolve_path(recipe, ev.problems)), defaults, protocol
+
+
+def _protocol_defaults(name: str, problems: Path) -> dict:
+    """The protocol's settings as defaults for the problem set at `problems` (its suite decides the sampling)."""
+    from crosstune.evals.problems import suite_of
+
+    try:
+        preset = get_protocol(name).settings(suite_of(problems))
+    except (UnknownProtocol, ValueError) as e:
+        raise typer.BadParameter(str(e)) from None
+    return {**preset, "k": ",".join(str(k) for k in preset["k"])}
+
+
+def _tasks(name: str, problems: Path) -> list[str | None]:
+    tasks = protocol_tasks(name, problems)
+    if not tasks:
+        raise typer.BadParameter(
+            f"{problems} holds none of protocol {name}'s tasks ({', '.join(get_protocol(name).tasks)})"
+        )
+    return tasks

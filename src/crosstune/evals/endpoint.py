@@ -94,6 +94,8 @@ class EndpointGenerator:
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
+        # Which server answers; probe() names it (vLLM says so in /v1/models' owned_by and serves /version).
+        self.engine: dict = {"name": "openai-compatible endpoint", "kind": "endpoint", "url": self.base_url}
 
     def cancel(self) -> None:
         """Cut every request in flight and refuse new ones (Ctrl-C, or the endpoint gave up answering)."""
@@ -117,13 +119,30 @@ class EndpointGenerator:
         if status != 200:
             return  # it answers; a server without /v1/models still serves completions
         try:
-            served = [entry["id"] for entry in json.loads(data)["data"]]
+            entries = json.loads(data)["data"]
+            served = [entry["id"] for entry in entries]
         except (ValueError, KeyError, TypeError):
             return
         if served and self.model not in served:
             raise EndpointUnreachable(
                 f"{self.base_url} serves {served}, not {self.model!r}: pass one of them as --model"
             )
+        owner = next((e.get("owned_by") for e in entries if isinstance(e, dict) and e.get("id") == self.model), None)
+        if owner == "vllm":
+            self.engine = {**self.engine, "name": f"vllm {self._server_version() or '(version unknown)'}".strip(),
+                           "server": "vllm"}  # fmt: skip
+        elif owner:
+            self.engine = {**self.engine, "name": f"openai-compatible endpoint ({owner})", "server": owner}
+
+    def _server_version(self) -> str | None:
+        """vLLM's GET /version, best effort within the connect timeout."""
+        root = self.models_path.rsplit("/v1/", 1)[0]
+        try:
+            status, data = self._exchange("GET", f"{root}/version", None, self.timeouts.connect_s, "connect timeout")
+            version = json.loads(data).get("version") if status == 200 else None
+        except (_AttemptFailed, ValueError, AttributeError):
+            return None
+        return str(version) if version else None
 
     def complete(self, messages: list[Message], params: SamplingParams, sample: int) -> Completion:
         payload = {
@@ -227,9 +246,19 @@ class EndpointGenerator:
 
 
 def _parse_completion(data: bytes) -> Completion:
+    """The assistant's text. A server that splits reasoning off (vLLM's --reasoning-parser: `reasoning_content` or
+    `reasoning`) gets it back inside <think>, left open when the answer never came within the budget, so the
+    completion reads as the model wrote it and extraction sees unfinished reasoning for what it is."""
     try:
         body = json.loads(data)
         choice = body["choices"][0]
-        return Completion(choice["message"]["content"] or "", choice.get("finish_reason"), body.get("usage"))
-    except (ValueError, KeyError, IndexError, TypeError) as e:
+        message = choice["message"]
+        content = message["content"] or ""
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        finish = choice.get("finish_reason")
+        if reasoning:
+            closed = bool(content) or finish != "length"
+            content = f"<think>{reasoning}{'</think>' if closed else ''}{content}"
+        return Completion(content, finish, body.get("usage"))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
         raise _AttemptFailed(f"unexpected response ({e!r}): {_snippet(data)}", retryable=False) from None

@@ -19,11 +19,11 @@ from functools import cache
 from pathlib import Path
 
 from crosstune.evals import landlock
-from crosstune.evals.extract import extract_code
+from crosstune.evals.extract import UNFINISHED, extract_code
 from crosstune.evals.problems import Problem
 from crosstune.evals.sandbox import Limits
 from crosstune.evals.scoring import ProblemScore, summarize, write_reports
-from crosstune.evals.simulate import Outcome, instrument_testbench, judge_design, reference_as_design
+from crosstune.evals.simulate import Outcome, instrument, judge_design, reference_as_design
 from crosstune.evals.verdict import PASS
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -43,18 +43,22 @@ def iverilog_version() -> str:
 
 
 def _reference_key(problem: Problem) -> str:
-    blob = "\0".join([problem.ref, problem.test, iverilog_version()])
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+    """Covers everything the reference's outcome depends on (VerilogEval's keys are unchanged: ref, test, iverilog)."""
+    parts = [problem.ref, problem.test, iverilog_version()]
+    if problem.suite == "rtllm":
+        data = hashlib.sha256(b"".join(name.encode() + b"\0" + body for name, body in problem.data_files)).hexdigest()
+        parts += [problem.suite, problem.top, problem.ref_top, problem.testbench_top, data]
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:20]
 
 
 def _run_parallel(
-    jobs: Sequence[tuple[str, str, str, int | None]],
+    jobs: Sequence[tuple[str, Problem, int | None]],
     limits: Limits,
     workers: int,
     workroot: Path | None,
     on_done: Callable[[int], None],
 ) -> list[Outcome]:
-    """judge_design over `jobs` (design, test, ref, expected N) on `workers` processes, in job order."""
+    """judge_design over `jobs` (design, problem, expected N) on `workers` processes, in job order."""
     results: list[Outcome | None] = [None] * len(jobs)
     if not jobs:
         return []
@@ -104,10 +108,10 @@ def measure_references(
     those stopped by a resource limit: the next run measures those again.
     """
     for problem in problems:  # a testbench without the result line fails here, naming its file
-        instrument_testbench(problem.test, "0", where=str(problem.folder / f"{problem.name}_test.sv"))
+        instrument(problem, "0")
     cached = _load_reference_cache(counts_file)
     todo = [p for p in problems if _reference_key(p) not in cached]
-    jobs = [(reference_as_design(p.ref), p.test, p.ref, None) for p in todo]
+    jobs = [(reference_as_design(p), p, None) for p in todo]
     total = len(problems)
 
     def tick(done: int) -> None:
@@ -154,14 +158,14 @@ def evaluate_completions(
     references = measure_references(problems, limits, workers, out_dir / "reference_counts.json", workroot,
                                     on_progress)  # fmt: skip
     if completions is None:
-        samples = {p.name: [(reference_as_design(p.ref), "reference", False)] for p in problems}
+        samples = {p.name: [(reference_as_design(p), "reference", False)] for p in problems}
     else:
         missing = [p.name for p in problems if not completions.get(p.name)]
         if missing:
             raise ValueError(f"no completions for {len(missing)} problem(s), e.g. {missing[0]}")
         samples = {}
         for p in problems:
-            extractions = [None if text is None else extract_code(text, p.ifc) for text in completions[p.name]]
+            extractions = [None if text is None else extract_code(text, p.ifc, p.top) for text in completions[p.name]]
             samples[p.name] = [None if e is None else (e.code, e.rule, e.interface_prepended) for e in extractions]
     counts = sorted({len(v) for v in samples.values()})
     if len(counts) != 1 or min(ks) < 1 or max(ks) > counts[0]:
@@ -177,10 +181,12 @@ def evaluate_completions(
             code = sample[0]
             if completions is None:
                 outcomes[(p.name, i)] = ref  # the reference run is this sample's run
+            elif sample[1] == UNFINISHED:
+                outcomes[(p.name, i)] = Outcome("U", "U", "the thinking never closed: there is no answer to judge")
             elif ref.strict != PASS and not upstream_compatible:
                 outcomes[(p.name, i)] = _broken(ref)
             else:  # upstream's rule needs no N, so it still judges samples of a broken reference
-                jobs.append((code, p.test, p.ref, ref.samples if ref.strict == PASS else None))
+                jobs.append((code, p, ref.samples if ref.strict == PASS else None))
                 slots.append((p.name, i))
 
     def tick(done: int) -> None:

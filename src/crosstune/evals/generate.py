@@ -1,5 +1,6 @@
-"""Sampling completions from a backend (endpoint.py: an OpenAI-compatible server; here: a local transformers
-model), one request per sample so that the cache and resume work per sample, several in parallel.
+"""Sampling completions from a backend (endpoint.py: an OpenAI-compatible server; local.py: a transformers model),
+cached per sample so that resume works per sample: requests in parallel, or batches for a backend that batches.
+Every cached record names the engine that produced it (summary.json reports it).
 """
 
 from __future__ import annotations
@@ -7,14 +8,15 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from crosstune.errors import CrosstuneError
 from crosstune.evals.cache import CompletionCache, SamplingParams, cache_key
 from crosstune.evals.problems import Problem
 from crosstune.evals.prompts import Message, build_messages, prompt_hash
+
+UNKNOWN_ENGINE = {"name": "unknown (not recorded)", "kind": "unknown"}
 
 
 class GenerationError(CrosstuneError, RuntimeError):
@@ -34,10 +36,14 @@ class Completion:
 
 
 class Generator(Protocol):
-    """Anything that turns chat messages into one sampled completion."""
+    """Anything that turns chat messages into sampled completions. With `batch_size` > 1 it also has
+    `complete_batch(requests: list[(messages, sample)], params) -> list[Completion]`, taking that many at once (a
+    local model batches; an endpoint is sent one request per sample, in parallel)."""
 
     model: str
     max_concurrency: int
+    batch_size: int
+    engine: dict  # {"name": ..., "kind": "endpoint" | "local", ...}: what produced the completions
 
     def complete(self, messages: list[Message], params: SamplingParams, sample: int) -> Completion:
         """One sample; raises GenerationError when it cannot be had."""
@@ -50,46 +56,6 @@ class Generator(Protocol):
     def cancel(self) -> None:
         """Stop work in flight as far as possible, and refuse new work."""
         ...
-
-
-class TransformersGenerator:
-    """A local model through transformers (AutoModelForCausalLM + the tokenizer's chat template)."""
-
-    max_concurrency = 1  # one generate() at a time; the model is not shared across threads
-
-    def __init__(self, model_path: str | Path, device: str = "cpu"):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self._torch = torch
-        self.model = str(model_path)
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.lm = AutoModelForCausalLM.from_pretrained(model_path).to(device).eval()
-        self.device = device
-        self._lock = threading.Lock()
-
-    def complete(self, messages: list[Message], params: SamplingParams, sample: int) -> Completion:
-        inputs = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, return_dict=True, return_tensors="pt"
-        ).to(self.device)
-        sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p}
-        with self._lock, self._torch.no_grad():
-            self._torch.manual_seed(params.seed + sample)
-            output = self.lm.generate(
-                **inputs,
-                max_new_tokens=params.max_tokens,
-                pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
-                **(sampling if params.temperature > 0 else {"do_sample": False}),
-            )
-        new_tokens = output[0, inputs["input_ids"].shape[1] :]
-        finish = "length" if len(new_tokens) >= params.max_tokens else "stop"
-        return Completion(self.tokenizer.decode(new_tokens, skip_special_tokens=True), finish)
-
-    def probe(self) -> None:
-        """The model is loaded in this process: nothing to reach."""
-
-    def cancel(self) -> None:
-        """generate() cannot be cut short; its daemon thread ends with the process."""
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: one job per sample
@@ -110,10 +76,12 @@ class SampleFailure:
 
 @dataclass
 class Generation:
-    """Per problem, one entry per sample: the completion, or None where it failed (see `failures`)."""
+    """Per problem, one entry per sample: the completion, or None where it failed (see `failures`); `engines`: the
+    distinct engines that produced the completions (records cached before engines were recorded count as unknown)."""
 
     completions: dict[str, list[str | None]]
     failures: list[SampleFailure]
+    engines: list[dict] = field(default_factory=list)
 
     @property
     def failure_reasons(self) -> dict[tuple[str, int], str]:
@@ -151,12 +119,16 @@ def generate_completions(
     if missing:
         backend.probe()
         failures = _ask(backend, params, missing, cache, concurrency, len(jobs), on_progress)
-    completions = {p.name: [] for p in problems}
+    completions: dict[str, list[str | None]] = {p.name: [] for p in problems}
+    engines: list[dict] = []
     for job in jobs:
         record = cache.get(job.key)
         completions[job.problem].append(None if record is None else record["completion"])
+        engine = UNKNOWN_ENGINE if record is None else record.get("engine") or UNKNOWN_ENGINE
+        if record is not None and engine not in engines:
+            engines.append(engine)
     failed = [SampleFailure(job.problem, job.sample, reason) for job, reason in failures.items()]
-    return Generation(completions, sorted(failed, key=lambda f: (f.problem, f.sample)))
+    return Generation(completions, sorted(failed, key=lambda f: (f.problem, f.sample)), engines)
 
 
 def _ask(
@@ -172,23 +144,31 @@ def _ask(
 
     After `max(3, workers)` endpoint failures in a row (down, stalled, overloaded) the rest is not sent.
     """
-    workers = max(1, min(concurrency, backend.max_concurrency, len(jobs)))
-    todo: queue.Queue[_Job] = queue.Queue()
-    for job in jobs:
-        todo.put(job)
+    size = max(1, getattr(backend, "batch_size", 1))
+    units = [jobs[i : i + size] for i in range(0, len(jobs), size)]  # a batch: consecutive jobs, in job order
+    workers = max(1, min(concurrency, backend.max_concurrency, len(units)))
+    todo: queue.Queue[list[_Job]] = queue.Queue()
+    for unit in units:
+        todo.put(unit)
     results: queue.Queue[tuple[_Job, Completion | BaseException]] = queue.Queue()
     stop = threading.Event()
 
     def work() -> None:
         while not stop.is_set():
             try:
-                job = todo.get_nowait()
+                unit = todo.get_nowait()
             except queue.Empty:
                 return
             try:
-                results.put((job, backend.complete(job.messages, params, job.sample)))
-            except BaseException as e:  # handed to the main thread, which decides
-                results.put((job, e))
+                if size == 1:
+                    answers = [backend.complete(unit[0].messages, params, unit[0].sample)]
+                else:
+                    answers = backend.complete_batch([(job.messages, job.sample) for job in unit], params)  # type: ignore[attr-defined]
+                for job, answer in zip(unit, answers, strict=True):
+                    results.put((job, answer))
+            except BaseException as e:  # handed to the main thread, which decides (for every job of the unit)
+                for job in unit:
+                    results.put((job, e))
 
     for i in range(workers):
         threading.Thread(target=work, name=f"crosstune-eval-request-{i}", daemon=True).start()
@@ -198,7 +178,7 @@ def _ask(
         for received in range(1, len(jobs) + 1):
             job, result = _next_result(results)
             if isinstance(result, Completion):
-                cache.put(_record(job, backend.model, params, result))
+                cache.put(_record(job, backend.model, params, result, backend.engine))
                 done, in_a_row = done + 1, 0
                 if on_progress:
                     on_progress(done, total)
@@ -232,7 +212,7 @@ def _next_result(results: queue.Queue) -> tuple[_Job, Completion | BaseException
             continue
 
 
-def _record(job: _Job, model: str, params: SamplingParams, completion: Completion) -> dict:
+def _record(job: _Job, model: str, params: SamplingParams, completion: Completion, engine: dict) -> dict:
     return {
         "key": job.key,
         "model": model,
@@ -243,4 +223,5 @@ def _record(job: _Job, model: str, params: SamplingParams, completion: Completio
         "completion": completion.text,
         "finish_reason": completion.finish_reason,
         "usage": completion.usage,
+        "engine": engine,
     }

@@ -1,37 +1,28 @@
-"""VerilogEval v2 problem sets: read by problems.txt (never by globbing; upstream folders hold a stray .sv).
+"""Problem sets by layout: VerilogEval v2 read by problems.txt (never by globbing: upstream folders hold a stray
+.sv), RTLLM by its design folders (rtllm.py). `load_problems` tells them apart.
 
-Accepts a VerilogEval v2 checkout (`dataset_spec-to-rtl/`, `dataset_code-complete-iccad2023/`), one of
-those task folders, or any folder that itself holds problems.txt in the same layout (the synthetic sets).
+VerilogEval: a v2 checkout (`dataset_spec-to-rtl/`, `dataset_code-complete-iccad2023/`), one of those task folders,
+or any folder that itself holds problems.txt in the same layout (the synthetic sets). RTLLM: a checkout (v2.0's
+category folders or v1.1's flat layout), a category folder, or one design folder.
 """
 
 from __future__ import annotations
 
-import fnmatch
-from dataclasses import dataclass
 from pathlib import Path
 
-from crosstune.errors import CrosstuneError
+from crosstune.evals.benchmark import (
+    CODE_COMPLETE,
+    RTLLM,
+    SPEC_TO_RTL,
+    VERILOGEVAL_TASKS,
+    Problem,
+    ProblemSetError,
+    select,
+)
+from crosstune.evals.rtllm import is_rtllm, load_rtllm
 
-SPEC_TO_RTL = "spec-to-rtl"
-CODE_COMPLETE = "code-complete-iccad2023"
 TASK_FOLDERS = {SPEC_TO_RTL: "dataset_spec-to-rtl", CODE_COMPLETE: "dataset_code-complete-iccad2023"}
-
-
-class ProblemSetError(CrosstuneError, ValueError):
-    """A problem set is missing, malformed, or a selection matched nothing."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One problem: texts of its prompt, reference, testbench and (code-complete only) interface."""
-
-    name: str  # e.g. "Prob001_zero"
-    task: str  # SPEC_TO_RTL or CODE_COMPLETE
-    prompt: str
-    ref: str
-    test: str
-    ifc: str | None
-    folder: Path
+__all__ = ["CODE_COMPLETE", "RTLLM", "SPEC_TO_RTL", "Problem", "ProblemSetError", "load_problems", "select"]
 
 
 def _task_of(folder: Path) -> str:
@@ -84,8 +75,8 @@ def resolve_folder(path: Path, task: str = SPEC_TO_RTL) -> Path:
         raise ProblemSetError(f"{path}: no such problem folder")
     if (path / "problems.txt").is_file():
         return path
-    if task not in TASK_FOLDERS:
-        raise ProblemSetError(f"unknown task {task!r}; choose one of {', '.join(TASK_FOLDERS)}")
+    if task not in VERILOGEVAL_TASKS:
+        raise ProblemSetError(f"unknown task {task!r}; choose one of {', '.join(VERILOGEVAL_TASKS)}")
     sub = path / TASK_FOLDERS[task]
     if (sub / "problems.txt").is_file():
         return sub
@@ -95,18 +86,36 @@ def resolve_folder(path: Path, task: str = SPEC_TO_RTL) -> Path:
     )
 
 
-def select(problems: list[Problem], patterns: list[str] | None) -> list[Problem]:
-    """Problems whose name matches any of `patterns` (exact names or fnmatch globs, comma lists allowed)."""
-    if not patterns:
-        return problems
-    wanted = [p.strip() for pattern in patterns for p in pattern.split(",") if p.strip()]
-    chosen = [p for p in problems if any(fnmatch.fnmatchcase(p.name, w) for w in wanted)]
-    unmatched = [w for w in wanted if not any(fnmatch.fnmatchcase(p.name, w) for p in problems)]
-    if unmatched:
-        raise ProblemSetError(f"no problem matches {', '.join(map(repr, unmatched))}")
-    return chosen
+def is_verilogeval(path: Path) -> bool:
+    path = Path(path)
+    return (path / "problems.txt").is_file() or any(
+        (path / f / "problems.txt").is_file() for f in TASK_FOLDERS.values()
+    )
 
 
-def load_problems(path: Path, task: str = SPEC_TO_RTL, patterns: list[str] | None = None) -> list[Problem]:
-    """Read a problem set (see module doc) and keep the problems selected by `patterns`."""
-    return select(load_folder(resolve_folder(path, task)), patterns)
+def suite_of(path: Path) -> str:
+    """ "verilogeval" or "rtllm": the layout of the problem set at `path` (ProblemSetError when neither)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ProblemSetError(f"{path}: no such problem folder")
+    if is_verilogeval(path):
+        return "verilogeval"
+    if is_rtllm(path):
+        return "rtllm"
+    raise ProblemSetError(
+        f"{path}: neither holds problems.txt nor {TASK_FOLDERS[SPEC_TO_RTL]}/problems.txt, nor RTLLM design folders; "
+        "pass a VerilogEval v2 checkout, one of its dataset_* folders, a synthetic problem folder or an RTLLM checkout"
+    )
+
+
+def load_problems(path: Path, task: str | None = None, patterns: list[str] | None = None) -> list[Problem]:
+    """Read a problem set (see module doc) and keep the problems selected by `patterns`. `task` picks a VerilogEval
+    task folder (default spec-to-rtl); an RTLLM set has one task, `rtllm`."""
+    path = Path(path).expanduser()
+    if suite_of(path) == "rtllm":
+        if task not in (None, RTLLM):
+            raise ProblemSetError(f"{path} is an RTLLM checkout: --task {task} applies to VerilogEval only")
+        return load_rtllm(path, patterns)
+    if task == RTLLM:
+        raise ProblemSetError(f"{path} is a VerilogEval problem set, not RTLLM")
+    return select(load_folder(resolve_folder(path, task or SPEC_TO_RTL)), patterns)

@@ -2,7 +2,9 @@
 
 `crosstune eval`, the demo, the report and the serving bench build an EvalConfig and call `run_eval`; what it
 prints and how it exits is theirs (crosstune.evals.show). Failures are EvalError; Ctrl-C is EvalInterrupted,
-which says what was kept.
+which says what was kept. A named protocol is `EvalConfig.for_protocol(name, problems, out, ...)`; its tasks on a
+checkout are `protocol_tasks(name, problems)` (one EvalConfig, one run_eval, one output folder per task).
+summary.json records the engine that generated the completions and the protocol they were sampled under.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError, Interrupted
-from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file
+from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file, samples_file_engines
 from crosstune.evals.endpoint import EndpointGenerator, Timeouts
 from crosstune.evals.evaluate import EvalReport, evaluate_completions
-from crosstune.evals.generate import GenerationError, Generator, TransformersGenerator, generate_completions
-from crosstune.evals.problems import SPEC_TO_RTL, ProblemSetError, load_problems
+from crosstune.evals.generate import GenerationError, Generator, generate_completions
+from crosstune.evals.local import DEFAULT_BATCH_SIZE, TransformersGenerator
+from crosstune.evals.problems import TASK_FOLDERS, ProblemSetError, load_problems, suite_of
+from crosstune.evals.protocols import UnknownProtocol, get_protocol, protocol_record
 from crosstune.evals.sandbox import Limits
 
 PARTIAL_EXIT_CODE = 3  # the report is written, but some samples could not be generated
@@ -35,11 +39,13 @@ class EvalInterrupted(Interrupted):
 @dataclass(frozen=True)
 class EvalConfig:
     """Everything one evaluation needs. Exactly one design source: `endpoint` (with `model`), `hf_model`,
-    `samples_file`, or `references_only`."""
+    `samples_file`, or `references_only`. `task`: a VerilogEval task (None: spec-to-rtl; an RTLLM set has one).
+    `protocol` names the preset the settings come from (recorded with any departure from it; see for_protocol).
+    `batch_size`: prompts per generate() call of the local engine (`hf_model`)."""
 
     problems: Path
     out: Path
-    task: str = SPEC_TO_RTL
+    task: str | None = None
     patterns: tuple[str, ...] = ()  # problem names or globs; empty: all
     endpoint: str | None = None
     model: str | None = None
@@ -57,6 +63,22 @@ class EvalConfig:
     limits: Limits = field(default_factory=Limits)
     request_timeouts: Timeouts = field(default_factory=Timeouts)
     retries: int = 5
+    protocol: str | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+    @classmethod
+    def for_protocol(cls, name: str, problems: Path, out: Path, seed: int = 0, **fields) -> EvalConfig:
+        """An EvalConfig with the protocol's n, k, sampling, token budget, prompt style and shots for the problem
+        set at `problems`; `fields` set anything else (a design source, task, ...) and may override the preset."""
+        try:
+            preset = get_protocol(name).settings(suite_of(problems))
+        except (UnknownProtocol, ProblemSetError) as e:
+            raise EvalError(str(e)) from None
+        sampling = SamplingParams(n=preset["n"], temperature=preset["temperature"], top_p=preset["top_p"],
+                                  max_tokens=preset["max_tokens"], seed=seed)  # fmt: skip
+        defaults = {"sampling": sampling, "ks": tuple(preset["k"]), "prompt_style": preset["prompt_style"],
+                    "shots": preset["shots"]}  # fmt: skip
+        return cls(problems=problems, out=out, protocol=name, **{**defaults, **fields})
 
     def __post_init__(self) -> None:
         sources = [self.endpoint is not None, self.hf_model is not None, self.samples_file is not None]
@@ -70,6 +92,29 @@ class EvalConfig:
             raise EvalError("--references-only judges one design per problem: n = 1 and k = 1")
         if max(self.ks) > self.sampling.n and self.samples_file is None:
             raise EvalError(f"--k {max(self.ks)} needs --n >= {max(self.ks)}")
+        if self.protocol is not None:
+            try:
+                get_protocol(self.protocol)
+            except UnknownProtocol as e:
+                raise EvalError(str(e)) from None
+        if self.batch_size < 1:
+            raise EvalError(f"batch size must be >= 1, got {self.batch_size}")
+
+    def settings(self) -> dict:
+        """The settings a protocol fixes, as this config has them (protocols.SETTINGS)."""
+        s = self.sampling
+        return {"n": s.n, "k": list(self.ks), "temperature": s.temperature, "top_p": s.top_p,
+                "max_tokens": s.max_tokens, "prompt_style": self.prompt_style, "shots": self.shots}  # fmt: skip
+
+
+def protocol_tasks(name: str, problems: Path) -> list[str | None]:
+    """The protocol's tasks that the problem set at `problems` holds, in the protocol's order: for a VerilogEval
+    checkout each task folder present, for a single task folder or an RTLLM set its one task (None: as loaded)."""
+    tasks = get_protocol(name).tasks
+    path = Path(problems).expanduser()
+    if suite_of(path) == "rtllm" or (path / "problems.txt").is_file():
+        return [None]
+    return [t for t in tasks if t in TASK_FOLDERS and (path / TASK_FOLDERS[t] / "problems.txt").is_file()]
 
 
 def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalReport:
@@ -79,18 +124,22 @@ def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalR
     generated = {"done": 0, "total": 0}
     try:
         problems = load_problems(config.problems, config.task, list(config.patterns) or None)
-        extra: dict = {"problems_path": str(config.problems), "task": problems[0].task}
+        suite = problems[0].suite
+        extra: dict = {"problems_path": str(config.problems), "task": problems[0].task, "suite": suite}
         completions, failure_reasons = None, None
+        if config.references_only:
+            extra["engine"] = {"name": "none (the references themselves)", "kind": "reference"}
         if config.samples_file is not None:
             completions = load_samples_file(config.samples_file)
-            extra["samples_file"] = str(config.samples_file)
+            extra.update(samples_file=str(config.samples_file),
+                         engine=_one_engine(samples_file_engines(config.samples_file)))  # fmt: skip
         elif not config.references_only:
             backend: Generator = (
                 EndpointGenerator(
                     config.endpoint, config.model, config.api_key, config.request_timeouts, config.retries
                 )
                 if config.endpoint is not None
-                else TransformersGenerator(config.hf_model)  # type: ignore[arg-type]
+                else TransformersGenerator(config.hf_model, batch_size=config.batch_size)  # type: ignore[arg-type]
             )
 
             def on_generated(done: int, total: int) -> None:
@@ -103,7 +152,11 @@ def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalR
             )  # fmt: skip
             completions, failure_reasons = generation.completions, generation.failure_reasons
             extra.update(model=backend.model, sampling=asdict(config.sampling), prompt_style=config.prompt_style,
-                         shots=config.shots)  # fmt: skip
+                         shots=config.shots, engine=_one_engine(generation.engines or [backend.engine]))  # fmt: skip
+        if not config.references_only:
+            extra["protocol"] = protocol_record(config.protocol, suite, config.settings())
+            if config.samples_file is not None:  # completions made elsewhere: the settings are as stated
+                extra["protocol"]["settings_observed"] = False
         return evaluate_completions(
             problems, completions, config.out, ks=config.ks, upstream_compatible=config.upstream_compatible,
             workers=config.workers, limits=config.limits, on_progress=report_progress, extra_summary=extra,
@@ -113,6 +166,15 @@ def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalR
         raise EvalError(str(e)) from e
     except KeyboardInterrupt:
         raise EvalInterrupted(_interrupted_message(config.out, generated)) from None
+
+
+def _one_engine(engines: list[dict]) -> dict:
+    """The engine of an evaluation; several (a cache filled by different engines) are reported as mixed."""
+    if len(engines) == 1:
+        return engines[0]
+    if not engines:
+        return {"name": "unknown (not recorded)", "kind": "unknown"}
+    return {"name": "mixed: " + ", ".join(e.get("name", "?") for e in engines), "kind": "mixed", "engines": engines}
 
 
 def _interrupted_message(out: Path, generated: dict[str, int]) -> str:

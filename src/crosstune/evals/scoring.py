@@ -1,4 +1,4 @@
-"""pass@k (Chen et al. 2021), VerilogEval v2's integer-percent pass rate, and the written reports."""
+"""pass@k (Chen et al. 2021) with its 95 % interval, VerilogEval v2's integer-percent pass rate, the reports."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crosstune.evals.stats import bootstrap_interval, interval_method
 from crosstune.evals.verdict import CATEGORIES, PASS
 
 
@@ -56,17 +57,20 @@ class ProblemScore:
 
 
 def summarize(scores: Sequence[ProblemScore], ks: Sequence[int], mode: str, extra: dict | None = None) -> dict:
-    """The summary written to summary.json: mean pass@k, upstream pass rate, category counts, problems.
+    """The summary written to summary.json: mean pass@k and its interval, upstream pass rate, category counts,
+    problems.
 
     pass@k averages the problems with at least k judged samples (`pass_at_k_problems` counts them): when
-    generation failed for some samples, it is computed over what completed.
+    generation failed for some samples, it is computed over what completed. `pass_at_k_ci` is its 95 % interval
+    over the same problems (`pass_at_k_ci_method` names the method).
     """
     if not scores:
         raise ValueError("no problems to summarize")
-    pass_at, counted = {}, {}
+    pass_at, counted, intervals = {}, {}, {}
     for k in ks:
         values = [v for v in (s.pass_at(k) for s in scores) if v is not None]
         pass_at[str(k)], counted[str(k)] = (sum(values) / len(values) if values else None), len(values)
+        intervals[str(k)] = list(bootstrap_interval(values)) if values else None
     percents = [p for p in (s.upstream_percent() for s in scores) if p is not None]
     other_mode = "upstream_compatible" if mode == "strict" else "strict"
     other_pass1 = [pass_at_k(len(s.other_codes), s.other_codes.count(PASS), 1) for s in scores if s.other_codes]
@@ -76,6 +80,8 @@ def summarize(scores: Sequence[ProblemScore], ks: Sequence[int], mode: str, extr
         "problems": len(scores),
         "samples": sum(s.n for s in scores),
         "pass_at_k": pass_at,
+        "pass_at_k_ci": intervals,
+        "pass_at_k_ci_method": interval_method(),
         "pass_at_k_problems": counted,
         "upstream_pass_rate": sum(percents) / len(percents) if percents else None,
         f"{other_mode}_pass_at_1": sum(other_pass1) / len(other_pass1) if other_pass1 else None,
@@ -97,6 +103,10 @@ def summarize(scores: Sequence[ProblemScore], ks: Sequence[int], mode: str, extr
     }
 
 
+def benchmark_name(summary: dict) -> str:
+    return "RTLLM" if summary.get("task") == "rtllm" else "VerilogEval"
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}"
 
@@ -104,13 +114,22 @@ def _pct(value: float | None) -> str:
 def markdown_report(summary: dict) -> str:
     """summary.md: headline numbers, category legend with counts, and the per-problem table."""
     ks = list(summary["pass_at_k"])
-    lines = [f"# VerilogEval evaluation ({summary['mode']} verdict)", ""]
+    lines = [f"# {benchmark_name(summary)} evaluation ({summary['mode']} verdict)", ""]
     lines += [f"- problems: {summary['problems']}, samples judged: {summary['samples']}"]
+    if summary.get("engine"):
+        lines += [f"- engine: {summary['engine'].get('name')}"]
+    if summary.get("protocol"):
+        protocol = summary["protocol"]
+        departs = protocol.get("deviations")
+        lines += [f"- protocol: {protocol['name']}" + (f" (departs from it in {', '.join(departs)})" if departs else "")
+                  + " — " + ", ".join(f"{k} {v}" for k, v in protocol["settings"].items())]  # fmt: skip
     generation = summary.get("generation")
     if generation and generation["failed"]:
         lines += [f"- **generation: {generation['failed']} of {generation['requested']} samples failed** (listed "
                   "below); every number here is computed over the completed samples only"]  # fmt: skip
-    lines += [f"- pass@{k}: {_pct(v)} %{_over(summary, k)}" for k, v in summary["pass_at_k"].items()]
+    lines += [
+        f"- pass@{k}: {_pct(v)} %{_interval(summary, k)}{_over(summary, k)}" for k, v in summary["pass_at_k"].items()
+    ]
     rate = summary["upstream_pass_rate"]
     lines += [f"- upstream-style pass rate (mean of integer percents): {'n/a' if rate is None else f'{rate:.2f}'}"]
     for key, label in (("strict_pass_at_1", "strict"), ("upstream_compatible_pass_at_1", "upstream")):
@@ -131,6 +150,14 @@ def markdown_report(summary: dict) -> str:
             reason = " ".join(f["reason"].split()).replace("|", "\\|")
             lines += [f"| {f['problem']} | {f['sample']} | {reason} |"]
     return "\n".join(lines) + "\n"
+
+
+def _interval(summary: dict, k: str) -> str:
+    bounds = (summary.get("pass_at_k_ci") or {}).get(k)
+    if not bounds:
+        return ""
+    method = summary.get("pass_at_k_ci_method", {})
+    return f" (95 % interval {_pct(bounds[0])}–{_pct(bounds[1])} %, {method.get('method', 'bootstrap')})"
 
 
 def _over(summary: dict, k: str) -> str:

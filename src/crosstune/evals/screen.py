@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
+
+from crosstune.evals.benchmark import VERILOGEVAL_TESTBENCH_INSTANCES, VERILOGEVAL_TESTBENCH_MODULES
 
 ALLOWED_SYSTEM_NAMES = frozenset(
     {
@@ -33,15 +36,12 @@ ALLOWED_SYSTEM_NAMES = frozenset(
     }
 )
 REJECTED_KEYWORDS = {"force": "force", "release": "release", "bind": "bind"}
-TESTBENCH_NAMES = ("tb", "stimulus_gen", "RefModule")
-TESTBENCH_INSTANCES = ("tb", "stim1", "good1", "top_module1")
 
 _TOKEN = re.compile(r"\\(\S+)|([A-Za-z_][A-Za-z0-9_$]*)|(\$[A-Za-z0-9_$]*)")
 # Escaped identifiers are matched too so a `"` inside one (`\\x" `) cannot open a fake string.
 _COMMENT_OR_STRING = re.compile(r'\\\S+|//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.DOTALL)
 _DPI = re.compile(r'\b(?:import|export)\s*"')
 _DEFINITION = re.compile(r"\b(?:module|macromodule|program|interface|primitive|package|class)\s+\\?(\w+)")
-_INTO_TESTBENCH = re.compile(r"(?<![\w$.\\])\\?(" + "|".join(TESTBENCH_INSTANCES) + r")\s*(?:\[[^\]]*\]\s*)*\.\s*\w")
 _INCLUDE = re.compile(r"`\s*include\b")
 # Any hierarchical name has this shape (name, optional [index]es, dot, name); port connections `.a(x)` do not.
 _DOTTED_NAME = re.compile(r"(?:[A-Za-z_][\w$]*|\\\S+)\s*(?:\[[^\]]*\]\s*)*\.\s*[A-Za-z_\\$]")
@@ -89,8 +89,19 @@ def has_dotted_name(preprocessed: str) -> bool:
     return _DOTTED_NAME.search(blank_comments_and_strings(preprocessed)) is not None
 
 
-def screen_design(preprocessed: str) -> Rejection | None:
-    """The first construct that makes the design unsafe to run, or None."""
+@cache
+def _into_testbench(instances: tuple[str, ...]) -> re.Pattern[str]:
+    names = "|".join(map(re.escape, instances))
+    return re.compile(r"(?<![\w$.\\])\\?(" + names + r")\s*(?:\[[^\]]*\]\s*)*\.\s*\w")
+
+
+def screen_design(
+    preprocessed: str,
+    testbench_modules: tuple[str, ...] = VERILOGEVAL_TESTBENCH_MODULES,
+    testbench_instances: tuple[str, ...] = VERILOGEVAL_TESTBENCH_INSTANCES,
+) -> Rejection | None:
+    """The first construct that makes the design unsafe to run, or None. `testbench_modules` are the names the
+    design may not define, `testbench_instances` those a dotted name may not start with (VerilogEval's defaults)."""
     text = blank_comments_and_strings(preprocessed)
     for match in _DIRECTIVE.finditer(text):
         if match.group(1) not in ALLOWED_DIRECTIVES:
@@ -107,14 +118,14 @@ def screen_design(preprocessed: str) -> Rejection | None:
             return Rejection(f"`{identifier}` is not allowed in a design (it can reach other scopes)", line)
     checks = (
         (_DPI, "DPI import/export is not allowed"),
-        (_INTO_TESTBENCH, "hierarchical reference into the testbench is not allowed"),
+        (_into_testbench(testbench_instances), "hierarchical reference into the testbench is not allowed"),
     )
     for pattern, reason in checks:
         match = pattern.search(text)
         if match:
             return Rejection(reason, _line(text, match.start()))
     for match in _DEFINITION.finditer(text):
-        if match.group(1) in TESTBENCH_NAMES:
+        if match.group(1) in testbench_modules:
             return Rejection(
                 f"a design may not define {match.group(1)} (the testbench's name)", _line(text, match.start())
             )

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from crosstune.evals.evaluate import EvalReport
 from crosstune.evals.runner import OnProgress
+from crosstune.evals.scoring import benchmark_name
 from crosstune.evals.verdict import CATEGORIES
 
 
@@ -33,15 +34,24 @@ def show_report(report: EvalReport, console: Console) -> None:
     """Per-problem table, then headline numbers and the category legend."""
     summary = report.summary
     ks = list(summary["pass_at_k"])
-    table = Table(title=f"VerilogEval ({summary['mode']} verdict)")
+    table = Table(title=f"{benchmark_name(summary)} ({summary['mode']} verdict)")
     for column in ["problem", "passed", *(f"pass@{k}" for k in ks), "codes"]:
         table.add_column(column, justify="left" if column in ("problem", "codes") else "right")
     for row in summary["per_problem"]:
         cells = ["n/a" if row["pass_at_k"][k] is None else f"{100 * row['pass_at_k'][k]:.1f}" for k in ks]
         table.add_row(row["problem"], f"{row['passed']}/{row['n']}", *cells, row["codes"])
     console.print(table)
+    intervals = summary.get("pass_at_k_ci") or {}
     for k, value in summary["pass_at_k"].items():
-        console.print(f"pass@{k}: [bold]{'n/a' if value is None else f'{100 * value:.2f} %'}[/bold]")
+        bounds = intervals.get(k)
+        interval = f" (95 % interval {100 * bounds[0]:.1f}–{100 * bounds[1]:.1f} %)" if bounds else ""
+        console.print(f"pass@{k}: [bold]{'n/a' if value is None else f'{100 * value:.2f} %'}[/bold]{interval}")
+    if summary.get("engine"):
+        console.print(f"engine: {summary['engine'].get('name')}", markup=False)
+    if summary.get("protocol"):
+        departs = summary["protocol"].get("deviations")
+        console.print(f"protocol: {summary['protocol']['name']}" + (f" (departs in {', '.join(departs)})" if departs
+                      else ""), markup=False)  # fmt: skip
     rate = summary["upstream_pass_rate"]
     console.print(f"upstream-style pass rate: {'n/a' if rate is None else f'{rate:.2f}'}")
     console.print("categories: " + ", ".join(f"{c} {CATEGORIES[c]} ×{n}" for c, n in summary["categories"].items()))

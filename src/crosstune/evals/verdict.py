@@ -9,6 +9,10 @@ Upstream (scripts/sv-iv-analyze in NVlabs/verilog-eval): scan the combined compi
 matching line wins for S e 0 n w m c T; then p, C; pass if any line is exactly `Mismatches: 0 in N
 samples`; else r when the design mentions posedge/negedge reset, else R. Fooled by the four known fake
 passes; use it only to compare with published numbers.
+
+RTLLM: strict passes when vvp exits 0, the testbench's pass display ran (its tokened twin printed) and none of
+its failure displays did. Upstream (RTLLM's auto_run.py) passes any simulation whose output contains "Pass" or
+"pass" — a design that prints the word passes.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ CATEGORIES: dict[str, str] = {
     "X": "rejected by the sandbox before running (file/process tasks, reaching outside the design, ...)",
     "L": "resource limit hit (CPU seconds, memory, file size or output size)",
     "B": "reference broken: the problem's own reference fails, so its samples cannot be judged",
+    "U": "unfinished reasoning: the thinking never closed within the token budget, so there is no answer",
 }
 
 _UPSTREAM_MISMATCH = re.compile(r"^Mismatches: (\d+) in \d+ samples$")
@@ -163,3 +168,21 @@ def strict_simulation_verdict(
     if mismatches:
         return Strict(async_reset_code(design), f"{mismatches} mismatches in {samples} samples", mismatches, samples)
     return Strict(PASS, f"0 mismatches in {samples} samples", 0, samples)
+
+
+def rtllm_strict_verdict(returncode: int | None, output: str, token: str) -> Strict:
+    """RTLLM's strict verdict of a run that compiled and ran to completion (limits are judged by the caller)."""
+    lines = [line.rstrip("\n") for line in _lines(output)]
+    passes, failures = lines.count(f"{token} pass"), lines.count(f"{token} fail")
+    if returncode != 0:
+        return Strict("R", f"vvp exited with status {returncode}")
+    if failures:
+        return Strict("R", f"the testbench printed {failures} failure line(s)")
+    if not passes:
+        return Strict("R", "the testbench never printed its pass line (the simulation did not reach its verdict)")
+    return Strict(PASS, "the testbench printed its pass line and no failure line")
+
+
+def rtllm_upstream_verdict(output: str) -> str:
+    """RTLLM auto_run.py's rule on a run that compiled and finished in time: pass if "Pass" or "pass" appears."""
+    return PASS if "Pass" in output or "pass" in output else "R"

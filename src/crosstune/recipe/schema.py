@@ -296,6 +296,8 @@ class EvalSection(Section):
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_tokens: PositiveInt = 1024
     prompt_style: Literal["verilogeval", "codev"] = "verilogeval"
+    protocol: Literal["codev-r1", "codev-r1-card"] | None = Field(None, description="a named protocol (eval "
+                                                                "--protocol); lines written here win")  # fmt: skip
     connect_timeout_s: PositiveFloat = Field(10.0, description="to open a connection to the endpoint; also bounds "
                                              "the reachability probe sent before the batch")  # fmt: skip
     read_timeout_s: PositiveFloat = Field(600.0, description="longest silence from the endpoint (a non-streamed "
