@@ -17,6 +17,7 @@ def register_all(app: typer.Typer) -> None:
     from crosstune.planner.cli import register as register_plan
     from crosstune.recipe.cli import recipe_app
     from crosstune.serve.cli import register as register_serve
+    from crosstune.study.cli import register as register_study
     from crosstune.train.cli import register as register_train
     from crosstune.train.parity_cli import register as register_parity
 
@@ -29,6 +30,7 @@ def register_all(app: typer.Typer) -> None:
     register_plan(app)
     register_compare(app)
     register_serve(app)
+    register_study(app)
     register_pretrain(model_app)  # `crosstune model pretrain`: the demo's base, built where the demo lives
     app.add_typer(data_app, name="data")
     app.add_typer(recipe_app, name="recipe")
