@@ -70,8 +70,10 @@ class StudyContext:
         return resolve_path(self.recipe, value)
 
     def section(self, *names: str) -> dict[str, Any]:
-        """The recipe's sections `names` as JSON (a stage's recipe inputs)."""
+        """The recipe's sections `names` as JSON (a stage's recipe inputs), less where the bundle is: a bundle copied
+        to another machine or folder keeps its stages up to date."""
         dumped = self.recipe.model_dump(mode="json")
+        dumped["data"].pop("prepared_dir", None)
         return {name: dumped[name] for name in names}
 
     def outputs_of(self, stage: str) -> list[dict]:
