@@ -35,8 +35,12 @@ def register(app: typer.Typer) -> None:
 
 
 def launch_venv() -> Path:
-    """The launch environment (SkyPilot): $CROSSTUNE_LAUNCH_VENV, else .venv-launch in the current directory."""
-    return Path(os.environ.get("CROSSTUNE_LAUNCH_VENV") or ".venv-launch")
+    """The launch environment (SkyPilot, `make launch-env`): $CROSSTUNE_LAUNCH_VENV, else .venv-launch in the
+    project root (or the current directory)."""
+    if os.environ.get("CROSSTUNE_LAUNCH_VENV"):
+        return Path(os.environ["CROSSTUNE_LAUNCH_VENV"])
+    here = Path(__file__).resolve().parents[3]  # src/crosstune/launch/cli.py -> project root
+    return (here if (here / "Makefile").is_file() else Path.cwd()) / ".venv-launch"
 
 
 def engine_cli(name: str) -> str | None:
