@@ -176,3 +176,32 @@ def test_stage_selection_and_refusals(torch_bundle, tmp_path):
         study(torch_bundle[0], sets, backend="jax", only=["plan"])
     with pytest.raises(StudyError, match="only trains its part: give --only train"):
         study(tmp_path / "w", sets, launch={"node_rank": 1})
+
+
+def test_the_report_names_what_a_bundle_lacks(torch_bundle, tmp_path):
+    from crosstune.compare.prices import CostError
+
+    bundle, _, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    shutil.rmtree(copy / "eval" / "finetune")
+    with pytest.raises(CostError, match=f"lists {copy / 'eval' / 'finetune'}, which is missing: finish the study"):
+        read_inputs([copy])
+    (copy / BUNDLE_MANIFEST).write_text(json.dumps({"kind": "something-else"}))
+    with pytest.raises(CostError, match="not a study bundle's manifest"):
+        read_inputs([copy])
+
+
+def test_the_command_line_says_what_was_wrong_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+
+    _register()
+    result = CliRunner().invoke(
+        app, ["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(tmp_path / "b"), "--only", "train,evl"]
+    )
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: unknown stage 'evl': the stages are prepare, plan, train, export, serve, bench, eval, cost"
+    )

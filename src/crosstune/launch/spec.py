@@ -127,7 +127,8 @@ def install_steps(job: Job) -> list[str]:
     steps += serving_steps(job)
     steps += [
         "python3 -m uv pip install --python .venv/bin/python --no-deps -e .",
-        "(command -v iverilog >/dev/null || sudo apt-get install -y -q iverilog)",  # the evaluator's simulator
+        # the evaluator's simulator
+        "(command -v iverilog >/dev/null || { sudo apt-get update -q && sudo apt-get install -y -q iverilog; })",
     ]
     return steps
 

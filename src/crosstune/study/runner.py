@@ -124,9 +124,9 @@ def run_study(
     """Run (or resume) the study of `recipe_file` on `backend` into the bundle `out`; returns the manifest."""
     console = console or Console(soft_wrap=True, highlight=False)
     bundle, launch = Path(out).expanduser().resolve(), dict(launch or {})
+    chosen = select_stages(only, from_stage)
     recipe = load_study_recipe(recipe_file, bundle, overrides)
     backend = backend or recipe.backend.default
-    chosen = select_stages(only, from_stage)
     if is_worker(launch):
         if [st.name for st in chosen] != ["train"]:
             raise StudyError("a worker process (node rank or JAX process > 0) only trains its part: give --only train")
