@@ -100,7 +100,7 @@ def run_cost(s: StudyContext) -> StageResult:
     note = (
         f"training ${t['usd']:.4f} at {t['price']}"
         if t
-        else "no price for this hardware: " + record["notes"][0].split(": ", 1)[-1][:120]
+        else f"not priced: {s.recipe.hardware} has no price (--prices FILE or the recipe's cost.price_per_hour gives one)"
     )
     if record["serving"]:
         note += f"; serving priced at {len(record['serving'])} context(s)"
