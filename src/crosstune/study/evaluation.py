@@ -100,7 +100,7 @@ def run_cost(s: StudyContext) -> StageResult:
     note = (
         f"training ${t['usd']:.4f} at {t['price']}"
         if t
-        else f"not priced: {s.recipe.hardware} has no price (--prices FILE or the recipe's cost.price_per_hour gives one)"
+        else f"not priced: no price for {s.recipe.hardware} (give one: --prices FILE or cost.price_per_hour)"
     )
     if record["serving"]:
         note += f"; serving priced at {len(record['serving'])} context(s)"
