@@ -4,10 +4,8 @@ middle of a study (a real `crosstune study` process), then the rerun that finish
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -15,6 +13,7 @@ from crosstune.run.layout import saved_steps
 from crosstune.study.bundle import read_manifest
 from crosstune.study.runner import STAGE_NAMES
 from tests.helpers.paths import RECIPES, REPO
+from tests.helpers.processes import kill_9_when
 from tests.study.test_study import overrides, study
 
 pytestmark = pytest.mark.slow
@@ -55,18 +54,7 @@ def test_kill_9_in_the_middle_of_training_then_rerunning_finishes_without_redoin
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = bundle / "runs" / "tiny-cpu-torch"
-    try:
-        deadline = time.time() + 600
-        while time.time() < deadline and proc.poll() is None:
-            if run_dir.is_dir() and saved_steps(run_dir) and saved_steps(run_dir)[0] >= every:
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.05)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL, "the study ended before it could be killed"
+    kill_9_when(proc, lambda: run_dir.is_dir() and bool(saved_steps(run_dir)) and saved_steps(run_dir)[0] >= every)
     killed = read_manifest(bundle)
     assert killed["stages"]["train"]["status"] == "running"  # as the kill left it
     assert [killed["stages"][n]["status"] for n in ("prepare", "plan")] == ["done", "done"]
