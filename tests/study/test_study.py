@@ -205,3 +205,25 @@ def test_the_command_line_says_what_was_wrong_in_one_line(tmp_path):
     assert result.output.strip() == (
         "error: unknown stage 'evl': the stages are prepare, plan, train, export, serve, bench, eval, cost"
     )
+
+
+def test_a_failing_stage_is_named_and_recorded(torch_bundle, tmp_path, monkeypatch):
+    from crosstune.compare.prices import CostError
+
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+
+    def no_price(_ctx):
+        raise CostError("the prices file is unreadable")
+
+    stages = [runner.Stage(*(no_price if f == st.run else f for f in vars(st).values())) if st.name == "cost" else st
+              for st in runner.STAGES]  # fmt: skip
+    monkeypatch.setattr(runner, "STAGES", stages)
+    with pytest.raises(StudyError, match="--prices .*prices.yaml: no such file"):
+        study(copy, sets, only=["cost"], prices=tmp_path / "prices.yaml")
+    (tmp_path / "prices.yaml").write_text("chips: {cpu: {on_demand: 0.1, source: a test}}\n")
+    with pytest.raises(StudyError, match="stage cost failed: the prices file is unreadable — the finished stages"):
+        study(copy, sets, only=["cost"], prices=tmp_path / "prices.yaml")
+    entry = read_manifest(copy)["stages"]["cost"]
+    assert (entry["status"], entry["error"]) == ("failed", "the prices file is unreadable")

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from crosstune.errors import Interrupted
+from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.recipe import recipe_hash
 from crosstune.study import evaluation, serving, stages
@@ -85,7 +85,7 @@ def _claim(bundle: Path, recipe_name: str, backend: str) -> dict[str, Any]:
         raise StudyError(f"--out {bundle} is a file: give the study a folder (created if missing)")
     manifest = read_manifest(bundle)
     if manifest is None:
-        if bundle.is_dir() and any(p for p in bundle.iterdir() if not p.name.startswith(".")):
+        if bundle.is_dir() and any(bundle.iterdir()):
             raise StudyError(
                 f"--out {bundle} is not empty and holds no study bundle (no bundle.json): give a new or empty folder"
             )
@@ -125,6 +125,8 @@ def run_study(
     console = console or Console(soft_wrap=True, highlight=False)
     bundle, launch = Path(out).expanduser().resolve(), dict(launch or {})
     chosen = select_stages(only, from_stage)
+    if prices is not None and not Path(prices).is_file():
+        raise StudyError(f"--prices {prices}: no such file (a YAML of price overrides, as `crosstune cost` reads)")
     recipe = load_study_recipe(recipe_file, bundle, overrides)
     backend = backend or recipe.backend.default
     if is_worker(launch):
@@ -182,12 +184,18 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
     write_manifest(bundle, manifest)
     try:
         result = stage.run(ctx)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):  # a stage's own Interrupted says what it kept (the evaluator's does)
         _finish(ctx, stage, running, t0, status="interrupted")
         raise Interrupted(
             f"interrupted (Ctrl-C) in stage {stage.name}: finished stages are kept in {bundle}; run the same command "
             "again to resume (training continues from its last checkpoint, evaluation from its cached samples)"
         ) from None
+    except CrosstuneError as e:
+        _finish(ctx, stage, running, t0, status="failed", error=str(e)[:2000])
+        raise StudyError(
+            f"stage {stage.name} failed: {e} — the finished stages are kept in {bundle}: fix this and run the same "
+            "command again"
+        ) from e
     except BaseException as e:
         _finish(ctx, stage, running, t0, status="failed", error=str(e)[:2000])
         raise
