@@ -227,3 +227,19 @@ def test_a_failing_stage_is_named_and_recorded(torch_bundle, tmp_path, monkeypat
         study(copy, sets, only=["cost"], prices=tmp_path / "prices.yaml")
     entry = read_manifest(copy)["stages"]["cost"]
     assert (entry["status"], entry["error"]) == ("failed", "the prices file is unreadable")
+
+
+def test_the_cost_stage_prices_the_run_at_the_given_rate(torch_bundle, tmp_path):
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("chips: {cpu: {on_demand: 3.6, source: a test rate}}\n")
+    manifest, log, _ = study(copy, sets, only=["cost"], prices=prices)
+    assert "cost: its inputs changed since it ran: redoing it" in log  # the prices are an input
+    cost = json.loads((copy / "cost" / "cost.json").read_text())["training"]
+    from crosstune.compare import read_run
+
+    hours = read_run(copy / "runs" / "tiny-cpu-torch").step_time_s / 3600
+    assert cost["usd_per_hour"] == 3.6 and "a test rate" in cost["price"]
+    assert cost["usd"] == pytest.approx(3.6 * hours, rel=1e-12)  # the same arithmetic, no rounding on the way
