@@ -312,3 +312,18 @@ def test_the_launch_environment_is_separate_from_the_training_one():
     assert re.search(r"^click==8\.[5-9]", lock, re.M)
     assert "skypilot" not in lock
     assert sys.modules.get("sky") is None
+
+
+def test_the_serving_env_a_spec_installs_is_the_one_the_serve_stage_finds(tmp_path, monkeypatch):
+    from crosstune.launch.spec import make_job, serving_steps
+    from crosstune.serve.engine import vllm_binary
+
+    job = make_job(Path(H100), None, None, [])
+    (stamp,) = [line.split()[-1] for line in serving_steps(job) if line.startswith("touch ")]
+    venv = tmp_path / ".venv-serve"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "vllm").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(venv))
+    assert vllm_binary() is None  # not stamped: an install that didn't finish
+    (tmp_path / stamp).write_text("")
+    assert stamp == ".venv-serve/.installed-vllm-gpu-0.32.0" and vllm_binary() == venv / "bin" / "vllm"
