@@ -4,6 +4,7 @@ every stage, a copied bundle, changed inputs, interruption, and `crosstune repor
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 
@@ -243,3 +244,12 @@ def test_the_cost_stage_prices_the_run_at_the_given_rate(torch_bundle, tmp_path)
     hours = read_run(copy / "runs" / "tiny-cpu-torch").step_time_s / 3600
     assert cost["usd_per_hour"] == 3.6 and "a test rate" in cost["price"]
     assert cost["usd"] == pytest.approx(3.6 * hours, rel=1e-12)  # the same arithmetic, no rounding on the way
+
+
+def test_a_second_study_into_a_busy_bundle_is_refused_naming_the_holder(torch_bundle):
+    from crosstune.fsutil import LockedError, exclusive_lock, lock_path
+
+    bundle, sets, _, _ = torch_bundle
+    with exclusive_lock(lock_path(bundle), "a test", "wait"):
+        with pytest.raises(LockedError, match=f"the study bundle {bundle} is in use by PID {os.getpid()} on host"):
+            study(bundle, sets)
