@@ -11,7 +11,7 @@ STAMP="$VENV/.installed-skypilot-$SKYPILOT_VERSION"
 [ -f "$STAMP" ] && exit 0
 command -v "$PYTHON" >/dev/null || { echo "need $PYTHON (Python 3.11)" >&2; exit 1; }
 start=$(date +%s)
-echo "Installing skypilot[kubernetes]==$SKYPILOT_VERSION into $VENV (first time: ~2 min, ~0.5 GB)..."
+echo "Installing skypilot[kubernetes]==$SKYPILOT_VERSION into $VENV (first time: ~3 min, ~0.5 GB)..."
 test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 quiet() { grep -v "is ignored: it is neither a file nor a directory" || true; }
 "$VENV/bin/pip" install -q "skypilot[kubernetes]==$SKYPILOT_VERSION" 2>&1 | quiet
