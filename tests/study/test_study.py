@@ -73,7 +73,9 @@ def test_a_study_makes_a_self_describing_bundle(torch_bundle):
         "prepare": "done", "plan": "done", "train": "done", "export": "done",
         "serve": "skipped", "bench": "skipped", "eval": "done", "cost": "done",
     }  # fmt: skip
-    assert stages["serve"]["record"] == {"enable": "make serve-env"}
+    assert stages["serve"]["record"]["enable"] == "make serve-env"
+    command = stages["serve"]["record"]["target_plan"]["command"]  # what serves it on the recipe's hardware
+    assert command.startswith("VLLM_CPU_KVCACHE_SPACE=") and f"vllm serve {bundle / 'export' / 'merged'}" in command
     assert "serve: skipped" in log and "`make serve-env` creates it" in log
     assert stages["train"]["record"] == {"steps": STEPS}
     assert stages["eval"]["record"]["engine"] == "transformers"

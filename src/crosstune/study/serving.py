@@ -97,13 +97,25 @@ def serve_inputs(s: StudyContext) -> dict[str, Any]:
     return {"model": s.outputs_of("export"), "serve": s.section("serve"), **s.server.engine()}
 
 
+def target_plan(s: StudyContext) -> dict[str, Any]:
+    """`crosstune serve plan` for the recipe's hardware (tp per layer type, KV capacity): the command that serves
+    the merged model there, recorded whether or not this machine serves it."""
+    from crosstune.serve.plan import SERVE_TARGETS, serve_plan
+
+    if s.recipe.hardware not in SERVE_TARGETS:
+        return {}
+    plan = serve_plan(s.recipe, model_dir=s.merged_dir)
+    return {"target_plan": {"command": plan.command(), "docker": plan.docker, "blockers": plan.blockers}}
+
+
 def run_serve(s: StudyContext) -> StageResult:
     if not s.server.available():
-        return StageResult(NO_SERVING, status="skipped", record={"enable": SERVE_ENV_COMMAND})
+        return StageResult(NO_SERVING, status="skipped", record={"enable": SERVE_ENV_COMMAND, **target_plan(s)})
     state = s.server.start()
+    log = str(Path(state.log).relative_to(s.bundle))
     return StageResult(
-        f"vLLM ready at {state.base_url} (model {state.model}; log {Path(state.log).relative_to(s.bundle)})",
-        record={"max_model_len": s.server.max_model_len(), "log": str(Path(state.log).relative_to(s.bundle))},
+        f"vLLM ready at {state.base_url} (model {state.model}; log {log})",
+        record={"max_model_len": s.server.max_model_len(), "log": log, **target_plan(s)},
     )
 
 
