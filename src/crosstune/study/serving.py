@@ -94,7 +94,7 @@ class Server:
 
 
 def serve_inputs(s: StudyContext) -> dict[str, Any]:
-    return {"model": s.outputs_of("export"), "serve": s.section("serve"), **s.server.engine()}
+    return {"model": s.outputs_of("export"), "serve": s.section("serve", "hardware"), **s.server.engine()}
 
 
 def target_plan(s: StudyContext) -> dict[str, Any]:
