@@ -38,6 +38,8 @@ LAYERS: list[tuple[str, str]] = [
     ("export", "a run's LoRA as a PEFT adapter or a merged HF model, streamed shard by shard"),
     ("serve", "vLLM launch plans, the managed local server, the benchmark client and sweeps"),
     ("compare", "cost, TCO and the side-by-side report: pure functions of run, eval and sweep outputs"),
+    ("study", "`crosstune study`: the pipeline on one machine into one resumable bundle (bundle.json)"),
+    ("launch", "`crosstune launch`: job specs that run a study on SkyPilot, GKE (JobSet) or Slurm"),
     ("demo", "`crosstune demo`: its context, stages, evaluation, serving stage, family split and base"),
     ("doctor", "what is installed and which devices are seen"),
     ("commands", "collects every area's CLI commands"),

@@ -13,9 +13,11 @@ def register_all(app: typer.Typer) -> None:
     from crosstune.doctor import register as register_doctor
     from crosstune.evals.cli import register as register_eval
     from crosstune.export.cli import register as register_export
+    from crosstune.launch.cli import register as register_launch
     from crosstune.models.cli import model_app
     from crosstune.recipe.cli import recipe_app
     from crosstune.serve.cli import register as register_serve
+    from crosstune.study.cli import register as register_study
     from crosstune.train.cli import register as register_train
     from crosstune.train.parity_cli import register as register_parity
     from crosstune.train.plan_cli import register as register_plan
@@ -29,6 +31,8 @@ def register_all(app: typer.Typer) -> None:
     register_plan(app)
     register_compare(app)
     register_serve(app)
+    register_study(app)
+    register_launch(app)
     register_pretrain(model_app)  # `crosstune model pretrain`: the demo's base, built where the demo lives
     app.add_typer(data_app, name="data")
     app.add_typer(recipe_app, name="recipe")

@@ -1,4 +1,5 @@
-"""Sorts the report's inputs: run directories, evaluation outputs and serving sweep summaries.
+"""Sorts the report's inputs: run directories, evaluation outputs, serving sweep summaries, and study bundles
+(`crosstune study`), each of which contributes its run, its evaluations and its sweeps.
 
 Each kind has one reader; `read_inputs` asks, for every path, which kind it is (KINDS, in order) and reads it.
 """
@@ -15,6 +16,11 @@ from crosstune.compare.prices import CostError
 from crosstune.compare.runs import RunSummary, read_run
 from crosstune.compare.sweeps import Sweep, read_sweep
 from crosstune.run.layout import is_run_dir
+
+# A study bundle's manifest (written by crosstune.study; its `contents` lists the bundle's run, evaluation and sweep
+# folders relative to the bundle). The report needs only that index, so the name lives here, below the writer.
+BUNDLE_MANIFEST = "bundle.json"
+BUNDLE_KIND = "crosstune-study"
 
 
 @dataclass
@@ -66,8 +72,41 @@ def _add_sweep(found: Inputs, path: Path) -> bool:
     return True
 
 
+def bundle_contents(bundle: Path) -> dict[str, list[Path]]:
+    """{"runs" | "evals" | "sweeps": [absolute paths]} of a study bundle, from its manifest's `contents`; a listed
+    folder that is missing (a stage not run yet, or skipped) is an error naming it."""
+    manifest_path = Path(bundle) / BUNDLE_MANIFEST
+    manifest = _json(manifest_path)
+    if manifest is None or manifest.get("kind") != BUNDLE_KIND or not isinstance(manifest.get("contents"), dict):
+        raise CostError(f"{manifest_path}: not a study bundle's manifest (kind {BUNDLE_KIND!r} with `contents`)")
+    out: dict[str, list[Path]] = {}
+    for key in ("runs", "evals", "sweeps"):
+        paths = [Path(bundle) / rel for rel in manifest["contents"].get(key, [])]
+        missing = [p for p in paths if not p.exists()]
+        if missing:
+            raise CostError(f"{manifest_path}: lists {missing[0]}, which is missing: finish the study (rerun it)")
+        out[key] = paths
+    return out
+
+
+def _add_bundle(found: Inputs, path: Path) -> bool:
+    if not (path.is_dir() and (path / BUNDLE_MANIFEST).is_file()):
+        return False
+    contents = bundle_contents(path)
+    found.runs += [read_run(run) for run in contents["runs"]]
+    for folder in contents["evals"]:
+        summary = folder / "summary.json"
+        data = _json(summary)
+        if data is None or "pass_at_k" not in data:
+            raise CostError(f"{summary}: not an evaluation summary (no pass_at_k)")
+        found.evals.append(read_evaluation(summary, f"{path.name} · {folder.name}", data))
+    found.sweeps += [read_sweep(s) for s in contents["sweeps"]]
+    return True
+
+
 # (what it is, reader: adds the input and returns True when the path is of its kind)
 KINDS: list[tuple[str, Callable[[Inputs, Path], bool]]] = [
+    ("a study bundle (bundle.json)", _add_bundle),
     ("a run directory (run.json)", _add_run),
     ("an evaluation (summary.json with pass_at_k)", _add_eval),
     ("a bench sweep summary (JSON with cells)", _add_sweep),
@@ -83,3 +122,4 @@ def read_inputs(paths: list[Path]) -> Inputs:
         if not any(add(found, path) for _, add in KINDS):
             raise CostError(f"{path}: not {', '.join(kind for kind, _ in KINDS[:-1])} or {KINDS[-1][0]}")
     return found
+

@@ -1,21 +1,14 @@
 """The demo's serving stage: start vLLM on what was trained, run a small sweep, stop — or, without the serving
-environment, say the one command that creates it."""
+environment, say the one command that creates it. The sweep and the port are the study's (crosstune.study.serving)."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from pathlib import Path
 
 from rich.console import Console
 
 from crosstune.serve.engine import SERVE_ENV_COMMAND, vllm_binary
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from crosstune.study.serving import free_port, sweep
 
 
 def serving_stage(
@@ -35,33 +28,17 @@ def serving_stage(
         console.print(f"serving stage skipped: no serving environment; create it with `{SERVE_ENV_COMMAND}`")
         return None
     from crosstune.serve.process import start_server, stop_server
-    from crosstune.serve.report import write_plots
-    from crosstune.serve.sweep import SweepConfig, run_sweep
 
     state_dir = out_dir / "server"
     max_len = max(contexts) + output_len + 64
     console.print(f"serving {model_dir} with vLLM (start-up 30-120 s on CPU)...")
     try:
         state = start_server(
-            model_dir, state_dir, name="demo", port=_free_port(), max_model_len=max_len, adapter=adapter
+            model_dir, state_dir, name="demo", port=free_port(), max_model_len=max_len, adapter=adapter
         )
-        cfg = SweepConfig(
-            endpoint=state.base_url,
-            model=state.lora_name or state.model,
-            tokenizer=model_dir,
-            contexts=list(contexts),
-            concurrency=list(concurrency),
-            output_len=output_len,
-            num_requests=num_requests,
-            warmup=2,
-            label="demo (vLLM CPU)",
-            target="cpu",
-        )
-        summary = asyncio.run(run_sweep(cfg, out_dir / "bench"))
+        return sweep(
+            state, model_dir, out_dir / "bench", console, contexts=list(contexts), concurrency=list(concurrency),
+            output_len=output_len, num_requests=num_requests, label="demo (vLLM CPU)", target="cpu",
+        )  # fmt: skip
     finally:
         stop_server(state_dir)
-    write_plots(summary, out_dir / "bench")
-    from crosstune.serve.bench_cli import render_summary
-
-    render_summary(summary, console)
-    return summary

@@ -119,7 +119,9 @@ def build_checkpoint(
         mm = MULTIMODAL[fam.name]
         media = {name: len(tokenizer) + i for i, name in enumerate(mm["media"])}
         text = {k: v for k, v in text_config.to_dict().items() if k != "architectures"}  # the hub's configs: none
-        config = getattr(transformers, mm["config"])(text_config=text, vision_config=mm["vision"], **mm["extra"], **media)
+        config = getattr(transformers, mm["config"])(
+            text_config=text, vision_config=mm["vision"], **mm["extra"], **media
+        )
         config.dtype = dtype
         model_class = getattr(transformers, mm["model"])
     else:
@@ -183,7 +185,9 @@ def shard_size_for(model, shards: int) -> int:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if count(mid) <= shards else (mid + 1, hi)
     if count(lo) != shards:
-        raise ValueError(f"the model's tensors can't be split into exactly {shards} shards (the nearest is {count(lo)})")
+        raise ValueError(
+            f"the model's tensors can't be split into exactly {shards} shards (the nearest is {count(lo)})"
+        )
     return lo
 
 

@@ -29,7 +29,9 @@ LayoutOpt = typer.Option(
     "causal", "--layout", help="causal: text-only *ForCausalLM; multimodal: *ForConditionalGeneration with a small "
     "vision tower (the official checkpoints' layout)"
 )  # fmt: skip
-ShardsOpt = typer.Option(1, "--shards", min=1, help="safetensors files (more than 1: with model.safetensors.index.json)")
+ShardsOpt = typer.Option(
+    1, "--shards", min=1, help="safetensors files (more than 1: with model.safetensors.index.json)"
+)
 
 
 @model_app.command("tiny")
@@ -58,8 +60,13 @@ def build(
     family: str = typer.Option(..., "--family", help="Model family: gemma3 or gemma4."),
     size: str = typer.Option(..., "--size", help="A size of the family (gemma4: tiny, small, 31b; gemma3: ... 27b)."),
     out: Path = OutOpt,
-    layers: int = typer.Option(None, "--layers", min=1, help="Decoder layers (default: the size's; fewer than 6 "
-                               "end with a global layer, so 2 = one sliding + one global)"),  # fmt: skip
+    layers: int = typer.Option(
+        None,
+        "--layers",
+        min=1,
+        help="Decoder layers (default: the size's; fewer than 6 "
+        "end with a global layer, so 2 = one sliding + one global)",
+    ),  # fmt: skip
     vocab: int = typer.Option(None, "--vocab", min=16, help="Vocabulary size (default: the size's, 262,144 for 31b)"),
     layout: str = LayoutOpt,
     dtype: str = typer.Option("bfloat16", "--dtype", help="float32 or bfloat16 (the hub's checkpoints: bfloat16)"),
@@ -88,7 +95,9 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
     except KeyError as e:
         raise typer.BadParameter(str(e.args[0]), param_hint="--family") from None
     if size not in fam.sizes:
-        raise typer.BadParameter(f"unknown {fam.name} size {size!r}; known: {', '.join(fam.sizes)}", param_hint="--size")
+        raise typer.BadParameter(
+            f"unknown {fam.name} size {size!r}; known: {', '.join(fam.sizes)}", param_hint="--size"
+        )
     if layout not in LAYOUTS:
         raise typer.BadParameter(f"{layout!r}: one of {', '.join(LAYOUTS)}", param_hint="--layout")
     if dtype not in DTYPES:

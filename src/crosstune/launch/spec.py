@@ -1,0 +1,149 @@
+"""What every job spec shares: the recipe (its hash, the target it runs on, the backend), the project version, the
+install steps README's "Real hardware" gives (the lock plus the accelerator's wheels), and the study command."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from crosstune.errors import InputError
+from crosstune.hardware import HardwareTarget, get_hardware
+from crosstune.recipe import Recipe, load_recipe, recipe_hash
+
+JAX_VERSION = "0.10.2"
+TORCH_VERSION = "2.13.0"
+CUDA_INDEX = "https://download.pytorch.org/whl/cu128"
+LIBTPU_INDEX = "https://storage.googleapis.com/jax-releases/libtpu_releases.html"
+STUDY_PORT = 29500  # torch rendezvous on node 0 (crosstune.train.torch.launch's default)
+
+
+class LaunchError(InputError):
+    """A job spec that can't be written or submitted as asked; the message says why and what to do."""
+
+
+def project_version() -> str:
+    try:
+        return md.version("crosstune")
+    except md.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One study to launch: the recipe (as given and as loaded), where it runs and with which backend."""
+
+    recipe_file: Path  # as the job sees it: relative to the checkout the job runs in
+    recipe: Recipe
+    target: HardwareTarget
+    backend: str
+    bundle: str  # the bundle's folder name
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return re.sub(r"[^a-z0-9-]", "-", f"crosstune-{self.recipe.name}-{self.backend}".lower())[:52].strip("-")
+
+    @property
+    def recipe_hash(self) -> str:
+        return recipe_hash(self.recipe)
+
+    @property
+    def version(self) -> str:
+        return project_version()
+
+    def labels(self) -> dict[str, str]:
+        return {"CROSSTUNE_RECIPE_HASH": self.recipe_hash, "CROSSTUNE_VERSION": self.version}
+
+    def study(self, out: str, *extra: str, exe: str = ".venv/bin/crosstune") -> str:
+        """The `crosstune study` command line for this job. `out` is the bundle's path where the job runs, a shell
+        word inserted as is (it may hold "$VARIABLES"); everything else is quoted."""
+        argv = [exe, "study", str(self.recipe_file), "--backend", self.backend]
+        for item in self.overrides:
+            argv += ["--set", item]
+        return f"{shlex.join([*argv, *extra])} --out {out}"
+
+
+def make_job(recipe_file: Path, target: str | None, backend: str | None, overrides: list[str] | None) -> Job:
+    """Load the recipe as the job will (with `--set hardware=TARGET` when a target is given) and settle the backend:
+    the given one, else jax on TPUs and torch on GPUs (the seed's pairing), else the recipe's."""
+    overrides = list(overrides or [])
+    if target:
+        try:
+            get_hardware(target)
+        except KeyError as e:
+            raise LaunchError(f"--target {target}: {e.args[0]}") from None
+        overrides.append(f"hardware={target}")
+    recipe = load_recipe(recipe_file, overrides)
+    hw = get_hardware(recipe.hardware)
+    if backend is None:
+        backend = {"tpu": "jax", "gpu": "torch"}.get(hw.chip.platform, recipe.backend.default)
+    if backend not in ("torch", "jax"):
+        raise LaunchError(f"--backend {backend}: torch or jax")
+    if hw.chip.platform == "tpu" and backend == "torch":
+        raise LaunchError(f"{hw.name} is a TPU: the torch backend runs on GPUs; give --backend jax")
+    bundle = f"{recipe.name}-{backend}" + ("" if recipe.name.endswith(hw.name) else f"-{hw.name}")
+    return Job(Path(recipe_file), recipe, hw, backend, bundle, overrides)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (setup and run scripts) as YAML literal blocks, as people write them; no anchors."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+_Dumper.add_representer(
+    str,
+    lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None),
+)
+
+
+def to_yaml(data: dict) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=1000)
+
+
+def install_steps(job: Job) -> list[str]:
+    """Shell lines that install crosstune from the lock plus the accelerator's wheels, into .venv of the checkout."""
+    steps = [
+        "python3 -m pip install -q --user uv",  # a Python 3.11 venv whatever the image's Python is
+        "python3 -m uv venv --python 3.11 .venv",
+        "python3 -m uv pip install --python .venv/bin/python -r requirements.lock",
+    ]
+    platform = job.target.chip.platform
+    if platform == "tpu":
+        steps.append(f'python3 -m uv pip install --python .venv/bin/python "jax[tpu]=={JAX_VERSION}" -f {LIBTPU_INDEX}')
+    elif platform == "gpu":
+        steps.append(
+            f"python3 -m uv pip install --python .venv/bin/python --reinstall torch=={TORCH_VERSION} "
+            f"--index-url {CUDA_INDEX}"
+        )
+        if job.backend == "jax":
+            steps.append(f'python3 -m uv pip install --python .venv/bin/python "jax[cuda12]=={JAX_VERSION}"')
+    steps += serving_steps(job)
+    steps += [
+        "python3 -m uv pip install --python .venv/bin/python --no-deps -e .",
+        # the evaluator's simulator
+        "(command -v iverilog >/dev/null || { sudo apt-get update -q && sudo apt-get install -y -q iverilog; })",
+    ]
+    return steps
+
+
+def serving_steps(job: Job) -> list[str]:
+    """vLLM for the accelerator in its own venv (.venv-serve: its pins conflict with the training stack's), stamped
+    the way crosstune.serve.engine finds a serving environment."""
+    from crosstune.serve.engine import VLLM_VERSION
+
+    package = {"tpu": "vllm-tpu", "gpu": f"vllm=={VLLM_VERSION}"}.get(job.target.chip.platform)
+    if package is None:
+        return []
+    build = job.target.chip.platform
+    return [
+        "python3 -m uv venv --python 3.11 .venv-serve",
+        f'python3 -m uv pip install --python .venv-serve/bin/python "{package}"',
+        f"touch .venv-serve/.installed-vllm-{build}-{VLLM_VERSION}",
+    ]

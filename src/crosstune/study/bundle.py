@@ -1,0 +1,114 @@
+"""The study bundle: one self-describing folder, its manifest (bundle.json) and the hashes that let a rerun trust
+what an earlier run left.
+
+    BUNDLE/bundle.json            what ran where: hardware, versions, recipe and data hashes, each stage's status,
+                                  time, inputs fingerprint and outputs (paths relative to the bundle, with sha256)
+    BUNDLE/recipe.resolved.yaml   the recipe as the study ran it (defaults filled in, --set applied)
+    BUNDLE/data/                  the prepared data          BUNDLE/runs/NAME-BACKEND/  the run directory
+    BUNDLE/plan/plan.json         the planner's verdict      BUNDLE/export/{adapter,merged}/
+    BUNDLE/serve/                 vLLM's command and log     BUNDLE/bench/              the serving sweep
+    BUNDLE/eval/finetune/         the evaluator's outputs    BUNDLE/cost/cost.json
+
+Every manifest write replaces the file atomically (a reader, or a kill -9, sees the old or the new one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crosstune.compare.inputs import BUNDLE_KIND, BUNDLE_MANIFEST
+from crosstune.errors import InputError
+from crosstune.fsutil import atomic_write_text
+from crosstune.run.integrity import file_sha256
+
+FORMAT = 1
+RESOLVED_RECIPE = "recipe.resolved.yaml"
+STAGE_STATES = ("done", "skipped", "running", "failed", "interrupted")
+
+
+class StudyError(InputError):
+    """A study that can't go on as asked; the message says which stage, why, and what to do."""
+
+
+def new_manifest(recipe_name: str, backend: str) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "kind": BUNDLE_KIND,
+        "recipe": {"name": recipe_name},
+        "backend": backend,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "hosts": {},
+        "stages": {},
+        "contents": {"runs": [], "evals": [], "sweeps": []},
+    }
+
+
+def read_manifest(bundle: Path) -> dict[str, Any] | None:
+    """The bundle's manifest, None when there is none yet; StudyError when the file is not one."""
+    path = Path(bundle) / BUNDLE_MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise StudyError(f"{path}: unreadable ({e}): move the bundle aside or give another --out") from None
+    if not isinstance(data, dict) or data.get("kind") != BUNDLE_KIND:
+        raise StudyError(f"{path}: not a study bundle's manifest (kind {BUNDLE_KIND!r}): give another --out")
+    return data
+
+
+def write_manifest(bundle: Path, manifest: dict[str, Any]) -> None:
+    atomic_write_text(Path(bundle) / BUNDLE_MANIFEST, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+
+
+def fingerprint(value: Any) -> str:
+    """sha256 of a JSON-able value (sorted keys): a stage's inputs."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def tree_sha256(path: Path, skip: tuple[str, ...] = ()) -> str:
+    """One sha256 over every file under `path` (relative names and contents; names in `skip` left out)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(path)
+    h = hashlib.sha256()
+    for f in _files(path):
+        rel = f.relative_to(path).as_posix() if path.is_dir() else f.name
+        if any(part in skip for part in Path(rel).parts):
+            continue
+        h.update(rel.encode() + b"\0" + file_sha256(f).encode() + b"\n")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of a stage: a file or folder inside the bundle, hashed when the stage finished."""
+
+    rel: str  # relative to the bundle
+    skip: tuple[str, ...] = ()  # names under it that change without changing the output (locks, caches)
+
+    def record(self, bundle: Path) -> dict[str, str]:
+        entry = {"path": self.rel, "sha256": tree_sha256(bundle / self.rel, self.skip)}
+        return entry | ({"skip": list(self.skip)} if self.skip else {})
+
+
+def verify_outputs(bundle: Path, recorded: list[dict]) -> str | None:
+    """None when every recorded output exists with its recorded hash; otherwise the first that doesn't, and why."""
+    for out in recorded:
+        where = bundle / out["path"]
+        if not where.exists():
+            return f"{out['path']} is missing"
+        if tree_sha256(where, tuple(out.get("skip", ()))) != out["sha256"]:
+            return f"{out['path']} changed since the stage wrote it (sha256 differs)"
+    return None

@@ -1,0 +1,107 @@
+"""The study's last stages: pass@k of the fine-tune (crosstune.evals.runner: through the served model when vLLM
+serves it, else the local transformers engine — one engine for the bundle, recorded), then cost (crosstune.compare:
+training on the recipe's hardware, serving per context from the sweep)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+from crosstune.fsutil import atomic_write_text
+from crosstune.study.bundle import Output, StudyError
+from crosstune.study.context import COST, EVAL, FINETUNE, StageResult, StudyContext
+
+LOCAL_CONCURRENCY, ENDPOINT_CONCURRENCY = 1, 8
+
+
+def eval_inputs(s: StudyContext) -> dict[str, Any]:
+    problems = s.path(s.recipe.eval.problems)
+    return {"model": s.outputs_of("export"), "eval": s.section("eval"), "problems": str(problems), **_engine(s)}
+
+
+def _engine(s: StudyContext) -> dict[str, Any]:
+    served = s.server.engine()
+    return served if served["engine"] else {"engine": "transformers"}
+
+
+def clear_eval(s: StudyContext) -> None:
+    shutil.rmtree(s.bundle / EVAL / FINETUNE, ignore_errors=True)  # the completion cache too: other settings
+
+
+def run_eval(s: StudyContext) -> StageResult:
+    from crosstune.evals import SamplingParams
+    from crosstune.evals.endpoint import Timeouts
+    from crosstune.evals.runner import EvalConfig
+    from crosstune.evals.runner import run_eval as evaluate
+    from crosstune.evals.show import progress_bars
+
+    ev = s.recipe.eval
+    problems = s.path(ev.problems)
+    if problems is None:
+        raise StudyError("eval: the recipe sets no eval.problems (a VerilogEval v2 checkout or a problems.txt folder)")
+    engine = _engine(s)
+    if engine["engine"] == "vllm":
+        state = s.server.start()
+        source: dict[str, Any] = {"endpoint": state.base_url, "model": state.model, "concurrency": ENDPOINT_CONCURRENCY}
+    else:
+        source = {"hf_model": s.merged_dir, "concurrency": LOCAL_CONCURRENCY}
+    config = EvalConfig(
+        problems=problems, out=s.bundle / EVAL / FINETUNE, ks=tuple(ev.k), prompt_style=ev.prompt_style,
+        sampling=SamplingParams(n=ev.samples, temperature=ev.temperature, top_p=ev.top_p, max_tokens=ev.max_tokens),
+        request_timeouts=Timeouts(ev.connect_timeout_s, ev.read_timeout_s, ev.request_timeout_s), **source,
+    )  # fmt: skip
+    with progress_bars(s.console) as on_progress:
+        report = evaluate(config, on_progress)
+    summary = report.summary
+    pass_at_k = summary["pass_at_k"].items()
+    passes = ", ".join(f"pass@{k} {'n/a' if v is None else f'{100 * v:.1f} %'}" for k, v in pass_at_k)
+    rel = f"{EVAL}/{FINETUNE}"
+    return StageResult(
+        f"{summary['problems']} problems × {ev.samples} samples via {engine['engine']}: {passes}",
+        [Output(f"{rel}/summary.json")],
+        record={"engine": engine["engine"], "pass_at_k": summary["pass_at_k"]},
+        contents={"evals": [rel]},
+    )
+
+
+def cost_inputs(s: StudyContext) -> dict[str, Any]:
+    bench = s.outputs_of("bench") if s.status_of("bench") == "done" else []
+    prices = s.prices.read_text() if s.prices else None
+    return {"run": s.outputs_of("train"), "bench": bench, "cost": s.section("cost", "hardware"), "prices": prices}
+
+
+def run_cost(s: StudyContext) -> StageResult:
+    from crosstune.compare import CostError, load_prices, read_run, read_sweep, serving_costs, training_cost
+
+    book = load_prices(s.prices)
+    record: dict[str, Any] = {"hardware": s.recipe.hardware, "training": None, "serving": [], "notes": []}
+    try:
+        c = training_cost(read_run(s.run_dir), book)
+        record["training"] = {
+            "price": c.price.describe(), "usd_per_hour": c.price.per_hour, "step_hours": c.step_hours,
+            "usd": c.step_cost, "usd_with_compile_and_checkpoints": c.wall_cost,
+            "usd_per_m_trained_tokens": c.usd_per_m_trained, "notes": c.notes,
+        }  # fmt: skip
+    except CostError as e:
+        record["notes"].append(f"training: {e}")
+    summary = s.bundle / "bench" / "summary.json"
+    if s.status_of("bench") == "done" and summary.is_file():
+        try:
+            for sc in serving_costs(read_sweep(summary), book):
+                record["serving"].append(
+                    {"context": sc.context_len, "policy": sc.policy, "usd_per_m_output": sc.usd_per_m_output,
+                     "concurrency": None if sc.cell is None else sc.cell.concurrency, "error": sc.error}
+                )  # fmt: skip
+        except CostError as e:
+            record["notes"].append(f"serving: {e}")
+    atomic_write_text(s.bundle / COST / "cost.json", json.dumps(record, indent=2) + "\n")
+    t = record["training"]
+    note = (
+        f"training ${t['usd']:.4f} at {t['price']}"
+        if t
+        else f"not priced: no price for {s.recipe.hardware} (give one: --prices FILE or cost.price_per_hour)"
+    )
+    if record["serving"]:
+        note += f"; serving priced at {len(record['serving'])} context(s)"
+    return StageResult(note, [Output(f"{COST}/cost.json")])

@@ -1,0 +1,214 @@
+"""`run_study`: the stages in order into one bundle, each skipped when its inputs are unchanged and its outputs still
+hash as recorded, redone (outputs removed first) when its inputs changed, resumed when an earlier run died in it.
+
+Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.study"."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from crosstune.errors import CrosstuneError, Interrupted
+from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
+from crosstune.recipe import recipe_hash
+from crosstune.study import evaluation, serving, stages
+from crosstune.study.bundle import (
+    RESOLVED_RECIPE,
+    StudyError,
+    fingerprint,
+    new_manifest,
+    read_manifest,
+    verify_outputs,
+    write_manifest,
+)
+from crosstune.study.context import BENCH, COST, DATA, EXPORT, PLAN, SERVE, StudyContext, load_study_recipe
+from crosstune.study.machine import accelerator_summary, describe_machine
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    title: str
+    inputs: Callable[[StudyContext], dict[str, Any]]
+    run: Callable[[StudyContext], Any]
+    clear: Callable[[StudyContext], None]  # remove what the stage wrote (before redoing it with new inputs)
+
+
+def _remove(*rels: str) -> Callable[[StudyContext], None]:
+    return lambda s: [shutil.rmtree(s.bundle / rel, ignore_errors=True) for rel in rels]
+
+
+STAGES: list[Stage] = [
+    Stage("prepare", "prepare the data (crosstune.data)", stages.prepare_inputs, stages.run_prepare, _remove(DATA)),
+    Stage("plan", "plan mesh and memory (crosstune.planner)", stages.plan_inputs, stages.run_plan, _remove(PLAN)),
+    Stage("train", "train the LoRA (train.session)", stages.train_inputs, stages.run_train, stages.clear_train),
+    Stage("export", "export merged model + adapter", stages.export_inputs, stages.run_export, _remove(EXPORT)),
+    Stage("serve", "serve with vLLM", serving.serve_inputs, serving.run_serve, _remove(SERVE)),
+    Stage("bench", "benchmark the serve grid", serving.bench_inputs, serving.run_bench, _remove(BENCH)),
+    Stage("eval", "pass@k (crosstune.evals)", evaluation.eval_inputs, evaluation.run_eval, evaluation.clear_eval),
+    Stage("cost", "training and serving cost", evaluation.cost_inputs, evaluation.run_cost, _remove(COST)),
+]
+STAGE_NAMES = [st.name for st in STAGES]
+
+
+def select_stages(only: list[str] | None = None, from_stage: str | None = None) -> list[Stage]:
+    """The stages to consider: all, those from `from_stage` on, or exactly `only` (in pipeline order)."""
+    if only and from_stage:
+        raise StudyError("give --from or --only, not both")
+    for name in [*(only or []), *([from_stage] if from_stage else [])]:
+        if name not in STAGE_NAMES:
+            raise StudyError(f"unknown stage {name!r}: the stages are {', '.join(STAGE_NAMES)}")
+    if only:
+        return [st for st in STAGES if st.name in only]
+    return STAGES[STAGE_NAMES.index(from_stage) :] if from_stage else list(STAGES)
+
+
+def is_worker(launch: dict[str, Any]) -> bool:
+    """A process of a several-process run that is not its lead: torch node_rank > 0, or JAX process > 0 (set by
+    JAX's own variables, or by GKE on TPU slices). Such a process trains its part and records nothing."""
+    if int(launch.get("node_rank") or 0) > 0:
+        return True
+    return any(int(os.environ.get(k) or 0) > 0 for k in ("JAX_PROCESS_ID", "TPU_WORKER_ID"))
+
+
+def _claim(bundle: Path, recipe_name: str, backend: str) -> dict[str, Any]:
+    if bundle.exists() and not bundle.is_dir():
+        raise StudyError(f"--out {bundle} is a file: give the study a folder (created if missing)")
+    manifest = read_manifest(bundle)
+    if manifest is None:
+        if bundle.is_dir() and any(bundle.iterdir()):
+            raise StudyError(
+                f"--out {bundle} is not empty and holds no study bundle (no bundle.json): give a new or empty folder"
+            )
+        return new_manifest(recipe_name, backend)
+    if manifest.get("backend") != backend:
+        raise StudyError(f"{bundle} holds a {manifest.get('backend')} study: give --backend {manifest.get('backend')}"
+                         " or another --out")  # fmt: skip
+    if manifest.get("recipe", {}).get("name") != recipe_name:
+        raise StudyError(f"{bundle} holds a study of recipe {manifest['recipe'].get('name')!r}, not {recipe_name!r}:"
+                         " give another --out")  # fmt: skip
+    return manifest
+
+
+def _refresh_contents(manifest: dict[str, Any]) -> None:
+    contents: dict[str, list[str]] = {"runs": [], "evals": [], "sweeps": []}
+    for name in STAGE_NAMES:
+        entry = manifest["stages"].get(name) or {}
+        if entry.get("status") == "done":
+            for key, rels in (entry.get("contents") or {}).items():
+                contents[key] += [r for r in rels if r not in contents[key]]
+    manifest["contents"] = contents
+
+
+def run_study(
+    recipe_file: Path,
+    backend: str | None,
+    out: Path,
+    *,
+    overrides: list[str] | None = None,
+    only: list[str] | None = None,
+    from_stage: str | None = None,
+    launch: dict[str, Any] | None = None,
+    prices: Path | None = None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) the study of `recipe_file` on `backend` into the bundle `out`; returns the manifest."""
+    console = console or Console(soft_wrap=True, highlight=False)
+    bundle, launch = Path(out).expanduser().resolve(), dict(launch or {})
+    chosen = select_stages(only, from_stage)
+    if prices is not None and not Path(prices).is_file():
+        raise StudyError(f"--prices {prices}: no such file (a YAML of price overrides, as `crosstune cost` reads)")
+    recipe = load_study_recipe(recipe_file, bundle, overrides)
+    backend = backend or recipe.backend.default
+    if is_worker(launch):
+        if [st.name for st in chosen] != ["train"]:
+            raise StudyError("a worker process (node rank or JAX process > 0) only trains its part: give --only train")
+        ctx = StudyContext(bundle, recipe, backend, console, read_manifest(bundle) or {"stages": {}}, launch, prices)
+        stages.run_train(ctx)
+        return ctx.manifest
+    hint = "wait for that study to finish, or give another --out"
+    with exclusive_lock(lock_path(bundle), f"the study bundle {bundle}", hint):
+        manifest = _claim(bundle, recipe.name, backend)
+        bundle.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(bundle / RESOLVED_RECIPE, yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
+        host = describe_machine()
+        manifest["recipe"].update(hash=recipe_hash(recipe), source=str(Path(recipe_file).resolve()),
+                                  resolved=RESOLVED_RECIPE, overrides=list(overrides or []))  # fmt: skip
+        manifest["hosts"][host["hostname"]] = host
+        write_manifest(bundle, manifest)
+        console.print(f"study of {recipe.name} ({backend}) on {host['hostname']}: {accelerator_summary(host)}")
+        ctx = StudyContext(bundle, recipe, backend, console, manifest, launch, prices)
+        ctx.server = serving.Server(ctx)
+        try:
+            for i, stage in enumerate(chosen, 1):
+                _run_stage(ctx, stage, f"[{i}/{len(chosen)}]")
+        finally:
+            ctx.server.close()
+        console.print(f"bundle: {bundle}  (compare bundles: crosstune report {bundle} OTHER_BUNDLE --out DIR)")
+        return manifest
+
+
+def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
+    console, manifest, bundle = ctx.console, ctx.manifest, ctx.bundle
+    t0 = time.perf_counter()
+    inputs = fingerprint(stage.inputs(ctx))
+    entry = manifest["stages"].get(stage.name)
+    if entry is not None and entry.get("inputs") == inputs and entry.get("status") in ("done", "skipped"):
+        problem = verify_outputs(bundle, entry.get("outputs", []))
+        if problem is None:
+            what = "up to date" if entry["status"] == "done" else "skipped before, nothing changed"
+            took = time.perf_counter() - t0
+            console.print(f"{counter} {stage.name}: {what} ({took:.1f} s) — {entry.get('note', '')}")
+            return
+        console.print(f"{counter} {stage.name}: redoing it: {problem}")
+        stage.clear(ctx)
+    elif entry is not None and entry.get("inputs") != inputs:
+        console.print(f"{counter} {stage.name}: its inputs changed since it ran: redoing it")
+        stage.clear(ctx)
+    elif entry is not None:
+        console.print(f"{counter} {stage.name}: continuing where an earlier run stopped ({entry.get('status')})")
+    console.rule(f"{counter} {stage.name}: {stage.title}", align="left")
+    running = {"status": "running", "inputs": inputs, "host": socket.gethostname(), "pid": os.getpid(),
+               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+    manifest["stages"][stage.name] = running
+    _refresh_contents(manifest)
+    write_manifest(bundle, manifest)
+    try:
+        result = stage.run(ctx)
+    except (KeyboardInterrupt, Interrupted):  # a stage's own Interrupted says what it kept (the evaluator's does)
+        _finish(ctx, stage, running, t0, status="interrupted")
+        raise Interrupted(
+            f"interrupted (Ctrl-C) in stage {stage.name}: finished stages are kept in {bundle}; run the same command "
+            "again to resume (training continues from its last checkpoint, evaluation from its cached samples)"
+        ) from None
+    except CrosstuneError as e:
+        _finish(ctx, stage, running, t0, status="failed", error=str(e)[:2000])
+        raise StudyError(
+            f"stage {stage.name} failed: {e} — the finished stages are kept in {bundle}: fix this and run the same "
+            "command again"
+        ) from e
+    except BaseException as e:
+        _finish(ctx, stage, running, t0, status="failed", error=str(e)[:2000])
+        raise
+    running.update(note=result.note, outputs=[o.record(bundle) for o in result.outputs], record=result.record,
+                   contents=result.contents)  # fmt: skip
+    _finish(ctx, stage, running, t0, status=result.status)
+    mark = "done" if result.status == "done" else "skipped"
+    console.print(f"{counter} {stage.name}: {mark} in {time.perf_counter() - t0:.1f} s — {result.note}")
+
+
+def _finish(ctx: StudyContext, stage: Stage, entry: dict[str, Any], t0: float, *, status: str, **extra: Any) -> None:
+    entry.update(status=status, seconds=round(time.perf_counter() - t0, 3), **extra)
+    entry.pop("pid", None)
+    ctx.manifest["stages"][stage.name] = entry
+    _refresh_contents(ctx.manifest)
+    write_manifest(ctx.bundle, ctx.manifest)

@@ -1,0 +1,146 @@
+"""Serving in a study: vLLM on the merged export (crosstune.serve.process), started when the first stage needs it and
+stopped when the study ends, the recipe's serve grid swept against it (crosstune.serve.sweep); without a serving
+environment the serve and bench stages are skipped, saying the one command that creates it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from crosstune.serve.engine import SERVE_ENV_COMMAND, vllm_binary
+from crosstune.study.bundle import Output
+from crosstune.study.context import BENCH, SERVE, StageResult, StudyContext
+
+NO_SERVING = f"no vLLM serving environment: `{SERVE_ENV_COMMAND}` creates it (then rerun the study)"
+REQUESTS_PER_LOAD = 2  # timed requests per cell: at least 16, and twice the cell's concurrency
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sweep(
+    state: Any,
+    tokenizer: Path,
+    out_dir: Path,
+    console: Console,
+    *,
+    contexts: list[int],
+    concurrency: list[int],
+    output_len: int,
+    num_requests: int,
+    label: str,
+    target: str,
+) -> dict:
+    """The serve grid against a running server (`state`: serve.process.ServerState): summary.json, plots, table."""
+    from crosstune.serve.bench_cli import render_summary
+    from crosstune.serve.report import write_plots
+    from crosstune.serve.sweep import SweepConfig, run_sweep
+
+    cfg = SweepConfig(
+        endpoint=state.base_url, model=state.lora_name or state.model, tokenizer=tokenizer, contexts=list(contexts),
+        concurrency=list(concurrency), output_len=output_len, num_requests=num_requests, warmup=2, label=label,
+        target=target,
+    )  # fmt: skip
+    summary = asyncio.run(run_sweep(cfg, out_dir))
+    write_plots(summary, out_dir)
+    render_summary(summary, console)
+    return summary
+
+
+class Server:
+    """The study's one vLLM process: started on first use, stopped by `close` (the runner's finally)."""
+
+    def __init__(self, s: StudyContext):
+        self.s, self.state = s, None
+
+    @staticmethod
+    def available() -> bool:
+        return vllm_binary() is not None
+
+    def engine(self) -> dict[str, Any]:
+        """What serves the bundle's model (part of serve/bench/eval inputs: a new engine redoes them)."""
+        exe = vllm_binary()
+        return {"engine": "vllm", "binary": str(exe)} if exe else {"engine": None}
+
+    def max_model_len(self) -> int:
+        serve, ev = self.s.recipe.serve, self.s.recipe.eval
+        return max(serve.max_model_len, max(serve.contexts) + serve.output_tokens + 64, ev.max_tokens + 1024)
+
+    def start(self):
+        if self.state is None:
+            from crosstune.serve.process import start_server
+
+            s = self.s
+            s.console.print(f"   starting vLLM on {s.merged_dir} (CPU build: 30-120 s to ready)")
+            self.state = start_server(
+                s.merged_dir, s.bundle / SERVE, name=s.recipe.name, port=free_port(), dtype=s.recipe.model.dtype,
+                max_model_len=self.max_model_len(),
+            )  # fmt: skip
+        return self.state
+
+    def close(self) -> None:
+        if self.state is not None:
+            from crosstune.serve.process import stop_server
+
+            stop_server(self.s.bundle / SERVE)
+            self.state = None
+
+
+def serve_inputs(s: StudyContext) -> dict[str, Any]:
+    return {"model": s.outputs_of("export"), "serve": s.section("serve", "hardware"), **s.server.engine()}
+
+
+def target_plan(s: StudyContext) -> dict[str, Any]:
+    """`crosstune serve plan` for the recipe's hardware (tp per layer type, KV capacity): the command that serves
+    the merged model there, recorded whether or not this machine serves it."""
+    from crosstune.serve.plan import SERVE_TARGETS, serve_plan
+
+    if s.recipe.hardware not in SERVE_TARGETS:
+        return {}
+    plan = serve_plan(s.recipe, model_dir=s.merged_dir)
+    return {"target_plan": {"command": plan.command(), "docker": plan.docker, "blockers": plan.blockers}}
+
+
+def run_serve(s: StudyContext) -> StageResult:
+    if not s.server.available():
+        return StageResult(NO_SERVING, status="skipped", record={"enable": SERVE_ENV_COMMAND, **target_plan(s)})
+    state = s.server.start()
+    log = str(Path(state.log).relative_to(s.bundle))
+    return StageResult(
+        f"vLLM ready at {state.base_url} (model {state.model}; log {log})",
+        record={"max_model_len": s.server.max_model_len(), "log": log, **target_plan(s)},
+    )
+
+
+def bench_inputs(s: StudyContext) -> dict[str, Any]:
+    return serve_inputs(s)
+
+
+def run_bench(s: StudyContext) -> StageResult:
+    if not s.server.available():
+        note = f"nothing to benchmark: {NO_SERVING}"
+        return StageResult(note, status="skipped", record={"enable": SERVE_ENV_COMMAND})
+    serve = s.recipe.serve
+    summary = sweep(
+        s.server.start(), s.merged_dir, s.bundle / BENCH, s.console, contexts=serve.contexts,
+        concurrency=serve.concurrency, output_len=serve.output_tokens,
+        num_requests=max(16, REQUESTS_PER_LOAD * max(serve.concurrency)),
+        label=f"{s.recipe.name} · {s.backend} · {s.recipe.hardware}", target=s.recipe.hardware,
+    )  # fmt: skip
+    if summary.get("aborted"):
+        from crosstune.study.bundle import StudyError
+
+        raise StudyError(f"bench: the sweep was aborted: {summary['aborted']} (log: {s.bundle / SERVE})")
+    cells = len(summary.get("cells", []))
+    return StageResult(
+        f"{cells} cells (contexts {serve.contexts} × concurrency {serve.concurrency})",
+        [Output(f"{BENCH}/summary.json")],
+        contents={"sweeps": [f"{BENCH}/summary.json"]},
+    )

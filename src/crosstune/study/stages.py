@@ -1,0 +1,152 @@
+"""The study's first stages, each through its area's public API: prepare (crosstune.data), plan (crosstune.planner),
+train (crosstune.train.session), export (crosstune.export). Each has an `inputs` (what it depends on: recipe
+sections and the earlier stages' output hashes) and a `run` returning a StageResult."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+from crosstune.fsutil import atomic_write_text
+from crosstune.run.integrity import file_sha256
+from crosstune.run.layout import ADAPTER, METRICS_JSONL, RUN_JSON, read_run_metadata, saved_steps
+from crosstune.study.bundle import Output, StudyError
+from crosstune.study.context import DATA, EXPORT, PLAN, StageResult, StudyContext
+
+TRAIN_SECTIONS = ("model", "lora", "data", "train", "backend", "hardware")
+
+
+# --- prepare ------------------------------------------------------------------------------------------------------
+TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "*.jinja", "vocab.*", "merges.txt")
+
+
+def prepare_inputs(s: StudyContext) -> dict[str, Any]:
+    """The data settings' hash (sources by path, size and mtime) and the tokenizer's files (with the chat template):
+    hashed as files, so a rerun decides in milliseconds without loading transformers."""
+    from crosstune.data.prepared import data_hash, data_settings
+
+    model = s.path(s.recipe.model.path)
+    files = sorted({f for pattern in TOKENIZER_FILES for f in (model.glob(pattern) if model else ()) if f.is_file()})
+    return {
+        "data_hash": data_hash(data_settings(s.recipe)),
+        "tokenizer_files": {f.name: file_sha256(f) for f in files},
+    }
+
+
+def run_prepare(s: StudyContext) -> StageResult:
+    from crosstune.data import prepare_dataset
+
+    prepared = prepare_dataset(s.recipe, out_dir=s.bundle / DATA)
+    m = prepared.manifest
+    split = prepared.stats.get("splits", {}).get("train", {})
+    hashes = {k: m[k] for k in ("data_hash", "tokenizer_hash", "chat_template_sha256")}
+    s.manifest["data"] = hashes
+    note = f"{split.get('rows', '?')} rows of {split.get('row_length', prepared.max_seq_len)} tokens"
+    if prepared.reused:
+        note += " (an up-to-date preparation was already there)"
+    return StageResult(note, [Output(DATA)], record=hashes)
+
+
+# --- plan ---------------------------------------------------------------------------------------------------------
+def plan_inputs(s: StudyContext) -> dict[str, Any]:
+    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend}
+
+
+def _memory(mem) -> dict[str, Any] | None:
+    if mem is None:
+        return None
+    return {"total_gb": mem.total, "hbm_gb": mem.hbm, "fits": mem.fits}
+
+
+def run_plan(s: StudyContext) -> StageResult:
+    from crosstune.planner import plan_recipe
+    from crosstune.planner.cli import render_plan
+
+    plan = plan_recipe(s.recipe, backend=s.backend)
+    render_plan(plan, s.console)
+    record = {
+        "hardware": plan.hardware.name,
+        "backend": plan.backend,
+        "jax_mesh": {"fsdp": plan.jax_mesh[0], "tp": plan.jax_mesh[1]},
+        "jax_memory": _memory(plan.jax_memory),
+        "torch_devices": plan.torch_devices,
+        "torch_memory": _memory(plan.torch_memory),
+        "blockers": plan.blockers,
+        "notes": plan.notes,
+    }
+    atomic_write_text(s.bundle / PLAN / "plan.json", json.dumps(record, indent=2) + "\n")
+    if plan.blockers:
+        raise StudyError(f"plan: {plan.blockers[0]} (all blockers: {s.bundle / PLAN / 'plan.json'})")
+    mem = plan.jax_memory if s.backend == "jax" else plan.torch_memory
+    where = "" if mem is None or mem.hbm is None else f": {mem.total:.1f} of {mem.hbm:.0f} GB per device"
+    return StageResult(f"{s.backend} on {plan.hardware.name}{where}; no blocker", [Output(f"{PLAN}/plan.json")])
+
+
+# --- train --------------------------------------------------------------------------------------------------------
+def train_inputs(s: StudyContext) -> dict[str, Any]:
+    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend, "data": s.outputs_of("prepare")}
+
+
+def _train_outputs(s: StudyContext) -> list[Output]:
+    return [Output(f"{s.run_rel}/{name}") for name in (RUN_JSON, METRICS_JSONL, ADAPTER)]
+
+
+def clear_train(s: StudyContext) -> None:
+    shutil.rmtree(s.run_dir, ignore_errors=True)
+
+
+def run_train(s: StudyContext) -> StageResult:
+    from crosstune.run.resume import ResumeError
+    from crosstune.train.session import TrainingSession
+
+    resume = (s.run_dir / RUN_JSON).is_file()  # an interrupted run of the same inputs: continue it
+    if resume:
+        steps = saved_steps(s.run_dir)
+        s.console.print(f"   resuming {s.run_dir} from " + (f"step {steps[-1]}" if steps else "step 0 (no checkpoint)"))
+    session = TrainingSession(s.recipe, s.backend, s.run_dir, resume=resume, **s.launch)
+    try:
+        with session.started() as backend:
+            result = session.fit(backend)
+            lead = backend.lead
+    except ResumeError:
+        # Every step is checkpointed but the process died before it wrote the final adapter: export reads the
+        # last checkpoint, so the run is complete.
+        if not saved_steps(s.run_dir) or not (s.run_dir / METRICS_JSONL).is_file():
+            raise
+        return StageResult(
+            f"complete at step {saved_steps(s.run_dir)[-1]} (final adapter from the last checkpoint)",
+            [Output(f"{s.run_rel}/{name}") for name in (RUN_JSON, METRICS_JSONL)],
+            contents={"runs": [s.run_rel]},
+        )
+    if not lead:
+        return StageResult("this process's part of the run is done", lead=False)
+    meta = read_run_metadata(s.run_dir)
+    first = result.losses[0] if result.losses else float("nan")
+    note = f"{result.steps} steps, loss {first:.3f} → {result.final_loss:.3f}"
+    if meta.get("compile_time_s") is not None:
+        note += f", compile {meta['compile_time_s']:.0f} s"
+    return StageResult(note, _train_outputs(s), record={"steps": result.steps}, contents={"runs": [s.run_rel]})
+
+
+# --- export -------------------------------------------------------------------------------------------------------
+def export_inputs(s: StudyContext) -> dict[str, Any]:
+    return {"run": s.outputs_of("train")}
+
+
+def run_export(s: StudyContext) -> StageResult:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    from crosstune.export import export_run
+
+    bar = Progress("   {task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=s.console)
+
+    def progress(total: int):
+        task = bar.add_task("merging", total=total)
+        return lambda n: bar.advance(task, n)
+
+    with bar:
+        made = export_run(s.run_dir, "both", s.bundle / EXPORT, overwrite=True, progress=progress)
+    source = json.loads((made["merged"] / "export_manifest.json").read_text())["source"]
+    note = f"step {source.get('step')} → merged HF model and PEFT adapter"
+    return StageResult(note, [Output(EXPORT)], record={"step": source["step"]})

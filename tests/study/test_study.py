@@ -1,0 +1,257 @@
+"""`crosstune study` on the tiny recipe (torch, 2 steps, no serving environment): the bundle, the rerun that skips
+every stage, a copied bundle, changed inputs, interruption, and `crosstune report` over two bundles."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+from rich.console import Console
+
+from crosstune.compare.inputs import BUNDLE_MANIFEST, read_inputs
+from crosstune.errors import Interrupted
+from crosstune.study import runner
+from crosstune.study.bundle import StudyError, read_manifest
+from crosstune.study.runner import STAGE_NAMES, run_study
+from tests.helpers.paths import RECIPES
+
+STEPS = 2
+
+
+def overrides(model_dir, corpus_dir, *extra: str) -> list[str]:
+    return [
+        f"model.path={model_dir}",
+        f"data.sources=[{{path: {corpus_dir / 'train.jsonl'}}}]",
+        f"eval.problems={corpus_dir / 'eval'}",
+        f"train.max_steps={STEPS}",
+        "train.checkpoint_every=1",
+        "data.max_seq_len=512",
+        "data.truncation=truncate",
+        "eval.samples=1",
+        "eval.k=[1]",
+        "eval.max_tokens=16",
+        *extra,
+    ]
+
+
+def study(bundle, sets, backend="torch", **kwargs):
+    console = Console(record=True, width=200)
+    t0 = time.perf_counter()
+    manifest = run_study(RECIPES / "tiny-cpu.yaml", backend, bundle, overrides=sets, console=console, **kwargs)
+    return manifest, console.export_text(), time.perf_counter() - t0
+
+
+@pytest.fixture(autouse=True)
+def no_serving_env(tmp_path_factory, monkeypatch):
+    """No vLLM here, whatever the machine has: serve and bench are skipped, eval runs the local engine."""
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path_factory.mktemp("no-serve-env")))
+
+
+@pytest.fixture(scope="module")
+def torch_bundle(tmp_path_factory, tiny_gemma4_dir, synth_corpus_dir):
+    """One torch study and its immediate rerun: (bundle, first (manifest, log, s), second (manifest, log, s))."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path_factory.mktemp("no-serve-env")))
+    try:
+        bundle = tmp_path_factory.mktemp("study") / "tiny-torch"
+        sets = overrides(tiny_gemma4_dir, synth_corpus_dir)
+        first = study(bundle, sets)
+        second = study(bundle, sets)
+    finally:
+        mp.undo()
+    return bundle, sets, first, second
+
+
+def test_a_study_makes_a_self_describing_bundle(torch_bundle):
+    bundle, _, (manifest, log, _), _ = torch_bundle
+    stages = manifest["stages"]
+    assert list(stages) == STAGE_NAMES
+    assert {name: s["status"] for name, s in stages.items()} == {
+        "prepare": "done", "plan": "done", "train": "done", "export": "done",
+        "serve": "skipped", "bench": "skipped", "eval": "done", "cost": "done",
+    }  # fmt: skip
+    assert stages["serve"]["record"]["enable"] == "make serve-env"
+    command = stages["serve"]["record"]["target_plan"]["command"]  # what serves it on the recipe's hardware
+    assert command.startswith("VLLM_CPU_KVCACHE_SPACE=") and f"vllm serve {bundle / 'export' / 'merged'}" in command
+    assert "serve: skipped" in log and "`make serve-env` creates it" in log
+    assert stages["train"]["record"] == {"steps": STEPS}
+    assert stages["eval"]["record"]["engine"] == "transformers"
+    assert manifest["contents"] == {"runs": ["runs/tiny-cpu-torch"], "evals": ["eval/finetune"], "sweeps": []}
+    for entry in stages.values():  # every output is named relative to the bundle and exists there
+        for out in entry.get("outputs", []):
+            assert not out["path"].startswith("/") and (bundle / out["path"]).exists()
+    assert set(manifest["data"]) == {"data_hash", "tokenizer_hash", "chat_template_sha256"}
+    (host,) = manifest["hosts"].values()
+    assert host["cuda"] == [] and host["tpu"] is None and host["cpu"]["cores"] >= 1
+    assert {"crosstune", "torch", "jax", "transformers"} <= set(host["versions"])
+    cost = json.loads((bundle / "cost" / "cost.json").read_text())
+    assert cost["training"] is None and "no on-demand price for cpu" in cost["notes"][0]
+    for i, name in enumerate(STAGE_NAMES, 1):  # one line per stage, with its time
+        assert f"[{i}/8] {name}: " in log
+
+
+def test_a_second_run_skips_every_stage_in_a_fraction_of_the_time(torch_bundle):
+    _, _, (first, _, t_first), (second, log, t_second) = torch_bundle
+    for name in STAGE_NAMES:
+        assert second["stages"][name]["started"] == first["stages"][name]["started"], name  # not run again
+    assert log.count(": up to date (") == 6 and log.count(": skipped before, nothing changed (") == 2
+    assert t_second < 0.25 * t_first, (t_first, t_second)
+
+
+def test_a_copied_bundle_is_up_to_date_and_the_report_sets_two_bundles_side_by_side(torch_bundle, tmp_path):
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "copied-off-the-machine"
+    shutil.copytree(bundle, copy)
+    manifest, log, _ = study(copy, sets)
+    assert log.count(": up to date (") == 6, log  # paths are relative: nothing is redone in the new place
+    inputs = read_inputs([bundle, copy])
+    assert [r.path for r in inputs.runs] == [bundle / "runs" / "tiny-cpu-torch", copy / "runs" / "tiny-cpu-torch"]
+    assert [name for name, _ in inputs.evals] == ["tiny-torch · finetune", "copied-off-the-machine · finetune"]
+    from crosstune.compare import write_report
+
+    html = write_report([bundle, copy], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "| trained tokens / s |" in md and "| final loss |" in md
+    assert "| tiny-torch · finetune |" in md and "| copied-off-the-machine · finetune |" in md
+    assert html.is_file()
+
+
+def test_changed_eval_settings_redo_eval_and_cost_only(torch_bundle, tmp_path):
+    bundle, sets, (first, _, _), _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    manifest, log, _ = study(copy, [*sets, "eval.max_tokens=12"])
+    assert "eval: its inputs changed since it ran: redoing it" in log
+    redone = [n for n in STAGE_NAMES if manifest["stages"][n]["started"] != first["stages"][n]["started"]]
+    assert redone == ["eval"]  # cost reads the run and the sweep, not the evaluation
+    assert json.loads((copy / "eval" / "finetune" / "summary.json").read_text())["sampling"]["max_tokens"] == 12
+
+
+def test_a_changed_output_is_redone(torch_bundle, tmp_path):
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    (copy / "plan" / "plan.json").write_text("{}")
+    _, log, _ = study(copy, sets, only=["plan"])
+    assert "plan: redoing it: plan/plan.json changed since the stage wrote it (sha256 differs)" in log
+    assert json.loads((copy / "plan" / "plan.json").read_text())["blockers"] == []
+
+
+def test_ctrl_c_in_a_stage_leaves_a_bundle_that_resumes(torch_bundle, tmp_path, monkeypatch):
+    bundle, sets, (first, _, _), _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    manifest = read_manifest(copy)
+    manifest["stages"]["export"]["inputs"] = "an older run's"
+    (copy / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
+
+    def interrupt(_ctx):
+        raise KeyboardInterrupt
+
+    stages = [runner.Stage(*(interrupt if f == st.run else f for f in vars(st).values())) for st in runner.STAGES]
+    monkeypatch.setattr(runner, "STAGES", stages)
+    with pytest.raises(Interrupted, match="interrupted \\(Ctrl-C\\) in stage export: finished stages are kept"):
+        study(copy, sets)
+    assert read_manifest(copy)["stages"]["export"]["status"] == "interrupted"
+    monkeypatch.undo()
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "none"))
+    manifest, log, _ = study(copy, sets)
+    assert "export: continuing where an earlier run stopped (interrupted)" in log
+    assert manifest["stages"]["export"]["status"] == "done"
+    assert manifest["stages"]["train"]["started"] == first["stages"]["train"]["started"]
+
+
+def test_stage_selection_and_refusals(torch_bundle, tmp_path):
+    _, sets, _, _ = torch_bundle
+    with pytest.raises(StudyError, match="stage export never ran in .*: run it first"):
+        study(tmp_path / "fresh", sets, only=["eval"])
+    with pytest.raises(StudyError, match="unknown stage 'bnech': the stages are prepare, plan, train, export"):
+        study(tmp_path / "fresh", sets, from_stage="bnech")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("keep")
+    with pytest.raises(StudyError, match="is not empty and holds no study bundle"):
+        study(tmp_path / "mine", sets, only=["prepare"])
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["thesis.tex"]
+    with pytest.raises(StudyError, match="holds a torch study: give --backend torch"):
+        study(torch_bundle[0], sets, backend="jax", only=["plan"])
+    with pytest.raises(StudyError, match="only trains its part: give --only train"):
+        study(tmp_path / "w", sets, launch={"node_rank": 1})
+
+
+def test_the_report_names_what_a_bundle_lacks(torch_bundle, tmp_path):
+    from crosstune.compare.prices import CostError
+
+    bundle, _, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    shutil.rmtree(copy / "eval" / "finetune")
+    with pytest.raises(CostError, match=f"lists {copy / 'eval' / 'finetune'}, which is missing: finish the study"):
+        read_inputs([copy])
+    (copy / BUNDLE_MANIFEST).write_text(json.dumps({"kind": "something-else"}))
+    with pytest.raises(CostError, match="not a study bundle's manifest"):
+        read_inputs([copy])
+
+
+def test_the_command_line_says_what_was_wrong_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+
+    _register()
+    result = CliRunner().invoke(
+        app, ["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(tmp_path / "b"), "--only", "train,evl"]
+    )
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: unknown stage 'evl': the stages are prepare, plan, train, export, serve, bench, eval, cost"
+    )
+
+
+def test_a_failing_stage_is_named_and_recorded(torch_bundle, tmp_path, monkeypatch):
+    from crosstune.compare.prices import CostError
+
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+
+    def no_price(_ctx):
+        raise CostError("the prices file is unreadable")
+
+    stages = [runner.Stage(*(no_price if f == st.run else f for f in vars(st).values())) if st.name == "cost" else st
+              for st in runner.STAGES]  # fmt: skip
+    monkeypatch.setattr(runner, "STAGES", stages)
+    with pytest.raises(StudyError, match="--prices .*prices.yaml: no such file"):
+        study(copy, sets, only=["cost"], prices=tmp_path / "prices.yaml")
+    (tmp_path / "prices.yaml").write_text("chips: {cpu: {on_demand: 0.1, source: a test}}\n")
+    with pytest.raises(StudyError, match="stage cost failed: the prices file is unreadable — the finished stages"):
+        study(copy, sets, only=["cost"], prices=tmp_path / "prices.yaml")
+    entry = read_manifest(copy)["stages"]["cost"]
+    assert (entry["status"], entry["error"]) == ("failed", "the prices file is unreadable")
+
+
+def test_the_cost_stage_prices_the_run_at_the_given_rate(torch_bundle, tmp_path):
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("chips: {cpu: {on_demand: 3.6, source: a test rate}}\n")
+    manifest, log, _ = study(copy, sets, only=["cost"], prices=prices)
+    assert "cost: its inputs changed since it ran: redoing it" in log  # the prices are an input
+    cost = json.loads((copy / "cost" / "cost.json").read_text())["training"]
+    from crosstune.compare import read_run
+
+    hours = read_run(copy / "runs" / "tiny-cpu-torch").step_time_s / 3600
+    assert cost["usd_per_hour"] == 3.6 and "a test rate" in cost["price"]
+    assert cost["usd"] == pytest.approx(3.6 * hours, rel=1e-12)  # the same arithmetic, no rounding on the way
+
+
+def test_a_second_study_into_a_busy_bundle_is_refused_naming_the_holder(torch_bundle):
+    from crosstune.fsutil import LockedError, exclusive_lock, lock_path
+
+    bundle, sets, _, _ = torch_bundle
+    with exclusive_lock(lock_path(bundle), "a test", "wait"):
+        with pytest.raises(LockedError, match=f"the study bundle {bundle} is in use by PID {os.getpid()} on host"):
+            study(bundle, sets)
