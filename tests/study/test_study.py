@@ -109,7 +109,7 @@ def test_a_copied_bundle_is_up_to_date_and_the_report_sets_two_bundles_side_by_s
     assert log.count(": up to date (") == 6, log  # paths are relative: nothing is redone in the new place
     inputs = read_inputs([bundle, copy])
     assert [r.path for r in inputs.runs] == [bundle / "runs" / "tiny-cpu-torch", copy / "runs" / "tiny-cpu-torch"]
-    assert [name for name, _ in inputs.evals] == ["tiny-torch · finetune", "copied-off-the-machine · finetune"]
+    assert [e.name for e in inputs.evals] == ["tiny-torch · finetune", "copied-off-the-machine · finetune"]
     from crosstune.compare import write_report
 
     html = write_report([bundle, copy], tmp_path / "report")

@@ -122,4 +122,3 @@ def read_inputs(paths: list[Path]) -> Inputs:
         if not any(add(found, path) for _, add in KINDS):
             raise CostError(f"{path}: not {', '.join(kind for kind, _ in KINDS[:-1])} or {KINDS[-1][0]}")
     return found
-

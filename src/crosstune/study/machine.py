@@ -18,7 +18,9 @@ from typing import Any
 
 from crosstune.run.rundir import versions
 
-TPU_ENV = ("TPU_ACCELERATOR_TYPE", "TPU_TOPOLOGY", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_SKIP_MDS_QUERY")
+# What a TPU host's environment says about it. Not TPU_SKIP_MDS_QUERY: `import jax` sets it to 1 on every machine
+# without a TPU (jax/_src/cloud_tpu_init.py), so it describes the process, not the host.
+TPU_ENV = ("TPU_ACCELERATOR_TYPE", "TPU_TOPOLOGY", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/"
 CLUSTER_ENV = ("SLURM_JOB_ID", "SLURM_NNODES", "SLURM_NODEID", "JOB_COMPLETION_INDEX", "SKYPILOT_TASK_ID")
 

@@ -90,7 +90,7 @@ def test_tiny_step_compiles_for_a_v5p_8(capfd):
     assert line["micro_step_s"] == max(line["compute_s"], line["memory_s"]) > 0
     assert line["tokens_per_s"] == pytest.approx(4 * 128 / line["micro_step_s"])  # 2 rows/device × fsdp 2 × 128
     assert "upper bound" in line["note"] and "first 1 layers only" in line["note"]
-    err = capfd.readouterr().err
+    err = result.stderr + capfd.readouterr().err  # CliRunner holds sys.stderr; the child writes through it
     assert "[3/3] XLA compiling for TPU v5 × 4" in err and "INVALID_ARGUMENT" not in err
 
 

@@ -79,6 +79,8 @@ def child_env(libtpu: Path, accelerator: str) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(path),
         "JAX_PLATFORMS": "cpu",
         "TPU_ACCELERATOR_TYPE": accelerator,  # quiets libtpu's probe for the machine's own TPU
+        # no TPU is opened, so two compiles at once are safe; without this the second fails on /tmp/libtpu_lockfile
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
     }
 
 
