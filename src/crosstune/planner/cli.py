@@ -87,6 +87,7 @@ def render_plan(plan: Plan, out: Console | None = None) -> None:
     rows = [
         ("base weights", lambda m: m.base),
         ("LoRA + grads + AdamW", lambda m: m.lora),
+        ("layers gathered over fsdp (jax)", lambda m: m.gathered or None),
         ("activations, remat", lambda m: m.activations_remat),
         ("activations, no remat", lambda m: m.activations_no_remat),
         ("activations, selective (torch)", lambda m: m.activations_selective),

@@ -97,6 +97,7 @@ def planner_bytes(m: Memory) -> dict:
         "per_device_bytes": round(m.total * GB),
         "base_bytes": round(m.base * GB),
         "lora_optimizer_bytes": round(m.lora * GB),
+        "gathered_bytes": round(m.gathered * GB),
         "activations_bytes": round(m.activations * GB),
         "logits_bytes": round(m.logits * GB),
     }

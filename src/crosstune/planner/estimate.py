@@ -30,10 +30,11 @@ class Memory:
     logits: float
     hbm: float | None
     activations_selective: float | None = None  # torch only: remat + the kept attention outputs
+    gathered: float = 0.0  # jax with fsdp > 1: the decoder layers' weights all-gathered over fsdp, held to backward
 
     @property
     def total(self) -> float:
-        return self.base + self.lora + self.activations + self.logits
+        return self.base + self.lora + self.gathered + self.activations + self.logits
 
     @property
     def fits(self) -> bool:
@@ -118,7 +119,16 @@ def memory(
         base = sum(per_device_elements(t, mesh) for t in tunix_tensors(spec)) * a
         lora_elements = sum(per_device_elements(x, mesh) for x in trained_lora_tensors(spec, recipe.lora.targets, rank))
         lora = lora_elements * 16
+        # XLA keeps every decoder layer's weights, gathered over fsdp in the forward pass, alive until that layer's
+        # backward (measured: Gemma 3 27B on v6e-8 at fsdp 2 × tp 4, XLA's temp grows by one layer's fsdp-gathered
+        # weights per layer, 0.21 GB; docs/BENCHMARKS.md, "Ahead-of-time TPU compile")
+        gathered_mesh = {"fsdp": 1, "tp": tp}
+        layers = [t for t in tunix_tensors(spec) if t.path.startswith("layers.")]
+        gathered = sum(per_device_elements(t, gathered_mesh) for t in layers) * a if fsdp > 1 else 0.0
+        if hw.chip.platform != "tpu":
+            gathered = 0.0  # measured by XLA:TPU's compiler only (no GPU compile here): GPUs keep the old estimate
     else:
+        gathered = 0.0
         shards = devices if recipe.backend.torch.fsdp else 1
         layer = max(spec.layer_params(i) for i in range(spec.num_layers))
         base = spec.total_params * a / shards + (2 * layer * a if shards > 1 else 0)
@@ -127,7 +137,10 @@ def memory(
     working = [_layer_working_set(spec, i, b, seq, a, tp, scores) for i in range(spec.num_layers)]
     no_remat = sum(working) + b * seq * seq  # + the [b, L, L] boolean mask
     remat = spec.num_layers * b * seq * spec.hidden_size / tp * a + max(working) + b * seq * seq
-    logits = b * seq * spec.vocab_size * 4 * 3 / (tp if spec.vocab_size % tp == 0 else 1)
+    # fp32 [b, L, vocab]: the logits, their softmax's gradient, and with a final softcap the capped logits too
+    # (Gemma 4: 30; Gemma 3 has none; XLA's full-depth compiles of both agree: docs/BENCHMARKS.md)
+    copies = 3 if spec.final_logit_softcap else 2
+    logits = b * seq * spec.vocab_size * 4 * copies / (tp if spec.vocab_size % tp == 0 else 1)
     selective = remat + _saved_attention(spec, b, seq, a) if backend == "torch" else None
     acts = remat if recipe.train.gradient_checkpointing else no_remat
     if selective is not None and recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_attention:
@@ -135,7 +148,7 @@ def memory(
     hbm = hw.chip.hbm_gb
     return Memory(
         base / GB, lora / GB, acts / GB, no_remat / GB, remat / GB, logits / GB, hbm,
-        None if selective is None else selective / GB,
+        None if selective is None else selective / GB, gathered / GB,
     )  # fmt: skip
 
 
@@ -244,6 +257,8 @@ def _torch_blockers(plan: Plan, recipe: Recipe) -> None:
 def _oom(mem: Memory, unit: str) -> str:
     return (
         f"estimated {mem.total:.1f} GB per {unit} > {USABLE_FRACTION:.0%} of {mem.hbm:.0f} GB HBM "
-        f"(base {mem.base:.1f}, LoRA+optimizer {mem.lora:.1f}, activations {mem.activations:.1f}, "
+        f"(base {mem.base:.1f}, LoRA+optimizer {mem.lora:.1f}, "
+        + (f"fsdp-gathered layers {mem.gathered:.1f}, " if mem.gathered else "")
+        + f"activations {mem.activations:.1f}, "
         f"logits {mem.logits:.1f})"
     )
