@@ -19,6 +19,9 @@ TINY = REPO / "recipes" / "tiny-cpu.yaml"
 TINY_ON_V5P = ["--set", "hardware=tpu-v5p-8", "--set", "backend.jax.mesh.fsdp=2", "--set", "backend.jax.mesh.tp=2",
                "--set", "data.max_seq_len=128", "--set", "lora.dropout=0.05"]  # fmt: skip
 AGREEMENT = 0.10  # the bound: planner within ±10 % of XLA's per-device total
+# Outputs that reuse no donated buffer at real size: the loss, the grad norm and small scalars (12.6 KB measured at
+# full depth for both TPU recipes, docs/BENCHMARKS.md); a second copy of the base would be gigabytes.
+UNALIASED = 64 * 1024
 
 
 def _libtpu():
@@ -103,7 +106,7 @@ def test_real_dimensions_hold_the_base_once(capfd):
     result = _plan(str(G4), "--compile", "--layers", "2", "--json")
     assert result.exit_code == 0, result.output + capfd.readouterr().err
     x = json.loads(result.stdout)["xla"]
-    assert x["output_fraction_of_arguments"] < 0.1 and x["output_bytes"] - x["alias_bytes"] < 4096
+    assert x["output_fraction_of_arguments"] < 0.1 and x["output_bytes"] - x["alias_bytes"] < UNALIASED
 
 
 def _full_depth(recipe, capfd) -> dict:
@@ -123,5 +126,5 @@ def test_planner_agrees_with_the_compiler_at_full_depth(recipe, capfd):
     x = report["xla"]
     assert report["layers"]["full_depth"] and report["fits"]
     assert abs(report["planner"]["relative_to_xla"]) <= AGREEMENT, report
-    assert x["output_fraction_of_arguments"] < 0.25 and x["output_bytes"] - x["alias_bytes"] < 4096
+    assert x["output_fraction_of_arguments"] < 0.25 and x["output_bytes"] - x["alias_bytes"] < UNALIASED
     print(json.dumps(report, indent=1), file=os.sys.stderr)
