@@ -205,3 +205,34 @@ def test_transformers_backend_samples_reproducibly(tmp_path):
     assert len(first) == 2 and all(isinstance(t, str) and t for t in first) and len(cache) == 2
     messages = build_messages(PROBLEMS[0])
     assert [model.complete(messages, params, i).text for i in range(2)] == first  # same seed, same text
+
+
+class InstantTrouble:
+    """A backend whose every request fails at once with endpoint trouble: the worker thread could loop through all
+    jobs before the main thread reads the first failure (the race that sent a 4th request under load)."""
+
+    model, max_concurrency, batch_size, engine = "m", 1, 1, {"name": "fake", "kind": "endpoint"}
+
+    def __init__(self):
+        self.calls = 0
+
+    def complete(self, messages, params, sample):
+        from crosstune.evals.generate import GenerationError
+
+        self.calls += 1
+        raise GenerationError("server error: 500", endpoint_trouble=True)
+
+    def probe(self):
+        pass
+
+    def cancel(self):
+        pass
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_no_request_is_sent_after_the_failures_in_a_row_that_give_up(tmp_path, attempt):
+    backend = InstantTrouble()
+    result = generate_completions(PROBLEMS[:2], backend, SamplingParams(n=10), CompletionCache(tmp_path / "c"),
+                                  concurrency=1)  # fmt: skip
+    assert backend.calls == 3  # give up after max(3, workers) = 3 in a row: the 4th is never sent
+    assert len(result.failures) == 20

@@ -152,6 +152,18 @@ def _ask(
         todo.put(unit)
     results: queue.Queue[tuple[_Job, Completion | BaseException]] = queue.Queue()
     stop = threading.Event()
+    give_up_after = max(3, workers)
+    # The streak is counted where results are put, under one lock, so a worker never sends another request after
+    # the failure that ends the streak (counted only by the main thread, a worker raced it under load).
+    streak, streak_lock = [0], threading.Lock()
+
+    def hand_over(job: _Job, answer: Completion | BaseException) -> None:
+        with streak_lock:
+            trouble = isinstance(answer, GenerationError) and answer.endpoint_trouble
+            streak[0] = streak[0] + 1 if trouble else 0
+            if streak[0] >= give_up_after or not isinstance(answer, Completion | GenerationError):
+                stop.set()
+            results.put((job, answer))
 
     def work() -> None:
         while not stop.is_set():
@@ -164,16 +176,15 @@ def _ask(
                     answers = [backend.complete(unit[0].messages, params, unit[0].sample)]
                 else:
                     answers = backend.complete_batch([(job.messages, job.sample) for job in unit], params)  # type: ignore[attr-defined]
-                for job, answer in zip(unit, answers, strict=True):
-                    results.put((job, answer))
             except BaseException as e:  # handed to the main thread, which decides (for every job of the unit)
-                for job in unit:
-                    results.put((job, e))
+                answers = [e] * len(unit)
+            for job, answer in zip(unit, answers, strict=True):
+                hand_over(job, answer)
 
     for i in range(workers):
         threading.Thread(target=work, name=f"crosstune-eval-request-{i}", daemon=True).start()
     failures: dict[_Job, str] = {}
-    done, in_a_row, give_up_after = total - len(jobs), 0, max(3, workers)
+    done, in_a_row = total - len(jobs), 0
     try:
         for received in range(1, len(jobs) + 1):
             job, result = _next_result(results)
