@@ -31,5 +31,8 @@ for tool in "$@"; do
     exit 1
   }
 done
-version=$("$1" "$version_flag" 2>&1 || true)  # captured whole, then cut: no early-closing pipe
+# stdout only: Debian's chromium launcher prints a shell error of its own on stderr ("[: 25276059648: unexpected
+# operator", its memory check); captured whole, then cut: no early-closing pipe.
+version=$("$1" "$version_flag" 2>/dev/null || true)
+[ -n "$version" ] || version="$package $(dpkg-query -W -f='${Version}' "$package" 2>/dev/null || true)"
 echo "installed: ${version%%$'\n'*}"
