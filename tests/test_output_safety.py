@@ -149,7 +149,7 @@ def test_kill_9_during_an_overwriting_export_leaves_the_earlier_export(run, tmp_
     out = tmp_path / "exports" / "adapter"
     export_run(run, "adapter", out)
     before = _tree(out)
-    _killed(KILLED_EXPORT.replace('Path(sys.argv[2]))', 'Path(sys.argv[2]), overwrite=True)'), run, out)
+    _killed(KILLED_EXPORT.replace("Path(sys.argv[2]))", "Path(sys.argv[2]), overwrite=True)"), run, out)
     assert _tree(out) == before  # the earlier export, whole; the next export cleans the dead one's temp folder
     export_run(run, "adapter", out, overwrite=True)  # a rerun replaces its own export
     manifest = "export_manifest.json"  # its `created` is the rerun's

@@ -124,7 +124,11 @@ def test_parts_each_with_their_own_manifest_prove_the_folder(tmp_path):
     out = tmp_path / "out"
     assert refusal(out, kind) is None
     (out / "right" / "extra").write_text("x")
-    assert "right/extra (not in its thing_manifest.json)" in refusal(out, kind)
+    (out / "notes.txt").write_text("mine")
+    assert refusal(out, kind) == (
+        f"--out {out} holds files that are not crosstune thing's output: notes.txt (no thing_manifest.json lists it); "
+        f"right/extra (not in its thing_manifest.json); {WHY}"
+    )
 
 
 def test_an_older_manifest_is_read_through_the_kinds_legacy(tmp_path):

@@ -148,11 +148,10 @@ def _unproven(folder: Path, kind: OutputKind, hashes: bool = True, skip: str = "
     without `hashes`; `skip`: a top-level name left out); empty: the folder is an earlier output, unchanged."""
     folder = Path(folder)
     manifest, why = read_manifest(folder, kind)
-    if manifest is None:
-        entries = sorted(e for e in folder.iterdir() if e.name != skip)
-        if kind.parts and entries and all(_is_part(e, kind) for e in entries):
-            return [(f"{e.name}/{rel}", reason) for e in entries for rel, reason in _unproven(e, kind, hashes)]
-        return [(rel, why) for rel in _listing(folder) if rel != skip]
+    if manifest is None:  # parts with their own manifests prove themselves; whatever is beside them is not proven
+        parts = sorted(e for e in folder.iterdir() if _is_part(e, kind))
+        bad = [(rel, why) for rel in _listing(folder) if rel.split("/")[0] not in {skip, *(e.name for e in parts)}]
+        return bad + [(f"{e.name}/{rel}", reason) for e in parts for rel, reason in _unproven(e, kind, hashes)]
     bad = []
     for rel in _listing(folder):
         if rel in (kind.manifest, skip):
