@@ -24,6 +24,7 @@ README = REPO / "README.md"
 LAYERS: list[tuple[str, str]] = [
     ("errors", "the expected-failure base class"),
     ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
+    ("ownership", "the output policy: one manifest shape; a command replaces only files it wrote"),
     ("hardware", "chips (bf16 peak, HBM, price) and named hardware targets"),
     ("recipes", "the shipped recipes (package data)"),
     ("families", "one folder per Gemma family; the HF ↔ Tunix table and the views derived from it"),

@@ -42,12 +42,44 @@ def test_overwrite_replaces_only_an_earlier_export(run, tmp_path):
     out = tmp_path / "folder"
     out.mkdir()
     (out / "thesis.tex").write_text("years of work")
-    with pytest.raises(ExportError, match="not an earlier export"):
+    with pytest.raises(ExportError, match=r"not crosstune export's output: thesis.tex \(no export_manifest.json"):
         export_run(run, "adapter", out, overwrite=True)
     assert (out / "thesis.tex").read_text() == "years of work"
     export_run(run, "both", tmp_path / "export")
     export_run(run, "merged", tmp_path / "export", overwrite=True)  # an earlier export (both): replaced
     assert (tmp_path / "export" / "export_manifest.json").is_file()
+
+
+def test_an_earlier_export_with_a_file_added_or_changed_is_refused_naming_it(run, tmp_path):
+    out = tmp_path / "export"
+    export_run(run, "both", out)
+    before = _tree(out)
+    (out / "merged" / "notes.md").write_text("my notes on this model")
+    with pytest.raises(ExportError, match=r"merged/notes.md \(not in its export_manifest.json\)"):
+        export_run(run, "adapter", out, overwrite=True)
+    (out / "merged" / "notes.md").unlink()
+    (out / "adapter" / "adapter_config.json").write_text("{}")  # edited by hand
+    with pytest.raises(ExportError, match=r"adapter/adapter_config.json \(changed since crosstune export wrote it\)"):
+        export_run(run, "adapter", out, overwrite=True)
+    assert {k: v for k, v in _tree(out).items() if k != "adapter/adapter_config.json"} == {
+        k: v for k, v in before.items() if k != "adapter/adapter_config.json"
+    }
+    assert (out / "adapter" / "adapter_config.json").read_text() == "{}"
+
+
+def test_an_export_written_before_the_one_manifest_shape_is_recognised(run, tmp_path):
+    """Format 1 had kind, source, created and files (sha256, bytes) but no made_by: still crosstune export's."""
+    out = tmp_path / "export"
+    export_run(run, "adapter", out)
+    manifest = json.loads((out / "export_manifest.json").read_text())
+    old = {k: manifest[k] for k in ("format", "kind", "source", "created", "files")}
+    (out / "export_manifest.json").write_text(json.dumps(old))
+    export_run(run, "adapter", out, overwrite=True)
+    assert json.loads((out / "export_manifest.json").read_text())["made_by"] == "crosstune export"
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 # --- 7: values no training can reach are refused, naming the tensor -----------------------------------------------
@@ -93,7 +125,7 @@ import crosstune.data.prepared as prepared
 from crosstune.data import prepare_dataset
 from crosstune.recipe import load_recipe
 prepared.save_stats = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
-prepare_dataset(load_recipe(sys.argv[1]), lenient=True)
+prepare_dataset(load_recipe(sys.argv[1]), lenient=True, force=sys.argv[2:] == ["--force"])
 """
 
 
@@ -113,6 +145,18 @@ def test_kill_9_during_export_leaves_a_temp_folder_the_next_export_removes(run, 
     assert f"[cleanup] removed {out.parent / left[0]}: a temp folder left by process" in capsys.readouterr().err
 
 
+def test_kill_9_during_an_overwriting_export_leaves_the_earlier_export(run, tmp_path):
+    out = tmp_path / "exports" / "adapter"
+    export_run(run, "adapter", out)
+    before = _tree(out)
+    _killed(KILLED_EXPORT.replace("Path(sys.argv[2]))", "Path(sys.argv[2]), overwrite=True)"), run, out)
+    assert _tree(out) == before  # the earlier export, whole; the next export cleans the dead one's temp folder
+    export_run(run, "adapter", out, overwrite=True)  # a rerun replaces its own export
+    manifest = "export_manifest.json"  # its `created` is the rerun's
+    assert {k: v for k, v in _tree(out).items() if k != manifest} == {k: v for k, v in before.items() if k != manifest}
+    assert _hidden(out.parent) == []
+
+
 def test_kill_9_during_prepare_leaves_a_temp_folder_the_next_prepare_removes(tmp_path, tiny_gemma4_dir, capsys):
     from crosstune.data import prepare_dataset
 
@@ -123,6 +167,17 @@ def test_kill_9_during_prepare_leaves_a_temp_folder_the_next_prepare_removes(tmp
     prepare_dataset(load_recipe(recipe_file), lenient=True)
     assert _hidden(tmp_path) == [] and (tmp_path / "prepared" / "manifest.json").is_file()
     assert "[cleanup] removed" in capsys.readouterr().err
+
+
+def test_kill_9_during_a_forced_prepare_leaves_the_earlier_preparation(tmp_path, tiny_gemma4_dir):
+    from crosstune.data import prepare_dataset
+
+    recipe_file = _recipe(tmp_path, tiny_gemma4_dir)
+    prepare_dataset(load_recipe(recipe_file), lenient=True)
+    before = _tree(tmp_path / "prepared")
+    _killed(KILLED_PREPARE, recipe_file, "--force")
+    assert _tree(tmp_path / "prepared") == before
+    assert prepare_dataset(load_recipe(recipe_file), lenient=True).reused
 
 
 def test_a_live_writers_temp_folder_is_left_alone(tmp_path):

@@ -4,6 +4,7 @@ cleaned, files honour the umask, and one process at a time writes a run or a pre
 `staged_dir(dest)` is the one "write into a temp folder beside the target, then swap it into place" of crosstune:
 the temp folder's name carries this host and PID (`.NAME.tmp-HOST-PID-XXXX`) and it holds a marker with the
 process's start time, so the next writer in that folder can tell a dead process's leftovers from a live one's.
+The output policy built on it (one manifest shape, one rule for every command's folder) is crosstune.ownership.
 """
 
 from __future__ import annotations
@@ -182,6 +183,12 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in chunks (weights of many GB)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 # --- one writer at a time -----------------------------------------------------------------------------------------

@@ -141,13 +141,14 @@ def test_existing_output_needs_overwrite(run):
     out = run.parent / "out"
     out.mkdir()
     (out / "keep.txt").write_text("x")
-    with pytest.raises(ExportError, match="not empty"):
-        export_run(run, "adapter", out)
-    with pytest.raises(ExportError, match="not an earlier export"):  # --overwrite replaces exports only
-        export_run(run, "adapter", out, overwrite=True)
+    for overwrite in (False, True):  # --overwrite replaces exports only
+        with pytest.raises(ExportError, match=r"not crosstune export's output: keep.txt \(no export_manifest.json"):
+            export_run(run, "adapter", out, overwrite=overwrite)
     assert (out / "keep.txt").read_text() == "x" and sorted(p.name for p in out.parent.iterdir()) == ["out", "run"]
     earlier = run.parent / "earlier"
     export_run(run, "both", earlier)
+    with pytest.raises(ExportError, match=f"--out {earlier} holds an earlier output of crosstune export: pass --over"):
+        export_run(run, "adapter", earlier)
     export_run(run, "adapter", earlier, overwrite=True)
     assert (earlier / "adapter_model.safetensors").is_file() and not (earlier / "merged").exists()
 

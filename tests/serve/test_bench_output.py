@@ -1,6 +1,7 @@
-"""`bench serve --out`: it replaces only an earlier sweep of its own (bench_manifest.json), refuses an --out that is or
-contains its input or names a file, writes through a temp folder swapped into place (a failing rerun leaves the
-earlier sweep whole), and by default gives every sweep a folder of its own."""
+"""`bench serve --out`: it replaces only an earlier sweep of its own, unchanged (bench_manifest.json, the one manifest
+shape of crosstune.ownership), refuses an --out that is or contains its input or names a file, writes through a temp
+folder swapped into place (a failing rerun leaves the earlier sweep whole), and by default gives every sweep a
+folder of its own."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ MANIFEST = "bench_manifest.json"  # crosstune.serve.output.MANIFEST, spelt out: 
 PLOTS = {"throughput_vs_load.png", "ttft_vs_context.png", "latency_vs_throughput.png"}
 
 
+def _sha256(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def snapshot(folder) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
@@ -21,8 +28,10 @@ def test_a_sweep_writes_its_manifest_listing_every_file(tmp_path, tiny_gemma4_di
         result = cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(tmp_path / "b")))
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "b" / MANIFEST).read_text())
-    assert manifest["kind"] == "crosstune bench serve" and manifest["complete"] is True
+    assert manifest["made_by"] == "crosstune bench serve" and manifest["complete"] is True
     assert set(manifest["files"]) == {"summary.json", "requests.jsonl", *PLOTS}
+    summary = tmp_path / "b" / "summary.json"
+    assert manifest["files"]["summary.json"] == {"sha256": _sha256(summary), "bytes": summary.stat().st_size}
     assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no temp folder left beside it
 
 
@@ -33,7 +42,10 @@ def test_out_holding_someone_elses_files_is_refused_and_untouched(tmp_path, tiny
     with FixtureServer() as server:
         for extra in ([], ["--overwrite"]):
             line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), *extra)))
-            assert f"--out {out} is not empty and holds no {MANIFEST}" in line
+            assert (
+                f"--out {out} holds files that are not crosstune bench serve's output: summary.json (no {MANIFEST}"
+                in line
+            )
     assert server.requests == []  # refused before anything was sent
     assert snapshot(out) == {"summary.json": b'{"pass@1": 0.43}'}
 
@@ -43,14 +55,34 @@ def test_an_earlier_sweep_is_replaced_only_with_overwrite_and_only_if_it_holds_n
     with FixtureServer() as server:
         assert cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out))).exit_code == 0
         line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out))))
-        assert f"--out {out} holds an earlier sweep: pass --overwrite" in line
+        assert f"--out {out} holds an earlier output of crosstune bench serve: pass --overwrite" in line
         (out / "notes.txt").write_text("mine")
         line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), "--overwrite")))
-        assert "plus files it did not write (notes.txt)" in line
+        assert f"not crosstune bench serve's output: notes.txt (not in its {MANIFEST})" in line
         (out / "notes.txt").unlink()
+        (out / "requests.jsonl").write_text("")  # emptied by hand
+        line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), "--overwrite")))
+        assert "requests.jsonl (changed since crosstune bench serve wrote it)" in line
+        (out / "requests.jsonl").unlink()
         result = cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), "--overwrite", "--label", "second"))
     assert result.exit_code == 0, result.output
     assert json.loads((out / "summary.json").read_text())["label"] == "second"
+
+
+def test_a_sweep_written_before_the_one_manifest_shape_is_replaced_by_name(tmp_path, tiny_gemma4_dir):
+    """Its manifest listed file names under `kind`: those names are the sweep's, anything else is not."""
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    (out / MANIFEST).write_text(json.dumps({"kind": "crosstune bench serve", "files": ["summary.json"]}))
+    (out / "mine.txt").write_text("mine")
+    with FixtureServer() as server:
+        line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), "--overwrite")))
+        assert f"mine.txt (not in its {MANIFEST})" in line
+        (out / "mine.txt").unlink()
+        result = cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), "--overwrite"))
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / MANIFEST).read_text())["made_by"] == "crosstune bench serve"
 
 
 def test_a_failing_rerun_leaves_the_earlier_sweep_whole(tmp_path, tiny_gemma4_dir):
@@ -87,7 +119,7 @@ def test_out_that_is_or_contains_the_tokenizer_is_refused(tmp_path, tiny_gemma4_
     with FixtureServer() as server:
         for out, verb in ((tok, "is"), (tmp_path / "models", "contains")):
             line = one_line_error(cli(*bench_args(server.url, tok, "--out", str(out), "--overwrite")))
-            assert f"--out {out} {verb} the sweep's input {tok}" in line
+            assert f"--out {out} {verb} the sweep's input {tok}: writing there would replace it" in line
     assert snapshot(tok) == before and server.requests == []
 
 

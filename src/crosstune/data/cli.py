@@ -15,6 +15,7 @@ from crosstune.data.prepared import (
     load_tokenizer,
     open_prepared,
     prepared_dir,
+    restamp_stats,
     staleness,
     tokenizer_hash,
 )
@@ -132,6 +133,7 @@ def stats(
         _fail(errors, exc)
     _show(console, prepared.stats, prepared.path)
     save_stats(prepared.path, prepared.stats)
+    restamp_stats(prepared.path)  # the preparation still proves them its own
     console.print(f"saved {prepared.path / 'stats.json'} and {prepared.path / 'lengths.png'}")
     if stale:
         console.print("[yellow]stale[/yellow] against the recipe: " + "; ".join(stale), highlight=False)

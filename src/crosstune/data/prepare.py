@@ -16,8 +16,10 @@ from crosstune.data.prepared import (
     FORMAT_VERSION,
     PreparedDataset,
     chat_template_hash,
+    check_replaceable,
     data_hash,
     data_settings,
+    is_preparation,
     load_prepared,
     load_tokenizer,
     prepared_dir,
@@ -63,10 +65,8 @@ def _prepare_locked(recipe, dest, tokenizer, lenient, force, progress) -> Prepar
     strict = recipe.data.strict and not lenient
     settings, tok_hash = data_settings(recipe), tokenizer_hash(tokenizer)
     if dest.exists() and any(dest.iterdir()) and not force:
-        if not (dest / "manifest.json").is_file():
-            raise DataError(
-                str(dest), "the folder is not empty and holds no preparation", hint="choose another data.prepared_dir"
-            )
+        if not is_preparation(dest):
+            check_replaceable(dest)  # names the files that are not a preparation's
         manifest = read_manifest(dest)
         reasons = staleness(manifest, settings, tok_hash)
         if manifest.get("lenient") != (not strict):
@@ -76,6 +76,7 @@ def _prepare_locked(recipe, dest, tokenizer, lenient, force, progress) -> Prepar
                 str(dest), "a different preparation is already there: " + "; ".join(reasons), hint="--force replaces it"
             )
         return PreparedDataset(dest, manifest, reused=True)
+    check_replaceable(dest)  # --force replaces only an earlier preparation, unchanged: said before any work
 
     family = get_family(recipe.model.family)
     if tokenizer.pad_token_id is None:

@@ -10,6 +10,9 @@ Layout of a prepared directory:
     <split>/records.json                per document (by doc_index): the record's source, "file:line"
     <split>/lengths.npy                 token length of every record before the length policy (histogram)
 Hashes make a preparation refuse to load once the recipe's data settings, the source files or the tokenizer change.
+manifest.json is also the folder's manifest in crosstune.ownership's one shape (made_by, created, files: sha256 and
+size of every file): a preparation replaces only an earlier one, unchanged. One written before that shape is read
+as crosstune's, its files proven by name (the layout above, from its splits).
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from crosstune import ownership
 from crosstune.data.errors import DataError
 from crosstune.data.packing import DOC_FIELDS, ROW_FIELDS, Rows
 from crosstune.data.sources import fingerprint
 from crosstune.data.stats import save_stats
-from crosstune.fsutil import staged_dir
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.schema import Recipe
 
@@ -114,27 +117,56 @@ def _flatten(value, prefix: str) -> dict[str, object]:
     return {prefix: value}
 
 
+# --- the folder ---------------------------------------------------------------------------------------------------
+LABEL = "data.prepared_dir"  # how refusals name the folder
+
+
+def _legacy(manifest: dict, folder: Path) -> dict | None:
+    """A preparation from before the one shape: its files are the layout's, named from its splits."""
+    if "data_hash" not in manifest or not isinstance(manifest.get("splits"), dict):
+        return None
+    files = ["stats.json", "lengths.png"]
+    for split, info in manifest["splits"].items():
+        shards = range(len(info.get("shard_rows", ())))
+        files += [f"{split}/{s:05d}.{name}.npy" for s in shards for name in ROW_FIELDS]
+        files += [f"{split}/{name}" for name in ("docs.npz", "records.json", "lengths.npy")]
+    return {**manifest, "made_by": PREPARED.made_by, "files": files}
+
+
+PREPARED = ownership.OutputKind("crosstune data prepare", "manifest.json", legacy=_legacy)
+
+
+def is_preparation(folder: Path) -> bool:
+    """`folder` holds a preparation's manifest (whether its files are unchanged is `check_replaceable`'s)."""
+    return ownership.read_manifest(Path(folder), PREPARED)[0] is not None
+
+
+def check_replaceable(dest: Path) -> None:
+    """Before any work: a DataError naming the files when `dest` holds anything but an earlier preparation,
+    unchanged (preparing replaces the folder whole)."""
+    dest = Path(dest)
+    if dest.is_dir() and any(dest.iterdir()) and (why := ownership.refusal(dest, PREPARED, LABEL)):
+        raise DataError("", why)
+
+
+def restamp_stats(folder: Path) -> None:
+    """Record stats.json and lengths.png as they are now in the manifest (`data stats` rewrites them in place)."""
+    ownership.restamp(Path(folder), PREPARED, ["stats.json", "lengths.png"])
+
+
 # --- writing ----------------------------------------------------------------------------------------------------
 def write_prepared(
     dest: Path, splits: dict[str, tuple[Rows, list[str], np.ndarray]], manifest: dict, stats: dict
 ) -> None:
-    """Write every split, the manifest and the stats into a temporary folder, then swap it in: a failure leaves
-    no partial preparation."""
-
-    dest = Path(dest)
-
-    def may_replace(existing: Path) -> None:
-        if not (existing / "manifest.json").is_file():
-            raise DataError(
-                str(existing), "the folder is not empty and holds no preparation", hint="choose another prepared_dir"
-            )
-
-    with staged_dir(dest, may_replace=may_replace) as tmp:
+    """Write every split, the stats and the manifest into a temporary folder, then swap it in: a failure leaves
+    no partial preparation, and only an earlier preparation, unchanged, is replaced."""
+    error = lambda why: DataError("", why)  # noqa: E731 - the message names the folder already
+    with ownership.owned_output(dest, PREPARED, label=LABEL, error=error) as tmp:
         manifest["splits"] = {}
         for name, (rows, wheres, lengths) in splits.items():
             manifest["splits"][name] = _write_split(tmp / name, rows, wheres, lengths)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
         save_stats(tmp, stats)
+        ownership.write_manifest(tmp, PREPARED, manifest)
 
 
 def _write_split(folder: Path, rows: Rows, wheres: list[str], lengths: np.ndarray) -> dict:

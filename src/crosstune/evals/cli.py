@@ -71,7 +71,9 @@ def eval_command(
                                   "folders, any folder holding problems.txt (e.g. a synthetic set), or an RTLLM "
                                   "checkout (v2.0 or v1.1), category folder or design folder."),
     out: Path = typer.Option(..., "--out", help="Output folder: summary.json, summary.md, samples.jsonl, "
-                             "the completion cache and the reference sample counts."),
+                             "the completion cache and the reference sample counts, listed in eval_manifest.json. "
+                             "Other files there are left alone; one of those names that the evaluator did not "
+                             "write is refused, by name."),
     task: str = typer.Option(None, "--task", help=f"{SPEC_TO_RTL} or {CODE_COMPLETE} (for a VerilogEval checkout) "
                              f"[default: {SPEC_TO_RTL}, or every task of --protocol]; RTLLM has one ({RTLLM})."),
     protocol: str = typer.Option(None, "--protocol", help="A named evaluation protocol: "

@@ -26,6 +26,8 @@ from crosstune.evals.scoring import ProblemScore, summarize, write_reports
 from crosstune.evals.simulate import Outcome, instrument, judge_design, reference_as_design
 from crosstune.evals.verdict import PASS
 
+REFERENCE_COUNTS = "reference_counts.json"  # in the output folder: the references' outcomes, cached across runs
+
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
@@ -155,7 +157,7 @@ def evaluate_completions(
     failure_reasons = failure_reasons or {}
     workers = workers or len(os.sched_getaffinity(0))  # the CPUs this process may use, not the host's
     out_dir = Path(out_dir)
-    references = measure_references(problems, limits, workers, out_dir / "reference_counts.json", workroot,
+    references = measure_references(problems, limits, workers, out_dir / REFERENCE_COUNTS, workroot,
                                     on_progress)  # fmt: skip
     if completions is None:
         samples = {p.name: [(reference_as_design(p), "reference", False)] for p in problems}

@@ -5,6 +5,10 @@ prints and how it exits is theirs (crosstune.evals.show). Failures are EvalError
 which says what was kept. A named protocol is `EvalConfig.for_protocol(name, problems, out, ...)`; its tasks on a
 checkout are `protocol_tasks(name, problems)` (one EvalConfig, one run_eval, one output folder per task).
 summary.json records the engine that generated the completions and the protocol they were sampled under.
+
+The output folder may hold others' files: the evaluator writes only its own names there (OUTPUT_FILES), and one of
+them already there is replaced only when eval_manifest.json proves the evaluator wrote it (crosstune.ownership.
+owned_files): unchanged since, or claimed by a run that died writing it (a kill -9 mid-generation resumes).
 """
 
 from __future__ import annotations
@@ -16,16 +20,21 @@ from pathlib import Path
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file, samples_file_engines
 from crosstune.evals.endpoint import EndpointGenerator, Timeouts
-from crosstune.evals.evaluate import EvalReport, evaluate_completions
+from crosstune.evals.evaluate import REFERENCE_COUNTS, EvalReport, evaluate_completions
 from crosstune.evals.generate import GenerationError, Generator, generate_completions
 from crosstune.evals.local import DEFAULT_BATCH_SIZE, TransformersGenerator
 from crosstune.evals.problems import TASK_FOLDERS, ProblemSetError, load_problems, suite_of
 from crosstune.evals.protocols import UnknownProtocol, get_protocol, protocol_record
 from crosstune.evals.sandbox import Limits
+from crosstune.evals.scoring import REPORT_FILES
+from crosstune.ownership import OutputKind, owned_files
 
 PARTIAL_EXIT_CODE = 3  # the report is written, but some samples could not be generated
 
 OnProgress = Callable[[str, int, int], None]  # (phase, done, total)
+CACHE_FILE = "completions.jsonl"  # the completion cache, in the output folder: reruns resume from it
+OUTPUT_FILES = (*REPORT_FILES, REFERENCE_COUNTS, CACHE_FILE)  # all the evaluator writes into its folder
+EVAL_OUTPUT = OutputKind("crosstune eval", "eval_manifest.json")
 
 
 class EvalError(CrosstuneError):
@@ -118,8 +127,16 @@ def protocol_tasks(name: str, problems: Path) -> list[str | None]:
 
 
 def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalReport:
-    """Generate (cached in `config.out`/completions.jsonl), judge and write the reports. Raises EvalError, or
-    EvalInterrupted on Ctrl-C (completed samples stay cached: the same call resumes)."""
+    """Generate (cached in `config.out`/completions.jsonl), judge and write the reports. Raises EvalError (a file
+    in `config.out` at a name it writes that is not its own: before any work), or EvalInterrupted on Ctrl-C
+    (completed samples stay cached: the same call resumes)."""
+    generates = config.endpoint is not None or config.hf_model is not None
+    names = [n for n in OUTPUT_FILES if generates or n != CACHE_FILE]
+    with owned_files(config.out, EVAL_OUTPUT, names, error=EvalError):
+        return _evaluate(config, on_progress)
+
+
+def _evaluate(config: EvalConfig, on_progress: OnProgress | None) -> EvalReport:
     report_progress = on_progress or (lambda phase, done, total: None)
     generated = {"done": 0, "total": 0}
     try:
@@ -147,7 +164,7 @@ def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalR
                 report_progress("generation", done, total)
 
             generation = generate_completions(
-                problems, backend, config.sampling, CompletionCache(config.out / "completions.jsonl"),
+                problems, backend, config.sampling, CompletionCache(config.out / CACHE_FILE),
                 config.prompt_style, config.shots, config.concurrency, on_generated,
             )  # fmt: skip
             completions, failure_reasons = generation.completions, generation.failure_reasons
@@ -181,5 +198,5 @@ def _interrupted_message(out: Path, generated: dict[str, int]) -> str:
     if not generated["total"]:
         return "interrupted: no report was written."
     return (f"interrupted: {generated['done']} of {generated['total']} samples are kept in "
-            f"{out / 'completions.jsonl'}; no report was written. Run the same command again to resume: only the "
+            f"{out / CACHE_FILE}; no report was written. Run the same command again to resume: only the "
             "missing samples are requested.")  # fmt: skip

@@ -170,10 +170,13 @@ def _over(summary: dict, k: str) -> str:
     )
 
 
+REPORT_FILES = ("summary.json", "summary.md", "samples.jsonl")  # what write_reports writes, in this order
+
+
 def write_reports(out_dir: Path, summary: dict, records: Sequence[dict]) -> list[Path]:
     """Write summary.json, summary.md and samples.jsonl (one verdict record per sample) into `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "summary.json", out_dir / "summary.md", out_dir / "samples.jsonl"]
+    paths = [out_dir / name for name in REPORT_FILES]
     paths[0].write_text(json.dumps(summary, indent=2) + "\n")
     paths[1].write_text(markdown_report(summary))
     paths[2].write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))

@@ -23,7 +23,9 @@ def export(
     out: Path = typer.Option(..., "--out", help="output directory (both: OUT/adapter and OUT/merged)"),
     step: int = typer.Option(None, "--step", help="checkpoint step to export (default: the final adapter / latest)"),
     base: Path = typer.Option(None, "--base", help="base model directory (default: run.json's base_model)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace a non-empty --out"),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="replace --out when it is an earlier export, unchanged (its export_manifest.json)"
+    ),
 ) -> None:
     """Export a run's LoRA as a PEFT adapter and/or a merged HF model that transformers and vLLM load as is.
 

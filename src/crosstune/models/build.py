@@ -16,12 +16,16 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from crosstune import ownership
 from crosstune.families import get_family
 from crosstune.families.base import gemma_layer_pattern
 from crosstune.families.spec import ModelSpec
 from crosstune.models.tokenizer import corpus_texts, save_tokenizer, train_tokenizer
 from crosstune.synth import generate_corpus
 
+# `crosstune model tiny|build` proves a folder its own by this manifest (hidden: an export copies a base's other
+# files, never its hidden ones); it replaces nothing else.
+MODEL = ownership.OutputKind("crosstune model", ".crosstune-model.json")
 LAYOUTS = ("causal", "multimodal")
 DTYPES = ("float32", "bfloat16")
 # The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).

@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from crosstune.families import get_family
-from crosstune.fsutil import staged_dir
-from crosstune.models.build import DTYPES, LAYOUTS, build_checkpoint, sized_spec
+from crosstune.models.build import DTYPES, LAYOUTS, MODEL, build_checkpoint, sized_spec
+from crosstune.ownership import owned_output, write_manifest
 
 model_app = typer.Typer(
     help="Build model checkpoints locally (tiny test models, real-size rehearsal models, the demo's pretrained base).",
@@ -23,8 +23,11 @@ CorpusOpt = typer.Option(
     "fixed seed).",
 )
 SeedOpt = typer.Option(0, "--seed", help="Weight-init seed; the same arguments give byte-identical files.")
-OutOpt = typer.Option(..., "--out", help="Directory to write the checkpoint into (must be empty or new).")
-ForceOpt = typer.Option(False, "--force", help="Replace OUT if it is not empty (its contents are deleted).")
+OutOpt = typer.Option(..., "--out", help="Directory to write the checkpoint into (new, empty, or an earlier build).")
+ForceOpt = typer.Option(
+    False, "--force", help=f"Replace OUT when it is an earlier `crosstune model` build, unchanged ({MODEL.manifest} "
+    "in it lists every file); a folder holding anything else is refused, naming the files."
+)  # fmt: skip
 LayoutOpt = typer.Option(
     "causal", "--layout", help="causal: text-only *ForCausalLM; multimodal: *ForConditionalGeneration with a small "
     "vision tower (the official checkpoints' layout)"
@@ -102,14 +105,6 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
         raise typer.BadParameter(f"{layout!r}: one of {', '.join(LAYOUTS)}", param_hint="--layout")
     if dtype not in DTYPES:
         raise typer.BadParameter(f"{dtype!r}: one of {', '.join(DTYPES)}", param_hint="--dtype")
-    if out.exists() and not out.is_dir():
-        raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="--out")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise typer.BadParameter(f"{out} is not empty; choose a new directory or pass --force", param_hint="--out")
-        cwd = Path.cwd()
-        if out.resolve() in (cwd, *cwd.parents):
-            raise typer.BadParameter(f"{out} holds the working directory; --force won't delete it", param_hint="--out")
     if corpus is not None and not (corpus / "train.jsonl").is_file():
         raise typer.BadParameter(f"{corpus / 'train.jsonl'} not found", param_hint="--corpus")
 
@@ -117,13 +112,18 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
 
     hf_logging.disable_progress_bar()
     spec = sized_spec(fam.name, size, layers, vocab)
-    # Build next to OUT and swap in at the end: a failed build leaves OUT as it was (--force was checked above).
+    settings = {"family": fam.name, "size": size, "layers": layers, "vocab": vocab, "layout": layout, "dtype": dtype,
+                "shards": shards, "seed": seed, "corpus": None if corpus is None else str(corpus)}  # fmt: skip
+    # Built beside OUT and swapped in at the end: a failed build leaves OUT as it was; refused before any work.
+    staged = owned_output(out, MODEL, inputs=[Path.cwd()], what="working directory", overwrite=force, flag="--force",
+                          error=lambda why: typer.BadParameter(why, param_hint="--out"))  # fmt: skip
     try:
-        with staged_dir(out, may_replace=lambda _: None) as tmp, console.status(f"building {spec.name}") as status:
+        with staged as tmp, console.status(f"building {spec.name}") as status:
             build_checkpoint(
                 fam.name, tmp, size=size, layers=layers, vocab=vocab, layout=layout, dtype=dtype, shards=shards,
                 seed=seed, corpus_dir=corpus, say=lambda message: status.update(f"{spec.name}: {message}"),
             )  # fmt: skip
+            write_manifest(tmp, MODEL, {"settings": settings})
     except ValueError as e:  # e.g. a shard count the tensors can't be split into
         raise typer.BadParameter(str(e), param_hint="--shards") from None
     _report(console, spec, out, layout, dtype, seed)

@@ -10,6 +10,11 @@ what an earlier run left.
     BUNDLE/eval/finetune/         the evaluator's outputs    BUNDLE/cost/cost.json
 
 Every manifest write replaces the file atomically (a reader, or a kill -9, sees the old or the new one).
+
+A study writes only inside its own bundle, and only at the names above (`claim`: bundle.json proves the folder a
+bundle; any other non-empty folder is refused, naming what is in it); a user's file beside them is left alone. What
+each stage writes there goes through that command's own writer, which proves its folder by its manifest
+(crosstune.ownership).
 """
 
 from __future__ import annotations
@@ -60,6 +65,28 @@ def read_manifest(bundle: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("kind") != BUNDLE_KIND:
         raise StudyError(f"{path}: not a study bundle's manifest (kind {BUNDLE_KIND!r}): give another --out")
     return data
+
+
+def claim(bundle: Path, recipe_name: str, backend: str) -> dict[str, Any]:
+    """The manifest of the bundle a study of `recipe_name` on `backend` may write into at `bundle`: a new one for a
+    new or empty folder, the earlier one of the same study; else a StudyError saying why (a folder that is not a
+    bundle: naming what is in it)."""
+    if bundle.exists() and not bundle.is_dir():
+        raise StudyError(f"--out {bundle} is a file: give the study a folder (created if missing)")
+    manifest = read_manifest(bundle)
+    if manifest is None:
+        if bundle.is_dir() and (held := sorted(p.name for p in bundle.iterdir())):
+            shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+            raise StudyError(f"--out {bundle} is not empty and holds no study bundle (no {BUNDLE_MANIFEST}): {shown}; "
+                             "a study writes only into its own bundle: give a new or empty folder")  # fmt: skip
+        return new_manifest(recipe_name, backend)
+    if manifest.get("backend") != backend:
+        raise StudyError(f"{bundle} holds a {manifest.get('backend')} study: give --backend {manifest.get('backend')}"
+                         " or another --out")  # fmt: skip
+    if manifest.get("recipe", {}).get("name") != recipe_name:
+        raise StudyError(f"{bundle} holds a study of recipe {manifest['recipe'].get('name')!r}, not {recipe_name!r}:"
+                         " give another --out")  # fmt: skip
+    return manifest
 
 
 def write_manifest(bundle: Path, manifest: dict[str, Any]) -> None:

@@ -24,8 +24,8 @@ from crosstune.study import evaluation, serving, stages
 from crosstune.study.bundle import (
     RESOLVED_RECIPE,
     StudyError,
+    claim,
     fingerprint,
-    new_manifest,
     read_manifest,
     verify_outputs,
     write_manifest,
@@ -80,25 +80,6 @@ def is_worker(launch: dict[str, Any]) -> bool:
     return any(int(os.environ.get(k) or 0) > 0 for k in ("JAX_PROCESS_ID", "TPU_WORKER_ID"))
 
 
-def _claim(bundle: Path, recipe_name: str, backend: str) -> dict[str, Any]:
-    if bundle.exists() and not bundle.is_dir():
-        raise StudyError(f"--out {bundle} is a file: give the study a folder (created if missing)")
-    manifest = read_manifest(bundle)
-    if manifest is None:
-        if bundle.is_dir() and any(bundle.iterdir()):
-            raise StudyError(
-                f"--out {bundle} is not empty and holds no study bundle (no bundle.json): give a new or empty folder"
-            )
-        return new_manifest(recipe_name, backend)
-    if manifest.get("backend") != backend:
-        raise StudyError(f"{bundle} holds a {manifest.get('backend')} study: give --backend {manifest.get('backend')}"
-                         " or another --out")  # fmt: skip
-    if manifest.get("recipe", {}).get("name") != recipe_name:
-        raise StudyError(f"{bundle} holds a study of recipe {manifest['recipe'].get('name')!r}, not {recipe_name!r}:"
-                         " give another --out")  # fmt: skip
-    return manifest
-
-
 def _refresh_contents(manifest: dict[str, Any]) -> None:
     contents: dict[str, list[str]] = {"runs": [], "evals": [], "sweeps": []}
     for name in STAGE_NAMES:
@@ -137,7 +118,7 @@ def run_study(
         return ctx.manifest
     hint = "wait for that study to finish, or give another --out"
     with exclusive_lock(lock_path(bundle), f"the study bundle {bundle}", hint):
-        manifest = _claim(bundle, recipe.name, backend)
+        manifest = claim(bundle, recipe.name, backend)
         bundle.mkdir(parents=True, exist_ok=True)
         atomic_write_text(bundle / RESOLVED_RECIPE, yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
         host = describe_machine()

@@ -1,0 +1,289 @@
+"""The output policy of every command: one manifest shape and one rule.
+
+The rule: a command replaces only files it wrote, which it proves by its manifest; anything else in its way is
+refused before any work, naming the file. A folder swapped into place whole (`owned_output`: data prepare, export,
+bench serve, report, model tiny/build) is in the way entirely; a command that writes its files in place beside
+others' (`owned_files`: the evaluator, whose completion cache grows across reruns) only at the names it writes.
+
+The shape, one JSON file at the folder's top whose name each command keeps (export_manifest.json, ...):
+
+    {"format": 1, "made_by": "crosstune export", "created": "2025-...+0000",
+     "files": {"merged/config.json": {"sha256": "...", "bytes": 1234}, ...},
+     ...the command's own fields beside them (export: kind, source; a sweep: endpoint, model, complete)}
+
+plus, while `owned_files` writes, "writing": the names claimed by a run in progress (a kill -9 leaves them: the
+next run takes them as its own). Manifests written before this shape are read through each command's `legacy`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crosstune.errors import CrosstuneError
+from crosstune.fsutil import MARKER, atomic_write_text, file_sha256, overlap_refusal, staged_dir
+
+# The one rule: a command replaces only files it wrote, which it proves by its manifest (each file listed with its
+# sha256 and size, unchanged); anything else in its way is refused before any work, naming the file.
+MANIFEST_FORMAT = 1
+_SHAPE = ("format", "made_by", "created", "files", "writing")  # the shape's keys; a command adds its own beside them
+_SHOWN = 5  # files named per reason in a refusal
+
+
+class OutputRefused(CrosstuneError):
+    """An output folder holds files its command can't prove it wrote (the message names them), or is misplaced."""
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """One command's outputs: who makes them (`made_by`, recorded in the manifest) and the manifest's file name at
+    the folder's top. `legacy(manifest, folder)` turns a manifest written before this shape into it (None: not
+    one); `parts` are sub-folders that may each hold their own manifest instead (export's adapter/ and merged/)."""
+
+    made_by: str
+    manifest: str
+    legacy: Callable[[dict, Path], dict | None] | None = None
+    parts: tuple[str, ...] = ()
+
+
+def _listing(folder: Path) -> list[str]:
+    """Every file and link under `folder`, relative, sorted (folders hold nothing to lose; links are not followed)."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        here = Path(root).relative_to(folder)
+        found += [(here / name).as_posix() for name in files]
+        found += [(here / name).as_posix() for name in dirs if (Path(root) / name).is_symlink()]
+    return sorted(found)
+
+
+def write_manifest(
+    folder: Path, kind: OutputKind, fields: Mapping[str, Any] | None = None, hashes: Mapping[str, str] | None = None
+) -> Path:
+    """Write `kind.manifest` in `folder`, listing every file under it (sha256 and size; `hashes` gives the sha256 of
+    files the writer already hashed) beside the command's own `fields` (export's source, a sweep's endpoint...)."""
+    folder, hashes = Path(folder), dict(hashes or {})
+    files = {}
+    for rel in _listing(folder):
+        path = folder / rel
+        if rel in (kind.manifest, MARKER) or path.is_symlink():
+            continue  # a link is never listed: the next run refuses it rather than follow it
+        files[rel] = _entry(path, hashes.get(rel))
+    return _write(folder, kind, files, fields)
+
+
+def _entry(path: Path, sha256: str | None = None) -> dict[str, Any]:
+    return {"sha256": sha256 or file_sha256(path), "bytes": path.stat().st_size}
+
+
+def _write(
+    folder: Path, kind: OutputKind, files: dict, fields: Mapping[str, Any] | None, writing=(), created: str = ""
+) -> Path:
+    fields = dict(fields or {})
+    if clash := sorted(set(fields) & set(_SHAPE)):
+        raise ValueError(f"{kind.made_by}'s manifest fields {clash} would hide the shape's own")
+    created = created or time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    manifest = {"format": MANIFEST_FORMAT, "made_by": kind.made_by, "created": created, "files": files, **fields}
+    if writing:
+        manifest["writing"] = sorted(writing)
+    path = Path(folder) / kind.manifest
+    atomic_write_text(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def read_manifest(folder: Path, kind: OutputKind) -> tuple[dict | None, str]:
+    """`folder`'s manifest of `kind` in the one shape (an older one converted by `kind.legacy`; files listed by name
+    only carry sha256 None), or None and why it is not one."""
+    path = Path(folder) / kind.manifest
+    if not path.is_file() or path.is_symlink():
+        return None, f"no {kind.manifest} lists it"
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None, f"its {kind.manifest} is unreadable"
+    if isinstance(manifest, dict) and "made_by" not in manifest and kind.legacy is not None:
+        manifest = kind.legacy(manifest, Path(folder))
+    if not isinstance(manifest, dict) or manifest.get("made_by") != kind.made_by:
+        return None, f"its {kind.manifest} is not {kind.made_by}'s"
+    raw, files = manifest.get("files"), {}
+    if not isinstance(raw, (list, dict)):
+        return None, f"its {kind.manifest} lists no files"
+    for rel in raw:  # older shapes: a list of names (sha256 None), {name: sha256}
+        entry = raw[rel] if isinstance(raw, dict) else None
+        entry = entry if isinstance(entry, dict) else {"sha256": entry if isinstance(entry, str) else None}
+        files[str(rel)] = {"sha256": entry.get("sha256"), "bytes": entry.get("bytes")}
+    return {**manifest, "files": files}, ""
+
+
+def restamp(folder: Path, kind: OutputKind, names: Iterable[str]) -> None:
+    """Record the sha256 and size `names` have now in `folder`'s manifest: the command that made the folder has
+    rewritten them in place (`data stats`). A manifest in an older shape (files known by name) is left as it is."""
+    folder = Path(folder)
+    manifest, _ = read_manifest(folder, kind)
+    raw = json.loads((folder / kind.manifest).read_bytes()) if manifest is not None else {}
+    if raw.get("made_by") != kind.made_by:
+        return
+    files = manifest["files"] | {rel: _entry(folder / rel) for rel in names if (folder / rel).is_file()}
+    fields = {key: value for key, value in raw.items() if key not in _SHAPE}
+    _write(folder, kind, files, fields, created=raw.get("created", ""))
+
+
+def _changed(path: Path, entry: dict, kind: OutputKind) -> str | None:
+    """Why the listed file at `path` is no longer what the command wrote (None: it is, or its name is all we have)."""
+    if path.is_symlink() or not path.is_file():
+        return "a link" if path.is_symlink() else "not a file"
+    size, digest = entry.get("bytes"), entry.get("sha256")
+    if (size is not None and path.stat().st_size != size) or (digest and file_sha256(path) != digest):
+        return f"changed since {kind.made_by} wrote it"
+    return None
+
+
+def _unproven(folder: Path, kind: OutputKind, hashes: bool = True, skip: str = "") -> list[tuple[str, str]]:
+    """(file, why) for each file under `folder` that `kind`'s manifest does not prove its command wrote (names only
+    without `hashes`; `skip`: a top-level name left out); empty: the folder is an earlier output, unchanged."""
+    folder = Path(folder)
+    manifest, why = read_manifest(folder, kind)
+    if manifest is None:  # parts with their own manifests prove themselves; whatever is beside them is not proven
+        parts = sorted(e for e in folder.iterdir() if _is_part(e, kind))
+        bad = [(rel, why) for rel in _listing(folder) if rel.split("/")[0] not in {skip, *(e.name for e in parts)}]
+        return bad + [(f"{e.name}/{rel}", reason) for e in parts for rel, reason in _unproven(e, kind, hashes)]
+    bad = []
+    for rel in _listing(folder):
+        if rel in (kind.manifest, skip):
+            continue
+        entry = manifest["files"].get(rel)
+        if entry is None:
+            bad.append((rel, "a link" if (folder / rel).is_symlink() else f"not in its {kind.manifest}"))
+        elif hashes and (problem := _changed(folder / rel, entry, kind)):
+            bad.append((rel, problem))
+    return bad
+
+
+def _is_part(entry: Path, kind: OutputKind) -> bool:
+    return entry.name in kind.parts and entry.is_dir() and not entry.is_symlink() and (entry / kind.manifest).is_file()
+
+
+def _naming(bad: list[tuple[str, str]]) -> str:
+    """The files in the way, a few per reason: `a, b (why); c (other why)`."""
+    reasons: dict[str, list[str]] = {}
+    for rel, why in bad:
+        reasons.setdefault(why, []).append(rel)
+    parts = []
+    for why, rels in reasons.items():
+        more = f" and {len(rels) - _SHOWN} more" if len(rels) > _SHOWN else ""
+        parts.append(f"{', '.join(rels[:_SHOWN])}{more} ({why})")
+    return "; ".join(parts)
+
+
+def refusal(folder: Path, kind: OutputKind, label: str = "--out") -> str | None:
+    """Why `kind`'s command may not replace the existing folder `folder`, naming the files in its way; None when
+    every file in it is an earlier output of that command, unchanged."""
+    bad = _unproven(folder, kind)
+    if not bad:
+        return None
+    return (f"{label} {folder} holds files that are not {kind.made_by}'s output: {_naming(bad)}; it replaces only "
+            f"what it wrote itself: move them out or choose another {label}")  # fmt: skip
+
+
+def verify(folder: Path, kind: OutputKind) -> list[str]:
+    """How `folder` differs from its manifest, one "file (why)" each: changed, missing, not listed (empty: none)."""
+    folder = Path(folder)
+    bad = _unproven(folder, kind)
+    manifest, _ = read_manifest(folder, kind)
+    bad += [(rel, "missing") for rel in (manifest or {}).get("files", {}) if not (folder / rel).exists()]
+    return [f"{rel} ({why})" for rel, why in bad]
+
+
+def check_out(
+    dest: Path, *, inputs: Iterable[Path] = (), what: str = "input", label: str = "--out", error=OutputRefused
+) -> Path:
+    """`dest` made absolute, or `error` before any work: it is, or is inside, a file; or it is or holds one of
+    `inputs` (the command's `what`), which replacing it would delete."""
+    dest = Path(dest).absolute()
+    for folder in [dest, *dest.parents]:
+        if folder.exists() and not folder.is_dir():
+            where = "is a file" if folder == dest else f"is inside {folder}, which is a file"
+            raise error(f"{label} {dest} {where}: give a folder (it is created if missing)")
+        if folder.exists():
+            break
+    if why := overlap_refusal(dest, inputs, what):
+        raise error(why.replace("--out", label, 1))
+    return dest
+
+
+@contextlib.contextmanager
+def owned_output(
+    dest: Path,
+    kind: OutputKind,
+    *,
+    inputs: Iterable[Path] = (),
+    what: str = "input",
+    overwrite: bool = True,
+    flag: str = "--overwrite",
+    label: str = "--out",
+    error=OutputRefused,
+) -> Iterator[Path]:
+    """Yield an empty temp folder that becomes `dest` when the block succeeds (staged_dir: on any error, or a kill,
+    `dest` is as it was); the block writes its manifest(s) with write_manifest. Refused with `error` before the
+    block: see check_out; a non-empty `dest` that holds anything but an earlier output of `kind`, unchanged; and an
+    earlier output without `overwrite` (`flag` is how the user gives it)."""
+    dest = check_out(dest, inputs=inputs, what=what, label=label, error=error)
+
+    def may_replace(existing: Path) -> None:
+        manifest, _ = read_manifest(existing, kind)
+        earlier = manifest is not None or any(_is_part(e, kind) for e in existing.iterdir())
+        if earlier and not overwrite:  # before hashing it: the cheap refusal first
+            raise error(f"{label} {existing} holds an earlier output of {kind.made_by}: pass {flag} to replace it, "
+                        f"or choose another {label}")  # fmt: skip
+        if why := refusal(existing, kind, label):
+            raise error(why)
+
+    with staged_dir(dest, may_replace=may_replace) as tmp:
+        yield tmp
+        if unlisted := [rel for rel, _ in _unproven(tmp, kind, hashes=False, skip=MARKER)]:
+            raise CrosstuneError(f"{kind.made_by} wrote {unlisted[0]} without listing it in {kind.manifest} (a bug: "
+                                 f"please report it); {dest} is as it was")  # fmt: skip
+
+
+@contextlib.contextmanager
+def owned_files(
+    folder: Path, kind: OutputKind, names: Iterable[str], *, label: str = "--out", error=OutputRefused
+) -> Iterator[Path]:
+    """For a command that writes `names` into `folder` in place, beside files it leaves alone (the evaluator: its
+    completion cache grows across reruns). Each of `names` already there must be its own by the manifest (as
+    pinned, or claimed by a run of it that died writing), else `error` names it. The names are claimed in the
+    manifest before the block and pinned (sha256, size) after it, however it ends but a kill."""
+    folder, names = check_out(folder, label=label, error=error), sorted(set(names))
+    manifest, why = read_manifest(folder, kind)
+    files, claimed = (manifest["files"], manifest.get("writing") or []) if manifest else ({}, [])
+    bad = []
+    for rel in (n for n in names if (folder / n).exists() or (folder / n).is_symlink()):
+        if manifest is None or (rel not in files and rel not in claimed):
+            bad.append((rel, why or f"not in its {kind.manifest}"))
+        elif rel not in claimed and (problem := _changed(folder / rel, files[rel], kind)):
+            bad.append((rel, problem))
+    if bad:
+        raise error(f"{label} {folder} holds files that are not {kind.made_by}'s output: {_naming(bad)}; it writes "
+                    f"only over what it wrote itself: move them out or choose another {label}")  # fmt: skip
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    pinning = sorted({*names, *(c for c in claimed if (folder / c).is_file())})  # a dead run's files are ours too
+    files = {rel: entry for rel, entry in files.items() if rel not in pinning and (folder / rel).is_file()}
+    _write(folder, kind, files, None, writing=pinning)
+    try:
+        yield folder
+    finally:
+        for rel in pinning:
+            if (folder / rel).is_file() and not (folder / rel).is_symlink():
+                files[rel] = _entry(folder / rel)
+        if files:
+            _write(folder, kind, files, None)
+        else:  # nothing written: leave no trace
+            (folder / kind.manifest).unlink(missing_ok=True)
+            if made and not any(folder.iterdir()):
+                folder.rmdir()

@@ -1,0 +1,107 @@
+"""The prepared folder (crosstune.data.prepared) replaces only an earlier preparation, unchanged: manifest.json is
+its manifest in crosstune.ownership's one shape. A user's file in data.prepared_dir is refused by name, with or
+without --force, before any tokenizing; a preparation written before the shape is still recognised by its layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoTokenizer
+from typer.testing import CliRunner
+
+from crosstune.data import DataError, prepare_dataset
+from crosstune.data.cli import data_app
+from tests.helpers.data import recipe_for, write_jsonl
+
+GOOD = {"prompt": "Write a buffer.", "response": "assign y = a;"}
+
+
+@pytest.fixture
+def recipe(tmp_path, tiny_gemma3_dir):
+    src = write_jsonl(tmp_path / "d.jsonl", [GOOD] * 3)
+    return recipe_for(tmp_path, tiny_gemma3_dir, "gemma3", [{"path": str(src)}], max_seq_len=128)
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_gemma3_dir):
+    return AutoTokenizer.from_pretrained(tiny_gemma3_dir)
+
+
+def _where(recipe):
+    from crosstune.data.prepared import prepared_dir
+
+    return prepared_dir(recipe)
+
+
+def _tree(folder) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_users_folder_is_refused_naming_its_files_with_or_without_force(recipe, tok, monkeypatch):
+    import crosstune.data.prepare as prepare
+
+    dest = _where(recipe)
+    dest.mkdir(parents=True)
+    (dest / "notes.txt").write_text("mine")
+    monkeypatch.setattr(prepare, "_encode_split", None)  # refused before any tokenizing: never reached
+    for force in (False, True):
+        with pytest.raises(DataError) as refused:
+            prepare_dataset(recipe, tokenizer=tok, force=force)
+        assert str(refused.value) == (
+            f"data.prepared_dir {dest} holds files that are not crosstune data prepare's output: notes.txt (no "
+            "manifest.json lists it); it replaces only what it wrote itself: move them out or choose another "
+            "data.prepared_dir"
+        )
+    assert _tree(dest) == {"notes.txt": b"mine"}
+
+
+def test_force_replaces_its_own_preparation_and_refuses_one_changed_or_added_to(recipe, tok):
+    first = prepare_dataset(recipe, tokenizer=tok)
+    manifest = first.manifest
+    assert manifest["made_by"] == "crosstune data prepare" and manifest["data_hash"]
+    assert sorted(manifest["files"]) == sorted(rel for rel in _tree(first.path) if rel != "manifest.json")
+    (first.path / "train" / "README").write_text("my notes")
+    with pytest.raises(DataError, match=r"train/README \(not in its manifest.json\)"):
+        prepare_dataset(recipe, tokenizer=tok, force=True)
+    (first.path / "train" / "README").unlink()
+    (first.path / "train" / "records.json").write_text("[]\n")
+    with pytest.raises(DataError, match=r"train/records.json \(changed since crosstune data prepare wrote it\)"):
+        prepare_dataset(recipe, tokenizer=tok, force=True)
+    assert (first.path / "train" / "records.json").read_text() == "[]\n"
+    (first.path / "train" / "records.json").unlink()
+    again = prepare_dataset(recipe, tokenizer=tok, force=True)
+    assert not again.reused and again.split("train").record_sources == [f"{recipe.data.sources[0].path}:{i}"
+                                                                         for i in (1, 2, 3)]  # fmt: skip
+
+
+def test_a_preparation_from_before_the_one_shape_is_replaced_by_its_layout(recipe, tok):
+    """Its manifest.json had no made_by and no files: its files are the layout's names, nothing else."""
+    first = prepare_dataset(recipe, tokenizer=tok)
+    old = {k: v for k, v in first.manifest.items() if k not in ("format", "made_by", "created", "files")}
+    (first.path / "manifest.json").write_text(json.dumps(old))
+    (first.path / "mine.csv").write_text("a,b")
+    with pytest.raises(DataError, match=r"mine.csv \(not in its manifest.json\)"):
+        prepare_dataset(recipe, tokenizer=tok, force=True)
+    (first.path / "mine.csv").unlink()
+    assert prepare_dataset(recipe, tokenizer=tok).reused  # still read as it is
+    assert prepare_dataset(recipe, tokenizer=tok, force=True).manifest["made_by"] == "crosstune data prepare"
+
+
+def test_data_stats_rewrites_the_stats_and_the_manifest_follows(recipe, tok, monkeypatch):
+    import crosstune.data.cli as cli
+
+    first = prepare_dataset(recipe, tokenizer=tok)
+    real = cli.save_stats
+
+    def another_matplotlib(folder, stats):  # renders the same histogram in other bytes
+        real(folder, stats)
+        with (folder / "lengths.png").open("ab") as f:
+            f.write(b"\0")
+
+    monkeypatch.setattr(cli, "save_stats", another_matplotlib)
+    assert CliRunner().invoke(data_app, ["stats", str(first.path)]).exit_code == 0
+    manifest = json.loads((first.path / "manifest.json").read_text())
+    assert manifest["files"]["lengths.png"]["bytes"] == first.manifest["files"]["lengths.png"]["bytes"] + 1
+    assert manifest["created"] == first.manifest["created"]
+    assert not prepare_dataset(recipe, tokenizer=tok, force=True).reused  # still its own, unchanged
