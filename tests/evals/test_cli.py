@@ -76,6 +76,7 @@ def test_endpoint_generates_caches_and_resumes(tmp_path):
         second = run(*args, "--endpoint", server.url)
     assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
     assert len(server.requests) == 2  # the second run read everything from OUT/completions.jsonl
+    assert "samples: 0 of 2 from the cache" in first.output and "samples: 2 of 2 from the cache" in second.output
     records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [r["rule"] for r in records] == ["begin_done", "begin_done"]
     assert {r["verdict"] for r in records} == {"m"}  # the fake server's answer holds no module

@@ -41,7 +41,8 @@ class EvalConfig:
     """Everything one evaluation needs. Exactly one design source: `endpoint` (with `model`), `hf_model`,
     `samples_file`, or `references_only`. `task`: a VerilogEval task (None: spec-to-rtl; an RTLLM set has one).
     `protocol` names the preset the settings come from (recorded with any departure from it; see for_protocol).
-    `batch_size`: prompts per generate() call of the local engine (`hf_model`)."""
+    `batch_size`: prompts per generate() call of the local engine (`hf_model`). `model_revision`: what the caller
+    knows of the model's version (the study: its export's sha256), part of the completion cache's key."""
 
     problems: Path
     out: Path
@@ -65,6 +66,7 @@ class EvalConfig:
     retries: int = 5
     protocol: str | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
+    model_revision: str | None = None
 
     @classmethod
     def for_protocol(cls, name: str, problems: Path, out: Path, seed: int = 0, **fields) -> EvalConfig:
@@ -126,7 +128,7 @@ def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalR
         problems = load_problems(config.problems, config.task, list(config.patterns) or None)
         suite = problems[0].suite
         extra: dict = {"problems_path": str(config.problems), "task": problems[0].task, "suite": suite}
-        completions, failure_reasons = None, None
+        completions, failure_reasons, from_cache = None, None, None
         if config.references_only:
             extra["engine"] = {"name": "none (the references themselves)", "kind": "reference"}
         if config.samples_file is not None:
@@ -148,11 +150,13 @@ def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalR
 
             generation = generate_completions(
                 problems, backend, config.sampling, CompletionCache(config.out / "completions.jsonl"),
-                config.prompt_style, config.shots, config.concurrency, on_generated,
+                config.prompt_style, config.shots, config.concurrency, on_generated, config.model_revision,
             )  # fmt: skip
             completions, failure_reasons = generation.completions, generation.failure_reasons
-            extra.update(model=backend.model, sampling=asdict(config.sampling), prompt_style=config.prompt_style,
-                         shots=config.shots, engine=_one_engine(generation.engines or [backend.engine]))  # fmt: skip
+            from_cache = generation.from_cache
+            extra.update(model=backend.model, model_identity=generation.identity, sampling=asdict(config.sampling),
+                         prompt_style=config.prompt_style, shots=config.shots,
+                         engine=_one_engine(generation.engines or [backend.engine]))  # fmt: skip
         if not config.references_only:
             extra["protocol"] = protocol_record(config.protocol, suite, config.settings())
             if config.samples_file is not None:  # completions made elsewhere: the settings are as stated
@@ -160,7 +164,7 @@ def run_eval(config: EvalConfig, on_progress: OnProgress | None = None) -> EvalR
         return evaluate_completions(
             problems, completions, config.out, ks=config.ks, upstream_compatible=config.upstream_compatible,
             workers=config.workers, limits=config.limits, on_progress=report_progress, extra_summary=extra,
-            failure_reasons=failure_reasons,
+            failure_reasons=failure_reasons, from_cache=from_cache,
         )  # fmt: skip
     except (ProblemSetError, GenerationError, FileNotFoundError, ValueError) as e:
         raise EvalError(str(e)) from e
