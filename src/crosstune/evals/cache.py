@@ -16,16 +16,19 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from crosstune.recipe.schema import EVAL_DEFAULTS
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How completions are sampled. `n` is not part of the cache key: raising n reuses samples 0..n-1."""
+    """How completions are sampled; the defaults are the recipe's (EVAL_DEFAULTS). `n` is not part of the cache
+    key: raising n reuses samples 0..n-1."""
 
-    n: int = 1
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_tokens: int = 1024
-    seed: int = 0
+    n: int = EVAL_DEFAULTS.samples
+    temperature: float = EVAL_DEFAULTS.temperature
+    top_p: float = EVAL_DEFAULTS.top_p
+    max_tokens: int = EVAL_DEFAULTS.max_tokens
+    seed: int = 0  # sample i is drawn with seed + i
 
     def key_fields(self) -> dict:
         fields = asdict(self)

@@ -21,6 +21,7 @@ from crosstune.evals.cache import SamplingParams
 from crosstune.evals.generate import Completion, GenerationError
 from crosstune.evals.prompts import Message
 from crosstune.fsutil import files_fingerprint
+from crosstune.recipe.schema import EVAL_DEFAULTS
 
 ERROR_BODY_CHARS = 500  # how much of a server's error body a failure reason quotes
 
@@ -30,9 +31,9 @@ class Timeouts:
     """Seconds. `read_s` is the longest silence (for a non-streamed answer: the whole generation); `request_s`
     bounds one request from connect to last byte, however slowly the server sends."""
 
-    connect_s: float = 10.0
-    read_s: float = 600.0
-    request_s: float = 1800.0
+    connect_s: float = EVAL_DEFAULTS.connect_timeout_s
+    read_s: float = EVAL_DEFAULTS.read_timeout_s
+    request_s: float = EVAL_DEFAULTS.request_timeout_s
 
     def __post_init__(self) -> None:
         for name in ("connect_s", "read_s", "request_s"):

@@ -10,7 +10,7 @@ summary.json records the engine that generated the completions and the protocol 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError, Interrupted
@@ -22,6 +22,7 @@ from crosstune.evals.local import DEFAULT_BATCH_SIZE, TransformersGenerator
 from crosstune.evals.problems import TASK_FOLDERS, ProblemSetError, load_problems, suite_of
 from crosstune.evals.protocols import UnknownProtocol, get_protocol, protocol_record
 from crosstune.evals.sandbox import Limits
+from crosstune.recipe.schema import EVAL_DEFAULTS
 
 PARTIAL_EXIT_CODE = 3  # the report is written, but some samples could not be generated
 
@@ -42,7 +43,8 @@ class EvalConfig:
     `samples_file`, or `references_only`. `task`: a VerilogEval task (None: spec-to-rtl; an RTLLM set has one).
     `protocol` names the preset the settings come from (recorded with any departure from it; see for_protocol).
     `batch_size`: prompts per generate() call of the local engine (`hf_model`). `model_revision`: what the caller
-    knows of the model's version (the study: its export's sha256), part of the completion cache's key."""
+    knows of the model's version (the study: its export's sha256), part of the completion cache's key. Defaults are
+    the recipe's (EVAL_DEFAULTS); `references_only` judges one design per problem (n = 1, k = 1 whatever is given)."""
 
     problems: Path
     out: Path
@@ -54,8 +56,8 @@ class EvalConfig:
     samples_file: Path | None = None
     references_only: bool = False
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    ks: tuple[int, ...] = (1,)
-    prompt_style: str = "verilogeval"
+    ks: tuple[int, ...] = tuple(EVAL_DEFAULTS.k)
+    prompt_style: str = EVAL_DEFAULTS.prompt_style
     shots: int = 0
     concurrency: int = 8
     api_key: str | None = field(default=None, repr=False)
@@ -69,7 +71,9 @@ class EvalConfig:
     model_revision: str | None = None
 
     @classmethod
-    def for_protocol(cls, name: str, problems: Path, out: Path, seed: int = 0, **fields) -> EvalConfig:
+    def for_protocol(
+        cls, name: str, problems: Path, out: Path, seed: int = SamplingParams.seed, **fields
+    ) -> EvalConfig:
         """An EvalConfig with the protocol's n, k, sampling, token budget, prompt style and shots for the problem
         set at `problems`; `fields` set anything else (a design source, task, ...) and may override the preset."""
         try:
@@ -90,8 +94,9 @@ class EvalConfig:
             raise EvalError("--endpoint needs --model (the name the server serves)")
         if not self.ks or min(self.ks) < 1:
             raise EvalError(f"pass@k values must be >= 1, got {list(self.ks)}")
-        if self.references_only and (self.sampling.n, tuple(self.ks)) != (1, (1,)):
-            raise EvalError("--references-only judges one design per problem: n = 1 and k = 1")
+        if self.references_only:  # one design per problem, the reference: nothing is sampled
+            object.__setattr__(self, "sampling", replace(self.sampling, n=1))
+            object.__setattr__(self, "ks", (1,))
         if max(self.ks) > self.sampling.n and self.samples_file is None:
             raise EvalError(f"--k {max(self.ks)} needs --n >= {max(self.ks)}")
         if self.protocol is not None:
