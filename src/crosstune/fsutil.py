@@ -222,3 +222,27 @@ def exclusive_lock(lock_file: Path, what: str, hint: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the flock
+
+
+# --- what the files at a path are ---------------------------------------------------------------------------------
+# Files this big are known by size and mtime: hashing a 60 GB checkpoint on every rerun would take minutes, and
+# rewriting a file moves its mtime. Smaller ones (config, index, tokenizer, problem and data files) by sha256, so an
+# edit that keeps the size is seen and a copy keeps its fingerprint.
+STAT_ONLY_BYTES = 64 * 2**20
+
+
+def files_fingerprint(path: Path, stat_only_bytes: int = STAT_ONLY_BYTES) -> dict[str, str]:
+    """{relative name: "sha256:…" or "size=… mtime_ns=…"} of the file at `path`, or of every file under the folder
+    `path` (hidden names left out: caches and locks). Names, not places: a moved folder keeps its fingerprint."""
+    path = Path(path)
+    if path.is_file():
+        named = [(path.name, path)]
+    else:
+        named = [(f.relative_to(path).as_posix(), f) for f in sorted(path.rglob("*")) if f.is_file()]
+        named = [(rel, f) for rel, f in named if not any(part.startswith(".") for part in rel.split("/"))]
+    out: dict[str, str] = {}
+    for rel, f in named:
+        st = f.stat()
+        big = st.st_size >= stat_only_bytes
+        out[rel] = f"size={st.st_size} mtime_ns={st.st_mtime_ns}" if big else f"sha256:{file_sha256(f)}"
+    return out

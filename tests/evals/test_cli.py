@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 
@@ -9,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from crosstune.evals.cli import register
+from crosstune.evals.cli import eval_command, register
 from tests.evals.test_generate import FakeServer
 from tests.helpers.paths import FIXTURES
 
@@ -76,6 +77,7 @@ def test_endpoint_generates_caches_and_resumes(tmp_path):
         second = run(*args, "--endpoint", server.url)
     assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
     assert len(server.requests) == 2  # the second run read everything from OUT/completions.jsonl
+    assert "samples: 0 of 2 from the cache" in first.output and "samples: 2 of 2 from the cache" in second.output
     records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [r["rule"] for r in records] == ["begin_done", "begin_done"]
     assert {r["verdict"] for r in records} == {"m"}  # the fake server's answer holds no module
@@ -122,8 +124,8 @@ def test_library_api_config_in_report_out(tmp_path, capsys):
 
     with pytest.raises(EvalError, match="exactly one of"):
         EvalConfig(problems=CHECKOUT, out=tmp_path)
-    with pytest.raises(EvalError, match="needs --n >= 5"):
-        EvalConfig(problems=CHECKOUT, out=tmp_path, endpoint="http://x", model="m", ks=(1, 5))
+    with pytest.raises(EvalError, match="needs --n >= 10"):
+        EvalConfig(problems=CHECKOUT, out=tmp_path, endpoint="http://x", model="m", ks=(1, 10))
     config = EvalConfig(problems=CHECKOUT, out=tmp_path, references_only=True, patterns=("Prob002_and2",))
     phases = []
     report = run_eval(config, on_progress=lambda phase, done, total: phases.append(phase))
@@ -131,3 +133,27 @@ def test_library_api_config_in_report_out(tmp_path, capsys):
     assert capsys.readouterr().out == ""
     with pytest.raises(EvalError, match="no problem matches"):
         run_eval(EvalConfig(problems=CHECKOUT, out=tmp_path / "b", references_only=True, patterns=("Nope*",)))
+
+
+def test_sampling_and_timeout_defaults_are_the_recipes_everywhere(tmp_path):
+    """One owner (recipe/schema.py EVAL_DEFAULTS): the schema, the library's SamplingParams (the cache key's fields),
+    Timeouts and EvalConfig, and the command without a recipe, all say the same."""
+    from crosstune.evals.cache import SamplingParams
+    from crosstune.evals.endpoint import Timeouts
+    from crosstune.evals.runner import EvalConfig
+    from crosstune.recipe.schema import EvalSection
+
+    section = EvalSection()
+    assert SamplingParams() == SamplingParams(n=5, temperature=0.8, top_p=0.95, max_tokens=1024, seed=0)
+    assert (section.samples, section.temperature, section.top_p, section.max_tokens) == (5, 0.8, 0.95, 1024)
+    assert Timeouts() == Timeouts(section.connect_timeout_s, section.read_timeout_s, section.request_timeout_s)
+    assert Timeouts() == Timeouts(10.0, 600.0, 1800.0)
+    config = EvalConfig(problems=CHECKOUT, out=tmp_path, endpoint="http://x", model="m")
+    assert (config.ks, config.prompt_style) == ((1, 5), section.prompt_style)
+    options = inspect.signature(eval_command).parameters
+    shown = {
+        name: options[name].default.help.rsplit("else ", 1)[1]
+        for name in ("n", "temperature", "top_p", "max_tokens", "connect_timeout", "read_timeout", "request_timeout")
+    }
+    assert shown == {"n": "5].", "temperature": "0.8].", "top_p": "0.95].", "max_tokens": "1024].",
+                     "connect_timeout": "10].", "read_timeout": "600].", "request_timeout": "1800]."}  # fmt: skip

@@ -159,12 +159,12 @@ def test_torn_last_line_is_ignored_and_file_doubles_as_samples_file(tmp_path):
 def test_client_errors_are_not_retried(tmp_path):
     with FakeServer(fail_after=0, status=400) as server:
         result = generate_completions(
-            PROBLEMS[:1], backend(server.url), SamplingParams(), CompletionCache(tmp_path / "c")
+            PROBLEMS[:1], backend(server.url), SamplingParams(n=1), CompletionCache(tmp_path / "c")
         )
     assert len(server.requests) == 1 and [f.reason for f in result.failures] == ['HTTP 400: {"error": "overloaded"}']
     with FakeServer(fail_after=0, status=503) as server:
         result = generate_completions(
-            PROBLEMS[:1], backend(server.url), SamplingParams(), CompletionCache(tmp_path / "d")
+            PROBLEMS[:1], backend(server.url), SamplingParams(n=1), CompletionCache(tmp_path / "d")
         )
     assert len(server.requests) == 2  # one retry
     assert [f.reason for f in result.failures] == ['HTTP 503: {"error": "overloaded"} (after 2 attempts)']
@@ -212,6 +212,7 @@ class InstantTrouble:
     jobs before the main thread reads the first failure (the race that sent a 4th request under load)."""
 
     model, max_concurrency, batch_size, engine = "m", 1, 1, {"name": "fake", "kind": "endpoint"}
+    identity = {"served": "m"}
 
     def __init__(self):
         self.calls = 0

@@ -46,7 +46,11 @@ def demo_base() -> Path:
 
 @pytest.mark.parametrize("which", ["tiny llama", "demo base"])
 @pytest.mark.parametrize(
-    "params", [SamplingParams(n=1, max_tokens=12), SamplingParams(n=2, temperature=0.8, top_p=0.95, max_tokens=12)]
+    "params",
+    [
+        SamplingParams(n=1, temperature=0.0, max_tokens=12),
+        SamplingParams(n=2, temperature=0.8, top_p=0.95, max_tokens=12),
+    ],
 )
 def test_batched_completions_equal_the_one_at_a_time_path(tmp_path, which, params):
     from crosstune.evals.local import TransformersGenerator
@@ -73,5 +77,5 @@ def test_a_template_that_opens_thinking_is_kept_in_the_completion(tmp_path):
     tokenizer.chat_template = tokenizer.chat_template.replace("assistant {% endif %}", "assistant <think> {% endif %}")
     tokenizer.save_pretrained(folder)
     engine = TransformersGenerator(folder)
-    text = engine.complete(build_messages(PROBLEMS[0]), SamplingParams(max_tokens=4), 0).text
+    text = engine.complete(build_messages(PROBLEMS[0]), SamplingParams(temperature=0.0, max_tokens=4), 0).text
     assert text.startswith("<think>")  # so extraction can tell an answer from reasoning that never closed

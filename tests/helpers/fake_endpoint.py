@@ -3,7 +3,8 @@
 Each POST /v1/chat/completions is answered by the behaviour `behaviour(seed)` names (the request's seed is
 sample index + base seed): "ok", "error" (HTTP 500 with a long JSON body), "stall" (never answers),
 "trickle" (headers, then one body byte every 0.2 s) or "cut" (Content-Length 1000, 10 bytes, then close).
-GET /v1/models lists `served`, or stalls when `models_stall` is set.
+GET /v1/models lists `served` (each with vLLM's `root`, the folder it serves, when `root` is given), or stalls when
+`models_stall` is set.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class FakeEndpoint:
         served: tuple[str, ...] = ("m",),
         models_stall: bool = False,
         answer: str = GOOD_DESIGN,
+        root: str | None = None,
     ):
         self.posts: list[int] = []  # the seed of every POST, in arrival order
         self.lock = threading.Lock()
@@ -48,7 +50,8 @@ class FakeEndpoint:
                 if models_stall:
                     endpoint.release.wait(30)
                     return
-                self.send_json(200, json.dumps({"data": [{"id": name} for name in served]}).encode())
+                listed = [{"id": name, **({"root": root} if root else {})} for name in served]
+                self.send_json(200, json.dumps({"data": listed}).encode())
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

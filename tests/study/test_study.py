@@ -130,6 +130,129 @@ def test_changed_eval_settings_redo_eval_and_cost_only(torch_bundle, tmp_path):
     assert json.loads((copy / "eval" / "finetune" / "summary.json").read_text())["sampling"]["max_tokens"] == 12
 
 
+def repoint(sets: list[str], key: str, value) -> list[str]:
+    return [s for s in sets if not s.startswith(f"{key}=")] + [f"{key}={value}"]
+
+
+def redone(manifest, before) -> list[str]:
+    return [n for n in STAGE_NAMES if manifest["stages"][n].get("started") != before["stages"][n].get("started")]
+
+
+def test_new_weights_at_model_path_redo_train_and_export_on_the_new_base(torch_bundle, tmp_path, tiny_gemma4_dir):
+    from safetensors.numpy import load_file, save_file
+
+    bundle, sets, _, _ = torch_bundle
+    copy, model = tmp_path / "b", tmp_path / "model"
+    shutil.copytree(bundle, copy)
+    shutil.copytree(tiny_gemma4_dir, model)
+    sets = repoint(sets, "model.path", model)
+    moved, log, _ = study(copy, sets)  # the same files in another folder: nothing to redo
+    assert log.count(": up to date (") == 6, log
+    weights = load_file(str(model / "model.safetensors"))
+    embed = next(name for name in weights if name.endswith("embed_tokens.weight"))
+    weights[embed] = weights[embed] * 2  # a new base at the same path (not a LoRA target: merged as it is)
+    save_file(weights, str(model / "model.safetensors"), metadata={"format": "pt"})
+    manifest, log, _ = study(copy, sets)
+    assert "train: its inputs changed since it ran: redoing it" in log
+    assert redone(manifest, moved) == ["train", "export", "serve", "bench", "eval", "cost"]  # prepare, plan: same
+    merged = load_file(str(copy / "export" / "merged" / "model.safetensors"))
+    assert (merged[embed] == weights[embed]).all()  # built on the new base
+
+
+def test_changed_problem_files_redo_the_evaluation(torch_bundle, tmp_path, synth_corpus_dir):
+    bundle, sets, _, _ = torch_bundle
+    copy, problems = tmp_path / "b", tmp_path / "problems"
+    shutil.copytree(bundle, copy)
+    shutil.copytree(synth_corpus_dir / "eval", problems)
+    sets = repoint(sets, "eval.problems", problems)
+    before, log, _ = study(copy, sets, only=["eval"])  # the same problem files in another folder
+    assert "eval: up to date (" in log and "8 problems" in log, log
+    names = (problems / "problems.txt").read_text().split()
+    (problems / "problems.txt").write_text("\n".join(names[:5]) + "\n")
+    manifest, log, _ = study(copy, sets)
+    assert "eval: its inputs changed since it ran: redoing it" in log
+    assert redone(manifest, before) == ["eval"]
+    assert json.loads((copy / "eval" / "finetune" / "summary.json").read_text())["problems"] == 5
+    assert manifest["stages"]["eval"]["note"].startswith("5 problems")
+
+
+def test_redoing_train_makes_every_stage_that_reads_it_stale_until_redone(torch_bundle, tmp_path, monkeypatch):
+    from crosstune.compare import write_report
+
+    bundle, sets, (first, _, _), _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    sets = [*sets, "train.learning_rate=0.003"]
+    on_disk = {}
+
+    def killed(ctx):  # what a kill -9 inside the redone training leaves: the manifest as it is on disk
+        on_disk.update(read_manifest(ctx.bundle))
+        raise KeyboardInterrupt
+
+    stages = [runner.Stage(*(killed if f == st.run else f for f in vars(st).values())) if st.name == "train" else st
+              for st in runner.STAGES]  # fmt: skip
+    monkeypatch.setattr(runner, "STAGES", stages)
+    with pytest.raises(Interrupted):
+        study(copy, sets, only=["train"])
+    later = ["export", "serve", "bench", "eval", "cost"]
+    assert [on_disk["stages"][n]["status"] for n in ["train", *later]] == ["running"] + ["stale"] * 5
+    assert on_disk["contents"] == {"runs": [], "evals": [], "sweeps": []}
+    monkeypatch.undo()
+    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "none"))
+
+    manifest, log, _ = study(copy, sets, only=["train"])
+    assert "train: continuing where an earlier run stopped (interrupted)" in log
+    assert {n: manifest["stages"][n]["status"] for n in ["plan", "train", *later]} == {
+        "plan": "done", "train": "done", **dict.fromkeys(later, "stale")}  # fmt: skip
+    assert manifest["stages"]["eval"]["stale"] == "train was redone after it"
+    assert manifest["contents"] == {"runs": ["runs/tiny-cpu-torch"], "evals": [], "sweeps": []}
+    inputs = read_inputs([copy])
+    assert len(inputs.runs) == 1 and inputs.evals == []  # the old evaluation is not set beside the new run
+    write_report([copy], tmp_path / "report")
+    assert "· finetune |" not in (tmp_path / "report" / "report.md").read_text()
+    with pytest.raises(StudyError, match="stage export is stale in .* \\(train was redone after it\\): run it"):
+        study(copy, sets, only=["eval"])
+
+    manifest, log, _ = study(copy, sets)
+    assert "export: stale (train was redone after it): redoing it" in log
+    assert redone(manifest, first) == ["plan", "train", "export", "serve", "bench", "eval", "cost"]
+    assert [manifest["stages"][n]["status"] for n in STAGE_NAMES] == ["done"] * 4 + ["skipped"] * 2 + ["done"] * 2
+    assert manifest["contents"] == {"runs": ["runs/tiny-cpu-torch"], "evals": ["eval/finetune"], "sweeps": []}
+
+
+def test_a_redo_whose_outputs_come_out_as_recorded_leaves_the_later_stages_up_to_date(torch_bundle, tmp_path):
+    bundle, sets, (first, _, _), _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    (copy / "data" / "stats.json").write_text("{}")  # damaged: prepare is redone, and comes out the same
+    manifest, log, _ = study(copy, sets)
+    assert "prepare: redoing it: data changed since the stage wrote it" in log
+    assert "train, export, serve, bench, eval, cost: up to date again (prepare's outputs came out as recorded)" in log
+    assert redone(manifest, first) == ["prepare"]
+    assert manifest["contents"] == first["contents"]
+
+
+def test_a_model_path_that_is_gone_is_refused_before_anything_is_cleared(torch_bundle, tmp_path):
+    bundle, sets, (first, _, _), _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)  # a bundle copied to a machine without the base model
+    with pytest.raises(StudyError, match=f"model.path {tmp_path / 'gone'}: no such file or folder"):
+        study(copy, repoint(sets, "model.path", tmp_path / "gone"))
+    assert read_manifest(copy)["stages"] == first["stages"] and (copy / "runs" / "tiny-cpu-torch" / "adapter").is_dir()
+
+
+def test_a_stage_recorded_by_an_older_crosstune_is_redone_saying_why(torch_bundle, tmp_path):
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    manifest = read_manifest(copy)
+    manifest["stages"]["plan"].pop("inputs_format")
+    manifest["stages"]["plan"]["inputs"] = "its recipe sections alone"
+    (copy / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
+    _, log, _ = study(copy, sets, only=["plan"])
+    assert "plan: its inputs changed since it ran (recorded by an older crosstune, whose inputs did not" in log
+
+
 def test_a_changed_output_is_redone(torch_bundle, tmp_path):
     bundle, sets, _, _ = torch_bundle
     copy = tmp_path / "b"

@@ -1,8 +1,11 @@
 """Resumable JSONL cache of completions: an interrupted evaluation continues without asking again.
 
 One line per completion, appended and flushed as soon as it arrives. The key covers everything that
-changes the answer: model, problem, prompt hash, sample index and the sampling parameters. A torn last
-line (a kill mid-write) is ignored on load. The file doubles as a `--samples-file`.
+changes the answer: the model by what it is, not where or under which name (the generator's `identity`: a
+local model's files by fingerprint; a served model's name, and the files of the folder it serves when that folder
+is on this machine; plus any revision the caller states, e.g. the study's export hash), problem, prompt hash,
+sample index and the sampling parameters. A torn last line (a kill mid-write) is ignored on load. The file doubles
+as a `--samples-file`.
 """
 
 from __future__ import annotations
@@ -13,16 +16,19 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from crosstune.recipe.schema import EVAL_DEFAULTS
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How completions are sampled. `n` is not part of the cache key: raising n reuses samples 0..n-1."""
+    """How completions are sampled; the defaults are the recipe's (EVAL_DEFAULTS). `n` is not part of the cache
+    key: raising n reuses samples 0..n-1."""
 
-    n: int = 1
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_tokens: int = 1024
-    seed: int = 0
+    n: int = EVAL_DEFAULTS.samples
+    temperature: float = EVAL_DEFAULTS.temperature
+    top_p: float = EVAL_DEFAULTS.top_p
+    max_tokens: int = EVAL_DEFAULTS.max_tokens
+    seed: int = 0  # sample i is drawn with seed + i
 
     def key_fields(self) -> dict:
         fields = asdict(self)
@@ -30,7 +36,8 @@ class SamplingParams:
         return fields
 
 
-def cache_key(model: str, problem: str, prompt_hash: str, sample: int, params: SamplingParams) -> str:
+def cache_key(model: dict, problem: str, prompt_hash: str, sample: int, params: SamplingParams) -> str:
+    """`model`: the generator's identity (with the caller's revision), see the module doc."""
     blob = json.dumps([model, problem, prompt_hash, sample, params.key_fields()], sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

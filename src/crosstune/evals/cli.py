@@ -26,6 +26,7 @@ from crosstune.evals.runner import (
 from crosstune.evals.sandbox import Limits
 from crosstune.evals.show import progress_bars, show_report
 from crosstune.recipe import RecipeError, load_recipe, resolve_path
+from crosstune.recipe.schema import EVAL_DEFAULTS, EvalSection
 
 console = Console()
 
@@ -87,46 +88,51 @@ def eval_command(
                                       '{"problem", "completion"[, "sample"]} (a completion cache works).'),
     references_only: bool = typer.Option(False, "--references-only", help="Judge each reference as the "
                                          "design: a self-check of the problem set."),
-    n: int = typer.Option(None, "--n", min=1, help="Samples per problem [default: recipe, else 1]."),
-    k: str = typer.Option(None, "--k", help="pass@k values, comma-separated (each <= n) [default: recipe, else 1]."),
+    n: int = typer.Option(None, "--n", min=1, help="Samples per problem "
+                          f"[default: recipe, else {EVAL_DEFAULTS.samples}]."),
+    k: str = typer.Option(None, "--k", help="pass@k values, comma-separated (each <= n) [default: recipe, else "
+                          f"those of {','.join(map(str, EVAL_DEFAULTS.k))} that n allows]."),
     temperature: float = typer.Option(None, "--temperature", min=0.0, help="Sampling temperature (0 = greedy) "
-                                      "[default: recipe, else 0]."),
+                                      f"[default: recipe, else {EVAL_DEFAULTS.temperature:g}]."),
     top_p: float = typer.Option(None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass "
-                                "[default: recipe, else 0.95]."),
+                                f"[default: recipe, else {EVAL_DEFAULTS.top_p:g}]."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Completion length limit "
-                                   "[default: recipe, else 1024]."),
-    seed: int = typer.Option(0, "--seed", help="Base seed; sample i uses seed + i."),
+                                   f"[default: recipe, else {EVAL_DEFAULTS.max_tokens}]."),
+    seed: int = typer.Option(SamplingParams.seed, "--seed", help="Base seed; sample i uses seed + i."),
     prompt_style: str = typer.Option(None, "--prompt-style", help="verilogeval ([BEGIN]/[DONE], "
                                      "Question/Answer) or codev (<think> then ```verilog in <answer>) "
-                                     "[default: recipe, else verilogeval]."),
+                                     f"[default: recipe, else {EVAL_DEFAULTS.prompt_style}]."),
     shots: int = typer.Option(None, "--shots", min=0, help="In-context examples in the prompt (0-3) "
-                              "[default: protocol, else 0]."),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Parallel requests to the endpoint."),
+                              f"[default: protocol, else {EvalConfig.shots}]."),
+    concurrency: int = typer.Option(EvalConfig.concurrency, "--concurrency", min=1, help="Parallel requests to "
+                                    "the endpoint."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable holding the "
                                     "endpoint's API key, if it needs one."),
     upstream_compatible: bool = typer.Option(False, "--upstream-compatible", help="Count verdicts by "
                                              "VerilogEval v2's own rules (fooled by known fake passes) to "
                                              "compare with published numbers; default is the strict rule."),
     workers: int = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: usable CPUs)."),
-    timeout: float = typer.Option(30.0, "--timeout", min=1.0, help="Wall-clock seconds to judge one sample (all "
-                                 "simulation steps)."),
+    timeout: float = typer.Option(Limits.timeout_s, "--timeout", min=1.0, help="Wall-clock seconds to judge one "
+                                  "sample (all simulation steps)."),
     connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.01, help="Seconds to connect to "
-                                          "--endpoint (also bounds the probe) [default: recipe, else 10]."),
+                                          "--endpoint (also bounds the probe) "
+                                          f"[default: recipe, else {EVAL_DEFAULTS.connect_timeout_s:g}]."),
     read_timeout: float = typer.Option(None, "--read-timeout", min=0.01, help="Longest silence from --endpoint, "
-                                       "in seconds (bounds one non-streamed generation) [default: recipe, else 600]."),
+                                       "in seconds (bounds one non-streamed generation) "
+                                       f"[default: recipe, else {EVAL_DEFAULTS.read_timeout_s:g}]."),
     request_timeout: float = typer.Option(None, "--request-timeout", min=0.01, help="Deadline of one request in "
-                                          "seconds, however slowly the server sends [default: recipe, else 1800]."),
-    retries: int = typer.Option(5, "--retries", min=0, help="Extra attempts per sample after a connection error, "
-                                "a cut response, HTTP 429 or 5xx (backoff from 2 s, doubling); timeouts are not "
-                                "retried."),
-    memory_mib: int = typer.Option(2048, "--memory-mib", min=64, help="Address-space limit per process (MiB)."),
+                                          "seconds, however slowly the server sends "
+                                          f"[default: recipe, else {EVAL_DEFAULTS.request_timeout_s:g}]."),
+    retries: int = typer.Option(EvalConfig.retries, "--retries", min=0, help="Extra attempts per sample after a "
+                                "connection error, a cut response, HTTP 429 or 5xx (backoff from 2 s, doubling); "
+                                "timeouts are not retried."),
+    memory_mib: int = typer.Option(Limits.memory_mib, "--memory-mib", min=64, help="Address-space limit per "
+                                   "process (MiB)."),
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", min=1, help="Prompts per generate() call "
                                    "of the local engine (--hf-model)."),
 ) -> None:  # fmt: skip
     """Evaluate Verilog generation on VerilogEval v2 or RTLLM with iverilog (see EVAL_HELP)."""
-    fallback = {"n": 1, "k": "1", "temperature": 0.0, "top_p": 0.95, "max_tokens": 1024, "prompt_style": "verilogeval",
-                "shots": 0, "connect_timeout": Timeouts.connect_s, "read_timeout": Timeouts.read_s,
-                "request_timeout": Timeouts.request_s}  # fmt: skip
+    fallback = {**_section_defaults(EVAL_DEFAULTS), "shots": EvalConfig.shots}
     recipe_set: dict = {}
     if recipe is not None:
         problems, recipe_set, recipe_protocol = _recipe_defaults(recipe, problems)
@@ -139,8 +145,8 @@ def eval_command(
     tasks = [task] if task is not None or protocol is None else _tasks(protocol, problems)
     n = fallback["n"] if n is None else n
     ks = _parse_ks(fallback["k"] if k is None else k)
-    if references_only:
-        n, ks = 1, [1]
+    if k is None and "k" not in recipe_set and protocol is None:  # the built-in k: only those n samples allow
+        ks = [each for each in ks if each <= n] or [1]
     _check_paths(out, hf_model)
     try:
         config = EvalConfig(
@@ -219,17 +225,7 @@ def _recipe_defaults(recipe_file: Path, problems: Path | None) -> tuple[Path | N
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
     ev = recipe.eval
-    defaults = {
-        "n": ev.samples,
-        "k": ",".join(str(k) for k in ev.k),
-        "temperature": ev.temperature,
-        "top_p": ev.top_p,
-        "max_tokens": ev.max_tokens,
-        "prompt_style": ev.prompt_style,
-        "connect_timeout": ev.connect_timeout_s,
-        "read_timeout": ev.read_timeout_s,
-        "request_timeout": ev.request_timeout_s,
-    }
+    defaults = _section_defaults(ev)
     fields = {"n": "samples", "connect_timeout": "connect_timeout_s", "read_timeout": "read_timeout_s",
               "request_timeout": "request_timeout_s"}  # fmt: skip
     protocol = getattr(ev, "protocol", None)
@@ -237,6 +233,13 @@ def _recipe_defaults(recipe_file: Path, problems: Path | None) -> tuple[Path | N
         written = ev.model_fields_set
         defaults = {key: value for key, value in defaults.items() if fields.get(key, key) in written}
     return (problems or resolve_path(recipe, ev.problems)), defaults, protocol
+
+
+def _section_defaults(ev: EvalSection) -> dict:
+    """A recipe's eval section as this command's defaults (EVAL_DEFAULTS: the section's own, without a recipe)."""
+    return {"n": ev.samples, "k": ",".join(str(k) for k in ev.k), "temperature": ev.temperature, "top_p": ev.top_p,
+            "max_tokens": ev.max_tokens, "prompt_style": ev.prompt_style, "connect_timeout": ev.connect_timeout_s,
+            "read_timeout": ev.read_timeout_s, "request_timeout": ev.request_timeout_s}  # fmt: skip
 
 
 def _protocol_defaults(name: str, problems: Path) -> dict:

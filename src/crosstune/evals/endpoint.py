@@ -14,11 +14,14 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from crosstune.evals.cache import SamplingParams
 from crosstune.evals.generate import Completion, GenerationError
 from crosstune.evals.prompts import Message
+from crosstune.fsutil import files_fingerprint
+from crosstune.recipe.schema import EVAL_DEFAULTS
 
 ERROR_BODY_CHARS = 500  # how much of a server's error body a failure reason quotes
 
@@ -28,9 +31,9 @@ class Timeouts:
     """Seconds. `read_s` is the longest silence (for a non-streamed answer: the whole generation); `request_s`
     bounds one request from connect to last byte, however slowly the server sends."""
 
-    connect_s: float = 10.0
-    read_s: float = 600.0
-    request_s: float = 1800.0
+    connect_s: float = EVAL_DEFAULTS.connect_timeout_s
+    read_s: float = EVAL_DEFAULTS.read_timeout_s
+    request_s: float = EVAL_DEFAULTS.request_timeout_s
 
     def __post_init__(self) -> None:
         for name in ("connect_s", "read_s", "request_s"):
@@ -96,6 +99,8 @@ class EndpointGenerator:
         self._sockets: set[socket.socket] = set()
         # Which server answers; probe() names it (vLLM says so in /v1/models' owned_by and serves /version).
         self.engine: dict = {"name": "openai-compatible endpoint", "kind": "endpoint", "url": self.base_url}
+        # What answers, for the completion cache: the served name; probe() adds the files vLLM serves (its `root`).
+        self.identity: dict = {"served": model}
 
     def cancel(self) -> None:
         """Cut every request in flight and refuse new ones (Ctrl-C, or the endpoint gave up answering)."""
@@ -127,7 +132,9 @@ class EndpointGenerator:
             raise EndpointUnreachable(
                 f"{self.base_url} serves {served}, not {self.model!r}: pass one of them as --model"
             )
-        owner = next((e.get("owned_by") for e in entries if isinstance(e, dict) and e.get("id") == self.model), None)
+        entry = next((e for e in entries if isinstance(e, dict) and e.get("id") == self.model), {})
+        self.identity = {"served": self.model, **_served_files(entry.get("root"))}
+        owner = entry.get("owned_by")
         if owner == "vllm":
             self.engine = {**self.engine, "name": f"vllm {self._server_version() or '(version unknown)'}".strip(),
                            "server": "vllm"}  # fmt: skip
@@ -243,6 +250,16 @@ class EndpointGenerator:
             return _AttemptFailed(f"response cut short: received {got}{total} bytes of the body (IncompleteRead)",
                                   retryable=True)  # fmt: skip
         return _AttemptFailed(f"connection failed mid-request ({type(error).__name__}: {error})", retryable=True)
+
+
+def _served_files(root: object) -> dict:
+    """The files behind a served model: vLLM's /v1/models `root` is the folder it loaded. On this machine: their
+    fingerprint (not the path, so a moved folder keeps its cache); elsewhere only the path is known (weights None)."""
+    if not isinstance(root, str) or not root:
+        return {}
+    if Path(root).is_dir():
+        return {"weights": files_fingerprint(Path(root))}
+    return {"root": root, "weights": None}
 
 
 def _parse_completion(data: bytes) -> Completion:

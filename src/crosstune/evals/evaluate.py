@@ -147,11 +147,13 @@ def evaluate_completions(
     on_progress: Progress | None = None,
     extra_summary: dict | None = None,
     failure_reasons: Mapping[tuple[str, int], str] | None = None,
+    from_cache: int | None = None,
 ) -> EvalReport:
     """Judge `completions[problem]` (all problems need the same count n >= max(ks)) and write reports.
 
     A None completion is a sample whose generation failed (`failure_reasons[(problem, sample)]` says why): it
-    is recorded and listed, and pass@k is computed over the completed samples only.
+    is recorded and listed, and pass@k is computed over the completed samples only. `from_cache`: how many of the
+    completions came from the completion cache (recorded under "generation").
     `completions=None` judges each reference as the design (a self-check of the problem set, n = 1).
     """
     failure_reasons = failure_reasons or {}
@@ -230,5 +232,7 @@ def evaluate_completions(
         requested = sum(len(v) for v in samples.values())
         extra["generation"] = {"requested": requested, "completed": requested - len(failed), "failed": len(failed),
                                "failed_samples": failed}  # fmt: skip
+        if from_cache is not None:
+            extra["generation"]["from_cache"] = from_cache
     summary = summarize(scores, ks, mode, extra)
     return EvalReport(summary, records, write_reports(out_dir, summary, records))

@@ -1,6 +1,7 @@
 """Sampling completions from a backend (endpoint.py: an OpenAI-compatible server; local.py: a transformers model),
 cached per sample so that resume works per sample: requests in parallel, or batches for a backend that batches.
-Every cached record names the engine that produced it (summary.json reports it).
+Every cached record names the engine that produced it (summary.json reports it) and the model's identity, which is
+part of its key: new weights at the same path, or behind the same served name, are asked again.
 """
 
 from __future__ import annotations
@@ -44,13 +45,14 @@ class Generator(Protocol):
     max_concurrency: int
     batch_size: int
     engine: dict  # {"name": ..., "kind": "endpoint" | "local", ...}: what produced the completions
+    identity: dict  # what the model is (its files' fingerprint, a served name...): the cache key's model part
 
     def complete(self, messages: list[Message], params: SamplingParams, sample: int) -> Completion:
         """One sample; raises GenerationError when it cannot be had."""
         ...
 
     def probe(self) -> None:
-        """Raise GenerationError, in seconds, when the backend cannot answer at all."""
+        """Raise GenerationError, in seconds, when the backend cannot answer at all; complete `identity`."""
         ...
 
     def cancel(self) -> None:
@@ -82,6 +84,8 @@ class Generation:
     completions: dict[str, list[str | None]]
     failures: list[SampleFailure]
     engines: list[dict] = field(default_factory=list)
+    from_cache: int = 0  # samples read from the cache, not asked of the model
+    identity: dict = field(default_factory=dict)  # the model's, as the cache keys it
 
     @property
     def failure_reasons(self) -> dict[tuple[str, int], str]:
@@ -97,28 +101,31 @@ def generate_completions(
     shots: int = 0,
     concurrency: int = 8,
     on_progress: Callable[[int, int], None] | None = None,
+    revision: str | None = None,
 ) -> Generation:
     """`params.n` completions per problem, asking the backend only for those missing from `cache`.
 
     Every sample ends with a completion (cached at once) or a recorded failure; a rerun asks only for what
-    is missing. The backend is probed first, so a dead endpoint fails in seconds before the batch is sent.
-    `on_progress(done, total)` is called after each sample. Ctrl-C (KeyboardInterrupt) cuts the requests
-    in flight and propagates; what finished is cached.
+    is missing. The backend is probed first, so a dead endpoint fails in seconds before the batch is sent (and an
+    endpoint says there what it serves, which the key needs). `revision`: what the caller knows of the model's
+    version (the study: its export's hash), part of the key. `on_progress(done, total)` is called after each
+    sample. Ctrl-C (KeyboardInterrupt) cuts the requests in flight and propagates; what finished is cached.
     """
+    backend.probe()
+    identity = {**backend.identity, **({"revision": revision} if revision else {})}
     jobs = []
     for problem in problems:
         messages = build_messages(problem, prompt_style, shots)
         digest = prompt_hash(messages)
         for sample in range(params.n):
-            key = cache_key(backend.model, problem.name, digest, sample, params)
+            key = cache_key(identity, problem.name, digest, sample, params)
             jobs.append(_Job(problem.name, sample, messages, key, digest))
     missing = [job for job in jobs if cache.get(job.key) is None]
     failures: dict[_Job, str] = {}
     if on_progress:
         on_progress(len(jobs) - len(missing), len(jobs))
     if missing:
-        backend.probe()
-        failures = _ask(backend, params, missing, cache, concurrency, len(jobs), on_progress)
+        failures = _ask(backend, params, missing, cache, concurrency, len(jobs), identity, on_progress)
     completions: dict[str, list[str | None]] = {p.name: [] for p in problems}
     engines: list[dict] = []
     for job in jobs:
@@ -128,7 +135,8 @@ def generate_completions(
         if record is not None and engine not in engines:
             engines.append(engine)
     failed = [SampleFailure(job.problem, job.sample, reason) for job, reason in failures.items()]
-    return Generation(completions, sorted(failed, key=lambda f: (f.problem, f.sample)), engines)
+    failed.sort(key=lambda f: (f.problem, f.sample))
+    return Generation(completions, failed, engines, from_cache=len(jobs) - len(missing), identity=identity)
 
 
 def _ask(
@@ -138,6 +146,7 @@ def _ask(
     cache: CompletionCache,
     concurrency: int,
     total: int,
+    identity: dict,
     on_progress: Callable[[int, int], None] | None,
 ) -> dict[_Job, str]:
     """Ask for `jobs` on daemon threads (a request stuck in connect never delays exit); failures by job.
@@ -189,7 +198,7 @@ def _ask(
         for received in range(1, len(jobs) + 1):
             job, result = _next_result(results)
             if isinstance(result, Completion):
-                cache.put(_record(job, backend.model, params, result, backend.engine))
+                cache.put(_record(job, backend.model, identity, params, result, backend.engine))
                 done, in_a_row = done + 1, 0
                 if on_progress:
                     on_progress(done, total)
@@ -223,10 +232,13 @@ def _next_result(results: queue.Queue) -> tuple[_Job, Completion | BaseException
             continue
 
 
-def _record(job: _Job, model: str, params: SamplingParams, completion: Completion, engine: dict) -> dict:
+def _record(
+    job: _Job, model: str, identity: dict, params: SamplingParams, completion: Completion, engine: dict
+) -> dict:
     return {
         "key": job.key,
         "model": model,
+        "model_identity": identity,
         "problem": job.problem,
         "prompt_hash": job.prompt_hash,
         "sample": job.sample,

@@ -16,6 +16,7 @@ from pathlib import Path
 from crosstune.evals.cache import SamplingParams
 from crosstune.evals.generate import Completion
 from crosstune.evals.prompts import Message
+from crosstune.fsutil import files_fingerprint
 
 TRANSFORMERS_DEFAULT_TOP_K = (
     50  # GenerationConfig's documented default, which generate() applies when a model sets none
@@ -73,6 +74,9 @@ class TransformersGenerator:
 
         self._torch = torch
         self.model = str(model_path)
+        # The weights by their files, not their path: a new model saved over the old one is asked again.
+        folder = Path(model_path)
+        self.identity = {"weights": files_fingerprint(folder)} if folder.is_dir() else {"model": self.model}
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.tokenizer.padding_side = "left"  # generation continues every row from its last prompt token
         if self.tokenizer.pad_token is None:

@@ -14,7 +14,7 @@ owned_files): unchanged since, or claimed by a run that died writing it (a kill 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError, Interrupted
@@ -28,6 +28,7 @@ from crosstune.evals.protocols import UnknownProtocol, get_protocol, protocol_re
 from crosstune.evals.sandbox import Limits
 from crosstune.evals.scoring import REPORT_FILES
 from crosstune.ownership import OutputKind, owned_files
+from crosstune.recipe.schema import EVAL_DEFAULTS
 
 PARTIAL_EXIT_CODE = 3  # the report is written, but some samples could not be generated
 
@@ -50,7 +51,9 @@ class EvalConfig:
     """Everything one evaluation needs. Exactly one design source: `endpoint` (with `model`), `hf_model`,
     `samples_file`, or `references_only`. `task`: a VerilogEval task (None: spec-to-rtl; an RTLLM set has one).
     `protocol` names the preset the settings come from (recorded with any departure from it; see for_protocol).
-    `batch_size`: prompts per generate() call of the local engine (`hf_model`)."""
+    `batch_size`: prompts per generate() call of the local engine (`hf_model`). `model_revision`: what the caller
+    knows of the model's version (the study: its export's sha256), part of the completion cache's key. Defaults are
+    the recipe's (EVAL_DEFAULTS); `references_only` judges one design per problem (n = 1, k = 1 whatever is given)."""
 
     problems: Path
     out: Path
@@ -62,8 +65,8 @@ class EvalConfig:
     samples_file: Path | None = None
     references_only: bool = False
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    ks: tuple[int, ...] = (1,)
-    prompt_style: str = "verilogeval"
+    ks: tuple[int, ...] = tuple(EVAL_DEFAULTS.k)
+    prompt_style: str = EVAL_DEFAULTS.prompt_style
     shots: int = 0
     concurrency: int = 8
     api_key: str | None = field(default=None, repr=False)
@@ -74,9 +77,12 @@ class EvalConfig:
     retries: int = 5
     protocol: str | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
+    model_revision: str | None = None
 
     @classmethod
-    def for_protocol(cls, name: str, problems: Path, out: Path, seed: int = 0, **fields) -> EvalConfig:
+    def for_protocol(
+        cls, name: str, problems: Path, out: Path, seed: int = SamplingParams.seed, **fields
+    ) -> EvalConfig:
         """An EvalConfig with the protocol's n, k, sampling, token budget, prompt style and shots for the problem
         set at `problems`; `fields` set anything else (a design source, task, ...) and may override the preset."""
         try:
@@ -97,8 +103,9 @@ class EvalConfig:
             raise EvalError("--endpoint needs --model (the name the server serves)")
         if not self.ks or min(self.ks) < 1:
             raise EvalError(f"pass@k values must be >= 1, got {list(self.ks)}")
-        if self.references_only and (self.sampling.n, tuple(self.ks)) != (1, (1,)):
-            raise EvalError("--references-only judges one design per problem: n = 1 and k = 1")
+        if self.references_only:  # one design per problem, the reference: nothing is sampled
+            object.__setattr__(self, "sampling", replace(self.sampling, n=1))
+            object.__setattr__(self, "ks", (1,))
         if max(self.ks) > self.sampling.n and self.samples_file is None:
             raise EvalError(f"--k {max(self.ks)} needs --n >= {max(self.ks)}")
         if self.protocol is not None:
@@ -143,7 +150,7 @@ def _evaluate(config: EvalConfig, on_progress: OnProgress | None) -> EvalReport:
         problems = load_problems(config.problems, config.task, list(config.patterns) or None)
         suite = problems[0].suite
         extra: dict = {"problems_path": str(config.problems), "task": problems[0].task, "suite": suite}
-        completions, failure_reasons = None, None
+        completions, failure_reasons, from_cache = None, None, None
         if config.references_only:
             extra["engine"] = {"name": "none (the references themselves)", "kind": "reference"}
         if config.samples_file is not None:
@@ -165,11 +172,13 @@ def _evaluate(config: EvalConfig, on_progress: OnProgress | None) -> EvalReport:
 
             generation = generate_completions(
                 problems, backend, config.sampling, CompletionCache(config.out / CACHE_FILE),
-                config.prompt_style, config.shots, config.concurrency, on_generated,
+                config.prompt_style, config.shots, config.concurrency, on_generated, config.model_revision,
             )  # fmt: skip
             completions, failure_reasons = generation.completions, generation.failure_reasons
-            extra.update(model=backend.model, sampling=asdict(config.sampling), prompt_style=config.prompt_style,
-                         shots=config.shots, engine=_one_engine(generation.engines or [backend.engine]))  # fmt: skip
+            from_cache = generation.from_cache
+            extra.update(model=backend.model, model_identity=generation.identity, sampling=asdict(config.sampling),
+                         prompt_style=config.prompt_style, shots=config.shots,
+                         engine=_one_engine(generation.engines or [backend.engine]))  # fmt: skip
         if not config.references_only:
             extra["protocol"] = protocol_record(config.protocol, suite, config.settings())
             if config.samples_file is not None:  # completions made elsewhere: the settings are as stated
@@ -177,7 +186,7 @@ def _evaluate(config: EvalConfig, on_progress: OnProgress | None) -> EvalReport:
         return evaluate_completions(
             problems, completions, config.out, ks=config.ks, upstream_compatible=config.upstream_compatible,
             workers=config.workers, limits=config.limits, on_progress=report_progress, extra_summary=extra,
-            failure_reasons=failure_reasons,
+            failure_reasons=failure_reasons, from_cache=from_cache,
         )  # fmt: skip
     except (ProblemSetError, GenerationError, FileNotFoundError, ValueError) as e:
         raise EvalError(str(e)) from e

@@ -48,6 +48,7 @@ def show_report(report: EvalReport, console: Console) -> None:
         console.print(f"pass@{k}: [bold]{'n/a' if value is None else f'{100 * value:.2f} %'}[/bold]{interval}")
     if summary.get("engine"):
         console.print(f"engine: {summary['engine'].get('name')}", markup=False)
+    _show_cache(report, console)
     if summary.get("protocol"):
         departs = summary["protocol"].get("deviations")
         console.print(f"protocol: {summary['protocol']['name']}" + (f" (departs in {', '.join(departs)})" if departs
@@ -65,3 +66,18 @@ def show_report(report: EvalReport, console: Console) -> None:
         if generation["failed"] > 10:
             console.print(f"  … {generation['failed'] - 10} more in summary.json and summary.md")
         console.print("Rerun the same command to retry only the failed samples (completed ones are cached).")
+
+
+def _show_cache(report: EvalReport, console: Console) -> None:
+    """How many samples came from the completion cache, and what the cache could not check."""
+    generation, identity = report.summary.get("generation") or {}, report.summary.get("model_identity") or {}
+    if generation.get("from_cache") is None:
+        return
+    cached, requested = generation["from_cache"], generation["requested"]
+    cache = report.paths[0].parent / "completions.jsonl" if report.paths else "completions.jsonl"
+    console.print(f"samples: {cached} of {requested} from the cache ({cache}), {requested - cached} generated",
+                  markup=False)  # fmt: skip
+    if cached and "weights" in identity and identity["weights"] is None:
+        console.print(f"  the served model's folder ({identity.get('root')}) is not on this machine: its cached "
+                      "samples are trusted by served name and folder; remove the cache if the model changed",
+                      style="yellow", markup=False)  # fmt: skip

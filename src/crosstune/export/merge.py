@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from crosstune.families import family_of_hf_config
+from crosstune.fsutil import file_sha256
 from crosstune.run.base_checkpoint import WEIGHT_SUFFIXES, BaseCheckpoint, open_base
 from crosstune.run.lora import ExportError, LoraWeights
 from crosstune.run.shards import DTYPES, SafetensorsFile, TensorInfo, from_float32, to_float32
@@ -226,11 +227,6 @@ def copy_side_files(base_dir: Path, out_dir: Path, skip: set[str]) -> dict[str, 
         shutil.copy2(p, out_dir / p.name)
         hashes[p.name] = file_sha256(out_dir / p.name)
     return hashes
-
-
-def file_sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def merge_lora_into_shards(

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.errors import InputError
-from crosstune.export.merge import Progress, copy_side_files, file_sha256, plan_merge, write_merged_shards
+from crosstune.export.merge import Progress, copy_side_files, plan_merge, write_merged_shards
 from crosstune.export.output import staged_dir, write_manifest
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
+from crosstune.fsutil import file_sha256
 from crosstune.run.base_checkpoint import open_base
 from crosstune.run.integrity import lora_magnitude_bound
 from crosstune.run.layout import RUN_JSON, read_run_metadata, read_run_recipe

@@ -313,6 +313,13 @@ class EvalSection(Section):
         return self
 
 
+# The evaluation's defaults, one owner: an unwritten eval line of a recipe, `crosstune eval` without a recipe,
+# evals' SamplingParams (so the completion cache's key) and request Timeouts all read these values. They live in the
+# schema because recipe is below evals (tests/test_layering.py): evals can read them here, the schema can't import
+# evals.
+EVAL_DEFAULTS = EvalSection()
+
+
 class CostSection(Section):
     price_per_hour: PositiveFloat | None = Field(None, description="override the catalog price of `hardware`")
     currency: str = "USD"

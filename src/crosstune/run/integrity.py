@@ -8,28 +8,18 @@ checkpoints written before hashes were recorded).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError
-from crosstune.fsutil import atomic_write_text, say
+from crosstune.fsutil import atomic_write_text, file_sha256, say
 
 CHECKSUMS = "crosstune_sha256.json"
-READ_CHUNK = 8 * 2**20
 
 
 class CheckpointCorruptError(CrosstuneError):
     """A checkpoint's bytes differ from what was written, or its values can't come from training."""
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(READ_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _files(folder: Path) -> list[Path]:

@@ -2,7 +2,8 @@
 what an earlier run left.
 
     BUNDLE/bundle.json            what ran where: hardware, versions, recipe and data hashes, each stage's status,
-                                  time, inputs fingerprint and outputs (paths relative to the bundle, with sha256)
+                                  time, inputs fingerprint and outputs (paths relative to the bundle, with sha256);
+                                  a stage whose earlier stage was redone is "stale" (and out of `contents`)
     BUNDLE/recipe.resolved.yaml   the recipe as the study ran it (defaults filled in, --set applied)
     BUNDLE/data/                  the prepared data          BUNDLE/runs/NAME-BACKEND/  the run directory
     BUNDLE/plan/plan.json         the planner's verdict      BUNDLE/export/{adapter,merged}/
@@ -28,12 +29,14 @@ from typing import Any
 
 from crosstune.compare.inputs import BUNDLE_KIND, BUNDLE_MANIFEST
 from crosstune.errors import InputError
-from crosstune.fsutil import atomic_write_text
-from crosstune.run.integrity import file_sha256
+from crosstune.fsutil import atomic_write_text, file_sha256
 
 FORMAT = 1
 RESOLVED_RECIPE = "recipe.resolved.yaml"
-STAGE_STATES = ("done", "skipped", "running", "failed", "interrupted")
+STAGE_STATES = ("done", "skipped", "running", "failed", "interrupted", "stale")
+# What a stage's inputs cover. 2: the files it reads by fingerprint (model, problems), not by path, and the outputs
+# of the stages it reads (Stage.reads). A stage recorded under another format is redone, saying why.
+INPUTS_FORMAT = 2
 
 
 class StudyError(InputError):
@@ -94,7 +97,8 @@ def write_manifest(bundle: Path, manifest: dict[str, Any]) -> None:
 
 
 def fingerprint(value: Any) -> str:
-    """sha256 of a JSON-able value (sorted keys): a stage's inputs."""
+    """sha256 of a JSON-able value (sorted keys): a stage's inputs (the files among them already by
+    fsutil.files_fingerprint)."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 

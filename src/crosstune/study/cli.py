@@ -34,7 +34,9 @@ def study(
     The bundle is self-describing (bundle.json: hardware, library versions, recipe/data/tokenizer/chat-template
     hashes, each stage's status, time and outputs, paths relative to the bundle) and can be copied elsewhere. Rerunning
     skips every stage whose inputs are unchanged and whose outputs still hash as recorded, redoes one whose inputs
-    changed, and resumes one that was interrupted (Ctrl-C, kill -9): training from its last checkpoint. --from and
+    changed (the files it reads count by content: new weights at the same model.path retrain), and resumes one that
+    was interrupted (Ctrl-C, kill -9): training from its last checkpoint. A redone stage makes the later stages that
+    read it stale (left out of the report) until they are redone too. --from and
     --only choose stages, e.g. train on a TPU v5p-8, copy the bundle, then `--from serve` on a v6e-8. Without a vLLM
     serving environment, serve and bench are skipped (saying how to create one) and eval runs the merged model locally.
     Compare bundles with `crosstune report BUNDLE_A BUNDLE_B --out DIR`.

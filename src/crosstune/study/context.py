@@ -1,5 +1,6 @@
 """What every stage of a study reads: the bundle, the recipe pointed into it, the backend, launch options, and the
-manifest's record of the stages before (their outputs' hashes are the next stages' inputs)."""
+manifest's record of the stages before (their outputs' hashes are the next stages' inputs). Files outside the
+bundle that a stage reads (the model, the problems) enter its inputs by fingerprint, never by path."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
+from crosstune.fsutil import files_fingerprint
 from crosstune.recipe import Recipe, load_recipe, resolve_path
 from crosstune.study.bundle import Output, StudyError
 
@@ -70,19 +72,40 @@ class StudyContext:
         return resolve_path(self.recipe, value)
 
     def section(self, *names: str) -> dict[str, Any]:
-        """The recipe's sections `names` as JSON (a stage's recipe inputs), less where the bundle is: a bundle copied
-        to another machine or folder keeps its stages up to date."""
+        """The recipe's sections `names` as JSON (a stage's recipe inputs), less where the bundle, the model and the
+        problems are: a stage that reads those has their fingerprints among its inputs (`files`), so a bundle or a
+        model copied to another machine or folder keeps its stages up to date, and new files at the same path don't."""
         dumped = self.recipe.model_dump(mode="json")
         dumped["data"].pop("prepared_dir", None)
+        dumped["model"].pop("path", None)
+        dumped["eval"].pop("problems", None)
         return {name: dumped[name] for name in names}
+
+    def existing(self, path: Path | None, what: str) -> Path | None:
+        """`path` (None when the recipe names none); a missing one is an error before anything is cleared: a bundle
+        copied to a machine without the base model must not lose its run to "inputs changed"."""
+        if path is not None and not path.exists():
+            raise StudyError(f"{what} {path}: no such file or folder, and a stage's inputs include it: fix the recipe "
+                             "(or --set), or leave out the stages that read it (--from / --only)")  # fmt: skip
+        return path
+
+    def files(self, path: Path | None, what: str) -> dict[str, str] | None:
+        """The fingerprint of the file or folder at `path` (fsutil.files_fingerprint); see `existing`."""
+        path = self.existing(path, what)
+        return None if path is None else files_fingerprint(path)
+
+    @property
+    def model_path(self) -> Path | None:
+        return self.path(self.recipe.model.path)
 
     def outputs_of(self, stage: str) -> list[dict]:
         """The outputs a finished earlier stage recorded (its hashes feed this stage's inputs)."""
         entry = self.manifest["stages"].get(stage)
         if entry is None or entry.get("status") not in ("done", "skipped"):
             state = "never ran" if entry is None else f"is {entry.get('status')}"
+            why = f" ({entry['stale']})" if entry is not None and entry.get("stale") else ""
             raise StudyError(
-                f"stage {stage} {state} in {self.bundle}: run it first (drop --from/--only, or include {stage})"
+                f"stage {stage} {state} in {self.bundle}{why}: run it first (drop --from/--only, or include {stage})"
             )
         return entry.get("outputs", [])
 

@@ -10,19 +10,28 @@ from typing import Any
 
 from crosstune.fsutil import atomic_write_text
 from crosstune.study.bundle import Output, StudyError
-from crosstune.study.context import COST, EVAL, FINETUNE, StageResult, StudyContext
+from crosstune.study.context import COST, EVAL, EXPORT, FINETUNE, StageResult, StudyContext
 
 LOCAL_CONCURRENCY, ENDPOINT_CONCURRENCY = 1, 8
 
 
 def eval_inputs(s: StudyContext) -> dict[str, Any]:
-    problems = s.path(s.recipe.eval.problems)
-    return {"model": s.outputs_of("export"), "eval": s.section("eval"), "problems": str(problems), **_engine(s)}
+    """The eval section, every problem file (by fingerprint: new files at the same path redo it) and the engine."""
+    return {
+        "eval": s.section("eval"),
+        "problems": s.files(s.path(s.recipe.eval.problems), "eval.problems"),
+        **_engine(s),
+    }
 
 
 def _engine(s: StudyContext) -> dict[str, Any]:
     served = s.server.engine()
     return served if served["engine"] else {"engine": "transformers"}
+
+
+def _export_hash(s: StudyContext) -> str | None:
+    """The merged export's sha256 as the export stage recorded it: the evaluated model's revision (cache key)."""
+    return next((o["sha256"] for o in s.outputs_of("export") if o["path"] == EXPORT), None)
 
 
 def clear_eval(s: StudyContext) -> None:
@@ -49,7 +58,8 @@ def run_eval(s: StudyContext) -> StageResult:
     config = EvalConfig(
         problems=problems, out=s.bundle / EVAL / FINETUNE, ks=tuple(ev.k), prompt_style=ev.prompt_style,
         sampling=SamplingParams(n=ev.samples, temperature=ev.temperature, top_p=ev.top_p, max_tokens=ev.max_tokens),
-        request_timeouts=Timeouts(ev.connect_timeout_s, ev.read_timeout_s, ev.request_timeout_s), **source,
+        request_timeouts=Timeouts(ev.connect_timeout_s, ev.read_timeout_s, ev.request_timeout_s),
+        model_revision=_export_hash(s), **source,
     )  # fmt: skip
     with progress_bars(s.console) as on_progress:
         report = evaluate(config, on_progress)
@@ -57,8 +67,10 @@ def run_eval(s: StudyContext) -> StageResult:
     pass_at_k = summary["pass_at_k"].items()
     passes = ", ".join(f"pass@{k} {'n/a' if v is None else f'{100 * v:.1f} %'}" for k, v in pass_at_k)
     rel = f"{EVAL}/{FINETUNE}"
+    cached = summary.get("generation", {}).get("from_cache", 0)
     return StageResult(
-        f"{summary['problems']} problems × {ev.samples} samples via {engine['engine']}: {passes}",
+        f"{summary['problems']} problems × {ev.samples} samples via {engine['engine']} ({cached} from the cache): "
+        f"{passes}",
         [Output(f"{rel}/summary.json")],
         record={"engine": engine["engine"], "pass_at_k": summary["pass_at_k"]},
         contents={"evals": [rel]},
@@ -66,9 +78,8 @@ def run_eval(s: StudyContext) -> StageResult:
 
 
 def cost_inputs(s: StudyContext) -> dict[str, Any]:
-    bench = s.outputs_of("bench") if s.status_of("bench") == "done" else []
     prices = s.prices.read_text() if s.prices else None
-    return {"run": s.outputs_of("train"), "bench": bench, "cost": s.section("cost", "hardware"), "prices": prices}
+    return {"cost": s.section("cost", "hardware"), "prices": prices}
 
 
 def run_cost(s: StudyContext) -> StageResult:

@@ -1,5 +1,7 @@
 """`run_study`: the stages in order into one bundle, each skipped when its inputs are unchanged and its outputs still
 hash as recorded, redone (outputs removed first) when its inputs changed, resumed when an earlier run died in it.
+A stage that is redone makes every later stage that reads it (directly or through another) stale at once: marked
+so in the manifest and out of the bundle's contents (what `report` reads) until it is redone too.
 
 Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.study"."""
 
@@ -22,6 +24,7 @@ from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.recipe import recipe_hash
 from crosstune.study import evaluation, serving, stages
 from crosstune.study.bundle import (
+    INPUTS_FORMAT,
     RESOLVED_RECIPE,
     StudyError,
     claim,
@@ -41,6 +44,8 @@ class Stage:
     inputs: Callable[[StudyContext], dict[str, Any]]
     run: Callable[[StudyContext], Any]
     clear: Callable[[StudyContext], None]  # remove what the stage wrote (before redoing it with new inputs)
+    reads: tuple[str, ...] = ()  # earlier stages whose outputs it reads: their hashes are among its inputs, and
+    # redoing one of them makes this stage stale
 
 
 def _remove(*rels: str) -> Callable[[StudyContext], None]:
@@ -50,13 +55,18 @@ def _remove(*rels: str) -> Callable[[StudyContext], None]:
 STAGES: list[Stage] = [
     Stage("prepare", "prepare the data (crosstune.data)", stages.prepare_inputs, stages.run_prepare, _remove(DATA)),
     Stage("plan", "plan mesh and memory (crosstune.planner)", stages.plan_inputs, stages.run_plan, _remove(PLAN)),
-    Stage("train", "train the LoRA (train.session)", stages.train_inputs, stages.run_train, stages.clear_train),
-    Stage("export", "export merged model + adapter", stages.export_inputs, stages.run_export, _remove(EXPORT)),
-    Stage("serve", "serve with vLLM", serving.serve_inputs, serving.run_serve, _remove(SERVE)),
-    Stage("bench", "benchmark the serve grid", serving.bench_inputs, serving.run_bench, _remove(BENCH)),
-    Stage("eval", "pass@k (crosstune.evals)", evaluation.eval_inputs, evaluation.run_eval, evaluation.clear_eval),
-    Stage("cost", "training and serving cost", evaluation.cost_inputs, evaluation.run_cost, _remove(COST)),
-]
+    Stage("train", "train the LoRA (train.session)", stages.train_inputs, stages.run_train, stages.clear_train,
+          reads=("prepare",)),
+    Stage("export", "export merged model + adapter", stages.export_inputs, stages.run_export, _remove(EXPORT),
+          reads=("train",)),
+    Stage("serve", "serve with vLLM", serving.serve_inputs, serving.run_serve, _remove(SERVE), reads=("export",)),
+    Stage("bench", "benchmark the serve grid", serving.bench_inputs, serving.run_bench, _remove(BENCH),
+          reads=("export", "serve")),
+    Stage("eval", "pass@k (crosstune.evals)", evaluation.eval_inputs, evaluation.run_eval, evaluation.clear_eval,
+          reads=("export",)),
+    Stage("cost", "training and serving cost", evaluation.cost_inputs, evaluation.run_cost, _remove(COST),
+          reads=("train", "bench")),
+]  # fmt: skip
 STAGE_NAMES = [st.name for st in STAGES]
 
 
@@ -138,12 +148,45 @@ def run_study(
         return manifest
 
 
+def stage_inputs(ctx: StudyContext, stage: Stage) -> str:
+    """The fingerprint of what `stage` depends on: its own inputs and the recorded outputs of the stages it reads."""
+    reads = {name: ctx.outputs_of(name) for name in stage.reads}
+    return fingerprint({"format": INPUTS_FORMAT, "reads": reads, **stage.inputs(ctx)})
+
+
+def mark_stale_after(manifest: dict[str, Any], redone: str) -> list[str]:
+    """Mark stale every recorded stage after `redone` that reads it, directly or through another; their names."""
+    upstream, marked = {redone}, []
+    for st in STAGES[STAGE_NAMES.index(redone) + 1 :]:
+        if not upstream & set(st.reads):
+            continue
+        upstream.add(st.name)
+        entry = manifest["stages"].get(st.name)
+        if entry is not None and entry.get("status") != "stale":
+            entry.update(status="stale", stale=f"{redone} was redone after it", was=entry.get("status"))
+            marked.append(st.name)
+    return marked
+
+
+def _unmark(manifest: dict[str, Any], names: list[str]) -> None:
+    """Give stages marked stale by a redo whose outputs came out as recorded before their status back: what they
+    read is what they read then."""
+    for name in names:
+        entry = manifest["stages"][name]
+        entry["status"] = entry.pop("was")
+        entry.pop("stale", None)
+
+
 def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
     console, manifest, bundle = ctx.console, ctx.manifest, ctx.bundle
     t0 = time.perf_counter()
-    inputs = fingerprint(stage.inputs(ctx))
+    inputs = stage_inputs(ctx, stage)
     entry = manifest["stages"].get(stage.name)
-    if entry is not None and entry.get("inputs") == inputs and entry.get("status") in ("done", "skipped"):
+    before = entry.get("outputs") if entry is not None else None  # what the later stages read, if it finished
+    if entry is not None and entry.get("status") == "stale":
+        console.print(f"{counter} {stage.name}: stale ({entry.get('stale')}): redoing it")
+        stage.clear(ctx)
+    elif entry is not None and entry.get("inputs") == inputs and entry.get("status") in ("done", "skipped"):
         problem = verify_outputs(bundle, entry.get("outputs", []))
         if problem is None:
             what = "up to date" if entry["status"] == "done" else "skipped before, nothing changed"
@@ -153,14 +196,18 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
         console.print(f"{counter} {stage.name}: redoing it: {problem}")
         stage.clear(ctx)
     elif entry is not None and entry.get("inputs") != inputs:
-        console.print(f"{counter} {stage.name}: its inputs changed since it ran: redoing it")
+        older = "" if entry.get("inputs_format") == INPUTS_FORMAT else (
+            " (recorded by an older crosstune, whose inputs did not fingerprint the files a stage reads)")  # fmt: skip
+        console.print(f"{counter} {stage.name}: its inputs changed since it ran{older}: redoing it")
         stage.clear(ctx)
     elif entry is not None:
         console.print(f"{counter} {stage.name}: continuing where an earlier run stopped ({entry.get('status')})")
     console.rule(f"{counter} {stage.name}: {stage.title}", align="left")
-    running = {"status": "running", "inputs": inputs, "host": socket.gethostname(), "pid": os.getpid(),
-               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+    running = {"status": "running", "inputs": inputs, "inputs_format": INPUTS_FORMAT, "host": socket.gethostname(),
+               "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
     manifest["stages"][stage.name] = running
+    if stale := mark_stale_after(manifest, stage.name):  # written with "running": a kill -9 leaves them stale
+        console.print(f"   {', '.join(stale)}: stale until redone (they read what {stage.name} rewrites)")
     _refresh_contents(manifest)
     write_manifest(bundle, manifest)
     try:
@@ -182,6 +229,9 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
         raise
     running.update(note=result.note, outputs=[o.record(bundle) for o in result.outputs], record=result.record,
                    contents=result.contents)  # fmt: skip
+    if stale and before is not None and running["outputs"] == before:
+        _unmark(manifest, stale)
+        console.print(f"   {', '.join(stale)}: up to date again ({stage.name}'s outputs came out as recorded)")
     _finish(ctx, stage, running, t0, status=result.status)
     mark = "done" if result.status == "done" else "skipped"
     console.print(f"{counter} {stage.name}: {mark} in {time.perf_counter() - t0:.1f} s — {result.note}")

@@ -94,7 +94,8 @@ class Server:
 
 
 def serve_inputs(s: StudyContext) -> dict[str, Any]:
-    return {"model": s.outputs_of("export"), "serve": s.section("serve", "hardware"), **s.server.engine()}
+    """The serve settings and the engine (the merged export it serves is a stage it reads: runner.STAGES)."""
+    return {"serve": s.section("serve", "hardware"), **s.server.engine()}
 
 
 def target_plan(s: StudyContext) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The study's first stages, each through its area's public API: prepare (crosstune.data), plan (crosstune.planner),
-train (crosstune.train.session), export (crosstune.export). Each has an `inputs` (what it depends on: recipe
-sections and the earlier stages' output hashes) and a `run` returning a StageResult."""
+train (crosstune.train.session), export (crosstune.export). Each has an `inputs` (what it depends on besides the
+outputs of the stages it reads, which the runner adds: recipe sections and the fingerprints of the files it reads
+outside the bundle) and a `run` returning a StageResult."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import json
 import shutil
 from typing import Any
 
-from crosstune.fsutil import atomic_write_text
-from crosstune.run.integrity import file_sha256
+from crosstune.fsutil import atomic_write_text, file_sha256
 from crosstune.run.layout import ADAPTER, METRICS_JSONL, RUN_JSON, read_run_metadata, saved_steps
 from crosstune.study.bundle import Output, StudyError
 from crosstune.study.context import DATA, EXPORT, PLAN, StageResult, StudyContext
@@ -26,7 +26,7 @@ def prepare_inputs(s: StudyContext) -> dict[str, Any]:
     hashed as files, so a rerun decides in milliseconds without loading transformers."""
     from crosstune.data.prepared import data_hash, data_settings
 
-    model = s.path(s.recipe.model.path)
+    model = s.existing(s.model_path, "model.path")
     files = sorted({f for pattern in TOKENIZER_FILES for f in (model.glob(pattern) if model else ()) if f.is_file()})
     return {
         "data_hash": data_hash(data_settings(s.recipe)),
@@ -45,12 +45,19 @@ def run_prepare(s: StudyContext) -> StageResult:
     note = f"{split.get('rows', '?')} rows of {split.get('row_length', prepared.max_seq_len)} tokens"
     if prepared.reused:
         note += " (an up-to-date preparation was already there)"
-    return StageResult(note, [Output(DATA)], record=hashes)
+    # The preparation's manifest records when it was written: left out, so a redo that comes out the same is the
+    # same output (the files it lists are hashed here themselves).
+    from crosstune.data.prepared import PREPARED
+
+    return StageResult(note, [Output(DATA, skip=(PREPARED.manifest,))], record=hashes)
 
 
 # --- plan ---------------------------------------------------------------------------------------------------------
 def plan_inputs(s: StudyContext) -> dict[str, Any]:
-    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend}
+    """The planner reads the model's config.json (its shapes) when there is one, else model.size; not the weights."""
+    config = None if s.model_path is None else s.model_path / "config.json"
+    config = s.files(config, "model.path's config.json") if config is not None and config.is_file() else None
+    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend, "model_config": config}
 
 
 def _memory(mem) -> dict[str, Any] | None:
@@ -85,7 +92,7 @@ def run_plan(s: StudyContext) -> StageResult:
 
 # --- train --------------------------------------------------------------------------------------------------------
 def train_inputs(s: StudyContext) -> dict[str, Any]:
-    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend, "data": s.outputs_of("prepare")}
+    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend, "model": s.files(s.model_path, "model.path")}
 
 
 def _train_outputs(s: StudyContext) -> list[Output]:
@@ -131,7 +138,8 @@ def run_train(s: StudyContext) -> StageResult:
 
 # --- export -------------------------------------------------------------------------------------------------------
 def export_inputs(s: StudyContext) -> dict[str, Any]:
-    return {"run": s.outputs_of("train")}
+    """The merged model is the base at model.path plus the run's LoRA: both are inputs."""
+    return {"base": s.files(s.model_path, "model.path")}
 
 
 def run_export(s: StudyContext) -> StageResult:
@@ -146,7 +154,8 @@ def run_export(s: StudyContext) -> StageResult:
         return lambda n: bar.advance(task, n)
 
     with bar:
-        made = export_run(s.run_dir, "both", s.bundle / EXPORT, overwrite=True, progress=progress)
+        made = export_run(s.run_dir, "both", s.bundle / EXPORT, base=s.model_path, overwrite=True,
+                          progress=progress)  # fmt: skip
     source = json.loads((made["merged"] / "export_manifest.json").read_text())["source"]
     note = f"step {source.get('step')} → merged HF model and PEFT adapter"
     return StageResult(note, [Output(EXPORT)], record={"step": source["step"]})
