@@ -1,17 +1,24 @@
-"""The whole `bench serve` as one call, for the CLI and for studies: the sweep written into a staged folder that
+"""The whole `bench serve` as one call, for the CLI, studies and the demo: the sweep written into a staged folder that
 replaces only an earlier sweep, plots, and honest outcomes (an exception when nothing succeeded or on Ctrl-C).
 
     result = run_bench(SweepConfig(endpoint=..., model=..., tokenizer=..., contexts=[128, 512]), out=Path("b"))
-    result.summary      # summary.json's content; result.empty_cells: cells without a successful request
+    result.summary      # summary.json's content; result.problem: why it is no success (None: every cell ran and
+                        # had a successful request), the one rule `bench serve`, a study and the demo apply
+
+Ctrl-C ends it within a bounded time, whatever the load: the signal wakes the event loop through its self-pipe
+(`_run_until_ctrl_c`), and after it only the finished cells are written — no plots, which cost seconds of CPU.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from crosstune.errors import Interrupted
 from crosstune.serve.output import KeepPartial, default_out, staged_sweep
@@ -25,9 +32,12 @@ class BenchResult:
     empty_cells: list[str]  # one line per cell without a successful request, saying why
 
     @property
-    def ok(self) -> bool:
-        """Every planned cell ran and each had a successful request."""
-        return not self.summary["aborted"] and not self.empty_cells
+    def problem(self) -> str | None:
+        """Why the sweep is not a success although it wrote a summary (None: every planned cell ran and each had a
+        successful request): `bench serve` exits 1 with it, a study's bench stage and the demo fail with it."""
+        if self.summary["aborted"]:
+            return f"aborted: {self.summary['aborted']}"
+        return "; ".join(self.empty_cells) or None
 
 
 def run_bench(
@@ -41,7 +51,7 @@ def run_bench(
     """Run the sweep into `out` (default: a new runs/bench/<model>-<time> folder) and return what it measured.
 
     `out` appears whole: on success, on an aborted sweep (server gone) and on Ctrl-C (finished cells, the summary
-    marked interrupted; then crosstune.errors.Interrupted is raised saying so). When no request of any cell
+    marked interrupted, no plots; then crosstune.errors.Interrupted is raised saying so). When no request of any cell
     succeeded, BenchError says why and `out` is left as it was. An existing `out` is replaced only with
     `overwrite` and only when it is an earlier sweep."""
     from crosstune.serve.report import write_plots
@@ -50,7 +60,7 @@ def run_bench(
     out = Path(out) if out is not None else default_out(cfg.model, cfg.label)
     with staged_sweep(out, overwrite=overwrite, inputs=[Path(cfg.tokenizer)]) as tmp:
         try:
-            summary = asyncio.run(run_sweep(cfg, tmp, progress))
+            summary = _run_until_ctrl_c(run_sweep(cfg, tmp, progress))
         except KeyboardInterrupt:
             path = tmp / "summary.json"
             summary = json.loads(path.read_text()) if path.is_file() else {"cells": []}
@@ -59,13 +69,11 @@ def run_bench(
                 raise Interrupted(
                     f"interrupted (Ctrl-C) before the first cell finished: nothing was written ({out} is as it was)"
                 ) from None
-            if plots:
-                write_plots(summary, tmp)
             raise KeepPartial(
                 Interrupted(
                     f"interrupted (Ctrl-C): the {n} finished cell(s) are kept in {out} (summary.json says "
-                    "interrupted; the cell in progress was dropped); run the command again with --overwrite to "
-                    "measure every cell"
+                    "interrupted; the cell in progress was dropped; no plots were drawn); run the command again "
+                    "with --overwrite to measure every cell"
                 )
             ) from None
         if not any(c["completed"] for c in summary["cells"]):
@@ -77,3 +85,42 @@ def run_bench(
         if plots:
             write_plots(summary, tmp)
     return BenchResult(summary, out, empty_cells(summary))
+
+
+def _run_until_ctrl_c(sweep: Coroutine[Any, Any, dict]) -> dict:
+    """asyncio.run(sweep), with Ctrl-C cancelling it through the loop's self-pipe; KeyboardInterrupt once the
+    cancelled sweep has written its finished cells, and at once on a second Ctrl-C (as asyncio.run does).
+
+    Why not asyncio.run's own handling: it installs SIGINT with signal.signal, whose C handler only trips a flag
+    that the main thread reads between bytecodes. A SIGINT landing after the loop's last bytecode and before
+    epoll_wait — a window a busy machine widens by preempting the loop there — is seen only when epoll_wait
+    returns: at the next timer, the hung request's deadline (120 s). loop.add_signal_handler also sets
+    signal.set_wakeup_fd, so the C handler writes to the loop's self-pipe and epoll_wait returns at once."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        return asyncio.run(sweep)  # signals reach the main thread only; a handler someone installed stays theirs
+    interrupts = 0
+
+    async def main() -> dict:
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+
+        def on_sigint() -> None:
+            nonlocal interrupts
+            interrupts += 1
+            if interrupts > 1:
+                raise KeyboardInterrupt  # out of the loop now; asyncio.run still cancels what is left
+            task.cancel()
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        try:
+            return await sweep
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)  # back to signal.default_int_handler
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        if interrupts:
+            raise KeyboardInterrupt from None
+        raise
