@@ -40,7 +40,10 @@ CELLS = {  # (context, concurrency): (requests, the verdict both tables must giv
     (128, 1): (requests(128, 1, 2.0), "met"),  # p99 TTFT exactly at the limit
     (128, 2): (requests(128, 2, HAIR_S), "missed: p99_ttft_ms 2,000.0001 > 2,000"),
     (128, 4): (requests(128, 4, 1.0, failed=1), "missed: 1 failed request(s)"),  # latencies well within
-    (128, 8): (requests(128, 8, 1.0, failed=4), "missed: 4 failed request(s), no completed request, p99_ttft_ms not measured"),  # fmt: skip
+    (128, 8): (
+        requests(128, 8, 1.0, failed=4),
+        "missed: 4 failed request(s), no completed request, p99_ttft_ms not measured",
+    ),
     (256, 1): (requests(256, 1, HAIR_S), "missed: p99_ttft_ms 2,000.0001 > 2,000"),
 }
 

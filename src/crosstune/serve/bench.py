@@ -5,20 +5,17 @@ replaces only an earlier sweep, plots, and honest outcomes (an exception when no
     result.summary      # summary.json's content; result.problem: why it is no success (None: every cell ran and
                         # had a successful request), the one rule `bench serve`, a study and the demo apply
 
-Ctrl-C ends it within a bounded time, whatever the load: the signal wakes the event loop through its self-pipe
-(`_run_until_ctrl_c`), and after it only the finished cells are written — no plots, which cost seconds of CPU.
+Ctrl-C ends it within a bounded time, whatever the load: asyncio.run cancels the sweep, which writes its finished
+cells; nothing else follows — no plots, whose seconds of CPU a busy machine stretches tenfold.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from crosstune.errors import Interrupted
 from crosstune.serve.output import KeepPartial, default_out, staged_sweep
@@ -60,7 +57,7 @@ def run_bench(
     out = Path(out) if out is not None else default_out(cfg.model, cfg.label)
     with staged_sweep(out, overwrite=overwrite, inputs=[Path(cfg.tokenizer)]) as tmp:
         try:
-            summary = _run_until_ctrl_c(run_sweep(cfg, tmp, progress))
+            summary = asyncio.run(run_sweep(cfg, tmp, progress))
         except KeyboardInterrupt:
             path = tmp / "summary.json"
             summary = json.loads(path.read_text()) if path.is_file() else {"cells": []}
@@ -85,42 +82,3 @@ def run_bench(
         if plots:
             write_plots(summary, tmp)
     return BenchResult(summary, out, empty_cells(summary))
-
-
-def _run_until_ctrl_c(sweep: Coroutine[Any, Any, dict]) -> dict:
-    """asyncio.run(sweep), with Ctrl-C cancelling it through the loop's self-pipe; KeyboardInterrupt once the
-    cancelled sweep has written its finished cells, and at once on a second Ctrl-C (as asyncio.run does).
-
-    Why not asyncio.run's own handling: it installs SIGINT with signal.signal, whose C handler only trips a flag
-    that the main thread reads between bytecodes. A SIGINT landing after the loop's last bytecode and before
-    epoll_wait — a window a busy machine widens by preempting the loop there — is seen only when epoll_wait
-    returns: at the next timer, the hung request's deadline (120 s). loop.add_signal_handler also sets
-    signal.set_wakeup_fd, so the C handler writes to the loop's self-pipe and epoll_wait returns at once."""
-    if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
-        return asyncio.run(sweep)  # signals reach the main thread only; a handler someone installed stays theirs
-    interrupts = 0
-
-    async def main() -> dict:
-        task, loop = asyncio.current_task(), asyncio.get_running_loop()
-
-        def on_sigint() -> None:
-            nonlocal interrupts
-            interrupts += 1
-            if interrupts > 1:
-                raise KeyboardInterrupt  # out of the loop now; asyncio.run still cancels what is left
-            task.cancel()
-
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-        try:
-            return await sweep
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)  # back to signal.default_int_handler
-
-    try:
-        return asyncio.run(main())
-    except asyncio.CancelledError:
-        if interrupts:
-            raise KeyboardInterrupt from None
-        raise
