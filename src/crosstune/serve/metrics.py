@@ -15,8 +15,8 @@ import numpy as np
 from crosstune.serve import slo
 from crosstune.serve.client import RequestRecord
 
-PERCENTILES = (90, 99)
-STATS = ("mean", "median", "std", "p90", "p99")
+STATS = (*slo.STATS, "std")  # per metric: the statistics an SLO may name (serve.slo), and the spread
+PERCENTILES = tuple(int(s[1:]) for s in slo.STATS if s.startswith("p"))  # (90, 99)
 NEAR_ZERO_GAP_S = 0.001  # chunk gaps under 1 ms: the server flushed several chunks at once
 # A stream is bursty when most of its tokens reached the client in one burst: its client-side TTFT then reads
 # ~E2EL and its ITL ~0. A cell with more than BURSTY_CELL_SHARE such streams has client TTFT/ITL/TPOT that
