@@ -16,6 +16,7 @@ def register_all(app: typer.Typer) -> None:
     from crosstune.launch.cli import register as register_launch
     from crosstune.models.cli import model_app
     from crosstune.recipe.cli import recipe_app
+    from crosstune.serve.bench_cli import bench_app
     from crosstune.serve.cli import register as register_serve
     from crosstune.study.cli import register as register_study
     from crosstune.train.cli import register as register_train
@@ -31,6 +32,7 @@ def register_all(app: typer.Typer) -> None:
     register_plan(app)
     register_compare(app)
     register_serve(app)
+    app.add_typer(bench_app, name="bench")
     register_study(app)
     register_launch(app)
     register_pretrain(model_app)  # `crosstune model pretrain`: the demo's base, built where the demo lives

@@ -13,10 +13,11 @@ from crosstune.compare.source_study import (
     seed_options,
     seed_training,
 )
-from crosstune.compare.sweeps import knee, meets, read_sweep, saturation_point, slo_point
+from crosstune.compare.sweeps import knee, read_sweep, saturation_point, slo_point
 from crosstune.compare.tco import Option, Workload, break_even, tco_ratio
 from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
+from crosstune.serve.slo import SloError
 from tests.helpers.report import GPU_SWEEP, TPU_SWEEP, write_run
 
 # Money is rounded to cents as the seed published it; the products below are exact decimals, so 0.005 is rounding.
@@ -149,7 +150,7 @@ def test_no_load_meets_the_slo_is_a_clear_message_not_a_division(tmp_path):
     costs = {c.context_len: c for c in serving_costs(gpu, PriceBook(), slo={"p99_ttft_ms": 1000})}
     assert costs[8192].cell is None and costs[8192].usd_per_m_output is None and "meets the SLO" in costs[8192].error
     assert costs[2048].cell.concurrency == 16  # the highest load whose p99 TTFT is within 1 s
-    with pytest.raises(CostError, match="unknown SLO metric"):
+    with pytest.raises(SloError, match="unknown SLO name 'p99_ttft'"):
         slo_point(gpu, 4096, {"p99_ttft": 1000})
 
 
@@ -159,7 +160,7 @@ def test_failed_requests_miss_every_slo_and_zero_throughput_has_no_cost(tmp_path
               "p99_ttft_ms": 5.0}]  # fmt: skip
     path.write_text(json.dumps({"target": "2xh100", "cells": cells}))
     sweep = read_sweep(path)
-    assert meets(sweep.cells[0], {"p99_ttft_ms": 100}) == ["4 failed request(s)", "no completed request"]
+    assert sweep.cells[0].slo_misses({"p99_ttft_ms": 100}) == ["4 failed request(s)", "no completed request"]
     [cost] = serving_costs(sweep, PriceBook())
     assert cost.usd_per_m_output is None and "completed a request" in cost.error
 

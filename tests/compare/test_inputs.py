@@ -14,10 +14,11 @@ from crosstune.compare.cost import what_if_serving, what_if_training
 from crosstune.compare.prices import CostError, PriceBook
 from crosstune.compare.runs import read_run
 from crosstune.compare.source_study import seed_options
-from crosstune.compare.sweeps import parse_slo, read_sweep
+from crosstune.compare.sweeps import read_sweep
 from crosstune.compare.tco import Option, Workload, break_even
 from crosstune.errors import CrosstuneError
 from tests.helpers.report import GPU_SWEEP, TPU_SWEEP, write_eval, write_run
+from tests.helpers.serve import bench_args, cli, one_line_error
 
 
 def _cli(*args: str):
@@ -185,7 +186,8 @@ options:
         ("tokens: 9.2e6, tokens_per_s", "tokens: '9.2e6', tokens_per_s", "tokens: '9.2e6' is not a number > 0"),
         ("hours: 3.34", "hours: .nan", "hours: nan is not a finite number > 0"),
         ("days: 30", "days: 30\ncontext: 4096.0", "context: 4096.0 is not a whole number >= 1"),
-        ("days: 30", "days: 30\nslo: {p99_ttft_ms: -100}", "slo: p99_ttft_ms: -100 is not a number > 0 (milliseconds)"),
+        ("days: 30", "days: 30\nslo: {p99_ttft_ms: -100}", "slo p99_ttft_ms=-100: an SLO must be a positive, finite"),
+        ("days: 30", "days: 30\nslo: {p99_ttft_ms: '5'}", "slo p99_ttft_ms='5': '5' is not a number of milliseconds"),
         ("days: 30", "days: 30\ndayz: 4", "unknown key(s) 'dayz'"),
         ("hours: 3.34", "hours: 3.34, hourz: 2", "options.fixture.train: unknown key(s) 'hourz'"),
         ("days: 30", "days: 30\ndays: 31", ":2: not valid YAML: duplicate key 'days' (first on line 1)"),
@@ -229,26 +231,13 @@ def test_a_break_even_beyond_ten_years_is_not_a_day_number():
     assert not re.search(r"day [\d,]+", be.message)
 
 
-# --- one SLO spelling -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("items", "message"),
-    [
-        (["p99_ttft_ms=-5"], r"--slo 'p99_ttft_ms=-5': p99_ttft_ms: -5.0 is not a number > 0 \(milliseconds\)"),
-        (["p99_ttft_ms=nan"], r"--slo 'p99_ttft_ms=nan': p99_ttft_ms: nan is not a finite number > 0"),
-        (["p99_ttft_ms=0"], r"p99_ttft_ms: 0.0 is not a number > 0"),
-        (["ttft=2000"], r"--slo 'ttft=2000': unknown SLO metric 'ttft': use <stat>_<metric>_ms"),
-        (["p99_ttft_ms=1", "p99_ttft_ms=2"], r"p99_ttft_ms is given twice"),
-        (["=5"], r"expected NAME=MILLISECONDS"),
-    ],
-)
-def test_the_slo_is_one_spelling_and_a_positive_limit(items, message):
-    with pytest.raises(CostError, match=message):
-        parse_slo(items)
-    assert parse_slo(["p99_ttft_ms=2000", "median_tpot_ms=50"]) == {"p99_ttft_ms": 2000.0, "median_tpot_ms": 50.0}
-
-
-def test_a_negative_slo_is_refused_by_the_commands():
-    assert "p99_ttft_ms: -1.0 is not a number > 0" in _cli("cost", "serve", str(GPU_SWEEP), "--slo", "p99_ttft_ms=-1")
+# --- one SLO spelling (serve.slo parses it: tests/serve/test_bench_numbers.py) ---------------------------------------
+def test_a_negative_slo_is_refused_by_the_commands_in_bench_s_words(tmp_path, tiny_gemma4_dir):
+    said = "--slo 'p99_ttft_ms=-1': an SLO must be a positive, finite number of milliseconds"
+    assert said in _cli("cost", "serve", str(GPU_SWEEP), "--slo", "p99_ttft_ms=-1")
+    assert said in _cli("report", str(GPU_SWEEP), "--out", str(tmp_path / "r"), "--slo", "p99_ttft_ms=-1")
+    line = one_line_error(cli(*bench_args("http://127.0.0.1:9", tiny_gemma4_dir, "--slo", "p99_ttft_ms=-1")))
+    assert line == f"error: {said}"
 
 
 def test_a_recipe_name_in_run_json_never_leads_outside_the_runs_folder(tmp_path):

@@ -64,7 +64,8 @@ def test_the_table_shows_server_percentiles_as_buckets(tmp_path, tiny_gemma4_dir
     assert "0–10" in result.output and "the true value lies in the bucket shown" in " ".join(result.output.split())
 
 
-def test_slo_is_spelt_as_in_cost_and_report():
+def test_slo_is_spelt_one_way_and_parsed_by_one_parser():
+    """serve.slo.parse_slo is the parser of `bench serve`, `cost serve`, `report` (tests/compare/test_inputs.py)."""
     from crosstune.serve.slo import SloError, parse_slo
 
     assert parse_slo(["p99_ttft_ms=2000", "median_tpot_ms=50"]) == {"p99_ttft_ms": 2000.0, "median_tpot_ms": 50.0}
@@ -74,8 +75,9 @@ def test_slo_is_spelt_as_in_cost_and_report():
         ("p99_ttft_ms=0", "an SLO must be a positive, finite number of milliseconds"),
         ("p99_ttft_ms=nan", "an SLO must be a positive, finite number of milliseconds"),
         ("p99_ttft_ms=inf", "an SLO must be a positive, finite number of milliseconds"),
+        ("=5", "expected NAME=MILLISECONDS with NAME <stat>_<metric>_ms, e.g. p99_ttft_ms=2000"),
         ("p99_ttft_ms=fast", "'fast' is not a number of milliseconds"),
-        ("p99_ttft_ms", "expected NAME=MILLISECONDS, e.g. p99_ttft_ms=2000"),
+        ("p99_ttft_ms", "expected NAME=MILLISECONDS with NAME <stat>_<metric>_ms, e.g. p99_ttft_ms=2000"),
     ):
         with pytest.raises(SloError, match=message.replace("(", r"\(").replace(")", r"\)")):
             parse_slo([item])

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from crosstune.compare.prices import CostError, Price, PriceBook, recipe_price_book
 from crosstune.compare.runs import RunSummary
-from crosstune.compare.sweeps import Cell, Sweep, check_slo, saturation_point, slo_point
+from crosstune.compare.sweeps import Cell, Sweep, saturation_point, slo_point
 from crosstune.compare.values import number
 from crosstune.hardware import get_hardware
+from crosstune.serve.slo import check_slo, describe
 
 M = 1e6
 
@@ -107,7 +108,7 @@ def what_if_training(
 class ServingCost:
     sweep: str
     context_len: int
-    policy: str  # "saturation" or "SLO p99_ttft_ms<=2000, ..."
+    policy: str  # "saturation" or "SLO p99_ttft_ms <= 2,000, ..."
     price: Price | None
     cell: Cell | None = None
     error: str | None = None  # why there is no operating point (e.g. no load meets the SLO)
@@ -130,7 +131,7 @@ def serving_costs(
         raise CostError(f"{sweep.path}: the summary names no `target`: pass --target (e.g. 2xh100, tpu-v6e-8)")
     price = book.price(target)
     slo = check_slo(slo) if slo else None
-    policy = "SLO " + ", ".join(f"{k}<={v:g}" for k, v in slo.items()) if slo else "saturation"
+    policy = f"SLO {describe(slo)}" if slo else "saturation"
     out = []
     for context in sweep.contexts:
         try:

@@ -8,11 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.compare.values import CostError, number, whole
+from crosstune.serve import slo as slos
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
-STATS = ("mean", "median", "p90", "p99")
 REQUIRED = ("context_len", "completed", "output_throughput")  # + concurrency, or request_rate for a rate sweep
-LATENCY_NAMES = tuple(f"{s}_{m}_ms" for m in METRICS for s in STATS)
 KNEE_FRACTION = 0.95
 
 
@@ -30,6 +28,10 @@ class Cell:
 
     def latency(self, name: str) -> float | None:
         return self.latency_ms.get(name)
+
+    def slo_misses(self, slo: dict[str, float]) -> list[str]:
+        """Why the cell misses `slo` (empty: it meets it), by serve.slo's one judge."""
+        return slos.cell_misses(self.completed, self.failed, self.latency_ms, slo)
 
 
 @dataclass(frozen=True)
@@ -110,9 +112,7 @@ def _cell(path: Path, index: int, row: object) -> Cell:
     if missing:
         raise CostError(f"{where} lacks {', '.join(missing)}")
     latency = {
-        name: number(f"{where}.{name}", row[name], low=0, unit="ms")
-        for name in LATENCY_NAMES
-        if row.get(name) is not None
+        name: number(f"{where}.{name}", row[name], low=0, unit="ms") for name in slos.NAMES if row.get(name) is not None
     }
     optional = {
         k: (None if row.get(k) is None else number(f"{where}.{k}", row[k], low=0))
@@ -147,63 +147,12 @@ def knee(sweep: Sweep, context_len: int) -> Cell:
     return next(c for c in sweep.at(context_len) if c.completed > 0 and c.output_throughput >= KNEE_FRACTION * peak)
 
 
-def meets(cell: Cell, slo: dict[str, float]) -> list[str]:
-    """Why `cell` misses the SLO (empty: it meets it). A failed request misses every SLO."""
-    misses = [f"{cell.failed} failed request(s)"] if cell.failed else []
-    if cell.completed == 0:
-        misses.append("no completed request")
-    for name, limit in slo.items():
-        value = cell.latency(name)
-        if value is None:
-            misses.append(f"{name} not measured")
-        elif value > limit:
-            misses.append(f"{name} {value:,.0f} > {limit:,.0f}")
-    return misses
-
-
 def slo_point(sweep: Sweep, context_len: int, slo: dict[str, float]) -> Cell:
     """The highest-concurrency cell meeting every SLO limit; CostError (with the closest misses) if none does."""
-    slo = check_slo(slo)
+    slo = slos.check_slo(slo)
     cells = sweep.at(context_len)
-    ok = [c for c in cells if not meets(c, slo)]
+    ok = [c for c in cells if not c.slo_misses(slo)]
     if not ok:
-        why = "; ".join(f"concurrency {c.concurrency}: {', '.join(meets(c, slo))}" for c in cells)
-        limits = ", ".join(f"{k} <= {v:,.0f}" for k, v in slo.items())
-        raise CostError(f"{sweep.path}: no load at context {context_len} meets the SLO ({limits}) — {why}")
+        why = "; ".join(f"concurrency {c.concurrency}: {', '.join(c.slo_misses(slo))}" for c in cells)
+        raise CostError(f"{sweep.path}: no load at context {context_len} meets the SLO ({slos.describe(slo)}) — {why}")
     return max(ok, key=lambda c: c.concurrency)
-
-
-SLO_HELP = "NAME=MILLISECONDS with NAME <stat>_<metric>_ms, e.g. p99_ttft_ms=2000"
-
-
-def check_slo(limits: dict, where: str = "--slo") -> dict[str, float]:
-    """The SLO as {name: ms}: every name a latency statistic of the summaries, every limit a finite number > 0 ms.
-    The one spelling of an SLO in crosstune (`bench serve --slo`, cost, report and workload files)."""
-    out = {}
-    for name, value in limits.items():
-        if name not in LATENCY_NAMES:
-            raise CostError(
-                f"{where}: unknown SLO metric {name!r}: use <stat>_<metric>_ms with stat in {', '.join(STATS)} "
-                f"and metric in {', '.join(METRICS)}, e.g. p99_ttft_ms"
-            )
-        out[name] = number(f"{where}: {name}", value, low=0, low_open=True, unit="milliseconds")
-    return out
-
-
-def parse_slo(items: list[str] | None) -> dict[str, float]:
-    """['p99_ttft_ms=2000', ...] -> {'p99_ttft_ms': 2000.0}; a name given twice, an unknown name or a limit that is
-    not a positive number of milliseconds is an error naming the item."""
-    out: dict[str, float] = {}
-    for item in items or []:
-        name, sep, text = item.partition("=")
-        name = name.strip()
-        try:
-            value = float(text)
-        except ValueError:
-            sep = ""
-        if not sep or not name:
-            raise CostError(f"--slo {item!r}: expected {SLO_HELP}")
-        if name in out:
-            raise CostError(f"--slo {item!r}: {name} is given twice; keep one limit per metric")
-        out |= check_slo({name: value}, f"--slo {item!r}")
-    return out

@@ -20,10 +20,11 @@ from crosstune.compare.cost import (
 from crosstune.compare.pairing import check_pairing
 from crosstune.compare.prices import CostError, PriceBook
 from crosstune.compare.runs import read_run
-from crosstune.compare.sweeps import check_slo, read_sweep
+from crosstune.compare.sweeps import read_sweep
 from crosstune.compare.tco import Option, Workload
 from crosstune.compare.values import number, whole
 from crosstune.recipe.strict_yaml import load_yaml, yaml_problem
+from crosstune.serve.slo import check_slo
 
 
 def load_workload(path: Path, book: PriceBook, **overrides: float | None) -> tuple[Workload, list[Option]]:
@@ -54,10 +55,7 @@ def load_workload(path: Path, book: PriceBook, **overrides: float | None) -> tup
     options = raw.get("options")
     if not isinstance(options, dict) or not options:
         raise CostError(f"{path}: `options` must map option names to {{train: ..., serve: ...}}")
-    slo = raw.get("slo") or {}
-    if not isinstance(slo, dict):
-        raise CostError(f"{path}: slo: expected a mapping such as {{p99_ttft_ms: 2000}}")
-    slo = check_slo(slo, f"{path}: slo")
+    slo = check_slo(raw.get("slo") or {}, f"{path}: slo")
     context = None if raw.get("context") is None else whole(f"{path}: context", raw["context"], low=1, unit="tokens")
     built = []
     for name, spec in options.items():

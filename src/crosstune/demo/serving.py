@@ -1,5 +1,6 @@
 """The demo's serving stage: start vLLM on what was trained, run a small sweep, stop — or, without the serving
-environment, say the one command that creates it. The sweep and the port are the study's (crosstune.study.serving)."""
+environment, say the one command that creates it. The sweep and the port are the study's (crosstune.study.serving),
+whose sweep is `bench serve`'s own (crosstune.serve.bench.run_bench: manifest, empty-cell and aborted failures)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def serving_stage(
     num_requests: int = 8,
 ) -> dict | None:
     """Serve `model_dir` (+ `adapter`, benchmarked when given) with vLLM, sweep, stop. Returns the summary, or None
-    (after printing how to create it) when the serving environment is absent."""
+    (after printing how to create it) when the serving environment is absent; BenchError when the sweep is no
+    success, as `bench serve` exits 1."""
     if vllm_binary() is None:
         console.print(f"serving stage skipped: no serving environment; create it with `{SERVE_ENV_COMMAND}`")
         return None

@@ -1,8 +1,12 @@
-"""The whole `bench serve` as one call, for the CLI and for studies: the sweep written into a staged folder that
+"""The whole `bench serve` as one call, for the CLI, studies and the demo: the sweep written into a staged folder that
 replaces only an earlier sweep, plots, and honest outcomes (an exception when nothing succeeded or on Ctrl-C).
 
     result = run_bench(SweepConfig(endpoint=..., model=..., tokenizer=..., contexts=[128, 512]), out=Path("b"))
-    result.summary      # summary.json's content; result.empty_cells: cells without a successful request
+    result.summary      # summary.json's content; result.problem: why it is no success (None: every cell ran and
+                        # had a successful request), the one rule `bench serve`, a study and the demo apply
+
+Ctrl-C ends it within a bounded time, whatever the load: asyncio.run cancels the sweep, which writes its finished
+cells; nothing else follows — no plots, whose seconds of CPU a busy machine stretches tenfold.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ class BenchResult:
     empty_cells: list[str]  # one line per cell without a successful request, saying why
 
     @property
-    def ok(self) -> bool:
-        """Every planned cell ran and each had a successful request."""
-        return not self.summary["aborted"] and not self.empty_cells
+    def problem(self) -> str | None:
+        """Why the sweep is not a success although it wrote a summary (None: every planned cell ran and each had a
+        successful request): `bench serve` exits 1 with it, a study's bench stage and the demo fail with it."""
+        if self.summary["aborted"]:
+            return f"aborted: {self.summary['aborted']}"
+        return "; ".join(self.empty_cells) or None
 
 
 def run_bench(
@@ -41,7 +48,7 @@ def run_bench(
     """Run the sweep into `out` (default: a new runs/bench/<model>-<time> folder) and return what it measured.
 
     `out` appears whole: on success, on an aborted sweep (server gone) and on Ctrl-C (finished cells, the summary
-    marked interrupted; then crosstune.errors.Interrupted is raised saying so). When no request of any cell
+    marked interrupted, no plots; then crosstune.errors.Interrupted is raised saying so). When no request of any cell
     succeeded, BenchError says why and `out` is left as it was. An existing `out` is replaced only with
     `overwrite` and only when it is an earlier sweep."""
     from crosstune.serve.report import write_plots
@@ -59,13 +66,11 @@ def run_bench(
                 raise Interrupted(
                     f"interrupted (Ctrl-C) before the first cell finished: nothing was written ({out} is as it was)"
                 ) from None
-            if plots:
-                write_plots(summary, tmp)
             raise KeepPartial(
                 Interrupted(
                     f"interrupted (Ctrl-C): the {n} finished cell(s) are kept in {out} (summary.json says "
-                    "interrupted; the cell in progress was dropped); run the command again with --overwrite to "
-                    "measure every cell"
+                    "interrupted; the cell in progress was dropped; no plots were drawn); run the command again "
+                    "with --overwrite to measure every cell"
                 )
             ) from None
         if not any(c["completed"] for c in summary["cells"]):

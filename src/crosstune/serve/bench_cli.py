@@ -1,8 +1,9 @@
-"""`crosstune bench serve|compare`: option parsing with one-line errors, the sweep (serve.bench.run_bench), and the
-tables printed from a summary."""
+"""`crosstune bench serve|compare`: option parsing with one-line errors, the sweep (serve.bench.run_bench), its table
+(serve.bench_table) and the comparison of two summaries."""
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 from pathlib import Path
@@ -11,11 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from crosstune.errors import Interrupted
 from crosstune.serve.sweep import BenchError
 
 console = Console(soft_wrap=True)
 bench_app = typer.Typer(help="Benchmark a serving endpoint the way `vllm bench serve` does.")
-BURSTY_MARK = "*"
 
 
 def parse_list(text: str, option: str, convert, what: str, problem) -> list:
@@ -86,6 +87,7 @@ def bench_serve(
     Exit 0 when every cell ran and had a successful request; 1 (saying which cell and why) when one had none or
     the server stopped answering; 130 on Ctrl-C, after writing the finished cells."""
     from crosstune.serve.bench import run_bench
+    from crosstune.serve.bench_table import render_summary
     from crosstune.serve.slo import parse_slo
     from crosstune.serve.sweep import SweepConfig
 
@@ -111,74 +113,19 @@ def bench_serve(
         label=label,
         target=target,
     )
-    result = run_bench(cfg, out, overwrite=overwrite, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    render_summary(result.summary)
+    try:
+        result = run_bench(
+            cfg, out, overwrite=overwrite, progress=lambda line: print(line, file=sys.stderr, flush=True)
+        )
+    except Interrupted:
+        # Nothing is left but to exit: freeze the heap, or the interpreter's exit collects torch's and transformers'
+        # ~350k objects (the tokenizer imports them) once more — 1 s of CPU, ten times that on a busy machine.
+        gc.freeze()
+        raise
+    render_summary(result.summary, console)
     console.print(f"wrote {result.out}/summary.json, {result.out}/requests.jsonl and plots", highlight=False)
-    if result.summary["aborted"]:
-        raise BenchError(f"aborted: {result.summary['aborted']}")
-    if result.empty_cells:
-        raise BenchError("; ".join(result.empty_cells))
-
-
-def _f(x, spec=",.1f") -> str:
-    return "–" if x is None else format(x, spec)
-
-
-def _bucket(server: dict, key: str) -> str:
-    """A /metrics percentile as the bucket it lies in ('100–250'), the estimate being no measurement."""
-    edges = server.get(f"{key}_bucket_ms")
-    if not edges:
-        return _f(server.get(f"{key}_ms"))
-    lo, hi = edges
-    return f"{_f(lo, ',.0f')}–{'∞' if hi is None else _f(hi, ',.0f')}"
-
-
-def render_summary(summary: dict, out: Console | None = None) -> None:
-    """The sweep as a table; client TTFT/TPOT of cells the client saw mostly in bursts are marked, and server
-    percentiles are shown as their /metrics buckets."""
-    out = out or console
-    t = Table(title=f"{summary['model']} @ {summary['endpoint']} ({summary['api']}, {summary['output_len']} out)")
-    columns = ("ctx", "load", "ok/fail", "req/s", "out tok/s", "TTFT p50/p99 ms", "TPOT p50 ms", "E2EL p99 ms")
-    slo = summary.get("slo_ms") or {}
-    extra = ("SLO",) if slo else ()
-    for col in (*columns, "server TTFT p50 ms (bucket)", "bursty streams", "load avg", *extra):
-        t.add_column(col, justify="right")
-    bursty_cells = 0
-    for c in summary["cells"]:
-        level = c["concurrency"] if c["request_rate"] is None else f"{c['request_rate']:g}/s"
-        server = c.get("server") or {}
-        mark = "" if c.get("client_timing_reliable", True) else BURSTY_MARK
-        bursty_cells += bool(mark)
-        t.add_row(
-            str(c["context_len"]),
-            str(level),
-            f"{c['completed']}/{c['failed']}",
-            _f(c["request_throughput"], ".2f"),
-            _f(c["output_throughput"]),
-            f"{_f(c['median_ttft_ms'])}/{_f(c['p99_ttft_ms'])}{mark}",
-            f"{_f(c['median_tpot_ms'])}{mark}",
-            _f(c["p99_e2el_ms"]),
-            _bucket(server, "median_ttft"),
-            _f(c.get("bursty_stream_share"), ".0%"),
-            _f(c["load_avg_1m"][1], ".1f"),
-            *((("met" if not c.get("slo_misses") else "missed: " + ", ".join(c["slo_misses"])) + mark,) if slo else ()),
-        )
-    out.print(t)
-    if slo:
-        limits = ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
-        out.print(f"SLO {limits}: a cell meets it when each statistic does; goodput in summary.json", highlight=False)
-    if bursty_cells:
-        out.print(
-            f"{BURSTY_MARK} the client received most streams of this cell in one burst: its TTFT/TPOT/ITL (and an SLO "
-            "on them) describe the host's scheduling, not the server; use the server's /metrics figures "
-            "(summary.json cells[].server)",
-            highlight=False,
-        )
-    if any(c.get("server") for c in summary["cells"]):
-        out.print("server percentiles come from /metrics histograms: the true value lies in the bucket shown")
-    for ctx, s in summary["saturation"].items():
-        load = s.get("load") or f"concurrency {s['concurrency']}"
-        out.print(f"saturation at context {ctx}: {load} → {s['output_throughput']:,.1f} output tok/s", highlight=False)
+    if result.problem:
+        raise BenchError(result.problem)
 
 
 @bench_app.command("compare")

@@ -1,4 +1,5 @@
-"""`crosstune serve plan|start|stop`; `crosstune bench serve|compare` live in serve/bench_cli.py."""
+"""`crosstune serve plan|start|stop`; `crosstune bench serve|compare` live in serve/bench_cli.py (crosstune.commands
+registers both)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,7 @@ serve_app = typer.Typer(help="Serve a model with vLLM: launch plans per target, 
 
 
 def register(app: typer.Typer) -> None:
-    from crosstune.serve import bench_cli
-
     app.add_typer(serve_app, name="serve")
-    app.add_typer(bench_cli.bench_app, name="bench")
 
 
 @serve_app.command("plan")

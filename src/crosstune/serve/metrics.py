@@ -2,7 +2,7 @@
 
 duration = first dispatch → end of gather; throughputs divide by it; ITL pools every request's chunk gaps;
 percentiles interpolate linearly (numpy's default, as vLLM) — never `sorted(x)[int(0.99 * n)]`.
-Goodput (DistServe) = completed requests meeting every SLO / duration.
+Goodput (DistServe) = requests meeting the SLO (serve.slo.request_meets) / duration.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from crosstune.serve import slo
 from crosstune.serve.client import RequestRecord
-from crosstune.serve.slo import cell_misses, per_request_limits
 
-PERCENTILES = (90, 99)
-STATS = ("mean", "median", "std", "p90", "p99")
+STATS = (*slo.STATS, "std")  # per metric: the statistics an SLO may name (serve.slo), and the spread
+PERCENTILES = tuple(int(s[1:]) for s in slo.STATS if s.startswith("p"))  # (90, 99)
 NEAR_ZERO_GAP_S = 0.001  # chunk gaps under 1 ms: the server flushed several chunks at once
 # A stream is bursty when most of its tokens reached the client in one burst: its client-side TTFT then reads
 # ~E2EL and its ITL ~0. A cell with more than BURSTY_CELL_SHARE such streams has client TTFT/ITL/TPOT that
@@ -33,13 +33,6 @@ def stats_ms(values_s: Iterable[float], name: str) -> dict[str, float | None]:
     out[f"std_{name}_ms"] = float(x.std())
     out.update({f"p{p}_{name}_ms": float(np.percentile(x, p)) for p in PERCENTILES})
     return out
-
-
-def meets_slo(r: RequestRecord, slo_ms: dict[str, float]) -> bool:
-    """A completed request within every per-request limit of the SLO (serve.slo: its TTFT, TPOT and E2EL)."""
-    values = {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2el": r.e2el_s}
-    limits = per_request_limits(slo_ms)
-    return r.ok and all(values[k] is None or values[k] * 1000.0 <= v for k, v in limits.items())
 
 
 def summarize(records: list[RequestRecord], duration_s: float, slo_ms: dict[str, float] | None = None) -> dict:
@@ -74,10 +67,12 @@ def summarize(records: list[RequestRecord], duration_s: float, slo_ms: dict[str,
     cell["bursty_stream_share"] = bursty
     cell["client_timing_reliable"] = bursty is None or bursty <= BURSTY_CELL_SHARE
     if slo_ms:
-        good = sum(meets_slo(r, slo_ms) for r in done)
+        good = sum(
+            slo.request_meets(r.ok, {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2el": r.e2el_s}, slo_ms) for r in records
+        )
         cell["goodput"] = good / duration_s if duration_s > 0 else 0.0
         cell["slo_ms"] = dict(slo_ms)
-        cell["slo_misses"] = cell_misses(cell, slo_ms)
+        cell["slo_misses"] = slo.cell_misses(cell["completed"], cell["failed"], cell, slo_ms)
     return cell
 
 

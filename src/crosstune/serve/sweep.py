@@ -63,7 +63,7 @@ class SweepConfig:
 
     def check(self) -> None:
         """BenchError naming the option of the first value that can't describe a sweep."""
-        from crosstune.serve.slo import NAMES, SloError
+        from crosstune.serve.slo import check_slo
 
         def ints(option: str, values: list, least: int) -> None:
             if not values:
@@ -98,9 +98,7 @@ class SweepConfig:
                 raise BenchError(f"{option}: {v!r} is not a positive, finite number")
         if self.api not in ("completions", "chat"):
             raise BenchError(f"--api: {self.api!r} is not one of completions, chat")
-        for name, limit in self.slo_ms.items():
-            if name not in NAMES or not math.isfinite(limit) or limit <= 0:
-                raise SloError(f"--slo {name}={limit}: not a known SLO name with a positive, finite limit")
+        check_slo(self.slo_ms)
         if not str(self.endpoint).startswith(("http://", "https://")):
             raise BenchError(f"--endpoint {self.endpoint!r}: expected a base URL such as http://127.0.0.1:8000")
 

@@ -1,10 +1,10 @@
 """Serving in a study: vLLM on the merged export (crosstune.serve.process), started when the first stage needs it and
-stopped when the study ends, the recipe's serve grid swept against it (crosstune.serve.sweep); without a serving
-environment the serve and bench stages are skipped, saying the one command that creates it."""
+stopped when the study ends, the recipe's serve grid swept against it by `bench serve`'s own path
+(crosstune.serve.bench.run_bench: staged folder, manifest, the same failures); without a serving environment the
+serve and bench stages are skipped, saying the one command that creates it."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from pathlib import Path
 from typing import Any
@@ -38,20 +38,24 @@ def sweep(
     label: str,
     target: str,
 ) -> dict:
-    """The serve grid against a running server (`state`: serve.process.ServerState): summary.json, plots, table."""
-    from crosstune.serve.bench_cli import render_summary
-    from crosstune.serve.report import write_plots
-    from crosstune.serve.sweep import SweepConfig, run_sweep
+    """The serve grid against a running server (`state`: serve.process.ServerState), as `bench serve` runs it
+    (serve.bench.run_bench): summary.json, requests.jsonl, plots and bench_manifest.json in `out_dir` (replacing only
+    an earlier sweep), the table printed. BenchError when nothing succeeded, when the sweep was aborted or when a
+    cell had no successful request — the cases where `bench serve` exits 1 — and Interrupted on Ctrl-C."""
+    from crosstune.serve.bench import run_bench
+    from crosstune.serve.bench_table import render_summary
+    from crosstune.serve.sweep import BenchError, SweepConfig
 
     cfg = SweepConfig(
         endpoint=state.base_url, model=state.lora_name or state.model, tokenizer=tokenizer, contexts=list(contexts),
         concurrency=list(concurrency), output_len=output_len, num_requests=num_requests, warmup=2, label=label,
         target=target,
     )  # fmt: skip
-    summary = asyncio.run(run_sweep(cfg, out_dir))
-    write_plots(summary, out_dir)
-    render_summary(summary, console)
-    return summary
+    result = run_bench(cfg, out_dir, overwrite=True, progress=lambda line: console.print("   " + line, markup=False))
+    render_summary(result.summary, console)
+    if result.problem:
+        raise BenchError(f"{result.problem} (the sweep is kept in {out_dir})")
+    return result.summary
 
 
 class Server:
@@ -128,17 +132,18 @@ def run_bench(s: StudyContext) -> StageResult:
     if not s.server.available():
         note = f"nothing to benchmark: {NO_SERVING}"
         return StageResult(note, status="skipped", record={"enable": SERVE_ENV_COMMAND})
-    serve = s.recipe.serve
-    summary = sweep(
-        s.server.start(), s.merged_dir, s.bundle / BENCH, s.console, contexts=serve.contexts,
-        concurrency=serve.concurrency, output_len=serve.output_tokens,
-        num_requests=max(16, REQUESTS_PER_LOAD * max(serve.concurrency)),
-        label=f"{s.recipe.name} · {s.backend} · {s.recipe.hardware}", target=s.recipe.hardware,
-    )  # fmt: skip
-    if summary.get("aborted"):
-        from crosstune.study.bundle import StudyError
+    from crosstune.serve.sweep import BenchError
 
-        raise StudyError(f"bench: the sweep was aborted: {summary['aborted']} (log: {s.bundle / SERVE})")
+    serve = s.recipe.serve
+    try:
+        summary = sweep(
+            s.server.start(), s.merged_dir, s.bundle / BENCH, s.console, contexts=serve.contexts,
+            concurrency=serve.concurrency, output_len=serve.output_tokens,
+            num_requests=max(16, REQUESTS_PER_LOAD * max(serve.concurrency)),
+            label=f"{s.recipe.name} · {s.backend} · {s.recipe.hardware}", target=s.recipe.hardware,
+        )  # fmt: skip
+    except BenchError as e:
+        raise BenchError(f"{e} (server log: {s.bundle / SERVE})") from None
     cells = len(summary.get("cells", []))
     return StageResult(
         f"{cells} cells (contexts {serve.contexts} × concurrency {serve.concurrency})",
