@@ -29,7 +29,7 @@ def test_the_study_sweep_writes_what_bench_serve_writes(tmp_path, tiny_gemma4_di
         again = grid(server, tiny_gemma4_dir, out, contexts=(16, 32))  # the stage redone: its earlier sweep replaced
     assert [c["completed"] for c in summary["cells"]] == [2] and [c["completed"] for c in again["cells"]] == [2, 2]
     manifest = json.loads((out / "bench_manifest.json").read_text())
-    assert manifest["kind"] == "crosstune bench serve" and manifest["complete"] is True
+    assert manifest["made_by"] == "crosstune bench serve" and manifest["complete"] is True
     assert {"summary.json", "requests.jsonl"} <= set(manifest["files"]) and any(
         f.endswith(".png") for f in manifest["files"]
     )
