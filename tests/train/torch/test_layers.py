@@ -194,7 +194,7 @@ def test_hfu_counts_the_selective_recompute_without_attention():
     def hfu(recompute_attention: bool) -> float:
         return make_step_metrics(
             step=1, epoch=0.1, loss=1.0, learning_rate=1e-4, grad_norm=1.0, trained_tokens=2048, tokens=4096,
-            computed_tokens=4096, step_time_s=1.0, peak_memory_gb=None, spec=g4, context=4096,
+            computed_tokens=4096, step_time_s=1.0, peak_memory_gib=None, spec=g4, context=4096,
             hardware=get_hardware("1xh200"), devices=1, recompute_activations=True,
             recompute_attention=recompute_attention,
         ).hfu  # fmt: skip
@@ -231,7 +231,7 @@ def train_losses(recipe_path, run_dir, overrides: list[str]) -> list[float]:
 
     recipe = load_recipe(recipe_path, ["train.gradient_checkpointing=true", *overrides])
     assert train(recipe, run_dir, progress=False, backend="torch").steps == 2
-    return [row["loss"] for row in read_metrics(run_dir)]
+    return [row.loss for row in read_metrics(run_dir)]
 
 
 def test_selective_recompute_and_no_lora_cast_train_like_the_default(recipe_path, tmp_path, monkeypatch):
