@@ -72,7 +72,9 @@ def test_unrecorded_hashes_are_a_warning_not_a_silent_pass(tmp_path):
     b = write_run(tmp_path / "b", "torch", "2xh100")
     shutil.rmtree(tmp_path / "b" / "data")
     page = write_report([a, b], tmp_path / "out").read_text()
-    assert "Warning: data hash not recorded for torch · 2xh100 · tiny-torch: comparability unchecked" in page
+    # run.json records the data hash; the tokenizer hash is the prepared data's manifest's alone
+    assert "Warning: chat-template hash not recorded for torch · 2xh100 · tiny-torch: comparability unchecked" in page
+    assert "data hash not recorded" not in page
 
 
 def test_different_eval_problem_sets_are_flagged(tmp_path):

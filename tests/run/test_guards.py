@@ -221,7 +221,7 @@ def test_resume_of_a_finished_checkpoint_trains_nothing_without_run_json_steps(l
     _, path, _ = lenient_workspace
     run = _copy_run(torch_run, tmp_path / "run")
     meta = json.loads((run / "run.json").read_text())
-    del meta["steps"]
+    meta["steps"] = None  # as run.json is while training runs
     (run / "run.json").write_text(json.dumps(meta))
     with pytest.raises(ResumeError, match="already at step 2 of 2: nothing to resume"):
         train(load_recipe(path), run, resume=True, progress=False, backend="torch")
