@@ -276,3 +276,11 @@ def test_compiled_layers_train_like_the_default(recipe_path, tmp_path, monkeypat
     # one packed row per step; the compiled layers' fp32 rounding (COMPILE_LOSS_ATOL above), then one AdamW step
     # (lr 1e-3) of gradients equal to 2e-3 of their size: the step-2 loss moves by far less than 1e-4
     assert abs(default[0] - fast[0]) <= COMPILE_LOSS_ATOL and abs(default[1] - fast[1]) <= 1e-4
+    # run.json: torch.compile's own seconds (dynamo + inductor) are the compile time, kept out of the step times
+    from crosstune.run.metrics import read_metrics
+    from crosstune.run.records import read_run_record
+
+    record = read_run_record(tmp_path / "compiled")
+    assert record.compile_time_measure == "torch.compile" and record.compile_time_s > 1  # inductor takes seconds
+    assert all(row.step_time_s < record.compile_time_s for row in read_metrics(tmp_path / "compiled"))
+    assert read_run_record(tmp_path / "default").compile_time_measure == "first-step warm-up"
