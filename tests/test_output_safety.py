@@ -216,12 +216,19 @@ def _modes(folder: Path) -> set[tuple[str, int]]:
 
 def test_exports_and_run_metadata_honour_the_umask(umask_022, run, tmp_path, tiny_gemma4_dir):
     from crosstune.data import prepare_dataset
-    from crosstune.run.rundir import write_run_metadata
+    from crosstune.families import model_dir_spec
+    from crosstune.run.records import StackFacts
+    from crosstune.run.rundir import start_run_record
+    from tests.helpers.records import run_record
 
     export_run(run, "both", tmp_path / "export")
     assert _modes(tmp_path / "export") == {("d", 0o755), ("f", 0o644)}
     recipe_file = _recipe(tmp_path, tiny_gemma4_dir)
-    write_run_metadata(tmp_path / "meta", load_recipe(recipe_file), "torch")
+    made = run_record("torch")
+    facts = StackFacts(**{name: getattr(made, name) for name in StackFacts.model_fields})
+    spec, data = model_dir_spec(tiny_gemma4_dir, "gemma4"), made.data.model_dump()
+    start_run_record(tmp_path / "meta", load_recipe(recipe_file), "torch", facts, spec=spec, global_batch=2,
+                     grad_accumulation=1, seq_len=1024, total_steps=2, resumed_from_step=0, data=data)  # fmt: skip
     assert _modes(tmp_path / "meta") == {("d", 0o755), ("f", 0o644)}
     prepare_dataset(load_recipe(recipe_file))
     assert _modes(tmp_path / "prepared") == {("d", 0o755), ("f", 0o644)}

@@ -72,7 +72,7 @@ def test_two_coinciding_loss_curves_both_show(tmp_path):
     """The two backends' curves can be identical (same data, same numbers): each still shows, and the difference
     panel says they coincide."""
     runs = [read_run(write_run(tmp_path / b, b, "cpu")) for b in ("torch", "jax")]
-    assert [r["loss"] for r in runs[0].rows] == [r["loss"] for r in runs[1].rows]
+    assert [r.loss for r in runs[0].rows] == [r.loss for r in runs[1].rows]
     fig = plots.loss_figure(runs, "same definition", True)
     main, diff = fig.axes
     first, second = main.get_lines()

@@ -15,6 +15,7 @@ from crosstune.compare.source_study import (
 )
 from crosstune.compare.sweeps import knee, read_sweep, saturation_point, slo_point
 from crosstune.compare.tco import Option, Workload, break_even, tco_ratio
+from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
 from crosstune.serve.slo import SloError
@@ -70,7 +71,7 @@ def test_run_without_timing_data_says_what_is_missing(tmp_path):
     with pytest.raises(CostError, match="no metrics rows"):
         read_run(run.path)
     (run.path / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
-    with pytest.raises(CostError, match=r"metrics.jsonl:1: row lacks step_time_s, trained_tokens, tokens"):
+    with pytest.raises(CrosstuneError, match=r"metrics.jsonl:1: row lacks epoch, learning_rate, grad_norm, trained_t"):
         read_run(run.path)
 
 

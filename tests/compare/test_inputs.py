@@ -49,12 +49,13 @@ def _write_rows(run: Path, rows: list[dict]) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"step_time_s": "1.5"}, r"metrics.jsonl:3: step_time_s is '1.5', not a finite number of seconds >= 0"),
-        ({"step_time_s": math.nan}, r"metrics.jsonl:3: step_time_s is nan, not a finite number of seconds >= 0"),
-        ({"step_time_s": -1.0}, r"metrics.jsonl:3: step_time_s is -1.0, not a finite number of seconds >= 0"),
-        ({"tokens": "1000"}, r"metrics.jsonl:3: tokens is '1000', not a whole number >= 0"),
-        ({"trained_tokens": 2.5}, r"metrics.jsonl:3: trained_tokens is 2.5, not a whole number >= 0"),
-        ({"loss": "low"}, r"metrics.jsonl:3: loss is 'low', not a number \(or null\)"),
+        ({"step_time_s": "1.5"}, r"metrics.jsonl:3: step_time_s is '1.5': input should be a valid number"),
+        ({"step_time_s": math.nan}, r"metrics.jsonl:3: step_time_s is nan: input should be a finite number"),
+        ({"step_time_s": -1.0}, r"metrics.jsonl:3: step_time_s is -1.0: input should be greater than or equal to 0"),
+        ({"tokens": "1000"}, r"metrics.jsonl:3: tokens is '1000': input should be a valid integer"),
+        ({"trained_tokens": 2.5}, r"metrics.jsonl:3: trained_tokens is 2.5: input should be a valid integer"),
+        ({"trained_tokens": -1}, r"metrics.jsonl:3: trained_tokens is -1: input should be greater than or equal to 0"),
+        ({"loss": "low"}, r"metrics.jsonl:3: loss is 'low': input should be a valid number"),
         ({"loss": math.nan}, r"metrics.jsonl:3: loss is nan: a cross-entropy is a finite number >= 0"),
         ({"loss": math.inf}, r"metrics.jsonl:3: loss is inf: a cross-entropy is a finite number >= 0"),
         ({"step_time_s": 0.0}, r"metrics.jsonl:3: step_time_s is 0: no optimizer step takes no time"),
@@ -76,11 +77,12 @@ def test_a_metrics_row_that_would_make_a_cost_lie_is_refused(tmp_path, change, m
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"compile_time_s": "12"}, "run.json: compile_time_s is '12', not a finite number of seconds >= 0"),
-        ({"checkpoint_time_s": -3.0}, "run.json: checkpoint_time_s is -3.0, not a finite number of seconds >= 0"),
-        ({"steps": 2.5}, "run.json: steps is 2.5, not a whole number >= 0"),
-        ({"hardware": 8}, "run.json: hardware is 8, not text"),
-        ({"lora": {"rank": "8", "alpha": 16}}, "run.json: lora.rank is '8', not a whole number > 0"),
+        ({"compile_time_s": "12"}, "run.json: compile_time_s: input should be a valid number (got '12')"),
+        ({"checkpoint_time_s": -3.0}, "run.json: checkpoint_time_s: input should be greater than or equal to 0"),
+        ({"steps": 2.5}, "run.json: steps: input should be a valid integer (got 2.5)"),
+        ({"hardware": 8}, "run.json: hardware: input should be a valid string (got 8)"),
+        ({"lora": {"rank": "8", "alpha": 16}}, "run.json: lora.rank: input should be a valid integer (got '8')"),
+        ({"global_batch": 0}, "run.json: global_batch: input should be greater than 0 (got 0)"),
     ],
 )
 def test_a_mistyped_run_json_field_is_one_line_naming_it(tmp_path, change, message):
@@ -251,6 +253,8 @@ def test_a_recipe_name_in_run_json_never_leads_outside_the_runs_folder(tmp_path)
     outside.mkdir()
     (outside / "manifest.json").write_text(json.dumps({"data_hash": "s" * 64}))
     meta = json.loads((run / "run.json").read_text())
+    meta["data"]["prepared_dir"] = str(tmp_path / "moved")  # the folder run.json names is gone
+    (run / "run.json").write_text(json.dumps(meta))
     assert prepared_manifest(read_run(run))["data_hash"] == "d" * 64  # <runs>/data/tiny, the helper's layout
     (run / "run.json").write_text(json.dumps(meta | {"recipe_name": "../../../secret"}))
     assert prepared_manifest(read_run(run)) == {}

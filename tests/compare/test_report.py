@@ -72,7 +72,32 @@ def test_unrecorded_hashes_are_a_warning_not_a_silent_pass(tmp_path):
     b = write_run(tmp_path / "b", "torch", "2xh100")
     shutil.rmtree(tmp_path / "b" / "data")
     page = write_report([a, b], tmp_path / "out").read_text()
-    assert "Warning: data hash not recorded for torch · 2xh100 · tiny-torch: comparability unchecked" in page
+    # run.json records the data hash; the tokenizer hash is the prepared data's manifest's alone
+    assert "Warning: chat-template hash not recorded for torch · 2xh100 · tiny-torch: comparability unchecked" in page
+    assert "data hash not recorded" not in page
+
+
+def test_what_each_run_was_comes_from_the_record_never_a_guess(tmp_path):
+    """Devices, mesh, global batch and accumulation are run.json's keys, the same for both backends: a global batch
+    the recipe's per-device batch × accumulation would not give (train.global_batch_size decided it) is shown as
+    recorded; a run written before the schema (format 1) is read converted, says so, and shows n/a for what it
+    never recorded."""
+    import json
+
+    a = write_run(tmp_path / "a", "jax", "tpu-v5p-8", extra={"global_batch": 16, "grad_accumulation": 8})
+    b = write_run(tmp_path / "b", "torch", "2xh100")
+    meta = json.loads((b / "run.json").read_text())
+    old = {k: v for k, v in meta.items() if k not in ("platform", "devices", "processes", "mesh", "details",
+           "compile_time_measure", "loss_convention", "seq_len", "total_steps")}  # fmt: skip
+    old |= {"format": 1, "world_size": 2, "fsdp": True, "compile_time_s": None, "checkpoint_time_s": None}
+    old["lora"] = {k: v for k, v in meta["lora"].items() if k != "layout"}
+    (b / "run.json").write_text(json.dumps(old))
+    write_report([a, b], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| global batch (rows) | 16 | 2 |" in md and "| gradient accumulation | 8 | 1 |" in md
+    assert "| devices | 2 | 2 |" in md and "| mesh (fsdp × tp) | 1 × 2 | 2 × 1 |" in md
+    assert "| platform | cpu | unknown |" in md and "| LoRA layout | 41 modules, " in md and " | n/a |" in md
+    assert "run.json of format 1" in md
 
 
 def test_different_eval_problem_sets_are_flagged(tmp_path):
@@ -189,7 +214,11 @@ def test_report_from_real_torch_and_jax_runs(tmp_path, tiny_gemma4_dir, synth_co
     md = (tmp_path / "report" / "report.md").read_text()
     assert "Same data hash, chat-template hash and loss convention across the runs." in md
     assert "NOT COMPARABLE" not in html.read_text()
-    assert re.search(r"\| jax · cpu · tiny-cpu-jax \| 4 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| ", md)  # compile recorded
-    assert re.search(r"\| torch · cpu · tiny-cpu-torch \| 4 \| [\d.]+ \| n/a \| n/a \| ", md)  # torch: not recorded
+    assert re.search(r"\| jax · cpu · tiny-cpu-jax \| 4 \| [\d.]+ \| [\d.]+ \(xla\) \| [\d.]+ \| ", md)
+    # issue 29: torch records its compile (here the first step's warm-up) and checkpoint seconds too
+    assert re.search(
+        r"\| torch · cpu · tiny-cpu-torch \| 4 \| [\d.]+ \| [\d.]+ \(first-step warm-up\) \| [\d.]+ \| ", md
+    )
+    assert "the cost with them included is unknown" not in md
     assert "no on-demand price for cpu" in md
     assert (tmp_path / "report" / "charts" / "lengths-tiny-cpu-torch.png").is_file()

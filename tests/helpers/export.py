@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-TARGETS = ["q", "k", "v", "o", "gate", "up", "down"]
+from tests.helpers.records import TARGETS, write_record
+
 TOKENS = np.random.default_rng(0).integers(10, 1000, size=(2, 24))
 
 
@@ -34,18 +35,8 @@ def random_adapter(base_dir: Path, family: str, out_dir: Path, *, rank=4, alpha=
 
 
 def write_run_json(run_dir: Path, *, backend: str, family: str, base: Path, rank, alpha, targets=TARGETS, **extra):
-    run_dir.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "format": 1,
-        "backend": backend,
-        "family": family,
-        "base_model": str(base),
-        "dtype": "float32",
-        "recipe_hash": "test",
-        "lora": {"rank": rank, "alpha": alpha, "dropout": 0.0, "targets": list(targets)},
-        **extra,
-    }
-    (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
+    """run.json as training writes it (tests.helpers.records), for a run of `family` on `base`."""
+    write_record(run_dir, backend, family=family, base=base, rank=rank, alpha=alpha, targets=targets, **extra)
 
 
 def torch_run(run_dir: Path, base: Path, family: str, *, rank=4, alpha=8.0, seed=0, targets=TARGETS) -> Path:

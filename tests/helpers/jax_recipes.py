@@ -25,3 +25,12 @@ def tiny_recipe(model_dir: Path, corpus_dir: Path, out: Path, family: str, *over
             *overrides,
         ],
     )
+
+
+def train_both(recipe, out: Path, tag: str) -> dict:
+    """Train `recipe` on both backends into out/<tag>-<backend>; returns {backend: TrainResult}."""
+    from crosstune.data import prepare_dataset
+    from crosstune.train.session import train
+
+    prepare_dataset(recipe)
+    return {name: train(recipe, out / f"{tag}-{name}", backend=name, progress=False) for name in ("torch", "jax")}

@@ -1,7 +1,7 @@
 """Small synthetic run directories, eval outputs and bench sweeps for the cost and report tests.
 
-Run directories carry the field names the trainers write (crosstune.run.metrics.StepMetrics, rundir.py's
-run.json, the jax backend's compile/checkpoint times) with hand-picked numbers, so costs can be checked by hand.
+Run directories carry the records the trainers write (crosstune.run.metrics.StepMetrics, crosstune.run.records'
+run.json, compile/checkpoint times included) with hand-picked numbers, so costs can be checked by hand.
 Eval outputs are written by the evaluator's own `summarize` + `write_reports`.
 """
 
@@ -18,6 +18,7 @@ from crosstune.evals.scoring import ProblemScore, summarize, write_reports
 from crosstune.recipe.schema import Recipe
 from crosstune.run.metrics import StepMetrics
 from tests.helpers import paths
+from tests.helpers.records import write_record
 
 FIXTURES = paths.FIXTURES / "bench"
 GPU_SWEEP, TPU_SWEEP = FIXTURES / "2xh100.summary.json", FIXTURES / "tpu-v6e-8.summary.json"
@@ -41,30 +42,18 @@ def write_run(
 ) -> Path:
     """<root>/tiny-<backend>/ with run.json, recipe.yaml, metrics.jsonl and <root>/data/tiny/manifest.json."""
     run = root / f"tiny-{backend}"
-    run.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "format": 1,
-        "backend": backend,
-        "recipe_name": "tiny",
-        "recipe_hash": "r" * 16,
-        "family": "gemma4",
-        "base_model": str(root / "model"),
-        "dtype": "float32",
-        "lora": {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": ["q", "k", "v", "o", "gate", "up", "down"]},
-        "hardware": hardware,
-        "versions": {"python": "3.11.2", backend: "1.0"},
-        "precision": "fp32",
-        "gradient_checkpointing": False,
-        "steps": steps,
-        **(extra or {}),
-    }
-    if timing:
-        meta.update(compile_time_s=12.0, checkpoint_time_s=3.0, resumed_from_step=0)
-    if backend == "jax":
-        meta.update(mesh={"fsdp": 1, "tp": 2}, devices=2, global_batch=2)
-    else:
-        meta.update(world_size=1, lora_layout={"modules": 20, "targets_by_layer_type": {"sliding": ["q"]}})
-    (run / "run.json").write_text(json.dumps(meta, indent=2))
+    timings = {} if timing else {"compile_time_s": None, "checkpoint_time_s": None}
+    write_record(
+        run,
+        backend,
+        hardware=hardware,
+        base=root / "model",
+        data_hash=data_hash,
+        prepared_dir=root / "data" / "tiny",
+        steps=steps,
+        total_steps=steps,
+        **{**timings, **(extra or {})},
+    )
     recipe = Recipe.model_validate(
         {
             "name": "tiny",
@@ -91,13 +80,13 @@ def write_run(
                 step_time_s=step_time_s,
                 trained_tokens_per_s=trained_tokens / step_time_s,
                 tokens_per_s=tokens / step_time_s,
-                peak_memory_gb=1.0,
+                peak_memory_gib=1.0,
                 mfu=None,
                 mfu_computed=None,
                 hfu=None,
             )
         )
-    (run / "metrics.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r.model_dump()) + "\n" for r in rows))
     data = root / "data" / "tiny"
     data.mkdir(parents=True, exist_ok=True)
     (data / "manifest.json").write_text(json.dumps({"data_hash": data_hash, "tokenizer_hash": tokenizer_hash}))

@@ -209,7 +209,7 @@ def test_resume_of_a_finished_run_trains_nothing(lenient_workspace, torch_run, j
     for backend, run in (("torch", torch_run), ("jax", jax_run)):
         with pytest.raises(ResumeError, match="already at step 2 of 2: nothing to resume"):
             train(load_recipe(path), run, backend=backend, resume=True, progress=False)
-        assert [r["step"] for r in read_metrics(run)] == [1, 2]
+        assert [r.step for r in read_metrics(run)] == [1, 2]
 
 
 def test_resume_of_a_finished_checkpoint_trains_nothing_without_run_json_steps(lenient_workspace, torch_run, tmp_path):
@@ -221,11 +221,11 @@ def test_resume_of_a_finished_checkpoint_trains_nothing_without_run_json_steps(l
     _, path, _ = lenient_workspace
     run = _copy_run(torch_run, tmp_path / "run")
     meta = json.loads((run / "run.json").read_text())
-    del meta["steps"]
+    meta["steps"] = None  # as run.json is while training runs
     (run / "run.json").write_text(json.dumps(meta))
     with pytest.raises(ResumeError, match="already at step 2 of 2: nothing to resume"):
         train(load_recipe(path), run, resume=True, progress=False, backend="torch")
-    assert [r["step"] for r in read_metrics(run)] == [1, 2]
+    assert [r.step for r in read_metrics(run)] == [1, 2]
 
 
 def test_resume_with_more_steps_continues_past_a_torn_metrics_line(lenient_workspace, torch_run, tmp_path, capsys):
@@ -241,7 +241,7 @@ def test_resume_with_more_steps_continues_past_a_torn_metrics_line(lenient_works
     err = capsys.readouterr().err
     assert "metrics.jsonl:3: dropped a torn last line" in err
     assert "[resume] train.max_steps: 2 → 3 (safe: the run length" in err
-    assert result.steps == 3 and [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+    assert result.steps == 3 and [r.step for r in read_metrics(run)] == [1, 2, 3]
     assert yaml.safe_load((run / "recipe.yaml").read_text())["train"]["max_steps"] == 3
 
 

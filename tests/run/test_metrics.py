@@ -22,7 +22,7 @@ def step(n, hw="tpu-v5p-8", devices=4, remat=True, tokens=8 * 3072, seconds=2.0,
         tokens=tokens,
         computed_tokens=tokens if computed is None else computed,
         step_time_s=seconds,
-        peak_memory_gb=None,
+        peak_memory_gib=None,
         spec=G4,
         context=3072,
         hardware=get_hardware(hw),
@@ -32,7 +32,9 @@ def step(n, hw="tpu-v5p-8", devices=4, remat=True, tokens=8 * 3072, seconds=2.0,
 
 
 def test_every_metric_field_is_defined():
-    assert set(StepMetrics.__dataclass_fields__) == set(METRIC_DEFINITIONS)
+    """The definitions are the schema's field descriptions: none may be left empty."""
+    assert list(METRIC_DEFINITIONS) == list(StepMetrics.model_fields)
+    assert all(len(text) > 20 for text in METRIC_DEFINITIONS.values()), METRIC_DEFINITIONS
 
 
 def test_rates_mfu_and_hfu_by_hand():
@@ -66,11 +68,11 @@ def test_writer_jsonl_tensorboard_and_resume(tmp_path):
         w.write(step(n))
     w.close()
     rows = read_metrics(tmp_path)
-    assert [r["step"] for r in rows] == [1, 2, 3] and set(rows[0]) == set(METRIC_DEFINITIONS)
+    assert [r.step for r in rows] == [1, 2, 3] and set(rows[0].model_dump()) == set(METRIC_DEFINITIONS)
     assert list((tmp_path / "tensorboard").iterdir())
     # A run resumed from the step-2 checkpoint rewrites step 3 instead of duplicating it.
     w = MetricsWriter(tmp_path, resume_from_step=2)
     w.write(step(3))
     w.close()
-    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    assert [r.step for r in read_metrics(tmp_path)] == [1, 2, 3]
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["loss"] == 1.5

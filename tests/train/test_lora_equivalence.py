@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.helpers.jax_recipes import tiny_recipe
+from tests.helpers.jax_recipes import tiny_recipe, train_both
 
 pytest.importorskip("tunix")
 
@@ -114,15 +114,6 @@ def test_optimizer_keeps_block_lora_diagonal():
     assert np.asarray(masked["layers"][0]["attn"]["q_einsum"]["w_lora_b"]).all()
 
 
-def loss_curves(recipe, out, tag: str) -> dict:
-    """Train `recipe` on both backends into out/<tag>-<backend>; returns {backend: TrainResult}."""
-    from crosstune.data import prepare_dataset
-    from crosstune.train.session import train
-
-    prepare_dataset(recipe)
-    return {name: train(recipe, out / f"{tag}-{name}", backend=name, progress=False) for name in ("torch", "jax")}
-
-
 def assert_curves_agree(runs: dict, base_steps: int) -> np.ndarray:
     """Every step within tolerance (see FORWARD_TOL / TRAINED_TOL); returns the per-step gaps."""
     torch_losses, jax_losses = np.array(runs["torch"].losses), np.array(runs["jax"].losses)
@@ -134,20 +125,18 @@ def assert_curves_agree(runs: dict, base_steps: int) -> np.ndarray:
     return gaps
 
 
-def test_loss_curves_agree_3_steps(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
-    """The default suite's variant: tiny Gemma 4, 3 steps (warmup 1: steps 1-2 are the base model, step 3 after
-    one real AdamW update), one row per micro-batch; and the padding each backend computes."""
+def test_loss_curves_agree_3_steps(three_step_runs):
+    """The default suite's variant (tests/train/conftest.py THREE_STEPS: steps 1-2 are the base model, step 3 after
+    one real AdamW update); and the padding each backend computes."""
     from crosstune.run.metrics import read_metrics
 
-    steps = ("train.max_steps=3", "train.warmup_steps=1", "train.per_device_batch_size=1", LR)
-    recipe = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4", *steps)
-    runs = loss_curves(recipe, tmp_path, "g4")
+    runs = three_step_runs
     assert_curves_agree(runs, base_steps=2)
     # the same real tokens; jax computes every position of its [1, 512] rows, torch only the padding-free tokens
     jax_rows, torch_rows = (read_metrics(runs[b].run_dir) for b in ("jax", "torch"))
-    assert [r["tokens"] for r in jax_rows] == [r["tokens"] for r in torch_rows]
-    assert all(r["computed_tokens"] == 512 >= r["tokens"] for r in jax_rows)
-    assert all(r["computed_tokens"] == r["tokens"] for r in torch_rows)
+    assert [r.tokens for r in jax_rows] == [r.tokens for r in torch_rows]
+    assert all(r.computed_tokens == 512 >= r.tokens for r in jax_rows)
+    assert all(r.computed_tokens == r.tokens for r in torch_rows)
 
 
 @pytest.mark.slow
@@ -166,7 +155,7 @@ def test_loss_curves_agree_and_adapters_match(
     model_dir = {"gemma3": tiny_gemma3_dir, "gemma4": tiny_gemma4_dir}[family]
     steps = ("train.max_steps=6", "train.warmup_steps=1", f"train.grad_accumulation={accumulation}", LR)
     recipe = tiny_recipe(model_dir, synth_corpus_dir, tmp_path, family, *steps)
-    runs = loss_curves(recipe, tmp_path, family)
+    runs = train_both(recipe, tmp_path, family)
     gaps = assert_curves_agree(runs, base_steps=2)
     print(f"{family} k={accumulation} loss gaps per step: {[f'{g:.1e}' for g in gaps]}")  # docs' numbers (-s)
 

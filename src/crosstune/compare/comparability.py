@@ -2,9 +2,10 @@
 crosstune.compare.evaluations).
 
 Runs must share the data (prepared data hash), the chat template the data was rendered with (tokenizer hash,
-which covers the template) and the loss convention. Each is read from run.json when the run records it, else from
-the prepared data's manifest.json (found via run.json `prepared_dir`, the recipe's data.prepared_dir, or the
-default layout <output_dir>/data/<recipe name> next to the run directory). What no input records is reported as
+which covers the template) and the loss convention. The data hash and the loss convention are run.json's (its
+`data.data_hash`, `loss_convention`); the tokenizer hash is the prepared data's manifest.json's (found via run.json
+`data.prepared_dir`, the recipe's data.prepared_dir, or the default layout <output_dir>/data/<recipe name> next to
+the run directory), as is the data hash of a run.json that has none. What no input records is reported as
 unchecked, never assumed equal.
 """
 
@@ -19,19 +20,13 @@ from crosstune.compare.sweeps import Sweep
 from crosstune.errors import read_json
 from crosstune.recipe.schema import SAFE_NAME
 
-# (label, run.json keys in order of preference, manifest.json key)
-RUN_KEYS = (
-    ("data hash", ("data_hash",), "data_hash"),
-    ("chat-template hash", ("chat_template_hash", "template_hash", "tokenizer_hash"), "tokenizer_hash"),
-)
-
 
 def prepared_manifest(run: RunSummary) -> dict:
     data = run.recipe.get("data") or {}
-    name = str(run.recipe.get("name") or run.meta.get("recipe_name"))
+    name = str(run.recipe.get("name") or run.record.recipe_name)
     # the default layout <output_dir>/data/<name>, only for a name that is one path component (as recipes check)
     default = run.path.resolve().parent / "data" / name if SAFE_NAME.match(name) else None
-    for c in (run.meta.get("prepared_dir"), data.get("prepared_dir"), default):
+    for c in (run.record.data.prepared_dir, data.get("prepared_dir"), default):
         # a relative path in a stored recipe is relative to a recipe file that is no longer at hand
         if c and Path(c).is_absolute() and (Path(c) / "manifest.json").is_file():
             path = Path(c) / "manifest.json"
@@ -43,12 +38,11 @@ def prepared_manifest(run: RunSummary) -> dict:
 def run_fingerprint(run: RunSummary) -> dict[str, str | None]:
     """label -> value (None: not recorded anywhere this reader looks)."""
     manifest = prepared_manifest(run)
-    out: dict[str, str | None] = {}
-    for label, meta_keys, manifest_key in RUN_KEYS:
-        value = next((run.meta[k] for k in meta_keys if run.meta.get(k)), None) or manifest.get(manifest_key)
-        out[label] = value
-    out["loss convention"] = run.loss_convention
-    return out
+    return {
+        "data hash": run.record.data.data_hash or manifest.get("data_hash"),
+        "chat-template hash": manifest.get("tokenizer_hash"),
+        "loss convention": run.loss_convention,
+    }
 
 
 def compare_runs(runs: list[RunSummary]) -> list[Note]:

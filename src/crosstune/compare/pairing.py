@@ -33,7 +33,7 @@ def sweep_serves(source: dict | None, run: RunSummary) -> bool | None:
         return Path(named).resolve() == run.path.resolve()
     recipe_hash, backend = source.get("recipe_hash"), source.get("backend")
     if recipe_hash and backend:
-        return (recipe_hash, backend) == (run.meta.get("recipe_hash"), run.backend)
+        return (recipe_hash, backend) == (run.record.recipe_hash, run.backend)
     return False if named else None
 
 

@@ -61,9 +61,9 @@ def loss_figure(runs: Sequence[RunSummary], statement: str, comparable: bool):
     )  # fmt: skip
     ax = axes[0][0]
     for i, run in enumerate(runs):
-        steps = [r["step"] for r in run.rows]
+        steps = [r.step for r in run.rows]
         every = max(len(runs), len(steps) // 12)  # markers of the runs take turns: each shows where curves meet
-        ax.plot(steps, [r["loss"] for r in run.rows], color=colour(i), linestyle=LINESTYLES[i % len(LINESTYLES)],
+        ax.plot(steps, [r.loss for r in run.rows], color=colour(i), linestyle=LINESTYLES[i % len(LINESTYLES)],
                 linewidth=2.2 - 0.5 * min(i, 2), marker=MARKERS[i % len(MARKERS)], ms=6, mfc="none",
                 markevery=(i * every // len(runs), every), label=text(run.label))  # fmt: skip
     ax.set_ylabel("training loss (nats per trained token)")
@@ -74,10 +74,10 @@ def loss_figure(runs: Sequence[RunSummary], statement: str, comparable: bool):
             bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none" if comparable else "#B00020"})  # fmt: skip
     if with_diff:
         diff = axes[1][0]
-        first = {r["step"]: r["loss"] for r in runs[0].rows}
+        first = {r.step: r.loss for r in runs[0].rows}
         diff.axhline(0, color=colour(0), linewidth=1.5, label=text(runs[0].label))
         for i, run in enumerate(runs[1:], 1):
-            points = [(r["step"], r["loss"] - first[r["step"]]) for r in run.rows if r["step"] in first]
+            points = [(r.step, r.loss - first[r.step]) for r in run.rows if r.step in first]
             if points:
                 diff.plot(*zip(*points, strict=True), color=colour(i), linestyle=LINESTYLES[i % len(LINESTYLES)],
                           marker=MARKERS[i % len(MARKERS)], ms=4, label=text(run.label))  # fmt: skip
@@ -96,18 +96,18 @@ def loss_curves(runs: Sequence[RunSummary], statement: str, comparable: bool) ->
 def throughput(runs: Sequence[RunSummary]) -> bytes:
     """Trained tokens/s per step, and MFU per step beside it when any run recorded one (CPU runs have none)."""
     plt = pyplot()
-    with_mfu = [r for r in runs if any(row.get("mfu") is not None for row in r.rows)]
+    with_mfu = [r for r in runs if any(row.mfu is not None for row in r.rows)]
     fig, axes = plt.subplots(1, 2 if with_mfu else 1, figsize=(11 if with_mfu else 8, 4.2), dpi=DPI, squeeze=False)
     left = axes[0][0]
     for i, run in enumerate(runs):
-        left.plot([r["step"] for r in run.rows], [r["trained_tokens_per_s"] for r in run.rows], color=colour(i),
+        left.plot([r.step for r in run.rows], [r.trained_tokens_per_s for r in run.rows], color=colour(i),
                   linestyle=LINESTYLES[i % len(LINESTYLES)], label=text(run.label))  # fmt: skip
     title = "Training throughput" + ("" if with_mfu else " (MFU: none recorded — no bf16 peak on CPU)")
     left.set(xlabel="optimizer step", ylabel="trained tokens / s (all devices)", title=title)
     if with_mfu:
         right = axes[0][1]
         for i, run in enumerate(runs):
-            points = [(r["step"], 100 * r["mfu"]) for r in run.rows if r.get("mfu") is not None]
+            points = [(r.step, 100 * r.mfu) for r in run.rows if r.mfu is not None]
             if points:
                 right.plot(*zip(*points, strict=True), color=colour(i), label=text(run.label))
         right.set(xlabel="optimizer step", ylabel="MFU (%, LoRA 4N convention)", title="Model FLOPs utilisation")

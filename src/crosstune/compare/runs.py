@@ -1,9 +1,10 @@
-"""What cost and report need from a run directory (through crosstune.run's readers — never backend internals).
+"""What cost and report need from a run directory (through crosstune.run's typed readers — never backend internals).
 
-Timing as the backends record it: `step_time_s` per metrics row excludes compilation and checkpoint saves on the
-jax backend, which reports them once in run.json (`compile_time_s`, `checkpoint_time_s`); the torch backend logs a
-row every `train.log_every` steps whose step_time_s is the mean over the steps since the previous row, and records
-neither figure (its first steps carry whatever warm-up there was). Missing figures stay None and are named.
+Timing as both backends record it (crosstune.run.records.RunTimings): `step_time_s` per metrics row excludes
+compilation and checkpoint saves, which run.json records once (`compile_time_s`, `checkpoint_time_s`; how the
+compile time was measured: `compile_time_measure`). The torch backend logs a row every `train.log_every` steps whose
+step_time_s is the mean over the steps since the previous row. A figure a run did not record (a run.json of format
+1, a one-step torch run's warm-up) stays None and is named.
 """
 
 from __future__ import annotations
@@ -14,18 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.compare.prices import CostError
-from crosstune.run.layout import METRICS_JSONL, read_run_metadata, read_run_recipe
-from crosstune.run.metrics import read_metrics
-
-LOSS_CONVENTION = "assistant-only token-mean CE"  # crosstune.run.metrics: same definition on both backends
+from crosstune.run.layout import METRICS_JSONL, read_run_recipe
+from crosstune.run.metrics import StepMetrics, read_metrics
+from crosstune.run.records import RunRecord, read_run_record
 
 
 @dataclass
 class RunSummary:
     path: Path
-    meta: dict
+    record: RunRecord
     recipe: dict
-    rows: list[dict]
+    rows: list[StepMetrics]
     steps: int
     step_time_s: float  # Σ over optimizer steps, compile and checkpoint saves excluded where the backend says so
     compile_time_s: float | None
@@ -37,19 +37,19 @@ class RunSummary:
 
     @property
     def label(self) -> str:
-        return f"{self.meta.get('backend', '?')} · {self.hardware} · {self.path.name}"
+        return f"{self.backend} · {self.hardware} · {self.path.name}"
 
     @property
     def backend(self) -> str:
-        return str(self.meta.get("backend", "?"))
+        return self.record.backend
 
     @property
     def hardware(self) -> str:
-        return str(self.meta.get("hardware") or self.recipe.get("hardware") or "cpu")
+        return self.record.hardware
 
     @property
     def loss_convention(self) -> str:
-        return str(self.meta.get("loss_convention") or LOSS_CONVENTION)
+        return self.record.loss_convention
 
     @property
     def wall_time_s(self) -> float | None:
@@ -68,12 +68,12 @@ class RunSummary:
 
     @property
     def mean_mfu(self) -> float | None:
-        values = [r["mfu"] for r in self.rows if r.get("mfu") is not None]
+        values = [r.mfu for r in self.rows if r.mfu is not None]
         return statistics.fmean(values) if values else None
 
     @property
     def final_loss(self) -> float | None:
-        return self.rows[-1]["loss"] if self.rows else None
+        return self.rows[-1].loss if self.rows else None
 
     def missing_timing(self) -> list[str]:
         return [name for name in ("compile_time_s", "checkpoint_time_s") if getattr(self, name) is None]
@@ -84,44 +84,42 @@ def read_run(path: Path) -> RunSummary:
     figure that would make a cost or a chart lie (a non-finite loss, a step of 0 s, more trained tokens than tokens,
     an MFU outside [0, 1], steps out of order) an error naming file:line and the field."""
     path = Path(path)
-    meta, recipe, rows = read_run_metadata(path), read_run_recipe(path), read_metrics(path)
+    record, recipe, rows = read_run_record(path), read_run_recipe(path), read_metrics(path)
     metrics_file = path / METRICS_JSONL
     if not rows:
         raise CostError(f"{metrics_file}: no metrics rows — the run has no timing or token data to cost")
     previous = 0  # a resumed run keeps its rows up to the checkpoint: the steps rise from the first row on
     for n, row in enumerate(rows, 1):
-        missing = [k for k in ("step", "loss", "step_time_s", "trained_tokens", "tokens") if row.get(k) is None]
-        if missing:
-            raise CostError(f"{metrics_file}:{n}: row lacks {', '.join(missing)}")
         why = _implausible(row, previous)
         if why:
             raise CostError(f"{metrics_file}:{n}: {why}")
-        previous = row["step"]
-    previous, time_s, trained, tokens, extrapolated = int(meta.get("resumed_from_step") or 0), 0.0, 0, 0, False
+        previous = row.step
+    previous, time_s, trained, tokens, extrapolated = record.resumed_from_step, 0.0, 0, 0, False
     for row in rows:
-        gap = max(1, int(row["step"]) - previous)  # the steps this row stands for
+        gap = max(1, row.step - previous)  # the steps this row stands for
         extrapolated |= gap > 1
-        time_s += float(row["step_time_s"]) * gap
-        trained += int(row["trained_tokens"]) * gap
-        tokens += int(row["tokens"]) * gap
-        previous = int(row["step"])
+        time_s += row.step_time_s * gap
+        trained += row.trained_tokens * gap
+        tokens += row.tokens * gap
+        previous = row.step
     summary = RunSummary(
         path=path,
-        meta=meta,
+        record=record,
         recipe=recipe or {},
         rows=rows,
-        steps=int(rows[-1]["step"]),
+        steps=rows[-1].step,
         step_time_s=time_s,
-        compile_time_s=_optional(meta, "compile_time_s"),
-        checkpoint_time_s=_optional(meta, "checkpoint_time_s"),
+        compile_time_s=record.compile_time_s,
+        checkpoint_time_s=record.checkpoint_time_s,
         trained_tokens=trained,
         tokens=tokens,
         extrapolated=extrapolated,
+        notes=[*record.notes, *rows.notes],
     )
     if extrapolated:
         summary.notes.append("metrics logged every k > 1 steps: step time and token totals scale each row by k")
-    if meta.get("resumed_from_step"):
-        summary.notes.append(f"resumed from step {meta['resumed_from_step']}: the earlier steps are not counted")
+    if record.resumed_from_step:
+        summary.notes.append(f"resumed from step {record.resumed_from_step}: the earlier steps are not counted")
     missing = summary.missing_timing()
     if missing:
         summary.notes.append(
@@ -131,22 +129,17 @@ def read_run(path: Path) -> RunSummary:
     return summary
 
 
-def _implausible(row: dict, previous_step: int) -> str | None:
+def _implausible(row: StepMetrics, previous_step: int) -> str | None:
     """Why a metrics row (types already checked by crosstune.run.metrics) can't be costed or plotted; None if it can."""
-    loss, mfu = row["loss"], row.get("mfu")
-    if row["step"] <= previous_step:
-        return f"step {row['step']} does not follow step {previous_step}: rows out of order or repeated"
+    loss, mfu = row.loss, row.mfu
+    if row.step <= previous_step:
+        return f"step {row.step} does not follow step {previous_step}: rows out of order or repeated"
     if not math.isfinite(loss) or loss < 0:
         return f"loss is {loss!r}: a cross-entropy is a finite number >= 0 (a run that diverged has no final loss)"
-    if row["step_time_s"] <= 0:
+    if row.step_time_s <= 0:
         return "step_time_s is 0: no optimizer step takes no time, so no rate or cost follows from it"
-    if row["trained_tokens"] > row["tokens"]:
-        return f"trained_tokens {row['trained_tokens']} > tokens {row['tokens']}: trained tokens are among the tokens"
+    if row.trained_tokens > row.tokens:
+        return f"trained_tokens {row.trained_tokens} > tokens {row.tokens}: trained tokens are among the tokens"
     if mfu is not None and not 0 <= mfu <= 1:
         return f"mfu is {mfu!r}: a utilisation is a fraction in [0, 1]"
     return None
-
-
-def _optional(meta: dict, key: str) -> float | None:
-    value = meta.get(key)
-    return None if value is None else float(value)

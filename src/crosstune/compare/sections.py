@@ -10,7 +10,8 @@ from crosstune.compare.comparability import compare_runs, prepared_manifest
 from crosstune.compare.cost import TrainingCost, training_cost
 from crosstune.compare.document import Chart, Document, Note, Table
 from crosstune.compare.prices import CostError, PriceBook
-from crosstune.compare.runs import LOSS_CONVENTION, RunSummary
+from crosstune.compare.runs import RunSummary
+from crosstune.run.records import LOSS_CONVENTION
 
 
 def usd(value: float | None) -> str:
@@ -21,49 +22,49 @@ def num(value: float | None, digits: int = 0) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
-def _global_batch(run: RunSummary) -> str:
-    if run.meta.get("global_batch"):
-        return str(run.meta["global_batch"])
-    train = run.recipe.get("train") or {}
-    world = run.meta.get("world_size") or 1
-    if train.get("per_device_batch_size") and train.get("grad_accumulation"):
-        return str(train["per_device_batch_size"] * train["grad_accumulation"] * world)
-    return "n/a"
-
-
 def _lora_layout(run: RunSummary) -> str:
-    layout = run.meta.get("lora_layout")
-    if layout:  # torch: what PEFT wrapped, per layer type
-        return f"PEFT: {layout.get('modules')} modules, {json.dumps(layout.get('targets_by_layer_type', {}))}"
-    mesh = run.meta.get("mesh")
-    if mesh:
-        return f"Qwix on Tunix, mesh fsdp×tp {mesh.get('fsdp')}×{mesh.get('tp')}"
-    return "n/a"
+    layout = run.record.lora.layout
+    if layout is None:  # a jax run.json of format 1 recorded none
+        return "n/a"
+    return f"{layout.modules} modules, {json.dumps(layout.targets_by_layer_type)}"
+
+
+def _compile(run: RunSummary) -> str:
+    if run.compile_time_s is None:
+        return "n/a"
+    return f"{run.compile_time_s:,.1f} ({run.record.compile_time_measure})"
+
+
+def _optional(value: object) -> str:
+    return "n/a" if value is None else str(value)
 
 
 def run_attributes(run: RunSummary) -> dict[str, str]:
-    """What can differ between two runs, from run.json and recipe.yaml."""
+    """What can differ between two runs, from run.json (its typed record) and recipe.yaml."""
+    record = run.record
     model = run.recipe.get("model") or {}
     data = run.recipe.get("data") or {}
-    lora = run.meta.get("lora") or {}
+    lora = record.lora
     attrs = {
         "backend": run.backend,
         "hardware": run.hardware,
-        "devices": str(run.meta.get("devices") or run.meta.get("world_size") or "n/a"),
-        "platform": str(run.meta.get("platform", "n/a")),
-        "model": f"{run.meta.get('family', '?')} {model.get('size', '')}".strip(),
-        "precision": str(run.meta.get("precision", "n/a")),
+        "devices": str(record.devices),
+        "mesh (fsdp × tp)": f"{record.mesh.fsdp} × {record.mesh.tp}",
+        "platform": record.platform,
+        "model": f"{record.family} {model.get('size', '')}".strip(),
+        "precision": record.precision,
         "packing": str(data.get("packing", "n/a")),
         "max_seq_len": str(data.get("max_seq_len", "n/a")),
-        "global batch (rows)": _global_batch(run),
-        "gradient checkpointing": str(run.meta.get("gradient_checkpointing", "n/a")),
-        "LoRA r / alpha / dropout": f"{lora.get('rank')} / {lora.get('alpha')} / {lora.get('dropout')}",
-        "LoRA targets": ",".join(lora.get("targets") or []),
+        "global batch (rows)": _optional(record.global_batch),
+        "gradient accumulation": _optional(record.grad_accumulation),
+        "gradient checkpointing": str(record.gradient_checkpointing),
+        "LoRA r / alpha / dropout": f"{lora.rank} / {lora.alpha:g} / {lora.dropout:g}",
+        "LoRA targets": ",".join(lora.targets),
         "LoRA layout": _lora_layout(run),
         "loss convention": run.loss_convention,
         "steps": str(run.steps),
     }
-    for name, version in sorted((run.meta.get("versions") or {}).items()):
+    for name, version in sorted(record.versions.items()):
         attrs[f"version: {name}"] = version
     return attrs
 
@@ -112,7 +113,7 @@ def training_section(doc: Document, runs: list[RunSummary], notes: list[Note]) -
                 r.label,
                 str(r.steps),
                 num(r.step_time_s, 1),
-                num(r.compile_time_s, 1),
+                _compile(r),
                 num(r.checkpoint_time_s, 1),
                 f"{r.trained_tokens:,}",
                 num(r.trained_tokens_per_s, 1),
@@ -136,7 +137,9 @@ def training_section(doc: Document, runs: list[RunSummary], notes: list[Note]) -
     caption = (
         f"Loss: {LOSS_CONVENTION}. MFU as both trainers record it: LoRA model FLOPs of the real tokens (forward + "
         "backward-to-activations, 4N; recomputed activations not counted — metrics.jsonl's hfu counts them) over "
-        "the hardware's bf16 peak; n/a on CPU. n/a timing: the backend does not record it."
+        "the hardware's bf16 peak; n/a on CPU. Compile: kept out of the step times, measured as named (xla: the jax "
+        "train step's compilation; torch.compile: dynamo + inductor; first-step warm-up: torch's first step over the "
+        "next steps' mean). n/a timing: the run did not record it (a run.json of format 1, a one-step torch run)."
     )
     section.items.append(Table("Per run", headers, rows, caption=caption))
     for r in runs:

@@ -116,17 +116,17 @@ def stage_plan(ctx: DemoContext) -> str:
 
 def stage_train_jax(ctx: DemoContext) -> str:
     from crosstune.recipe import load_recipe
-    from crosstune.run.layout import read_run_metadata
+    from crosstune.run.records import read_run_record
     from crosstune.train.session import train
 
     recipe = load_recipe(ctx.recipe_file, ctx.overrides())
     result = train(recipe, backend="jax")
-    meta = read_run_metadata(result.run_dir)
-    mesh = f"fsdp×tp = {meta['mesh']['fsdp']}×{meta['mesh']['tp']}"
+    record = read_run_record(result.run_dir)
+    mesh = f"fsdp×tp = {record.mesh.fsdp}×{record.mesh.tp}"
     ctx.made.append(("jax LoRA run (metrics, loss.png, Orbax checkpoints/)", result.run_dir, f"{result.steps} steps"))
     return (
         f"{result.steps} steps on {mesh}, loss {result.losses[0]:.3f} → {result.final_loss:.3f}; "
-        f"compile {meta['compile_time_s']:.0f} s (kept out of the step times)"
+        f"compile {record.compile_time_s:.0f} s (kept out of the step times)"
     )
 
 

@@ -20,8 +20,9 @@ from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import file_sha256
 from crosstune.run.base_checkpoint import open_base
 from crosstune.run.integrity import lora_magnitude_bound
-from crosstune.run.layout import RUN_JSON, read_run_metadata, read_run_recipe
+from crosstune.run.layout import RUN_JSON, read_run_recipe
 from crosstune.run.lora import ExportError, LoraWeights, write_peft_adapter
+from crosstune.run.records import read_run_record
 from crosstune.train.session import read_run_lora
 
 KINDS = ("adapter", "merged", "both")
@@ -48,23 +49,16 @@ def _base_spec(base: Path, family: str) -> ModelSpec:
 def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = None) -> RunLora:
     """The LoRA of a run at `step` (the final adapter / latest checkpoint when None), in the PEFT layout."""
     run_dir = Path(run_dir).resolve()
-    meta = read_run_metadata(run_dir)
-    lora_meta = meta.get("lora") or {}
-    rank, alpha = lora_meta.get("rank"), lora_meta.get("alpha")
-    if not rank or alpha is None:
-        raise ExportError(f"{run_dir / RUN_JSON}: lora.rank / lora.alpha missing: the LoRA scale is unknown")
-    family = meta.get("family")
-    if not family:
-        raise ExportError(f"{run_dir / RUN_JSON}: no family")
-    if not (base or meta.get("base_model")):
+    record = read_run_record(run_dir)  # the schema guarantees lora.rank / alpha and family
+    if not (base or record.base_model):
         raise ExportError(f"{run_dir / RUN_JSON} names no base_model: pass --base")
-    base_dir = Path(base or meta["base_model"]).resolve()
-    spec = _base_spec(base_dir, family)
+    base_dir = Path(base or record.base_model).resolve()
+    spec = _base_spec(base_dir, record.family)
     source = {
         "run_dir": str(run_dir),
-        "backend": meta.get("backend"),
-        "recipe_hash": meta.get("recipe_hash"),
-        "chat_template_sha256": (meta.get("data") or {}).get("chat_template_sha256"),  # what the run trained on
+        "backend": record.backend,
+        "recipe_hash": record.recipe_hash,
+        "chat_template_sha256": record.data.chat_template_sha256,  # what the run trained on
     }
     saved = read_run_lora(run_dir, step, spec)  # through the backend that wrote the run: its checkpoint format
     lora = saved.lora

@@ -1,8 +1,8 @@
-"""The run directory's layout: the name of every file in it, and the one reader of run.json, recipe.yaml and the
-checkpoint folders (metrics.jsonl's reader is crosstune.run.metrics). Training, export, cost and report all come
-through here, never through a backend's internals.
+"""The run directory's layout: the name of every file in it, and the one reader of recipe.yaml and the checkpoint
+folders (run.json's schema and reader: crosstune.run.records; metrics.jsonl's: crosstune.run.metrics). Training,
+export, cost and report all come through these, never through a backend's internals.
 
-<run>/recipe.yaml     the resolved recipe            <run>/run.json         metadata (crosstune.run.rundir)
+<run>/recipe.yaml     the resolved recipe            <run>/run.json         metadata (crosstune.run.records)
 <run>/metrics.jsonl   per-step metrics (metrics.py)  <run>/tensorboard/     the same, for TensorBoard
 <run>/checkpoints/    backend checkpoints by step    <run>/adapter/         PEFT adapter (final)
 <run>/loss.png        the loss curve (plot.py)       <run>/.lock            held by the process training into it
@@ -10,14 +10,13 @@ through here, never through a backend's internals.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from crosstune.errors import InputError, read_json
+from crosstune.errors import InputError
 from crosstune.recipe.schema import RESOLVED, Recipe
 
 RUN_JSON = "run.json"
@@ -38,72 +37,12 @@ class RunDirError(InputError):
 _RESTORE = "restore it from a backup or train the run again"
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-_FIELD_KINDS = {
-    "seconds": (lambda v: _number(v) and v >= 0, "a finite number of seconds >= 0"),
-    "count": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0"),
-    "positive": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a whole number > 0"),
-    "scale": (lambda v: _number(v) and v > 0, "a finite number > 0"),
-    "fraction": (lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)"),
-    "text": (lambda v: isinstance(v, str), "text"),
-    "flag": (lambda v: isinstance(v, bool), "true or false"),
-}
-# run.json fields that readers (export, resume, cost, report) compute with, and what each must be when present.
-RUN_JSON_FIELDS = {
-    "format": "positive",
-    "backend": "text",
-    "recipe_name": "text",
-    "recipe_hash": "text",
-    "family": "text",
-    "base_model": "text",
-    "hardware": "text",
-    "precision": "text",
-    "loss_convention": "text",
-    "steps": "count",
-    "resumed_from_step": "count",
-    "compile_time_s": "seconds",
-    "checkpoint_time_s": "seconds",
-    "world_size": "positive",
-    "devices": "positive",
-    "global_batch": "positive",
-    "grad_accumulation": "positive",
-    "gradient_checkpointing": "flag",
-    "lora.rank": "positive",
-    "lora.alpha": "scale",
-    "lora.dropout": "fraction",
-    "mesh.fsdp": "positive",
-    "mesh.tp": "positive",
-}
-
-
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())
 
 
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / RUN_JSON).is_file()
-
-
-def read_run_metadata(run_dir: Path) -> dict[str, Any]:
-    """run.json, or an error naming the folder (missing), the file and position (corrupt), or the field whose value
-    has the wrong type or range (RUN_JSON_FIELDS: the figures readers compute with)."""
-    path = Path(run_dir) / RUN_JSON
-    if not path.is_file():
-        raise RunDirError(f"{run_dir}: no {RUN_JSON} — not a crosstune run directory")
-    meta = read_json(path, "run.json is written by `crosstune train`: restore it from a backup or train the run again")
-    if not isinstance(meta, dict):
-        raise RunDirError(f"{path}: not a JSON object; restore it from a backup or train the run again")
-    for key, kind in RUN_JSON_FIELDS.items():
-        node, parts = meta, key.split(".")
-        for part in parts[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        value = node.get(parts[-1]) if isinstance(node, dict) else None
-        if value is not None and not _FIELD_KINDS[kind][0](value):
-            raise RunDirError(f"{path}: {key} is {value!r}, not {_FIELD_KINDS[kind][1]}; {_RESTORE}")
-    return meta
 
 
 def read_run_recipe(run_dir: Path) -> dict[str, Any]:

@@ -10,65 +10,80 @@ from __future__ import annotations
 import json
 import math
 import resource
-import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import say
 from crosstune.hardware import HardwareTarget
-from crosstune.run.layout import METRICS_JSONL, TENSORBOARD
+from crosstune.run.layout import METRICS_JSONL, RUN_JSON, TENSORBOARD, is_run_dir
+from crosstune.run.records import RunTimings, read_run_record, record_timings
+
+GIB = 1024**3  # the one memory unit of every metric: GiB (2^30 bytes), named in the field (`_gib`)
+Tokens = Annotated[int, Field(ge=0)]
+
+
+def bytes_to_gib(n: float) -> float:
+    """Bytes as GiB, the unit of `peak_memory_gib` (both backends, and host RSS)."""
+    return n / GIB
+
+
+def host_peak_rss_bytes() -> int:
+    """Peak resident memory of this process (ru_maxrss is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class StepMetrics(BaseModel):
+    """One metrics.jsonl row; the field descriptions are the definitions (METRIC_DEFINITIONS)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    step: Annotated[int, Field(ge=1)] = Field(description="optimizer step, 1-based")
+    epoch: float = Field(description="fractional epoch at the end of the step")
+    loss: float = Field(
+        description="mean next-token cross-entropy over the step's trained (assistant) tokens, token-weighted "
+        "across gradient-accumulation micro-batches"
+    )
+    learning_rate: float = Field(description="learning rate applied at this step")
+    grad_norm: float = Field(description="global L2 norm of the LoRA gradients before clipping")
+    trained_tokens: Tokens = Field(description="tokens with loss_mask = 1 in the step")
+    tokens: Tokens = Field(description="non-padding tokens in the step (prompt + answer)")
+    computed_tokens: Tokens = Field(
+        description="token positions the model computed in the step, padding included (jax: every position of "
+        "every [batch, seq_len] row; torch: the padding-free rows' tokens). Equal to `tokens` when nothing is "
+        "padded; unpacked rows make the jax backend compute far more than it trains (see `crosstune recipe check`)"
+    )
+    step_time_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        description="wall time of the step, compilation and checkpoint saves excluded (run.json records them once: "
+        "compile_time_s, checkpoint_time_s). torch logs a row every train.log_every steps with the mean over the "
+        "steps since the previous row"
+    )
+    trained_tokens_per_s: float = Field(description="trained_tokens / step_time_s, summed over all devices")
+    tokens_per_s: float = Field(description="tokens / step_time_s, summed over all devices")
+    peak_memory_gib: Annotated[float, Field(ge=0)] | None = Field(
+        description="peak accelerator memory of the busiest local device, in GiB (2^30 bytes; torch: "
+        "max_memory_allocated, jax: peak_bytes_in_use); the process's peak RSS on CPU"
+    )
+    mfu: float | None = Field(
+        description="model FLOPs utilisation on real tokens: `tokens` × model FLOPs per token / (step_time_s × peak "
+        "bf16 FLOP/s of all devices). Model FLOPs follow the LoRA convention: forward + backward to activations (2× "
+        "forward, '4N'), NOT counting activation recompute (until issue 16 `mfu` counted it); null on CPU"
+    )
+    mfu_computed: float | None = Field(
+        description="as `mfu`, on `computed_tokens` (padding included): the work the chips were given, useful or not"
+    )
+    hfu: float | None = Field(
+        description="hardware FLOPs utilisation: `computed_tokens` × (forward + backward to activations + the "
+        "recomputed forward when activations are recomputed, i.e. 3× forward; with torch's selective recompute the "
+        "recomputed forward leaves out the attention, whose outputs are kept) / (step_time_s × peak); null on CPU"
+    )
+
 
 # name -> definition; the run directory's metrics.jsonl carries exactly these keys.
-METRIC_DEFINITIONS: dict[str, str] = {
-    "step": "optimizer step, 1-based",
-    "epoch": "fractional epoch at the end of the step",
-    "loss": "mean next-token cross-entropy over the step's trained (assistant) tokens, token-weighted "
-    "across gradient-accumulation micro-batches",
-    "learning_rate": "learning rate applied at this step",
-    "grad_norm": "global L2 norm of the LoRA gradients before clipping",
-    "trained_tokens": "tokens with loss_mask = 1 in the step",
-    "tokens": "non-padding tokens in the step (prompt + answer)",
-    "computed_tokens": "token positions the model computed in the step, padding included (jax: every position of "
-    "every [batch, seq_len] row; torch: the padding-free rows' tokens). Equal to `tokens` when nothing is padded; "
-    "unpacked rows make the jax backend compute far more than it trains (see `crosstune recipe check`)",
-    "step_time_s": "wall time of the step, excluding compilation (reported once as compile_time_s)",
-    "trained_tokens_per_s": "trained_tokens / step_time_s, summed over all devices",
-    "tokens_per_s": "tokens / step_time_s, summed over all devices",
-    "peak_memory_gb": "peak accelerator memory per device (GB); host peak RSS on CPU",
-    "mfu": "model FLOPs utilisation on real tokens: `tokens` × model FLOPs per token / (step_time_s × peak bf16 "
-    "FLOP/s of all devices). Model FLOPs follow the LoRA convention: forward + backward to activations (2× forward, "
-    "'4N'), NOT counting activation recompute (until issue 16 `mfu` counted it); null on CPU",
-    "mfu_computed": "as `mfu`, on `computed_tokens` (padding included): the work the chips were given, useful or not",
-    "hfu": "hardware FLOPs utilisation: `computed_tokens` × (forward + backward to activations + the recomputed "
-    "forward when activations are recomputed, i.e. 3× forward; with torch's selective recompute the recomputed "
-    "forward leaves out the attention, whose outputs are kept) / (step_time_s × peak); null on CPU",
-}
-
-
-@dataclass
-class StepMetrics:
-    step: int
-    epoch: float
-    loss: float
-    learning_rate: float
-    grad_norm: float
-    trained_tokens: int
-    tokens: int
-    computed_tokens: int
-    step_time_s: float
-    trained_tokens_per_s: float
-    tokens_per_s: float
-    peak_memory_gb: float | None
-    mfu: float | None
-    mfu_computed: float | None
-    hfu: float | None
-
-
-def host_peak_rss_gb() -> float:
-    """Peak resident memory of this process (ru_maxrss is KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+METRIC_DEFINITIONS: dict[str, str] = {name: f.description or "" for name, f in StepMetrics.model_fields.items()}
 
 
 def flops_utilisation(
@@ -103,7 +118,7 @@ def make_step_metrics(
     tokens: int,
     computed_tokens: int,
     step_time_s: float,
-    peak_memory_gb: float | None,
+    peak_memory_gib: float | None,
     spec: ModelSpec,
     context: int,
     hardware: HardwareTarget,
@@ -128,7 +143,7 @@ def make_step_metrics(
         step_time_s=step_time_s,
         trained_tokens_per_s=rate(trained_tokens),
         tokens_per_s=rate(tokens),
-        peak_memory_gb=peak_memory_gb,
+        peak_memory_gib=peak_memory_gib,
         mfu=util(tokens, False),
         mfu_computed=util(computed_tokens, False),
         hfu=util(computed_tokens, recompute_activations),
@@ -136,105 +151,123 @@ def make_step_metrics(
 
 
 class MetricsWriter:
-    """Appends StepMetrics to <run>/metrics.jsonl and TensorBoard events under <run>/tensorboard."""
+    """Appends StepMetrics to <run>/metrics.jsonl and TensorBoard events under <run>/tensorboard; `finish` records
+    the run's timings in run.json too (both backends' lead process)."""
 
     def __init__(self, run_dir: Path, resume_from_step: int = 0):
-        self.path = Path(run_dir) / METRICS_JSONL
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / METRICS_JSONL
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_from_step and self.path.exists():
             self._truncate_after(resume_from_step)  # a resumed run rewrites the steps after its checkpoint
         from tensorboard.summary import Writer
 
-        self._tb = Writer(str(Path(run_dir) / TENSORBOARD))
+        self._tb = Writer(str(self.run_dir / TENSORBOARD))
         self._file = self.path.open("a", encoding="utf-8")
 
     def _truncate_after(self, step: int) -> None:
-        kept = [json.dumps(row) for row in read_metrics_file(self.path) if row.get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = [_row_line(m) for m in read_metrics(self.run_dir) if m.step <= step]  # older rows: in today's keys
+        self.path.write_text("".join(kept))
 
     def write(self, m: StepMetrics) -> None:
-        row = asdict(m)
-        self._file.write(json.dumps(row) + "\n")
+        self._file.write(_row_line(m))
         self._file.flush()
-        for key, value in row.items():
-            if key != "step" and isinstance(value, (int, float)) and value is not None and math.isfinite(value):
+        for key, value in m.model_dump().items():
+            if key != "step" and isinstance(value, int | float) and math.isfinite(value):
                 self._tb.add_scalar(f"train/{key}", value, m.step)
         self._tb.flush()
 
-    def write_event(self, name: str, value: float, step: int = 0) -> None:
-        """One-off figures such as compile_time_s, in TensorBoard only (metrics.jsonl stays per-step)."""
-        self._tb.add_scalar(f"run/{name}", value, step)
-        self._tb.flush()
+    def finish(self, timings: RunTimings, step: int = 0) -> None:
+        """The run's compile and checkpoint seconds into run.json (and TensorBoard), then close."""
+        for name, value in timings.model_dump().items():
+            if isinstance(value, float):
+                self._tb.add_scalar(f"run/{name}", value, step)
+        record_timings(self.run_dir, timings)
+        self.close()
 
     def close(self) -> None:
         self._file.close()
         self._tb.close()
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The run's metrics rows ([] when it has none yet), by read_metrics_file's rule."""
+def _row_line(m: StepMetrics) -> str:
+    return json.dumps(m.model_dump()) + "\n"  # python mode: a NaN loss stays NaN (JSON mode would write null)
+
+
+class MetricRows(list):
+    """read_metrics' rows, with what the reader converted (`notes`: an older run's memory unit)."""
+
+    notes: list[str]
+
+
+LEGACY_MEMORY = "peak_memory_gb"  # before issue 29: torch wrote GiB under this name, jax 10^9-byte GB off CPU
+_SAID: set[Path] = set()
+
+
+def read_metrics(run_dir: Path) -> MetricRows:
+    """The run's metrics rows ([] when it has none yet) — the one rule every reader (resume, export, cost, report)
+    follows: each row checked against StepMetrics (an error naming file:line and the key); a torn last line (the
+    process died mid-write) dropped, saying so; a row of an older run in today's keys (`legacy_memory`)."""
     path = Path(run_dir) / METRICS_JSONL
-    return read_metrics_file(path) if path.exists() else []
-
-
-def read_metrics_file(path: Path) -> list[dict]:
-    """The rows of a metrics.jsonl — the one rule every reader (resume, export, cost, report) follows: a torn last
-    line (the process died mid-write) is dropped, saying so; a bad line elsewhere, or a line that is not a JSON
-    object, is an error naming file:line."""
-
-    lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
-    rows = []
+    rows = MetricRows()
+    rows.notes = []
+    if not path.exists():
+        return rows
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    factor: float | None = None
     for i, line in enumerate(lines):
         if not line.strip():
             continue
+        where = f"{path}:{i + 1}"
         try:
             row = json.loads(line)
         except ValueError:
             if all(not rest.strip() for rest in lines[i + 1 :]):
-                say(f"[metrics] {path}:{i + 1}: dropped a torn last line (the run stopped mid-write): {line[:60]!r}")
+                say(f"[metrics] {where}: dropped a torn last line (the run stopped mid-write): {line[:60]!r}")
                 break
             raise CrosstuneError(
-                f"{path}:{i + 1}: not a JSON metrics row ({line[:60]!r}); restore the file or remove that line"
+                f"{where}: not a JSON metrics row ({line[:60]!r}); restore the file or remove that line"
             ) from None
         if not isinstance(row, dict):
-            raise CrosstuneError(f"{path}:{i + 1}: a metrics row is a JSON object, not {line[:60]!r}")
-        for key, value in row.items():
-            why = _bad_value(key, value)
-            if why:
-                raise CrosstuneError(
-                    f"{path}:{i + 1}: {key} is {value!r}, not {why}; restore the file or remove that line"
-                )
-        rows.append(row)
+            raise CrosstuneError(f"{where}: a metrics row is a JSON object, not {line[:60]!r}")
+        if LEGACY_MEMORY in row and "peak_memory_gib" not in row:
+            if not rows.notes:
+                factor, note = legacy_memory(Path(run_dir))
+                rows.notes.append(note)
+                if path.resolve() not in _SAID:
+                    _SAID.add(path.resolve())
+                    say(f"[metrics] {path}: {note}")
+            value = row.pop(LEGACY_MEMORY)
+            row["peak_memory_gib"] = value * factor if isinstance(value, int | float) and factor else None
+        rows.append(_checked_row(row, where))
     return rows
 
 
-_COUNTS = ("step", "trained_tokens", "tokens", "computed_tokens")
+def legacy_memory(run_dir: Path) -> tuple[float | None, str]:
+    """(GiB per unit of an older run's `peak_memory_gb`, the sentence saying so): 1 for torch (max_memory_allocated
+    / 1024^3, or host RSS) and for jax on CPU (host RSS in GiB); 10^9 / 2^30 for jax on accelerators (peak bytes /
+    10^9); None when no run.json says which backend wrote the rows."""
+    head = "peak_memory_gb (written before crosstune named the unit) is read as peak_memory_gib"
+    if not is_run_dir(run_dir):
+        return None, f"{head} = n/a: no {RUN_JSON} says which backend wrote it, so its unit is unknown"
+    record = read_run_record(run_dir)
+    if record.backend == "jax" and record.platform != "cpu":
+        return 1e9 / GIB, f"{head}: the jax backend wrote GB (10^9 bytes) on {record.platform}, × 10^9/2^30"
+    where = "on CPU (host RSS)" if record.backend == "jax" else "(max_memory_allocated / 1024^3, or host RSS)"
+    return 1.0, f"{head}: the {record.backend} backend wrote GiB {where}, unchanged"
 
 
-def _bad_value(key: str, value: object) -> str | None:
-    """What a metric must be, when `value` isn't that (None: fine). The writer's own output always passes: counts are
-    whole numbers, step_time_s a measured duration; a rate, loss or utilisation may be NaN (a diverged or 0 s step)."""
-    if key not in METRIC_DEFINITIONS:
-        return None
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if key in _COUNTS:
-        low = 1 if key == "step" else 0
-        ok = number and isinstance(value, int) and value >= low
-        return None if ok else f"a whole number >= {low}"
-    if key == "step_time_s":
-        return None if number and math.isfinite(value) and value >= 0 else "a finite number of seconds >= 0"
-    return None if value is None or number else "a number (or null)"
-
-
-class StepTimer:
-    """Wall time of one step (`with StepTimer() as t: ...; t.seconds`)."""
-
-    def __init__(self) -> None:
-        self._t0 = 0.0
-
-    def __enter__(self) -> StepTimer:
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds = time.perf_counter() - self._t0
+def _checked_row(row: dict, where: str) -> StepMetrics:
+    try:
+        return StepMetrics.model_validate(row)
+    except ValidationError as e:
+        errors = e.errors()
+        missing = [str(x["loc"][0]) for x in errors if x["type"] == "missing"]
+        if len(missing) == len(errors):
+            lacks = ", ".join(missing)
+            raise CrosstuneError(f"{where}: row lacks {lacks}; restore the file or remove that line") from None
+        first = next(x for x in errors if x["type"] != "missing")
+        key = ".".join(str(part) for part in first["loc"])
+        raise CrosstuneError(
+            f"{where}: {key} is {first['input']!r}: {first['msg'].lower()}; restore the file or remove that line"
+        ) from None

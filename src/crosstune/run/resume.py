@@ -7,7 +7,8 @@ from pathlib import Path
 
 from crosstune.errors import CrosstuneError, InputError
 from crosstune.recipe import Recipe
-from crosstune.run.layout import RECIPE_YAML, RUN_JSON, is_run_dir, read_run_metadata, read_run_recipe
+from crosstune.run.layout import RECIPE_YAML, RUN_JSON, is_run_dir, read_run_recipe
+from crosstune.run.records import read_run_record
 
 # YAML path (or section prefix) -> why changing it on --resume is safe
 SAFE_CHANGES = {
@@ -66,12 +67,12 @@ def check_resume(run_dir: Path, recipe: Recipe, backend: str) -> list[str]:
     if not is_run_dir(run_dir) or not recipe_path.is_file():
         return []  # nothing was trained yet (the backend starts from step 0 and says so)
     try:
-        meta, before = read_run_metadata(run_dir), read_run_recipe(run_dir)
+        record, before = read_run_record(run_dir), read_run_recipe(run_dir)
     except InputError as e:
         raise ResumeError(f"{e} (resume needs the run's {RUN_JSON} and {RECIPE_YAML} intact)") from None
-    if meta.get("backend") not in (None, backend):
+    if record.backend != backend:
         raise ResumeError(
-            f"{run_dir} was trained by the {meta['backend']} backend: resume it with --backend {meta['backend']}"
+            f"{run_dir} was trained by the {record.backend} backend: resume it with --backend {record.backend}"
         )
     old, new = flatten(before), flatten(recipe.model_dump(mode="json"))
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
@@ -82,7 +83,7 @@ def check_resume(run_dir: Path, recipe: Recipe, backend: str) -> list[str]:
             f"--resume: the recipe changes what {run_dir} was trained with:\n{lines}\n"
             f"Resume with the run's own recipe ({recipe_path}), or start a new run in another --run-dir."
         )
-    finished, planned = meta.get("steps"), recipe.train.max_steps
+    finished, planned = record.steps, recipe.train.max_steps
     if finished and planned and planned <= finished:  # known before any model is loaded (epochs: the backend checks)
         raise nothing_to_resume(run_dir, int(finished), planned)
     notes = [f"[resume] {k}: {old.get(k)!r} → {new.get(k)!r} (safe: {_safe_reason(k, backend)})" for k in changed]

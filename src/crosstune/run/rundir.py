@@ -1,11 +1,10 @@
 """Creating a run directory: claiming it for one training process, and writing its recipe.yaml and run.json
-(names and readers: crosstune.run.layout)."""
+(names: crosstune.run.layout; run.json's schema: crosstune.run.records)."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.metadata as md
-import json
 import platform
 import time
 from collections.abc import Iterator
@@ -14,12 +13,22 @@ from typing import Any
 
 import yaml
 
+from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text, exclusive_lock, say
 from crosstune.recipe import Recipe, recipe_hash, resolve_path
-from crosstune.run.layout import LOCK, RECIPE_YAML, RUN_JSON
+from crosstune.run.layout import LOCK, RECIPE_YAML
+from crosstune.run.records import (
+    LOSS_CONVENTION,
+    RUN_FORMAT,
+    DataRecord,
+    LoraRecord,
+    RunRecord,
+    StackFacts,
+    lora_layout,
+    write_run_record,
+)
 from crosstune.run.resume import check_resume
 
-RUN_FORMAT = 1
 VERSIONED = (
     "torch",
     "transformers",
@@ -71,33 +80,57 @@ def claim_run_dir(run_dir: Path, recipe: Recipe, backend: str, *, resume: bool, 
         yield run_dir
 
 
-def write_run_metadata(run_dir: Path, recipe: Recipe, backend: str, **extra: Any) -> dict[str, Any]:
-    """recipe.yaml + run.json with everything export needs (family, LoRA rank/alpha/targets, base path)."""
-
-    meta = {
-        "format": RUN_FORMAT,
-        "backend": backend,
-        "recipe_name": recipe.name,
-        "recipe_hash": recipe_hash(recipe),
-        "family": recipe.model.family,
-        "base_model": str(resolve_path(recipe, recipe.model.path)) if recipe.model.path else None,
-        "dtype": recipe.model.dtype,
-        "lora": {
-            "rank": recipe.lora.rank,
-            "alpha": recipe.lora.alpha,
-            "dropout": recipe.lora.dropout,
-            "targets": list(recipe.lora.targets),
-        },
-        "hardware": recipe.hardware,
-        "versions": versions(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        **extra,
-    }
+def start_run_record(
+    run_dir: Path,
+    recipe: Recipe,
+    backend: str,
+    facts: StackFacts,
+    *,
+    spec: ModelSpec,
+    global_batch: int,
+    grad_accumulation: int,
+    seq_len: int,
+    total_steps: int,
+    resumed_from_step: int,
+    data: dict[str, Any],
+) -> RunRecord:
+    """recipe.yaml + run.json when training starts, with everything export needs (family, LoRA rank/alpha/targets,
+    base path) and every fact a report compares, in the same keys for both backends; timings and `steps` stay null
+    until the run records them."""
+    base = resolve_path(recipe, recipe.model.path) if recipe.model.path else None
+    lora = recipe.lora
+    record = RunRecord(
+        format=RUN_FORMAT,
+        backend=backend,
+        recipe_name=recipe.name,
+        recipe_hash=recipe_hash(recipe),
+        family=recipe.model.family,
+        base_model=None if base is None else str(base),
+        dtype=recipe.model.dtype,
+        hardware=recipe.hardware,
+        lora=LoraRecord(
+            rank=lora.rank,
+            alpha=float(lora.alpha),
+            dropout=float(lora.dropout),
+            targets=list(lora.targets),
+            layout=lora_layout(spec, list(lora.targets), lora.rank),
+        ),
+        loss_convention=LOSS_CONVENTION,
+        gradient_checkpointing=recipe.train.gradient_checkpointing,
+        global_batch=global_batch,
+        grad_accumulation=grad_accumulation,
+        seq_len=seq_len,
+        total_steps=total_steps,
+        resumed_from_step=resumed_from_step,
+        steps=None,
+        compile_time_s=None,
+        compile_time_measure=None,
+        checkpoint_time_s=None,
+        data=DataRecord.model_validate(data),
+        versions=versions(),
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **dict(facts),
+    )
     atomic_write_text(run_dir / RECIPE_YAML, yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
-    update_run_metadata(run_dir, meta)
-    return meta
-
-
-def update_run_metadata(run_dir: Path, meta: dict[str, Any]) -> None:
-    """Replace run.json with `meta` (atomically: a reader sees the old file or the new one)."""
-    atomic_write_text(Path(run_dir) / RUN_JSON, json.dumps(meta, indent=2))
+    write_run_record(run_dir, record)
+    return record

@@ -10,7 +10,8 @@ import shutil
 from typing import Any
 
 from crosstune.fsutil import atomic_write_text, file_sha256
-from crosstune.run.layout import ADAPTER, METRICS_JSONL, RUN_JSON, read_run_metadata, saved_steps
+from crosstune.run.layout import ADAPTER, METRICS_JSONL, RUN_JSON, saved_steps
+from crosstune.run.records import read_run_record
 from crosstune.study.bundle import Output, StudyError
 from crosstune.study.context import DATA, EXPORT, PLAN, StageResult, StudyContext
 
@@ -128,11 +129,11 @@ def run_train(s: StudyContext) -> StageResult:
         )
     if not lead:
         return StageResult("this process's part of the run is done", lead=False)
-    meta = read_run_metadata(s.run_dir)
+    record = read_run_record(s.run_dir)
     first = result.losses[0] if result.losses else float("nan")
     note = f"{result.steps} steps, loss {first:.3f} → {result.final_loss:.3f}"
-    if meta.get("compile_time_s") is not None:
-        note += f", compile {meta['compile_time_s']:.0f} s"
+    if record.compile_time_s is not None:
+        note += f", compile {record.compile_time_s:.0f} s ({record.compile_time_measure})"
     return StageResult(note, _train_outputs(s), record={"steps": result.steps}, contents={"runs": [s.run_rel]})
 
 

@@ -2,8 +2,9 @@
 
     backend = get_backend(name, recipe, **launch)   # processes/devices started; `lead` says who owns the run
     backend.setup(context)                          # model, LoRA, optimizer, data loader for the context's plan
+    backend.facts()                                 # what only the stack knows, for run.json (StackFacts)
     result = backend.fit()                          # train to the plan's last step (resuming when asked)
-    backend.read_lora(run_dir, step, spec, meta)    # a saved step's LoRA in the PEFT layout (export reads this)
+    backend.read_lora(run_dir, step, spec, record)  # a saved step's LoRA in the PEFT layout (export reads this)
     backend.close()
 
     backend.probe(prepared, lora, rows, bf16)       # a StepProbe: one optimizer step on given rows, given LoRA
@@ -27,6 +28,7 @@ from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 from crosstune.recipe.schema import RESOLVED
 from crosstune.run.lora import LoraWeights
+from crosstune.run.records import RunRecord, StackFacts
 from crosstune.train.steps import StepPlan
 
 # backend name -> "module:class"; the modules import their stacks (torch, jax) only when a backend is built.
@@ -85,8 +87,8 @@ class TrainResult:
 
 @dataclass
 class FitResult:
-    steps: int  # the optimizer step the run ended at (its last checkpoint / final adapter)
-    metadata: dict[str, Any] = field(default_factory=dict)  # extra run.json fields (timings, ...)
+    steps: int  # the optimizer step the run ended at (its last checkpoint / final adapter); its timings are in
+    # run.json already (the backend's lead training process records them: crosstune.run.metrics.MetricsWriter.finish)
     adapter_written: bool = False  # the backend wrote <run>/adapter itself (torch: PEFT's own save, collective)
     lora: LoraWeights | None = None  # else the final LoRA (PEFT layout) for the session to write as <run>/adapter
 
@@ -129,9 +131,14 @@ class Backend(Protocol):
 
     def setup(self, context: RunContext) -> None: ...
 
+    def facts(self) -> StackFacts:
+        """Where and how this run trains (platform, precision, devices, processes, mesh), after setup: the part of
+        run.json only the stack can say, in the keys both backends share."""
+        ...
+
     def fit(self) -> FitResult: ...
 
-    def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, meta: dict[str, Any]) -> SavedLora:
+    def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, record: RunRecord) -> SavedLora:
         """The LoRA saved at `step` (latest when None) in the PEFT layout; checksums verified where recorded."""
         ...
 

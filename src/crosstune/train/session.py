@@ -4,8 +4,11 @@ depend on the stack.
     TrainingSession(recipe, backend, run_dir).run()
       claim the run directory (lock; an earlier run needs --resume; --resume checks the recipe)
       settle the RunContext: prepare the data (or reuse it), plan the steps, the base's shapes, the resume point
-      backend.setup(context) -> backend.fit() -> backend.close()
+      backend.setup(context) -> run.json (the context + backend.facts()) -> backend.fit() -> backend.close()
       finalise: run.json's steps, loss.png, and <run>/adapter (a PEFT adapter) for both backends
+
+run.json is written here for both backends, from one schema (crosstune.run.records); the backend's lead training
+process adds its compile and checkpoint seconds when it ends (crosstune.run.metrics.MetricsWriter.finish).
 
 `read_run_lora` gives any saved step's LoRA through the backend that wrote the run (export's only way in);
 `step_probe` gives a backend's probe of one optimizer step (crosstune.train.parity compares two).
@@ -27,20 +30,13 @@ from crosstune.fsutil import say, staged_dir
 from crosstune.recipe import Recipe, resolve_path
 from crosstune.run.base_checkpoint import open_base
 from crosstune.run.integrity import record_checksums
-from crosstune.run.layout import (
-    ADAPTER,
-    CHECKPOINTS,
-    METRICS_JSONL,
-    RUN_JSON,
-    TENSORBOARD,
-    read_run_metadata,
-    saved_steps,
-)
+from crosstune.run.layout import ADAPTER, CHECKPOINTS, METRICS_JSONL, RUN_JSON, TENSORBOARD, saved_steps
 from crosstune.run.lora import ExportError, LoraWeights, write_peft_adapter
 from crosstune.run.metrics import read_metrics
 from crosstune.run.plot import plot_loss_curve
+from crosstune.run.records import read_run_record, update_run_record
 from crosstune.run.resume import nothing_to_resume
-from crosstune.run.rundir import claim_run_dir, default_run_dir, update_run_metadata
+from crosstune.run.rundir import claim_run_dir, default_run_dir, start_run_record
 from crosstune.train.backend import (
     Backend,
     FitResult,
@@ -87,6 +83,8 @@ class TrainingSession:
             self.context = self._settle(backend)
             try:
                 backend.setup(self.context)
+                if backend.lead:
+                    self._start_record(backend)
                 yield backend
             finally:
                 backend.close()
@@ -96,7 +94,7 @@ class TrainingSession:
         fit = backend.fit()
         if backend.lead:
             self._finalise(fit)
-        losses = [row["loss"] for row in read_metrics(self.run_dir)]
+        losses = [row.loss for row in read_metrics(self.run_dir)]
         final = losses[-1] if losses else float("nan")
         return TrainResult(self.run_dir, fit.steps, final, losses, self.run_dir / ADAPTER)
 
@@ -140,14 +138,29 @@ class TrainingSession:
         resume_from = done[-1] if done else 0
         return RunContext(recipe, self.run_dir, plan, spec, prepared, data, resume_from, self.progress)
 
+    def _start_record(self, backend: Backend) -> None:
+        """run.json as training starts: the same keys from both backends, the step plan's global batch (from
+        train.global_batch_size) among them."""
+        ctx = self.context
+        start_run_record(
+            self.run_dir,
+            self.recipe,
+            backend.name,
+            backend.facts(),
+            spec=ctx.spec,
+            global_batch=ctx.plan.global_batch,
+            grad_accumulation=ctx.plan.accumulation,
+            seq_len=ctx.prepared.max_seq_len,
+            total_steps=ctx.plan.total_steps,
+            resumed_from_step=ctx.resume_from,
+            data=ctx.data,
+        )
+
     # --- after training --------------------------------------------------------------------------------------
     def _finalise(self, fit: FitResult) -> None:
         """run.json's `steps` (the step the final adapter belongs to; export reads it), loss.png, adapter/."""
         ctx = self.context
-        meta = read_run_metadata(self.run_dir)
-        plan = {"global_batch": ctx.plan.global_batch, "grad_accumulation": ctx.plan.accumulation}  # rows per step
-        meta.update(steps=fit.steps, **plan, **fit.metadata)
-        update_run_metadata(self.run_dir, meta)
+        update_run_record(self.run_dir, steps=fit.steps)
         if (self.run_dir / METRICS_JSONL).exists():
             plot_loss_curve(self.run_dir)
         if not fit.adapter_written:  # the final LoRA as a PEFT adapter, keyed like the base checkpoint's layers
@@ -175,17 +188,12 @@ def train(
 def read_run_lora(run_dir: Path, step: int | None = None, spec: ModelSpec | None = None) -> SavedLora:
     """The LoRA a run saved at `step` (latest when None), in the PEFT layout, through the backend that wrote it."""
     run_dir = Path(run_dir)
-    meta = read_run_metadata(run_dir)
-    name = meta.get("backend")
+    record = read_run_record(run_dir)
     if spec is None:
-        if not meta.get("base_model"):
+        if not record.base_model:
             raise ExportError(f"{run_dir / RUN_JSON} names no base_model: pass --base")
-        spec = model_dir_spec(Path(meta["base_model"]), meta.get("family"))
-    try:
-        backend = get_backend(name)
-    except TrainError:
-        raise ExportError(f"{run_dir / RUN_JSON}: backend {name!r} (expected torch or jax)") from None
-    return backend.read_lora(run_dir, step, spec, meta)
+        spec = model_dir_spec(Path(record.base_model), record.family)
+    return get_backend(record.backend).read_lora(run_dir, step, spec, record)
 
 
 def step_probe(

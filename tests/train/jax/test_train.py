@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -87,6 +85,7 @@ def test_train_on_2x4_mesh_with_indivisible_kv_heads(work, tiny_gemma4_dir, synt
 
     from crosstune.planner import plan_recipe, replicated_tensors
     from crosstune.run.metrics import METRIC_DEFINITIONS, read_metrics
+    from crosstune.run.records import Mesh, read_run_record
     from crosstune.train.jax.model import optimizer_sharding_mismatches, sharding_problems, spec_problems
     from crosstune.train.jax.step import optimizer_steps
     from crosstune.train.jax.trainer import FROZEN
@@ -147,13 +146,14 @@ def test_train_on_2x4_mesh_with_indivisible_kv_heads(work, tiny_gemma4_dir, synt
     assert abs(token_weighted - per_micro_mean) > 1e-4  # the two conventions differ on this data
 
     rows = read_metrics(result.run_dir)
-    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
-    assert set(rows[0]) == set(METRIC_DEFINITIONS)
-    assert rows[0]["learning_rate"] == 0.0 and rows[1]["learning_rate"] == pytest.approx(5e-3)
-    assert all(r["trained_tokens"] > 0 and r["grad_norm"] > 0 and r["mfu"] is None for r in rows)
-    meta = json.loads((result.run_dir / "run.json").read_text())
-    assert meta["backend"] == "jax" and meta["mesh"] == {"fsdp": 2, "tp": 4} and meta["devices"] == 8
-    assert meta["compile_time_s"] > 0 and rows[0]["step_time_s"] < meta["compile_time_s"]
+    assert [r.step for r in rows] == list(range(1, STEPS + 1))
+    assert set(rows[0].model_dump()) == set(METRIC_DEFINITIONS)
+    assert rows[0].learning_rate == 0.0 and rows[1].learning_rate == pytest.approx(5e-3)
+    assert all(r.trained_tokens > 0 and r.grad_norm > 0 and r.mfu is None for r in rows)
+    record = read_run_record(result.run_dir)
+    assert record.backend == "jax" and record.mesh == Mesh(fsdp=2, tp=4) and record.devices == 8
+    assert record.compile_time_measure == "xla" and record.compile_time_s > 0
+    assert rows[0].step_time_s < record.compile_time_s
     assert (result.run_dir / "recipe.yaml").is_file() and (result.run_dir / "tensorboard").is_dir()
     saved = sorted(int(p.name) for p in (result.run_dir / "checkpoints").iterdir() if p.name.isdigit())
     assert saved == [6, STEPS]  # every 3 steps + the last one, keep_last 2

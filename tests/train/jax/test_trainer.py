@@ -30,7 +30,7 @@ def test_the_ahead_of_time_step_is_the_training_step(tiny_gemma4_dir, synth_corp
     session = TrainingSession(recipe, "jax", tmp_path / "run", progress=False)
     with session.started() as backend:
         real = backend.run
-        assert real.compute_dtype == "bfloat16" and real._metadata()["precision"] == "bf16"  # the recipe's, on CPU
+        assert real.compute_dtype == "bfloat16" and real.facts().precision == "bf16"  # the recipe's, on CPU
         batch = next(real.micro_batches(0))
         with mesh_context(real.mesh):
             trained = real.trainer.held_once_step().lower(real.trainer.model, real.trainer.optimizer, batch)

@@ -140,8 +140,8 @@ def test_token_metrics_off_trains(recipe_path, tmp_path):
     recipe = load_recipe(recipe_path, ["train.kernels.token_metrics=false"])
     result = train(recipe, tmp_path / "run", progress=False, backend="torch")
     rows = read_metrics(tmp_path / "run")
-    assert result.steps == 2 and [r["step"] for r in rows] == [1, 2]
-    assert all(r["loss"] > 0 and r["trained_tokens"] > 0 for r in rows)
+    assert result.steps == 2 and [r.step for r in rows] == [1, 2]
+    assert all(r.loss > 0 and r.trained_tokens > 0 for r in rows)
 
 
 def test_cce_is_refused_cleanly_on_cpu(recipe_path):

@@ -194,7 +194,7 @@ def test_hfu_counts_the_selective_recompute_without_attention():
     def hfu(recompute_attention: bool) -> float:
         return make_step_metrics(
             step=1, epoch=0.1, loss=1.0, learning_rate=1e-4, grad_norm=1.0, trained_tokens=2048, tokens=4096,
-            computed_tokens=4096, step_time_s=1.0, peak_memory_gb=None, spec=g4, context=4096,
+            computed_tokens=4096, step_time_s=1.0, peak_memory_gib=None, spec=g4, context=4096,
             hardware=get_hardware("1xh200"), devices=1, recompute_activations=True,
             recompute_attention=recompute_attention,
         ).hfu  # fmt: skip
@@ -231,7 +231,7 @@ def train_losses(recipe_path, run_dir, overrides: list[str]) -> list[float]:
 
     recipe = load_recipe(recipe_path, ["train.gradient_checkpointing=true", *overrides])
     assert train(recipe, run_dir, progress=False, backend="torch").steps == 2
-    return [row["loss"] for row in read_metrics(run_dir)]
+    return [row.loss for row in read_metrics(run_dir)]
 
 
 def test_selective_recompute_and_no_lora_cast_train_like_the_default(recipe_path, tmp_path, monkeypatch):
@@ -276,3 +276,11 @@ def test_compiled_layers_train_like_the_default(recipe_path, tmp_path, monkeypat
     # one packed row per step; the compiled layers' fp32 rounding (COMPILE_LOSS_ATOL above), then one AdamW step
     # (lr 1e-3) of gradients equal to 2e-3 of their size: the step-2 loss moves by far less than 1e-4
     assert abs(default[0] - fast[0]) <= COMPILE_LOSS_ATOL and abs(default[1] - fast[1]) <= 1e-4
+    # run.json: torch.compile's own seconds (dynamo + inductor) are the compile time, kept out of the step times
+    from crosstune.run.metrics import read_metrics
+    from crosstune.run.records import read_run_record
+
+    record = read_run_record(tmp_path / "compiled")
+    assert record.compile_time_measure == "torch.compile" and record.compile_time_s > 1  # inductor takes seconds
+    assert all(row.step_time_s < record.compile_time_s for row in read_metrics(tmp_path / "compiled"))
+    assert read_run_record(tmp_path / "default").compile_time_measure == "first-step warm-up"

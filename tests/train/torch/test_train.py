@@ -19,6 +19,7 @@ import torch
 
 from crosstune.recipe import load_recipe
 from crosstune.run.metrics import METRIC_DEFINITIONS, read_metrics
+from crosstune.run.records import Mesh, read_run_record
 from tests.helpers.export import assert_logits_close
 from tests.helpers.paths import HELPERS
 
@@ -130,24 +131,24 @@ def test_loss_decreases_and_run_dir_is_complete(reference_runs, family):
     (iid logits of std s give ln V + s²/2); a 20 % drop in 12 steps is out of reach, so the margin is in nats."""
     result = reference_runs[family]
     rows = read_metrics(result.run_dir)
-    assert [r["step"] for r in rows] == list(range(1, 13)) and result.steps == 12
-    assert set(rows[0]) == set(METRIC_DEFINITIONS)
-    first = sum(r["loss"] for r in rows[:STEPS_PER_EPOCH]) / STEPS_PER_EPOCH
-    last = sum(r["loss"] for r in rows[-STEPS_PER_EPOCH:]) / STEPS_PER_EPOCH
-    assert math.log(1024) < rows[0]["loss"] < math.log(1024) + 4  # random logits: above uniform, not wildly
+    assert [r.step for r in rows] == list(range(1, 13)) and result.steps == 12
+    assert set(rows[0].model_dump()) == set(METRIC_DEFINITIONS)
+    first = sum(r.loss for r in rows[:STEPS_PER_EPOCH]) / STEPS_PER_EPOCH
+    last = sum(r.loss for r in rows[-STEPS_PER_EPOCH:]) / STEPS_PER_EPOCH
+    assert math.log(1024) < rows[0].loss < math.log(1024) + 4  # random logits: above uniform, not wildly
     assert last <= first - LOSS_DROP, (first, last)
-    assert result.final_loss == rows[-1]["loss"] == result.losses[-1]
+    assert result.final_loss == rows[-1].loss == result.losses[-1]
     for r in rows:
-        assert r["epoch"] == pytest.approx(r["step"] / STEPS_PER_EPOCH)
-        assert 0 < r["trained_tokens"] < r["tokens"] <= 2 * 512
-        assert r["learning_rate"] == pytest.approx(3e-3) and r["grad_norm"] > 0 and r["mfu"] is None
-        assert r["trained_tokens_per_s"] == pytest.approx(r["trained_tokens"] / r["step_time_s"])
+        assert r.epoch == pytest.approx(r.step / STEPS_PER_EPOCH)
+        assert 0 < r.trained_tokens < r.tokens <= 2 * 512
+        assert r.learning_rate == pytest.approx(3e-3) and r.grad_norm > 0 and r.mfu is None
+        assert r.trained_tokens_per_s == pytest.approx(r.trained_tokens / r.step_time_s)
 
     run = result.run_dir
-    meta = json.loads((run / "run.json").read_text())
-    assert meta["backend"] == "torch" and meta["family"] == family and meta["steps"] == 12
-    assert meta["precision"] == "fp32" and meta["world_size"] == 1 and meta["fsdp"] is False
-    assert meta["gradient_checkpointing"] is (family == "gemma3")
+    record = read_run_record(run)
+    assert record.backend == "torch" and record.family == family and record.steps == 12
+    assert record.precision == "fp32" and record.devices == 1 and record.mesh == Mesh(fsdp=1, tp=1)
+    assert record.gradient_checkpointing is (family == "gemma3") and record.platform == "cpu"
     assert (run / "recipe.yaml").is_file() and (run / "loss.png").stat().st_size > 5000
     assert any((run / "tensorboard").iterdir())
     # every 2 steps, the last 5 kept, complete ones only
@@ -158,15 +159,15 @@ def test_loss_decreases_and_run_dir_is_complete(reference_runs, family):
 def test_gemma4_v_target_skips_global_layers(reference_runs):
     from safetensors import safe_open
 
-    layout = json.loads((reference_runs["gemma4"].run_dir / "run.json").read_text())["lora_layout"]
-    assert layout["skipped_layers"] == {"v": [5]} and layout["modules"] == 41
-    assert layout["targets_by_layer_type"]["global"] == ["q", "k", "o", "gate", "up", "down"]
-    assert "v adapts 5 of 6 layers" in layout["notes"][0]
+    layout = read_run_record(reference_runs["gemma4"].run_dir).lora.layout
+    assert layout.skipped_layers == {"v": [5]} and layout.modules == 41
+    assert layout.targets_by_layer_type["global"] == ["q", "k", "o", "gate", "up", "down"]
+    assert "v adapts 5 of 6 layers" in layout.notes[0]
     with safe_open(reference_runs["gemma4"].run_dir / "adapter" / "adapter_model.safetensors", "pt") as f:
         keys = list(f.keys())
     assert len(keys) == 2 * 41 and not any("layers.5.self_attn.v_proj" in k for k in keys)
-    gemma3 = json.loads((reference_runs["gemma3"].run_dir / "run.json").read_text())["lora_layout"]
-    assert gemma3["skipped_layers"] == {} and gemma3["modules"] == 7 * 6
+    gemma3 = read_run_record(reference_runs["gemma3"].run_dir).lora.layout
+    assert gemma3.skipped_layers == {} and gemma3.modules == 7 * 6
 
 
 def test_fresh_run_refuses_a_run_dir_with_checkpoints(reference_runs, workspace):
@@ -267,13 +268,11 @@ def test_grad_accumulation_is_token_weighted(workspace, tmp_path, tiny_gemma4_di
 
     loss, per_micro_batch, grad_norm, trained = hand_step(model_dir, result.run_dir / "adapter", rows)
     assert abs(loss - per_micro_batch) > 1e-3  # the two normalisations really differ on these rows
-    assert logged["loss"] == pytest.approx(loss, abs=1e-5)
-    assert logged["grad_norm"] == pytest.approx(grad_norm, rel=1e-4)
-    assert logged["trained_tokens"] == trained
+    assert logged.loss == pytest.approx(loss, abs=1e-5)
+    assert logged.grad_norm == pytest.approx(grad_norm, rel=1e-4)
+    assert logged.trained_tokens == trained
     assert prepared.max_seq_len == 1024
     if layout == "multimodal":
-        meta = json.loads((result.run_dir / "run.json").read_text())
-        assert meta["model_class"] == "Gemma4ForConditionalGeneration"
         from safetensors import safe_open
 
         with safe_open(result.run_dir / "adapter" / "adapter_model.safetensors", "pt") as f:
@@ -303,10 +302,10 @@ def test_resume_after_sigkill_reproduces_the_curve(reference_runs, workspace, tm
     assert killed_at < 12, "the run finished before it was killed"
 
     result = train(load_recipe(files["gemma4"]), run, resume=True, progress=False, backend="torch")
-    resumed_from = int(json.loads((run / "run.json").read_text())["resumed_from"].rsplit("-", 1)[1])
+    resumed_from = read_run_record(run).resumed_from_step
     assert 4 <= resumed_from <= killed_at and resumed_from % 2 == 0
     expected = reference_runs["gemma4"].losses
-    assert [r["step"] for r in read_metrics(run)] == list(range(1, 13))
+    assert [r.step for r in read_metrics(run)] == list(range(1, 13))
     assert result.losses == pytest.approx(expected, abs=1e-5)
 
 
@@ -319,7 +318,7 @@ def test_merged_model_equals_base_plus_adapter(reference_runs, tmp_path, family)
     from crosstune.export import export_run
 
     run = reference_runs[family].run_dir
-    base_dir = Path(json.loads((run / "run.json").read_text())["base_model"])
+    base_dir = Path(read_run_record(run).base_model)
     out = export_run(run, "merged", tmp_path / "merged")["merged"]  # streamed; sharded bases: test_export.py
     for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
         assert (out / name).read_bytes() == (base_dir / name).read_bytes(), name
@@ -404,9 +403,10 @@ def test_two_cpu_processes_via_the_launcher_match_one(reference_runs, workspace,
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    losses = [r["loss"] for r in read_metrics(run)]
+    losses = [r.loss for r in read_metrics(run)]
     assert_steps_close(losses, reference_runs["gemma4"].losses[:4])  # summed in another order
-    assert json.loads((run / "run.json").read_text())["world_size"] == 2
+    record = read_run_record(run)
+    assert (record.devices, record.processes, record.mesh) == (2, 2, Mesh(fsdp=1, tp=1))  # DDP: replicated
 
 
 # --- FSDP2 ----------------------------------------------------------------------------------------------------------
@@ -455,14 +455,14 @@ def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
     # Issue 21, item 5: every base parameter was still on the meta device when fully_shard ran (each rank then read
     # only its rows of the checkpoint); the LoRA weights were real (the shared initial LoRA installed in them).
     assert probe["meta_before_shard"] == probe["params"] - 2 * 41 and probe["lora_meta_before_shard"] == 0
-    meta = json.loads((run / "run.json").read_text())
-    assert meta["fsdp"] is True and meta["world_size"] == 2
+    record = read_run_record(run)  # as production runs it on CPU; this worker shards anyway (the probe above)
+    assert record.devices == 2 and record.details["parallelism"] == "DDP (accelerate runs FSDP as DDP on CPU)"
     assert (run / "checkpoints" / "checkpoint-4" / "adapter_model.safetensors").is_file()
 
     ours, theirs = read_metrics(run), read_metrics(reference.run_dir)
-    assert [r["trained_tokens"] for r in ours] == [r["trained_tokens"] for r in theirs]
-    assert_steps_close([r["loss"] for r in ours], [r["loss"] for r in theirs])
-    assert_steps_close([r["grad_norm"] for r in ours], [r["grad_norm"] for r in theirs])
+    assert [r.trained_tokens for r in ours] == [r.trained_tokens for r in theirs]
+    assert_steps_close([r.loss for r in ours], [r.loss for r in theirs])
+    assert_steps_close([r.grad_norm for r in ours], [r.grad_norm for r in theirs])
     a = load_file(run / "adapter" / "adapter_model.safetensors")
     b = load_file(reference.run_dir / "adapter" / "adapter_model.safetensors")
     assert a.keys() == b.keys()

@@ -26,7 +26,7 @@ from crosstune.hardware import HARDWARE
 from crosstune.planner.cli import load_for_plan
 from crosstune.planner.compiled import with_layers
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.run.metrics import host_peak_rss_gb
+from crosstune.run.metrics import bytes_to_gib, host_peak_rss_bytes
 from crosstune.train.steps import accumulation
 
 NOMINAL_STEPS = 1000  # the schedule's length only sets constants in the program: sizes and costs don't depend on it
@@ -152,8 +152,8 @@ class _Ticker:
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
-            rss = host_peak_rss_gb()
-            _say(f"  … {self.what}: {time.perf_counter() - self.t0:.0f} s (host peak RSS {rss:.1f} GB)")
+            rss = bytes_to_gib(host_peak_rss_bytes())
+            _say(f"  … {self.what}: {time.perf_counter() - self.t0:.0f} s (host peak RSS {rss:.1f} GiB)")
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
@@ -184,7 +184,7 @@ def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
-    _say(f"compiled in {t3 - t0:.0f} s (host peak RSS {host_peak_rss_gb():.1f} GB)")
+    _say(f"compiled in {t3 - t0:.0f} s (host peak RSS {bytes_to_gib(host_peak_rss_bytes()):.1f} GiB)")
     return {
         "topology": topology,
         "device_kind": kind,
@@ -203,7 +203,7 @@ def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
         "build_s": t1 - t0,
         "lower_s": t2 - t1,
         "compile_s": t3 - t2,
-        "host_peak_rss_bytes": int(host_peak_rss_gb() * 1e9),
+        "host_peak_rss_bytes": host_peak_rss_bytes(),
     }
 
 

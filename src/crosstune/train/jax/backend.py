@@ -19,6 +19,7 @@ from crosstune.recipe import Recipe
 from crosstune.run.integrity import verify_saved
 from crosstune.run.layout import step_folders
 from crosstune.run.lora import LoraWeights
+from crosstune.run.records import RunRecord, StackFacts
 from crosstune.train.backend import FitResult, RunContext, SavedLora, StepProbe, TrainError
 from crosstune.train.jax.checkpoints import read_orbax_lora
 from crosstune.train.jax.data import ensure_cpu_devices, maybe_initialize_distributed
@@ -61,18 +62,20 @@ class JaxBackend:
         self.run = JaxRun(context)
         self._stack.enter_context(self.run.setup())
 
+    def facts(self) -> StackFacts:
+        return self.run.facts()
+
     def fit(self) -> FitResult:
         return self.run.fit()
 
-    def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, meta: dict[str, Any]) -> SavedLora:
+    def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, record: RunRecord) -> SavedLora:
         """The Orbax checkpoint `<run>/checkpoints/<step>/model_params`, through Qwix's layout to PEFT's."""
 
-        lora_meta = meta.get("lora") or {}
         found = step_folders(run_dir)
         if found and (step if step is not None else max(found)) in found:
             verify_saved(found[step if step is not None else max(found)], "checkpoint", "export")
         params, got = read_orbax_lora(run_dir, step)
-        lora = qwix_to_lora(params, spec, rank=int(lora_meta["rank"]), alpha=float(lora_meta["alpha"]))
+        lora = qwix_to_lora(params, spec, rank=record.lora.rank, alpha=record.lora.alpha)
         return SavedLora(lora, got, step_folders(run_dir)[got] / "model_params")
 
     def close(self) -> None:

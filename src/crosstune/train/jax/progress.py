@@ -15,7 +15,7 @@ from collections.abc import Callable
 import jax
 from tunix.sft import hooks
 
-from crosstune.run.metrics import StepMetrics, host_peak_rss_gb
+from crosstune.run.metrics import StepMetrics, bytes_to_gib, host_peak_rss_bytes
 from crosstune.train.jax.step import last_grad_norm
 
 COMPILE_EVENTS = (
@@ -79,15 +79,15 @@ class SaveTimer:
         manager.save = timed
 
 
-def peak_memory_gb() -> float:
+def peak_memory_gib() -> float:
     """Peak accelerator memory of the busiest local device; host peak RSS where devices don't say (CPU)."""
 
     peaks = []
     for d in jax.local_devices():
         stats = d.memory_stats() if hasattr(d, "memory_stats") else None
         if stats and "peak_bytes_in_use" in stats:
-            peaks.append(stats["peak_bytes_in_use"] / 1e9)
-    return max(peaks) if peaks else host_peak_rss_gb()
+            peaks.append(stats["peak_bytes_in_use"])
+    return bytes_to_gib(max(peaks) if peaks else host_peak_rss_bytes())
 
 
 class StepRecorder(hooks.TrainingHooks):

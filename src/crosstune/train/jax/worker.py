@@ -4,6 +4,7 @@ AdamW + Orbax checkpoints + Grain input, on a (fsdp, tp) mesh, for the session's
     context ─► plan check (heads vs tp, devices, memory) ─► mesh ─► tunix model from HF safetensors, sharded,
             + Qwix LoRA ─► PeftTrainer (AdamW, token-weighted loss) ─► metrics.jsonl + TensorBoard
             ─► <run>/checkpoints/<step>/ (LoRA params + optimizer state; the data position is the step count)
+            ─► run.json's compile and checkpoint seconds (the session wrote the rest, with `facts()`)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from crosstune.run.integrity import record_checksums, verify_saved
 from crosstune.run.layout import CHECKPOINTS, saved_steps, step_folders
 from crosstune.run.lora import LoraWeights
 from crosstune.run.metrics import MetricsWriter, make_step_metrics
-from crosstune.run.rundir import write_run_metadata
+from crosstune.run.records import Mesh, RunTimings, StackFacts
 from crosstune.train.backend import FitResult, RunContext, TrainError
 from crosstune.train.jax.data import global_batch, global_sum, train_dataset
 from crosstune.train.jax.lora import param_name, qwix_to_lora
@@ -127,10 +128,7 @@ class JaxRun:
 
         r, d, trainer = self.recipe, self.data, self.trainer
         start = trainer.train_steps  # the restored step: the context's resume point (the session checked it)
-        lead = jax.process_index() == 0
-        if lead:
-            write_run_metadata(self.run_dir, r, "jax", **self._metadata())
-        writer = MetricsWriter(self.run_dir, resume_from_step=start) if lead else None
+        writer = MetricsWriter(self.run_dir, resume_from_step=start) if jax.process_index() == 0 else None
         self.counts = {}
         bar = ProgressBar(d.total_steps, start, self.progress)
 
@@ -156,10 +154,11 @@ class JaxRun:
         if recorder.pending:
             raise TrainError(f"steps {recorder.pending} never reported a loss")
         if writer is not None:
-            writer.write_event("compile_time_s", compile_timer.seconds, step=start)
-            writer.close()
-        timings = {"compile_time_s": round(compile_timer.seconds, 3), "checkpoint_time_s": round(saves.seconds, 3)}
-        return FitResult(trainer.train_steps, {**timings, "resumed_from_step": start}, lora=self._final_lora())
+            timings = RunTimings(
+                compile_time_s=compile_timer.seconds, compile_time_measure="xla", checkpoint_time_s=saves.seconds
+            )
+            writer.finish(timings, step=start)
+        return FitResult(trainer.train_steps, lora=self._final_lora())
 
     def _final_lora(self) -> LoraWeights:
         """The trained LoRA in the PEFT layout, gathered from the devices of every process (a collective: every
@@ -197,27 +196,22 @@ class JaxRun:
             )
             yield from (global_batch(device_batch(m), self.mesh) for m in group)
 
-    def _metadata(self) -> dict:
+    def facts(self) -> StackFacts:
+        """Where and how this run trains (after setup: the compute dtype and the replicated tensors are known)."""
         import jax
 
         m = self.recipe.backend.jax.mesh
-        return {
-            "mesh": {"fsdp": m.fsdp, "tp": m.tp},
-            "devices": m.fsdp * m.tp,
-            "processes": jax.process_count(),
-            "platform": jax.devices()[0].platform,
-            "precision": "bf16" if self.compute_dtype == "bfloat16" else "fp32",
-            "gradient_checkpointing": self.recipe.train.gradient_checkpointing,
-            "replicated_tensors": sorted({x.path for x in self.replicated}),
-            "global_batch": self.data.global_batch,
-            "grad_accumulation": self.data.accumulation,
-            "seq_len": self.seq_len,
-            "total_steps": self.data.total_steps,
-            "data": self.context.data,
-        }
+        return StackFacts(
+            platform=jax.devices()[0].platform,
+            precision="bf16" if self.compute_dtype == "bfloat16" else "fp32",
+            devices=m.fsdp * m.tp,
+            processes=jax.process_count(),
+            mesh=Mesh(fsdp=m.fsdp, tp=m.tp),
+            details={"replicated_tensors": sorted({x.path for x in self.replicated})},
+        )
 
     def _metrics(self, step: int, loss: float, grad_norm: float, step_time_s: float):
-        from crosstune.train.jax.progress import peak_memory_gb
+        from crosstune.train.jax.progress import peak_memory_gib
 
         d, r = self.data, self.recipe
         trained, tokens, computed = self.counts.pop(step)
@@ -231,7 +225,7 @@ class JaxRun:
             tokens=tokens,
             computed_tokens=computed,
             step_time_s=step_time_s,
-            peak_memory_gb=peak_memory_gb(),
+            peak_memory_gib=peak_memory_gib(),
             spec=self.spec,
             context=self.seq_len,
             hardware=self.hardware,

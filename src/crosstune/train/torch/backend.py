@@ -8,7 +8,6 @@ this process (node 0's launcher) owns the run directory. `read_lora` reads a run
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from crosstune.data.prepared import PreparedDataset
 from crosstune.families.spec import ModelSpec
@@ -17,6 +16,7 @@ from crosstune.run.integrity import verify_saved
 from crosstune.run.layout import ADAPTER, RUN_JSON, step_folders
 from crosstune.run.lora import ExportError, LoraWeights, read_peft_adapter
 from crosstune.run.metrics import read_metrics
+from crosstune.run.records import Mesh, RunRecord, StackFacts
 from crosstune.train.backend import FitResult, RunContext, SavedLora, StepProbe
 from crosstune.train.torch.launch import launch_workers
 from crosstune.train.torch.worker import train_in_process
@@ -44,6 +44,30 @@ class TorchBackend:
     def setup(self, context: RunContext) -> None:
         self.context = context  # the model is built where it trains: here, or in each launched worker
 
+    def facts(self) -> StackFacts:
+        """From the recipe and this machine, as every worker will train (sft_config's rules: bf16 on GPUs only,
+        FSDP2 with more than one GPU; on CPU accelerate runs FSDP as DDP, the parameters replicated)."""
+        import torch
+
+        from crosstune.families import get_family
+        from crosstune.train.torch.config import parallelism, trains_in_bf16, uses_fsdp
+        from crosstune.train.torch.model import SHARDING_DEVICES
+
+        r, tb = self.recipe, self.recipe.backend.torch
+        on_gpu, world = torch.cuda.is_available(), tb.devices * tb.nodes
+        sharded = uses_fsdp(r, world) and ("cuda" if on_gpu else "cpu") in SHARDING_DEVICES  # else DDP: replicas
+        return StackFacts(
+            platform="cuda" if on_gpu else "cpu",
+            precision="bf16" if trains_in_bf16(r, on_gpu) else "fp32",
+            devices=world,
+            processes=world,
+            mesh=Mesh(fsdp=world if sharded else 1, tp=1),
+            details={
+                "parallelism": parallelism(r, world, on_gpu),
+                "peft_target_regex": get_family(r.model.family).peft_target_regex(list(r.lora.targets)),
+            },
+        )
+
     def fit(self) -> FitResult:
         tb = self.recipe.backend.torch
         if tb.devices * tb.nodes > 1:
@@ -52,11 +76,11 @@ class TorchBackend:
             steps = train_in_process(self.context)
         return FitResult(steps, adapter_written=True)
 
-    def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, meta: dict[str, Any]) -> SavedLora:
+    def read_lora(self, run_dir: Path, step: int | None, spec: ModelSpec, record: RunRecord) -> SavedLora:
         """The final `<run>/adapter` (step None), or `<run>/checkpoints/checkpoint-S` (a PEFT adapter too)."""
-        lora_meta = meta.get("lora") or {}
+        lora = record.lora
         if step is None and (run_dir / ADAPTER).is_dir():
-            adapter, got = run_dir / ADAPTER, int(meta.get("steps") or _last_metrics_step(run_dir) or 0)
+            adapter, got = run_dir / ADAPTER, int(record.steps or _last_metrics_step(run_dir) or 0)
         else:
             found = step_folders(run_dir)
             if not found:
@@ -66,13 +90,13 @@ class TorchBackend:
                 raise ExportError(f"{run_dir}/checkpoints: no checkpoint-{step}; available steps {sorted(found)}")
             adapter = found[got]
         verify_saved(adapter, "adapter" if adapter.name == ADAPTER else "checkpoint", "export")
-        lora, cfg = read_peft_adapter(adapter, family=meta.get("family"))
-        if cfg.get("r") != lora_meta.get("rank") or float(cfg.get("lora_alpha")) != float(lora_meta.get("alpha")):
+        weights, cfg = read_peft_adapter(adapter, family=record.family)
+        if cfg.get("r") != lora.rank or float(cfg.get("lora_alpha")) != lora.alpha:
             raise ExportError(
                 f"{adapter}/adapter_config.json: r={cfg.get('r')} alpha={cfg.get('lora_alpha')}, but {RUN_JSON} says "
-                f"rank={lora_meta.get('rank')} alpha={lora_meta.get('alpha')}"
+                f"rank={lora.rank} alpha={lora.alpha}"
             )
-        return SavedLora(lora, got, adapter)
+        return SavedLora(weights, got, adapter)
 
     def close(self) -> None:
         return None
@@ -85,4 +109,4 @@ class TorchBackend:
 
 def _last_metrics_step(run_dir: Path) -> int | None:
     rows = read_metrics(run_dir)
-    return int(rows[-1]["step"]) if rows else None
+    return rows[-1].step if rows else None

@@ -1,5 +1,5 @@
 """What crosstune adds to TRL's SFTTrainer: token-weighted loss for every Gemma class, per-step statistics for the
-shared metrics, atomic checkpoints with keep-last rotation, and a rich progress bar."""
+shared metrics (timed by progress.StepClock), atomic checkpoints with keep-last rotation, and a rich progress bar."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from trl import SFTTrainer
 from crosstune.hardware import get_hardware
 from crosstune.run.integrity import record_checksums
 from crosstune.run.layout import step_folders
-from crosstune.run.metrics import MetricsWriter, host_peak_rss_gb, make_step_metrics
+from crosstune.run.metrics import MetricsWriter, make_step_metrics
+from crosstune.run.records import RunTimings
 from crosstune.train.backend import RunContext
 from crosstune.train.torch.checkpoints import ADAPTER_STAGING, STAGING
+from crosstune.train.torch.progress import StepClock, peak_memory_gib, sync_device, torch_compile_seconds
 
 
 def recomputes_activations(args: Any) -> bool:
@@ -43,6 +45,7 @@ class CrosstuneSFTTrainer(SFTTrainer):
         self._tokens = 0  # non-padding tokens
         self._computed = 0  # token positions the model ran (padding-free rows: the same as _tokens)
         self._grad_norm = None
+        self.save_seconds = 0.0  # in _save_checkpoint: kept out of the step times (run.json's checkpoint_time_s)
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         for noisy in (PrinterCallback, ProgressCallback):  # StepMetricsCallback prints progress instead
@@ -97,6 +100,15 @@ class CrosstuneSFTTrainer(SFTTrainer):
 
     # --- checkpoints ------------------------------------------------------------------------------------------
     def _save_checkpoint(self, model, trial):
+        """Timed (the step before it finished first, as the jax backend's SaveTimer does)."""
+        sync_device()
+        t0 = time.perf_counter()
+        try:
+            self._save_checkpoint_atomically(model, trial)
+        finally:
+            self.save_seconds += time.perf_counter() - t0
+
+    def _save_checkpoint_atomically(self, model, trial):
         """Trainer writes checkpoint-N in place; write it under .staging/ and rename it into place instead."""
         root = Path(self.args.output_dir)
         staging = root / STAGING
@@ -140,15 +152,18 @@ class StepMetricsCallback(TrainerCallback):
     """Writes the shared metrics (crosstune.run.metrics) every `log_every` steps and shows a progress bar.
 
     A row describes the step it is logged at (loss, learning rate, grad norm, tokens); `step_time_s` is the mean
-    wall time per step since the previous row, so there is one device sync per row rather than per step."""
+    wall time per step since the previous row (progress.StepClock), so there is one device sync per row rather than
+    per step, and one after the first step, whose warm-up is measured apart."""
 
     def __init__(self, context: RunContext):
         self.recipe, self.run_dir, self.progress = context.recipe, context.run_dir, context.progress
         self.micro_batches_per_epoch = context.plan.micro_batches_per_epoch  # as the JAX backend counts epochs
         self.spec = context.spec
         self.hardware = get_hardware(self.recipe.hardware)
+        self.compiled = self.recipe.train.kernels.compile
         self.trainer: CrosstuneSFTTrainer | None = None
         self.writer = None
+        self.clock: StepClock | None = None
         self._bar = None
         self._lr = float("nan")
 
@@ -156,42 +171,49 @@ class StepMetricsCallback(TrainerCallback):
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return  # rows, timings and the bar are rank 0's
+        self.writer = MetricsWriter(self.run_dir, resume_from_step=state.global_step)
+        if self.progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        if state.is_world_process_zero:
-            self.writer = MetricsWriter(self.run_dir, resume_from_step=state.global_step)
-            if self.progress:
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            self._bar = Progress(
+                TextColumn("train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("", total=state.max_steps, completed=state.global_step)
+        self._start = state.global_step
+        self._compile0 = torch_compile_seconds() if self.compiled else 0.0
+        self.clock = StepClock(self._excluded, warm_up=not self.compiled)
 
-                self._bar = Progress(
-                    TextColumn("train"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TimeRemainingColumn(),
-                    TextColumn("{task.description}"),
-                )
-                self._bar.start()
-                self._task = self._bar.add_task("", total=state.max_steps, completed=state.global_step)
-        self._t0, self._steps = time.perf_counter(), 0
+    def _excluded(self) -> float:
+        """Seconds so far that are no step's time: checkpoint saves and torch.compile's compilation."""
+        compiled = torch_compile_seconds() - self._compile0 if self.compiled else 0.0
+        return self.trainer.save_seconds + compiled
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
         self._lr = optimizer.param_groups[0]["lr"]  # before the scheduler steps: the rate this step applied
 
     def on_step_end(self, args, state, control, **kwargs):
-        self._steps += 1
-        if state.global_step % args.logging_steps and state.global_step != state.max_steps:
+        logged = not state.global_step % args.logging_steps or state.global_step == state.max_steps
+        if not logged:
             self.trainer.discard_step()
+        else:
+            loss, trained, tokens, computed, grad_norm = self.trainer.pop_step()  # collective: syncs the device too
+        if self.clock is None:
             return
-        import torch
-
-        on_gpu = torch.cuda.is_available()
-        loss, trained, tokens, computed, grad_norm = self.trainer.pop_step()  # collective: syncs the device too
-        if on_gpu:
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        step_time, self._t0, self._steps = (now - self._t0) / self._steps, now, 0
-        if not state.is_world_process_zero:
+        self.clock.tick()
+        if not logged:
+            if self.clock.times_first_step:
+                sync_device()
+                self.clock.measure(None)
             return
-        m = make_step_metrics(
+        sync_device()
+        row = dict(
             step=state.global_step,
             epoch=state.global_step * args.gradient_accumulation_steps / self.micro_batches_per_epoch,
             loss=loss,
@@ -200,8 +222,7 @@ class StepMetricsCallback(TrainerCallback):
             trained_tokens=trained,
             tokens=tokens,
             computed_tokens=computed,
-            step_time_s=step_time,
-            peak_memory_gb=torch.cuda.max_memory_allocated() / 1024**3 if on_gpu else host_peak_rss_gb(),
+            peak_memory_gib=peak_memory_gib(),
             spec=self.spec,
             context=self.recipe.data.max_seq_len,
             hardware=self.hardware,
@@ -209,17 +230,35 @@ class StepMetricsCallback(TrainerCallback):
             recompute_activations=recomputes_activations(args),
             recompute_attention=self.recipe.train.kernels.recomputes_attention,
         )
+        for ready, step_time_s in self.clock.measure(row):
+            self._write(ready, step_time_s)
+
+    def _write(self, row: dict, step_time_s: float) -> None:
+        m = make_step_metrics(**row, step_time_s=step_time_s)
         self.writer.write(m)
         if self._bar is not None:
             mfu = f" mfu {m.mfu:.1%}" if m.mfu is not None else ""
             self._bar.update(
                 self._task,
-                completed=state.global_step,
+                completed=m.step,
                 description=f"loss {m.loss:.4f} lr {m.learning_rate:.2e} {m.trained_tokens_per_s:,.0f} tok/s{mfu}",
             )
 
+    def timings(self) -> RunTimings:
+        """Rank 0's compile and checkpoint seconds (run.json: RunTimings)."""
+        if self.compiled:
+            compile_s, measure = torch_compile_seconds() - self._compile0, "torch.compile"
+        else:
+            compile_s, measure = self.clock.warmup_s, "first-step warm-up"
+        return RunTimings(
+            compile_time_s=compile_s, compile_time_measure=measure, checkpoint_time_s=self.trainer.save_seconds
+        )
+
     def on_train_end(self, args, state, control, **kwargs):
+        if self.clock is None:
+            return
+        for ready, step_time_s in self.clock.finish():
+            self._write(ready, step_time_s)
         if self._bar is not None:
             self._bar.stop()
-        if self.writer is not None:
-            self.writer.close()
+        self.writer.finish(self.timings(), step=self._start)

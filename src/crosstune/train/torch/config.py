@@ -30,6 +30,25 @@ def fsdp_settings(recipe: Recipe) -> dict[str, Any]:
     }
 
 
+def uses_fsdp(recipe: Recipe, world_size: int) -> bool:
+    """FSDP2 is asked for and there is more than one device to shard over."""
+    return recipe.backend.torch.fsdp and world_size > 1
+
+
+def trains_in_bf16(recipe: Recipe, on_gpu: bool) -> bool:
+    """The base runs in bf16 on GPUs only (on CPU it trains in fp32; the worker says so)."""
+    return on_gpu and recipe.train.precision == "bf16"
+
+
+def parallelism(recipe: Recipe, world_size: int, on_gpu: bool) -> str:
+    """How the devices share the work, in words (the launch line, run.json's details)."""
+    if world_size == 1:
+        return "one device"
+    if not uses_fsdp(recipe, world_size):
+        return "DDP"
+    return "FSDP2" if on_gpu else "DDP (accelerate runs FSDP as DDP on CPU)"
+
+
 def sft_config(recipe: Recipe, run_dir: Path, steps: int, *, world_size: int = 1, progress: bool = True) -> Any:
     """SFTConfig from the recipe. Every TRL/Trainer default that differs from the recipe is set here explicitly
     (TRL 1.16: gradient_checkpointing=True, bf16=True, lr 2e-5, logging every 10 steps, linear schedule, ...)."""
@@ -40,7 +59,7 @@ def sft_config(recipe: Recipe, run_dir: Path, steps: int, *, world_size: int = 1
 
     t = recipe.train
     on_gpu = torch.cuda.is_available()
-    fsdp = recipe.backend.torch.fsdp and world_size > 1  # on CPU accelerate quietly runs this as DDP
+    fsdp = uses_fsdp(recipe, world_size)  # on CPU accelerate quietly runs this as DDP
     return SFTConfig(
         output_dir=str(run_dir / CHECKPOINTS),
         # length and optimizer
@@ -61,7 +80,7 @@ def sft_config(recipe: Recipe, run_dir: Path, steps: int, *, world_size: int = 1
         seed=t.seed,
         data_seed=t.seed,
         # precision and memory
-        bf16=on_gpu and t.precision == "bf16",
+        bf16=trains_in_bf16(recipe, on_gpu),
         fp16=False,
         use_cpu=not on_gpu,
         gradient_checkpointing=t.gradient_checkpointing and not fsdp,

@@ -22,7 +22,7 @@ from rich.console import Console
 from crosstune.recipe import Recipe
 from crosstune.run.metrics import read_metrics
 from crosstune.train.backend import RunContext
-from crosstune.train.torch.config import fsdp_settings
+from crosstune.train.torch.config import fsdp_settings, parallelism
 
 DEFAULT_PORT = 29500
 LAUNCH = "launch"
@@ -112,9 +112,7 @@ def launch_workers(context: RunContext, *, node_rank: int = 0, main_address: str
         raise RuntimeError(f"backend.torch.devices={tb.devices} but this node has {torch.cuda.device_count()} GPUs")
     context_file = write_worker_context(context)
     cmd = worker_command(context.recipe, context_file, node_rank=node_rank, main_address=main_address, on_gpu=on_gpu)
-    what = "FSDP2" if on_gpu and tb.fsdp else "DDP"
-    if not on_gpu and tb.fsdp:
-        what += " (accelerate runs FSDP as DDP on CPU)"
+    what = parallelism(context.recipe, tb.devices * tb.nodes, on_gpu)
     console.print(f"[launch] {tb.devices} × {tb.nodes} workers, {what}: {' '.join(cmd)}")
     env = dict(os.environ)
     if not on_gpu:
@@ -123,7 +121,7 @@ def launch_workers(context: RunContext, *, node_rank: int = 0, main_address: str
     if done.returncode != 0:
         raise RuntimeError(f"training workers failed (exit {done.returncode}); their output is above")
     rows = read_metrics(context.run_dir)
-    return int(rows[-1]["step"]) if rows else 0
+    return rows[-1].step if rows else 0
 
 
 def main(argv: list[str] | None = None) -> None:

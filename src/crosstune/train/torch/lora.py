@@ -14,13 +14,14 @@ from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 from crosstune.run.lora import text_module_name
+from crosstune.run.records import LoraLayout, lora_layout
 from crosstune.train.lora_init import initial_lora
 
 console = Console(soft_wrap=True, highlight=False, markup=False)
 
 
-def lora_config(recipe: Recipe, model: Any, spec: ModelSpec | None = None) -> tuple[Any, dict]:
-    """PEFT LoraConfig for the recipe's neutral targets and the layout it will produce (for the log and run.json).
+def lora_config(recipe: Recipe, model: Any, spec: ModelSpec | None = None) -> tuple[Any, LoraLayout]:
+    """PEFT LoraConfig for the recipe's neutral targets and the layout it will produce (run.json's lora.layout).
 
     Gemma 4 global layers reuse keys as values (k_eq_v) and have no v_proj: a `v` target adapts the sliding
     layers only. The layout comes from the model's own modules and is checked against the family's spec (`spec`,
@@ -41,21 +42,13 @@ def lora_config(recipe: Recipe, model: Any, spec: ModelSpec | None = None) -> tu
     expected = {i: set(spec.targets_present(i, targets)) for i in range(spec.num_layers)}
     if found != expected:
         raise RuntimeError(f"LoRA targets differ from the {family.name} spec: modules {found} vs spec {expected}")
-    by_kind: dict[str, list[str]] = {}
-    for i, kind in enumerate(spec.layer_types):
-        by_kind.setdefault(kind, [t for t in targets if t in expected[i]])
-    skipped = {t: [i for i in range(spec.num_layers) if t not in expected[i]] for t in targets}
-    skipped = {t: layers for t, layers in skipped.items() if layers}
-    notes = [
-        f"{t} adapts {len(spec.layer_types) - len(layers)} of {spec.num_layers} layers: layers {layers} "
-        f"({', '.join(sorted({spec.layer_types[i] for i in layers}))}) have no {HF_TARGET_MODULES[t]} "
-        "(k_eq_v: keys are reused as values)"
-        for t, layers in skipped.items()
-    ]
+    layout = lora_layout(spec, targets, recipe.lora.rank)
     if int(os.environ.get("RANK", "0")) == 0:
-        adapted = sum(len(v) for v in expected.values())
-        console.print(f"[lora] r={recipe.lora.rank} alpha={recipe.lora.alpha} on {adapted} modules: {by_kind}")
-        for note in notes:
+        console.print(
+            f"[lora] r={recipe.lora.rank} alpha={recipe.lora.alpha} on {layout.modules} modules: "
+            f"{layout.targets_by_layer_type}"
+        )
+        for note in layout.notes:
             console.print(f"[lora] {note}")
     config = LoraConfig(
         r=recipe.lora.rank,
@@ -65,14 +58,7 @@ def lora_config(recipe: Recipe, model: Any, spec: ModelSpec | None = None) -> tu
         bias="none",
         task_type="CAUSAL_LM",
     )
-    meta = {
-        "target_regex": regex,
-        "modules": sum(len(v) for v in expected.values()),
-        "targets_by_layer_type": by_kind,
-        "skipped_layers": skipped,
-        "notes": notes,
-    }
-    return config, meta
+    return config, layout
 
 
 def peft_lora_params(model: Any) -> dict[tuple[str, str], Any]:

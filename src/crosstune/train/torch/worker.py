@@ -19,7 +19,6 @@ from crosstune.families import get_family
 from crosstune.recipe import resolve_path
 from crosstune.run.integrity import verify_saved
 from crosstune.run.layout import ADAPTER, CHECKPOINTS, step_folders
-from crosstune.run.rundir import write_run_metadata
 from crosstune.train.backend import RunContext
 from crosstune.train.torch.checkpoints import ADAPTER_STAGING, STAGING
 from crosstune.train.torch.config import sft_config
@@ -55,7 +54,7 @@ def train_in_process(ctx: RunContext) -> int:
     model, tokenizer = build_model(recipe, on_gpu=state.device.type == "cuda", empty=by_shard)
     dataset = train_rows(ctx)
     args = sft_config(recipe, run_dir, ctx.plan.total_steps, world_size=state.num_processes, progress=ctx.progress)
-    lora, lora_meta = lora_config(recipe, model, ctx.spec)
+    lora, layout = lora_config(recipe, model, ctx.spec)
     callback = StepMetricsCallback(ctx)
     trainer_cls = kernel_trainer_class(CrosstuneSFTTrainer, recipe.train.kernels)  # train.kernels (kernels.py)
     trainer = trainer_cls(
@@ -75,9 +74,9 @@ def train_in_process(ctx: RunContext) -> int:
     kernels = recipe.train.kernels  # the decoder layers' fast paths (layers.py)
     if kernels.compile:
         compile_decoder_layers(trainer.model, get_family(recipe.model.family).decoder_layer_class)
-    lora_meta["trainable_params"] = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    if state.is_main_process:
-        _write_metadata(ctx, trainer, lora_meta, resume_from)
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    if trainable != layout.params:  # run.json's lora.layout.params counts from the spec: it must be what trains
+        raise RuntimeError(f"PEFT trains {trainable} parameters, the {recipe.model.family} spec counts {layout.params}")
 
     with lora_input_casting(trainer.model, kernels):
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
@@ -100,22 +99,3 @@ def _clear_staging(run_dir: Path) -> None:
     shutil.rmtree(run_dir / CHECKPOINTS / STAGING, ignore_errors=True)
     shutil.rmtree(run_dir / ADAPTER_STAGING, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-
-
-def _write_metadata(ctx: RunContext, trainer: Any, lora_meta: dict, resume_from: Path | None) -> None:
-    from crosstune.train.torch.callbacks import recomputes_activations
-
-    args = trainer.args
-    write_run_metadata(
-        ctx.run_dir,
-        ctx.recipe,
-        "torch",
-        model_class=type(trainer.model.get_base_model()).__name__,
-        world_size=args.world_size,
-        precision="bf16" if args.bf16 else "fp32",
-        fsdp=bool(args.fsdp),
-        gradient_checkpointing=recomputes_activations(args),
-        resumed_from=str(resume_from) if resume_from else None,
-        lora_layout=lora_meta,
-        data=ctx.data,
-    )

@@ -1,0 +1,92 @@
+"""Issue 29: both backends fill run.json and the metrics rows through one schema (crosstune.run.records, .metrics),
+filled by the training session: the same keys for the same facts, one memory unit, timings on both."""
+
+from __future__ import annotations
+
+import json
+
+from crosstune.run.layout import METRICS_JSONL, RUN_JSON
+from crosstune.run.metrics import GIB, METRIC_DEFINITIONS
+from crosstune.run.records import Mesh, read_run_record
+from tests.helpers.jax_recipes import tiny_recipe
+
+
+def key_paths(value: object, prefix: str = "") -> set[str]:
+    """Every key path of a JSON value ("lora.layout.modules"); `details` holds each stack's own facts, so only its
+    own name counts."""
+    if not isinstance(value, dict) or prefix == "details":
+        return set()
+    paths = set()
+    for key, inner in value.items():
+        path = f"{prefix}.{key}" if prefix else key
+        paths |= {path} | key_paths(inner, path)
+    return paths
+
+
+def test_both_backends_write_one_schema(three_step_runs):
+    """One recipe trained by torch and by jax: run.json's key paths equal, every shared fact stated the same way,
+    metrics rows with the same keys and one memory unit (GiB); torch records its compile and checkpoint seconds."""
+    runs = {name: result.run_dir for name, result in three_step_runs.items()}
+    raw = {name: json.loads((run / RUN_JSON).read_text()) for name, run in runs.items()}
+    assert key_paths(raw["torch"]) == key_paths(raw["jax"])
+    assert "world_size" not in raw["torch"] and "lora_layout" not in raw["torch"]  # format 1's torch-only keys
+    torch, jax = (read_run_record(runs[name]) for name in ("torch", "jax"))
+    same = ("recipe_hash", "family", "base_model", "lora", "loss_convention", "gradient_checkpointing", "global_batch")
+    same += ("grad_accumulation", "seq_len", "total_steps", "steps", "resumed_from_step", "data", "precision")
+    assert {k: getattr(torch, k) for k in same} == {k: getattr(jax, k) for k in same}
+    # the recipe: per_device_batch_size 1, grad_accumulation 1, fsdp 1 on jax -> one row per step on both
+    assert (torch.global_batch, torch.grad_accumulation, torch.steps, torch.seq_len) == (1, 1, 3, 512)
+    assert (torch.devices, torch.processes, torch.mesh, torch.platform) == (1, 1, Mesh(fsdp=1, tp=1), "cpu")
+    assert (jax.devices, jax.processes, jax.mesh, jax.platform) == (2, 1, Mesh(fsdp=1, tp=2), "cpu")
+    assert torch.lora.layout.modules == 41 and torch.lora.layout.skipped_layers == {"v": [5]}
+    assert set(torch.details) == {"parallelism", "peft_target_regex"} and set(jax.details) == {"replicated_tensors"}
+    # timings: both backends, each saying how it measured compilation (CPU eager torch: its first step's warm-up)
+    assert (torch.compile_time_measure, jax.compile_time_measure) == ("first-step warm-up", "xla")
+    assert torch.compile_time_s >= 0 and jax.compile_time_s > 0
+    assert torch.checkpoint_time_s > 0 and jax.checkpoint_time_s > 0  # both save the last step
+    rows = {
+        name: [json.loads(line) for line in (run / METRICS_JSONL).read_text().splitlines()]
+        for name, run in runs.items()
+    }
+    keys = {name: {frozenset(row) for row in found} for name, found in rows.items()}
+    assert keys["torch"] == keys["jax"] == {frozenset(METRIC_DEFINITIONS)}
+    # one unit: on CPU both report this process's peak RSS in GiB; torch trained first, both before this line
+    from crosstune.run.metrics import host_peak_rss_bytes
+
+    now = host_peak_rss_bytes() / GIB
+    memory = [row["peak_memory_gib"] for name in ("torch", "jax") for row in rows[name]]
+    assert memory == sorted(memory) and 0 < memory[0] and memory[-1] <= now
+
+
+def test_peak_memory_is_gib_on_both_backends(monkeypatch):
+    """The accelerator figure each backend reads, in bytes, becomes the same GiB: 3 × 2^30 bytes is 3.0 on both (the
+    jax backend divided by 10^9 before issue 29, 3.22 here)."""
+    import jax
+    import torch
+
+    from crosstune.train.jax import progress as jax_progress
+    from crosstune.train.torch import progress as torch_progress
+
+    class Device:
+        def memory_stats(self):
+            return {"peak_bytes_in_use": 3 * 2**30}
+
+    monkeypatch.setattr(jax, "local_devices", lambda: [Device(), Device()])
+    assert jax_progress.peak_memory_gib() == 3.0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 3 * 2**30)
+    assert torch_progress.peak_memory_gib() == 3.0
+
+
+def test_the_record_takes_the_global_batch_from_the_step_plan(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
+    """train.global_batch_size decides the rows per step (crosstune.train.steps): the session records the plan's
+    figures as training starts, before any step (timings and steps still null)."""
+    from crosstune.train.session import TrainingSession
+
+    batch = ("train.global_batch_size=4", "train.per_device_batch_size=1", "train.max_steps=2")
+    recipe = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4", *batch)
+    session = TrainingSession(recipe, "torch", tmp_path / "run", progress=False)
+    with session.started():
+        record = read_run_record(session.run_dir)
+    assert (record.global_batch, record.grad_accumulation, record.total_steps) == (4, 4, 2)
+    assert (record.steps, record.compile_time_s, record.checkpoint_time_s) == (None, None, None)
