@@ -128,6 +128,11 @@ def test_stop_never_signals_a_stranger_that_reused_a_stale_pid(tmp_path):
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)  # its own group, as a server's would be
     try:
         pid = stranger.pid
+        # Popen returns once the child's exec has begun (vfork), but Linux fills /proc/PID/cmdline only when the
+        # ELF loader has set up the new stack: under load an empty command line was read here. Wait for it.
+        deadline = time.monotonic() + 10
+        while open(f"/proc/{pid}/cmdline", "rb").read() != b"sleep\x0060\x00" and time.monotonic() < deadline:
+            time.sleep(0.01)
         boot = open("/proc/sys/kernel/random/boot_id").read().strip()
         recorded = {"pid": pid, "start": start_ticks(pid) - 1, "boot": boot, "cmdline": "vllm serve /m"}
         state = {"pid": pid, "port": 1, "model": "m", "lora_name": None, "model_dir": "/m", "log": "/m.log",
