@@ -19,7 +19,7 @@ from crosstune.errors import CrosstuneError, read_json, read_model_config
 from crosstune.families import family_of_hf_config, get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
-from crosstune.run.shards import SafetensorsFile
+from crosstune.run.shards import SafetensorsFile, save_numpy_file
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -223,8 +223,6 @@ def write_peft_adapter(
     `layer_prefix` is where the base keeps its decoder layers (`model.language_model.layers.` for multimodal
     checkpoints). target_modules is the family's regex (language model only) when the adapted modules are exactly
     those the regex selects in `spec`, otherwise the explicit list of module names."""
-    from safetensors.numpy import save_file
-
     if dtype not in ("float32", "float16"):
         raise ExportError(f"adapter dtype {dtype!r}: float32 or float16 (numpy has no bfloat16)")
     fam = get_family(lora.family)
@@ -265,7 +263,7 @@ def write_peft_adapter(
     aliases = _add_vllm_v_aliases(tensors, lora, spec, names)
     out_dir = Path(out_dir)
     metadata = {"format": "pt", VLLM_ALIAS_KEY: json.dumps(aliases)} if aliases else {"format": "pt"}
-    save_file(tensors, str(out_dir / ADAPTER_WEIGHTS), metadata=metadata)
+    save_numpy_file(tensors, out_dir / ADAPTER_WEIGHTS, metadata)
     (out_dir / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     return [out_dir / ADAPTER_WEIGHTS, out_dir / ADAPTER_CONFIG]
 

@@ -157,3 +157,26 @@ def _bf16_bits(x: np.ndarray) -> np.ndarray:
     if nan.any():
         out[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
     return out
+
+
+def save_numpy_file(tensors: dict[str, np.ndarray], path: Path, metadata: dict[str, str]) -> None:
+    """safetensors.numpy.save_file, with the same bytes for the same tensors and metadata: safetensors keeps the
+    metadata in a Rust HashMap, so with two or more keys their order in the header changes from call to call (an
+    export would hash differently on every run). The header is rewritten in place with the metadata keys sorted:
+    the same characters in another order, so its length and every data offset stay."""
+    from safetensors.numpy import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    with open(path, "r+b") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        raw = f.read(n)
+        header = json.loads(raw)
+        if len(header.get("__metadata__") or {}) < 2:
+            return
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+        ordered = {"__metadata__": header.pop("__metadata__"), **header}
+        text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(text) != len(raw.rstrip(b" ")) or json.loads(text) != json.loads(raw):
+            raise ShardError(f"{path}: safetensors wrote a header this rewrite does not reproduce; nothing was changed")
+        f.seek(8)
+        f.write(text + b" " * (n - len(text)))
