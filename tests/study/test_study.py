@@ -378,3 +378,17 @@ def test_a_second_study_into_a_busy_bundle_is_refused_naming_the_holder(torch_bu
     with exclusive_lock(lock_path(bundle), "a test", "wait"):
         with pytest.raises(LockedError, match=f"the study bundle {bundle} is in use by PID {os.getpid()} on host"):
             study(bundle, sets)
+
+
+def test_a_redo_never_deletes_a_file_the_stage_did_not_write(torch_bundle, tmp_path):
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    notes = copy / "export" / "notes.txt"
+    notes.write_text("mine")  # the export's folder hash changes: the stage must be redone
+    with pytest.raises(StudyError, match=r"stage export must be redone, .* files it did not write: export/notes.txt"):
+        study(copy, sets)
+    assert notes.read_text() == "mine" and (copy / "export" / "merged").is_dir()  # nothing removed
+    notes.unlink()
+    manifest, log, _ = study(copy, sets)  # its own files again: up to date
+    assert "export: up to date" in log and "notes.txt" not in str(manifest["stages"]["export"]["wrote"])

@@ -5,7 +5,6 @@ training on the recipe's hardware, serving per context from the sweep)."""
 from __future__ import annotations
 
 import json
-import shutil
 from typing import Any
 
 from crosstune.fsutil import atomic_write_text
@@ -34,8 +33,8 @@ def _export_hash(s: StudyContext) -> str | None:
     return next((o["sha256"] for o in s.outputs_of("export") if o["path"] == EXPORT), None)
 
 
-def clear_eval(s: StudyContext) -> None:
-    shutil.rmtree(s.bundle / EVAL / FINETUNE, ignore_errors=True)  # the completion cache too: other settings
+def eval_folders(s: StudyContext) -> list[str]:
+    return [f"{EVAL}/{FINETUNE}"]  # the completion cache too: a redo has other settings
 
 
 def run_eval(s: StudyContext) -> StageResult:

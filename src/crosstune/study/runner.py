@@ -43,28 +43,28 @@ class Stage:
     title: str
     inputs: Callable[[StudyContext], dict[str, Any]]
     run: Callable[[StudyContext], Any]
-    clear: Callable[[StudyContext], None]  # remove what the stage wrote (before redoing it with new inputs)
+    folders: Callable[[StudyContext], list[str]]  # what the stage writes (bundle-relative): removed before a redo
     reads: tuple[str, ...] = ()  # earlier stages whose outputs it reads: their hashes are among its inputs, and
     # redoing one of them makes this stage stale
 
 
-def _remove(*rels: str) -> Callable[[StudyContext], None]:
-    return lambda s: [shutil.rmtree(s.bundle / rel, ignore_errors=True) for rel in rels]
+def _folders(*rels: str) -> Callable[[StudyContext], list[str]]:
+    return lambda s: list(rels)
 
 
 STAGES: list[Stage] = [
-    Stage("prepare", "prepare the data (crosstune.data)", stages.prepare_inputs, stages.run_prepare, _remove(DATA)),
-    Stage("plan", "plan mesh and memory (crosstune.planner)", stages.plan_inputs, stages.run_plan, _remove(PLAN)),
-    Stage("train", "train the LoRA (train.session)", stages.train_inputs, stages.run_train, stages.clear_train,
+    Stage("prepare", "prepare the data (crosstune.data)", stages.prepare_inputs, stages.run_prepare, _folders(DATA)),
+    Stage("plan", "plan mesh and memory (crosstune.planner)", stages.plan_inputs, stages.run_plan, _folders(PLAN)),
+    Stage("train", "train the LoRA (train.session)", stages.train_inputs, stages.run_train, stages.train_folders,
           reads=("prepare",)),
-    Stage("export", "export merged model + adapter", stages.export_inputs, stages.run_export, _remove(EXPORT),
+    Stage("export", "export merged model + adapter", stages.export_inputs, stages.run_export, _folders(EXPORT),
           reads=("train",)),
-    Stage("serve", "serve with vLLM", serving.serve_inputs, serving.run_serve, _remove(SERVE), reads=("export",)),
-    Stage("bench", "benchmark the serve grid", serving.bench_inputs, serving.run_bench, _remove(BENCH),
+    Stage("serve", "serve with vLLM", serving.serve_inputs, serving.run_serve, _folders(SERVE), reads=("export",)),
+    Stage("bench", "benchmark the serve grid", serving.bench_inputs, serving.run_bench, _folders(BENCH),
           reads=("export", "serve")),
-    Stage("eval", "pass@k (crosstune.evals)", evaluation.eval_inputs, evaluation.run_eval, evaluation.clear_eval,
+    Stage("eval", "pass@k (crosstune.evals)", evaluation.eval_inputs, evaluation.run_eval, evaluation.eval_folders,
           reads=("export",)),
-    Stage("cost", "training and serving cost", evaluation.cost_inputs, evaluation.run_cost, _remove(COST),
+    Stage("cost", "training and serving cost", evaluation.cost_inputs, evaluation.run_cost, _folders(COST),
           reads=("train", "bench")),
 ]  # fmt: skip
 STAGE_NAMES = [st.name for st in STAGES]
@@ -185,7 +185,7 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
     before = entry.get("outputs") if entry is not None else None  # what the later stages read, if it finished
     if entry is not None and entry.get("status") == "stale":
         console.print(f"{counter} {stage.name}: stale ({entry.get('stale')}): redoing it")
-        stage.clear(ctx)
+        _clear(ctx, stage, entry)
     elif entry is not None and entry.get("inputs") == inputs and entry.get("status") in ("done", "skipped"):
         problem = verify_outputs(bundle, entry.get("outputs", []))
         if problem is None:
@@ -194,12 +194,12 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
             console.print(f"{counter} {stage.name}: {what} ({took:.1f} s) — {entry.get('note', '')}")
             return
         console.print(f"{counter} {stage.name}: redoing it: {problem}")
-        stage.clear(ctx)
+        _clear(ctx, stage, entry)
     elif entry is not None and entry.get("inputs") != inputs:
         older = "" if entry.get("inputs_format") == INPUTS_FORMAT else (
             " (recorded by an older crosstune, whose inputs did not fingerprint the files a stage reads)")  # fmt: skip
         console.print(f"{counter} {stage.name}: its inputs changed since it ran{older}: redoing it")
-        stage.clear(ctx)
+        _clear(ctx, stage, entry)
     elif entry is not None:
         console.print(f"{counter} {stage.name}: continuing where an earlier run stopped ({entry.get('status')})")
     console.rule(f"{counter} {stage.name}: {stage.title}", align="left")
@@ -237,8 +237,35 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
     console.print(f"{counter} {stage.name}: {mark} in {time.perf_counter() - t0:.1f} s — {result.note}")
 
 
+def _written(ctx: StudyContext, stage: Stage) -> list[str]:
+    """Every file under the stage's folders, bundle-relative: what it wrote (its folders were emptied before)."""
+    found = []
+    for rel in stage.folders(ctx):
+        where = ctx.bundle / rel
+        files = [where] if where.is_file() else sorted(p for p in where.rglob("*") if not p.is_dir())
+        found += [p.relative_to(ctx.bundle).as_posix() for p in files]
+    return found
+
+
+def _clear(ctx: StudyContext, stage: Stage, entry: dict[str, Any]) -> None:
+    """Remove the stage's folders before a redo; refused, naming the file, when one holds a file the stage did not
+    write (crosstune.ownership's rule: a command replaces only what it wrote). A stage recorded before the study
+    listed what it wrote (no `wrote`) is cleared as before."""
+    if "wrote" in entry:
+        foreign = sorted(set(_written(ctx, stage)) - set(entry["wrote"]))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise StudyError(
+                f"stage {stage.name} must be redone, which replaces its folders, but they hold files it did not "
+                f"write: {shown} (in {ctx.bundle}): move them out of the bundle, then run the same command again"
+            )
+    for rel in stage.folders(ctx):
+        where = ctx.bundle / rel
+        where.unlink() if where.is_file() else shutil.rmtree(where, ignore_errors=True)
+
+
 def _finish(ctx: StudyContext, stage: Stage, entry: dict[str, Any], t0: float, *, status: str, **extra: Any) -> None:
-    entry.update(status=status, seconds=round(time.perf_counter() - t0, 3), **extra)
+    entry.update(status=status, seconds=round(time.perf_counter() - t0, 3), wrote=_written(ctx, stage), **extra)
     entry.pop("pid", None)
     ctx.manifest["stages"][stage.name] = entry
     _refresh_contents(ctx.manifest)

@@ -6,7 +6,6 @@ outside the bundle) and a `run` returning a StageResult."""
 from __future__ import annotations
 
 import json
-import shutil
 from typing import Any
 
 from crosstune.fsutil import atomic_write_text, file_sha256
@@ -100,8 +99,8 @@ def _train_outputs(s: StudyContext) -> list[Output]:
     return [Output(f"{s.run_rel}/{name}") for name in (RUN_JSON, METRICS_JSONL, ADAPTER)]
 
 
-def clear_train(s: StudyContext) -> None:
-    shutil.rmtree(s.run_dir, ignore_errors=True)
+def train_folders(s: StudyContext) -> list[str]:
+    return [s.run_rel]
 
 
 def run_train(s: StudyContext) -> StageResult:
