@@ -147,14 +147,26 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
     table.add_row("HBM", _bytes(report["hbm_bytes_per_device"]), "", "")
     table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", "")
     out.print(table)
+    kernels = f" + {x['kernel_flops']:.3g} flops, {x['kernel_bytes']:.3g} bytes in Pallas kernels" if x[
+        "kernel_flops"] else ""  # fmt: skip
     out.print(
         f"cost per micro-step per device: {x['flops']:.3g} flops, {x['bytes_accessed']:.3g} bytes accessed "
-        f"(XLA cost_analysis)"
+        f"(XLA cost_analysis){kernels}; {x['collective_bytes']:.3g} bytes over ICI in "
+        f"{sum(x['collectives'].get('count', {}).values())} collectives (the optimized HLO)",
+        highlight=False,
     )
+    if x["kernel_note"] and x["kernel_flops"]:
+        out.print(f"  {x['kernel_note']}", highlight=False)
+    by_term = line["tokens_per_s_by_term"]
+    terms = ", ".join(
+        f"{name} {line[key]:.3f} s ({'–' if by_term[t] is None else f'{by_term[t]:,.0f}'} tok/s)"
+        for name, key, t in (("compute", "compute_s", "compute"), ("HBM", "memory_s", "memory"),
+                             ("ICI", "ici_s", "ici"))
+    )  # fmt: skip
     out.print(
-        f"roofline: compute {line['compute_s']:.3f} s, HBM {line['memory_s']:.3f} s per micro-step "
-        f"({line['micro_batch_tokens']:,} tokens; {line['bound']}-bound) → ≥ {line['step_s']:.2f} s per optimizer "
-        f"step (×{line['accumulation']}), ≤ {line['tokens_per_s']:,.0f} tokens/s: {line['note']}",
+        f"roofline per micro-step: {terms} ({line['micro_batch_tokens']:,} tokens; {line['bound']}-bound) → "
+        f"≥ {line['step_s']:.2f} s per optimizer step (×{line['accumulation']}), ≤ {line['tokens_per_s']:,.0f} "
+        f"tokens/s: {line['note']}",
         highlight=False,
     )
     t = report["timings_s"]
