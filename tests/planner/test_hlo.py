@@ -28,7 +28,12 @@ ENTRY %main.1 (param.1: bf16[1024,1024]) -> bf16[1024,1024] {
   %collective-permute-done = s32[2,128,1]{1,2,0} collective-permute-done(%collective-permute-start)
   %collective-permute-start.1 = (f32[32]{0:T(128)S(1)}, f32[32]{0:T(128)}, u32[]{:S(2)}, u32[]{:S(2)}) collective-permute-start(%c), channel_id=20, source_target_pairs={{0,0},{1,1},{2,2},{3,3}}
   %while.3 = (s32[], f32[8]) while(%t), condition=%cond.1, body=%body.1, backend_config={"known_trip_count":{"n":"6"}}
-  %custom-call.7 = bf16[2,8,3072,256]{3,2,1,0} custom-call(%q, %k, %v), custom_call_target="tpu_custom_call", metadata={op_name="jit(crosstune_train_step)/jvp()/crosstune_attention_sliding/shard_map/splash"}, backend_config={"custom_call_config": {"body": "TUxJUg", "name": "splash_mha_fwd_segmented_residuals"}}
+  %splash_mha_fwd_segmented_residuals.2 = (f32[2,128,128]{2,1,0:T(8,128)}, f32[2,2,128,32]{3,2,1,0:T(8,128)}) custom-call(%copy.927, %copy.928), custom_call_target="tpu_custom_call", operand_layout_constraints={s8[1,1,1]{2,1,0}}, frontend_attributes={kernel_metadata={
+"xprof_metadata":"{\"block_q\": 128, \"use_fused_bwd_kernel\": true}"
+}}, metadata={op_name="jit(crosstune_train_step)/jvp(crosstune_attention_sliding)/shard_map/vmap(static_sparsity_splash)/pallas_call" stack_frame_id=88}
+  %splash_mha_dkv_segmented_no_residuals.1 = (f32[2,128,32]{2,1,0:T(8,128)}) custom-call(%copy.933), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={
+"xprof_metadata":"{}"
+}}, metadata={op_name="jit(crosstune_train_step)/transpose(jvp(crosstune_attention_global))/pallas_call"}
   %custom-call.3 = s32[1024]{0:T(1024)} custom-call(%param_1.10), custom_call_target="AssumeGatherIndicesInBound"
 }
 """
@@ -54,7 +59,8 @@ def test_collective_bytes_per_device_follow_the_ring_algorithms():
     # devices 1 and 2 swap their operand; the second permute only sends each device's data to itself
     assert c.bytes["collective-permute"] == pytest.approx(2 * 128 * 1 * 4)
     assert c.total_bytes == pytest.approx(sum(c.bytes.values()))
-    assert c.custom_calls == {"splash_mha_fwd_segmented_residuals|crosstune_attention_sliding": 1}
+    assert c.custom_calls == {"splash_mha_fwd_segmented_residuals|crosstune_attention_sliding": 1,
+                              "splash_mha_dkv_segmented_no_residuals|crosstune_attention_global": 1}  # fmt: skip
     assert c.uncounted_loops == 0
 
 

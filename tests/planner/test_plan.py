@@ -32,16 +32,17 @@ def _recipe(path: Path, hardware: str, *overrides: str):
     )
 
 
-# (recipe, hardware) -> (jax GB per device, torch GB per GPU or None on TPUs), all of which fit
+# (recipe, hardware) -> (jax GB per device, torch GB per GPU or None on TPUs), all of which fit. The jax side's logits
+# term is the chunked loss's (crosstune.train.jax.logits): 2.0 GB less than the three fp32 copies of all logits
 FITS = {
-    (G4, "tpu-v5p-8"): (22.9, None),  # XLA's full-depth compile: 23.24 GB (docs/BENCHMARKS.md)
-    (G4, "tpu-v6e-8"): (28.7, None),  # fsdp 2: + the layers gathered over fsdp (12.8 GB)
-    (G4, "2xh100"): (52.9, 49.4),
-    (G4, "1xh200"): (84.7, 81.9),
-    (G3, "tpu-v5p-8"): (18.3, None),
-    (G3, "tpu-v6e-8"): (23.7, None),  # XLA's full-depth compile: 22.10 GB
-    (G3, "2xh100"): (42.0, 39.9),
-    (G3, "1xh200"): (69.6, 67.0),
+    (G4, "tpu-v5p-8"): (20.9, None),  # the shipped recipe's before its --search winner (docs/BENCHMARKS.md)
+    (G4, "tpu-v6e-8"): (26.8, None),  # fsdp 2: + the layers gathered over fsdp (12.8 GB)
+    (G4, "2xh100"): (44.9, 49.4),
+    (G4, "1xh200"): (76.8, 81.9),
+    (G3, "tpu-v5p-8"): (17.2, None),
+    (G3, "tpu-v6e-8"): (22.6, None),
+    (G3, "2xh100"): (37.2, 39.9),
+    (G3, "1xh200"): (64.8, 67.0),
 }
 
 

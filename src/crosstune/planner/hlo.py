@@ -10,7 +10,6 @@ known_trip_count times; an unknown trip count counts once and is reported (`unco
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -102,19 +101,21 @@ def _kernel_key(line: str) -> str:
 
 
 def _kernel_name(line: str) -> str:
-    target = PALLAS_TARGET
-    config = re.search(r"backend_config=(\{.*\})(?:,\s*\w+=|$)", line)
-    if config:
-        try:
-            cfg = json.loads(config.group(1))
-            name = (cfg.get("custom_call_config") or {}).get("name") or cfg.get("name")
-            if name:
-                return str(name)
-        except (json.JSONDecodeError, AttributeError):
-            pass
-    if m := re.search(r'"name"\s*:\s*"([^"]+)"', line):
-        return m.group(1)
-    return target
+    """pallas_call names the instruction after its kernel (`%splash_mha_fwd_segmented_residuals.2 = ...`)."""
+    m = re.match(r"^\s*(?:ROOT\s+)?%([\w\-]+?)(?:\.\d+)?\s*=", line)
+    return m.group(1) if m else PALLAS_TARGET
+
+
+def _instructions(hlo: str) -> list[str]:
+    """The module's lines with each instruction joined into one (a kernel's metadata spans several lines)."""
+    out: list[str] = []
+    for line in hlo.splitlines():
+        starts = _OP.match(line) or _COMPUTATION.match(line) or line.strip() in ("}", "") or not out
+        if starts or line.startswith("HloModule"):
+            out.append(line)
+        else:
+            out[-1] += " " + line.strip()
+    return out
 
 
 def parse_collectives(hlo: str, devices: int) -> Collectives:
@@ -123,7 +124,7 @@ def parse_collectives(hlo: str, devices: int) -> Collectives:
     calls: dict[str, dict[str, int]] = {}
     loops: list[tuple[str, int | None, str]] = []  # (body, trip count, computation holding the while)
     current = ""
-    for line in hlo.splitlines():
+    for line in _instructions(hlo):
         if (m := _COMPUTATION.match(line)) and " = " not in line:
             current = m.group(1)
             continue

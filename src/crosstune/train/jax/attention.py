@@ -189,12 +189,12 @@ def _visited_blocks(kernel: splash.SplashAttentionKernel, head: int = 0) -> int:
 def kernel_work(recipe, spec, custom_calls: dict[str, int], mesh) -> KernelWork:
     """Flops and HBM bytes per device of the splash calls the compiled program makes (`custom_calls` from the
     HLO, keyed `kernel|scope`), counted from each layer type's mask: per visited block, MATMULS[phase] matmuls of
-    2·block²·head_dim flops; bytes: q once, k and v once per visited block, the output written (bf16)."""
+    2·block²·head_dim flops; bytes: q read and the output written once, k and v read once per visited block."""
     if not custom_calls:
         return KernelWork(0.0, 0.0, "no Pallas kernels: XLA's cost_analysis counts every op")
     tp = mesh.shape["tp"]
     rows, length = recipe.train.per_device_batch_size, recipe.data.max_seq_len  # each device: its rows, N/tp heads
-    b = block_size(length)
+    b, a = block_size(length), 2 if recipe.train.precision == "bf16" else 4  # bytes per element
     flops = moved = 0.0
     counted: list[str] = []
     for key, calls in sorted(custom_calls.items()):
@@ -207,7 +207,7 @@ def kernel_work(recipe, spec, custom_calls: dict[str, int], mesh) -> KernelWork:
         visited = _visited_blocks(make_kernel(kind.window, length, 1, interpret=True))
         flops += calls * rows * heads * visited * MATMULS[phase] * 2 * b * b * kind.head_dim
         kv_heads = max(1, kind.num_kv_heads // tp)
-        moved += calls * rows * 2 * kind.head_dim * (2 * heads * length + 2 * kv_heads * visited * b)
+        moved += calls * rows * a * kind.head_dim * (2 * heads * length + 2 * kv_heads * visited * b)
         counted.append(f"{calls} × {kernel_name} ({kind.name})")
     note = "Pallas kernels' work counted from their block masks (not in cost_analysis): " + ", ".join(counted)
     return KernelWork(flops, moved, note)
