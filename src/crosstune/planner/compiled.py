@@ -75,7 +75,8 @@ class CompiledStep:
     @classmethod
     def from_dict(cls, d: dict) -> CompiledStep:
         fields = dataclasses.fields(cls)
-        return cls(**{f.name: d[f.name] for f in fields if f.name in d or f.default is dataclasses.MISSING})
+        required = {f.name for f in fields if f.default is f.default_factory is dataclasses.MISSING}
+        return cls(**{f.name: d[f.name] for f in fields if f.name in d or f.name in required})
 
 
 @dataclass(frozen=True)
