@@ -122,14 +122,16 @@ def plan(
 
 
 def compile_key(recipe_file: Path, overrides: list[str], layers: int | None) -> str:
-    """What a compile's result depends on: the recipe's text, the --set lines, the depth, and the code of the jax
-    step and of its analysis (STEP_CODE)."""
+    """What a compile's result depends on: the recipe as the --set lines resolve it (so a recipe that took a
+    candidate's settings finds that candidate's compiles), the depth, and the code of the jax step and of its
+    analysis (STEP_CODE)."""
     import hashlib
 
     import crosstune.train.jax as jax_backend
 
     code = [Path(jax_backend.__file__).parent / f"{name}.py" for name in STEP_CODE]
-    parts = [recipe_file.read_text(encoding="utf-8"), json.dumps([overrides, layers])]
+    resolved = load_for_plan(recipe_file, overrides).model_dump(mode="json")
+    parts = [json.dumps([resolved, layers], sort_keys=True)]
     parts += [p.read_text(encoding="utf-8") for p in code]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
 

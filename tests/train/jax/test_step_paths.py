@@ -19,6 +19,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("tunix")
+# ~2 min on an idle 2-core box (splash runs in Pallas interpret mode; 8 min under load): the chunked loss alone has a
+# fast default test (test_logits.py)
+pytestmark = pytest.mark.slow
 
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 2e-4
