@@ -89,13 +89,16 @@ def _group(path: str) -> str:
     return ".".join(parts[2:-1]) if parts[0] == "layers" else ".".join(parts[:-1])
 
 
-def _layer_working_set(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int, scores: bool) -> float:
+def _layer_working_set(
+    spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int, scores: bool, mlp_copies: int = 4
+) -> float:
     k = spec.kind(layer)
     qh = k.num_heads / tp if k.num_heads % tp == 0 else k.num_heads
     kvh = k.num_kv_heads / tp if k.num_kv_heads % tp == 0 else k.num_kv_heads
     f = spec.intermediate_size / tp if spec.intermediate_size % tp == 0 else spec.intermediate_size
     tokens = b * seq
-    out = 8 * tokens * spec.hidden_size / tp * a + tokens * (2 * qh + 2 * kvh) * k.head_dim * a + 4 * tokens * f * a
+    out = 8 * tokens * spec.hidden_size / tp * a + tokens * (2 * qh + 2 * kvh) * k.head_dim * a
+    out += mlp_copies * tokens * f * a
     if scores:  # one fp32 [b, heads, L, L] per layer: XLA's remat-off compile of the 31B (temp 33.05 GB at 60 layers)
         out += b * qh * seq * seq * 4
     return out
@@ -153,7 +156,10 @@ def memory(
         lora = spec.lora_params(rank, recipe.lora.targets) * 16 / shards
     splash = backend == "jax" and recipe.backend.jax.attention == "splash"
     scores = backend == "jax" and not splash  # tunix's dense attention holds fp32 scores and probabilities
-    working = [_layer_working_set(spec, i, b, seq, a, tp, scores) for i in range(spec.num_layers)]
+    # XLA keeps 3 [tokens, F/tp] MLP tensors per layer (gate, up, their product): the 31B's full-depth compile with
+    # nothing recomputed, splash, v5p-8 (temp 13.17 GB; docs/BENCHMARKS.md); the torch estimate keeps its 4
+    mlp = 3 if backend == "jax" else 4
+    working = [_layer_working_set(spec, i, b, seq, a, tp, scores, mlp) for i in range(spec.num_layers)]
     if splash:  # the kernel's residuals instead: its output and fp32 logsumexp per layer
         working = [w + _splash_residuals(spec, i, b, seq, a, tp) for i, w in enumerate(working)]
     mask = 0 if splash else b * seq * seq  # the [b, L, L] boolean mask (splash takes [b, L] segment ids)
