@@ -141,10 +141,10 @@ for variant in sys.argv[2].split():
     if not rows:
         print(f"{name:30s} no metrics (skipped or failed: see above)")
         continue
-    tps = statistics.median(r["tokens_per_s"] for r in rows)
-    col = statistics.median(r["mfu"] for r in rows) if rows[0].get("mfu") is not None else None
-    hfu = statistics.median(r["hfu"] for r in rows) if rows[0].get("hfu") is not None else None
-    mem = max(r["peak_memory_gb"] for r in rows)
+    tps = statistics.median(r.tokens_per_s for r in rows)
+    col = statistics.median(r.mfu for r in rows) if rows[0].mfu is not None else None
+    hfu = statistics.median(r.hfu for r in rows) if rows[0].hfu is not None else None
+    mem = max(r.peak_memory_gib for r in rows)
     print(f"{name:30s} {tps:10,.0f} {mfu(tps):>7s} {'' if col is None else f'{col:.1%}':>8s} "
           f"{'' if hfu is None else f'{hfu:.1%}':>8s} {mem:9.1f} "
           f"{tps / plain['tokens_per_s']:8.2f}")

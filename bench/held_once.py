@@ -27,7 +27,7 @@ def _measure(recipe_path: Path, layers: int) -> list[dict]:
     from flax import nnx
 
     from crosstune.planner.cli import load_for_plan
-    from crosstune.run.metrics import host_peak_rss_gb
+    from crosstune.run.metrics import bytes_to_gib, host_peak_rss_bytes
     from crosstune.train.jax.aot import abstract_step, hf_config, topology_mesh
     from crosstune.train.jax.model import mesh_context
 
@@ -49,7 +49,8 @@ def _measure(recipe_path: Path, layers: int) -> list[dict]:
         total = args + out - alias + mem.temp_size_in_bytes + mem.generated_code_size_in_bytes
         rows.append({"program": name, "device": kind, "arguments": args, "outputs": out, "alias": alias,
                      "temp": mem.temp_size_in_bytes, "code": mem.generated_code_size_in_bytes, "total": total,
-                     "compile_s": time.perf_counter() - t0, "host_peak_rss_gb": host_peak_rss_gb()})  # fmt: skip
+                     "compile_s": time.perf_counter() - t0,
+                     "host_peak_rss_gib": bytes_to_gib(host_peak_rss_bytes())})  # fmt: skip
     return rows
 
 
@@ -77,7 +78,7 @@ def main() -> None:
     ours, theirs = rows
     print(f"outputs / arguments: {ours['outputs'] / ours['arguments']:.3f} (crosstune) vs "
           f"{theirs['outputs'] / theirs['arguments']:.3f} (tunix); total {ours['total'] / theirs['total']:.3f}× "
-          f"tunix's; host peak RSS {max(r['host_peak_rss_gb'] for r in rows):.1f} GB")  # fmt: skip
+          f"tunix's; host peak RSS {max(r['host_peak_rss_gib'] for r in rows):.1f} GiB")  # fmt: skip
 
 
 if __name__ == "__main__":

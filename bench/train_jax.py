@@ -14,7 +14,6 @@ imported): on 2 shared cores a bigger mesh adds partitioning overhead, not compu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -59,6 +58,7 @@ def setup(root: Path, steps: int) -> list[str]:
 def one_run(backend: str, overrides: list[str], run_dir: Path) -> dict:
     from crosstune.recipe import load_recipe
     from crosstune.run.metrics import read_metrics
+    from crosstune.run.records import read_run_record
     from crosstune.train.session import train
 
     recipe = load_recipe(REPO / "recipes" / "tiny-cpu.yaml", overrides)
@@ -67,17 +67,17 @@ def one_run(backend: str, overrides: list[str], run_dir: Path) -> dict:
     wall = time.perf_counter() - t0
     rows = read_metrics(run_dir)
     steady = rows[1:]
-    step_s = sum(r["step_time_s"] for r in steady)
-    meta = json.loads((run_dir / "run.json").read_text())
+    step_s = sum(r.step_time_s for r in steady)
+    record = read_run_record(run_dir)
     return {
         "wall": wall,
-        "compile": meta.get("compile_time_s"),
-        "first_step": rows[0]["step_time_s"],
+        "compile": record.compile_time_s,
+        "first_step": rows[0].step_time_s,
         "steps_per_s": len(steady) / step_s,
-        "tokens_per_s": sum(r["tokens"] for r in steady) / step_s,
-        "trained_tokens_per_s": sum(r["trained_tokens"] for r in steady) / step_s,
-        "loss": (rows[0]["loss"], rows[-1]["loss"]),
-        "tokens": sum(r["tokens"] for r in rows),
+        "tokens_per_s": sum(r.tokens for r in steady) / step_s,
+        "trained_tokens_per_s": sum(r.trained_tokens for r in steady) / step_s,
+        "loss": (rows[0].loss, rows[-1].loss),
+        "tokens": sum(r.tokens for r in rows),
     }
 
 

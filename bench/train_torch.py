@@ -221,7 +221,7 @@ def run(root: Path, args) -> None:
             out = fn(i)
             if name.startswith("crosstune"):
                 out, rows = out
-                assert [r["trained_tokens"] for r in rows] == tokens[layout_of[name]], f"{name}: token counts differ"
+                assert [r.trained_tokens for r in rows] == tokens[layout_of[name]], f"{name}: token counts differ"
             wall[name].append(out[0])
             cpu[name].append(out[1])
             print(f"  run {i + 1}/{args.repeat} {name}: {out[0]:.2f} s wall, {out[1]:.2f} s CPU", flush=True)

@@ -21,6 +21,9 @@ class Chip:
     spot_price_per_chip_hour: float | None = None
     price_source: str = ""
     price_date: str = ""  # when the source listed the price
+    # TPUs: bidirectional inter-chip interconnect bandwidth per chip, GB/s, summed over all the chip's ICI links
+    # (Google Cloud's TPU pages, ICI_SOURCE): the roofline's interconnect term
+    ici_bandwidth_gbs: float | None = None
 
 
 # Sources as noted per chip (the seed's $16.80/h for v5p-8 and $22.12/h for 2×H100 are 4 × 4.20
@@ -28,14 +31,17 @@ class Chip:
 _THIRD_PARTY = "third-party on-demand list price pages (verify before publishing)"
 _H100_SOURCE = "GCP a3-highgpu-8g on-demand ≈ $88.49/h ÷ 8 GPUs (third-party listing; verify before publishing)"
 _NO_PRICE = "no sourced price: give one with --prices FILE or the recipe's cost.price_per_hour"
+# "Bidirectional inter-chip interconnect (ICI) bandwidth (per chip)": 1200 GBps (v5p), 800 GBps (v6e), 400 GBps
+# (v5e), read 2026-12 (the older pages' 4800 / 3584 / 1600 Gbps are the same links counted in one direction)
+ICI_SOURCE = "cloud.google.com/tpu/docs/v5p, /v6e, /v5e: system architecture, key specifications"
 
 CHIPS: dict[str, Chip] = {
     c.name: c
     for c in (
-        Chip("tpu-v5p", "tpu", 459.0, 95.0, 2765.0, 4.20, None, _THIRD_PARTY, "2025-26"),
+        Chip("tpu-v5p", "tpu", 459.0, 95.0, 2765.0, 4.20, None, _THIRD_PARTY, "2025-26", ici_bandwidth_gbs=1200.0),
         # one page lists v6e at 1.375; 2.70 is the figure most pages give
-        Chip("tpu-v6e", "tpu", 918.0, 32.0, 1638.0, 2.70, None, _THIRD_PARTY, "2025-26"),
-        Chip("tpu-v5e", "tpu", 197.0, 16.0, 819.0, None, None, _NO_PRICE),
+        Chip("tpu-v6e", "tpu", 918.0, 32.0, 1638.0, 2.70, None, _THIRD_PARTY, "2025-26", ici_bandwidth_gbs=800.0),
+        Chip("tpu-v5e", "tpu", 197.0, 16.0, 819.0, None, None, _NO_PRICE, ici_bandwidth_gbs=400.0),
         Chip("h100", "gpu", 989.0, 80.0, 3350.0, 11.06, None, _H100_SOURCE, "2025-26"),  # SXM; 1979 is sparse
         Chip("h200", "gpu", 989.0, 141.0, 4800.0, None, None, _NO_PRICE),
         Chip("a100", "gpu", 312.0, 80.0, 2000.0, None, None, _NO_PRICE),

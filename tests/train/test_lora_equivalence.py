@@ -175,7 +175,7 @@ def test_jax_activation_recompute_keeps_the_lora(tmp_path, tiny_gemma4_dir, synt
     from flax import nnx
 
     from crosstune.train.jax.model import build_model, lora_modules, make_mesh, mesh_context
-    from crosstune.train.jax.step import attention_mask, loss_fn
+    from crosstune.train.jax.step import loss_fn
 
     recipe = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4")
     mesh = make_mesh(1, 1)
@@ -187,7 +187,7 @@ def test_jax_activation_recompute_keeps_the_lora(tmp_path, tiny_gemma4_dir, synt
         input_tokens=tokens,
         input_mask=jnp.ones((2, 16), bool),
         positions=jnp.tile(jnp.arange(16), (2, 1)),
-        attention_mask=attention_mask(jnp.ones((2, 16), jnp.int32)),
+        segment_ids=jnp.ones((2, 16), jnp.int32),
         loss_weight=jnp.full((2,), 1 / 30, jnp.float32),
     )
     step = nnx.jit(lambda m, x: nnx.grad(loss_fn, argnums=nnx.DiffState(0, nnx.LoRAParam))(m, **x))

@@ -147,14 +147,26 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
     table.add_row("HBM", _bytes(report["hbm_bytes_per_device"]), "", "")
     table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", "")
     out.print(table)
+    kernels = f" + {x['kernel_flops']:.3g} flops, {x['kernel_bytes']:.3g} bytes in Pallas kernels" if x[
+        "kernel_flops"] else ""  # fmt: skip
     out.print(
         f"cost per micro-step per device: {x['flops']:.3g} flops, {x['bytes_accessed']:.3g} bytes accessed "
-        f"(XLA cost_analysis)"
+        f"(XLA cost_analysis){kernels}; {x['collective_bytes']:.3g} bytes over ICI in "
+        f"{sum(x['collectives'].get('count', {}).values())} collectives (the optimized HLO)",
+        highlight=False,
     )
+    if x["kernel_note"] and x["kernel_flops"]:
+        out.print(f"  {x['kernel_note']}", highlight=False)
+    by_term = line["tokens_per_s_by_term"]
+    terms = ", ".join(
+        f"{name} {line[key]:.3f} s ({'–' if by_term[t] is None else f'{by_term[t]:,.0f}'} tok/s)"
+        for name, key, t in (("compute", "compute_s", "compute"), ("HBM", "memory_s", "memory"),
+                             ("ICI", "ici_s", "ici"))
+    )  # fmt: skip
     out.print(
-        f"roofline: compute {line['compute_s']:.3f} s, HBM {line['memory_s']:.3f} s per micro-step "
-        f"({line['micro_batch_tokens']:,} tokens; {line['bound']}-bound) → ≥ {line['step_s']:.2f} s per optimizer "
-        f"step (×{line['accumulation']}), ≤ {line['tokens_per_s']:,.0f} tokens/s: {line['note']}",
+        f"roofline per micro-step: {terms} ({line['micro_batch_tokens']:,} tokens; {line['bound']}-bound) → "
+        f"≥ {line['step_s']:.2f} s per optimizer step (×{line['accumulation']}), ≤ {line['tokens_per_s']:,.0f} "
+        f"tokens/s: {line['note']}",
         highlight=False,
     )
     t = report["timings_s"]
@@ -169,3 +181,39 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
             "grows faster than linearly with depth); compile without --layers for the full depth",
             highlight=False,
         )
+
+
+def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> None:
+    """`plan --search`'s frontier: every compiled candidate, XLA's memory per chip (full depth, or extrapolated from
+    the screen), the three-term roofline, and the --set lines of the winner (crosstune.planner.search)."""
+    from crosstune.planner.search import pareto
+
+    out = out or console
+    usable = None if hw.chip.hbm_gb is None else USABLE_FRACTION * hw.chip.hbm_gb
+    front = pareto(search.results)
+    table = Table(title=f"{recipe.name} on {hw.name}: {search.compiles} compiles (screen at {search.depths[0]} and "
+                  f"{search.depths[1]} layers, finalists at full depth)")  # fmt: skip
+    for col in ("candidate", "stage", "XLA GB/chip", "planner", "compute s", "HBM s", "ICI s", "tokens/s", ""):
+        table.add_column(col, justify="left" if col in ("candidate", "stage", "") else "right")
+    ranked = sorted((r for r in search.results if r.step is not None or r.error), key=lambda r: (
+        {"final": 0, "screened": 1}.get(r.stage, 2), -(r.line.tokens_per_s if r.line else 0)))  # fmt: skip
+    for r in ranked:
+        line = r.line
+        mark = " ◀ winner" if r is search.winner else (" frontier" if r in front else "")
+        mark += " (the recipe)" if r is search.baseline else ""
+        fits = r.fits(usable)
+        gb = "–" if r.xla_gb is None else f"[{'green' if fits else 'red'}]{r.xla_gb:,.1f}[/]"
+        stage = r.stage + ("" if not r.error else f": {r.error[:60]}")
+        cells = ("–",) * 4 if line is None else (f"{line.compute_s:.3f}", f"{line.memory_s:.3f}", f"{line.ici_s:.3f}",
+                                                 f"{line.tokens_per_s:,.0f}")  # fmt: skip
+        table.add_row(r.candidate.label, stage, gb, f"{r.planner.total:,.1f}", *cells, mark)
+    out.print(table)
+    out.print(f"{len(search.results) - len(ranked)} more candidates priced by the planner only", highlight=False)
+    for note in search.notes:
+        out.print(f"[yellow]note[/yellow]: {note}", highlight=False)
+    if search.winner is not None:
+        w = search.winner
+        sets = " ".join(f"--set {s}" for s in w.candidate.overrides(recipe))
+        out.print(f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), "
+                  f"≤ {w.line.tokens_per_s:,.0f} tokens/s ({w.line.bound}-bound)", highlight=False)  # fmt: skip
+        out.print(f"reproduce: crosstune plan RECIPE --compile {sets}", highlight=False)

@@ -2,9 +2,12 @@
 
 `CompiledStep` holds what `crosstune plan --compile` measured: the step compiled ahead of time for the target's TPU
 topology (crosstune.train.jax.compile), XLA's memory_analysis (bytes per device) and cost_analysis (flops and bytes
-accessed per device and micro-step). Here only arithmetic on those numbers: the per-device total, the roofline
-(the larger of compute time at the chip's bf16 peak and HBM time at its bandwidth; an upper bound on speed: real
-steps also wait on collectives, the host and imperfect overlap) and the JSON object the command prints.
+accessed per device and micro-step) and the optimized HLO's collectives and Pallas custom calls (crosstune.planner.hlo).
+Here only arithmetic on those numbers: the per-device total, the roofline with three terms per micro-step — compute
+(flops / bf16 peak), HBM (bytes / bandwidth) and ICI (collective bytes / interconnect bandwidth), the step taking
+the longest of them (an upper bound on speed: as if the three overlapped perfectly and the host cost nothing) —
+and the JSON object the command prints. A Pallas kernel's work is invisible to cost_analysis: its flops and bytes
+come from the model's own count of what the kernel computes (`kernel_flops`, `kernel_bytes`; train/jax/attention).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from crosstune.hardware import Chip
 from crosstune.planner.estimate import GB, Memory, Plan
 
 ROOFLINE_NOTE = (
-    "an upper bound: max(flops / bf16 peak, bytes accessed / HBM bandwidth) per micro-step, as if compute and "
-    "memory traffic overlapped perfectly and collectives, the host and the input pipeline cost nothing"
+    "an upper bound: max(flops / bf16 peak, bytes accessed / HBM bandwidth, collective bytes / ICI bandwidth) per "
+    "micro-step, as if compute, memory traffic and collectives overlapped perfectly (each collective at the chip's "
+    "whole bidirectional ICI bandwidth) and the host and the input pipeline cost nothing"
 )
 
 
@@ -44,6 +48,11 @@ class CompiledStep:
     lower_s: float
     compile_s: float
     host_peak_rss_bytes: int
+    collective_bytes: float = 0.0  # per device, moved over ICI by the program's collectives (planner.hlo)
+    collectives: dict = dataclasses.field(default_factory=dict)  # planner.hlo.Collectives.as_dict()
+    kernel_flops: float = 0.0  # Pallas kernels' work, counted from the model (cost_analysis has none of it)
+    kernel_bytes: float = 0.0
+    kernel_note: str = ""  # which kernels, and how their work was counted
 
     @property
     def per_device_bytes(self) -> int:
@@ -55,32 +64,51 @@ class CompiledStep:
     def full_depth(self) -> bool:
         return self.layers == self.model_layers
 
+    @property
+    def total_flops(self) -> float:
+        return self.flops + self.kernel_flops
+
+    @property
+    def total_bytes(self) -> float:
+        return self.bytes_accessed + self.kernel_bytes
+
     @classmethod
     def from_dict(cls, d: dict) -> CompiledStep:
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+        fields = dataclasses.fields(cls)
+        required = {f.name for f in fields if f.default is f.default_factory is dataclasses.MISSING}
+        return cls(**{f.name: d[f.name] for f in fields if f.name in d or f.name in required})
 
 
 @dataclass(frozen=True)
 class Roofline:
     compute_s: float  # per micro-step
     memory_s: float
+    ici_s: float
     micro_step_s: float
     step_s: float  # per optimizer step (accumulation × micro-step)
     tokens_per_s: float  # over the whole slice
+    micro_batch_tokens: int
 
     @property
     def bound(self) -> str:
-        return "compute" if self.compute_s >= self.memory_s else "memory"
+        terms = {"compute": self.compute_s, "memory": self.memory_s, "ICI": self.ici_s}
+        return max(terms, key=terms.__getitem__)
+
+    def tokens_per_s_of(self, seconds: float) -> float | None:
+        """tokens/s if that term alone set the step time."""
+        return self.micro_batch_tokens / seconds if seconds > 0 else None
 
 
 def roofline(step: CompiledStep, chip: Chip) -> Roofline:
     """The fastest the compiled step could run on `chip` (every device runs the same SPMD program)."""
     if chip.peak_bf16_tflops is None or chip.hbm_bandwidth_gbs is None:
         raise ValueError(f"{chip.name}: no bf16 peak or HBM bandwidth in crosstune.hardware: no roofline")
-    compute = step.flops / (chip.peak_bf16_tflops * 1e12)
-    memory = step.bytes_accessed / (chip.hbm_bandwidth_gbs * 1e9)
-    micro = max(compute, memory)
-    return Roofline(compute, memory, micro, micro * step.accumulation, step.micro_batch_tokens / micro)
+    compute = step.total_flops / (chip.peak_bf16_tflops * 1e12)
+    memory = step.total_bytes / (chip.hbm_bandwidth_gbs * 1e9)
+    ici = step.collective_bytes / (chip.ici_bandwidth_gbs * 1e9) if chip.ici_bandwidth_gbs else 0.0
+    micro = max(compute, memory, ici)
+    tokens = step.micro_batch_tokens
+    return Roofline(compute, memory, ici, micro, micro * step.accumulation, tokens / micro, tokens)
 
 
 def with_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
@@ -129,11 +157,22 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
             "output_fraction_of_arguments": step.output_bytes / step.argument_bytes,
             "flops": step.flops,
             "bytes_accessed": step.bytes_accessed,
+            "collective_bytes": step.collective_bytes,
+            "collectives": step.collectives,
+            "kernel_flops": step.kernel_flops,
+            "kernel_bytes": step.kernel_bytes,
+            "kernel_note": step.kernel_note,
         },
         "planner": {**planner_bytes(plan.jax_memory), "relative_to_xla": plan.jax_memory.total * GB / xla - 1},
         "roofline": {
             "compute_s": line.compute_s,
             "memory_s": line.memory_s,
+            "ici_s": line.ici_s,
+            "tokens_per_s_by_term": {
+                "compute": line.tokens_per_s_of(line.compute_s),
+                "memory": line.tokens_per_s_of(line.memory_s),
+                "ici": line.tokens_per_s_of(line.ici_s),
+            },
             "micro_step_s": line.micro_step_s,
             "step_s": line.step_s,
             "tokens_per_s": line.tokens_per_s,

@@ -16,6 +16,7 @@ from crosstune.recipe import Recipe, resolve_path
 USABLE_FRACTION = 0.9
 GB = 1e9
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+JAX_LOGITS_CHUNK = 512  # crosstune.train.jax.logits.CHUNK (a test keeps the two equal)
 
 
 @dataclass
@@ -88,16 +89,36 @@ def _group(path: str) -> str:
     return ".".join(parts[2:-1]) if parts[0] == "layers" else ".".join(parts[:-1])
 
 
-def _layer_working_set(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int, scores: bool) -> float:
+def _layer_working_set(
+    spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int, scores: bool, mlp_copies: int = 4
+) -> float:
     k = spec.kind(layer)
     qh = k.num_heads / tp if k.num_heads % tp == 0 else k.num_heads
     kvh = k.num_kv_heads / tp if k.num_kv_heads % tp == 0 else k.num_kv_heads
     f = spec.intermediate_size / tp if spec.intermediate_size % tp == 0 else spec.intermediate_size
     tokens = b * seq
-    out = 8 * tokens * spec.hidden_size / tp * a + tokens * (2 * qh + 2 * kvh) * k.head_dim * a + 4 * tokens * f * a
-    if scores:
-        out += 2 * b * qh * seq * seq * 4
+    out = 8 * tokens * spec.hidden_size / tp * a + tokens * (2 * qh + 2 * kvh) * k.head_dim * a
+    out += mlp_copies * tokens * f * a
+    if scores:  # one fp32 [b, heads, L, L] per layer: XLA's remat-off compile of the 31B (temp 33.05 GB at 60 layers)
+        out += b * qh * seq * seq * 4
     return out
+
+
+def _split(n: int, tp: int) -> float:
+    return n / tp if n % tp == 0 else n
+
+
+def _splash_residuals(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int) -> float:
+    k = spec.kind(layer)
+    return b * seq * _split(k.num_heads, tp) * (k.head_dim * a + 4)
+
+
+def _saved_matmuls(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int) -> float:
+    """Bytes the `dots` remat keeps per layer: the output of every weight matmul (q, k, v, o, gate, up, down)."""
+    k = spec.kind(layer)
+    kv = 1 if k.k_eq_v else 2
+    heads = _split(k.num_heads, tp) * k.head_dim + kv * _split(k.num_kv_heads, tp) * k.head_dim
+    return b * seq * (heads + 2 * _split(spec.intermediate_size, tp) + 2 * spec.hidden_size / tp) * a
 
 
 def _saved_attention(spec: ModelSpec, b: int, seq: int, a: int) -> float:
@@ -133,18 +154,33 @@ def memory(
         layer = max(spec.layer_params(i) for i in range(spec.num_layers))
         base = spec.total_params * a / shards + (2 * layer * a if shards > 1 else 0)
         lora = spec.lora_params(rank, recipe.lora.targets) * 16 / shards
-    scores = backend == "jax"
-    working = [_layer_working_set(spec, i, b, seq, a, tp, scores) for i in range(spec.num_layers)]
-    no_remat = sum(working) + b * seq * seq  # + the [b, L, L] boolean mask
-    remat = spec.num_layers * b * seq * spec.hidden_size / tp * a + max(working) + b * seq * seq
-    # fp32 [b, L, vocab]: the logits, their softmax's gradient, and with a final softcap the capped logits too
-    # (Gemma 4: 30; Gemma 3 has none; XLA's full-depth compiles of both agree: docs/BENCHMARKS.md)
-    copies = 3 if spec.final_logit_softcap else 2
-    logits = b * seq * spec.vocab_size * 4 * copies / (tp if spec.vocab_size % tp == 0 else 1)
+    splash = backend == "jax" and recipe.backend.jax.attention == "splash"
+    scores = backend == "jax" and not splash  # tunix's dense attention holds fp32 scores and probabilities
+    # XLA keeps 3 [tokens, F/tp] MLP tensors per layer (gate, up, their product): the 31B's full-depth compile with
+    # nothing recomputed, splash, v5p-8 (temp 13.17 GB; docs/BENCHMARKS.md); the torch estimate keeps its 4
+    mlp = 3 if backend == "jax" else 4
+    working = [_layer_working_set(spec, i, b, seq, a, tp, scores, mlp) for i in range(spec.num_layers)]
+    if splash:  # the kernel's residuals instead: its output and fp32 logsumexp per layer
+        working = [w + _splash_residuals(spec, i, b, seq, a, tp) for i, w in enumerate(working)]
+    mask = 0 if splash else b * seq * seq  # the [b, L, L] boolean mask (splash takes [b, L] segment ids)
+    no_remat = sum(working) + mask
+    residual = spec.num_layers * b * seq * spec.hidden_size / tp * a
+    remat = residual + max(working) + mask
+    vocab_tp = tp if spec.vocab_size % tp == 0 else 1
+    if backend == "jax":  # crosstune.train.jax.logits: one chunk's fp32 logits at a time, the hidden states' grad
+        logits = b * min(seq, JAX_LOGITS_CHUNK) * spec.vocab_size * 4 * 3 / vocab_tp + b * seq * spec.hidden_size * 4
+    else:
+        # fp32 [b, L, vocab]: the logits, their softmax's gradient, and with a final softcap the capped logits too
+        # (Gemma 4: 30; Gemma 3 has none; XLA's full-depth compiles of both agreed before the chunked jax loss)
+        copies = 3 if spec.final_logit_softcap else 2
+        logits = b * seq * spec.vocab_size * 4 * copies / vocab_tp
     selective = remat + _saved_attention(spec, b, seq, a) if backend == "torch" else None
     acts = remat if recipe.train.gradient_checkpointing else no_remat
     if selective is not None and recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_attention:
         acts = selective
+    if backend == "jax" and recipe.train.gradient_checkpointing and recipe.train.kernels.recompute == "dots":
+        acts = sum(_saved_matmuls(spec, i, b, seq, a, tp) for i in range(spec.num_layers)) + residual
+        acts += max(working) + mask
     hbm = hw.chip.hbm_gb
     return Memory(
         base / GB, lora / GB, acts / GB, no_remat / GB, remat / GB, logits / GB, hbm,

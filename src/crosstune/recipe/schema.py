@@ -156,18 +156,22 @@ class KernelsSection(Section):
         False, description="torch.compile each decoder layer in place (nn.Module.compile: names, checkpointing and "
         "the FSDP2 wrap unit stay per layer); the first steps pay the compilation"
     )  # fmt: skip
-    recompute: Literal["full", "selective"] = Field(
+    recompute: Literal["full", "selective", "dots"] = Field(
         "full", description="what train.gradient_checkpointing recomputes in the backward: full = every op of each "
         "decoder layer; selective = TRL's selective activation checkpointing: the attention kernel's outputs are "
         "kept (one [tokens, heads × head_dim] tensor more per layer) and everything else is recomputed. Needs "
-        "gradient_checkpointing true, attention sdpa, and not FSDP over several devices"
+        "gradient_checkpointing true, attention sdpa, and not FSDP over several devices (torch only: the jax "
+        "backend refuses it); dots = the outputs of every weight matmul (projections, MLP, LoRA) are kept and the "
+        "norms, activations and attention recomputed (jax.checkpoint_policies.dots_with_no_batch_dims_saveable; "
+        "jax only: the torch backend refuses it)"
     )  # fmt: skip
 
     @property
     def recomputes_attention(self) -> bool:
         """Whether activation recompute runs the attention forward again (hfu counts it, the planner keeps its
-        outputs otherwise). `selective` is allowed with SDPA attention only, whose outputs TRL's policy keeps."""
-        return self.recompute == "full"
+        outputs otherwise). `selective` is allowed with SDPA attention only, whose outputs TRL's policy keeps;
+        `dots` keeps matmul outputs and recomputes the attention."""
+        return self.recompute != "selective"
 
     @model_validator(mode="after")
     def _cce_has_no_metrics(self) -> KernelsSection:
@@ -207,9 +211,9 @@ class TrainSection(Section):
 
     @model_validator(mode="after")
     def _kernels_need(self) -> TrainSection:
-        if self.kernels.recompute == "selective" and not self.gradient_checkpointing:
+        if self.kernels.recompute != "full" and not self.gradient_checkpointing:
             raise ValueError(
-                "kernels.recompute 'selective' chooses what gradient_checkpointing recomputes: set "
+                f"kernels.recompute {self.kernels.recompute!r} chooses what gradient_checkpointing recomputes: set "
                 "train.gradient_checkpointing true, or kernels.recompute full"
             )
         if not self.kernels.lora_input_cast and self.precision != "bf16":
@@ -259,6 +263,12 @@ class JaxMesh(Section):
 
 class JaxBackendSection(Section):
     mesh: JaxMesh = Field(default_factory=JaxMesh)
+    attention: Literal["dense", "splash"] = Field(
+        "dense", description="dense: tunix's attention over a [rows, L, L] mask (causal, same document; the sliding "
+        "band on local layers); splash: jax's Pallas splash kernel with the packed rows' segment ids and the local "
+        "window, skipping the blocks the mask rules out (TPU; on CPU it runs in Pallas interpret mode, for tests "
+        "only). Needs data.max_seq_len a multiple of min(512, max_seq_len) and of 128 (crosstune.train.jax.attention)"
+    )  # fmt: skip
     replicate_indivisible_heads: bool = Field(
         False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"
     )

@@ -128,3 +128,38 @@ def test_planner_agrees_with_the_compiler_at_full_depth(recipe, capfd):
     assert abs(report["planner"]["relative_to_xla"]) <= AGREEMENT, report
     assert x["output_fraction_of_arguments"] < 0.25 and x["output_bytes"] - x["alias_bytes"] < UNALIASED
     print(json.dumps(report, indent=1), file=os.sys.stderr)
+
+
+@pytest.mark.slow
+def test_search_on_the_tiny_recipe_picks_a_winner_that_fits(tmp_path, capfd):
+    """`plan --search` end to end on the tiny Gemma 4 for a v5p-8 (3 compiles, ~1 min): a screened candidate is
+    compiled at full depth, fits, and its --set lines reproduce it; a second search reuses the cache."""
+    _libtpu()
+    args = (str(TINY), *TINY_ON_V5P, "--search", "--max-compiles", "3", "--cache", str(tmp_path), "--json")
+    result = _plan(*args)
+    assert result.exit_code == 0, result.output + capfd.readouterr().err
+    found = json.loads(result.stdout)
+    assert found["compiles"] == 3 and found["depths"] == [1, 2] and found["winner"]["stage"] == "final"
+    assert found["winner"]["fits"] and found["winner"]["xla_bytes_per_device"] > 0
+    assert len(list(tmp_path.glob("*.json"))) == 3
+    again = _plan(*args)
+    assert json.loads(again.stdout)["winner"] == found["winner"] and "reused" in again.stderr
+
+
+@pytest.mark.tpu_compile
+@pytest.mark.timeout(3600)
+def test_splash_compiles_for_a_v5p_8(capfd):
+    """Gemma 4 31B's first 6 layers (5 sliding with head_dim 256, 1 k_eq_v global with head_dim 512) with splash
+    attention, tp 4 on v5p-8 (~5-25 min, ~6 GB): the kernels of both layer types are in the program, their work is
+    counted from the model (cost_analysis has none of it), the step fits."""
+    _libtpu()
+    sets = ("--set", "backend.jax.attention=splash", "--set", "train.gradient_checkpointing=false")
+    result = _plan(str(G4), *sets, "--compile", "--layers", "6", "--json")
+    assert result.exit_code == 0, result.output + capfd.readouterr().err
+    report = json.loads(result.stdout)
+    calls = report["xla"]["collectives"]["custom_calls"]
+    for kind in ("sliding", "global"):
+        assert calls[f"splash_mha_fwd_segmented_residuals|crosstune_attention_{kind}"] >= 1
+        assert calls[f"splash_mha_dkv_segmented_no_residuals|crosstune_attention_{kind}"] >= 1
+    assert report["xla"]["kernel_flops"] > 0 and "block masks" in report["xla"]["kernel_note"] and report["fits"]
+    print(json.dumps(report, indent=1), file=os.sys.stderr)

@@ -25,6 +25,7 @@ from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
 from crosstune.planner.cli import load_for_plan
 from crosstune.planner.compiled import with_layers
+from crosstune.planner.hlo import parse_collectives
 from crosstune.recipe import Recipe, resolve_path
 from crosstune.run.metrics import bytes_to_gib, host_peak_rss_bytes
 from crosstune.train.steps import accumulation
@@ -98,6 +99,7 @@ def abstract_step(recipe: Recipe, cfg: dict, mesh, *, platform: str = "tpu", tot
 
     from crosstune.train.jax.lora import widen_block_lora
     from crosstune.train.jax.model import abstract_model, compute_dtype, mesh_context
+    from crosstune.train.jax.remat import remat_mode
     from crosstune.train.jax.step import loss_fn, make_optimizer, model_inputs
     from crosstune.train.jax.trainer import abstract_trainer, training_config
 
@@ -109,9 +111,11 @@ def abstract_step(recipe: Recipe, cfg: dict, mesh, *, platform: str = "tpu", tot
         mesh,
         dtype=r.model.dtype,
         compute_dtype=compute_dtype(r, platform),
-        remat=r.train.gradient_checkpointing,
+        remat=remat_mode(r.train),
         lora=r.lora,
         seed=r.train.seed,
+        attention=r.backend.jax.attention,
+        platform=platform,
     )
     widen_block_lora(model, fam.spec_from_hf_config(cfg), r.lora.targets, r.lora.rank)
     if r.lora.dropout > 0:
@@ -184,11 +188,16 @@ def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
+    from crosstune.train.jax.attention import kernel_work
+
+    devices = len(mesh.devices.flat)
+    collectives = parse_collectives(compiled.as_text(), devices)
+    kernels = kernel_work(recipe, fam.spec_from_hf_config(cfg), collectives.custom_calls, mesh)
     _say(f"compiled in {t3 - t0:.0f} s (host peak RSS {bytes_to_gib(host_peak_rss_bytes()):.1f} GiB)")
     return {
         "topology": topology,
         "device_kind": kind,
-        "devices": len(mesh.devices.flat),
+        "devices": devices,
         "layers": compiled_layers,
         "model_layers": model_layers,
         "micro_batch_tokens": tokens,
@@ -204,6 +213,11 @@ def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
         "lower_s": t2 - t1,
         "compile_s": t3 - t2,
         "host_peak_rss_bytes": host_peak_rss_bytes(),
+        "collective_bytes": collectives.total_bytes,
+        "collectives": collectives.as_dict(),
+        "kernel_flops": kernels.flops,
+        "kernel_bytes": kernels.bytes,
+        "kernel_note": kernels.note,
     }
 
 

@@ -84,8 +84,11 @@ def child_env(libtpu: Path, accelerator: str) -> dict[str, str]:
     }
 
 
-def compile_step(recipe_file: Path, overrides: list[str], layers: int | None, accelerator: str) -> CompiledStep:
-    """Compile the recipe's train step for its TPU topology in a child process; its progress goes to stderr."""
+def compile_step(
+    recipe_file: Path, overrides: list[str], layers: int | None, accelerator: str, echo=None
+) -> CompiledStep:
+    """Compile the recipe's train step for its TPU topology in a child process; its progress lines go to `echo`
+    (default: stderr)."""
     libtpu = find_libtpu()
     with tempfile.TemporaryDirectory(prefix="crosstune-compile-") as tmp:
         out = Path(tmp) / "compiled.json"
@@ -99,7 +102,10 @@ def compile_step(recipe_file: Path, overrides: list[str], layers: int | None, ac
                 if NOISE.match(line):
                     continue
                 tail.append(line.rstrip())
-                print(line, end="", file=sys.stderr, flush=True)
+                if echo is None:
+                    print(line, end="", file=sys.stderr, flush=True)
+                else:
+                    echo(line.rstrip())
         if proc.returncode != 0 or not out.is_file():
             last = next((t for t in reversed(tail) if t.strip()), "")
             detail = last.removeprefix("error: ") if last.startswith("error: ") else "\n  ".join(tail)

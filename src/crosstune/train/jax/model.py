@@ -114,13 +114,17 @@ def abstract_model(
     *,
     dtype: str = "float32",
     compute_dtype: str | None = None,
-    remat: bool = False,
+    remat: bool | str | None = False,
     lora: LoraSection | None = None,
     seed: int = 0,
+    attention: str = "dense",
+    platform: str | None = None,
 ) -> tuple[nnx.Module, list[Replicated]]:
     """The tunix model of an HF config (a config.json dict) with Qwix LoRA on `lora.targets`, built abstractly:
     every leaf a ShapeDtypeStruct, nothing allocated, shardings fitted to `mesh` (in the variables' metadata).
-    The LoRA leaves have Qwix's own rank-r shapes; `build_model` then installs the run's initial LoRA."""
+    The LoRA leaves have Qwix's own rank-r shapes; `build_model` then installs the run's initial LoRA.
+    `remat`: crosstune.train.jax.remat's mode (True = "full"); `attention`: "dense" (tunix's masked attention) or
+    "splash" (crosstune.train.jax.attention), its kernel compiled for `platform` (default: JAX's backend)."""
     # Built without remat: Qwix creates the LoRA params while tracing a forward pass, and under tunix's nnx.remat
     # (graph_updates=False) the params it creates inside the layers are dropped. Remat is switched on after.
     config = tunix_model_config(family, hf_config, dtype=dtype, compute_dtype=compute_dtype, remat=False)
@@ -140,8 +144,11 @@ def abstract_model(
             )
     if lora is not None:
         _check_lora_modules(model, family, hf_config, lora)
-    if remat:
-        _set_remat(model, tunix_model_config(family, hf_config, remat=True).remat_config)
+    apply_remat(model, family, hf_config, remat)
+    if attention == "splash":
+        from crosstune.train.jax.attention import use_splash
+
+        use_splash(model, interpret=(platform or jax.default_backend()) != "tpu")
     return model, fit_shardings(model, mesh)
 
 
@@ -152,9 +159,10 @@ def build_model(
     *,
     dtype: str = "float32",
     compute_dtype: str | None = None,
-    remat: bool = False,
+    remat: bool | str | None = False,
     lora: LoraSection | None = None,
     seed: int = 0,
+    attention: str = "dense",
 ) -> tuple[nnx.Module, list[Replicated]]:
     """The tunix model of an HF checkpoint directory, with Qwix LoRA on `lora.targets` when `lora` is given.
 
@@ -174,6 +182,7 @@ def build_model(
         remat=remat,
         lora=lora,
         seed=seed,
+        attention=attention,
     )
     graphdef, lora_state, base_state = nnx.split(model, nnx.LoRAParam, ...)
     host_dtype = np.dtype(jnp.dtype(dtype))
@@ -194,6 +203,21 @@ def build_model(
         if lora.dropout > 0:
             model.set_attributes(qwix_rngs=nnx.Rngs(dropout=seed))  # qwix unsets the rngs it was applied with
     return model, replicated
+
+
+def apply_remat(model: nnx.Module, family: str, hf_config: dict, remat: bool | str | None) -> None:
+    """Switch on the activation recompute `remat` names (crosstune.train.jax.remat.MODES), in place."""
+    from crosstune.train.jax.remat import save_matmuls
+
+    mode = {True: "full", False: None}.get(remat, remat) if isinstance(remat, bool) else remat
+    if mode is None:
+        return
+    if mode == "full":
+        _set_remat(model, tunix_model_config(family, hf_config, remat=True).remat_config)
+    elif mode == "dots":
+        save_matmuls(model)
+    else:
+        raise ValueError(f"activation recompute {mode!r}: the jax backend knows full, dots (or none)")
 
 
 def _set_remat(model: nnx.Module, remat_config) -> None:

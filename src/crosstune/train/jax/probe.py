@@ -45,6 +45,7 @@ class JaxStepProbe:
 
     def _build(self, dropout: float):
         from crosstune.train.jax.model import build_model
+        from crosstune.train.jax.remat import remat_mode
 
         dtype = "bfloat16" if self.bf16 else "float32"
         lora_section = self.recipe.lora.model_copy(update={"dropout": dropout})
@@ -54,8 +55,9 @@ class JaxStepProbe:
             self.mesh,
             dtype=dtype,
             compute_dtype=dtype,
-            remat=self.recipe.train.gradient_checkpointing,
+            remat=remat_mode(self.recipe.train),
             lora=lora_section,
+            attention=self.recipe.backend.jax.attention,
         )
         return model, install_lora(model, self.lora, self.spec)
 

@@ -34,27 +34,34 @@ def attention_mask(segment_ids: jax.Array) -> jax.Array:
 
 def model_inputs(batch: dict) -> dict:
     """PeftTrainer's gen_model_input_fn: the loss function's keyword arguments for one micro-batch."""
-    return {
-        "input_tokens": batch["input_tokens"],
-        "input_mask": batch["input_mask"],
-        "positions": batch["positions"],
-        "attention_mask": attention_mask(batch["segment_ids"]),
-        "loss_weight": batch["loss_weight"],
-    }
+    return {k: batch[k] for k in ("input_tokens", "input_mask", "positions", "segment_ids", "loss_weight")}
 
 
 def token_losses(logits: jax.Array, input_tokens: jax.Array, input_mask: jax.Array) -> jax.Array:
-    """Next-token CE of every target position, 0 where input_mask says the token is not trained: [B, L-1]."""
+    """Next-token CE of every target position from full logits, 0 where input_mask says the token is not trained:
+    [B, L-1] (the reference the chunked loss of crosstune.train.jax.logits is tested against)."""
     logits = logits[:, :-1].astype(jnp.float32)
     targets = input_tokens[:, 1:]
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return (jax.nn.logsumexp(logits, axis=-1) - picked) * input_mask[:, 1:]
 
 
-def loss_fn(model, input_tokens, input_mask, positions, attention_mask, loss_weight) -> jax.Array:
-    """Σ_rows loss_weight[row] · Σ_t CE(row, t): the step's token-weighted mean once MultiSteps averages."""
-    logits, _ = model(input_tokens, positions, None, attention_mask)
-    return jnp.sum(token_losses(logits, input_tokens, input_mask) * loss_weight[:, None])
+def model_mask(model, segment_ids: jax.Array) -> jax.Array:
+    """What the model's attention takes: the rows' segment ids for splash attention, else the dense mask."""
+    from crosstune.train.jax.attention import uses_splash
+
+    return segment_ids if uses_splash(model) else attention_mask(segment_ids)
+
+
+def loss_fn(model, input_tokens, input_mask, positions, segment_ids, loss_weight) -> jax.Array:
+    """Σ_rows loss_weight[row] · Σ_t CE(row, t): the step's token-weighted mean once MultiSteps averages. The LM
+    head and CE run in chunks (crosstune.train.jax.logits): the [B, L, vocab] logits never exist."""
+    from crosstune.train.jax.logits import final_hidden
+    from crosstune.train.jax.logits import token_losses as chunked_losses
+
+    with final_hidden(model):
+        hidden, _ = model(input_tokens, positions, None, model_mask(model, segment_ids))
+    return jnp.sum(chunked_losses(model, hidden, input_tokens, input_mask) * loss_weight[:, None])
 
 
 def trained_tokens(batch: dict) -> int:

@@ -80,6 +80,7 @@ class JaxRun:
             sharding_problems,
             spec_problems,
         )
+        from crosstune.train.jax.remat import remat_mode
         from crosstune.train.jax.step import loss_fn, make_optimizer, model_inputs
         from crosstune.train.jax.trainer import CrosstunePeftTrainer, training_config
 
@@ -91,9 +92,10 @@ class JaxRun:
             self.mesh,
             dtype=r.model.dtype,
             compute_dtype=self.compute_dtype,
-            remat=r.train.gradient_checkpointing,
+            remat=remat_mode(r.train),
             lora=r.lora,
             seed=r.train.seed,
+            attention=r.backend.jax.attention,
         )
         optimizer, self.schedule = make_optimizer(r.train, self.data.total_steps, lora_rank=r.lora.rank)
         checkpoints = (self.run_dir / CHECKPOINTS, r.train.checkpoint_every, r.train.keep_last)

@@ -36,6 +36,12 @@ def compile_decoder_layers(model: Any, layer_class: str) -> int:
 def gradient_checkpointing_kwargs(kernels: Any) -> dict[str, Any]:
     """SFTConfig.gradient_checkpointing_kwargs: non-reentrant checkpointing, plus TRL's `selective` key for
     `recompute: selective` (TRL strips it before torch.utils.checkpoint sees it)."""
+    if kernels.recompute == "dots":
+        raise ValueError(
+            "train.kernels.recompute 'dots' is the jax backend's matmul-saving policy "
+            "(jax.checkpoint_policies.dots_with_no_batch_dims_saveable); TRL and PEFT have no such policy for the "
+            "torch backend: use recompute full or selective"
+        )
     kwargs: dict[str, Any] = {"use_reentrant": False}
     if kernels.recompute == "selective":
         kwargs["selective"] = True

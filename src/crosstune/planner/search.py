@@ -1,0 +1,253 @@
+"""`crosstune plan RECIPE --search`: the fastest step the recipe's hardware allows, by the compiler's word.
+
+Candidates: activation recompute (none, full, dots: crosstune.train.jax.remat), attention (dense, splash), rows
+per device, and every fsdp × tp mesh whose tp divides the heads — the recipe's global batch kept by changing the
+gradient accumulation. Each is priced by the planner first (free). Then, within `max_compiles`:
+
+1. screen: the candidates the planner ranks best are compiled at two shallow depths that keep the layer pattern
+   (one and two periods of it: 6 and 12 layers for Gemma's 5:1) and every figure is extrapolated linearly per layer
+   to the full depth. Exact for the arguments, flops, bytes and collectives (each period of layers is the same
+   program); not for the temporaries, which XLA's scheduler does not grow linearly with depth (docs/BENCHMARKS.md):
+   a screened total is an estimate, marked as such;
+2. finalists: the best screened candidates that fit are compiled at full depth; their memory and roofline are
+   XLA's own, and the winner is the fastest finalist that fits.
+
+The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`: crosstune.train.jax.compile
+in a child process with libtpu); this module only chooses, extrapolates and ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from crosstune.families.spec import ModelSpec
+from crosstune.hardware import HardwareTarget
+from crosstune.planner.compiled import CompiledStep, Roofline, roofline
+from crosstune.planner.estimate import GB, USABLE_FRACTION, Memory
+from crosstune.recipe import Recipe
+
+REMATS: tuple[str | None, ...] = (None, "dots", "full")
+ATTENTIONS = ("splash", "dense")
+SCALED = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "flops", "bytes_accessed",
+          "collective_bytes", "kernel_flops", "kernel_bytes")  # fmt: skip
+Compile = Callable[[list[str], int | None], CompiledStep]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    remat: str | None  # crosstune.train.jax.remat mode
+    attention: str
+    rows: int  # per device (train.per_device_batch_size)
+    fsdp: int
+    tp: int
+    accumulation: int
+
+    @property
+    def label(self) -> str:
+        return (f"remat {self.remat or 'none'}, {self.attention}, {self.rows} row(s)/device, fsdp {self.fsdp} × "
+                f"tp {self.tp}, ×{self.accumulation}")  # fmt: skip
+
+    def overrides(self, recipe: Recipe) -> list[str]:
+        """The `--set` lines that make the recipe run this candidate (its global batch unchanged)."""
+        out = [
+            f"train.gradient_checkpointing={'false' if self.remat is None else 'true'}",
+            f"train.kernels.recompute={self.remat or 'full'}",
+            f"backend.jax.attention={self.attention}",
+            f"train.per_device_batch_size={self.rows}",
+            f"backend.jax.mesh.fsdp={self.fsdp}",
+            f"backend.jax.mesh.tp={self.tp}",
+        ]
+        if recipe.train.global_batch_size is None:
+            out.append(f"train.grad_accumulation={self.accumulation}")
+        return out
+
+
+def candidates(recipe: Recipe, spec: ModelSpec, hw: HardwareTarget, rows_total: int) -> list[Candidate]:
+    """Every (remat, attention, rows, mesh) that keeps the global batch (`rows_total` rows per optimizer step, as
+    crosstune.train.steps derives it) on all of the hardware's chips."""
+    n = hw.devices
+    length = recipe.data.max_seq_len
+    attentions = [a for a in ATTENTIONS if a == "dense" or (length % min(512, length) == 0 and length % 128 == 0)]
+    out = []
+    for tp in (t for t in range(1, n + 1) if n % t == 0 and not spec.tp_problems(t)):
+        fsdp = n // tp
+        for rows in (r for r in range(1, rows_total + 1) if rows_total % (r * fsdp) == 0):
+            for remat in REMATS:
+                for attention in attentions:
+                    out.append(Candidate(remat, attention, rows, fsdp, tp, rows_total // (rows * fsdp)))
+    return out
+
+
+def extrapolate(a: CompiledStep, b: CompiledStep, layers: int) -> CompiledStep:
+    """`b` at `layers` decoder layers, each figure grown by its per-layer slope between the depths of `a` and `b`."""
+    per = b.layers - a.layers
+    grown = {f: getattr(b, f) + (getattr(b, f) - getattr(a, f)) * (layers - b.layers) / per for f in SCALED}
+    grown = {f: (round(v) if isinstance(getattr(b, f), int) else v) for f, v in grown.items()}
+    times = {f: getattr(a, f) + getattr(b, f) for f in ("build_s", "lower_s", "compile_s")}
+    rss = max(a.host_peak_rss_bytes, b.host_peak_rss_bytes)
+    return dataclasses.replace(b, layers=layers, host_peak_rss_bytes=rss, **grown, **times)
+
+
+@dataclass
+class Result:
+    candidate: Candidate
+    planner: Memory
+    step: CompiledStep | None = None  # full depth (finalist) or extrapolated (screened)
+    line: Roofline | None = None
+    stage: str = "planned"  # planned | screened | final | failed
+    error: str = ""
+
+    @property
+    def xla_gb(self) -> float | None:
+        return None if self.step is None else self.step.per_device_bytes / GB
+
+    def fits(self, hbm_gb: float | None) -> bool | None:
+        if self.step is None:
+            return None
+        return hbm_gb is None or self.step.per_device_bytes <= hbm_gb * GB
+
+
+@dataclass
+class Search:
+    results: list[Result]
+    winner: Result | None
+    baseline: Result | None  # the recipe as it is
+    compiles: int
+    depths: tuple[int, int]
+    notes: list[str] = field(default_factory=list)
+
+
+def period(spec: ModelSpec) -> int:
+    """The length of the model's repeating layer pattern (6 for Gemma's 5 sliding : 1 global)."""
+    types = spec.layer_types
+    return next(p for p in range(1, len(types) + 1) if all(types[i] == types[i % p] for i in range(len(types))))
+
+
+def run_search(
+    recipe: Recipe,
+    spec: ModelSpec,
+    hw: HardwareTarget,
+    rows_total: int,
+    plan_memory: Callable[[Candidate], Memory],
+    compile_step: Compile,
+    *,
+    max_compiles: int,
+    finalists: int = 2,
+    baseline: Candidate | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Search:
+    """Screen, then compile finalists at full depth (see the module's docstring); at most `max_compiles` compiles
+    (two per screened candidate, one per finalist; at least one is kept for a finalist)."""
+    chip = hw.chip
+    usable = None if chip.hbm_gb is None else USABLE_FRACTION * chip.hbm_gb
+    p = period(spec)
+    depths = (p, 2 * p) if 2 * p < spec.num_layers else (1, 2)
+    results = [Result(c, plan_memory(c)) for c in candidates(recipe, spec, hw, rows_total)]
+    base = next((r for r in results if r.candidate == baseline), None)
+    order = _screen_order(results)
+    budget, screened = max_compiles, []
+    for r in order:
+        if budget < 3:  # two for the screen, one kept for a finalist
+            break
+        if usable is not None and r.planner.total > 1.3 * usable:
+            continue  # beyond HBM by more than the planner's error: not worth two compiles
+        progress(f"screen {len(screened) + 1}: {r.candidate.label}, at {depths[0]} and {depths[1]} layers")
+        budget -= 2
+        try:
+            a, b = (compile_step(r.candidate.overrides(recipe), d) for d in depths)
+        except Exception as e:  # noqa: BLE001 (a candidate XLA can't compile is a result, not the search's end)
+            r.stage, r.error = "failed", str(e).splitlines()[0][:300]
+            continue
+        r.step, r.stage = extrapolate(a, b, spec.num_layers), "screened"
+        r.line = roofline(r.step, chip)
+        screened.append(r)
+    fitting = sorted((r for r in screened if r.fits(usable)), key=lambda r: -r.line.tokens_per_s)
+    for r in fitting:  # the fastest first, until `finalists` fit at full depth or the budget is spent
+        if budget < 1 or sum(1 for f in fitting if f.stage == "final" and f.fits(usable)) >= finalists:
+            break
+        progress(f"finalist: {r.candidate.label}, at full depth ({spec.num_layers} layers)")
+        budget -= 1
+        try:
+            r.step = compile_step(r.candidate.overrides(recipe), None)
+        except Exception as e:  # noqa: BLE001
+            r.stage, r.error = "failed", str(e).splitlines()[0][:300]
+            continue
+        r.line, r.stage = roofline(r.step, chip), "final"
+    final = [r for r in results if r.stage == "final" and r.fits(usable)]
+    winner = max(final, key=lambda r: r.line.tokens_per_s, default=None)
+    notes = [] if winner else ["no candidate compiled at full depth fits: no winner (raise --max-compiles)"]
+    notes.append(
+        f"screened figures are extrapolated from {depths[0]} and {depths[1]} layers: exact per layer for the "
+        "arguments, flops, bytes and collectives, not for XLA's temporaries (not linear in depth); finalists' are "
+        "XLA's own at full depth"
+    )
+    return Search(results, winner, base, max_compiles - budget, depths, notes)
+
+
+def pareto(results: list[Result]) -> list[Result]:
+    """The compiled results no other beats on both memory per chip and tokens/s."""
+    done = [r for r in results if r.line is not None]
+    return [
+        r for r in done
+        if not any(o is not r and o.xla_gb <= r.xla_gb and o.line.tokens_per_s >= r.line.tokens_per_s
+                   and (o.xla_gb < r.xla_gb or o.line.tokens_per_s > r.line.tokens_per_s) for o in done)
+    ]  # fmt: skip
+
+
+def _screen_order(results: list[Result]) -> list[Result]:
+    """The order to screen in: the planner's best candidate of each recompute mode in turn (none, dots, full), then
+    each mode's next best; within a mode what the planner says fits first, splash before dense, the recipe's
+    tp first (fewest collectives moved), then less memory."""
+    by_mode = {
+        mode: sorted((r for r in results if r.candidate.remat == mode), key=lambda r: (
+            not r.planner.fits, r.candidate.attention != "splash", -r.candidate.tp, r.planner.total))
+        for mode in REMATS
+    }  # fmt: skip
+    out = []
+    for i in range(max(map(len, by_mode.values()), default=0)):
+        out += [rs[i] for rs in by_mode.values() if i < len(rs)]
+    return out
+
+
+def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
+    """The object `crosstune plan --search --json` prints."""
+
+    def one(r: Result) -> dict:
+        line = r.line
+        return {
+            "candidate": dataclasses.asdict(r.candidate),
+            "set": r.candidate.overrides(recipe),
+            "stage": r.stage,
+            "error": r.error or None,
+            "planner_bytes_per_device": round(r.planner.total * GB),
+            "xla_bytes_per_device": None if r.step is None else r.step.per_device_bytes,
+            "fits": r.fits(None if hw.chip.hbm_gb is None else USABLE_FRACTION * hw.chip.hbm_gb),
+            "roofline": None if line is None else {
+                "compute_s": line.compute_s, "memory_s": line.memory_s, "ici_s": line.ici_s,
+                "micro_step_s": line.micro_step_s, "step_s": line.step_s, "tokens_per_s": line.tokens_per_s,
+                "bound": line.bound,
+            },
+            "pareto": r in front,
+            "compile_s": None if r.step is None else r.step.build_s + r.step.lower_s + r.step.compile_s,
+            "host_peak_rss_bytes": None if r.step is None else r.step.host_peak_rss_bytes,
+        }  # fmt: skip
+
+    compiled = [r for r in search.results if r.step is not None or r.stage == "failed"]
+    front = pareto(search.results)
+    return {
+        "recipe": recipe.name,
+        "hardware": hw.name,
+        "depths": list(search.depths),
+        "compiles": search.compiles,
+        "winner": None if search.winner is None else one(search.winner),
+        "baseline": None if search.baseline is None else one(search.baseline),
+        "frontier": [one(r) for r in sorted(compiled, key=_rank)],
+        "planned_only": len(search.results) - len(compiled),
+        "notes": search.notes,
+    }
+
+
+def _rank(r: Result) -> tuple:
+    return ({"final": 0, "screened": 1, "failed": 2}.get(r.stage, 3), -(r.line.tokens_per_s if r.line else 0))

@@ -1,0 +1,53 @@
+"""`train.kernels.recompute` means one thing on both backends or is refused by the one that can't do it: `dots` (keep
+the weight matmuls' outputs) is the jax backend's, `selective` (keep PyTorch's SDPA outputs) the torch backend's;
+and the jax side's constants that the planner mirrors stay equal to it."""
+
+from __future__ import annotations
+
+import pytest
+
+from crosstune.recipe import RecipeError
+from crosstune.recipe.schema import TrainSection
+from tests.helpers.paths import REPO
+
+G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
+
+
+def _train(**kernels) -> TrainSection:
+    return TrainSection(gradient_checkpointing=True, kernels=kernels)
+
+
+def test_jax_modes():
+    pytest.importorskip("tunix")
+    from crosstune.train.jax.remat import remat_mode
+
+    assert remat_mode(TrainSection(gradient_checkpointing=False)) is None
+    assert remat_mode(_train()) == "full" and remat_mode(_train(recompute="dots")) == "dots"
+    with pytest.raises(ValueError, match="'selective' keeps PyTorch SDPA kernels' outputs .* full, or dots"):
+        remat_mode(_train(recompute="selective"))
+
+
+def test_torch_refuses_dots_and_keeps_its_own():
+    pytest.importorskip("torch")
+    from crosstune.train.torch.layers import gradient_checkpointing_kwargs
+
+    assert gradient_checkpointing_kwargs(_train(recompute="selective").kernels)["selective"] is True
+    with pytest.raises(ValueError, match="'dots' is the jax backend's matmul-saving policy"):
+        gradient_checkpointing_kwargs(_train(recompute="dots").kernels)
+
+
+def test_dots_needs_gradient_checkpointing():
+    from crosstune.recipe import load_recipe
+
+    with pytest.raises(RecipeError, match="kernels.recompute 'dots' chooses what gradient_checkpointing recomputes"):
+        load_recipe(G4, ["train.gradient_checkpointing=false", "train.kernels.recompute=dots"])
+    dots = load_recipe(G4, ["train.gradient_checkpointing=true", "train.kernels.recompute=dots"])
+    assert dots.train.kernels.recomputes_attention  # dots runs the attention again
+
+
+def test_the_planner_prices_the_jax_loss_chunk_it_runs():
+    pytest.importorskip("tunix")
+    from crosstune.planner.estimate import JAX_LOGITS_CHUNK
+    from crosstune.train.jax.logits import CHUNK
+
+    assert JAX_LOGITS_CHUNK == CHUNK
