@@ -12,7 +12,6 @@ from crosstune.data import PreparedDataset, grain_dataset
 from crosstune.recipe.schema import Recipe
 from crosstune.train.steps import StepPlan
 
-
 # XLA's CPU client sizes its thread pool max($NPROC or the core count, the device count), and how a step's float
 # sums are split follows that size: the same run on 2 or 8 fake devices (or 2 or 16 cores) rounds differently from
 # step 3 on, which moved the demo's jax pass@1 by 10 points (docs/BENCHMARKS.md "The demo"). 8 is the pool `make`
