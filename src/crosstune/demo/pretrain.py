@@ -34,6 +34,17 @@ SHIPPED_BASES = Path(__file__).parent / "pretrained"
 # Torch threads of the pretraining loop: a float sum's order, so the weights' bits, depend on the thread count;
 # fixed, so a rebuild on any machine of this kind gives the shipped bytes (and a 1-core machine just runs slower).
 PRETRAIN_THREADS = 2
+# How the base's training text is formatted. The pretraining borrows the demo recipe's file for a valid recipe, but
+# the cache key does not hash that file: these settings are the ones the shipped base was built with, stated here so
+# an edit of the demo's LoRA data settings (its answer_markup: tags) leaves the base, and its key, as they are.
+BASE_TEXT = (
+    "data.columns={preset: codev_r1}",
+    "data.system_prompt={policy: keep}",
+    "data.reasoning=strip",
+    "data.answer_markup=plain",
+    "data.truncation=drop",
+    "data.packing=false",  # one record per row: no attention across records without a packed-attention kernel
+)
 
 
 @dataclass(frozen=True)
@@ -143,20 +154,13 @@ def _length_batched(perm, lengths, batch_size: int, rng) -> list[int]:
     return [i for b in rng.permutation(len(batches)) for i in batches[b]]
 
 
-def _pretrain(config: PretrainConfig, corpus: Path, work: Path, out: Path, log: Callable[[str], None]) -> None:
-    import numpy as np
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from crosstune.data import prepare_dataset
-    from crosstune.models.tiny import build_tiny_model
+def base_recipe(config: PretrainConfig, init: Path, corpus: Path, work: Path):
+    """The recipe whose data section formats the base's training text: the demo recipe's file with the model, the
+    corpus and BASE_TEXT put in (its LoRA, train and eval sections are not read by the pretraining loop)."""
     from crosstune.recipe import load_recipe
     from crosstune.recipes import shipped_recipe
 
-    if config.precision not in ("bf16", "fp32"):
-        raise ValueError(f"PretrainConfig.precision is {config.precision!r}: use 'bf16' or 'fp32'")
-    init = build_tiny_model(config.family, work / "init", seed=config.seed, corpus_dir=corpus, size=config.size)
-    recipe = load_recipe(
+    return load_recipe(
         shipped_recipe("demo-cpu.yaml"),
         [
             f"model.path={init}",
@@ -164,10 +168,24 @@ def _pretrain(config: PretrainConfig, corpus: Path, work: Path, out: Path, log: 
             f"model.size={config.size}",
             f"data.sources=[{{path: {corpus / 'train.jsonl'}}}]",
             f"data.max_seq_len={config.max_seq_len}",
-            "data.packing=false",  # one record per row: no attention across records without a packed-attention kernel
+            *BASE_TEXT,
             f"output_dir={work / 'runs'}",
         ],
     )
+
+
+def _pretrain(config: PretrainConfig, corpus: Path, work: Path, out: Path, log: Callable[[str], None]) -> None:
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from crosstune.data import prepare_dataset
+    from crosstune.models.tiny import build_tiny_model
+
+    if config.precision not in ("bf16", "fp32"):
+        raise ValueError(f"PretrainConfig.precision is {config.precision!r}: use 'bf16' or 'fp32'")
+    init = build_tiny_model(config.family, work / "init", seed=config.seed, corpus_dir=corpus, size=config.size)
+    recipe = base_recipe(config, init, corpus, work)
     split = prepare_dataset(recipe, force=True, out_dir=work / "prepared").split("train")
 
     torch.manual_seed(config.seed)

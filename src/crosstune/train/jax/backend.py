@@ -22,7 +22,7 @@ from crosstune.run.lora import LoraWeights
 from crosstune.run.records import RunRecord, StackFacts
 from crosstune.train.backend import FitResult, RunContext, SavedLora, StepProbe, TrainError
 from crosstune.train.jax.checkpoints import read_orbax_lora
-from crosstune.train.jax.data import ensure_cpu_devices, maybe_initialize_distributed
+from crosstune.train.jax.data import configure_cpu_xla, maybe_initialize_distributed
 from crosstune.train.jax.lora import qwix_to_lora
 
 
@@ -44,7 +44,7 @@ class JaxBackend:
             return
 
         if recipe.hardware == "cpu":
-            ensure_cpu_devices(recipe.backend.jax.mesh.fsdp * recipe.backend.jax.mesh.tp)
+            configure_cpu_xla(recipe.backend.jax.mesh.fsdp * recipe.backend.jax.mesh.tp)
         maybe_initialize_distributed()  # before anything touches a device
         import jax
 

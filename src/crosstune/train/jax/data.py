@@ -12,15 +12,26 @@ from crosstune.data import PreparedDataset, grain_dataset
 from crosstune.recipe.schema import Recipe
 from crosstune.train.steps import StepPlan
 
+# XLA's CPU client sizes its thread pool max($NPROC or the core count, the device count), and how a step's float
+# sums are split follows that size: the same run on 2 or 8 fake devices (or 2 or 16 cores) rounds differently from
+# step 3 on, which moved the demo's jax pass@1 by 10 points (docs/BENCHMARKS.md "The demo"). 8 is the pool `make`
+# and the tests already had on this machine kind (8 fake devices on 2 cores), so their numbers stay.
+CPU_THREAD_POOL = 8
 
-def ensure_cpu_devices(count: int) -> None:
-    """On CPU, a mesh needs fake devices: add --xla_force_host_platform_device_count to XLA_FLAGS when JAX isn't
-    imported yet and nobody set it (afterwards it's too late; the backend then says how to set it)."""
+
+def configure_cpu_xla(count: int) -> None:
+    """Before JAX starts on CPU: `count` fake devices for the mesh (--xla_force_host_platform_device_count, unless
+    XLA_FLAGS names a count) and XLA's thread pool pinned to CPU_THREAD_POOL (NPROC, unless set), so a CPU run's
+    bits depend on neither the device count nor the machine's cores. Once JAX is imported it's too late for both:
+    nothing is changed (the backend then says how to set the device count)."""
     import sys
 
+    if "jax" in sys.modules:
+        return
     flags = os.environ.get("XLA_FLAGS", "")
-    if count > 1 and "jax" not in sys.modules and "xla_force_host_platform_device_count" not in flags:
+    if count > 1 and "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+    os.environ.setdefault("NPROC", str(CPU_THREAD_POOL))  # read by XLA's DefaultThreadPoolSize (xla/pjrt/cpu)
 
 
 def maybe_initialize_distributed() -> bool:
