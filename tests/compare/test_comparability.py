@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from crosstune.compare.prices import CostError, PriceBook
 from crosstune.compare.report import write_report
 from crosstune.compare.workload import load_workload
+from crosstune.demo.evaluation import MAX_TOKENS
 from tests.helpers.report import GPU_SWEEP, TPU_SWEEP, served_by, write_demo_evals, write_eval, write_run
 
 
@@ -185,7 +186,8 @@ def test_a_real_evaluation_mismatch_is_flagged(tmp_path):
         (folder / "summary.json").write_text(json.dumps(summary))
     md = _md(tmp_path, [*evals, *other])
     assert (
-        "> **NOT COMPARABLE:** the evaluations of base-greedy and tuned-greedy differ in max tokens: 128 vs 1024" in md
+        "> **NOT COMPARABLE:** the evaluations of base-greedy and tuned-greedy differ in max tokens: "
+        f"{MAX_TOKENS} vs 1024" in md  # the demo's evaluations (write_demo_evals) against the tuned model's
     )
     assert "| ⚠ base-greedy |" in md and "| ⚠ tuned-greedy |" in md
 
