@@ -16,8 +16,8 @@ def register_all(app: typer.Typer) -> None:
     from crosstune.launch.cli import register as register_launch
     from crosstune.models.cli import model_app
     from crosstune.recipe.cli import recipe_app
-    from crosstune.serve.bench_cli import bench_app
     from crosstune.serve.cli import register as register_serve
+    from crosstune.servebench.cli import bench_app
     from crosstune.study.cli import register as register_study
     from crosstune.train.cli import register as register_train
     from crosstune.train.parity_cli import register as register_parity

@@ -18,7 +18,7 @@ from crosstune.compare.tco import Option, Workload, break_even, tco_ratio
 from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
-from crosstune.serve.slo import SloError
+from crosstune.servebench.slo import SloError
 from tests.helpers.report import GPU_SWEEP, TPU_SWEEP, write_run
 
 # Money is rounded to cents as the seed published it; the products below are exact decimals, so 0.005 is rounding.

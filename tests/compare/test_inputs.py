@@ -233,7 +233,7 @@ def test_a_break_even_beyond_ten_years_is_not_a_day_number():
     assert not re.search(r"day [\d,]+", be.message)
 
 
-# --- one SLO spelling (serve.slo parses it: tests/serve/test_bench_numbers.py) ---------------------------------------
+# --- one SLO spelling (servebench.slo parses it: tests/servebench/test_bench_numbers.py) ------------------------------
 def test_a_negative_slo_is_refused_by_the_commands_in_bench_s_words(tmp_path, tiny_gemma4_dir):
     said = "--slo 'p99_ttft_ms=-1': an SLO must be a positive, finite number of milliseconds"
     assert said in _cli("cost", "serve", str(GPU_SWEEP), "--slo", "p99_ttft_ms=-1")

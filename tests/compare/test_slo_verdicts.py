@@ -13,11 +13,11 @@ from crosstune.compare.document import Document
 from crosstune.compare.prices import PriceBook
 from crosstune.compare.serving_sections import serving_section
 from crosstune.compare.sweeps import read_sweep
-from crosstune.serve.bench_table import render_summary
-from crosstune.serve.client import RequestRecord
-from crosstune.serve.metrics import saturation, summarize
-from crosstune.serve.slo import cell_misses, request_meets
-from crosstune.serve.sweep import SweepConfig, new_summary
+from crosstune.servebench.bench_table import render_summary
+from crosstune.servebench.client import RequestRecord
+from crosstune.servebench.request_metrics import saturation, summarize
+from crosstune.servebench.slo import cell_misses, request_meets
+from crosstune.servebench.sweep import SweepConfig, new_summary
 
 LIMIT_MS = 2000.0
 SLO = {"p99_ttft_ms": LIMIT_MS}

@@ -106,8 +106,8 @@ def test_vllm_logprobs_match_peft_base_adapter_and_merged(exported):
 
 
 def test_small_sweep_against_vllm(tmp_path, tiny_gemma4_dir):
-    from crosstune.serve.sweep import SweepConfig, run_sweep
-    from tests.serve.test_bench import recompute
+    from crosstune.servebench.sweep import SweepConfig, run_sweep
+    from tests.servebench.test_bench import recompute
 
     try:
         state = start_server(tiny_gemma4_dir, tmp_path / "server", name="tiny", port=free_port(), max_model_len=512)

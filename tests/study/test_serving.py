@@ -1,4 +1,4 @@
-"""A study's (and the demo's) sweep is `bench serve`'s: serve.bench.run_bench with its staged folder, manifest and
+"""A study's (and the demo's) sweep is `bench serve`'s: servebench.bench.run_bench with its staged folder, manifest and
 failures — a cell without a successful request fails the stage as it exits `bench serve` 1, nothing succeeding
 leaves the folder as it was, and a rerun replaces the earlier sweep."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from crosstune.serve.sweep import BenchError
+from crosstune.servebench.sweep import BenchError
 from crosstune.study.serving import sweep
 from tests.helpers.serve import FixtureServer
 

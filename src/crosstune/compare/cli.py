@@ -132,7 +132,7 @@ def cost_serve(
     """Serving cost per 1M output tokens per context length, at saturation or at the highest load meeting an SLO."""
     from crosstune.compare.cost import serving_costs
     from crosstune.compare.sweeps import read_sweep
-    from crosstune.serve.slo import parse_slo
+    from crosstune.servebench.slo import parse_slo
 
     book, limits, rows, missed, used = load_prices(prices), parse_slo(slo), [], [], []
     for path in summaries:
@@ -259,7 +259,7 @@ def report(
     """Side-by-side report of runs, evals and serving sweeps: Markdown + one self-contained HTML page."""
     from crosstune.compare.report import write_report
     from crosstune.compare.tco import Workload
-    from crosstune.serve.slo import parse_slo
+    from crosstune.servebench.slo import parse_slo
 
     book: PriceBook = load_prices(prices)
     if context is not None:

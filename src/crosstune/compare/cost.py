@@ -15,7 +15,7 @@ from crosstune.compare.runs import RunSummary
 from crosstune.compare.sweeps import Cell, Sweep, saturation_point, slo_point
 from crosstune.compare.values import number
 from crosstune.hardware import get_hardware
-from crosstune.serve.slo import check_slo, describe
+from crosstune.servebench.slo import check_slo, describe
 
 M = 1e6
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.compare.values import CostError, number, whole
-from crosstune.serve import slo as slos
+from crosstune.servebench import slo as slos
 
 REQUIRED = ("context_len", "completed", "output_throughput")  # + concurrency, or request_rate for a rate sweep
 KNEE_FRACTION = 0.95
@@ -30,7 +30,7 @@ class Cell:
         return self.latency_ms.get(name)
 
     def slo_misses(self, slo: dict[str, float]) -> list[str]:
-        """Why the cell misses `slo` (empty: it meets it), by serve.slo's one judge."""
+        """Why the cell misses `slo` (empty: it meets it), by servebench.slo's one judge."""
         return slos.cell_misses(self.completed, self.failed, self.latency_ms, slo)
 
 
@@ -57,7 +57,7 @@ class Sweep:
 def read_sweep(path: Path) -> Sweep:
     """Parse a sweep summary; a missing field, a value of the wrong type, a non-finite or negative figure, or a file of
     another kind gets an error naming file, cell and key."""
-    from crosstune.serve.report import load_summary  # the one reader of `crosstune bench serve` summaries
+    from crosstune.servebench.summary import load_summary  # the one reader of `crosstune bench serve` summaries
 
     path = Path(path)
     path = path / "summary.json" if path.is_dir() else path

@@ -24,7 +24,7 @@ from crosstune.compare.sweeps import read_sweep
 from crosstune.compare.tco import Option, Workload
 from crosstune.compare.values import number, whole
 from crosstune.recipe.strict_yaml import load_yaml, yaml_problem
-from crosstune.serve.slo import check_slo
+from crosstune.servebench.slo import check_slo
 
 
 def load_workload(path: Path, book: PriceBook, **overrides: float | None) -> tuple[Workload, list[Option]]:

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 import crosstune
-from crosstune.serve.client import RequestRecord, completion_payload, send
-from crosstune.serve.sweep import SweepConfig, run_sweep
+from crosstune.servebench.client import RequestRecord, completion_payload, send
+from crosstune.servebench.sweep import SweepConfig, run_sweep
 from tests.helpers.processes import default_sigint
 from tests.helpers.serve import FixtureServer, bench_args, cli, one_line_error
 
@@ -50,7 +50,7 @@ def test_the_deadline_covers_the_whole_request_not_one_read(tmp_path, tiny_gemma
 
 
 def test_the_probe_fails_in_seconds_when_the_server_accepts_and_never_answers(tmp_path, tiny_gemma4_dir):
-    from crosstune.serve.sweep import BenchError
+    from crosstune.servebench.sweep import BenchError
 
     with socket.socket() as silent:  # the kernel completes the handshake; nobody ever reads or answers
         silent.bind(("127.0.0.1", 0))

@@ -9,7 +9,7 @@ import json
 
 from tests.helpers.serve import FixtureServer, bench_args, cli, one_line_error
 
-MANIFEST = "bench_manifest.json"  # crosstune.serve.output.MANIFEST, spelt out: the format users see
+MANIFEST = "bench_manifest.json"  # crosstune.servebench.sweep_folder.MANIFEST, spelt out: the format users see
 PLOTS = {"throughput_vs_load.png", "ttft_vs_context.png", "latency_vs_throughput.png"}
 
 

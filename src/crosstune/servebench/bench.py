@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crosstune.errors import Interrupted
-from crosstune.serve.output import KeepPartial, default_out, staged_sweep
-from crosstune.serve.sweep import BenchError, SweepConfig, empty_cells, run_sweep
+from crosstune.servebench.sweep import BenchError, SweepConfig, empty_cells, run_sweep
+from crosstune.servebench.sweep_folder import KeepPartial, default_out, staged_sweep
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def run_bench(
     marked interrupted, no plots; then crosstune.errors.Interrupted is raised saying so). When no request of any cell
     succeeded, BenchError says why and `out` is left as it was. An existing `out` is replaced only with
     `overwrite` and only when it is an earlier sweep."""
-    from crosstune.serve.report import write_plots
+    from crosstune.servebench.summary import write_plots
 
     cfg.check()
     out = Path(out) if out is not None else default_out(cfg.model, cfg.label)

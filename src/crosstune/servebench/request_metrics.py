@@ -2,7 +2,7 @@
 
 duration = first dispatch → end of gather; throughputs divide by it; ITL pools every request's chunk gaps;
 percentiles interpolate linearly (numpy's default, as vLLM) — never `sorted(x)[int(0.99 * n)]`.
-Goodput (DistServe) = requests meeting the SLO (serve.slo.request_meets) / duration.
+Goodput (DistServe) = requests meeting the SLO (servebench.slo.request_meets) / duration.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from crosstune.serve import slo
-from crosstune.serve.client import RequestRecord
+from crosstune.servebench import slo
+from crosstune.servebench.client import RequestRecord
 
-STATS = (*slo.STATS, "std")  # per metric: the statistics an SLO may name (serve.slo), and the spread
+STATS = (*slo.STATS, "std")  # per metric: the statistics an SLO may name (servebench.slo), and the spread
 PERCENTILES = tuple(int(s[1:]) for s in slo.STATS if s.startswith("p"))  # (90, 99)
 NEAR_ZERO_GAP_S = 0.001  # chunk gaps under 1 ms: the server flushed several chunks at once
 # A stream is bursty when most of its tokens reached the client in one burst: its client-side TTFT then reads

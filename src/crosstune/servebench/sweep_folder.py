@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from crosstune import ownership
-from crosstune.serve.sweep import BenchError
+from crosstune.servebench.sweep import BenchError
 
 MANIFEST = "bench_manifest.json"
 KIND = "crosstune bench serve"

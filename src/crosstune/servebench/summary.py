@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from crosstune.serve.metrics import load_of
+from crosstune.servebench.request_metrics import load_of
 
 COMPARED = (
     "request_throughput",

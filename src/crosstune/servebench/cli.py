@@ -1,5 +1,5 @@
-"""`crosstune bench serve|compare`: option parsing with one-line errors, the sweep (serve.bench.run_bench), its table
-(serve.bench_table) and the comparison of two summaries."""
+"""`crosstune bench serve|compare`: option parsing with one-line errors, the sweep (servebench.bench.run_bench), its
+table (servebench.bench_table) and the comparison of two summaries."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from crosstune.errors import Interrupted
-from crosstune.serve.sweep import BenchError
+from crosstune.servebench.sweep import BenchError
 
 console = Console(soft_wrap=True)
 bench_app = typer.Typer(help="Benchmark a serving endpoint the way `vllm bench serve` does.")
@@ -86,10 +86,10 @@ def bench_serve(
 
     Exit 0 when every cell ran and had a successful request; 1 (saying which cell and why) when one had none or
     the server stopped answering; 130 on Ctrl-C, after writing the finished cells."""
-    from crosstune.serve.bench import run_bench
-    from crosstune.serve.bench_table import render_summary
-    from crosstune.serve.slo import parse_slo
-    from crosstune.serve.sweep import SweepConfig
+    from crosstune.servebench.bench import run_bench
+    from crosstune.servebench.bench_table import render_summary
+    from crosstune.servebench.slo import parse_slo
+    from crosstune.servebench.sweep import SweepConfig
 
     if max_concurrency is not None and not rates:
         raise BenchError("--max-concurrency caps a --rates sweep; with --concurrency each level is its own cap")
@@ -133,7 +133,7 @@ def compare(
     a: Path = typer.Argument(..., help="summary.json (or its directory)"), b: Path = typer.Argument(...)
 ) -> None:
     """Two sweeps side by side per (context, level), with B/A ratios; client latencies of bursty cells marked."""
-    from crosstune.serve.report import compare_rows, load_summary
+    from crosstune.servebench.summary import compare_rows, load_summary
 
     try:
         sa, sb = load_summary(a), load_summary(b)

@@ -1,12 +1,12 @@
 """A sweep summary as the console table `bench serve`, a study's bench stage and the demo print: one row per cell,
-its SLO verdict given by serve.slo's judge from the cell's own figures."""
+its SLO verdict given by servebench.slo's judge from the cell's own figures."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
-from crosstune.serve import slo as slos
+from crosstune.servebench import slo as slos
 
 BURSTY_MARK = "*"
 
@@ -25,7 +25,7 @@ def _bucket(server: dict, key: str) -> str:
 
 
 def verdict(cell: dict, slo: dict[str, float]) -> str:
-    """'met', or 'missed: <why>' (serve.slo.cell_misses on the cell's unrounded figures)."""
+    """'met', or 'missed: <why>' (servebench.slo.cell_misses on the cell's unrounded figures)."""
     misses = slos.cell_misses(cell["completed"], cell["failed"], cell, slo)
     return "missed: " + ", ".join(misses) if misses else "met"
 

@@ -25,10 +25,10 @@ from pathlib import Path
 import httpx
 
 from crosstune.errors import CrosstuneError
-from crosstune.serve import server_metrics
-from crosstune.serve.client import RequestRecord, chat_payload, completion_payload, send
-from crosstune.serve.metrics import describe_load, failure_kind, saturation, summarize
-from crosstune.serve.workload import PromptMaker, arrival_times
+from crosstune.servebench import server_metrics
+from crosstune.servebench.client import RequestRecord, chat_payload, completion_payload, send
+from crosstune.servebench.request_metrics import describe_load, failure_kind, saturation, summarize
+from crosstune.servebench.workload import PromptMaker, arrival_times
 
 ENDPOINT_FAILURES = ("timeout", "refused", "dropped stream", "cut", "not sent")  # the server, not the request
 
@@ -56,14 +56,14 @@ class SweepConfig:
     timeout_s: float = 120.0  # deadline per request: the whole exchange
     cell_timeout_s: float = 600.0  # bound on a whole cell, warm-up included
     probe_timeout_s: float = 10.0
-    slo_ms: dict[str, float] = field(default_factory=dict)  # serve.slo names: {"p99_ttft_ms": 2000.0}
+    slo_ms: dict[str, float] = field(default_factory=dict)  # servebench.slo names: {"p99_ttft_ms": 2000.0}
     seed: int = 0
     label: str | None = None
     target: str | None = None
 
     def check(self) -> None:
         """BenchError naming the option of the first value that can't describe a sweep."""
-        from crosstune.serve.slo import check_slo
+        from crosstune.servebench.slo import check_slo
 
         def ints(option: str, values: list, least: int) -> None:
             if not values:

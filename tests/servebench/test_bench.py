@@ -11,9 +11,9 @@ import statistics
 import numpy as np
 import pytest
 
-from crosstune.serve.metrics import stats_ms
-from crosstune.serve.sweep import SweepConfig, run_sweep
-from crosstune.serve.workload import arrival_times
+from crosstune.servebench.request_metrics import stats_ms
+from crosstune.servebench.sweep import SweepConfig, run_sweep
+from crosstune.servebench.workload import arrival_times
 from tests.helpers.serve import FixtureServer
 
 
@@ -227,7 +227,7 @@ def test_request_rate_cells_dispatch_on_the_arrival_process(tmp_path, tiny_gemma
 
 
 def test_chat_prompts_checked_against_the_template_length(tmp_path, tiny_gemma4_dir):
-    from crosstune.serve.workload import PromptMaker
+    from crosstune.servebench.workload import PromptMaker
 
     maker = PromptMaker(tiny_gemma4_dir)
     with FixtureServer() as server:

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from crosstune.serve.client import RequestRecord
-from crosstune.serve.metrics import saturation
-from crosstune.serve.server_metrics import delta, parse
-from crosstune.serve.sweep import SweepConfig, run_sweep
+from crosstune.servebench.client import RequestRecord
+from crosstune.servebench.request_metrics import saturation
+from crosstune.servebench.server_metrics import delta, parse
+from crosstune.servebench.sweep import SweepConfig, run_sweep
 from tests.helpers.serve import FixtureServer, bench_args, cli, one_line_error
 
 
@@ -23,7 +23,7 @@ def record(itl_s: list[float], chunk_tokens: list[int]) -> RequestRecord:
 
 
 def test_largest_burst_share_counts_tokens_of_chunks_closer_than_a_millisecond():
-    from crosstune.serve.metrics import largest_burst_share
+    from crosstune.servebench.request_metrics import largest_burst_share
 
     assert largest_burst_share(record([0.01, 0.01, 0.01], [1, 1, 1, 1])) == 0.25  # a steady stream
     assert largest_burst_share(record([0.05, 0.0001, 0.0002], [1, 1, 1, 1])) == 0.75  # first token, then a flush
@@ -65,8 +65,9 @@ def test_the_table_shows_server_percentiles_as_buckets(tmp_path, tiny_gemma4_dir
 
 
 def test_slo_is_spelt_one_way_and_parsed_by_one_parser():
-    """serve.slo.parse_slo is the parser of `bench serve`, `cost serve`, `report` (tests/compare/test_inputs.py)."""
-    from crosstune.serve.slo import SloError, parse_slo
+    """servebench.slo.parse_slo is the parser of `bench serve`, `cost serve` and `report`
+    (tests/compare/test_inputs.py)."""
+    from crosstune.servebench.slo import SloError, parse_slo
 
     assert parse_slo(["p99_ttft_ms=2000", "median_tpot_ms=50"]) == {"p99_ttft_ms": 2000.0, "median_tpot_ms": 50.0}
     for item, message in (
@@ -154,7 +155,7 @@ def test_a_missing_or_unloadable_tokenizer_is_named(tmp_path):
 
 
 def test_the_python_api_checks_its_config_too(tmp_path, tiny_gemma4_dir):
-    from crosstune.serve.sweep import BenchError
+    from crosstune.servebench.sweep import BenchError
 
     cfg = SweepConfig(
         endpoint="http://127.0.0.1:9", model="m", tokenizer=tiny_gemma4_dir, contexts=[16], concurrency=[0]
