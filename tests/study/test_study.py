@@ -11,7 +11,7 @@ import time
 import pytest
 from rich.console import Console
 
-from crosstune.compare.inputs import BUNDLE_MANIFEST, read_inputs
+from crosstune.compare.inputs.report_inputs import BUNDLE_MANIFEST, read_inputs
 from crosstune.errors import Interrupted
 from crosstune.study import runner
 from crosstune.study.bundle import StudyError, read_manifest
@@ -305,7 +305,7 @@ def test_stage_selection_and_refusals(torch_bundle, tmp_path):
 
 
 def test_the_report_names_what_a_bundle_lacks(torch_bundle, tmp_path):
-    from crosstune.compare.prices import CostError
+    from crosstune.compare.cost.prices import CostError
 
     bundle, _, _, _ = torch_bundle
     copy = tmp_path / "b"
@@ -334,7 +334,7 @@ def test_the_command_line_says_what_was_wrong_in_one_line(tmp_path):
 
 
 def test_a_failing_stage_is_named_and_recorded(torch_bundle, tmp_path, monkeypatch):
-    from crosstune.compare.prices import CostError
+    from crosstune.compare.cost.prices import CostError
 
     bundle, sets, _, _ = torch_bundle
     copy = tmp_path / "b"
