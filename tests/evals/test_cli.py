@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from crosstune.evals.cli import eval_command, register
-from tests.evals.test_generate import FakeServer
+from tests.evals.generation.test_generate import FakeServer
 from tests.helpers.paths import FIXTURES
 
 pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs iverilog (make setup)")
@@ -138,8 +138,8 @@ def test_library_api_config_in_report_out(tmp_path, capsys):
 def test_sampling_and_timeout_defaults_are_the_recipes_everywhere(tmp_path):
     """One owner (recipe/schema.py EVAL_DEFAULTS): the schema, the library's SamplingParams (the cache key's fields),
     Timeouts and EvalConfig, and the command without a recipe, all say the same."""
-    from crosstune.evals.cache import SamplingParams
-    from crosstune.evals.endpoint import Timeouts
+    from crosstune.evals.generation.cache import SamplingParams
+    from crosstune.evals.generation.endpoint import Timeouts
     from crosstune.evals.runner import EvalConfig
     from crosstune.recipe.schema import EvalSection
 

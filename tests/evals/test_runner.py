@@ -16,8 +16,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from crosstune.evals.cache import CompletionCache
 from crosstune.evals.cli import register
+from crosstune.evals.generation.cache import CompletionCache
 from tests.helpers.fake_endpoint import FakeEndpoint
 from tests.helpers.paths import FIXTURES, REPO
 from tests.helpers.processes import kill_9_when

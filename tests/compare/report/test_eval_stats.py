@@ -4,7 +4,7 @@ they differ, and the significance of the difference between two evaluations of t
 from __future__ import annotations
 
 from crosstune.compare.report.writer import write_report
-from crosstune.evals.protocols import protocol_record
+from crosstune.evals.problems.protocols import protocol_record
 from tests.helpers.report import write_eval
 
 LOCAL = {"name": "transformers 5.12.1", "kind": "local"}

@@ -14,7 +14,7 @@ from crosstune.compare.inputs.evaluations import Evaluation
 from crosstune.compare.report import eval_stats, plots
 from crosstune.compare.report.document import Chart, Document, Note, Table
 from crosstune.compare.report.eval_groups import EvalGroup, compare_evals, eval_groups
-from crosstune.evals.verdict import CATEGORIES
+from crosstune.evals.judge.verdict import CATEGORIES
 
 
 def percent(value: float | None) -> str:

@@ -171,7 +171,7 @@ def pass_at_k(groups: Sequence) -> bytes:
 
 def verdict_shares(evals: Sequence) -> bytes:
     """Each evaluation's samples by verdict category, as shares of its judged samples (stacked bars)."""
-    from crosstune.evals.verdict import CATEGORIES
+    from crosstune.evals.judge.verdict import CATEGORIES
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 1.6 + 0.45 * len(evals)), dpi=DPI)

@@ -10,14 +10,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from crosstune.evals.cache import SamplingParams
-from crosstune.evals.endpoint import EndpointGenerator
-from crosstune.evals.extract import extract_code
-from crosstune.evals.protocols import PROTOCOLS, get_protocol, protocol_record
+from crosstune.evals.generation.cache import SamplingParams
+from crosstune.evals.generation.endpoint import EndpointGenerator
+from crosstune.evals.judge.extract import extract_code
+from crosstune.evals.problems.protocols import PROTOCOLS, get_protocol, protocol_record
 from crosstune.evals.runner import EvalConfig, EvalError, protocol_tasks
 from crosstune.recipe.schema import EvalSection
+from tests.evals.generation.test_generate import FakeServer
 from tests.evals.test_cli import run
-from tests.evals.test_generate import FakeServer
 from tests.helpers.paths import FIXTURES
 
 CHECKOUT, RTLLM_SET = FIXTURES / "verilogeval", FIXTURES / "rtllm"

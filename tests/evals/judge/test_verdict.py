@@ -8,11 +8,11 @@ from fractions import Fraction
 
 import pytest
 
-from crosstune.evals.problems import ProblemSetError
-from crosstune.evals.scoring import ProblemScore, markdown_report, pass_at_k, summarize, upstream_percent
-from crosstune.evals.screen import find_include, screen_design
-from crosstune.evals.simulate import instrument_testbench
-from crosstune.evals.verdict import CATEGORIES, compile_failure_code, strict_simulation_verdict, upstream_verdict
+from crosstune.evals.judge.scoring import ProblemScore, markdown_report, pass_at_k, summarize, upstream_percent
+from crosstune.evals.judge.screen import find_include, screen_design
+from crosstune.evals.judge.simulate import instrument_testbench
+from crosstune.evals.judge.verdict import CATEGORIES, compile_failure_code, strict_simulation_verdict, upstream_verdict
+from crosstune.evals.problems.problem_sets import ProblemSetError
 from tests.helpers.paths import FIXTURES
 
 TB = FIXTURES / "verilogeval" / "dataset_spec-to-rtl" / "Prob002_and2_test.sv"

@@ -1,6 +1,6 @@
 """What every benchmark's problem looks like to the evaluator: Problem, the task names, selection by name.
 
-VerilogEval v2 (problems.py) and RTLLM (rtllm.py) read their own layouts into the same Problem; everything
+VerilogEval v2 (problem_sets.py) and RTLLM (rtllm.py) read their own layouts into the same Problem; everything
 downstream (prompts, extraction, the sandboxed judge, scoring) reads only this.
 """
 

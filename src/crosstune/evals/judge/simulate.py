@@ -18,11 +18,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from crosstune.evals import rtllm
-from crosstune.evals.benchmark import Problem, ProblemSetError
-from crosstune.evals.sandbox import Limits, RunResult, run_limited
-from crosstune.evals.screen import Rejection, find_include, has_dotted_name, screen_design
-from crosstune.evals.verdict import (
+from crosstune.evals.judge.sandbox import Limits, RunResult, run_limited
+from crosstune.evals.judge.screen import Rejection, find_include, has_dotted_name, screen_design
+from crosstune.evals.judge.verdict import (
     Strict,
     compile_failure_code,
     rtllm_strict_verdict,
@@ -31,6 +29,8 @@ from crosstune.evals.verdict import (
     strip_token_lines,
     upstream_verdict,
 )
+from crosstune.evals.problems import rtllm
+from crosstune.evals.problems.benchmark import Problem, ProblemSetError
 
 COMPILE_FLAGS = ["-Wall", "-Winfloop", "-Wno-timescale", "-g2012"]
 RTLLM_COMPILE_FLAGS = ["-g2012"]

@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from crosstune.evals.cache import CompletionCache, SamplingParams
-from crosstune.evals.endpoint import EndpointGenerator
-from crosstune.evals.generate import generate_completions
-from crosstune.evals.problems import load_problems
+from crosstune.evals.generation.cache import CompletionCache, SamplingParams
+from crosstune.evals.generation.endpoint import EndpointGenerator
+from crosstune.evals.generation.generate import generate_completions
+from crosstune.evals.problems.problem_sets import load_problems
 from tests.helpers.fake_endpoint import FakeEndpoint
 
 GREEDY = SamplingParams(n=1, temperature=0.0, max_tokens=4)
@@ -26,7 +26,7 @@ def test_new_weights_at_the_same_path_are_asked_again(tmp_path, tiny_gemma4_dir,
     pytest.importorskip("torch")
     from safetensors.numpy import load_file, save_file
 
-    from crosstune.evals.local import TransformersGenerator
+    from crosstune.evals.generation.local import TransformersGenerator
 
     model, path = tmp_path / "model", tmp_path / "completions.jsonl"
     shutil.copytree(tiny_gemma4_dir, model)

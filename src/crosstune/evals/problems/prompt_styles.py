@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from crosstune.evals.examples import EXAMPLES, Example
-from crosstune.evals.problems import CODE_COMPLETE, Problem
+from crosstune.evals.problems.examples import EXAMPLES, Example
+from crosstune.evals.problems.problem_sets import CODE_COMPLETE, Problem
 from crosstune.synth.prompts import SYSTEM_PROMPT
 
 VERILOGEVAL = "verilogeval"

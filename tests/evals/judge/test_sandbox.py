@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from crosstune.evals import sandbox
-from crosstune.evals.landlock import abi_version
-from crosstune.evals.sandbox import Limits
+from crosstune.evals.judge import sandbox
+from crosstune.evals.judge.landlock import abi_version
+from crosstune.evals.judge.sandbox import Limits
 
 NO_LANDLOCK = Limits(landlock=False)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from crosstune.evals.benchmark import CODE_COMPLETE, RTLLM, SPEC_TO_RTL
-from crosstune.evals.prompts import CODEV
+from crosstune.evals.problems.benchmark import CODE_COMPLETE, RTLLM, SPEC_TO_RTL
+from crosstune.evals.problems.prompt_styles import CODEV
 
 SETTINGS = ("n", "k", "temperature", "top_p", "max_tokens", "prompt_style", "shots")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from crosstune.evals.benchmark import RTLLM, Problem, ProblemSetError, select
-from crosstune.evals.screen import blank_comments_and_strings
+from crosstune.evals.problems.benchmark import RTLLM, Problem, ProblemSetError, select
+from crosstune.evals.problems.verilog_source import blank_comments_and_strings
 
 DESCRIPTION, TESTBENCH, MAKEFILE = "design_description.txt", "testbench.v", "makefile"
 MAX_DATA_FILE_BYTES = 1 << 20

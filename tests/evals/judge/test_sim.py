@@ -9,8 +9,8 @@ import pytest
 
 from crosstune.evals import evaluate as evaluate_module
 from crosstune.evals.evaluate import evaluate_completions, measure_references
-from crosstune.evals.problems import CODE_COMPLETE, load_problems
-from crosstune.evals.sandbox import Limits
+from crosstune.evals.judge.sandbox import Limits
+from crosstune.evals.problems.problem_sets import CODE_COMPLETE, load_problems
 from tests.helpers.paths import FIXTURES
 
 pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs iverilog (make setup)")

@@ -9,10 +9,10 @@ import shutil
 import pytest
 
 from crosstune.evals.evaluate import evaluate_completions
-from crosstune.evals.problems import RTLLM, ProblemSetError, load_problems, suite_of
-from crosstune.evals.rtllm import instrument_testbench
-from crosstune.evals.simulate import reference_as_design
-from crosstune.evals.verdict import rtllm_strict_verdict, rtllm_upstream_verdict
+from crosstune.evals.judge.simulate import reference_as_design
+from crosstune.evals.judge.verdict import rtllm_strict_verdict, rtllm_upstream_verdict
+from crosstune.evals.problems.problem_sets import RTLLM, ProblemSetError, load_problems, suite_of
+from crosstune.evals.problems.rtllm import instrument_testbench
 from tests.helpers.paths import FIXTURES
 
 V2, V11 = FIXTURES / "rtllm", FIXTURES / "rtllm-v11"
@@ -117,7 +117,7 @@ def test_designs_get_their_verdicts(tmp_path):
         ]
         * 8,  # fmt: skip
     }
-    from crosstune.evals.sandbox import Limits
+    from crosstune.evals.judge.sandbox import Limits
 
     report = evaluate_completions(problems, completions, tmp_path, ks=(1,), workers=2, limits=Limits(timeout_s=3))
     rows = {r["problem"]: r for r in report.summary["per_problem"]}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crosstune.evals.benchmark import (
+from crosstune.evals.problems.benchmark import (
     CODE_COMPLETE,
     RTLLM,
     SPEC_TO_RTL,
@@ -19,7 +19,7 @@ from crosstune.evals.benchmark import (
     ProblemSetError,
     select,
 )
-from crosstune.evals.rtllm import is_rtllm, load_rtllm
+from crosstune.evals.problems.rtllm import is_rtllm, load_rtllm
 
 TASK_FOLDERS = {SPEC_TO_RTL: "dataset_spec-to-rtl", CODE_COMPLETE: "dataset_code-complete-iccad2023"}
 __all__ = ["CODE_COMPLETE", "RTLLM", "SPEC_TO_RTL", "Problem", "ProblemSetError", "load_problems", "select"]

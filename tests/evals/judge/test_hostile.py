@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from crosstune.evals.evaluate import evaluate_completions
-from crosstune.evals.landlock import abi_version
-from crosstune.evals.problems import load_problems
-from crosstune.evals.sandbox import Limits
+from crosstune.evals.judge.landlock import abi_version
+from crosstune.evals.judge.sandbox import Limits
+from crosstune.evals.problems.problem_sets import load_problems
 from tests.helpers.paths import FIXTURES
 
 pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs iverilog (make setup)")

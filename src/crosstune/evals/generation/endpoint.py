@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from crosstune.evals.cache import SamplingParams
-from crosstune.evals.generate import Completion, GenerationError
-from crosstune.evals.prompts import Message
+from crosstune.evals.generation.cache import SamplingParams
+from crosstune.evals.generation.generate import Completion, GenerationError
+from crosstune.evals.problems.prompt_styles import Message
 from crosstune.fsutil import files_fingerprint
 from crosstune.recipe.schema import EVAL_DEFAULTS
 

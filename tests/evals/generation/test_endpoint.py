@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from crosstune.evals.cache import CompletionCache, SamplingParams
-from crosstune.evals.endpoint import EndpointGenerator, EndpointUnreachable, Timeouts
-from crosstune.evals.generate import generate_completions
-from crosstune.evals.problems import load_problems
+from crosstune.evals.generation.cache import CompletionCache, SamplingParams
+from crosstune.evals.generation.endpoint import EndpointGenerator, EndpointUnreachable, Timeouts
+from crosstune.evals.generation.generate import generate_completions
+from crosstune.evals.problems.problem_sets import load_problems
 from tests.helpers.fake_endpoint import ERROR_BODY, FakeEndpoint
 from tests.helpers.paths import FIXTURES, REPO
 from tests.helpers.processes import default_sigint

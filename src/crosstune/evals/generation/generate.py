@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from crosstune.errors import CrosstuneError
-from crosstune.evals.cache import CompletionCache, SamplingParams, cache_key
-from crosstune.evals.problems import Problem
-from crosstune.evals.prompts import Message, build_messages, prompt_hash
+from crosstune.evals.generation.cache import CompletionCache, SamplingParams, cache_key
+from crosstune.evals.problems.problem_sets import Problem
+from crosstune.evals.problems.prompt_styles import Message, build_messages, prompt_hash
 
 UNKNOWN_ENGINE = {"name": "unknown (not recorded)", "kind": "unknown"}
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from crosstune.evals.examples import EXAMPLES
-from crosstune.evals.extract import RULES, extract_code
-from crosstune.evals.problems import CODE_COMPLETE, SPEC_TO_RTL, ProblemSetError, load_problems
-from crosstune.evals.prompts import SPEC_SYSTEM, build_messages, prompt_hash
+from crosstune.evals.judge.extract import RULES, extract_code
+from crosstune.evals.problems.examples import EXAMPLES
+from crosstune.evals.problems.problem_sets import CODE_COMPLETE, SPEC_TO_RTL, ProblemSetError, load_problems
+from crosstune.evals.problems.prompt_styles import SPEC_SYSTEM, build_messages, prompt_hash
 from crosstune.synth import generate_corpus
 from tests.helpers.paths import FIXTURES
 

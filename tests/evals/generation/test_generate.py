@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file
-from crosstune.evals.endpoint import EndpointGenerator, Timeouts
-from crosstune.evals.generate import generate_completions
-from crosstune.evals.problems import load_problems
-from crosstune.evals.prompts import build_messages
+from crosstune.evals.generation.cache import CompletionCache, SamplingParams, load_samples_file
+from crosstune.evals.generation.endpoint import EndpointGenerator, Timeouts
+from crosstune.evals.generation.generate import generate_completions
+from crosstune.evals.problems.problem_sets import load_problems
+from crosstune.evals.problems.prompt_styles import build_messages
 from tests.helpers.paths import FIXTURES
 
 CHECKOUT = FIXTURES / "verilogeval"
@@ -196,7 +196,7 @@ def tiny_local_model(folder: Path) -> Path:
 
 
 def test_transformers_backend_samples_reproducibly(tmp_path):
-    from crosstune.evals.local import TransformersGenerator
+    from crosstune.evals.generation.local import TransformersGenerator
 
     model = TransformersGenerator(tiny_local_model(tmp_path / "tiny"))
     params = SamplingParams(n=2, temperature=1.0, top_p=1.0, max_tokens=6, seed=3)
@@ -218,7 +218,7 @@ class InstantTrouble:
         self.calls = 0
 
     def complete(self, messages, params, sample):
-        from crosstune.evals.generate import GenerationError
+        from crosstune.evals.generation.generate import GenerationError
 
         self.calls += 1
         raise GenerationError("server error: 500", endpoint_trouble=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from crosstune.evals.cache import SamplingParams
-from crosstune.evals.generate import Completion
-from crosstune.evals.prompts import Message
+from crosstune.evals.generation.cache import SamplingParams
+from crosstune.evals.generation.generate import Completion
+from crosstune.evals.problems.prompt_styles import Message
 from crosstune.fsutil import files_fingerprint
 
 TRANSFORMERS_DEFAULT_TOP_K = (

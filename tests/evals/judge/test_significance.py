@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crosstune.evals.scoring import ProblemScore, markdown_report, pass_at_k, summarize
-from crosstune.evals.stats import CI_METHOD, bootstrap_interval, paired_permutation_test
+from crosstune.evals.judge.scoring import ProblemScore, markdown_report, pass_at_k, summarize
+from crosstune.evals.judge.significance import CI_METHOD, bootstrap_interval, paired_permutation_test
 
 
 def test_interval_of_identical_values_is_the_value():

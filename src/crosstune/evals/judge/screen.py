@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from crosstune.evals.benchmark import VERILOGEVAL_TESTBENCH_INSTANCES, VERILOGEVAL_TESTBENCH_MODULES
+from crosstune.evals.problems.benchmark import VERILOGEVAL_TESTBENCH_INSTANCES, VERILOGEVAL_TESTBENCH_MODULES
+from crosstune.evals.problems.verilog_source import blank_comments_and_strings
 
 ALLOWED_SYSTEM_NAMES = frozenset(
     {
@@ -38,8 +39,6 @@ ALLOWED_SYSTEM_NAMES = frozenset(
 REJECTED_KEYWORDS = {"force": "force", "release": "release", "bind": "bind"}
 
 _TOKEN = re.compile(r"\\(\S+)|([A-Za-z_][A-Za-z0-9_$]*)|(\$[A-Za-z0-9_$]*)")
-# Escaped identifiers are matched too so a `"` inside one (`\\x" `) cannot open a fake string.
-_COMMENT_OR_STRING = re.compile(r'\\\S+|//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.DOTALL)
 _DPI = re.compile(r'\b(?:import|export)\s*"')
 _DEFINITION = re.compile(r"\b(?:module|macromodule|program|interface|primitive|package|class)\s+\\?(\w+)")
 _INCLUDE = re.compile(r"`\s*include\b")
@@ -57,19 +56,6 @@ class Rejection:
 
     reason: str
     line: int
-
-
-def blank_comments_and_strings(source: str) -> str:
-    """Comments and string contents become spaces (newlines kept, so line numbers stay right)."""
-
-    def blank(match: re.Match[str]) -> str:
-        text = match.group(0)
-        if text.startswith("\\"):
-            return text
-        inner = re.sub(r"[^\n]", " ", text)
-        return f'"{inner[1:-1]}"' if text.startswith('"') else inner
-
-    return _COMMENT_OR_STRING.sub(blank, source)
 
 
 def _line(text: str, offset: int) -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from crosstune.evals import landlock
+from crosstune.evals.judge import landlock
 
 _MiB = 1024 * 1024
 

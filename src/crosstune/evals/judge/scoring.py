@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crosstune.evals.stats import bootstrap_interval, interval_method
-from crosstune.evals.verdict import CATEGORIES, PASS
+from crosstune.evals.judge.significance import bootstrap_interval, interval_method
+from crosstune.evals.judge.verdict import CATEGORIES, PASS
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

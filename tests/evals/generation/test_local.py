@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from crosstune.evals.cache import CompletionCache, SamplingParams
-from crosstune.evals.generate import generate_completions
-from crosstune.evals.prompts import build_messages
-from tests.evals.test_generate import PROBLEMS, tiny_local_model
+from crosstune.evals.generation.cache import CompletionCache, SamplingParams
+from crosstune.evals.generation.generate import generate_completions
+from crosstune.evals.problems.prompt_styles import build_messages
+from tests.evals.generation.test_generate import PROBLEMS, tiny_local_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -53,7 +53,7 @@ def demo_base() -> Path:
     ],
 )
 def test_batched_completions_equal_the_one_at_a_time_path(tmp_path, which, params):
-    from crosstune.evals.local import TransformersGenerator
+    from crosstune.evals.generation.local import TransformersGenerator
 
     folder = tiny_local_model(tmp_path / "tiny") if which == "tiny llama" else demo_base()
     style = "codev" if which == "demo base" else "verilogeval"
@@ -70,7 +70,7 @@ def test_batched_completions_equal_the_one_at_a_time_path(tmp_path, which, param
 
 
 def test_a_template_that_opens_thinking_is_kept_in_the_completion(tmp_path):
-    from crosstune.evals.local import TransformersGenerator
+    from crosstune.evals.generation.local import TransformersGenerator
 
     folder = tiny_local_model(tmp_path / "tiny")
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
