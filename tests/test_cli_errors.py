@@ -140,11 +140,11 @@ def test_disk_full_during_prepare(tmp_path, monkeypatch, tiny_gemma4_dir, synth_
 
 
 def test_disk_full_during_export(tmp_path, monkeypatch, tiny_gemma4_dir):
-    import crosstune.export.runs
+    import crosstune.export.run_export
     from tests.helpers.export import torch_run
 
     run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4")
-    monkeypatch.setattr(crosstune.export.runs, "write_manifest", _disk_full(tmp_path / "export_manifest.json"))
+    monkeypatch.setattr(crosstune.export.run_export, "write_manifest", _disk_full(tmp_path / "export_manifest.json"))
     output = fails_cleanly(["export", run, "--to", "adapter", "--out", tmp_path / "out"], "disk full writing")
     assert "free space there" in output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no partial export, no temp folder

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from crosstune.data.errors import DataError
+from crosstune.data.bad_input import DataError
 from crosstune.data.prepare import prepare_dataset
 from crosstune.data.prepared import (
     data_settings,

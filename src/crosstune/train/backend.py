@@ -27,7 +27,7 @@ from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 from crosstune.recipe.schema import RESOLVED
-from crosstune.run.lora import LoraWeights
+from crosstune.run.lora_weights import LoraWeights
 from crosstune.run.records import RunRecord, StackFacts
 from crosstune.train.steps import StepPlan
 

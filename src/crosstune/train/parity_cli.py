@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crosstune.run.lora import module_target
+from crosstune.run.lora_weights import module_target
 from crosstune.train import parity as parity_check
 from crosstune.train.parity import GRAD_ATOL, GRAD_RTOL, GradDiff, ParityReport
 

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.errors import InputError
+from crosstune.export.export_folder import staged_dir, write_manifest
 from crosstune.export.merge import Progress, copy_side_files, plan_merge, write_merged_shards
-from crosstune.export.output import staged_dir, write_manifest
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import file_sha256
 from crosstune.run.base_checkpoint import open_base
 from crosstune.run.integrity import lora_magnitude_bound
 from crosstune.run.layout import RUN_JSON, read_run_recipe
-from crosstune.run.lora import ExportError, LoraWeights, write_peft_adapter
+from crosstune.run.lora_weights import ExportError, LoraWeights, write_peft_adapter
 from crosstune.run.records import read_run_record
 from crosstune.train.session import read_run_lora
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from crosstune import ownership
-from crosstune.run.lora import ExportError
+from crosstune.run.lora_weights import ExportError
 
 MANIFEST = "export_manifest.json"
 PARTS = ("adapter", "merged")
