@@ -27,6 +27,10 @@ from crosstune.synth import OutputNotEmptyError, generate_corpus
 data_app = typer.Typer(help="Synthesize, prepare and inspect training data.", no_args_is_help=True)
 
 
+def register(app: typer.Typer) -> None:
+    app.add_typer(data_app, name="data")
+
+
 @data_app.command("synth")
 def synth(
     out: Path = typer.Option(..., "--out", help="Output directory; created if missing, must be empty unless --force."),

@@ -19,6 +19,10 @@ console = Console(soft_wrap=True)
 bench_app = typer.Typer(help="Benchmark a serving endpoint the way `vllm bench serve` does.")
 
 
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")
+
+
 def parse_list(text: str, option: str, convert, what: str, problem) -> list:
     """A comma-separated option: each part converted (`what` names the expected kind) and then checked (`problem`
     returns why a value is refused, or None); BenchError naming the option and the value otherwise."""

@@ -18,8 +18,9 @@ from rich.console import Console
 from crosstune.errors import CrosstuneError
 from crosstune.hardware import HARDWARE
 from crosstune.planner import plan_recipe
-from crosstune.planner.cli import load_for_plan, plan_json, render_compiled, render_plan
 from crosstune.planner.compiled import compile_report, with_layers
+from crosstune.planner.planned_recipe import load_for_plan
+from crosstune.planner.view import plan_json, render_compiled, render_plan
 from crosstune.recipe import RecipeError
 
 console = Console(soft_wrap=True)
