@@ -1,12 +1,11 @@
-"""`crosstune bench serve` against a local fixture server: exact lengths, vLLM's metric definitions (recomputed here
-by an independent function), the naive-client mistakes, and faults (500s, stalls, cut streams, a dying server)."""
+"""`crosstune bench serve` against the fake server: exact lengths, vLLM's metric definitions (recomputed by an
+independent function, tests/helpers/serve.py), the naive-client mistakes, and faults (500s, stalls, cut streams, a
+dying server)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
-import statistics
 
 import numpy as np
 import pytest
@@ -14,7 +13,8 @@ import pytest
 from crosstune.servebench.request_metrics import stats_ms
 from crosstune.servebench.sweep import SweepConfig, run_sweep
 from crosstune.servebench.workload import arrival_times
-from tests.helpers.serve import FixtureServer
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.serve import recompute
 
 
 def sweep(tmp_path, tokenizer, url, model="ok", **kw):
@@ -25,40 +25,8 @@ def sweep(tmp_path, tokenizer, url, model="ok", **kw):
     return summary, records
 
 
-def percentile(xs: list[float], p: float) -> float:
-    """Linear interpolation between closest ranks, written out (the independent check of numpy's default)."""
-    xs = sorted(xs)
-    pos = (len(xs) - 1) * p / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def recompute(records: list[dict], duration: float) -> dict:
-    """The summary's metrics from the per-request JSONL alone, by vLLM's definitions."""
-    ok = [r for r in records if r["ok"]]
-    out_tokens = sum(r["completion_tokens"] for r in ok)
-    in_tokens = sum(r["prompt_tokens"] for r in ok)
-    ttft = [1000 * r["ttft_s"] for r in ok]
-    e2el = [1000 * r["e2el_s"] for r in ok]
-    tpot = [1000 * (r["e2el_s"] - r["ttft_s"]) / (r["completion_tokens"] - 1) for r in ok if r["completion_tokens"] > 1]
-    itl = [1000 * g for r in ok for g in r["itl_s"]]
-    got = {
-        "completed": len(ok),
-        "failed": len(records) - len(ok),
-        "request_throughput": len(ok) / duration,
-        "output_throughput": out_tokens / duration,
-        "total_token_throughput": (in_tokens + out_tokens) / duration,
-    }
-    for name, xs in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
-        got[f"mean_{name}_ms"] = statistics.fmean(xs)
-        got[f"median_{name}_ms"] = statistics.median(xs)
-        got[f"p90_{name}_ms"] = percentile(xs, 90)
-        got[f"p99_{name}_ms"] = percentile(xs, 99)
-    return got
-
-
 def test_sweep_exact_lengths_and_summary_recomputed(tmp_path, tiny_gemma4_dir):
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         summary, records = sweep(
             tmp_path, tiny_gemma4_dir, server.url, contexts=[16, 40], concurrency=[1, 3], num_requests=6, warmup=1
         )
@@ -82,7 +50,7 @@ def test_sweep_exact_lengths_and_summary_recomputed(tmp_path, tiny_gemma4_dir):
 
 def test_chunks_are_not_tokens(tmp_path, tiny_gemma4_dir):
     """A chunk may carry several tokens: output tokens come from usage, TPOT divides by tokens − 1, not chunks."""
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         summary, records = sweep(tmp_path, tiny_gemma4_dir, server.url, model="burst", num_requests=3, warmup=0)
     for r in records:
         assert r["completion_tokens"] == 8 and r["chunk_tokens"] == [2, 2, 2, 2] and len(r["itl_s"]) == 3
@@ -92,7 +60,7 @@ def test_chunks_are_not_tokens(tmp_path, tiny_gemma4_dir):
 
 
 def test_ignore_eos_sent_and_short_completions_fail(tmp_path, tiny_gemma4_dir):
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         ok, _ = sweep(tmp_path / "a", tiny_gemma4_dir, server.url, model="noeos", num_requests=2, warmup=0)
         short, records = sweep(tmp_path / "b", tiny_gemma4_dir, server.url, model="short", num_requests=2, warmup=0)
     assert ok["cells"][0]["completed"] == 2  # the server stops at EOS unless ignore_eos: the client asks for it
@@ -101,7 +69,7 @@ def test_ignore_eos_sent_and_short_completions_fail(tmp_path, tiny_gemma4_dir):
 
 
 def test_truncated_prompt_is_not_a_long_context(tmp_path, tiny_gemma4_dir):
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         summary, records = sweep(tmp_path, tiny_gemma4_dir, server.url, model="truncate", contexts=[100], warmup=0)
     assert summary["cells"][0]["completed"] == 0
     assert records[0]["error"] == "prompt length mismatch: 64 tokens on the server, 100 requested"
@@ -109,10 +77,10 @@ def test_truncated_prompt_is_not_a_long_context(tmp_path, tiny_gemma4_dir):
 
 @pytest.mark.parametrize(
     ("model", "reason"),
-    [("http500", "HTTP 500"), ("stall", "timeout"), ("cut", "dropped stream")],
+    [("error", "HTTP 500"), ("stall", "timeout"), ("cut", "dropped stream")],
 )
 def test_faults_recorded_per_request(tmp_path, tiny_gemma4_dir, model, reason):
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         summary, records = sweep(
             tmp_path,
             tiny_gemma4_dir,
@@ -128,7 +96,7 @@ def test_faults_recorded_per_request(tmp_path, tiny_gemma4_dir, model, reason):
 
 
 def test_dying_server_ends_sweep_with_partial_results(tmp_path, tiny_gemma4_dir):
-    with FixtureServer(die_after=4) as server:
+    with FakeOpenAI(die_after=4) as server:
         summary, records = sweep(
             tmp_path, tiny_gemma4_dir, server.url, concurrency=[1, 2, 4], num_requests=4, warmup=0, timeout_s=5
         )
@@ -138,7 +106,7 @@ def test_dying_server_ends_sweep_with_partial_results(tmp_path, tiny_gemma4_dir)
 
 def test_concurrency_is_a_semaphore_not_batches(tmp_path, tiny_gemma4_dir):
     """With one slow request in flight, the other slot keeps serving: a batch-synchronous client would wait."""
-    with FixtureServer(slow_first_s=0.6) as server:
+    with FakeOpenAI(slow_first_s=0.6) as server:
         _, records = sweep(tmp_path, tiny_gemma4_dir, server.url, concurrency=[2], num_requests=6, warmup=0)
     slow = max(records, key=lambda r: r["e2el_s"])  # the first request the server received (of the first two sent)
     slow_done = slow["dispatch_s"] + slow["e2el_s"]
@@ -175,7 +143,7 @@ def test_cli_bench_serve_plots_and_compare(tmp_path, tiny_gemma4_dir):
     from typer.testing import CliRunner
 
     runner = CliRunner()
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         for name, model in (("a", "ok"), ("b", "burst")):
             args = [
                 "bench",
@@ -216,7 +184,7 @@ def test_cli_bench_serve_plots_and_compare(tmp_path, tiny_gemma4_dir):
 
 
 def test_request_rate_cells_dispatch_on_the_arrival_process(tmp_path, tiny_gemma4_dir):
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         summary, records = sweep(tmp_path, tiny_gemma4_dir, server.url, rates=[40.0], num_requests=8, warmup=0)
     cell = summary["cells"][0]
     assert cell["request_rate"] == 40.0 and cell["concurrency"] is None and cell["completed"] == 8
@@ -230,7 +198,7 @@ def test_chat_prompts_checked_against_the_template_length(tmp_path, tiny_gemma4_
     from crosstune.servebench.workload import PromptMaker
 
     maker = PromptMaker(tiny_gemma4_dir)
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         server.chat_tokens = maker.chat_prompt_tokens  # what vLLM reports: the chat template applied
         summary, records = sweep(
             tmp_path / "a", tiny_gemma4_dir, server.url, api="chat", contexts=[48], warmup=0, num_requests=3

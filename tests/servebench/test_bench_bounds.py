@@ -22,8 +22,10 @@ import pytest
 import crosstune
 from crosstune.servebench.client import RequestRecord, completion_payload, send
 from crosstune.servebench.sweep import SweepConfig, run_sweep
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.ports import free_port
 from tests.helpers.processes import default_sigint
-from tests.helpers.serve import FixtureServer, bench_args, cli, one_line_error
+from tests.helpers.serve import bench_args, cli, one_line_error
 
 
 def config(url, tokenizer, **kw) -> SweepConfig:
@@ -31,15 +33,9 @@ def config(url, tokenizer, **kw) -> SweepConfig:
     return SweepConfig(endpoint=url, model=kw.pop("model", "ok"), tokenizer=tokenizer, **{**base, **kw})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_deadline_covers_the_whole_request_not_one_read(tmp_path, tiny_gemma4_dir):
     """A server that trickles a byte every 50 ms never trips a per-read timeout; the deadline ends it."""
-    with FixtureServer(stall_s=20.0) as server:
+    with FakeOpenAI(stall_s=20.0) as server:
         start = time.monotonic()
         summary = asyncio.run(run_sweep(config(server.url, tiny_gemma4_dir, model="trickle", timeout_s=1.0), tmp_path))
         elapsed = time.monotonic() - start
@@ -63,7 +59,7 @@ def test_the_probe_fails_in_seconds_when_the_server_accepts_and_never_answers(tm
 
 
 def test_a_cell_is_cut_at_its_bound_and_says_so(tmp_path, tiny_gemma4_dir):
-    with FixtureServer(stall_s=20.0) as server:
+    with FakeOpenAI(stall_s=20.0) as server:
         start = time.monotonic()
         cfg = config(server.url, tiny_gemma4_dir, model="stall", concurrency=[1], timeout_s=60, cell_timeout_s=1.0)
         summary = asyncio.run(run_sweep(cfg, tmp_path))
@@ -78,7 +74,7 @@ def test_a_cell_is_cut_at_its_bound_and_says_so(tmp_path, tiny_gemma4_dir):
 
 
 def test_a_stalled_endpoint_ends_the_sweep_after_one_cell(tmp_path, tiny_gemma4_dir):
-    with FixtureServer(stall_s=20.0) as server:
+    with FakeOpenAI(stall_s=20.0) as server:
         cfg = config(server.url, tiny_gemma4_dir, model="stall", contexts=[16, 32], timeout_s=0.5)
         summary = asyncio.run(run_sweep(cfg, tmp_path))
     assert len(summary["cells"]) == 1 and len(server.requests) == 2
@@ -88,7 +84,7 @@ def test_a_stalled_endpoint_ends_the_sweep_after_one_cell(tmp_path, tiny_gemma4_
 def test_a_failed_warm_up_skips_its_cell_and_only_an_endpoint_failure_ends_the_sweep(tmp_path, tiny_gemma4_dir):
     """`truncate` fails every request at context 100 (the request's fault): that cell is skipped, the next runs.
     A stalled warm-up (the endpoint's fault) ends the sweep."""
-    with FixtureServer(stall_s=20.0) as server:
+    with FakeOpenAI(stall_s=20.0) as server:
         cfg = config(server.url, tiny_gemma4_dir, model="truncate", contexts=[100, 16], warmup=1)
         skipped = asyncio.run(run_sweep(cfg, tmp_path / "a"))
         cfg = config(server.url, tiny_gemma4_dir, model="stall", contexts=[100, 16], warmup=1, timeout_s=0.5)
@@ -116,7 +112,7 @@ def test_a_failed_warm_up_skips_its_cell_and_only_an_endpoint_failure_ends_the_s
 def test_a_sweep_that_cannot_succeed_is_refused_before_anything_is_sent(
     tmp_path, tiny_gemma4_dir, server_kw, args, message
 ):
-    with FixtureServer(**server_kw) as server:
+    with FakeOpenAI(**server_kw) as server:
         line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(tmp_path / "b"), *args)))
     assert message in line
     assert server.requests == [] and not (tmp_path / "b").exists()
@@ -125,7 +121,7 @@ def test_a_sweep_that_cannot_succeed_is_refused_before_anything_is_sent(
 def test_a_cell_without_a_successful_request_exits_1_naming_the_cell_and_why(tmp_path, tiny_gemma4_dir):
     """The fixture's `truncate` cuts prompts to 64 tokens: context 16 succeeds, context 100 fails every request."""
     out = tmp_path / "b"
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         result = cli(
             *bench_args(server.url, tiny_gemma4_dir, "--contexts", "16,100", "--out", str(out), model="truncate")
         )
@@ -139,9 +135,9 @@ def test_a_cell_without_a_successful_request_exits_1_naming_the_cell_and_why(tmp
 
 
 def test_every_request_failing_exits_1_and_writes_nothing(tmp_path, tiny_gemma4_dir):
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         line = one_line_error(
-            cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(tmp_path / "b"), model="http500"))
+            cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(tmp_path / "b"), model="error"))
         )
     assert "no request succeeded (context 16, concurrency 1: no successful request: 2 × HTTP 500 (first: HTTP" in line
     assert not (tmp_path / "b").exists()
@@ -190,7 +186,7 @@ def test_ctrl_c_keeps_the_finished_cells_and_marks_the_summary_interrupted(tmp_p
     src = str(Path(crosstune.__file__).parents[1])  # the crosstune this test imported
     env = {**os.environ, "PYTHONPATH": src, "COLUMNS": "500", "PYTHONFAULTHANDLER": "1"}
     code = "import sys; from crosstune.cli import main; sys.argv[0] = 'crosstune'; main()"
-    with FixtureServer(stall_s=120.0, stall_prompts_over=20) as server:  # context 16 answers, context 32 hangs
+    with FakeOpenAI(stall_s=120.0, stall_prompts_over=20) as server:  # context 16 answers, context 32 hangs
         argv = bench_args(server.url, tiny_gemma4_dir, "--contexts", "16,32", "--out", str(out))
         process = subprocess.Popen(
             [sys.executable, "-c", code, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

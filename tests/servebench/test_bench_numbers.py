@@ -13,7 +13,8 @@ from crosstune.servebench.client import RequestRecord
 from crosstune.servebench.request_metrics import saturation
 from crosstune.servebench.server_metrics import delta, parse
 from crosstune.servebench.sweep import SweepConfig, run_sweep
-from tests.helpers.serve import FixtureServer, bench_args, cli, one_line_error
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.serve import bench_args, cli, one_line_error
 
 
 def record(itl_s: list[float], chunk_tokens: list[int]) -> RequestRecord:
@@ -32,7 +33,7 @@ def test_largest_burst_share_counts_tokens_of_chunks_closer_than_a_millisecond()
 
 
 def test_a_flushed_stream_marks_the_cells_client_timings(tmp_path, tiny_gemma4_dir):
-    with FixtureServer(token_delay_s=0.02) as server:
+    with FakeOpenAI(token_delay_s=0.02) as server:
         result = cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(tmp_path / "b"), model="flush"))
     assert result.exit_code == 0, result.output
     cell = json.loads((tmp_path / "b" / "summary.json").read_text())["cells"][0]
@@ -58,7 +59,7 @@ def test_server_percentiles_carry_their_bucket():
 
 
 def test_the_table_shows_server_percentiles_as_buckets(tmp_path, tiny_gemma4_dir):
-    with FixtureServer() as server:  # its TTFT histogram has one finite bucket: le 0.01 s
+    with FakeOpenAI() as server:  # its TTFT histogram has one finite bucket: le 0.01 s
         result = cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(tmp_path / "b")))
     assert result.exit_code == 0, result.output
     assert "0–10" in result.output and "the true value lies in the bucket shown" in " ".join(result.output.split())
@@ -87,7 +88,7 @@ def test_slo_is_spelt_one_way_and_parsed_by_one_parser():
 
 
 def test_bench_serve_takes_the_cost_spelling_and_judges_cells_and_requests(tmp_path, tiny_gemma4_dir):
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         result = cli(
             *bench_args(server.url, tiny_gemma4_dir, "--out", str(tmp_path / "b"), "--slo", "p99_ttft_ms=60000")
         )
@@ -116,7 +117,7 @@ def test_rate_sweeps_name_saturation_by_the_rate(tmp_path, tiny_gemma4_dir):
         for r, t in ((2.0, 30.0), (8.0, 90.0), (32.0, 90.0))
     ]
     assert saturation(cells)["16"]["load"] == "rate 8 req/s, at most 8 in flight"  # a tie goes to the lower rate
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         result = cli(*bench_args(server.url, tiny_gemma4_dir, "--rates", "40", "--max-concurrency", "8",
                                  "--out", str(tmp_path / "b")))  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -137,7 +138,7 @@ def test_rate_sweeps_name_saturation_by_the_rate(tmp_path, tiny_gemma4_dir):
     ],
 )
 def test_bad_options_are_one_line_errors_naming_the_option(tmp_path, tiny_gemma4_dir, args, message):
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, *args, "--out", str(tmp_path / "b"))))
     assert line.startswith(message), line
     assert server.requests == []
@@ -145,7 +146,7 @@ def test_bad_options_are_one_line_errors_naming_the_option(tmp_path, tiny_gemma4
 
 def test_a_missing_or_unloadable_tokenizer_is_named(tmp_path):
     (tmp_path / "empty").mkdir()
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         for tok, message in (
             (tmp_path / "nope", f"error: --tokenizer {tmp_path / 'nope'}: no such folder"),
             (tmp_path / "empty", f"error: --tokenizer {tmp_path / 'empty'}: no tokenizer can be loaded from it"),

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers.serve import FixtureServer, bench_args, cli, one_line_error
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.serve import bench_args, cli, one_line_error
 
 MANIFEST = "bench_manifest.json"  # crosstune.servebench.sweep_folder.MANIFEST, spelt out: the format users see
 PLOTS = {"throughput_vs_load.png", "ttft_vs_context.png", "latency_vs_throughput.png"}
@@ -24,7 +25,7 @@ def snapshot(folder) -> dict[str, bytes]:
 
 
 def test_a_sweep_writes_its_manifest_listing_every_file(tmp_path, tiny_gemma4_dir):
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         result = cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(tmp_path / "b")))
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "b" / MANIFEST).read_text())
@@ -39,7 +40,7 @@ def test_out_holding_someone_elses_files_is_refused_and_untouched(tmp_path, tiny
     out = tmp_path / "eval"
     out.mkdir()
     (out / "summary.json").write_text('{"pass@1": 0.43}')  # an evaluation's summary
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         for extra in ([], ["--overwrite"]):
             line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), *extra)))
             assert (
@@ -52,7 +53,7 @@ def test_out_holding_someone_elses_files_is_refused_and_untouched(tmp_path, tiny
 
 def test_an_earlier_sweep_is_replaced_only_with_overwrite_and_only_if_it_holds_nothing_else(tmp_path, tiny_gemma4_dir):
     out = tmp_path / "b"
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         assert cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out))).exit_code == 0
         line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out))))
         assert f"--out {out} holds an earlier output of crosstune bench serve: pass --overwrite" in line
@@ -76,7 +77,7 @@ def test_a_sweep_written_before_the_one_manifest_shape_is_replaced_by_name(tmp_p
     (out / "summary.json").write_text("{}")
     (out / MANIFEST).write_text(json.dumps({"kind": "crosstune bench serve", "files": ["summary.json"]}))
     (out / "mine.txt").write_text("mine")
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         line = one_line_error(cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), "--overwrite")))
         assert f"mine.txt (not in its {MANIFEST})" in line
         (out / "mine.txt").unlink()
@@ -87,11 +88,11 @@ def test_a_sweep_written_before_the_one_manifest_shape_is_replaced_by_name(tmp_p
 
 def test_a_failing_rerun_leaves_the_earlier_sweep_whole(tmp_path, tiny_gemma4_dir):
     out = tmp_path / "b"
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         assert cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out))).exit_code == 0
         before = snapshot(out)
         assert PLOTS <= set(before)
-        failing = cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), "--overwrite", model="http500"))
+        failing = cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(out), "--overwrite", model="error"))
     line = one_line_error(failing)
     assert "no request succeeded (context 16, concurrency 1: no successful request: 2 × HTTP 500" in line
     assert f"nothing was written ({out} is as it was)" in line
@@ -101,7 +102,7 @@ def test_a_failing_rerun_leaves_the_earlier_sweep_whole(tmp_path, tiny_gemma4_di
 
 def test_the_default_out_is_a_new_folder_per_sweep(tmp_path, tiny_gemma4_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         for label in ("first", "second"):
             result = cli(*bench_args(server.url, tiny_gemma4_dir, "--label", label))
             assert result.exit_code == 0, result.output
@@ -116,7 +117,7 @@ def test_out_that_is_or_contains_the_tokenizer_is_refused(tmp_path, tiny_gemma4_
     tok = tmp_path / "models" / "tok"
     shutil.copytree(tiny_gemma4_dir, tok)
     before = snapshot(tok)
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         for out, verb in ((tok, "is"), (tmp_path / "models", "contains")):
             line = one_line_error(cli(*bench_args(server.url, tok, "--out", str(out), "--overwrite")))
             assert f"--out {out} {verb} the sweep's input {tok}: writing there would replace it" in line
@@ -126,7 +127,7 @@ def test_out_that_is_or_contains_the_tokenizer_is_refused(tmp_path, tiny_gemma4_
 def test_out_naming_a_file_is_a_one_line_error(tmp_path, tiny_gemma4_dir):
     afile = tmp_path / "afile"
     afile.write_text("keep me")
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         assert f"--out {afile} is a file" in one_line_error(
             cli(*bench_args(server.url, tiny_gemma4_dir, "--out", str(afile)))
         )

@@ -12,7 +12,7 @@ from crosstune.evals.generation.cache import CompletionCache, SamplingParams
 from crosstune.evals.generation.endpoint import EndpointGenerator
 from crosstune.evals.generation.generate import generate_completions
 from crosstune.evals.problems.problem_sets import load_problems
-from tests.helpers.fake_endpoint import FakeEndpoint
+from tests.helpers.evals import eval_server
 
 GREEDY = SamplingParams(n=1, temperature=0.0, max_tokens=4)
 
@@ -46,17 +46,17 @@ def test_a_served_model_is_known_by_its_files_and_the_revision_the_caller_states
     (served / "config.json").write_text("{}")
     (served / "model.safetensors").write_bytes(b"\0" * 64)
     path = tmp_path / "completions.jsonl"
-    with FakeEndpoint(root=str(served)) as server:
+    with eval_server(root=str(served)) as server:
 
         def ask(revision: str | None = None) -> int:
             engine = EndpointGenerator(server.url, "m", retries=0)
             return generate_completions(problems, engine, GREEDY, CompletionCache(path), revision=revision).from_cache
 
-        assert (ask(), ask()) == (0, 2) and len(server.posts) == 2
+        assert (ask(), ask()) == (0, 2) and len(server.seeds) == 2
         (served / "model.safetensors").write_bytes(b"\1" * 64)  # re-exported in place: same path, same name
-        assert ask() == 0 and len(server.posts) == 4
-        assert ask("export sha256 abc") == 0 and ask("export sha256 abc") == 2 and len(server.posts) == 6
-    with FakeEndpoint(root="/not/on/this/machine") as server:
+        assert ask() == 0 and len(server.seeds) == 4
+        assert ask("export sha256 abc") == 0 and ask("export sha256 abc") == 2 and len(server.seeds) == 6
+    with eval_server(root="/not/on/this/machine") as server:
         engine = EndpointGenerator(server.url, "m", retries=0)
         generate_completions(problems, engine, GREEDY, CompletionCache(tmp_path / "remote.jsonl"))
         assert engine.identity == {"served": "m", "root": "/not/on/this/machine", "weights": None}

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,8 +18,10 @@ from crosstune.evals.generation.cache import CompletionCache, SamplingParams
 from crosstune.evals.generation.endpoint import EndpointGenerator, EndpointUnreachable, Timeouts
 from crosstune.evals.generation.generate import generate_completions
 from crosstune.evals.problems.problem_sets import load_problems
-from tests.helpers.fake_endpoint import ERROR_BODY, FakeEndpoint
+from tests.helpers.evals import eval_server
+from tests.helpers.fake_openai import ERROR_BODY
 from tests.helpers.paths import FIXTURES, REPO
+from tests.helpers.ports import free_port
 from tests.helpers.processes import default_sigint
 
 CHECKOUT = FIXTURES / "verilogeval"
@@ -33,17 +34,10 @@ def backend(url: str, timeouts: Timeouts = SHORT) -> EndpointGenerator:
     return EndpointGenerator(url, "m", timeouts=timeouts, retries=1, backoff_s=0.01)
 
 
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_every_sample_gets_its_outcome_and_reason(tmp_path):
     modes = ["ok", "error", "stall", "trickle", "cut"]  # sample i (seed i) meets modes[i]
     cache = CompletionCache(tmp_path / "c.jsonl")
-    with FakeEndpoint(lambda seed: modes[seed]) as server:
+    with eval_server(lambda seed: modes[seed]) as server:
         start = time.monotonic()
         result = generate_completions(PROBLEM, backend(server.url), SamplingParams(n=5), cache, concurrency=5)
         elapsed = time.monotonic() - start
@@ -55,7 +49,7 @@ def test_every_sample_gets_its_outcome_and_reason(tmp_path):
     assert reasons[2] == "read timeout: the server sent nothing for 0.5 s"  # not retried
     assert reasons[3] == "no complete answer within the request timeout (1 s)"  # however the bytes trickle
     assert reasons[4] == "response cut short: received 10 of 1000 bytes of the body (IncompleteRead) (after 2 attempts)"
-    assert sorted(server.posts) == [0, 1, 1, 2, 3, 4, 4]
+    assert sorted(server.seeds) == [0, 1, 1, 2, 3, 4, 4]
     assert len(CompletionCache(tmp_path / "c.jsonl")) == 1  # only the success is cached: a rerun retries the rest
 
 
@@ -69,7 +63,7 @@ def test_nothing_listening_fails_fast_naming_the_url(tmp_path):
 
 
 def test_a_server_that_never_answers_the_probe_fails_within_the_connect_timeout(tmp_path):
-    with FakeEndpoint(models_stall=True) as server:
+    with eval_server(models_stall=True) as server:
         start = time.monotonic()
         with pytest.raises(
             EndpointUnreachable,
@@ -77,23 +71,23 @@ def test_a_server_that_never_answers_the_probe_fails_within_the_connect_timeout(
         ):
             generate_completions(PROBLEM, backend(server.url, Timeouts(connect_s=0.5)), SamplingParams(),
                                  CompletionCache(tmp_path / "c"))  # fmt: skip
-        assert time.monotonic() - start < 2 and server.posts == []
+        assert time.monotonic() - start < 2 and server.seeds == []
 
 
 def test_probe_names_the_served_models(tmp_path):
-    with FakeEndpoint(served=("gemma-lora", "gemma")) as server:
+    with eval_server(served=("gemma-lora", "gemma")) as server:
         with pytest.raises(EndpointUnreachable, match=r"serves \['gemma-lora', 'gemma'\], not 'm'"):
             generate_completions(PROBLEM, backend(server.url), SamplingParams(), CompletionCache(tmp_path / "c"))
-        assert server.posts == []
+        assert server.seeds == []
 
 
 def test_a_stalled_endpoint_is_given_up_after_failures_in_a_row(tmp_path):
-    with FakeEndpoint(lambda seed: "stall") as server:
+    with eval_server(lambda seed: "stall") as server:
         start = time.monotonic()
         result = generate_completions(PROBLEM, backend(server.url, Timeouts(read_s=0.3)), SamplingParams(n=6),
                                       CompletionCache(tmp_path / "c"), concurrency=1)  # fmt: skip
     assert time.monotonic() - start < 3  # three 0.3 s timeouts, then the rest is not sent
-    assert len(server.posts) == 3
+    assert len(server.seeds) == 3
     reasons = [f.reason for f in result.failures]
     assert reasons[:3] == ["read timeout: the server sent nothing for 0.3 s"] * 3
     assert reasons[3:] == ["not completed: the endpoint failed 3 samples in a row (last: read timeout: the server "
@@ -114,12 +108,12 @@ def test_ctrl_c_stops_promptly_and_says_what_was_kept(tmp_path):
         "PYTHONFAULTHANDLER": "1",
     }
     code = "import sys; from crosstune.cli import main; sys.argv[0] = 'crosstune'; main()"
-    with FakeEndpoint(lambda seed: "ok" if seed == 0 else "stall") as server:
+    with eval_server(lambda seed: "ok" if seed == 0 else "stall") as server:
         argv = eval_argv(server.url, tmp_path, "--n", "3", "--concurrency", "1")
         process = subprocess.Popen([sys.executable, "-c", code, "eval", *argv], env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)  # fmt: skip
         try:
-            server.wait_for_posts(2)  # sample 0 answered, sample 1 hangs (default timeouts: minutes)
+            server.wait_for_requests(2)  # sample 0 answered, sample 1 hangs (default timeouts: minutes)
             time.sleep(0.3)
             process.send_signal(signal.SIGINT)
             start = time.monotonic()
@@ -139,9 +133,9 @@ def test_ctrl_c_stops_promptly_and_says_what_was_kept(tmp_path):
 
 @needs_iverilog
 def test_report_is_written_with_failed_samples_counted_and_listed(tmp_path):
-    from tests.evals.test_cli import run
+    from tests.helpers.evals import run
 
-    with FakeEndpoint(lambda seed: {0: "ok", 1: "error", 2: "cut"}[seed]) as server:
+    with eval_server(lambda seed: {0: "ok", 1: "error", 2: "cut"}[seed]) as server:
         result = run(*eval_argv(server.url, tmp_path, "--n", "3", "--k", "1,2", "--retries", "0"))
     assert result.exit_code == 3, result.output  # the report is written, and the exit status says it is partial
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -163,12 +157,12 @@ def test_report_is_written_with_failed_samples_counted_and_listed(tmp_path):
 
 @needs_iverilog
 def test_recipe_gives_the_request_timeouts(tmp_path):
-    from tests.evals.test_cli import run
+    from tests.helpers.evals import run
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text("name: r\nmodel: {family: gemma4, size: tiny}\ndata: {sources: [{path: x.jsonl}]}\n"
                       f"eval: {{problems: {CHECKOUT}, samples: 1, k: [1], read_timeout_s: 0.4}}\n")  # fmt: skip
-    with FakeEndpoint(lambda seed: "stall") as server:
+    with eval_server(lambda seed: "stall") as server:
         start = time.monotonic()
         result = run(str(recipe), *eval_argv(server.url, tmp_path / "o"))
         assert time.monotonic() - start < 4

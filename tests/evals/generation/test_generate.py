@@ -3,86 +3,37 @@ the in-process transformers backend on a tiny local model."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-
 import pytest
 
 from crosstune.evals.generation.cache import CompletionCache, SamplingParams, load_samples_file
 from crosstune.evals.generation.endpoint import EndpointGenerator, Timeouts
 from crosstune.evals.generation.generate import generate_completions
-from crosstune.evals.problems.problem_sets import load_problems
 from crosstune.evals.problems.prompt_styles import build_messages
-from tests.helpers.paths import FIXTURES
-
-CHECKOUT = FIXTURES / "verilogeval"
-PROBLEMS = load_problems(CHECKOUT)  # 4 problems
+from tests.helpers.evals import PROBLEMS, echo_answer, tiny_local_model
+from tests.helpers.fake_openai import FakeOpenAI
 
 
-class FakeServer:
-    """A tiny /v1/chat/completions server on 127.0.0.1 that counts requests and can start failing."""
-
-    def __init__(self, fail_after: int | None = None, status: int = 500):
-        self.requests: list[dict] = []
-        self.fail_after, self.status = fail_after, status
-        self.lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep test output quiet
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with server.lock:
-                    server.requests.append({"path": self.path, **body})
-                    failing = server.fail_after is not None and len(server.requests) > server.fail_after
-                if failing:
-                    self.send_response(server.status)
-                    self.end_headers()
-                    self.wfile.write(b'{"error": "overloaded"}')
-                    return
-                question = body["messages"][-1]["content"]
-                text = f"[BEGIN]\n// seed {body['seed']} for {len(question)} chars\n[DONE]"
-                reply = {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                         "usage": {"prompt_tokens": 10, "completion_tokens": 5}}  # fmt: skip
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-
-    def __enter__(self) -> FakeServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def fake_server(fail_after: int | None = None, status: int = 500) -> FakeOpenAI:
+    """The fake server answering each request with echo_answer; past `fail_after` requests, HTTP `status`."""
+    overloaded = '{"error": "overloaded"}'
+    return FakeOpenAI(answer=echo_answer, fail_after=fail_after, error_status=status, error_body=overloaded)
 
 
 def backend(url: str) -> EndpointGenerator:
     return EndpointGenerator(url, "fake-model", retries=1, backoff_s=0.01, timeouts=Timeouts(10, 10, 10))
 
 
-def asked(server: FakeServer) -> set[tuple[int, int]]:
+def asked(server: FakeOpenAI) -> set[tuple[int, int]]:
     """(prompt length, seed) of every request: identifies problem and sample."""
     return {(len(r["messages"][-1]["content"]), r["seed"]) for r in server.requests}
 
 
 def test_request_payload_and_results(tmp_path):
     params = SamplingParams(n=2, temperature=0.8, top_p=0.95, max_tokens=64, seed=100)
-    with FakeServer() as server:
+    with fake_server() as server:
         out = generate_completions(PROBLEMS[:2], backend(server.url), params, CompletionCache(tmp_path / "c.jsonl"))
         out = out.completions
-    assert len(server.requests) == 4 and {r["path"] for r in server.requests} == {"/v1/chat/completions"}
+    assert len(server.requests) == 4 and set(server.paths) == {"/v1/chat/completions"}
     first = server.requests[0]
     assert (first["model"], first["temperature"], first["top_p"], first["max_tokens"], first["n"]) == (
         "fake-model", 0.8, 0.95, 64, 1)  # fmt: skip
@@ -94,13 +45,13 @@ def test_request_payload_and_results(tmp_path):
 def test_server_failure_midway_then_resume_asks_only_missing(tmp_path):
     cache_path = tmp_path / "completions.jsonl"
     params = SamplingParams(n=3, temperature=0.8, top_p=0.95)
-    with FakeServer(fail_after=5) as failing:
+    with fake_server(fail_after=5) as failing:
         failed = generate_completions(PROBLEMS, backend(failing.url), params, CompletionCache(cache_path),
                                       concurrency=4)  # fmt: skip
     assert len(failed.failures) == 12 - 5 and sum(v.count(None) for v in failed.completions.values()) == 7
     assert len(CompletionCache(cache_path)) == 5  # what succeeded is on disk
     done_first = {(len(r["messages"][-1]["content"]), r["seed"]) for r in failing.requests[:5]}
-    with FakeServer() as healthy:
+    with fake_server() as healthy:
         resumed = generate_completions(PROBLEMS, backend(healthy.url), params, CompletionCache(cache_path),
                                        concurrency=4)  # fmt: skip
     out = resumed.completions
@@ -108,7 +59,7 @@ def test_server_failure_midway_then_resume_asks_only_missing(tmp_path):
     assert len(healthy.requests) == 4 * 3 - 5
     assert asked(healthy).isdisjoint(done_first)
     assert sum(len(v) for v in out.values()) == 12
-    with FakeServer() as idle:  # everything cached now: nothing is asked
+    with fake_server() as idle:  # everything cached now: nothing is asked
         again = generate_completions(PROBLEMS, backend(idle.url), params, CompletionCache(cache_path))
     assert idle.requests == [] and again.completions == out
 
@@ -121,19 +72,19 @@ def test_keyboard_interrupt_keeps_finished_samples(tmp_path):
         if done == 3:
             raise KeyboardInterrupt
 
-    with FakeServer() as server:
+    with fake_server() as server:
         with pytest.raises(KeyboardInterrupt):
             generate_completions(PROBLEMS, backend(server.url), params, CompletionCache(cache_path), concurrency=1,
                                  on_progress=interrupt_after_three)  # fmt: skip
     assert len(CompletionCache(cache_path)) == 3
-    with FakeServer() as server:
+    with fake_server() as server:
         generate_completions(PROBLEMS, backend(server.url), params, CompletionCache(cache_path))
     assert len(server.requests) == 8 - 3
 
 
 def test_cache_key_covers_sampling_params_but_not_n(tmp_path):
     cache = CompletionCache(tmp_path / "c.jsonl")
-    with FakeServer() as server:
+    with fake_server() as server:
         generate_completions(PROBLEMS[:1], backend(server.url), SamplingParams(n=2), cache)
         generate_completions(PROBLEMS[:1], backend(server.url), SamplingParams(n=3), cache)  # reuses 0 and 1
         assert len(server.requests) == 3
@@ -145,7 +96,7 @@ def test_cache_key_covers_sampling_params_but_not_n(tmp_path):
 
 def test_torn_last_line_is_ignored_and_file_doubles_as_samples_file(tmp_path):
     path = tmp_path / "c.jsonl"
-    with FakeServer() as server:
+    with fake_server() as server:
         generate_completions(PROBLEMS[:2], backend(server.url), SamplingParams(n=2), CompletionCache(path))
     with path.open("a") as f:
         f.write('{"key": "torn", "completion": "half')
@@ -157,42 +108,17 @@ def test_torn_last_line_is_ignored_and_file_doubles_as_samples_file(tmp_path):
 
 
 def test_client_errors_are_not_retried(tmp_path):
-    with FakeServer(fail_after=0, status=400) as server:
+    with fake_server(fail_after=0, status=400) as server:
         result = generate_completions(
             PROBLEMS[:1], backend(server.url), SamplingParams(n=1), CompletionCache(tmp_path / "c")
         )
     assert len(server.requests) == 1 and [f.reason for f in result.failures] == ['HTTP 400: {"error": "overloaded"}']
-    with FakeServer(fail_after=0, status=503) as server:
+    with fake_server(fail_after=0, status=503) as server:
         result = generate_completions(
             PROBLEMS[:1], backend(server.url), SamplingParams(n=1), CompletionCache(tmp_path / "d")
         )
     assert len(server.requests) == 2  # one retry
     assert [f.reason for f in result.failures] == ['HTTP 503: {"error": "overloaded"} (after 2 attempts)']
-
-
-def tiny_local_model(folder: Path) -> Path:
-    """A 1-layer Llama with a word-level tokenizer and a chat template, built offline."""
-    pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    words = ["<pad>", "<eos>", "<unk>", "system", "user", "assistant", "module", "TopModule", "endmodule", "assign"]
-    words += [f"w{i}" for i in range(54)]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    template = (
-        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
-        "{% if add_generation_prompt %}assistant {% endif %}"
-    )
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
-                                                     unk_token="<unk>", chat_template=template)  # fmt: skip
-    config = transformers.LlamaConfig(vocab_size=len(words), hidden_size=16, intermediate_size=32,
-                                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                                      max_position_embeddings=4096, pad_token_id=0, eos_token_id=1)  # fmt: skip
-    transformers.set_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def test_transformers_backend_samples_reproducibly(tmp_path):

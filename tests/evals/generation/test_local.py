@@ -11,7 +11,7 @@ import pytest
 from crosstune.evals.generation.cache import CompletionCache, SamplingParams
 from crosstune.evals.generation.generate import generate_completions
 from crosstune.evals.problems.prompt_styles import build_messages
-from tests.evals.generation.test_generate import PROBLEMS, tiny_local_model
+from tests.helpers.evals import PROBLEMS, tiny_local_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

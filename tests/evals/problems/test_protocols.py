@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 import typing
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -16,8 +14,8 @@ from crosstune.evals.judge.extract import extract_code
 from crosstune.evals.problems.protocols import PROTOCOLS, get_protocol, protocol_record
 from crosstune.evals.runner import EvalConfig, EvalError, protocol_tasks
 from crosstune.recipe.schema import EvalSection
-from tests.evals.generation.test_generate import FakeServer
-from tests.evals.test_cli import run
+from tests.helpers.evals import echo_answer, run
+from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.paths import FIXTURES
 
 CHECKOUT, RTLLM_SET = FIXTURES / "verilogeval", FIXTURES / "rtllm"
@@ -70,7 +68,7 @@ def test_help_names_the_protocols():
 def test_protocol_runs_its_tasks_and_is_recorded(tmp_path):
     args = ["--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--out", str(tmp_path), "--model", "m",
             "--protocol", "codev-r1", "--n", "2", "--k", "1", "--max-tokens", "64"]  # fmt: skip
-    with FakeServer() as server:
+    with FakeOpenAI(answer=echo_answer) as server:
         result = run(*args, "--endpoint", server.url)
     assert result.exit_code == 0, result.output
     assert {(r["temperature"], r["top_p"], r["max_tokens"]) for r in server.requests} == {(1.0, 1.0, 64)}
@@ -92,7 +90,7 @@ def test_recipe_protocol_line_and_its_written_lines(tmp_path):
     recipe.write_text("name: r\nmodel: {family: gemma4, size: tiny}\ndata: {sources: [{path: x.jsonl}]}\n"
                       f"eval: {{problems: {CHECKOUT / 'dataset_spec-to-rtl'}, protocol: codev-r1-card, samples: 2, "
                       "k: [1, 2]}\n")  # fmt: skip
-    with FakeServer() as server:
+    with FakeOpenAI(answer=echo_answer) as server:
         result = run(str(recipe), "--problem", "Prob001_zero", "--endpoint", server.url, "--model", "m",
                      "--out", str(tmp_path / "o"))  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -113,57 +111,29 @@ def test_unfinished_reasoning_has_no_answer_and_closed_reasoning_is_dropped():
     assert extract_code("module adder(input a); endmodule", top="adder").rule == "module"
 
 
-class VllmLike:
+def vllm_like(content: str | None, finish: str) -> FakeOpenAI:
     """/v1/models owned by vllm, /version, and a chat answer split by a reasoning parser."""
-
-    def __init__(self, content: str | None, finish: str):
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def reply(self, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                if self.path == "/version":
-                    return self.reply({"version": "0.11.0"})
-                self.reply({"data": [{"id": "m", "owned_by": "vllm"}]})
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                message = {"role": "assistant", "content": server.content, "reasoning_content": "thinking"}
-                self.reply({"choices": [{"message": message, "finish_reason": server.finish}]})
-
-        self.content, self.finish = content, finish
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    message = {"role": "assistant", "content": content, "reasoning_content": "thinking"}
+    return FakeOpenAI(
+        answer=lambda body: message, finish_reason=finish, served=["m"], owned_by="vllm", version="0.11.0"
+    )
 
 
 def test_vllm_is_named_and_split_reasoning_is_put_back():
-    answered = VllmLike("<answer>ok</answer>", "stop")
-    client = EndpointGenerator(answered.url, "m", retries=0)
-    client.probe()
-    assert client.engine["name"] == "vllm 0.11.0" and client.engine["server"] == "vllm"
-    assert client.complete([], SamplingParams(), 0).text == "<think>thinking</think><answer>ok</answer>"
-    cut = VllmLike(None, "length")  # the budget ran out while thinking: no content at all
-    text = EndpointGenerator(cut.url, "m", retries=0).complete([], SamplingParams(), 0).text
+    with vllm_like("<answer>ok</answer>", "stop") as answered:
+        client = EndpointGenerator(answered.url, "m", retries=0)
+        client.probe()
+        assert client.engine["name"] == "vllm 0.11.0" and client.engine["server"] == "vllm"
+        assert client.complete([], SamplingParams(), 0).text == "<think>thinking</think><answer>ok</answer>"
+    with vllm_like(None, "length") as cut:  # the budget ran out while thinking: no content at all
+        text = EndpointGenerator(cut.url, "m", retries=0).complete([], SamplingParams(), 0).text
     assert text == "<think>thinking" and extract_code(text).rule == "unfinished_reasoning"
-    for server in (answered, cut):
-        server.httpd.shutdown()
-        server.httpd.server_close()
 
 
 @needs_iverilog
 def test_a_samples_file_keeps_the_engine_its_records_name(tmp_path):
     args = ["--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--model", "m", "--n", "2", "--k", "1"]
-    with FakeServer() as server:
+    with FakeOpenAI(answer=echo_answer) as server:
         assert run(*args, "--endpoint", server.url, "--out", str(tmp_path / "a")).exit_code == 0
     cache = tmp_path / "a" / "completions.jsonl"
     rescored = run("--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--samples-file", str(cache), "--k", "1",

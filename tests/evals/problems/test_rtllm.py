@@ -133,7 +133,7 @@ def test_designs_get_their_verdicts(tmp_path):
 
 @needs_iverilog
 def test_references_only_through_the_cli(tmp_path):
-    from tests.evals.test_cli import run
+    from tests.helpers.evals import run
 
     result = run("--problems", str(V2), "--references-only", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
