@@ -1,6 +1,7 @@
 """Compare runs, evaluations and serving sweeps: the cost model (`crosstune cost`) and the report (`crosstune report`).
 
-Pure functions of run directories, evaluator outputs, bench summaries and the price catalog (crosstune.hardware).
+Pure functions of run directories, evaluator outputs, bench summaries and the price catalog (crosstune.hardware),
+in three rooms that import only downward: inputs/ (what is read, checked) ← cost/ ← report/.
 Entry points for other code (the demo): `write_report(inputs, out_dir) -> Path`, `read_run`, `training_cost`,
 `read_sweep`, `serving_costs`, `load_prices`, and the TCO types.
 """
