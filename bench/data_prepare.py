@@ -41,9 +41,9 @@ def run(tmp: Path, args) -> None:
     import numpy as np
     import yaml
 
+    from crosstune.data.bad_input import Ledger
     from crosstune.data.conversation import ConversationBuilder
     from crosstune.data.encode import ChatEncoder
-    from crosstune.data.errors import Ledger
     from crosstune.data.prepare import prepare_dataset
     from crosstune.data.prepared import load_tokenizer
     from crosstune.data.sources import read_split

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from crosstune.evals.evaluate import measure_references
-from crosstune.evals.problems import Problem, load_problems
-from crosstune.evals.sandbox import Limits
-from crosstune.evals.simulate import COMPILE_FLAGS, judge_design, reference_as_design
+from crosstune.evals.judge.sandbox import Limits
+from crosstune.evals.judge.simulate import COMPILE_FLAGS, judge_design, reference_as_design
+from crosstune.evals.problems.problem_sets import Problem, load_problems
 
 
 def cpu_seconds() -> float:

@@ -26,10 +26,10 @@ def measure(batch_size: int, n: int, temperature: float, problems: int, threads:
 
     from crosstune.demo.pretrain import SHIPPED_BASES
     from crosstune.demo.split import HELD_OUT_FAMILIES
-    from crosstune.evals.cache import CompletionCache, SamplingParams
-    from crosstune.evals.generate import generate_completions
-    from crosstune.evals.local import TransformersGenerator
-    from crosstune.evals.problems import load_problems
+    from crosstune.evals.generation.cache import CompletionCache, SamplingParams
+    from crosstune.evals.generation.generate import generate_completions
+    from crosstune.evals.generation.local import TransformersGenerator
+    from crosstune.evals.problems.problem_sets import load_problems
     from crosstune.synth import generate_corpus
 
     torch.set_num_threads(threads)

@@ -103,7 +103,7 @@ def make_checkpoint(out: Path, spec) -> int:
 
 def bench_lora(spec, rank: int):
     from crosstune.families import get_family
-    from crosstune.run.lora import LoraWeights
+    from crosstune.run.lora_weights import LoraWeights
 
     rng = np.random.default_rng(1)
     modules = {}

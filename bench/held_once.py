@@ -26,7 +26,7 @@ GB = 1e9
 def _measure(recipe_path: Path, layers: int) -> list[dict]:
     from flax import nnx
 
-    from crosstune.planner.cli import load_for_plan
+    from crosstune.planner.planned_recipe import load_for_plan
     from crosstune.run.metrics import bytes_to_gib, host_peak_rss_bytes
     from crosstune.train.jax.aot import abstract_step, hf_config, topology_mesh
     from crosstune.train.jax.model import mesh_context

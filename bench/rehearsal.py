@@ -154,7 +154,7 @@ def merged_check(base: Path, export: Path) -> dict:
     tower's first tensor against the base, byte for byte."""
     import numpy as np
 
-    from crosstune.run.lora import read_peft_adapter
+    from crosstune.run.lora_weights import read_peft_adapter
     from crosstune.run.shards import SafetensorsFile, from_float32
 
     index = json.loads((base / "model.safetensors.index.json").read_text())["weight_map"]

@@ -151,7 +151,7 @@ def fidelity(args) -> dict:
     from crosstune.models.tiny import build_tiny_model
     from crosstune.serve.engine import require_vllm
     from crosstune.serve.process import start_server, stop_server
-    from crosstune.serve.sweep import SweepConfig, run_sweep
+    from crosstune.servebench.sweep import SweepConfig, run_sweep
     from crosstune.synth import generate_corpus
 
     vllm = require_vllm()

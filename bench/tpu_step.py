@@ -18,8 +18,8 @@ from pathlib import Path
 
 from crosstune.hardware import HARDWARE
 from crosstune.planner import plan_recipe
-from crosstune.planner.cli import load_for_plan
 from crosstune.planner.compiled import CompiledStep, roofline, with_layers
+from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.train.jax.compile import compile_step
 from crosstune.train.plan_cli import compile_key
 

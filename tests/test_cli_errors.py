@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import errno
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
+from tests.helpers.data import TINY, tiny_args
 from tests.helpers.paths import REPO
 
-TINY = REPO / "recipes" / "tiny-cpu.yaml"
 _register()
 runner = CliRunner()
 
@@ -25,20 +24,6 @@ def fails_cleanly(args: list[str], *expected: str, code: int = 1) -> str:
     for text in expected:
         assert text in result.output, result.output
     return result.output
-
-
-def tiny_args(model_dir: Path, corpus_dir: Path, out: Path, *extra: str) -> list[str]:
-    """recipes/tiny-cpu.yaml on the session's tiny model and corpus, everything written under `out`."""
-    sets = [
-        f"model.path={model_dir}",
-        f"data.sources=[{{path: {corpus_dir / 'train.jsonl'}}}]",
-        f"data.prepared_dir={out / 'data'}",
-        "data.max_seq_len=512",
-        "data.truncation=truncate",
-        f"output_dir={out / 'runs'}",
-        *extra,
-    ]
-    return [str(TINY), *(a for s in sets for a in ("--set", s))]
 
 
 def test_recipe_that_is_not_utf8(tmp_path):
@@ -140,11 +125,11 @@ def test_disk_full_during_prepare(tmp_path, monkeypatch, tiny_gemma4_dir, synth_
 
 
 def test_disk_full_during_export(tmp_path, monkeypatch, tiny_gemma4_dir):
-    import crosstune.export.runs
+    import crosstune.export.run_export
     from tests.helpers.export import torch_run
 
     run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4")
-    monkeypatch.setattr(crosstune.export.runs, "write_manifest", _disk_full(tmp_path / "export_manifest.json"))
+    monkeypatch.setattr(crosstune.export.run_export, "write_manifest", _disk_full(tmp_path / "export_manifest.json"))
     output = fails_cleanly(["export", run, "--to", "adapter", "--out", tmp_path / "out"], "disk full writing")
     assert "free space there" in output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no partial export, no temp folder

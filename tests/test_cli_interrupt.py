@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
+from tests.helpers.data import tiny_args
 from tests.helpers.paths import REPO
 from tests.helpers.processes import default_sigint
-from tests.test_cli_errors import tiny_args
 
 TINY = REPO / "recipes" / "tiny-cpu.yaml"
 _register()

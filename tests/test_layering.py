@@ -1,14 +1,21 @@
 """The package's structure, checked on the import graph of src/crosstune (every import counts: module level, inside a
-function, under TYPE_CHECKING).
+function, under TYPE_CHECKING; tests/helpers/import_graph.py reads it).
 
 - One layer is one folder (or a top-level module); imports go to the same layer or a lower one (LAYERS, lowest
-  first: README's "Repository map" lists the same folders in the same order, checked below).
+  first: README's "Repository map" lists the same folders in the same order, checked below). Inside a folder that
+  holds rooms of its own (SUBLAYERS: compare/, evals/), its rooms import only downward too, and the folder's own
+  modules (its face, cli.py, evals' runner) stand above them.
+- Two layers kept apart (APART) import nothing of each other: the serving bench talks HTTP to any endpoint.
 - No import cycles between modules, nor between top-level folders.
 - The two backends are reached only through crosstune.train: nothing else imports crosstune.train.torch or
   crosstune.train.jax, and neither backend imports the other or the other's stack.
 - A package's modules don't import another package's private (_underscored) names.
-- No module imports a CLI module (one named `cli` or `*_cli`) but crosstune.commands and crosstune.cli, which
-  assemble the command line: what a CLI module holds besides its commands is reachable by no other code path.
+- Each area's CLI module (one named `cli` or `*_cli`, and doctor) exposes `register(app)`, which crosstune.commands
+  calls; no other module imports a CLI module (crosstune.cli starts the assembly): what a CLI module holds besides
+  its commands is reachable by no other code path.
+
+File names (one role each) are checked by tests/test_module_names.py, the tests' own imports by
+tests/test_test_modules.py.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import ast
 import re
 from pathlib import Path
 
+from tests.helpers.import_graph import cycles, import_graph, imports_of, module_name, modules, package_imports
 from tests.helpers.paths import REPO
 
 SRC = REPO / "src"
@@ -34,13 +42,14 @@ LAYERS: list[tuple[str, str]] = [
     ("recipe", "the recipe schema, loading with located errors, consistency checks"),
     ("models", "tiny random Gemma checkpoints and their tokenizer"),
     ("data", "sources, chat formatting, masks, packing, prepared shards, the backends' data adapters"),
-    ("evals", "VerilogEval v2 and RTLLM: problems, protocols, generation, extraction, sandboxed simulation, pass@k"),
+    ("evals", "VerilogEval v2 and RTLLM: problems and protocols, generation, the sandboxed judge and pass@k"),
     ("run", "the run directory and the LoRA formats: layout and readers, metrics, checksums, resume, adapters"),
     ("planner", "the mesh and memory planner (`crosstune plan`)"),
     ("train", "the session above both backends (RunContext, step plan, parity); train/torch and train/jax"),
     ("export", "a run's LoRA as a PEFT adapter or a merged HF model, streamed shard by shard"),
-    ("serve", "vLLM launch plans, the managed local server, the benchmark client and sweeps"),
-    ("compare", "cost, TCO and the side-by-side report: pure functions of run, eval and sweep outputs"),
+    ("serve", "the server: vLLM launch plans and the managed local server (`crosstune serve`)"),
+    ("servebench", "the serving benchmark (`crosstune bench`): HTTP to any endpoint; imports nothing of serve/"),
+    ("compare", "inputs, cost and the side-by-side report: pure functions of run, eval and sweep outputs"),
     ("study", "`crosstune study`: the pipeline on one machine into one resumable bundle (bundle.json)"),
     ("launch", "`crosstune launch`: job specs that run a study on SkyPilot, GKE (JobSet) or Slurm"),
     ("demo", "`crosstune demo`: its context, stages, evaluation, serving stage, family split and base"),
@@ -55,6 +64,15 @@ STACKS = {  # third-party packages a backend alone may import
 }
 
 
+# Folders with rooms of their own, each listed lowest first; the folder's own modules stand above them.
+SUBLAYERS: dict[str, tuple[str, ...]] = {
+    "compare": ("inputs", "cost", "report"),  # what is read ← what it costs ← how it is shown
+    "evals": ("problems", "generation", "judge"),  # what is asked ← how it is answered ← how answers are judged
+}
+# (layer, layer, why): neither imports the other.
+APART = [("servebench", "serve", "the bench talks HTTP to any endpoint: what it knows of a server is its URL")]
+
+
 def layer_of(module: str) -> int:
     if module == "crosstune":
         return 0
@@ -65,92 +83,10 @@ def layer_of(module: str) -> int:
     raise AssertionError(f"{module} is in no layer of tests/test_layering.py: add its folder (and to README's map)")
 
 
-def module_name(path: Path, src: Path = SRC) -> str:
-    parts = path.relative_to(src).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _imports(path: Path, src: Path) -> list[tuple[int, str, list[str]]]:
-    """(line, imported module, names) of every import in the file (relative ones resolved), lazy ones included."""
-    me = module_name(path, src)
-    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name, []) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: resolve against the package
-                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                base = f"{anchor}.{base}" if base else anchor
-            found.append((node.lineno, base, [a.name for a in node.names]))
-    return found
-
-
-def _modules(src: Path) -> dict[str, Path]:
-    return {module_name(p, src): p for p in sorted((src / "crosstune").rglob("*.py"))}
-
-
-def crosstune_imports(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
-    """(line, imported crosstune module) of every crosstune import in the file; `from pkg import submodule` counts
-    as importing the submodule."""
-    known = _modules(src)
-    out = []
-    for line, base, names in _imports(path, src):
-        if not (base == "crosstune" or base.startswith("crosstune.")):
-            continue
-        subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in known]
-        out += [(line, m) for m in subs] or [(line, base)]
-    return out
-
-
-def import_graph(src: Path = SRC, depth: int | None = None) -> dict[str, set[str]]:
-    """{module: the crosstune modules it imports}; `depth` collapses names to their first parts (folders)."""
-    cut = (lambda m: ".".join(m.split(".")[:depth])) if depth else (lambda m: m)
-    graph: dict[str, set[str]] = {}
-    for me, path in _modules(src).items():
-        for _, target in crosstune_imports(path, src):
-            if cut(target) != cut(me):
-                graph.setdefault(cut(me), set()).add(cut(target))
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one node (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
-
-
 def upward_imports(src: Path = SRC) -> list[str]:
     problems = []
-    for me, path in _modules(src).items():
-        for line, target in crosstune_imports(path, src):
+    for me, path in modules(src).items():
+        for line, target in package_imports(path, src):
             if layer_of(target) > layer_of(me):
                 problems.append(
                     f"{path.relative_to(src)}:{line}: {me} ({LAYERS[layer_of(me)][0]}) imports {target} "
@@ -166,9 +102,9 @@ def _inside(module: str, package: str) -> bool:
 def backend_leaks(src: Path = SRC) -> list[str]:
     """Imports of a backend from outside crosstune.train, of one backend (or its stack) by the other."""
     problems = []
-    for me, path in _modules(src).items():
+    for me, path in modules(src).items():
         mine = next((b for b in BACKENDS if _inside(me, b)), None)
-        for line, base, _ in _imports(path, src):
+        for line, base, _ in imports_of(path, src):
             where = f"{path.relative_to(src)}:{line}: {me} imports {base}"
             for backend in BACKENDS:
                 if _inside(base, backend) and not _inside(me, "crosstune.train"):
@@ -184,9 +120,9 @@ def backend_leaks(src: Path = SRC) -> list[str]:
 def private_reaches(src: Path = SRC) -> list[str]:
     """`from crosstune.a.b import _name` where the importer is not in crosstune.a.b's own package."""
     problems = []
-    for me, path in _modules(src).items():
+    for me, path in modules(src).items():
         package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-        for line, base, names in _imports(path, src):
+        for line, base, names in imports_of(path, src):
             if not base.startswith("crosstune."):
                 continue
             owner = base if (src / Path(*base.split(".")) / "__init__.py").is_file() else base.rpartition(".")[0]
@@ -197,16 +133,6 @@ def private_reaches(src: Path = SRC) -> list[str]:
 
 
 CLI_ASSEMBLERS = ("crosstune.commands", "crosstune.cli")
-# CLI-module imports left in rooms outside the branch that added this check (planner/, train/, study/stages.py):
-# planner/cli.py holds no command (load_for_plan, render_plan, plan_json) and train/parity_cli.py's report_table is
-# a renderer; moving them beside their areas empties this set, and a new entry fails the test.
-KNOWN_CLI_IMPORTS = {
-    ("crosstune.demo.stages", "crosstune.planner.cli"),
-    ("crosstune.demo.stages", "crosstune.train.parity_cli"),
-    ("crosstune.study.stages", "crosstune.planner.cli"),
-    ("crosstune.train.jax.aot", "crosstune.planner.cli"),
-    ("crosstune.train.plan_cli", "crosstune.planner.cli"),
-}
 
 
 def is_cli_module(module: str) -> bool:
@@ -217,13 +143,46 @@ def is_cli_module(module: str) -> bool:
 def cli_imports(src: Path = SRC) -> list[tuple[str, str, str]]:
     """(importer, CLI module, file:line) of every import of a CLI module by a module that is not a CLI assembler."""
     found = []
-    for me, path in _modules(src).items():
+    for me, path in modules(src).items():
         if me in CLI_ASSEMBLERS:
             continue
-        for line, target in crosstune_imports(path, src):
+        for line, target in package_imports(path, src):
             if is_cli_module(target) and target != me:
                 found.append((me, target, f"{path.relative_to(src)}:{line}"))
     return found
+
+
+def room_of(module: str, sublayers: dict[str, tuple[str, ...]] = SUBLAYERS) -> tuple[str, int, str] | None:
+    """(folder, height, room) of a module inside a folder with rooms; the folder's own modules are the top room."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in sublayers:
+        return None
+    rooms = sublayers[parts[1]]
+    if len(parts) > 2 and parts[2] in rooms:
+        return parts[1], rooms.index(parts[2]), f"{parts[1]}/{parts[2]}"
+    return parts[1], len(rooms), parts[1]
+
+
+def upward_room_imports(src: Path = SRC, sublayers: dict[str, tuple[str, ...]] = SUBLAYERS) -> list[str]:
+    problems = []
+    for me, path in modules(src).items():
+        mine = room_of(me, sublayers)
+        for line, target in package_imports(path, src):
+            theirs = room_of(target, sublayers)
+            if mine and theirs and mine[0] == theirs[0] and theirs[1] > mine[1]:
+                problems.append(f"{path.relative_to(src)}:{line}: {me} ({mine[2]}) imports {target} ({theirs[2]})")
+    return problems
+
+
+def apart_imports(src: Path = SRC, apart: list[tuple[str, str, str]] = APART) -> list[str]:
+    pairs = {frozenset((a, b)) for a, b, _ in apart}
+    problems = []
+    for me, path in modules(src).items():
+        for line, target in package_imports(path, src):
+            tops = me.split(".")[1:2] + target.split(".")[1:2]
+            if len(tops) == 2 and frozenset(tops) in pairs:
+                problems.append(f"{path.relative_to(src)}:{line}: {me} imports {target} (kept apart)")
+    return problems
 
 
 def test_no_upward_imports():
@@ -231,8 +190,19 @@ def test_no_upward_imports():
 
 
 def test_no_import_cycles_between_modules_or_folders():
-    assert cycles(import_graph()) == []
-    assert cycles(import_graph(depth=2)) == []
+    assert cycles(import_graph(SRC)) == []
+    assert cycles(import_graph(SRC, depth=2)) == []
+
+
+def test_the_rooms_of_a_folder_import_only_downward_and_every_room_is_listed():
+    assert upward_room_imports() == []
+    for folder, rooms in SUBLAYERS.items():
+        found = sorted(p.parent.name for p in (SRC / "crosstune" / folder).glob("*/__init__.py"))
+        assert found == sorted(rooms), f"crosstune/{folder}/: list its rooms in SUBLAYERS, lowest first"
+
+
+def test_layers_kept_apart_import_nothing_of_each_other():
+    assert apart_imports() == []
 
 
 def test_the_backends_are_reached_only_through_train_and_are_blind_to_each_other():
@@ -244,11 +214,18 @@ def test_no_module_reaches_into_another_package_s_private_names():
 
 
 def test_no_module_but_the_command_line_imports_a_cli_module():
-    found = cli_imports()
-    assert [
-        f"{where}: {me} imports {target}" for me, target, where in found if (me, target) not in KNOWN_CLI_IMPORTS
-    ] == []
-    assert KNOWN_CLI_IMPORTS - {(me, target) for me, target, _ in found} == set(), "fixed: drop it from the set"
+    assert [f"{where}: {me} imports {target}" for me, target, where in cli_imports()] == []
+
+
+def test_every_cli_module_exposes_register_and_the_command_line_calls_each():
+    """One registration pattern: `register(app)` in every area's CLI module, each imported by crosstune.commands."""
+    registered = {target for _, target in package_imports(SRC / "crosstune" / "commands.py", SRC)}
+    cli = {m for m in modules(SRC) if is_cli_module(m) and m not in CLI_ASSEMBLERS} | {"crosstune.doctor"}
+    assert sorted(cli - registered) == [] and sorted(registered - cli) == []
+    for module in sorted(cli):
+        tree = ast.parse(modules(SRC)[module].read_text(encoding="utf-8"))
+        found = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "register"]
+        assert [[a.arg for a in f.args.args] for f in found] == [["app"]], f"{module}: no register(app)"
 
 
 def test_every_folder_has_a_layer_and_the_readme_map_lists_them_in_order():
@@ -268,8 +245,9 @@ def test_every_folder_has_a_layer_and_the_readme_map_lists_them_in_order():
 
 
 def test_the_checkers_catch_what_they_look_for(tmp_path):
-    """The checkers themselves: an upward import, a cycle, a backend import from outside train, a private import
-    across packages and a CLI module imported by anything but the command line are each reported with file and line."""
+    """The checkers themselves: an upward import (between layers, and between the rooms of one folder), a cycle, a
+    backend import from outside train, a private import across packages, a CLI module imported by anything but the
+    command line and an import between layers kept apart are each reported."""
     root = tmp_path / "crosstune"
     for folder in ("families", "run", "export", "train/torch", "train/jax"):
         (root / folder).mkdir(parents=True)
@@ -295,6 +273,22 @@ def test_the_checkers_catch_what_they_look_for(tmp_path):
     (root / "export" / "table.py").write_text("def f():\n    from crosstune.run import x_cli\n")
     (root / "commands.py").write_text("from crosstune.run import x_cli\n")
     assert cli_imports(tmp_path) == [("crosstune.export.table", "crosstune.run.x_cli", "crosstune/export/table.py:2")]
+    for folder in ("compare/inputs", "compare/report", "servebench", "serve"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "compare" / "__init__.py").write_text("")
+    (root / "compare" / "inputs" / "runs.py").write_text("from crosstune.compare.report import table\n")
+    (root / "compare" / "report" / "table.py").write_text("from crosstune.compare.inputs import runs\n")
+    (root / "compare" / "cli.py").write_text("from crosstune.compare.report import table\n")
+    assert upward_room_imports(tmp_path) == [
+        "crosstune/compare/inputs/runs.py:1: crosstune.compare.inputs.runs (compare/inputs) imports "
+        "crosstune.compare.report.table (compare/report)"
+    ]
+    (root / "servebench" / "client.py").write_text("def f():\n    from crosstune.serve import engine\n")
+    (root / "serve" / "engine.py").write_text("")
+    assert apart_imports(tmp_path) == [
+        "crosstune/servebench/client.py:2: crosstune.servebench.client imports crosstune.serve.engine (kept apart)"
+    ]
 
 
 def _constants(path: Path) -> list[tuple[int, str]]:
@@ -328,7 +322,7 @@ def test_export_knows_no_backend_checkpoint_format():
         for line, text in _constants(path):
             if any(word in text for word in ("checkpoint-", "model_params", "optimizer_state", "checkpoints/")):
                 found.append(f"{path.relative_to(SRC)}:{line}: {text!r}")
-        for line, target in crosstune_imports(path, SRC):
+        for line, target in package_imports(path, SRC):
             if target.startswith("crosstune.train") and target != "crosstune.train.session":
                 found.append(f"{path.relative_to(SRC)}:{line}: imports {target}")
         if "orbax" in path.read_text(encoding="utf-8"):
@@ -342,7 +336,7 @@ def test_each_run_file_name_is_spelled_in_one_module():
     for path in sorted((SRC / "crosstune").rglob("*.py")):
         for _, text in _constants(path):
             if text in ("run.json", "recipe.yaml", "metrics.jsonl"):
-                spelled.setdefault(text, set()).add(module_name(path))
+                spelled.setdefault(text, set()).add(module_name(path, SRC))
     assert spelled == {name: {"crosstune.run.layout"} for name in ("run.json", "recipe.yaml", "metrics.jsonl")}
 
 

@@ -115,7 +115,7 @@ def test_magnitude_bound_follows_the_recipe():
 KILLED_EXPORT = """
 import os, signal, sys
 from pathlib import Path
-import crosstune.export.runs as runs
+import crosstune.export.run_export as runs
 runs.write_manifest = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # dies with the files half written
 runs.export_run(Path(sys.argv[1]), "adapter", Path(sys.argv[2]))
 """

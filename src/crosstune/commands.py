@@ -1,4 +1,5 @@
-"""Collects every area's CLI commands onto the root app (one line per area)."""
+"""Collects every area's CLI commands onto the root app: each area's CLI module exposes `register(app)`, called
+here in the order `crosstune --help` lists them."""
 
 from __future__ import annotations
 
@@ -6,36 +7,23 @@ import typer
 
 
 def register_all(app: typer.Typer) -> None:
-    from crosstune.compare.cli import register as register_compare
-    from crosstune.data.cli import data_app
-    from crosstune.demo.cli import register as register_demo
-    from crosstune.demo.cli import register_pretrain
-    from crosstune.doctor import register as register_doctor
-    from crosstune.evals.cli import register as register_eval
-    from crosstune.export.cli import register as register_export
-    from crosstune.launch.cli import register as register_launch
-    from crosstune.models.cli import model_app
-    from crosstune.recipe.cli import recipe_app
-    from crosstune.serve.bench_cli import bench_app
-    from crosstune.serve.cli import register as register_serve
-    from crosstune.study.cli import register as register_study
-    from crosstune.train.cli import register as register_train
-    from crosstune.train.parity_cli import register as register_parity
-    from crosstune.train.plan_cli import register as register_plan
+    from crosstune import doctor
+    from crosstune.compare import cli as compare_cli
+    from crosstune.data import cli as data_cli
+    from crosstune.demo import cli as demo_cli
+    from crosstune.evals import cli as evals_cli
+    from crosstune.export import cli as export_cli
+    from crosstune.launch import cli as launch_cli
+    from crosstune.models import cli as models_cli
+    from crosstune.recipe import cli as recipe_cli
+    from crosstune.serve import cli as serve_cli
+    from crosstune.servebench import cli as servebench_cli
+    from crosstune.study import cli as study_cli
+    from crosstune.train import cli as train_cli
+    from crosstune.train import parity_cli, plan_cli
 
-    register_doctor(app)
-    register_eval(app)
-    register_export(app)
-    register_parity(app)
-    register_demo(app)
-    register_train(app)
-    register_plan(app)
-    register_compare(app)
-    register_serve(app)
-    app.add_typer(bench_app, name="bench")
-    register_study(app)
-    register_launch(app)
-    register_pretrain(model_app)  # `crosstune model pretrain`: the demo's base, built where the demo lives
-    app.add_typer(data_app, name="data")
-    app.add_typer(recipe_app, name="recipe")
-    app.add_typer(model_app, name="model")
+    # The demo comes last: it adds `model pretrain` (the demo's base) to the `model` group models_cli registers.
+    areas = [doctor, evals_cli, export_cli, parity_cli, train_cli, plan_cli, compare_cli, serve_cli, servebench_cli]
+    areas += [study_cli, launch_cli, data_cli, recipe_cli, models_cli, demo_cli]
+    for area in areas:
+        area.register(app)

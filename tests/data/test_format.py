@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
+from crosstune.data.bad_input import Ledger
 from crosstune.data.conversation import ConversationBuilder, split_reasoning
 from crosstune.data.encode import ChatEncoder
-from crosstune.data.errors import Ledger
 from crosstune.data.sources import RawRecord
 from crosstune.families import get_family
 from crosstune.recipe.schema import DataSection

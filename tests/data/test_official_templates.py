@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from crosstune.data import DataError, chat_template_hash, load_prepared, prepare_dataset
+from crosstune.data.bad_input import Ledger
 from crosstune.data.conversation import ConversationBuilder
 from crosstune.data.encode import ChatEncoder
-from crosstune.data.errors import Ledger
 from crosstune.data.sources import RawRecord, read_split
 from crosstune.families import get_family
 from crosstune.recipe.schema import DataSection

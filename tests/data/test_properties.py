@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
+from crosstune.data.bad_input import Ledger
 from crosstune.data.conversation import ConversationBuilder
 from crosstune.data.encode import ChatEncoder
-from crosstune.data.errors import Ledger
 from crosstune.data.packing import best_fit_decreasing, build_rows
 from crosstune.data.sources import RawRecord
 from crosstune.families import get_family

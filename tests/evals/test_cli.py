@@ -7,32 +7,15 @@ import json
 import shutil
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
-from crosstune.evals.cli import eval_command, register
-from tests.evals.test_generate import FakeServer
+from crosstune.evals.cli import eval_command
+from tests.helpers.evals import echo_answer, make_app, run, runner
+from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.paths import FIXTURES
 
 pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs iverilog (make setup)")
 
 CHECKOUT = FIXTURES / "verilogeval"
-runner = CliRunner()
-
-
-def make_app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def root() -> None:
-        """crosstune (test root)."""
-
-    register(app)
-    return app
-
-
-def run(*args: str):
-    return runner.invoke(make_app(), ["eval", *args], catch_exceptions=False)
 
 
 def test_help_explains_sources_and_options():
@@ -72,7 +55,7 @@ def test_samples_file_strict_and_upstream_compatible(tmp_path):
 def test_endpoint_generates_caches_and_resumes(tmp_path):
     args = ["--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--out", str(tmp_path), "--model", "m",
             "--n", "2", "--k", "1,2", "--temperature", "0.8"]  # fmt: skip
-    with FakeServer() as server:
+    with FakeOpenAI(answer=echo_answer) as server:
         first = run(*args, "--endpoint", server.url)
         second = run(*args, "--endpoint", server.url)
     assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
@@ -138,8 +121,8 @@ def test_library_api_config_in_report_out(tmp_path, capsys):
 def test_sampling_and_timeout_defaults_are_the_recipes_everywhere(tmp_path):
     """One owner (recipe/schema.py EVAL_DEFAULTS): the schema, the library's SamplingParams (the cache key's fields),
     Timeouts and EvalConfig, and the command without a recipe, all say the same."""
-    from crosstune.evals.cache import SamplingParams
-    from crosstune.evals.endpoint import Timeouts
+    from crosstune.evals.generation.cache import SamplingParams
+    from crosstune.evals.generation.endpoint import Timeouts
     from crosstune.evals.runner import EvalConfig
     from crosstune.recipe.schema import EvalSection
 

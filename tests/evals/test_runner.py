@@ -16,9 +16,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from crosstune.evals.cache import CompletionCache
 from crosstune.evals.cli import register
-from tests.helpers.fake_endpoint import FakeEndpoint
+from crosstune.evals.generation.cache import CompletionCache
+from tests.helpers.evals import eval_server
 from tests.helpers.paths import FIXTURES, REPO
 from tests.helpers.processes import kill_9_when
 
@@ -92,17 +92,17 @@ def test_kill_9_mid_generation_resumes_from_the_cache_it_claimed(tmp_path):
     argv = ["eval", "--problems", str(CHECKOUT), "--problem", "Prob002_and2", "--endpoint", "URL", "--model", "m",
             "--n", "3", "--concurrency", "1", "--out", str(out)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    with FakeEndpoint(lambda seed: "ok" if seed == 0 else "stall") as server:
+    with eval_server(lambda seed: "ok" if seed == 0 else "stall") as server:
         args = [a.replace("URL", server.url) for a in argv]
         process = subprocess.Popen([sys.executable, "-c", KILLED_EVAL, *args], env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)  # fmt: skip
-        kill_9_when(process, lambda: len(server.posts) >= 2, timeout_s=120)  # sample 0 cached, sample 1 hangs
+        kill_9_when(process, lambda: len(server.seeds) >= 2, timeout_s=120)  # sample 0 cached, sample 1 hangs
     claimed = json.loads((out / MANIFEST).read_text())
     assert "completions.jsonl" in claimed["writing"] and len(CompletionCache(out / "completions.jsonl")) == 1
-    with FakeEndpoint() as server:
+    with eval_server() as server:
         result = _run(*[a.replace("URL", server.url) for a in argv[1:]])
     assert result.exit_code == 0, result.output
-    assert sorted(server.posts) == [1, 2]  # only the missing samples were asked for
+    assert sorted(server.seeds) == [1, 2]  # only the missing samples were asked for
     manifest = json.loads((out / MANIFEST).read_text())
     assert "writing" not in manifest and "completions.jsonl" in manifest["files"]
     assert len(CompletionCache(out / "completions.jsonl")) == 3

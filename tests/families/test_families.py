@@ -58,6 +58,8 @@ def test_gemma3_published_shapes(size, layers, hidden, inter, heads, kv, head_di
 def test_tp_divisibility_names_the_layer_type():
     assert G4.tp_problems(4) == []
     assert G4.tp_problems(8) == ["4 KV heads on global layers (10) not divisible by tp=8"]
+    # The training rule's tp values; vLLM replicates the 4 KV heads and also takes 8 (tests/serve/test_plan.py).
+    assert G4.shardable_tps(8) == [1, 2, 4]
     g27 = get_family("gemma3").spec("27b")
     assert g27.tp_problems(8) == []
     assert g27.tp_problems(32) == [

@@ -1,4 +1,5 @@
-"""Shared helpers for the data tests: write a recipe around a tiny model and some sources."""
+"""Shared helpers for the data tests: write a recipe around a tiny model and some sources; the tiny recipe as CLI
+arguments."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from crosstune.recipe import load_recipe
+from tests.helpers.paths import RECIPES
 
 
 def write_recipe(folder: Path, model_dir: Path, family: str, sources: list[dict], **data) -> Path:
@@ -37,3 +39,21 @@ def write_jsonl(path: Path, rows: list) -> Path:
             raw = row if isinstance(row, bytes) else (row if isinstance(row, str) else json.dumps(row)).encode("utf-8")
             f.write(raw + b"\n")
     return path
+
+
+TINY = RECIPES / "tiny-cpu.yaml"
+
+
+def tiny_args(model_dir: Path, corpus_dir: Path, out: Path, *extra: str) -> list[str]:
+    """recipes/tiny-cpu.yaml on the session's tiny model and corpus, everything written under `out`, as CLI
+    arguments (RECIPE --set ... --set ...)."""
+    sets = [
+        f"model.path={model_dir}",
+        f"data.sources=[{{path: {corpus_dir / 'train.jsonl'}}}]",
+        f"data.prepared_dir={out / 'data'}",
+        "data.max_seq_len=512",
+        "data.truncation=truncate",
+        f"output_dir={out / 'runs'}",
+        *extra,
+    ]
+    return [str(TINY), *(a for s in sets for a in ("--set", s))]

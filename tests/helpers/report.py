@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from crosstune.evals.scoring import ProblemScore, summarize, write_reports
+from crosstune.evals.judge.scoring import ProblemScore, summarize, write_reports
 from crosstune.recipe.schema import Recipe
 from crosstune.run.metrics import StepMetrics
 from tests.helpers import paths

@@ -315,7 +315,7 @@ def test_the_launch_environment_is_separate_from_the_training_one():
 
 
 def test_the_serving_env_a_spec_installs_is_the_one_the_serve_stage_finds(tmp_path, monkeypatch):
-    from crosstune.launch.spec import make_job, serving_steps
+    from crosstune.launch.job_spec import make_job, serving_steps
     from crosstune.serve.engine import vllm_binary
 
     job = make_job(Path(H100), None, None, [])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from crosstune.planner import plan_recipe, replicated_tensors
-from crosstune.planner.cli import load_for_plan
+from crosstune.planner.planned_recipe import load_for_plan
 from tests.helpers.paths import REPO
 
 G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"

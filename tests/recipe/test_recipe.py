@@ -7,28 +7,9 @@ from typer.testing import CliRunner
 
 from crosstune.recipe import RecipeError, load_recipe, parse_recipe
 from tests.helpers import paths
+from tests.helpers.recipe_text import MINIMAL, errors
 
 RECIPES = sorted(paths.RECIPES.glob("*.yaml"))
-
-MINIMAL = """\
-name: t
-model:
-  family: gemma4
-  size: 31b
-data:
-  sources:
-    - path: data.jsonl
-hardware: tpu-v5p-8
-backend:
-  jax:
-    mesh: {fsdp: 1, tp: 4}
-"""
-
-
-def errors(text: str) -> list[tuple[str, int | None, str]]:
-    with pytest.raises(RecipeError) as info:
-        parse_recipe(text, "r.yaml")
-    return [(p.path, p.line, p.message) for p in info.value.problems if p.severity == "error"]
 
 
 def test_shipped_recipes_exist():

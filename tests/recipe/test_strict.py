@@ -9,7 +9,7 @@ import yaml
 from crosstune.recipe import RecipeError, load_recipe, parse_recipe
 from crosstune.run.rundir import default_run_dir
 from tests.helpers import paths
-from tests.recipe.test_recipe import MINIMAL, errors
+from tests.helpers.recipe_text import MINIMAL, errors
 
 
 def test_a_duplicate_key_is_refused_with_both_lines():

@@ -292,7 +292,7 @@ def test_both_backends_leave_a_peft_adapter_of_the_final_step(torch_run, jax_run
     import numpy as np
 
     from crosstune.run.integrity import verify_checksums
-    from crosstune.run.lora import read_peft_adapter
+    from crosstune.run.lora_weights import read_peft_adapter
     from crosstune.train.session import read_run_lora
 
     for run in (torch_run, jax_run):

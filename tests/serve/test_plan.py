@@ -8,7 +8,7 @@ import pytest
 
 from crosstune.families import get_family
 from crosstune.recipe import load_recipe
-from crosstune.serve.capacity import kv_bytes_per_token, valid_tps, vllm_tp_layout
+from crosstune.serve.capacity import kv_bytes_per_token, vllm_tp_layout, vllm_tps
 from crosstune.serve.engine import ServeError, cpu_head_dim_problems, max_lora_rank
 from crosstune.serve.plan import serve_plan
 from tests.helpers.paths import RECIPES
@@ -30,7 +30,7 @@ def test_gemma4_31b_tp8_replicates_global_kv_heads():
     assert layout.ok and len(layout.replicated) == 1 and "4 KV heads on global layers (10)" in layout.replicated[0]
     assert "replicated on 2 ranks" in layout.replicated[0]
     assert vllm_tp_layout(G4_31B, 2).replicated == [] and vllm_tp_layout(G4_31B, 4).replicated == []
-    assert valid_tps(G4_31B, 8) == [1, 2, 4, 8]
+    assert vllm_tps(G4_31B, 8) == [1, 2, 4, 8]
     bad = vllm_tp_layout(G4_31B, 3)
     assert not bad.ok and "32 query heads on sliding layers (50) not divisible by tp=3" in bad.errors[0]
     assert "tp=6 is not a multiple of the 4 KV heads" in " ".join(vllm_tp_layout(G4_31B, 6).errors)

@@ -14,8 +14,8 @@ import pytest
 from crosstune.serve.engine import ServeError
 from crosstune.serve.process import read_state, start_server, stop_server
 from crosstune.serve.proctree import group_members
-from tests.helpers.fake_vllm import free_port
 from tests.helpers.paths import RECIPES
+from tests.helpers.ports import free_port
 
 
 def test_start_ready_then_stop_ends_the_group(tmp_path, tiny_gemma4_dir, fake_vllm):

@@ -17,7 +17,8 @@ import pytest
 
 from crosstune.serve.engine import ServeError
 from crosstune.serve.process import read_state, start_server, stop_server
-from tests.helpers.fake_vllm import ROOT_CAUSE, free_port, stranger_takes_the_port
+from tests.helpers.fake_vllm import ROOT_CAUSE, stranger_takes_the_port
+from tests.helpers.ports import free_port
 from tests.helpers.serve import cli, one_line_error
 
 

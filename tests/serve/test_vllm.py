@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from crosstune.export import export_run, read_peft_adapter, write_peft_adapter
 from crosstune.serve.engine import vllm_binary
 from crosstune.serve.process import start_server, stop_server
 from tests.helpers.export import hf_logits, peft_logits, torch_run
+from tests.helpers.ports import free_port
 
 pytestmark = [
     pytest.mark.serve,
@@ -23,12 +23,6 @@ TOKENS = np.random.default_rng(1).integers(10, 1000, size=40).tolist()
 # vLLM's fp32 CPU kernels vs transformers in float64: measured ≤ 1e-5 here (accumulation order); 1e-4 is the bound
 # the issue sets, 100x below the 0.02-0.04 error of an adapter served without the k_eq_v v_proj copies.
 LOGPROB_TOL = 1e-4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def reference_logprobs(logits: np.ndarray, ids: list[int]) -> np.ndarray:
@@ -106,8 +100,8 @@ def test_vllm_logprobs_match_peft_base_adapter_and_merged(exported):
 
 
 def test_small_sweep_against_vllm(tmp_path, tiny_gemma4_dir):
-    from crosstune.serve.sweep import SweepConfig, run_sweep
-    from tests.serve.test_bench import recompute
+    from crosstune.servebench.sweep import SweepConfig, run_sweep
+    from tests.helpers.serve import recompute
 
     try:
         state = start_server(tiny_gemma4_dir, tmp_path / "server", name="tiny", port=free_port(), max_model_len=512)

@@ -12,7 +12,8 @@ import pytest
 
 from crosstune.serve.engine import ServeError, vllm_binary
 from crosstune.serve.process import read_state, start_server, stop_server
-from tests.helpers.fake_vllm import free_port, stranger_takes_the_port
+from tests.helpers.fake_vllm import stranger_takes_the_port
+from tests.helpers.ports import free_port
 
 pytestmark = [
     pytest.mark.serve,

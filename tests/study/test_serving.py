@@ -1,4 +1,4 @@
-"""A study's (and the demo's) sweep is `bench serve`'s: serve.bench.run_bench with its staged folder, manifest and
+"""A study's (and the demo's) sweep is `bench serve`'s: servebench.bench.run_bench with its staged folder, manifest and
 failures — a cell without a successful request fails the stage as it exits `bench serve` 1, nothing succeeding
 leaves the folder as it was, and a rerun replaces the earlier sweep."""
 
@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from crosstune.serve.sweep import BenchError
+from crosstune.servebench.sweep import BenchError
 from crosstune.study.serving import sweep
-from tests.helpers.serve import FixtureServer
+from tests.helpers.fake_openai import FakeOpenAI
 
 
-def grid(server: FixtureServer, tokenizer, out, model: str = "ok", contexts=(16,)) -> dict:
+def grid(server: FakeOpenAI, tokenizer, out, model: str = "ok", contexts=(16,)) -> dict:
     state = SimpleNamespace(base_url=server.url, model=model, lora_name=None)  # what serve.process.start_server gives
     console = Console(record=True, width=300)
     return sweep(state, tokenizer, out, console, contexts=list(contexts), concurrency=[1], output_len=8,
@@ -24,7 +24,7 @@ def grid(server: FixtureServer, tokenizer, out, model: str = "ok", contexts=(16,
 
 def test_the_study_sweep_writes_what_bench_serve_writes(tmp_path, tiny_gemma4_dir):
     out = tmp_path / "bench"
-    with FixtureServer() as server:
+    with FakeOpenAI() as server:
         summary = grid(server, tiny_gemma4_dir, out)
         again = grid(server, tiny_gemma4_dir, out, contexts=(16, 32))  # the stage redone: its earlier sweep replaced
     assert [c["completed"] for c in summary["cells"]] == [2] and [c["completed"] for c in again["cells"]] == [2, 2]
@@ -39,12 +39,12 @@ def test_the_study_sweep_writes_what_bench_serve_writes(tmp_path, tiny_gemma4_di
 def test_a_cell_without_a_successful_request_fails_the_stage_as_it_fails_bench_serve(tmp_path, tiny_gemma4_dir):
     """The fixture's `truncate` cuts prompts to 64 tokens: context 16 succeeds, every request of context 100 fails."""
     out = tmp_path / "bench"
-    with FixtureServer() as server, pytest.raises(BenchError) as failed:
+    with FakeOpenAI() as server, pytest.raises(BenchError) as failed:
         grid(server, tiny_gemma4_dir, out, model="truncate", contexts=(16, 100))
     assert str(failed.value).startswith("context 100, concurrency 1: no successful request: 2 × skipped (first: ")
     assert str(failed.value).endswith(f"(the sweep is kept in {out})")
     assert [c["completed"] for c in json.loads((out / "summary.json").read_text())["cells"]] == [2, 0]
     other = tmp_path / "nothing"
-    with FixtureServer() as server, pytest.raises(BenchError, match=r"^no request succeeded \(context 16"):
-        grid(server, tiny_gemma4_dir, other, model="http500")
+    with FakeOpenAI() as server, pytest.raises(BenchError, match=r"^no request succeeded \(context 16"):
+        grid(server, tiny_gemma4_dir, other, model="error")
     assert not other.exists()

@@ -6,42 +6,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 
 import pytest
-from rich.console import Console
 
-from crosstune.compare.inputs import BUNDLE_MANIFEST, read_inputs
+from crosstune.compare.inputs.report_inputs import BUNDLE_MANIFEST, read_inputs
 from crosstune.errors import Interrupted
 from crosstune.study import runner
 from crosstune.study.bundle import StudyError, read_manifest
-from crosstune.study.runner import STAGE_NAMES, run_study
+from crosstune.study.runner import STAGE_NAMES
 from tests.helpers.paths import RECIPES
-
-STEPS = 2
-
-
-def overrides(model_dir, corpus_dir, *extra: str) -> list[str]:
-    return [
-        f"model.path={model_dir}",
-        f"data.sources=[{{path: {corpus_dir / 'train.jsonl'}}}]",
-        f"eval.problems={corpus_dir / 'eval'}",
-        f"train.max_steps={STEPS}",
-        "train.checkpoint_every=1",
-        "data.max_seq_len=512",
-        "data.truncation=truncate",
-        "eval.samples=1",
-        "eval.k=[1]",
-        "eval.max_tokens=16",
-        *extra,
-    ]
-
-
-def study(bundle, sets, backend="torch", **kwargs):
-    console = Console(record=True, width=200)
-    t0 = time.perf_counter()
-    manifest = run_study(RECIPES / "tiny-cpu.yaml", backend, bundle, overrides=sets, console=console, **kwargs)
-    return manifest, console.export_text(), time.perf_counter() - t0
+from tests.helpers.study import STEPS, overrides, study
 
 
 @pytest.fixture(autouse=True)
@@ -305,7 +279,7 @@ def test_stage_selection_and_refusals(torch_bundle, tmp_path):
 
 
 def test_the_report_names_what_a_bundle_lacks(torch_bundle, tmp_path):
-    from crosstune.compare.prices import CostError
+    from crosstune.compare.cost.prices import CostError
 
     bundle, _, _, _ = torch_bundle
     copy = tmp_path / "b"
@@ -334,7 +308,7 @@ def test_the_command_line_says_what_was_wrong_in_one_line(tmp_path):
 
 
 def test_a_failing_stage_is_named_and_recorded(torch_bundle, tmp_path, monkeypatch):
-    from crosstune.compare.prices import CostError
+    from crosstune.compare.cost.prices import CostError
 
     bundle, sets, _, _ = torch_bundle
     copy = tmp_path / "b"

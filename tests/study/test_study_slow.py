@@ -14,7 +14,7 @@ from crosstune.study.bundle import read_manifest
 from crosstune.study.runner import STAGE_NAMES
 from tests.helpers.paths import RECIPES, REPO
 from tests.helpers.processes import kill_9_when
-from tests.study.test_study import overrides, study
+from tests.helpers.study import overrides, study
 
 pytestmark = pytest.mark.slow
 

@@ -28,7 +28,7 @@ def _torch_initial(recipe):
     """The LoRA the torch backend starts from: PEFT's model, with crosstune's initial LoRA installed."""
     from peft import get_peft_model
 
-    from crosstune.run.lora import LoraWeights
+    from crosstune.run.lora_weights import LoraWeights
     from crosstune.train.torch.lora import install_initial_lora, lora_config, peft_lora_params
     from crosstune.train.torch.model import build_model
 

@@ -20,7 +20,7 @@ from crosstune.train.parity import (
     ParityReport,
     run_parity,
 )
-from crosstune.train.parity_cli import report_table
+from crosstune.train.parity_table import report_table
 from tests.helpers.paths import RECIPES
 
 RECIPE = RECIPES / "tiny-cpu.yaml"

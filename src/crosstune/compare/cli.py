@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crosstune.compare.prices import CostError, PriceBook, load_prices
-from crosstune.compare.values import whole
+from crosstune.compare.cost.prices import CostError, PriceBook, load_prices
+from crosstune.compare.inputs.values import whole
 
 # Tables go whole into a pipe or a file (`cost serve … | tee costs.txt`): rich would cut them to 80 columns there.
 # A terminal's width is read as usual, and COLUMNS, when set, still wins.
@@ -77,8 +77,8 @@ def cost_train(
     target: str = typer.Option(None, "--target", help="Price the runs as if on this hardware target."),
 ) -> None:
     """Training cost of runs: hours × $/h, and $ per 1M trained tokens, without and with compile/checkpoint time."""
-    from crosstune.compare.cost import training_cost
-    from crosstune.compare.runs import read_run
+    from crosstune.compare.cost.costs import training_cost
+    from crosstune.compare.inputs.run_summary import read_run
 
     book, rows, used = load_prices(prices), [], []
     for path in runs:
@@ -130,9 +130,9 @@ def cost_serve(
     ),
 ) -> None:
     """Serving cost per 1M output tokens per context length, at saturation or at the highest load meeting an SLO."""
-    from crosstune.compare.cost import serving_costs
-    from crosstune.compare.sweeps import read_sweep
-    from crosstune.serve.slo import parse_slo
+    from crosstune.compare.cost.costs import serving_costs
+    from crosstune.compare.inputs.sweep_summary import read_sweep
+    from crosstune.servebench.slo import parse_slo
 
     book, limits, rows, missed, used = load_prices(prices), parse_slo(slo), [], [], []
     for path in summaries:
@@ -166,8 +166,8 @@ def cost_serve(
 def cost_tco(
     workload_file: Path = typer.Argument(
         ...,
-        help="Workload YAML: days, serve volume, options (see `crosstune."
-        "compare.workload`); each option trains once and serves.",
+        help="Workload YAML: days, serve volume, options (see `crosstune.compare.cost.tco_workload`); each option "
+        "trains once and serves.",
     ),
     prices: Path = PRICES,
     days: float = typer.Option(None, "--days", help="Override the workload's days of serving."),
@@ -175,8 +175,8 @@ def cost_tco(
     hours_per_day: float = typer.Option(None, "--hours-per-day", help="Override: a dedicated endpoint up H h/day."),
 ) -> None:
     """Total cost: train once + serve for D days, per option, with the break-even day between the first two."""
-    from crosstune.compare.tco import break_even
-    from crosstune.compare.workload import load_workload
+    from crosstune.compare.cost.tco import break_even
+    from crosstune.compare.cost.tco_workload import load_workload
 
     workload, options = load_workload(
         workload_file,
@@ -208,7 +208,7 @@ def cost_what_if(
     prices: Path = PRICES,
 ) -> None:
     """Training cost without a run: from an assumed tokens/s or MFU. The output says what was assumed."""
-    from crosstune.compare.workload import train_cost_from_spec
+    from crosstune.compare.cost.tco_workload import train_cost_from_spec
 
     spec: dict = {"target": target, "tokens": tokens}
     if (tokens_per_s is None) == (mfu is None):
@@ -257,9 +257,9 @@ def report(
     ),
 ) -> None:
     """Side-by-side report of runs, evals and serving sweeps: Markdown + one self-contained HTML page."""
-    from crosstune.compare.report import write_report
-    from crosstune.compare.tco import Workload
-    from crosstune.serve.slo import parse_slo
+    from crosstune.compare.cost.tco import Workload
+    from crosstune.compare.report.writer import write_report
+    from crosstune.servebench.slo import parse_slo
 
     book: PriceBook = load_prices(prices)
     if context is not None:

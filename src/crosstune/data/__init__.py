@@ -7,7 +7,7 @@ two backends' views, in one shared row order (`rank_order`). The manifest's `cha
 """
 
 from crosstune.data.adapters import grain_dataset, torch_dataset
-from crosstune.data.errors import DataError
+from crosstune.data.bad_input import DataError
 from crosstune.data.order import rank_order
 from crosstune.data.prepare import data_provenance, prepare_dataset, training_data
 from crosstune.data.prepared import (

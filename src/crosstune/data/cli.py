@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from crosstune.data.errors import DataError
+from crosstune.data.bad_input import DataError
 from crosstune.data.prepare import prepare_dataset
 from crosstune.data.prepared import (
     data_settings,
@@ -25,6 +25,10 @@ from crosstune.recipe import RecipeError, load_recipe
 from crosstune.synth import OutputNotEmptyError, generate_corpus
 
 data_app = typer.Typer(help="Synthesize, prepare and inspect training data.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(data_app, name="data")
 
 
 @data_app.command("synth")

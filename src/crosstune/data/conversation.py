@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from crosstune.data.errors import DataError, Ledger
+from crosstune.data.bad_input import DataError, Ledger
 from crosstune.data.sources import LENIENT_HINT, RawRecord
 from crosstune.recipe.schema import DataSection
 

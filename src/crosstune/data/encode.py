@@ -9,8 +9,8 @@ from itertools import pairwise
 
 import numpy as np
 
+from crosstune.data.bad_input import DataError, Ledger
 from crosstune.data.conversation import Conversation
-from crosstune.data.errors import DataError, Ledger
 from crosstune.data.sources import LENIENT_HINT
 from crosstune.families.base import ChatFormat
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from crosstune.data.bad_input import DataError, Ledger
 from crosstune.data.conversation import Conversation, ConversationBuilder, prompt_target_warning
 from crosstune.data.encode import ChatEncoder
-from crosstune.data.errors import DataError, Ledger
 from crosstune.data.packing import build_rows, fit_length
 from crosstune.data.prepared import (
     FORMAT_VERSION,

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from crosstune import ownership
-from crosstune.data.errors import DataError
+from crosstune.data.bad_input import DataError
 from crosstune.data.packing import DOC_FIELDS, ROW_FIELDS, Rows
 from crosstune.data.sources import fingerprint
 from crosstune.data.stats import save_stats

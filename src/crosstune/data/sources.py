@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from crosstune.data.errors import DataError, Ledger
+from crosstune.data.bad_input import DataError, Ledger
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.schema import DataSource, Recipe
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
-from crosstune.data.errors import Ledger
+from crosstune.data.bad_input import Ledger
 from crosstune.data.packing import Rows
 
 PERCENTILES = (50, 90, 99)

@@ -46,7 +46,13 @@ def run_demo(
 
 
 def register(app: typer.Typer) -> None:
+    """`crosstune demo`, and `crosstune model pretrain` (the demo's base, built where the demo lives) in the `model`
+    group crosstune.models.cli registered before."""
     app.command("demo")(demo)
+    models = [group.typer_instance for group in app.registered_groups if group.name == "model"]
+    if not models:
+        raise RuntimeError("crosstune.commands registers the `model` group (crosstune.models.cli) before the demo")
+    models[-1].command("pretrain")(pretrain)
 
 
 def demo(
@@ -67,10 +73,6 @@ def demo(
     recipe = recipe or shipped_recipe("demo-cpu.yaml")
     cache_root = cache.resolve() / "pretrained" if cache else None
     run_demo(out.resolve(), recipe, seed, n_train, n_eval, steps=steps, cache_root=cache_root, base_steps=base_steps)
-
-
-def register_pretrain(model_app: typer.Typer) -> None:
-    model_app.command("pretrain")(pretrain)
 
 
 def pretrain(

@@ -23,7 +23,7 @@ console = Console()
 PASS5_PROBLEMS = 8  # problems sampled 5 times for pass@5: 2 per held-out family (they cycle through the families)
 # A 1.6M-parameter model's matmuls are too small to split across threads (6 greedy answers of the demo's fine-tune,
 # one at a time: 5.4 s on 1 thread, 18.6 s on 2, on the 2 cores with a training job alongside); prompts are batched
-# instead (evals/local.py, docs/BENCHMARKS.md "Local generation").
+# instead (evals/generation/local.py, docs/BENCHMARKS.md "Local generation").
 GENERATION_THREADS = 1
 # The held-out families' trained answers are at most 129 tokens in their <think></think><answer> markup (the
 # recipe's answer_markup: tags; digits one per token); longer is a failure.
@@ -79,7 +79,7 @@ def score_model(ctx: DemoContext, label: str, slug: str, model: Path) -> ModelSc
 
 
 def _categories(summary: dict) -> str:
-    from crosstune.evals.verdict import CATEGORIES
+    from crosstune.evals.judge.verdict import CATEGORIES
 
     counts = summary.get("categories", {})
     return ", ".join(f"{CATEGORIES.get(code, code)} {n}" for code, n in sorted(counts.items(), key=lambda x: -x[1]))

@@ -1,6 +1,6 @@
 """The demo's serving stage: start vLLM on what was trained, run a small sweep, stop — or, without the serving
 environment, say the one command that creates it. The sweep and the port are the study's (crosstune.study.serving),
-whose sweep is `bench serve`'s own (crosstune.serve.bench.run_bench: manifest, empty-cell and aborted failures)."""
+whose sweep is `bench serve`'s own (crosstune.servebench.bench.run_bench: manifest, empty-cell and aborted failures)."""
 
 from __future__ import annotations
 

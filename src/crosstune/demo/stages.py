@@ -100,7 +100,8 @@ def stage_train_torch(ctx: DemoContext) -> str:
 
 def stage_plan(ctx: DemoContext) -> str:
     from crosstune.planner import plan_recipe
-    from crosstune.planner.cli import load_for_plan, render_plan
+    from crosstune.planner.planned_recipe import load_for_plan
+    from crosstune.planner.view import render_plan
     from crosstune.recipe import load_recipe
 
     tiny = plan_recipe(load_recipe(ctx.recipe_file, ctx.overrides()), backend="jax")
@@ -132,7 +133,7 @@ def stage_train_jax(ctx: DemoContext) -> str:
 
 def stage_parity(ctx: DemoContext) -> str:
     from crosstune.train.parity import run_parity
-    from crosstune.train.parity_cli import report_table
+    from crosstune.train.parity_table import report_table
 
     report = run_parity(ctx.recipe_file, ctx.overrides())
     console.print(report_table(report))

@@ -10,11 +10,12 @@ import typer
 from rich.console import Console
 
 from crosstune.errors import InputError
-from crosstune.evals.cache import SamplingParams
-from crosstune.evals.endpoint import Timeouts
-from crosstune.evals.local import DEFAULT_BATCH_SIZE
-from crosstune.evals.problems import CODE_COMPLETE, RTLLM, SPEC_TO_RTL
-from crosstune.evals.protocols import PROTOCOLS, UnknownProtocol, get_protocol
+from crosstune.evals.generation.cache import SamplingParams
+from crosstune.evals.generation.endpoint import Timeouts
+from crosstune.evals.generation.local import DEFAULT_BATCH_SIZE
+from crosstune.evals.judge.sandbox import Limits
+from crosstune.evals.problems.problem_sets import CODE_COMPLETE, RTLLM, SPEC_TO_RTL
+from crosstune.evals.problems.protocols import PROTOCOLS, UnknownProtocol, get_protocol
 from crosstune.evals.runner import (
     PARTIAL_EXIT_CODE,
     EvalConfig,
@@ -23,7 +24,6 @@ from crosstune.evals.runner import (
     protocol_tasks,
     run_eval,
 )
-from crosstune.evals.sandbox import Limits
 from crosstune.evals.show import progress_bars, show_report
 from crosstune.recipe import RecipeError, load_recipe, resolve_path
 from crosstune.recipe.schema import EVAL_DEFAULTS, EvalSection
@@ -244,7 +244,7 @@ def _section_defaults(ev: EvalSection) -> dict:
 
 def _protocol_defaults(name: str, problems: Path) -> dict:
     """The protocol's settings as defaults for the problem set at `problems` (its suite decides the sampling)."""
-    from crosstune.evals.problems import suite_of
+    from crosstune.evals.problems.problem_sets import suite_of
 
     try:
         preset = get_protocol(name).settings(suite_of(problems))

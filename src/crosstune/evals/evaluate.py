@@ -18,13 +18,13 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from crosstune.evals import landlock
-from crosstune.evals.extract import UNFINISHED, extract_code
-from crosstune.evals.problems import Problem
-from crosstune.evals.sandbox import Limits
-from crosstune.evals.scoring import ProblemScore, summarize, write_reports
-from crosstune.evals.simulate import Outcome, instrument, judge_design, reference_as_design
-from crosstune.evals.verdict import PASS
+from crosstune.evals.judge import landlock
+from crosstune.evals.judge.extract import UNFINISHED, extract_code
+from crosstune.evals.judge.sandbox import Limits
+from crosstune.evals.judge.scoring import ProblemScore, summarize, write_reports
+from crosstune.evals.judge.simulate import Outcome, instrument, judge_design, reference_as_design
+from crosstune.evals.judge.verdict import PASS
+from crosstune.evals.problems.problem_sets import Problem
 
 REFERENCE_COUNTS = "reference_counts.json"  # in the output folder: the references' outcomes, cached across runs
 

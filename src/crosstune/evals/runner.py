@@ -18,15 +18,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError, Interrupted
-from crosstune.evals.cache import CompletionCache, SamplingParams, load_samples_file, samples_file_engines
-from crosstune.evals.endpoint import EndpointGenerator, Timeouts
 from crosstune.evals.evaluate import REFERENCE_COUNTS, EvalReport, evaluate_completions
-from crosstune.evals.generate import GenerationError, Generator, generate_completions
-from crosstune.evals.local import DEFAULT_BATCH_SIZE, TransformersGenerator
-from crosstune.evals.problems import TASK_FOLDERS, ProblemSetError, load_problems, suite_of
-from crosstune.evals.protocols import UnknownProtocol, get_protocol, protocol_record
-from crosstune.evals.sandbox import Limits
-from crosstune.evals.scoring import REPORT_FILES
+from crosstune.evals.generation.cache import CompletionCache, SamplingParams, load_samples_file, samples_file_engines
+from crosstune.evals.generation.endpoint import EndpointGenerator, Timeouts
+from crosstune.evals.generation.generate import GenerationError, Generator, generate_completions
+from crosstune.evals.generation.local import DEFAULT_BATCH_SIZE, TransformersGenerator
+from crosstune.evals.judge.sandbox import Limits
+from crosstune.evals.judge.scoring import REPORT_FILES
+from crosstune.evals.problems.problem_sets import TASK_FOLDERS, ProblemSetError, load_problems, suite_of
+from crosstune.evals.problems.protocols import UnknownProtocol, get_protocol, protocol_record
 from crosstune.ownership import OutputKind, owned_files
 from crosstune.recipe.schema import EVAL_DEFAULTS
 

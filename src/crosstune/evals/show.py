@@ -10,9 +10,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from crosstune.evals.evaluate import EvalReport
+from crosstune.evals.judge.scoring import benchmark_name
+from crosstune.evals.judge.verdict import CATEGORIES
 from crosstune.evals.runner import OnProgress
-from crosstune.evals.scoring import benchmark_name
-from crosstune.evals.verdict import CATEGORIES
 
 
 @contextmanager

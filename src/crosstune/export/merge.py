@@ -29,7 +29,7 @@ import numpy as np
 from crosstune.families import family_of_hf_config
 from crosstune.fsutil import file_sha256
 from crosstune.run.base_checkpoint import WEIGHT_SUFFIXES, BaseCheckpoint, open_base
-from crosstune.run.lora import ExportError, LoraWeights
+from crosstune.run.lora_weights import ExportError, LoraWeights
 from crosstune.run.shards import DTYPES, SafetensorsFile, TensorInfo, from_float32, to_float32
 
 COPY_BYTES = 16 * 2**20  # passthrough copy chunk

@@ -155,3 +155,8 @@ class ModelSpec:
                     f"{a.num_kv_heads} KV heads on {kind_name} layers ({n_layers}) not divisible by tp={tp}"
                 )
         return problems
+
+    def shardable_tps(self, limit: int) -> list[int]:
+        """The tp values up to `limit` that shard every head group as-is (tp_problems: the training backends' rule;
+        vLLM's, which replicates KV heads, is crosstune.serve.capacity.vllm_tps)."""
+        return [tp for tp in range(1, limit + 1) if not self.tp_problems(tp)]

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from crosstune.fsutil import atomic_write_text
-from crosstune.launch.spec import Job, LaunchError, make_job
+from crosstune.launch.job_spec import Job, LaunchError, make_job
 
 console = Console(soft_wrap=True, highlight=False)
 ENGINES = ("skypilot", "gke", "slurm")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from crosstune.launch.spec import Job, LaunchError, to_yaml
+from crosstune.launch.job_spec import Job, LaunchError, to_yaml
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 BUNDLES = "/bundles"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crosstune.launch.spec import Job, LaunchError, install_steps, to_yaml
+from crosstune.launch.job_spec import Job, LaunchError, install_steps, to_yaml
 
 TPU_RUNTIME = {"tpu-v5p": "v2-alpha-tpuv5", "tpu-v6e": "v2-alpha-tpuv6e", "tpu-v5e": "v2-alpha-tpuv5-lite"}
 LOCAL_BUNDLES = "$HOME/crosstune-bundles"

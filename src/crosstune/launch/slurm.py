@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 
-from crosstune.launch.spec import STUDY_PORT, Job, LaunchError
+from crosstune.launch.job_spec import STUDY_PORT, Job, LaunchError
 
 SBATCH_DIRECTIVES = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "exclusive", "output", "time")
 

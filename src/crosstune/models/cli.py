@@ -37,6 +37,11 @@ ShardsOpt = typer.Option(
 )
 
 
+def register(app: typer.Typer) -> None:
+    """`crosstune model tiny|build`; `model pretrain` (the demo's base) is added by crosstune.demo.cli."""
+    app.add_typer(model_app, name="model")
+
+
 @model_app.command("tiny")
 def tiny(
     family: str = typer.Option(..., "--family", help="Model family: gemma3 or gemma4."),

@@ -1,5 +1,6 @@
 """Recipes: the YAML schema, loading with located errors, and consistency checks."""
 
+from crosstune.recipe.findings import Problem, RecipeError
 from crosstune.recipe.load import (
     UnlocatedRecipeError,
     load_recipe,
@@ -7,7 +8,6 @@ from crosstune.recipe.load import (
     recipe_hash,
     resolve_path,
 )
-from crosstune.recipe.problems import Problem, RecipeError
 from crosstune.recipe.schema import Recipe
 
 __all__ = [

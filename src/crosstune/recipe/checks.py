@@ -9,7 +9,7 @@ from crosstune.errors import InputError
 from crosstune.families import FamilyMismatch, get_family, model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE
-from crosstune.recipe.problems import Problem
+from crosstune.recipe.findings import Problem
 from crosstune.recipe.schema import Recipe
 
 
@@ -64,12 +64,6 @@ def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None,
     return None, problems
 
 
-def valid_tps(spec: ModelSpec, limit: int = 64) -> list[int]:
-    return [
-        tp for tp in range(1, limit + 1) if not spec.tp_problems(tp) and spec.attention["sliding"].num_heads % tp == 0
-    ]
-
-
 def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
     problems: list[Problem] = []
     hw = HARDWARE[recipe.hardware]  # the schema rejected unknown names
@@ -114,7 +108,7 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
     if spec is not None:
         tp_issues = spec.tp_problems(mesh.tp)
         if tp_issues and not recipe.backend.jax.replicate_indivisible_heads:
-            options = ", ".join(str(t) for t in valid_tps(spec, max(mesh.tp, 8)))
+            options = ", ".join(str(t) for t in spec.shardable_tps(max(mesh.tp, 8)))
             problems.append(
                 Problem(
                     "backend.jax.mesh.tp",

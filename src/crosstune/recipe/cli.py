@@ -16,6 +16,10 @@ console = Console(soft_wrap=True)
 OverrideOpt = typer.Option(None, "--set", help="override a value: --set train.max_steps=10 (repeatable)")
 
 
+def register(app: typer.Typer) -> None:
+    app.add_typer(recipe_app, name="recipe")
+
+
 @recipe_app.command("validate")
 def validate(
     files: list[Path] = typer.Argument(..., help="recipe YAML file(s)"),

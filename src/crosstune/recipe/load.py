@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from crosstune.errors import CrosstuneError
 from crosstune.recipe.checks import check_recipe
-from crosstune.recipe.problems import Problem, RecipeError
+from crosstune.recipe.findings import Problem, RecipeError
 from crosstune.recipe.schema import Recipe
 from crosstune.recipe.strict_yaml import StrictLoader, load_yaml, yaml_problem
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crosstune.errors import read_model_config
-from crosstune.run.lora import LAYER_PREFIXES, ExportError
+from crosstune.run.lora_weights import LAYER_PREFIXES, ExportError
 from crosstune.run.shards import SafetensorsFile, ShardError
 
 INDEX = "model.safetensors.index.json"

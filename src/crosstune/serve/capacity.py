@@ -59,7 +59,8 @@ def vllm_tp_layout(spec: ModelSpec, tp: int) -> TpLayout:
     return TpLayout(tp, errors, replicated)
 
 
-def valid_tps(spec: ModelSpec, devices: int) -> list[int]:
+def vllm_tps(spec: ModelSpec, devices: int) -> list[int]:
+    """The tp values dividing `devices` that vLLM accepts for `spec` (the training rule: ModelSpec.shardable_tps)."""
     return [t for t in range(1, devices + 1) if devices % t == 0 and vllm_tp_layout(spec, t).ok]
 
 

@@ -1,4 +1,4 @@
-"""`crosstune serve plan|start|stop`; `crosstune bench serve|compare` live in serve/bench_cli.py (crosstune.commands
+"""`crosstune serve plan|start|stop`; `crosstune bench serve|compare` live in servebench/cli.py (crosstune.commands
 registers both)."""
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from crosstune.serve.capacity import (
     TpLayout,
     capacity,
     kv_bytes_per_sequence,
-    valid_tps,
     vllm_tp_layout,
+    vllm_tps,
     weight_bytes_per_rank,
 )
 from crosstune.serve.engine import cpu_head_dim_problems, max_lora_rank
@@ -122,7 +122,7 @@ def serve_plan(
     layout = vllm_tp_layout(spec, tp)
     blockers = [f"tp={tp}: {e}" for e in layout.errors]
     if layout.errors:
-        blockers[-1] += f". vLLM accepts tp ∈ {valid_tps(spec, max(hw.devices, tp))} on {target}"
+        blockers[-1] += f". vLLM accepts tp ∈ {vllm_tps(spec, max(hw.devices, tp))} on {target}"
     if platform == "cpu" and tp != 1:
         blockers.append(f"tp={tp} on cpu: crosstune serves one CPU engine (tp=1)")
     elif tp > hw.devices:

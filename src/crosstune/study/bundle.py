@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crosstune.compare.inputs import BUNDLE_KIND, BUNDLE_MANIFEST
+from crosstune.compare.inputs.report_inputs import BUNDLE_KIND, BUNDLE_MANIFEST
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, file_sha256
 

@@ -39,7 +39,7 @@ def eval_folders(s: StudyContext) -> list[str]:
 
 def run_eval(s: StudyContext) -> StageResult:
     from crosstune.evals import SamplingParams
-    from crosstune.evals.endpoint import Timeouts
+    from crosstune.evals.generation.endpoint import Timeouts
     from crosstune.evals.runner import EvalConfig
     from crosstune.evals.runner import run_eval as evaluate
     from crosstune.evals.show import progress_bars

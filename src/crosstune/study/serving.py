@@ -1,6 +1,6 @@
 """Serving in a study: vLLM on the merged export (crosstune.serve.process), started when the first stage needs it and
 stopped when the study ends, the recipe's serve grid swept against it by `bench serve`'s own path
-(crosstune.serve.bench.run_bench: staged folder, manifest, the same failures); without a serving environment the
+(crosstune.servebench.bench.run_bench: staged folder, manifest, the same failures); without a serving environment the
 serve and bench stages are skipped, saying the one command that creates it."""
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ def sweep(
     target: str,
 ) -> dict:
     """The serve grid against a running server (`state`: serve.process.ServerState), as `bench serve` runs it
-    (serve.bench.run_bench): summary.json, requests.jsonl, plots and bench_manifest.json in `out_dir` (replacing only
-    an earlier sweep), the table printed. BenchError when nothing succeeded, when the sweep was aborted or when a
+    (servebench.bench.run_bench): summary.json, requests.jsonl, plots and bench_manifest.json in `out_dir` (replacing
+    only an earlier sweep), the table printed. BenchError when nothing succeeded, when the sweep was aborted or when a
     cell had no successful request — the cases where `bench serve` exits 1 — and Interrupted on Ctrl-C."""
-    from crosstune.serve.bench import run_bench
-    from crosstune.serve.bench_table import render_summary
-    from crosstune.serve.sweep import BenchError, SweepConfig
+    from crosstune.servebench.bench import run_bench
+    from crosstune.servebench.bench_table import render_summary
+    from crosstune.servebench.sweep import BenchError, SweepConfig
 
     cfg = SweepConfig(
         endpoint=state.base_url, model=state.lora_name or state.model, tokenizer=tokenizer, contexts=list(contexts),
@@ -132,7 +132,7 @@ def run_bench(s: StudyContext) -> StageResult:
     if not s.server.available():
         note = f"nothing to benchmark: {NO_SERVING}"
         return StageResult(note, status="skipped", record={"enable": SERVE_ENV_COMMAND})
-    from crosstune.serve.sweep import BenchError
+    from crosstune.servebench.sweep import BenchError
 
     serve = s.recipe.serve
     try:

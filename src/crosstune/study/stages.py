@@ -68,7 +68,7 @@ def _memory(mem) -> dict[str, Any] | None:
 
 def run_plan(s: StudyContext) -> StageResult:
     from crosstune.planner import plan_recipe
-    from crosstune.planner.cli import render_plan
+    from crosstune.planner.view import render_plan
 
     plan = plan_recipe(s.recipe, backend=s.backend)
     render_plan(plan, s.console)

@@ -27,7 +27,7 @@ from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 from crosstune.recipe.schema import RESOLVED
-from crosstune.run.lora import LoraWeights
+from crosstune.run.lora_weights import LoraWeights
 from crosstune.run.records import RunRecord, StackFacts
 from crosstune.train.steps import StepPlan
 
@@ -121,6 +121,9 @@ class StepProbe(Protocol):
 
 
 class Backend(Protocol):
+    """The lifecycle both backends implement, without subclassing: tests/train/test_backend_contract.py checks that
+    each class in BACKENDS has every method below with its signature, and these attributes."""
+
     name: str
     lead: bool  # this process owns the run directory (writes run.json, metrics, the adapter)
     prepares_data: bool  # this process may prepare the data (no other process of the run reads it meanwhile)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from crosstune.data.errors import DataError
+from crosstune.data.bad_input import DataError
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.recipe import RecipeError, load_recipe
 from crosstune.run.layout import saved_steps

@@ -1,6 +1,6 @@
 """The initial LoRA of a run, the same on both backends by construction.
 
-One seeded draw in the backend-neutral PEFT layout (crosstune.run.lora.LoraWeights): every adapted HF module gets
+One seeded draw in the backend-neutral PEFT layout (crosstune.run.lora_weights): every adapted HF module gets
 its own A ~ U(±1/sqrt(fan_in)) — PEFT's default, kaiming_uniform(a=√5) — and B = 0 (standard LoRA: step 0 is the
 base model). Each module's generator is seeded by (seed, crc32(module name)), so the draw of a module depends on
 neither the layer count nor the order of iteration. The torch backend copies these arrays into PEFT's lora_A/lora_B;
@@ -18,7 +18,7 @@ import numpy as np
 from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
-from crosstune.run.lora import LoraWeights, module_target
+from crosstune.run.lora_weights import LoraWeights, module_target
 
 
 def initial_lora(

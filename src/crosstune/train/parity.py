@@ -16,7 +16,7 @@ from crosstune.families import get_family, model_dir_spec
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import load_recipe, resolve_path
-from crosstune.run.lora import LoraWeights, module_target
+from crosstune.run.lora_weights import LoraWeights, module_target
 from crosstune.train.session import step_probe
 
 LOSS_TOL = 1e-4  # fp32, on a mean cross-entropy of ~7

@@ -19,8 +19,9 @@ from rich.console import Console
 from crosstune.errors import CrosstuneError
 from crosstune.hardware import HARDWARE
 from crosstune.planner import plan_recipe
-from crosstune.planner.cli import load_for_plan, plan_json, render_compiled, render_plan
 from crosstune.planner.compiled import compile_report, with_layers
+from crosstune.planner.planned_recipe import load_for_plan
+from crosstune.planner.view import plan_json, render_compiled, render_plan
 from crosstune.recipe import RecipeError
 
 console = Console(soft_wrap=True)
@@ -144,9 +145,9 @@ def run_plan_search(
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from crosstune.fsutil import atomic_write_text
-    from crosstune.planner.cli import render_search
     from crosstune.planner.compiled import CompiledStep
     from crosstune.planner.search import Candidate, run_search, search_json
+    from crosstune.planner.view import render_search
     from crosstune.train.jax.compile import compile_step, find_libtpu
     from crosstune.train.jax.remat import remat_mode
     from crosstune.train.steps import accumulation

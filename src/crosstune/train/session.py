@@ -31,7 +31,7 @@ from crosstune.recipe import Recipe, resolve_path
 from crosstune.run.base_checkpoint import open_base
 from crosstune.run.integrity import record_checksums
 from crosstune.run.layout import ADAPTER, CHECKPOINTS, METRICS_JSONL, RUN_JSON, TENSORBOARD, saved_steps
-from crosstune.run.lora import ExportError, LoraWeights, write_peft_adapter
+from crosstune.run.lora_weights import ExportError, LoraWeights, write_peft_adapter
 from crosstune.run.metrics import read_metrics
 from crosstune.run.plot import plot_loss_curve
 from crosstune.run.records import read_run_record, update_run_record

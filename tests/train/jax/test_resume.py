@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 import yaml
 
 from tests.helpers.jax_recipes import REPO, tiny_recipe
+from tests.helpers.ports import free_port
 
 pytest.importorskip("tunix")
 
@@ -112,9 +112,7 @@ def test_two_processes_train_like_one(tmp_path, tiny_gemma4_dir, synth_corpus_di
     )
     prepare_dataset(recipe)  # once, before the launch (both processes reuse it)
     recipe_file = _write_recipe(recipe, tmp_path / "recipe.yaml")
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     run_dir = tmp_path / "two"
     procs = [
         subprocess.Popen(

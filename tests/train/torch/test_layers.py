@@ -24,9 +24,6 @@ from crosstune.train.torch.layers import (
     compile_decoder_layers,
     gradient_checkpointing_kwargs,
 )
-from tests.train.torch import test_kernels as test_torch_kernels
-
-recipe_path = test_torch_kernels.recipe_path  # fixture: the tiny Gemma 4 training recipe, data prepared
 
 
 def max_relative_gap(got: dict, want: dict) -> float:

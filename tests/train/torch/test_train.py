@@ -22,6 +22,7 @@ from crosstune.run.metrics import METRIC_DEFINITIONS, read_metrics
 from crosstune.run.records import Mesh, read_run_record
 from tests.helpers.export import assert_logits_close
 from tests.helpers.paths import HELPERS
+from tests.helpers.ports import free_port
 
 # PEFT vs merged fp32 weights: measured <= 1.4e-5 x max|logit|; an adapter moves logits by > 1e-2 x.
 RELTOL = 5e-5
@@ -410,14 +411,6 @@ def test_two_cpu_processes_via_the_launcher_match_one(reference_runs, workspace,
 
 
 # --- FSDP2 ----------------------------------------------------------------------------------------------------------
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
     """The FSDP2 path (accelerate's fully_shard per Gemma4TextDecoderLayer) on 2 CPU processes over gloo, 1 row each,
     against 1 process accumulating the same 2 rows: the same losses, gradient norms and adapter up to fp32 rounding

@@ -23,9 +23,9 @@ from pathlib import Path
 from crosstune.errors import CrosstuneError, read_model_config
 from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
-from crosstune.planner.cli import load_for_plan
 from crosstune.planner.compiled import with_layers
 from crosstune.planner.hlo import parse_collectives
+from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.recipe import Recipe, resolve_path
 from crosstune.run.metrics import bytes_to_gib, host_peak_rss_bytes
 from crosstune.train.steps import accumulation

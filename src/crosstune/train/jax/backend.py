@@ -18,7 +18,7 @@ from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 from crosstune.run.integrity import verify_saved
 from crosstune.run.layout import step_folders
-from crosstune.run.lora import LoraWeights
+from crosstune.run.lora_weights import LoraWeights
 from crosstune.run.records import RunRecord, StackFacts
 from crosstune.train.backend import FitResult, RunContext, SavedLora, StepProbe, TrainError
 from crosstune.train.jax.checkpoints import read_orbax_lora

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from crosstune.run.layout import step_folders
-from crosstune.run.lora import ExportError
+from crosstune.run.lora_weights import ExportError
 from crosstune.train.jax.lora import param_name
 
 

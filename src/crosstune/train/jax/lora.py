@@ -26,7 +26,7 @@ from crosstune.families.lora_layout import (
     qwix_to_peft,
 )
 from crosstune.families.spec import ModelSpec
-from crosstune.run.lora import ExportError, LoraWeights, module_target
+from crosstune.run.lora_weights import ExportError, LoraWeights, module_target
 
 _PARAM = re.compile(r"layers\.(\d+)\.((?:attn|mlp)\.\w+?)\.(w|kernel)_lora_([ab])")
 

@@ -13,7 +13,7 @@ from crosstune.data import grain_dataset
 from crosstune.data.prepared import PreparedDataset
 from crosstune.families import model_dir_spec
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.run.lora import LoraWeights
+from crosstune.run.lora_weights import LoraWeights
 from crosstune.train.jax.data import global_batch
 from crosstune.train.jax.lora import install_lora, lora_to_qwix, param_name, qwix_to_lora
 from crosstune.train.steps import accumulation, constant_step

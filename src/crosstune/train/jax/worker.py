@@ -22,7 +22,7 @@ from crosstune.planner import plan_recipe
 from crosstune.recipe import resolve_path
 from crosstune.run.integrity import record_checksums, verify_saved
 from crosstune.run.layout import CHECKPOINTS, saved_steps, step_folders
-from crosstune.run.lora import LoraWeights
+from crosstune.run.lora_weights import LoraWeights
 from crosstune.run.metrics import MetricsWriter, make_step_metrics
 from crosstune.run.records import Mesh, RunTimings, StackFacts
 from crosstune.train.backend import FitResult, RunContext, TrainError

@@ -14,7 +14,7 @@ from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 from crosstune.run.integrity import verify_saved
 from crosstune.run.layout import ADAPTER, RUN_JSON, step_folders
-from crosstune.run.lora import ExportError, LoraWeights, read_peft_adapter
+from crosstune.run.lora_weights import ExportError, LoraWeights, read_peft_adapter
 from crosstune.run.metrics import read_metrics
 from crosstune.run.records import Mesh, RunRecord, StackFacts
 from crosstune.train.backend import FitResult, RunContext, SavedLora, StepProbe

@@ -13,7 +13,7 @@ from crosstune.families import get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
-from crosstune.run.lora import text_module_name
+from crosstune.run.lora_weights import text_module_name
 from crosstune.run.records import LoraLayout, lora_layout
 from crosstune.train.lora_init import initial_lora
 
@@ -73,8 +73,8 @@ def peft_lora_params(model: Any) -> dict[tuple[str, str], Any]:
 
 
 def install_lora_weights(model: Any, lora: Any) -> None:
-    """Copy `lora` (crosstune.run.lora.LoraWeights) into the PEFT model's lora_A/lora_B, which must cover exactly
-    the same modules."""
+    """Copy `lora` (crosstune.run.lora_weights.LoraWeights) into the PEFT model's lora_A/lora_B, which must cover
+    exactly the same modules."""
     import torch
 
     params = peft_lora_params(model)

@@ -13,7 +13,7 @@ from pathlib import Path
 from crosstune.data import torch_dataset
 from crosstune.data.prepared import PreparedDataset
 from crosstune.recipe import Recipe
-from crosstune.run.lora import LoraWeights
+from crosstune.run.lora_weights import LoraWeights
 from crosstune.train.steps import accumulation, constant_step
 
 

@@ -1,0 +1,192 @@
+"""What `crosstune plan RECIPE` shows (the command is crosstune.train.plan_cli's: --compile needs the jax backend):
+the planner's verdict as rich tables, or one JSON object, and XLA's numbers next to the planner's. The recipe it
+plans is read by crosstune.planner.planned_recipe."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from crosstune.planner.compiled import planner_bytes
+from crosstune.planner.estimate import GB, USABLE_FRACTION, Memory, Plan
+from crosstune.recipe import Recipe
+
+console = Console(soft_wrap=True)
+
+
+def _gb(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.1f}"
+
+
+def render_plan(plan: Plan, out: Console | None = None) -> None:
+    """The planner's tables: model and heads vs tp, JAX mesh options, memory per device for both backends."""
+    out = out or console
+    spec, hw = plan.spec, plan.hardware
+    fsdp, tp = plan.jax_mesh
+    heads = Table(title=f"{spec.name} on {hw.name} ({hw.devices} × {hw.chip.name}, {_gb(hw.chip.hbm_gb)} GB HBM)")
+    for col in ("layer type", "layers", "query heads", "KV heads", "head_dim", f"tp={tp}"):
+        heads.add_column(col)
+    for name in dict.fromkeys(spec.layer_types):
+        a = spec.attention[name]
+        split = [n for n in (a.num_heads, a.num_kv_heads) if n % tp and n != 1]
+        verdict = "[green]splits[/green]" if not split else f"[red]can't split {', '.join(map(str, split))}[/red]"
+        heads.add_row(
+            name, str(len(spec.layers_of(name))), str(a.num_heads), str(a.num_kv_heads), str(a.head_dim), verdict
+        )
+    out.print(heads)
+
+    options = Table(title="JAX meshes over all devices (fsdp × tp), memory per device")
+    for col in ("fsdp", "tp", "verdict", "kept whole over tp", "GB / device"):
+        options.add_column(col)
+    for o in plan.jax_options:
+        chosen = " ◀ recipe" if (o.fsdp, o.tp) == (fsdp, tp) else ""
+        color = {"ok": "green", "out of memory": "red"}.get(o.verdict, "yellow")
+        options.add_row(
+            str(o.fsdp),
+            str(o.tp),
+            f"[{color}]{o.verdict}[/{color}]{chosen}",
+            ", ".join(o.replicated) or "–",
+            _gb(o.memory.total),
+        )
+    out.print(options)
+
+    memory = Table(title=f"Memory per device, GB (fits: ≤ {USABLE_FRACTION:.0%} of HBM)")
+    memory.add_column("")
+    columns: list[tuple[str, Memory]] = [(f"jax fsdp={fsdp} tp={tp}", plan.jax_memory)]
+    if plan.torch_memory is not None:
+        columns.append((f"torch {plan.torch_devices} device(s)", plan.torch_memory))
+    for title, _ in columns:
+        memory.add_column(title, justify="right")
+    rows = [
+        ("base weights", lambda m: m.base),
+        ("LoRA + grads + AdamW", lambda m: m.lora),
+        ("layers gathered over fsdp (jax)", lambda m: m.gathered or None),
+        ("activations, remat", lambda m: m.activations_remat),
+        ("activations, no remat", lambda m: m.activations_no_remat),
+        ("activations, selective (torch)", lambda m: m.activations_selective),
+        (f"logits ({spec.vocab_size:,} vocab)", lambda m: m.logits),
+        ("total (as configured)", lambda m: m.total),
+        ("HBM", lambda m: m.hbm),
+    ]
+    for label, get in rows:
+        memory.add_row(label, *(_gb(get(m)) for _, m in columns))
+    memory.add_row("fits", *("[green]yes[/green]" if m.fits else "[red]no[/red]" for _, m in columns))
+    out.print(memory)
+    for note in plan.notes:
+        out.print(f"[yellow]note[/yellow]: {note}")
+    if plan.ok:
+        out.print(f"[green]plan ok[/green] for --backend {plan.backend}")
+    for b in plan.blockers:
+        out.print(f"[red]can't run[/red] (--backend {plan.backend}): {b}", markup=True, highlight=False)
+
+
+def plan_json(plan: Plan) -> dict:
+    """The planner's verdict as the JSON object `crosstune plan --json` prints (bytes per device)."""
+    hbm = plan.hardware.chip.hbm_gb
+    return {
+        "recipe": plan.recipe_name,
+        "hardware": plan.hardware.name,
+        "mesh": {"fsdp": plan.jax_mesh[0], "tp": plan.jax_mesh[1]},
+        "hbm_bytes_per_device": None if hbm is None else round(hbm * GB),
+        "ok": plan.ok,
+        "blockers": plan.blockers,
+        "planner": planner_bytes(plan.jax_memory),
+    }
+
+
+def _bytes(x: float | int | None) -> str:
+    return "–" if x is None else f"{x / GB:,.2f}"
+
+
+def render_compiled(report: dict, out: Console | None = None) -> None:
+    """XLA's per-device memory next to the planner's, the compiled cost and the roofline (crosstune.planner.compiled
+    builds `report`)."""
+    out = out or console
+    x, p, line, layers = report["xla"], report["planner"], report["roofline"], report["layers"]
+    depth = f"{layers['compiled']} of {layers['model']} layers"
+    table = Table(title=f"Per device, GB: XLA (compiled for {report['topology']}, {report['device_kind']} × "
+                  f"{report['devices']}, {depth}) vs the planner")  # fmt: skip
+    for col in ("", "XLA", "planner", ""):
+        table.add_column(col, justify="right" if col else "left")
+    table.add_row("arguments", _bytes(x["argument_bytes"]), _bytes(p["base_bytes"] + p["lora_optimizer_bytes"]),
+                  "base + LoRA + optimizer state (+ the batch)")  # fmt: skip
+    table.add_row("outputs", _bytes(x["output_bytes"]), "", f"{x['output_fraction_of_arguments']:.1%} of arguments")
+    table.add_row("  reusing an argument's buffer", _bytes(x["alias_bytes"]), "", "donated state, updated in place")
+    table.add_row("temporaries", _bytes(x["temp_bytes"]), _bytes(p["activations_bytes"] + p["logits_bytes"]),
+                  "activations + logits")  # fmt: skip
+    table.add_row("generated code", _bytes(x["generated_code_bytes"]), "", "")
+    table.add_row("total", _bytes(x["per_device_bytes"]), _bytes(p["per_device_bytes"]),
+                  f"planner {p['relative_to_xla']:+.1%} vs XLA")  # fmt: skip
+    table.add_row("HBM", _bytes(report["hbm_bytes_per_device"]), "", "")
+    table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", "")
+    out.print(table)
+    kernels = f" + {x['kernel_flops']:.3g} flops, {x['kernel_bytes']:.3g} bytes in Pallas kernels" if x[
+        "kernel_flops"] else ""  # fmt: skip
+    out.print(
+        f"cost per micro-step per device: {x['flops']:.3g} flops, {x['bytes_accessed']:.3g} bytes accessed "
+        f"(XLA cost_analysis){kernels}; {x['collective_bytes']:.3g} bytes over ICI in "
+        f"{sum(x['collectives'].get('count', {}).values())} collectives (the optimized HLO)",
+        highlight=False,
+    )
+    if x["kernel_note"] and x["kernel_flops"]:
+        out.print(f"  {x['kernel_note']}", highlight=False)
+    by_term = line["tokens_per_s_by_term"]
+    terms = ", ".join(
+        f"{name} {line[key]:.3f} s ({'–' if by_term[t] is None else f'{by_term[t]:,.0f}'} tok/s)"
+        for name, key, t in (("compute", "compute_s", "compute"), ("HBM", "memory_s", "memory"),
+                             ("ICI", "ici_s", "ici"))
+    )  # fmt: skip
+    out.print(
+        f"roofline per micro-step: {terms} ({line['micro_batch_tokens']:,} tokens; {line['bound']}-bound) → "
+        f"≥ {line['step_s']:.2f} s per optimizer step (×{line['accumulation']}), ≤ {line['tokens_per_s']:,.0f} "
+        f"tokens/s: {line['note']}",
+        highlight=False,
+    )
+    t = report["timings_s"]
+    out.print(
+        f"compile: build {t['build']:.0f} s, lower {t['lower']:.0f} s, XLA {t['compile']:.0f} s; host peak RSS "
+        f"{report['host_peak_rss_bytes'] / GB:.1f} GB",
+        highlight=False,
+    )
+    if not layers["full_depth"]:
+        out.print(
+            f"[yellow]note[/yellow]: the first {depth}: a smoke check of the step, not the model's memory (temp "
+            "grows faster than linearly with depth); compile without --layers for the full depth",
+            highlight=False,
+        )
+
+
+def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> None:
+    """`plan --search`'s frontier: every compiled candidate, XLA's memory per chip (full depth, or extrapolated from
+    the screen), the three-term roofline, and the --set lines of the winner (crosstune.planner.search)."""
+    from crosstune.planner.search import pareto
+
+    out = out or console
+    usable = None if hw.chip.hbm_gb is None else USABLE_FRACTION * hw.chip.hbm_gb
+    front = pareto(search.results)
+    table = Table(title=f"{recipe.name} on {hw.name}: {search.compiles} compiles (screen at {search.depths[0]} and "
+                  f"{search.depths[1]} layers, finalists at full depth)")  # fmt: skip
+    for col in ("candidate", "stage", "XLA GB/chip", "planner", "compute s", "HBM s", "ICI s", "tokens/s", ""):
+        table.add_column(col, justify="left" if col in ("candidate", "stage", "") else "right")
+    ranked = sorted((r for r in search.results if r.step is not None or r.error), key=lambda r: (
+        {"final": 0, "screened": 1}.get(r.stage, 2), -(r.line.tokens_per_s if r.line else 0)))  # fmt: skip
+    for r in ranked:
+        line = r.line
+        mark = " ◀ winner" if r is search.winner else (" frontier" if r in front else "")
+        mark += " (the recipe)" if r is search.baseline else ""
+        fits = r.fits(usable)
+        gb = "–" if r.xla_gb is None else f"[{'green' if fits else 'red'}]{r.xla_gb:,.1f}[/]"
+        stage = r.stage + ("" if not r.error else f": {r.error[:60]}")
+        cells = ("–",) * 4 if line is None else (f"{line.compute_s:.3f}", f"{line.memory_s:.3f}", f"{line.ici_s:.3f}",
+                                                 f"{line.tokens_per_s:,.0f}")  # fmt: skip
+        table.add_row(r.candidate.label, stage, gb, f"{r.planner.total:,.1f}", *cells, mark)
+    out.print(table)
+    out.print(f"{len(search.results) - len(ranked)} more candidates priced by the planner only", highlight=False)
+    for note in search.notes:
+        out.print(f"[yellow]note[/yellow]: {note}", highlight=False)
+    if search.winner is not None:
+        w = search.winner
+        sets = " ".join(f"--set {s}" for s in w.candidate.overrides(recipe))
+        out.print(f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), "
+                  f"≤ {w.line.tokens_per_s:,.0f} tokens/s ({w.line.bound}-bound)", highlight=False)  # fmt: skip
+        out.print(f"reproduce: crosstune plan RECIPE --compile {sets}", highlight=False)

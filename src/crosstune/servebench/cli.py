@@ -1,0 +1,166 @@
+"""`crosstune bench serve|compare`: option parsing with one-line errors, the sweep (servebench.bench.run_bench), its
+table (servebench.bench_table) and the comparison of two summaries."""
+
+from __future__ import annotations
+
+import gc
+import math
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from crosstune.errors import Interrupted
+from crosstune.servebench.sweep import BenchError
+
+console = Console(soft_wrap=True)
+bench_app = typer.Typer(help="Benchmark a serving endpoint the way `vllm bench serve` does.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")
+
+
+def parse_list(text: str, option: str, convert, what: str, problem) -> list:
+    """A comma-separated option: each part converted (`what` names the expected kind) and then checked (`problem`
+    returns why a value is refused, or None); BenchError naming the option and the value otherwise."""
+    values = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            value = convert(part)
+        except ValueError:
+            raise BenchError(f"{option} {text!r}: {part!r} is not {what} (comma-separated, e.g. 1,4)") from None
+        if why := problem(value):
+            raise BenchError(f"{option} {text!r}: {part} {why}")
+        values.append(value)
+    if not values:
+        raise BenchError(f"{option} {text!r}: give at least one value")
+    return values
+
+
+def parse_ints(text: str, option: str, least: int) -> list[int]:
+    """'128,512' -> [128, 512]."""
+    return parse_list(text, option, int, "an integer", lambda v: f"is below {least}" if v < least else None)
+
+
+def parse_rates(text: str) -> list[float]:
+    """'0.5,2' -> [0.5, 2.0]: positive, finite requests per second."""
+    refused = "is not a positive, finite request rate (for all requests at once, use --concurrency)"
+    return parse_list(
+        text,
+        "--rates",
+        float,
+        "a number of requests per second",
+        lambda v: None if math.isfinite(v) and v > 0 else refused,
+    )
+
+
+@bench_app.command("serve")
+def bench_serve(
+    endpoint: str = typer.Option(..., "--endpoint", help="base URL, e.g. http://127.0.0.1:8000"),
+    model: str = typer.Option(..., "--model", help="the served model name"),
+    tokenizer: Path = typer.Option(..., "--tokenizer", help="the model's tokenizer directory (exact prompt lengths)"),
+    contexts: str = typer.Option("128,512", "--contexts", help="prompt lengths in tokens, comma-separated"),
+    concurrency: str = typer.Option("1,4", "--concurrency", help="concurrency levels (>= 1), comma-separated"),
+    rates: str = typer.Option(None, "--rates", help="request rates (req/s, > 0) instead of concurrency levels"),
+    max_concurrency: int = typer.Option(None, "--max-concurrency", help="with --rates: requests in flight at most"),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="gamma shape of arrival gaps (1 = Poisson)"),
+    output_len: int = typer.Option(32, "--output-len", help="exact output tokens per request (ignore_eos), >= 1"),
+    num_requests: int = typer.Option(16, "--num-requests", help="timed requests per cell"),
+    warmup: int = typer.Option(2, "--warmup", help="untimed requests before each cell"),
+    api: str = typer.Option("completions", "--api", help="completions (token-id prompts) or chat"),
+    timeout_s: float = typer.Option(120.0, "--timeout", help="deadline per request (the whole exchange), seconds"),
+    cell_timeout_s: float = typer.Option(600.0, "--cell-timeout", help="bound on one cell, warm-up included, s"),
+    probe_timeout_s: float = typer.Option(10.0, "--probe-timeout", help="bound on the probe before the sweep, s"),
+    slo: list[str] = typer.Option(
+        None, "--slo", help="SLO as in cost/report: NAME=MS, e.g. --slo p99_ttft_ms=2000 --slo p99_tpot_ms=50"
+    ),
+    out: Path = typer.Option(
+        None, "--out", help="output folder (default: a new runs/bench/<label or model>-<date>-<time>)"
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace --out if it holds an earlier sweep"),
+    label: str = typer.Option(None, "--label"),
+    target: str = typer.Option(None, "--target", help="hardware target name, for the cost report"),
+) -> None:
+    """Sweep context lengths × concurrency (or request rates): per-request JSONL, summary.json, plots.
+
+    Exit 0 when every cell ran and had a successful request; 1 (saying which cell and why) when one had none or
+    the server stopped answering; 130 on Ctrl-C, after writing the finished cells."""
+    from crosstune.servebench.bench import run_bench
+    from crosstune.servebench.bench_table import render_summary
+    from crosstune.servebench.slo import parse_slo
+    from crosstune.servebench.sweep import SweepConfig
+
+    if max_concurrency is not None and not rates:
+        raise BenchError("--max-concurrency caps a --rates sweep; with --concurrency each level is its own cap")
+    cfg = SweepConfig(
+        endpoint=endpoint,
+        model=model,
+        tokenizer=tokenizer,
+        contexts=parse_ints(contexts, "--contexts", 1),
+        concurrency=parse_ints(concurrency, "--concurrency", 1) if not rates else [],
+        rates=parse_rates(rates) if rates else None,
+        max_concurrency=max_concurrency,
+        burstiness=burstiness,
+        output_len=output_len,
+        num_requests=num_requests,
+        warmup=warmup,
+        api=api,
+        timeout_s=timeout_s,
+        cell_timeout_s=cell_timeout_s,
+        probe_timeout_s=probe_timeout_s,
+        slo_ms=parse_slo(slo),
+        label=label,
+        target=target,
+    )
+    try:
+        result = run_bench(
+            cfg, out, overwrite=overwrite, progress=lambda line: print(line, file=sys.stderr, flush=True)
+        )
+    except Interrupted:
+        # Nothing is left but to exit: freeze the heap, or the interpreter's exit collects torch's and transformers'
+        # ~350k objects (the tokenizer imports them) once more — 1 s of CPU, ten times that on a busy machine.
+        gc.freeze()
+        raise
+    render_summary(result.summary, console)
+    console.print(f"wrote {result.out}/summary.json, {result.out}/requests.jsonl and plots", highlight=False)
+    if result.problem:
+        raise BenchError(result.problem)
+
+
+@bench_app.command("compare")
+def compare(
+    a: Path = typer.Argument(..., help="summary.json (or its directory)"), b: Path = typer.Argument(...)
+) -> None:
+    """Two sweeps side by side per (context, level), with B/A ratios; client latencies of bursty cells marked."""
+    from crosstune.servebench.summary import compare_rows, load_summary
+
+    try:
+        sa, sb = load_summary(a), load_summary(b)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
+    rows = compare_rows(sa, sb)
+    if not rows:
+        raise BenchError(f"{a} and {b} share no (context, concurrency/rate) cell")
+    t = Table(title=f"A = {sa.get('label') or a}   B = {sb.get('label') or b}")
+    for col in ("ctx", "load", "metric", "A", "B", "B/A", "note"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(
+            str(r["context_len"]),
+            str(r["level"]),
+            r["metric"],
+            _num(r["a"]),
+            _num(r["b"]),
+            "–" if r["ratio"] is None else f"{r['ratio']:.2f}×",
+            r.get("note") or "",
+        )
+    console.print(t)
+
+
+def _num(x) -> str:
+    return "–" if x is None else f"{x:,.2f}"

@@ -1,0 +1,269 @@
+"""The one OpenAI-compatible server of the tests, on 127.0.0.1, with scripted faults: the serving bench's client talks
+to it (streamed /v1/completions and /v1/chat/completions), the eval client too (answers in one JSON body), and so do
+the stand-in `vllm` executable (tests/helpers/fake_vllm.py runs it in its own process) and a stranger on its port.
+
+What a request meets is its mode: `mode(body)` when given, else the request's `model` when it names a mode, else
+"ok"; requests after the first `fail_after` meet "error".
+- Streamed (`"stream": true`): ok, burst (2 tokens per chunk), noeos (stops at "EOS" after 3 tokens unless
+  ignore_eos), short (one token short), cut (drops the connection after two chunks), error (HTTP `error_status`),
+  stall (sleeps `stall_s` before the first chunk), truncate (the prompt is cut to 64 tokens, as an over-long prompt
+  would be), trickle (one SSE comment byte every 50 ms, never an answer, for up to `stall_s`), flush (every chunk in
+  one write, as a loaded vLLM flushes a whole stream); with `stall_prompts_over`, longer prompts stall like `stall`.
+- In one body: ok (`answer`: a text, or a function of the request giving the text or the whole chat message, as a
+  reasoning parser splits it), error (HTTP `error_status` with `error_body`), stall (no answer for `stall_s`),
+  trickle (Content-Length 1000, then one body byte every 0.2 s for up to `stall_s`), cut (Content-Length 1000,
+  10 bytes, then close), die (the serving process exits 0 at once, as vLLM's CPU engine does on a head size it can't
+  run: the stand-in's mode).
+GET /health answers 200; /metrics a vLLM-like TTFT histogram; /version `version` when given; /v1/models lists
+`served` (each card with `max_model_len`, vLLM's `root` (the folder it serves) and `owned_by` when given) or stalls
+with `models_stall`, and answers 404 without `served`. `die_after` stops the whole server after that many requests.
+Every connection carries one request (HTTP/1.0: a stream ends when the socket closes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ERROR_BODY = json.dumps({"error": {"message": "KV cache exhausted " + "x" * 600, "code": 500}})
+GOOD_DESIGN = "[BEGIN]\nmodule TopModule(input a, input b, output out);\n  assign out = a & b;\nendmodule\n[DONE]"
+ANSWER_TOKENS = 5  # usage.completion_tokens of an answer in one body (fewer when max_tokens asks for fewer)
+MODES = {"ok", "burst", "noeos", "short", "cut", "error", "stall", "truncate", "trickle", "flush", "die"}
+
+
+class FakeOpenAI(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self,
+        port: int = 0,
+        mode: Callable[[dict], str] | None = None,
+        fail_after: int | None = None,
+        answer: str | Callable[[dict], str | dict] = GOOD_DESIGN,
+        finish_reason: str = "stop",
+        error_status: int = 500,
+        error_body: str = ERROR_BODY,
+        token_delay_s: float = 0.002,
+        slow_first_s: float = 0.0,
+        die_after: int | None = None,
+        served: list[str] | tuple[str, ...] | None = None,
+        max_model_len: int | None = None,
+        root: str | None = None,
+        models_stall: bool = False,
+        owned_by: str | None = None,
+        version: str | None = None,
+        stall_s: float = 3.0,
+        stall_prompts_over: int | None = None,
+    ):
+        super().__init__(("127.0.0.1", port), Handler)
+        self.mode, self.fail_after, self.answer, self.finish_reason = mode, fail_after, answer, finish_reason
+        self.owned_by, self.version = owned_by, version
+        self.error_status, self.error_body = error_status, error_body
+        self.token_delay_s, self.slow_first_s, self.die_after = token_delay_s, slow_first_s, die_after
+        self.served, self.max_model_len, self.root, self.models_stall = served, max_model_len, root, models_stall
+        self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
+        self.release = threading.Event()  # set on stop: stalled and trickling handlers end
+        self.lock = threading.Lock()
+        self.requests: list[dict] = []  # bodies received, in arrival order
+        self.paths: list[str] = []  # their paths
+        self.in_flight = self.max_in_flight = 0
+        self.ttft_sum = self.ttft_count = 0.0
+        self.chat_tokens = lambda text: 7  # usage.prompt_tokens for a chat request (tests plug in the template)
+        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up: expected in fault tests
+            super().handle_error(request, client_address)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    @property
+    def seeds(self) -> list[int | None]:
+        """The seed of every request, in arrival order (the eval client's seed is sample index + base seed)."""
+        return [body.get("seed") for body in self.requests]
+
+    def wait_for_requests(self, count: int, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.requests) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the server saw {len(self.requests)} requests, expected {count}")
+            time.sleep(0.02)
+
+    def mode_of(self, body: dict, n_seen: int) -> str:
+        if self.fail_after is not None and n_seen > self.fail_after:
+            return "error"
+        if self.mode is not None:
+            return self.mode(body)
+        return body.get("model") if body.get("model") in MODES else "ok"
+
+    def __enter__(self) -> FakeOpenAI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.shutdown()
+        self.server_close()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"  # close-delimited bodies: the stream ends when the socket closes
+    server: FakeOpenAI
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        s = self.server
+        if self.path == "/health":
+            self._send(200, "")
+        elif self.path == "/v1/models" and s.models_stall:
+            s.release.wait(s.stall_s)
+        elif self.path == "/v1/models" and s.served is not None:
+            extra = {**({"root": s.root} if s.root else {}), **({"owned_by": s.owned_by} if s.owned_by else {})}
+            cards = [{"id": m, "object": "model", "max_model_len": s.max_model_len, **extra} for m in s.served]
+            self._send(200, json.dumps({"object": "list", "data": cards}), "application/json")
+        elif self.path == "/version" and s.version is not None:
+            self._send(200, json.dumps({"version": s.version}), "application/json")
+        elif self.path == "/metrics":
+            text = (
+                "# TYPE vllm:time_to_first_token_seconds histogram\n"
+                f'vllm:time_to_first_token_seconds_bucket{{le="0.01"}} {s.ttft_count}\n'
+                f'vllm:time_to_first_token_seconds_bucket{{le="+Inf"}} {s.ttft_count}\n'
+                f"vllm:time_to_first_token_seconds_count {s.ttft_count}\n"
+                f"vllm:time_to_first_token_seconds_sum {s.ttft_sum}\n"
+            )
+            self._send(200, text)
+        else:
+            self._send(404, "not found")
+
+    def _send(self, status: int, text: str, content_type: str | None = None) -> None:
+        body = text.encode()
+        self.send_response(status)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        s = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with s.lock:
+            s.requests.append(body)
+            s.paths.append(self.path)
+            n_seen = len(s.requests)
+            s.in_flight += 1
+            s.max_in_flight = max(s.max_in_flight, s.in_flight)
+        try:
+            if s.die_after is not None and n_seen > s.die_after:
+                threading.Thread(target=s.stop, daemon=True).start()
+                self.connection.close()
+                return
+            mode = s.mode_of(body, n_seen)
+            if mode == "error":
+                self._send(s.error_status, s.error_body, "application/json")
+            elif mode == "die":
+                os._exit(0)
+            elif body.get("stream"):
+                self._stream(body, mode, slow=s.slow_first_s if n_seen == 1 else 0.0)
+            else:
+                self._reply(body, mode)
+        finally:
+            with s.lock:
+                s.in_flight -= 1
+
+    def _reply(self, body: dict, mode: str) -> None:
+        """One JSON body, as the eval client and readiness checks read it."""
+        s = self.server
+        if mode == "ok":
+            text = s.answer(body) if callable(s.answer) else s.answer
+            message = text if isinstance(text, dict) else {"role": "assistant", "content": text}
+            choice = {"message": message} if "messages" in body else {"text": text}
+            tokens = min(ANSWER_TOKENS, body.get("max_tokens") or ANSWER_TOKENS)
+            reply = {"choices": [{"index": 0, **choice, "finish_reason": s.finish_reason}],
+                     "usage": {"prompt_tokens": 10, "completion_tokens": tokens}}  # fmt: skip
+            self._send(200, json.dumps(reply), "application/json")
+        elif mode == "stall":
+            s.release.wait(s.stall_s)
+        elif mode in ("trickle", "cut"):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            if mode == "cut":
+                self.wfile.write(b'{"choice":')  # 10 bytes, then the connection closes
+                return
+            deadline = time.monotonic() + s.stall_s
+            while time.monotonic() < deadline and not s.release.wait(0.2):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+        else:
+            raise ValueError(f"mode {mode!r} has no answer in one body")
+
+    def _stream(self, body: dict, mode: str, slow: float) -> None:
+        s = self.server
+        prompt = len(body["prompt"]) if "prompt" in body else s.chat_tokens(body["messages"][0]["content"])
+        if mode == "truncate":
+            prompt = min(prompt, 64)
+        n = body.get("max_tokens") or body.get("max_completion_tokens")
+        if mode == "short":
+            n -= 1
+        if mode == "noeos" and not body.get("ignore_eos"):
+            n = min(n, 3)
+        per_chunk = 2 if mode == "burst" else 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        time.sleep(slow)
+        if mode == "stall" or (s.stall_prompts_over is not None and prompt > s.stall_prompts_over):
+            s.release.wait(s.stall_s)
+        if mode == "trickle":
+            deadline = time.monotonic() + s.stall_s
+            try:
+                while time.monotonic() < deadline and not s.release.wait(0.05):
+                    self.wfile.write(b":")  # an SSE comment byte: the connection is never silent for long
+                    self.wfile.flush()
+            except OSError:
+                pass  # the client gave up
+            return
+        sent, chunks = 0, 0
+        t0 = time.perf_counter()
+        buffered = []
+        while sent < n:
+            if mode != "flush" or sent == 0:
+                time.sleep(s.token_delay_s * per_chunk)
+            k = min(per_chunk, n - sent)
+            sent += k
+            chunks += 1
+            finish = ("length" if sent == body.get("max_tokens", sent) else "stop") if sent == n else None
+            usage = {"prompt_tokens": prompt, "completion_tokens": sent, "total_tokens": prompt + sent}
+            event = {"choices": [{"index": 0, "text": "x" * k, "finish_reason": finish}], "usage": usage}
+            if mode == "flush":
+                buffered.append(f"data: {json.dumps(event)}\n\n".encode())
+                continue
+            self._event(event)
+            if chunks == 1:
+                with s.lock:
+                    s.ttft_count += 1
+                    s.ttft_sum += time.perf_counter() - t0
+            if mode == "cut" and chunks == 2:
+                return  # the connection closes without [DONE]
+        if buffered:
+            self.wfile.write(b"".join(buffered))  # one write: the client sees the whole stream at once
+        self._event({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": sent}})
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def _event(self, msg: dict) -> None:
+        self.wfile.write(f"data: {json.dumps(msg)}\n\n".encode())
+        self.wfile.flush()
