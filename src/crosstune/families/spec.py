@@ -131,7 +131,7 @@ class ModelSpec:
     def absent_reason(self, layer: int, target: str) -> str:
         """Why `layer` has no `target` projection (for a target `targets_present` leaves out)."""
         if self.kv_shared(layer):
-            return f"KV-shared: reuses layer {self.kv_source(layer)}'s keys and values"
+            return "KV-shared: keys and values of an earlier layer"
         return "k_eq_v: keys are reused as values"
 
     # --- parameter counts -------------------------------------------------------------------
