@@ -14,6 +14,14 @@ from dataclasses import dataclass, field
 NEUTRAL_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 ATTENTION_TARGETS = ("q", "k", "v", "o")
 MLP_TARGETS = ("gate", "up", "down")
+# LoRA on a mixture of experts' fused expert weights: a recipe may name it, and is refused with this reason (on a MoE
+# model the MLP targets adapt the dense branch beside the experts; docs/BACKEND_EQUIVALENCE.md).
+EXPERTS_TARGET = "experts"
+EXPERTS_REFUSED = (
+    "LoRA on the MoE experts is not offered: PEFT 0.21 could adapt transformers' fused experts "
+    "(target_parameters), but tunix 0.1.7 runs them through jax.lax.ragged_dot, which qwix 0.1.8's LoRA does not "
+    "intercept (it adapts einsum, dot_general and conv weights), so the jax backend would train a different adapter"
+)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
 # at hidden 5376 saturates the softcap (a loss of ~27 on a 262,144 vocabulary instead of ~13).
 EMBED_STD = 0.1
 SMALL_HIDDEN = 128
-# Router weight std of the small MoE models: the router sees unit-RMS inputs scaled by 1/sqrt(hidden), so its
+# Router weight std of the MoE models (any size): the router sees unit-RMS inputs scaled by 1/sqrt(hidden), so its
 # expert scores have about this std. With transformers' 0.02 they are near-uniform and the top-k choice flips under
 # the two stacks' different fp32 rounding after one training step (a router of a real checkpoint is decisive).
 ROUTER_STD = 1.0
@@ -185,9 +185,9 @@ def randomise_scales(model) -> None:
                 buf.uniform_(0.5, 1.5)
         if model.config.get_text_config().hidden_size <= SMALL_HIDDEN:
             model.get_input_embeddings().weight.normal_(0.0, EMBED_STD)
-            for name, param in model.named_parameters():
-                if name.endswith("router.proj.weight"):
-                    param.normal_(0.0, ROUTER_STD)
+        for name, param in model.named_parameters():
+            if name.endswith("router.proj.weight"):
+                param.normal_(0.0, ROUTER_STD)
 
 
 def shard_size_for(model, shards: int) -> int:

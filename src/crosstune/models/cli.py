@@ -61,7 +61,10 @@ def tiny(
 @model_app.command("build")
 def build(
     family: str = typer.Option(..., "--family", help="Model family: gemma3 or gemma4."),
-    size: str = typer.Option(..., "--size", help="A size of the family (gemma4: tiny, small, 31b; gemma3: ... 27b)."),
+    size: str = typer.Option(
+        ..., "--size", help="A size of the family (gemma4: e2b, e4b, 26b-a4b, 31b, tiny, tiny-e, tiny-moe, small; "
+        "gemma3: 1b ... 27b, tiny)."
+    ),  # fmt: skip
     out: Path = OutOpt,
     layers: int = typer.Option(
         None,
@@ -135,6 +138,16 @@ def _report(console: Console, spec, out: Path, layout: str, dtype: str, seed: in
         f"vocab {spec.vocab_size:,}  seed {seed}"
     )
     console.print("layer types: " + " ".join(spec.layer_types))
+    if spec.per_layer_input_dim:
+        console.print(f"per-layer inputs: {spec.per_layer_input_dim} per layer ({spec.per_layer_embedding_params:,} "
+                      "embedding params)")  # fmt: skip
+    if spec.kv_shared_layers:
+        shared = range(spec.first_kv_shared, spec.num_layers)
+        console.print(f"KV-shared layers {shared.start}-{shared.stop - 1} (no k/v projections), reusing layers "
+                      f"{sorted({spec.kv_source(i) for i in shared})}; MLP {spec.mlp_dim(shared.start)} there")  # fmt: skip
+    if spec.moe is not None:
+        console.print(f"MoE: {spec.moe.num_experts} experts of {spec.moe.expert_dim}, top {spec.moe.top_k}, beside the "
+                      f"dense MLP of {spec.intermediate_size}; {spec.active_params:,} params active per token")  # fmt: skip
     table = Table("layer type", "layers", "heads", "KV heads", "head_dim", "window", "v_proj")
     for kind_name in dict.fromkeys(spec.layer_types):
         a = spec.attention[kind_name]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from crosstune.errors import InputError
 from crosstune.families import FamilyMismatch, get_family, model_dir_spec
-from crosstune.families.spec import ModelSpec
+from crosstune.families.spec import EXPERTS_REFUSED, EXPERTS_TARGET, ModelSpec
 from crosstune.hardware import HARDWARE
 from crosstune.recipe.problems import Problem
 from crosstune.recipe.schema import Recipe
@@ -90,6 +90,14 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
     spec, spec_problems = model_spec(recipe, base_dir)
     problems += spec_problems
     targets = set(recipe.lora.targets)
+    if EXPERTS_TARGET in targets:
+        problems.append(
+            Problem(
+                "lora.targets",
+                EXPERTS_REFUSED if spec is None or spec.moe is not None else f"{spec.name} has no experts (no MoE)",
+                "drop experts: on a MoE model gate, up and down adapt the dense MLP beside the experts",
+            )
+        )
     if ("k" in targets) != ("v" in targets):
         problems.append(
             Problem(
