@@ -69,3 +69,23 @@ def route_on_residual(model: nnx.Module) -> int:
             module.moe.__class__ = ResidualRoutedMoE
             n += 1
     return n
+
+
+# --- the experts' work, for the roofline -------------------------------------------------------------------------
+RAGGED_DOT = "ragged-dot"  # XLA:TPU lowers jax.lax.ragged_dot to Pallas kernels named ragged-dot-<...>
+RAGGED_DOT_METADATA = "ragged-dot-metadata"  # the group offsets: no matmul
+
+
+def ragged_dot_work(recipe, spec, calls: int, mesh) -> tuple[float, float]:
+    """Flops and HBM bytes per device of `calls` ragged-dot kernels (which XLA's cost_analysis does not count): the
+    experts' matmuls. Every call is one of the fused gate/up [D -> 2X] or down [X -> D] matmuls over this device's
+    share of the micro-step's tokens times top_k, forward or back to its input (the experts are frozen: no weight
+    gradient), so on average T·k·3·D·X flops; it reads half the experts' weights this device holds on average."""
+    m, d = spec.moe, spec.hidden_size
+    devices = len(mesh.devices.flat)
+    rows = recipe.train.per_device_batch_size * mesh.shape["fsdp"]
+    routed = rows * recipe.data.max_seq_len * m.top_k / devices  # token copies per device, the work split evenly
+    a = 2 if recipe.train.precision == "bf16" else 4
+    flops = calls * routed * 3 * d * m.expert_dim
+    moved = calls * a * (m.num_experts * 1.5 * d * m.expert_dim / devices + routed * (d + 1.5 * m.expert_dim))
+    return flops, moved
