@@ -141,6 +141,16 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
                     severity="warning",
                 )
             )
+        if targets & {"k", "v"} and spec.kv_shared_layers:
+            problems.append(
+                Problem(
+                    "lora.targets",
+                    f"the last {spec.kv_shared_layers} layers are KV-shared (no k/v projections): k and v adapt only "
+                    f"the first {spec.first_kv_shared}",
+                    "those layers attend over the K/V of earlier layers, whose k/v LoRA reaches them",
+                    severity="warning",
+                )
+            )
         heads = spec.attention["sliding"].num_heads
         if heads % recipe.serve.tensor_parallel_size:
             problems.append(
