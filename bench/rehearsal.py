@@ -1,9 +1,11 @@
-"""The real-dimension rehearsal: Gemma 4 31B's true dimensions with 2 layers (one sliding, one global), saved as the
-hub checkpoint is (Gemma4ForConditionalGeneration with a small vision tower, bf16, 4 shards, vocab 262,144), through
-prepare -> train torch -> train jax -> export both -> parity, each stage a `crosstune` command in its own process:
-wall time and peak RSS per stage (the process tree's largest resident set, os.wait4).
+"""The real-dimension rehearsal: a Gemma 4 size's true dimensions (31B by default; --size 26b-a4b, e4b, e2b) with 2
+layers (one sliding, one global), saved as the hub checkpoint is (Gemma4ForConditionalGeneration with a small vision
+tower, bf16, 4 shards, vocab 262,144), through prepare -> train torch -> train jax -> export both -> parity, each
+stage a `crosstune` command in its own process: wall time and peak RSS per stage (the process tree's largest
+resident set, os.wait4). The recipe is the size's shipped one (SIZE_RECIPES: its LoRA and data settings).
 
     .venv/bin/python bench/rehearsal.py --work /tmp/rehearsal                  # ~15 min, ~15 GB peak: use the lock
+    .venv/bin/python bench/rehearsal.py --work DIR --size 26b-a4b              # the MoE: all 128 experts per layer
     .venv/bin/python bench/rehearsal.py --work DIR --jax-vocab 262144 --jax-set train.precision=bf16
 
 The jax leg (train jax, its exports and the torch-vs-jax parity) runs on its own copy of the model at --jax-vocab
@@ -27,7 +29,12 @@ from pathlib import Path
 CLI = [sys.executable, "-m", "crosstune.cli"]
 REPO = Path(__file__).resolve().parents[1]
 MARKER = ".crosstune-rehearsal"
-BASE_RECIPE = REPO / "recipes" / "gemma4-31b-2xh100.yaml"  # the seed's LoRA (r=64, 7 targets) and data settings
+# A size's shipped GPU recipe (LoRA r=64 on 7 targets, the seed's data settings); other sizes take the 31B's
+SIZE_RECIPES = {
+    "31b": "gemma4-31b-2xh100.yaml",
+    "26b-a4b": "gemma4-26b-a4b-2xh100.yaml",
+    "e4b": "gemma4-e4b-1xh100.yaml",
+}
 
 
 def main() -> None:
@@ -42,9 +49,15 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--seq", type=int, default=512, help="data.max_seq_len")
-    parser.add_argument("--tp", type=int, default=4, help="jax mesh tp (fsdp 1) over the fake CPU devices")
+    parser.add_argument("--tp", type=int, default=None, help="jax mesh tp (fsdp 1) over the fake CPU devices "
+                        "(default: the largest of 4, 2, 1 that splits every layer type's heads)")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    if args.tp is None:
+        from crosstune.families import get_family
+
+        spec = get_family("gemma4").spec(args.size)
+        args.tp = next(tp for tp in (4, 2, 1) if not spec.tp_problems(tp))
 
     work = args.work.resolve()
     if work.exists() and any(work.iterdir()) and not (work / MARKER).is_file():
@@ -114,13 +127,14 @@ def stage(name: str, args: list[str], logs: Path) -> dict:
 
 
 def write_recipe(work: Path, leg: str, model: Path, args, extra: list[str]) -> Path:
-    """The 2xH100 seed recipe on this CPU: its model, LoRA and data settings, a few steps of short rows."""
+    """The size's GPU recipe on this CPU: its model, LoRA and data settings, a few steps of short rows."""
     from crosstune.recipe import load_recipe
 
     sets = [
         f"name=rehearsal-{leg}",
         f"output_dir={work / 'runs'}",
         f"model.path={model}",
+        f"model.size={args.size}",
         "hardware=cpu",
         "backend.torch={devices: 1, nodes: 1, fsdp: false}",
         f"backend.jax.mesh={{fsdp: 1, tp: {args.tp}}}",
@@ -136,7 +150,7 @@ def write_recipe(work: Path, leg: str, model: Path, args, extra: list[str]) -> P
         f"eval.problems={work / 'corpus' / 'eval'}",
         *extra,
     ]
-    recipe = load_recipe(BASE_RECIPE, sets)
+    recipe = load_recipe(REPO / "recipes" / SIZE_RECIPES.get(args.size, SIZE_RECIPES["31b"]), sets)
     path = work / f"recipe-{leg}.yaml"
     import yaml
 

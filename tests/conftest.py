@@ -50,3 +50,21 @@ def tiny_gemma4_dir(tmp_path_factory, synth_corpus_dir) -> Path:
     from crosstune.models.tiny import build_tiny_model
 
     return build_tiny_model("gemma4", tmp_path_factory.mktemp("tiny_gemma4"), seed=0, corpus_dir=synth_corpus_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma4_e_dir(tmp_path_factory, synth_corpus_dir) -> Path:
+    """The E models' layout, tiny (per-layer inputs, the last 3 of 6 layers KV-shared, double-wide MLP), seed 0."""
+    from crosstune.models.tiny import build_tiny_model
+
+    out = tmp_path_factory.mktemp("tiny_gemma4_e")
+    return build_tiny_model("gemma4", out, seed=0, corpus_dir=synth_corpus_dir, size="tiny-e")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma4_moe_dir(tmp_path_factory, synth_corpus_dir) -> Path:
+    """The 26B-A4B's layout, tiny (8 experts, top 2, beside the dense MLP; k_eq_v globals), seed 0."""
+    from crosstune.models.tiny import build_tiny_model
+
+    out = tmp_path_factory.mktemp("tiny_gemma4_moe")
+    return build_tiny_model("gemma4", out, seed=0, corpus_dir=synth_corpus_dir, size="tiny-moe")

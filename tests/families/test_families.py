@@ -117,15 +117,14 @@ def test_hf_config_roundtrip(name):
     for size, spec in fam.sizes.items():
         cfg = fam.hf_config(spec)
         back = fam.spec_from_hf_config(cfg, name=spec.name)
-        assert back.attention == spec.attention, size
-        assert back.layer_types == spec.layer_types and back.rope_theta == spec.rope_theta
+        assert back == spec, size  # every field: heads, layer types, per-layer inputs, KV sharing, MoE
         assert family_of_hf_config({"model_type": "x", "text_config": cfg}) is fam
 
 
 def test_unknown_family_and_size():
     with pytest.raises(KeyError, match="known: gemma3, gemma4"):
         get_family("llama")
-    with pytest.raises(KeyError, match="known: 31b, tiny"):
+    with pytest.raises(KeyError, match="known: e2b, e4b, 26b-a4b, 31b, tiny"):
         get_family("gemma4").spec("26b")
 
 

@@ -43,11 +43,16 @@ def test_mlp_transpose():
     np.testing.assert_array_equal(tl.mlp_from_tunix(tl.mlp_to_tunix(w)), w)
 
 
-@pytest.mark.parametrize("family", ["gemma3", "gemma4"])
-@pytest.mark.parametrize("heads_equal", [False, True])
-def test_family_table_lists_the_real_tunix_parameters(family, heads_equal):
+@pytest.mark.parametrize(
+    ("family", "size", "heads_equal"),
+    [("gemma3", "tiny", False), ("gemma3", "tiny", True), ("gemma4", "tiny", False), ("gemma4", "tiny", True),
+     ("gemma4", "tiny-e", False), ("gemma4", "tiny-moe", False), ("gemma4", "e2b", False),
+     ("gemma4", "26b-a4b", False)],
+)  # fmt: skip
+def test_family_table_lists_the_real_tunix_parameters(family, size, heads_equal):
     """The family's declarative table gives exactly the parameter paths, shapes and shardings of tunix's own model
-    (built abstractly from the tiny config; heads == KV heads exercises Gemma 3's fused qkv_einsum)."""
+    (built abstractly; heads == KV heads exercises Gemma 3's fused qkv_einsum; tiny-e and e2b per-layer inputs,
+    KV-shared layers (their unread K/V weights included) and the double-wide MLP; tiny-moe and 26b-a4b the MoE)."""
     from dataclasses import replace
 
     from flax import nnx
@@ -58,7 +63,7 @@ def test_family_table_lists_the_real_tunix_parameters(family, heads_equal):
     from crosstune.train.jax.model import make_mesh, mesh_context
 
     fam = get_family(family)
-    spec = fam.spec("tiny")
+    spec = fam.spec(size)
     if heads_equal:  # every layer 4 heads / 4 KV heads, no k_eq_v
         equal = AttentionKind("sliding", 4, 4, 32, window=32)
         spec = replace(spec, attention={"sliding": equal, "global": replace(equal, name="global", window=None)})

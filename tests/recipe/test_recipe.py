@@ -169,3 +169,24 @@ def test_global_batch_must_split_over_both_backends():
         ("train.global_batch_size", 14, f"6 rows per step can't be split into micro-batches of per_device_batch_size "
          f"4 × 1 data-parallel devices of {backend}") for backend in ("torch (devices × nodes)", "jax (mesh.fsdp)")
     ]  # fmt: skip
+
+
+def test_moe_experts_target_is_refused_with_its_reason():
+    """LoRA on the MoE's experts: refused at the lora.targets line, naming why (the jax stack can't adapt them)."""
+    from crosstune.families.spec import EXPERTS_REFUSED
+
+    moe = MINIMAL.replace("size: 31b", "size: 26b-a4b").replace("{fsdp: 1, tp: 4}", "{fsdp: 2, tp: 2}")
+    assert errors(moe + "lora:\n  targets: [q, k, v, experts]\n") == [("lora.targets", 13, EXPERTS_REFUSED)]
+    assert "ragged_dot" in EXPERTS_REFUSED and "target_parameters" in EXPERTS_REFUSED
+    assert errors(MINIMAL + "lora:\n  targets: [q, experts]\n") == [
+        ("lora.targets", 13, "gemma-4-31b has no experts (no MoE)")
+    ]
+    recipe = parse_recipe(moe, "r.yaml")  # the default targets: attention and the dense MLP, no warning about them
+    assert "experts" not in recipe.lora.targets
+
+
+def test_kv_shared_layers_are_a_warning_on_k_and_v():
+    e4b = MINIMAL.replace("size: 31b", "size: e4b").replace("{fsdp: 1, tp: 4}", "{fsdp: 2, tp: 2}")
+    recipe = parse_recipe(e4b, "r.yaml")
+    warned = [p.message for p in recipe._warnings if p.path == "lora.targets"]
+    assert warned == ["the last 18 layers are KV-shared (no k/v projections): k and v adapt only the first 24"]

@@ -42,10 +42,16 @@ def vllm_logprobs(base_url: str, model: str, ids: list[int]) -> np.ndarray:
     return np.array([entries[i][str(ids[i])]["logprob"] for i in range(1, len(ids))])
 
 
-@pytest.fixture(scope="module", params=["gemma4", "gemma3"])
+# tiny model fixture -> its family: the 31B layout, Gemma 3, and Gemma 4's E (per-layer inputs, KV-shared layers)
+# and MoE layouts
+MODELS = {"tiny_gemma4_dir": "gemma4", "tiny_gemma3_dir": "gemma3", "tiny_gemma4_e_dir": "gemma4",
+          "tiny_gemma4_moe_dir": "gemma4"}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
 def exported(request, tmp_path_factory):
-    family = request.param
-    base = request.getfixturevalue(f"tiny_{family}_dir")
+    family = MODELS[request.param]
+    base = request.getfixturevalue(request.param)
     root = tmp_path_factory.mktemp(f"serve_{family}")
     run = torch_run(root / "run", base, family, rank=4, alpha=4.0)
     export_run(run, "both", root / "out")
@@ -60,8 +66,10 @@ def test_vllm_logprobs_match_peft_base_adapter_and_merged(exported):
     family, base, root = exported
     adapter, merged = root / "out" / "adapter", root / "out" / "merged"
     ids = TOKENS
-    want_base = reference_logprobs(hf_logits(base, tokens=[ids])[0], ids)
-    want_lora = reference_logprobs(peft_logits(base, adapter, tokens=[ids])[0], ids)
+    moe = json.loads((base / "config.json").read_text()).get("enable_moe_block")
+    dtype = "float32" if moe else "float64"  # transformers' experts (torch._grouped_mm) have no float64
+    want_base = reference_logprobs(hf_logits(base, tokens=[ids], dtype=dtype)[0], ids)
+    want_lora = reference_logprobs(peft_logits(base, adapter, tokens=[ids], dtype=dtype)[0], ids)
     assert np.abs(want_lora - want_base).max() > 0.05  # the adapter changes the model: the comparison means something
     state_dir = root / "server"
     try:
@@ -82,9 +90,10 @@ def test_vllm_logprobs_match_peft_base_adapter_and_merged(exported):
     np.testing.assert_allclose(got_base, want_base, atol=LOGPROB_TOL)
     np.testing.assert_allclose(got_lora, want_lora, atol=LOGPROB_TOL)
     peft_only_error = np.abs(got_peft_only - want_lora).max()
-    if family == "gemma4":  # without the v_proj copies the k_eq_v layers' values miss the k_proj LoRA
+    k_eq_v = json.loads((base / "config.json").read_text()).get("attention_k_eq_v")
+    if k_eq_v:  # without the v_proj copies the k_eq_v layers' values miss the k_proj LoRA
         assert peft_only_error > 1e-2, peft_only_error
-    else:  # Gemma 3 has no k_eq_v layer: the two adapters are the same
+    else:  # Gemma 3 and the E layout have no k_eq_v layer: the two adapters are the same
         assert peft_only_error <= LOGPROB_TOL
     try:
         state = start_server(merged, state_dir, name="tiny-merged", port=free_port(), max_model_len=256)
@@ -94,7 +103,7 @@ def test_vllm_logprobs_match_peft_base_adapter_and_merged(exported):
     np.testing.assert_allclose(got_merged, want_lora, atol=LOGPROB_TOL)
     errors = [np.abs(a - b).max() for a, b in ((got_base, want_base), (got_lora, want_lora), (got_merged, want_lora))]
     print(
-        f"{family}: max |Δ log-prob| base {errors[0]:.1e}, adapter {errors[1]:.1e}, merged {errors[2]:.1e}, "
+        f"{base.name}: max |Δ log-prob| base {errors[0]:.1e}, adapter {errors[1]:.1e}, merged {errors[2]:.1e}, "
         f"adapter without v_proj copies {peft_only_error:.1e}"
     )  # shown by `pytest -rP`
 

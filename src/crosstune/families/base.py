@@ -60,6 +60,8 @@ class Family:
     attention_from_hf: Callable[[dict[str, Any]], dict[str, AttentionKind]] = field(hash=False, repr=False)
     build_hf_config: Callable[[ModelSpec], dict[str, Any]] = field(hash=False, repr=False)
     tunix: TunixTable = field(hash=False, repr=False)  # the one HF <-> Tunix table (families/<name>/tunix.py)
+    # text config -> the ModelSpec fields of layouts beyond attention (Gemma 4's per-layer inputs, KV sharing, MoE)
+    layout_from_hf: Callable[[dict[str, Any]], dict[str, Any]] = field(default=lambda cfg: {}, hash=False, repr=False)
 
     def spec(self, size: str) -> ModelSpec:
         if size not in self.sizes:
@@ -86,6 +88,7 @@ class Family:
                 HF_LAYER_TYPE[k]: float(v["rope_theta"]) for k, v in (cfg.get("rope_parameters") or {}).items()
             },
             query_pre_attn_scalar=cfg.get("query_pre_attn_scalar"),
+            **self.layout_from_hf(cfg),
         )
 
     def hf_config(self, spec: ModelSpec, **overrides: Any) -> dict[str, Any]:

@@ -1,6 +1,9 @@
 """Backend-neutral description of a Gemma-family decoder: shapes, parameter counts and FLOPs.
 
-Everything that needs a shape (planner, cost model, exporter, tiny models, MFU) asks a `ModelSpec`.
+Everything that needs a shape (planner, cost model, exporter, tiny models, MFU) asks a `ModelSpec`. Besides the
+dense 31B layout it holds the rest of the Gemma 4 family: per-layer input embeddings and KV-shared layers (E2B,
+E4B: the last `kv_shared_layers` layers reuse the keys and values of an earlier layer and have no k/v projections)
+and the mixture of experts beside the dense MLP (26B-A4B).
 """
 
 from __future__ import annotations
@@ -11,6 +14,14 @@ from dataclasses import dataclass, field
 NEUTRAL_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 ATTENTION_TARGETS = ("q", "k", "v", "o")
 MLP_TARGETS = ("gate", "up", "down")
+# LoRA on a mixture of experts' fused expert weights: a recipe may name it, and is refused with this reason (on a MoE
+# model the MLP targets adapt the dense branch beside the experts; docs/BACKEND_EQUIVALENCE.md).
+EXPERTS_TARGET = "experts"
+EXPERTS_REFUSED = (
+    "LoRA on the MoE experts is not offered: PEFT 0.21 could adapt transformers' fused experts "
+    "(target_parameters), but tunix 0.1.7 runs them through jax.lax.ragged_dot, which qwix 0.1.8's LoRA does not "
+    "intercept (it adapts einsum, dot_general and conv weights), so the jax backend would train a different adapter"
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,20 @@ class AttentionKind:
 
 
 @dataclass(frozen=True)
+class MoE:
+    """A mixture-of-experts block beside each layer's dense MLP (Gemma 4 26B-A4B): a softmax router picks `top_k`
+    of `num_experts` GeGLU experts of width `expert_dim` per token."""
+
+    num_experts: int
+    top_k: int
+    expert_dim: int
+
+    def expert_params(self, hidden: int) -> int:
+        """One expert's weights: fused gate/up [2·F, D] and down [D, F]."""
+        return 3 * self.expert_dim * hidden
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Shapes of one model size. `layer_types[i]` names the AttentionKind of decoder layer i."""
 
@@ -48,6 +73,10 @@ class ModelSpec:
     final_logit_softcap: float | None = None
     rope_theta: dict[str, float] = field(default_factory=dict, hash=False)
     query_pre_attn_scalar: float | None = None  # Gemma 3 only; Gemma 4 uses scale 1.0 with q/k norms
+    per_layer_input_dim: int = 0  # Gemma 4 E models: a per-layer input embedding of this width per layer (0: none)
+    kv_shared_layers: int = 0  # the last N layers reuse the K/V of an earlier layer of their type
+    double_wide_shared_mlp: bool = False  # E2B: the KV-shared layers' MLP is twice as wide
+    moe: MoE | None = None  # 26B-A4B: a mixture of experts beside every layer's dense MLP
 
     @property
     def num_layers(self) -> int:
@@ -57,7 +86,8 @@ class ModelSpec:
     def from_dict(cls, d: dict) -> ModelSpec:
         """The inverse of dataclasses.asdict (a spec sent to another process as JSON)."""
         attention = {k: AttentionKind(**v) for k, v in d["attention"].items()}
-        return cls(**{**d, "layer_types": tuple(d["layer_types"]), "attention": attention})
+        moe = MoE(**d["moe"]) if d.get("moe") else None
+        return cls(**{**d, "layer_types": tuple(d["layer_types"]), "attention": attention, "moe": moe})
 
     def kind(self, layer: int) -> AttentionKind:
         return self.attention[self.layer_types[layer]]
@@ -65,39 +95,94 @@ class ModelSpec:
     def layers_of(self, kind_name: str) -> list[int]:
         return [i for i, t in enumerate(self.layer_types) if t == kind_name]
 
+    # --- KV sharing (transformers' rule, Gemma4TextAttention) ----------------------------------
+    @property
+    def first_kv_shared(self) -> int:
+        return self.num_layers - self.kv_shared_layers
+
+    def kv_shared(self, layer: int) -> bool:
+        """Whether `layer` reuses another layer's keys and values (and so has no k/v projections or k norm)."""
+        return self.kv_shared_layers > 0 and layer >= self.first_kv_shared
+
+    def kv_source(self, layer: int) -> int:
+        """The layer whose keys and values `layer` attends over: itself, or on a KV-shared layer the last layer of
+        its type before the shared ones."""
+        if not self.kv_shared(layer):
+            return layer
+        owners = [i for i in range(self.first_kv_shared) if self.layer_types[i] == self.layer_types[layer]]
+        if not owners:
+            raise ValueError(f"{self.name}: KV-shared layer {layer} ({self.layer_types[layer]}) has no earlier layer")
+        return owners[-1]
+
+    def mlp_dim(self, layer: int) -> int:
+        """The dense MLP's width on `layer` (E2B doubles it on the KV-shared layers)."""
+        wide = self.double_wide_shared_mlp and self.kv_shared(layer)
+        return self.intermediate_size * (2 if wide else 1)
+
     def projection_shapes(self, layer: int) -> dict[str, tuple[int, int]]:
-        """HF nn.Linear weight shapes [out, in] per neutral target present in this layer."""
-        a, d, f = self.kind(layer), self.hidden_size, self.intermediate_size
-        shapes = {"q": (a.q_dim, d), "k": (a.kv_dim, d), "o": (d, a.q_dim)}
-        if not a.k_eq_v:
-            shapes["v"] = (a.kv_dim, d)
-        shapes.update(gate=(f, d), up=(f, d), down=(d, f))
+        """HF nn.Linear weight shapes [out, in] per neutral target present in this layer (on a MoE model the MLP
+        targets are the dense branch's)."""
+        a, d, f = self.kind(layer), self.hidden_size, self.mlp_dim(layer)
+        shapes = {"q": (a.q_dim, d)}
+        if not self.kv_shared(layer):
+            shapes["k"] = (a.kv_dim, d)
+            if not a.k_eq_v:
+                shapes["v"] = (a.kv_dim, d)
+        shapes.update(o=(d, a.q_dim), gate=(f, d), up=(f, d), down=(d, f))
         return shapes
 
     def targets_present(self, layer: int, targets: tuple[str, ...] | list[str]) -> list[str]:
-        """The requested targets that exist in `layer` (v is absent on k_eq_v layers)."""
+        """The requested targets that exist in `layer` (v is absent on k_eq_v layers, k and v on KV-shared ones)."""
         shapes = self.projection_shapes(layer)
         return [t for t in targets if t in shapes]
 
+    def absent_reason(self, layer: int, target: str) -> str:
+        """Why `layer` has no `target` projection (for a target `targets_present` leaves out)."""
+        if self.kv_shared(layer):
+            return "KV-shared: keys and values of an earlier layer"
+        return "k_eq_v: keys are reused as values"
+
     # --- parameter counts -------------------------------------------------------------------
     def layer_params(self, layer: int) -> int:
-        a = self.kind(layer)
+        a, d = self.kind(layer), self.hidden_size
         proj = sum(o * i for o, i in self.projection_shapes(layer).values())
-        norms = 4 * self.hidden_size + 2 * a.head_dim  # 4 layer norms + per-head q/k norms
+        norms = 4 * d + a.head_dim * (1 if self.kv_shared(layer) else 2)  # 4 layer norms + per-head q (and k) norms
+        if self.per_layer_input_dim:  # gate [P, D], projection [D, P] and the norm after it
+            proj += 2 * d * self.per_layer_input_dim
+            norms += d
+        if self.moe is not None:  # router [E, D] + its scale [D] + per-expert scale [E], experts, 3 more norms
+            proj += self.moe.num_experts * (d + self.moe.expert_params(d))
+            norms += d + self.moe.num_experts + 3 * d
         return proj + norms
 
     @property
+    def per_layer_embedding_params(self) -> int:
+        """The per-layer input embedding table [vocab, layers · P] (0 without per-layer inputs)."""
+        return self.vocab_size * self.num_layers * self.per_layer_input_dim
+
+    @property
     def embedding_params(self) -> int:
-        return self.vocab_size * self.hidden_size
+        return self.vocab_size * self.hidden_size + self.per_layer_embedding_params
 
     @property
     def non_embedding_params(self) -> int:
-        return sum(self.layer_params(i) for i in range(self.num_layers)) + self.hidden_size
+        top = self.hidden_size  # the final norm
+        if self.per_layer_input_dim:  # the model projection [layers · P, D] and its norm [P]
+            top += self.per_layer_input_dim * (self.num_layers * self.hidden_size + 1)
+        return sum(self.layer_params(i) for i in range(self.num_layers)) + top
 
     @property
     def total_params(self) -> int:
-        head = 0 if self.tied_embeddings else self.embedding_params
+        head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
         return self.embedding_params + self.non_embedding_params + head
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: all but the experts the router does not pick (= total without MoE)."""
+        if self.moe is None:
+            return self.total_params
+        idle = (self.moe.num_experts - self.moe.top_k) * self.moe.expert_params(self.hidden_size)
+        return self.total_params - self.num_layers * idle
 
     def lora_params(self, rank: int, targets: tuple[str, ...] | list[str]) -> int:
         """LoRA A [r, in] + B [out, r] for every present target of every layer."""
@@ -113,10 +198,18 @@ class ModelSpec:
 
         2 FLOPs per multiply-add over every projection matmul and the LM head, plus attention
         scores and values (2·2·heads·head_dim per attended position; PaLM's convention of the full,
-        un-halved causal context, clamped to the window on sliding layers).
+        un-halved causal context, clamped to the window on sliding layers). KV-shared layers project no keys or
+        values; per-layer inputs add their model projection and each layer's gate and projection (the embedding
+        lookup is no matmul); a MoE layer adds its router and the `top_k` experts a token runs through.
         """
-        matmul = sum(sum(o * i for o, i in self.projection_shapes(layer).values()) for layer in range(self.num_layers))
-        matmul += self.vocab_size * self.hidden_size  # LM head (tied or not, it is computed)
+        d, matmul = self.hidden_size, 0
+        for layer in range(self.num_layers):
+            matmul += sum(o * i for o, i in self.projection_shapes(layer).values())
+            matmul += 2 * d * self.per_layer_input_dim
+            if self.moe is not None:
+                matmul += self.moe.num_experts * d + self.moe.top_k * self.moe.expert_params(d)
+        matmul += self.num_layers * self.per_layer_input_dim * d  # per-layer inputs' model projection
+        matmul += self.vocab_size * d  # LM head (tied or not, it is computed)
         return 2.0 * matmul + self.attention_flops_per_token(context)
 
     def attention_flops_per_token(self, context: int) -> float:

@@ -19,15 +19,21 @@ from crosstune.families.spec import AttentionKind, ModelSpec
 
 Spec = tuple[str | None, ...]
 
-# Axis letters of a row's shape: V vocab, D hidden, F intermediate, N heads, K KV heads, H head_dim, 1 one;
-# digits 2 and 3 are the fused-parts axis of kv/qkv einsums.
-AXES = "VDFNKH123"
+# Axis letters of a row's shape: V vocab, D hidden, F the layer's dense MLP width, N heads, K KV heads, H head_dim,
+# L layers, P per-layer input width, E experts, X expert width, 1 one; digits 2 and 3 are the fused-parts axis of
+# kv/qkv einsums (and of the experts' fused gate/up).
+AXES = "VDFNKHLPEX123"
+
+# Layer features a row can depend on (`TunixParam.when`): rows of per-layer inputs or of the MoE block exist only
+# in models that have them.
+FEATURES = ("per_layer_input", "moe")
 
 # Attention layouts tunix chooses per layer type (rule in `attention_layout`); a row with layout None is on every
 # layer of its scope.
 LAYOUTS = ("q_kv", "qkv", "q_k")
 
-# How HF tensors (in `TunixParam.hf` order) become the tunix parameter.
+# How HF tensors (in `TunixParam.hf` order) become the tunix parameter ("transpose": the last two axes swapped,
+# then reshaped to the row's shape).
 CONVERSIONS = ("copy", "heads", "o_proj", "transpose", "reshape")
 
 
@@ -55,11 +61,17 @@ class TunixParam:
     layout: str | None = None  # attention layout it belongs to (LAYOUTS); None: every layer
     per_layer: bool = True
     one_head_unsplit: bool = False  # tunix keeps the KV-head axis whole when there is a single KV head
+    when: str | None = None  # a layer feature (FEATURES) the row needs; None: every model has it
+    # A K/V parameter tunix builds on every layer but never reads on KV-shared ones, where HF has no tensor: the
+    # loader fills it with zeros there.
+    kv_owner_only: bool = False
 
     def __post_init__(self) -> None:
         if set(self.shape) - set(AXES) or self.convert not in CONVERSIONS or self.layout not in (None, *LAYOUTS):
             raise ValueError(f"tunix table row {self.path!r}: shape {self.shape!r}, convert {self.convert!r}, "
                              f"layout {self.layout!r} outside {AXES!r}, {CONVERSIONS}, {LAYOUTS}")  # fmt: skip
+        if self.when not in (None, *FEATURES):
+            raise ValueError(f"tunix table row {self.path!r}: when {self.when!r} outside {FEATURES}")
         if len(self.sharding) != len(self.shape) or bool(self.lora) != bool(self.contracting):
             raise ValueError(f"tunix table row {self.path!r}: sharding or LoRA axes don't fit shape {self.shape!r}")
 
@@ -107,6 +119,21 @@ def axis_sizes(kind: AttentionKind | None, hidden: int, intermediate: int, vocab
     return sizes
 
 
+def spec_axis_sizes(spec: ModelSpec, layer: int | None = None) -> dict[str, int]:
+    """Every axis letter's size in `spec` (on `layer`, whose MLP width and head layout may be its own)."""
+    kind = None if layer is None else spec.kind(layer)
+    mlp = spec.intermediate_size if layer is None else spec.mlp_dim(layer)
+    sizes = axis_sizes(kind, spec.hidden_size, mlp, spec.vocab_size)
+    sizes |= {"L": spec.num_layers, "P": spec.per_layer_input_dim}
+    if spec.moe is not None:
+        sizes |= {"E": spec.moe.num_experts, "X": spec.moe.expert_dim}
+    return sizes
+
+
+def has_feature(spec: ModelSpec, feature: str | None) -> bool:
+    return feature is None or {"per_layer_input": spec.per_layer_input_dim > 0, "moe": spec.moe is not None}[feature]
+
+
 @dataclass(frozen=True)
 class TunixTable:
     """A family's rows plus its tunix model: module, class and the family's own ModelConfig fields."""
@@ -116,6 +143,9 @@ class TunixTable:
     model_class: str
     # (text config.json, tunix model module, compute dtype) -> the family's ModelConfig fields (tunix_config.py)
     config_fields: Callable[[dict[str, Any], Any, Any], dict[str, Any]]
+    # (layer types, KV-shared layer count) -> whether tunix shares K/V as transformers does (families without
+    # KV sharing: only 0)
+    kv_sharing_ok: Callable[[tuple[str, ...], int], bool] = lambda types, shared: shared == 0
 
     def layouts(self) -> set[str]:
         return {r.layout for r in self.rows if r.layout is not None}
@@ -129,18 +159,21 @@ class TunixTable:
             return "qkv"
         return "q_kv"
 
-    def layer_rows(self, kind: AttentionKind) -> list[TunixParam]:
-        layout = self.attention_layout(kind)
-        return [r for r in self.rows if r.per_layer and r.layout in (None, layout)]
+    def layer_rows(self, spec: ModelSpec, layer: int) -> list[TunixParam]:
+        """The rows of tunix's parameters on `layer` (its attention layout, the model's layer features)."""
+        layout = self.attention_layout(spec.kind(layer))
+        return [r for r in self.rows if r.per_layer and r.layout in (None, layout) and has_feature(spec, r.when)]
 
     def tensors(self, spec: ModelSpec) -> list[Tensor]:
-        """Every parameter of the tunix model of `spec`, with its shape and default sharding."""
-        top = axis_sizes(None, spec.hidden_size, spec.intermediate_size, spec.vocab_size)
-        out = [Tensor(r.path, r.dims(top), r.sharding) for r in self.rows if not r.per_layer]
+        """Every parameter of the tunix model of `spec`, with its shape and default sharding (KV-shared layers
+        included: tunix builds their K/V weights, never read)."""
+        top = spec_axis_sizes(spec)
+        out = [
+            Tensor(r.path, r.dims(top), r.sharding) for r in self.rows if not r.per_layer and has_feature(spec, r.when)
+        ]
         for i in range(spec.num_layers):
-            kind = spec.kind(i)
-            sizes = axis_sizes(kind, spec.hidden_size, spec.intermediate_size, spec.vocab_size)
-            for r in self.layer_rows(kind):
+            kind, sizes = spec.kind(i), spec_axis_sizes(spec, i)
+            for r in self.layer_rows(spec, i):
                 sharding = r.sharding
                 if r.one_head_unsplit and kind.num_kv_heads == 1:
                     sharding = tuple(None if a == "K" else s for a, s in zip(r.shape, r.sharding, strict=True))
@@ -148,8 +181,10 @@ class TunixTable:
         return out
 
     def lora_rows(self, spec: ModelSpec, layer: int, targets: list[str] | tuple[str, ...]) -> list[TunixParam]:
-        """The rows of layer `layer` whose LoRA covers one of `targets`, in table order."""
-        return [r for r in self.layer_rows(spec.kind(layer)) if set(r.lora) & set(targets)]
+        """The rows of layer `layer` whose LoRA covers one of `targets` present there, in table order (a KV-shared
+        layer's K/V einsum never runs, so Qwix gives it no LoRA)."""
+        present = set(spec.targets_present(layer, targets))
+        return [r for r in self.layer_rows(spec, layer) if set(r.lora) & present]
 
     def row(self, path: str) -> TunixParam:
         """The row of a tunix parameter path (`layers.<i>.` stripped for per-layer rows)."""

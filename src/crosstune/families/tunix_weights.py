@@ -13,6 +13,7 @@ import numpy as np
 
 from crosstune.errors import read_model_config
 from crosstune.families import family_of_hf_config
+from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_layout import heads_to_tunix, mlp_to_tunix, o_to_tunix
 
 PREFIXES = ("model.language_model.", "language_model.model.", "model.", "")
@@ -26,6 +27,7 @@ class CheckpointReader:
 
         self.dir = Path(model_dir)
         self._config: dict | None = None
+        self._spec: ModelSpec | None = None
         files = sorted(self.dir.glob("*.safetensors"))
         if not files:
             raise FileNotFoundError(f"no *.safetensors in {self.dir}")
@@ -40,6 +42,11 @@ class CheckpointReader:
             self._config = read_model_config(self.dir)
         return self._config
 
+    def spec(self) -> ModelSpec:
+        if self._spec is None:
+            self._spec = family_of_hf_config(self.config()).spec_from_hf_config(self.config(), name=self.dir.name)
+        return self._spec
+
     def has(self, name: str) -> bool:
         return self.prefix + name in self._where
 
@@ -52,9 +59,12 @@ class CheckpointReader:
 
 def tunix_tensor(reader: CheckpointReader, path: str, shape: tuple[int, ...]) -> np.ndarray:
     """The value of tunix parameter `path` (dotted, e.g. `layers.5.attn.k_einsum.w`) with shape `shape`, built
-    from the HF tensors its family's table row names (families/<name>/tunix.py)."""
+    from the HF tensors its family's table row names (families/<name>/tunix.py). A K/V weight of a KV-shared layer
+    (which HF doesn't have and tunix never reads) is zeros."""
     row = family_of_hf_config(reader.config()).tunix.row(path)
     prefix = f"layers.{path.split('.')[1]}." if row.per_layer else ""
+    if row.kv_owner_only and reader.spec().kv_shared(int(path.split(".")[1])):
+        return np.zeros(shape, np.float32)
     parts = [reader.get(prefix + name) for name in row.hf]
     if row.convert == "heads":  # one (N·H, D) projection per fused part, stacked on the parts axis
         heads = shape[next(i for i, a in enumerate(row.shape) if a in "NK")]
@@ -62,8 +72,9 @@ def tunix_tensor(reader: CheckpointReader, path: str, shape: tuple[int, ...]) ->
         out = kernels[0] if len(kernels) == 1 else np.stack(kernels)
     elif row.convert == "o_proj":
         out = o_to_tunix(parts[0], shape[0])
-    elif row.convert == "transpose":
-        out = mlp_to_tunix(parts[0])
+    elif row.convert == "transpose":  # [out, in] -> [in, out] (3-D: per expert), then the row's shape
+        out = mlp_to_tunix(parts[0]) if parts[0].ndim == 2 else np.swapaxes(parts[0], -1, -2)
+        out = out.reshape(shape)
     elif row.convert == "reshape":
         out = parts[0].reshape(shape)
     else:

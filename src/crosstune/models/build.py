@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,12 @@ DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
 # at hidden 5376 saturates the softcap (a loss of ~27 on a 262,144 vocabulary instead of ~13).
 EMBED_STD = 0.1
 SMALL_HIDDEN = 128
+# Router weight std of the MoE models (any size): the router sees unit-RMS inputs scaled by 1/sqrt(hidden), so its
+# expert scores have about this std. With transformers' 0.02 they are near-uniform and the top-k choice flips under
+# the two stacks' different fp32 rounding after one training step (a router of a real checkpoint is decisive).
+ROUTER_STD = 1.0
+# Parameters randomised around their init value by `randomise_scales`: norm weights, the MoE router's scales.
+SCALES = re.compile(r"(?:norm(?:_\d)?\.weight|router\.scale|router\.per_expert_scale)$")
 # The official checkpoints' multimodal classes, with a one-layer vision tower (the rehearsal needs its layout and its
 # tensors beside the language model's, not its size). Media token ids lie past the text vocabulary.
 MULTIMODAL = {
@@ -60,17 +67,25 @@ MULTIMODAL = {
 
 
 def sized_spec(family: str, size: str, layers: int | None = None, vocab: int | None = None) -> ModelSpec:
-    """`family.spec(size)` with another layer count and/or vocabulary. The layer pattern stays Gemma's 5 sliding : 1
-    global; a model of fewer than 6 layers ends with a global layer, so every layer type is present (2 layers: one
-    sliding, one global)."""
-    spec = get_family(family).spec(size)
+    """`family.spec(size)` with another layer count and/or vocabulary. The layer pattern keeps the size's period
+    (5 sliding : 1 global; E2B's 4 : 1); a model shorter than one period ends with a global layer, so every layer
+    type is present (2 layers: one sliding, one global). KV-shared layers keep about the size's fraction, at the
+    nearest count both stacks share alike (`Family.tunix.kv_sharing_ok`; 2 layers: none)."""
+    fam = get_family(family)
+    spec = fam.spec(size)
     changes: dict = {}
     if layers is not None:
         if layers < 1:
             raise ValueError(f"layers must be at least 1, got {layers}")
-        types = gemma_layer_pattern(layers)
-        changes["layer_types"] = types if "global" in types or layers == 1 else (*types[:-1], "global")
+        period = spec.layer_types.index("global") + 1 if "global" in spec.layer_types else 6
+        types = gemma_layer_pattern(layers, period)
+        types = types if "global" in types or layers == 1 else (*types[:-1], "global")
+        changes["layer_types"] = types
         changes["name"] = f"{spec.name}-{layers}l"
+        if spec.kv_shared_layers:
+            wanted = spec.kv_shared_layers / spec.num_layers * layers
+            fits = [n for n in range(layers) if fam.tunix.kv_sharing_ok(types, n)]
+            changes["kv_shared_layers"] = min(fits, key=lambda n: (abs(n - wanted), n))
     if vocab is not None:
         changes["vocab_size"] = vocab
     return dataclasses.replace(spec, **changes) if changes else spec
@@ -155,19 +170,24 @@ def randomise_scales(model) -> None:
     torch RNG.
 
     At init every norm is the identity (Gemma 3 stores w=0 for x*(1+w), Gemma 4 w=1 for x*w) and every layer scalar
-    is 1, so a converter that drops or swaps them would still match; random values make such a mistake visible.
+    is 1, so a converter that drops or swaps them would still match; random values make such a mistake visible. The
+    MoE's extra norms (`*_layernorm_1/_2`) and router scales too: with them at 1, routing on the normed expert input
+    or on the residual picks the same experts (tunix 0.1.7 does the former, crosstune.train.jax.moe).
     """
     import torch
 
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
+            if SCALES.search(name):
                 param.add_(torch.empty_like(param).uniform_(-0.5, 0.5))
         for name, buf in model.named_buffers():
             if name.endswith("layer_scalar"):
                 buf.uniform_(0.5, 1.5)
         if model.config.get_text_config().hidden_size <= SMALL_HIDDEN:
             model.get_input_embeddings().weight.normal_(0.0, EMBED_STD)
+        for name, param in model.named_parameters():
+            if name.endswith("router.proj.weight"):
+                param.normal_(0.0, ROUTER_STD)
 
 
 def shard_size_for(model, shards: int) -> int:

@@ -66,7 +66,12 @@ def tiny(
 @model_app.command("build")
 def build(
     family: str = typer.Option(..., "--family", help="Model family: gemma3 or gemma4."),
-    size: str = typer.Option(..., "--size", help="A size of the family (gemma4: tiny, small, 31b; gemma3: ... 27b)."),
+    size: str = typer.Option(
+        ...,
+        "--size",
+        help="A size of the family (gemma4: e2b, e4b, 26b-a4b, 31b, tiny, tiny-e, tiny-moe, small; "
+        "gemma3: 1b ... 27b, tiny).",
+    ),  # fmt: skip
     out: Path = OutOpt,
     layers: int = typer.Option(
         None,
@@ -140,6 +145,22 @@ def _report(console: Console, spec, out: Path, layout: str, dtype: str, seed: in
         f"vocab {spec.vocab_size:,}  seed {seed}"
     )
     console.print("layer types: " + " ".join(spec.layer_types))
+    if spec.per_layer_input_dim:
+        console.print(f"per-layer inputs: {spec.per_layer_input_dim} per layer ({spec.per_layer_embedding_params:,} "
+                      "embedding params)")  # fmt: skip
+    if spec.kv_shared_layers:
+        shared = range(spec.first_kv_shared, spec.num_layers)
+        sources = sorted({spec.kv_source(i) for i in shared})
+        console.print(
+            f"KV-shared layers {shared.start}-{shared.stop - 1} (no k/v projections), reusing layers {sources}; "
+            f"MLP {spec.mlp_dim(shared.start)} there"
+        )
+    if spec.moe is not None:
+        moe = spec.moe
+        console.print(
+            f"MoE: {moe.num_experts} experts of {moe.expert_dim}, top {moe.top_k}, beside the dense MLP of "
+            f"{spec.intermediate_size}; {spec.active_params:,} params active per token"
+        )
     table = Table("layer type", "layers", "heads", "KV heads", "head_dim", "window", "v_proj")
     for kind_name in dict.fromkeys(spec.layer_types):
         a = spec.attention[kind_name]

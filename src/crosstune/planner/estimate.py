@@ -95,10 +95,15 @@ def _layer_working_set(
     k = spec.kind(layer)
     qh = k.num_heads / tp if k.num_heads % tp == 0 else k.num_heads
     kvh = k.num_kv_heads / tp if k.num_kv_heads % tp == 0 else k.num_kv_heads
-    f = spec.intermediate_size / tp if spec.intermediate_size % tp == 0 else spec.intermediate_size
+    f = _split(spec.mlp_dim(layer), tp)
     tokens = b * seq
     out = 8 * tokens * spec.hidden_size / tp * a + tokens * (2 * qh + 2 * kvh) * k.head_dim * a
     out += mlp_copies * tokens * f * a
+    out += 2 * tokens * spec.per_layer_input_dim * a  # the per-layer input's gate and its product
+    if spec.moe is not None:  # each token's top-k copies: gathered input and output [.., D], gate/up, product [.., X]
+        m = spec.moe
+        out += tokens * m.top_k * (2 * spec.hidden_size + 3 * _split(m.expert_dim, tp)) * a
+        out += tokens * m.num_experts * 4 * 2  # fp32 router scores and probabilities
     if scores:  # one fp32 [b, heads, L, L] per layer: XLA's remat-off compile of the 31B (temp 33.05 GB at 60 layers)
         out += b * qh * seq * seq * 4
     return out
@@ -118,7 +123,7 @@ def _saved_matmuls(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: in
     k = spec.kind(layer)
     kv = 1 if k.k_eq_v else 2
     heads = _split(k.num_heads, tp) * k.head_dim + kv * _split(k.num_kv_heads, tp) * k.head_dim
-    return b * seq * (heads + 2 * _split(spec.intermediate_size, tp) + 2 * spec.hidden_size / tp) * a
+    return b * seq * (heads + 2 * _split(spec.mlp_dim(layer), tp) + 2 * spec.hidden_size / tp) * a
 
 
 def _saved_attention(spec: ModelSpec, b: int, seq: int, a: int) -> float:

@@ -21,7 +21,8 @@ __all__ = [
 
 
 def tunix_tensors(spec: ModelSpec) -> list[Tensor]:
-    """Every parameter of the tunix model of `spec` (dense text decoder)."""
+    """Every parameter of the tunix model of `spec` (every expert of a MoE, the unread K/V weights tunix keeps on
+    KV-shared layers)."""
     return get_family(spec.family).tunix_tensors(spec)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from crosstune.errors import InputError
 from crosstune.families import FamilyMismatch, get_family, model_dir_spec
-from crosstune.families.spec import ModelSpec
+from crosstune.families.spec import EXPERTS_REFUSED, EXPERTS_TARGET, ModelSpec
 from crosstune.hardware import HARDWARE
 from crosstune.recipe.findings import Problem
 from crosstune.recipe.schema import Recipe
@@ -84,6 +84,14 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
     spec, spec_problems = model_spec(recipe, base_dir)
     problems += spec_problems
     targets = set(recipe.lora.targets)
+    if EXPERTS_TARGET in targets:
+        problems.append(
+            Problem(
+                "lora.targets",
+                EXPERTS_REFUSED if spec is None or spec.moe is not None else f"{spec.name} has no experts (no MoE)",
+                "drop experts: on a MoE model gate, up and down adapt the dense MLP beside the experts",
+            )
+        )
     if ("k" in targets) != ("v" in targets):
         problems.append(
             Problem(
@@ -124,6 +132,16 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
                     "lora.targets",
                     f"{n} k_eq_v layers have no v_proj: the v target adapts only the other layers",
                     "values reuse keys there, so the k target covers them",
+                    severity="warning",
+                )
+            )
+        if targets & {"k", "v"} and spec.kv_shared_layers:
+            problems.append(
+                Problem(
+                    "lora.targets",
+                    f"the last {spec.kv_shared_layers} layers are KV-shared (no k/v projections): k and v adapt only "
+                    f"the first {spec.first_kv_shared}",
+                    "those layers attend over the K/V of earlier layers, whose k/v LoRA reaches them",
                     severity="warning",
                 )
             )

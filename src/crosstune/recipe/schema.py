@@ -26,7 +26,7 @@ from pydantic import (
 from crosstune.families.spec import NEUTRAL_TARGETS
 from crosstune.hardware import HARDWARE
 
-Target = Literal["q", "k", "v", "o", "gate", "up", "down"]
+Target = Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]  # experts: refused by name (recipe/checks.py)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Validation context of a recipe already resolved (a run's recipe.yaml, where every default is written out): the
 # checks of what a user wrote (two keys for one setting) don't apply to it.

@@ -159,7 +159,7 @@ def lora_layout(spec: ModelSpec, targets: list[str], rank: int) -> LoraLayout:
     notes = [
         f"{t} adapts {spec.num_layers - len(layers)} of {spec.num_layers} layers: layers {layers} "
         f"({', '.join(sorted({spec.layer_types[i] for i in layers}))}) have no {HF_TARGET_MODULES[t]} "
-        "(k_eq_v: keys are reused as values)"
+        f"({'; '.join(dict.fromkeys(spec.absent_reason(i, t) for i in layers))})"
         for t, layers in skipped.items()
     ]
     modules = sum(len(got) for got in present)

@@ -10,7 +10,9 @@ planner (`ModelSpec.tp_problems`) flags the same layers because Tunix/Qwix shard
 KV cache per token per rank = Σ_layers 2 (K and V) · kv_heads_per_rank · head_dim · bytes. vLLM caches K and V
 separately on Gemma 4's k_eq_v layers too (V is computed from K's weight, then normalised differently).
 Sliding-window layers hold at most `window` tokens per sequence where the engine's hybrid KV allocator is on (GPU,
-CPU); vLLM-TPU force-disables it for Gemma 4, so there every layer holds the full context.
+CPU); vLLM-TPU force-disables it for Gemma 4, so there every layer holds the full context. KV-shared layers (Gemma 4
+E2B/E4B) read another layer's cache (vLLM's kv_sharing_target_layer_name) and hold none, nor K/V weights. A MoE's
+experts are split over tp along their width (vLLM's FusedMoE), which tp must divide.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def vllm_tp_layout(spec: ModelSpec, tp: int) -> TpLayout:
                 f"{a.num_kv_heads} KV heads on {name} layers ({n}): each replicated on {tp // a.num_kv_heads} "
                 f"ranks (their K/V weights and KV cache are {tp // a.num_kv_heads}x what an even split would hold)"
             )
+    if spec.moe is not None and spec.moe.expert_dim % tp:
+        errors.append(f"the {spec.moe.num_experts} experts' width {spec.moe.expert_dim} not divisible by tp={tp}")
     return TpLayout(tp, errors, replicated)
 
 
@@ -65,17 +69,22 @@ def vllm_tps(spec: ModelSpec, devices: int) -> list[int]:
 
 
 def weight_bytes_per_rank(spec: ModelSpec, tp: int, dtype: str) -> float:
-    """Base weights one rank holds: q/o/MLP/embedding split by tp, K and V by KV heads per rank (replicated heads
-    counted whole; vLLM materialises a V slot on k_eq_v layers too)."""
-    d, f = spec.hidden_size, spec.intermediate_size
+    """Base weights one rank holds: q/o/MLP/experts/embeddings split by tp, K and V by KV heads per rank (replicated
+    heads counted whole; vLLM materialises a V slot on k_eq_v layers too; KV-shared layers have none)."""
+    d = spec.hidden_size
     total = spec.vocab_size * d / tp  # vocab-parallel embedding, tied LM head
     if not spec.tied_embeddings:
         total *= 2
+    p = spec.per_layer_input_dim  # per-layer inputs: the table, the model projection, each layer's gate/projection
+    total += (spec.per_layer_embedding_params + spec.num_layers * p * d) / tp
     for layer in range(spec.num_layers):
         a = spec.kind(layer)
-        total += 2 * a.q_dim * d / tp + 3 * f * d / tp
-        total += 2 * kv_heads_per_rank(a.num_kv_heads, tp) * a.head_dim * d
-        total += 4 * d + 2 * a.head_dim  # norms, whole on every rank
+        total += sum(o * i for t, (o, i) in spec.projection_shapes(layer).items() if t not in ("k", "v")) / tp
+        if not spec.kv_shared(layer):
+            total += 2 * kv_heads_per_rank(a.num_kv_heads, tp) * a.head_dim * d
+        total += 4 * d + 2 * a.head_dim + 2 * d * p / tp  # norms, whole on every rank
+        if spec.moe is not None:  # the experts split along their width; the router whole
+            total += spec.moe.num_experts * (spec.moe.expert_params(d) / tp + d)
     return total * WEIGHT_BYTES[dtype]
 
 
@@ -83,6 +92,8 @@ def kv_bytes_per_sequence(spec: ModelSpec, tp: int, tokens: int, kv_dtype: str, 
     """KV-cache bytes one rank holds for one sequence of `tokens` tokens."""
     total = 0.0
     for layer in range(spec.num_layers):
+        if spec.kv_shared(layer):
+            continue
         a = spec.kind(layer)
         held = min(tokens, a.window) if (a.window and sliding_cache) else tokens
         total += 2 * kv_heads_per_rank(a.num_kv_heads, tp) * a.head_dim * KV_BYTES[kv_dtype] * held

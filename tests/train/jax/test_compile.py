@@ -15,6 +15,7 @@ from tests.helpers.paths import REPO
 
 G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
 G3 = REPO / "recipes" / "gemma3-27b-tpu-v6e-8.yaml"
+G4_MOE = REPO / "recipes" / "gemma4-26b-a4b-tpu-v5p-8.yaml"
 TINY = REPO / "recipes" / "tiny-cpu.yaml"
 TINY_ON_V5P = ["--set", "hardware=tpu-v5p-8", "--set", "backend.jax.mesh.fsdp=2", "--set", "backend.jax.mesh.tp=2",
                "--set", "data.max_seq_len=128", "--set", "lora.dropout=0.05"]  # fmt: skip
@@ -109,6 +110,21 @@ def test_real_dimensions_hold_the_base_once(capfd):
     assert x["output_fraction_of_arguments"] < 0.1 and x["output_bytes"] - x["alias_bytes"] < UNALIASED
 
 
+@pytest.mark.slow
+def test_tiny_moe_counts_the_experts_kernels(capfd):
+    """The tiny MoE recipe on a v5p-8 (~40 s): XLA:TPU lowers the experts' ragged_dot to Pallas kernels that
+    cost_analysis doesn't count; their work comes from the experts' shapes (train/jax/moe.ragged_dot_work): 4
+    ragged dots per layer (gate/up and down, forward and back to their input) of T·k·3·D·X flops each."""
+    _libtpu()
+    moe = ["--set", "model.size=tiny-moe", "--set", "model.path=null"]
+    result = _plan(str(TINY), *TINY_ON_V5P, *moe, "--compile", "--json")
+    assert result.exit_code == 0, result.output + capfd.readouterr().err
+    x = json.loads(result.stdout)["xla"]
+    assert "24 × ragged-dot-none (experts)" in x["kernel_note"]
+    routed = 4 * 128 * 2 / 4  # 2 rows/device × fsdp 2 × 128 tokens × top 2, split over 4 devices
+    assert x["kernel_flops"] == pytest.approx(24 * routed * 3 * 64 * 32)
+
+
 def _full_depth(recipe, capfd) -> dict:
     _libtpu()
     result = _plan(str(recipe), "--compile", "--json")
@@ -118,7 +134,9 @@ def _full_depth(recipe, capfd) -> dict:
 
 @pytest.mark.tpu_compile
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("recipe", [G4, G3], ids=["gemma4-31b-v5p-8", "gemma3-27b-v6e-8"])
+@pytest.mark.parametrize(
+    "recipe", [G4, G3, G4_MOE], ids=["gemma4-31b-v5p-8", "gemma3-27b-v6e-8", "gemma4-26b-a4b-v5p-8"]
+)
 def test_planner_agrees_with_the_compiler_at_full_depth(recipe, capfd):
     """The shipped TPU recipes compiled at full depth: the step fits its chip's HBM, the planner is within ±10 % of
     XLA's per-device total, and the outputs are the LoRA and optimizer state only (no second copy of the base)."""

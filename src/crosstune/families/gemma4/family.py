@@ -1,4 +1,7 @@
-"""Gemma 4 (dense text decoder): sliding and global layers differ in head_dim, KV heads and k_eq_v."""
+"""Gemma 4 text decoders: sliding and global layers differ in head_dim, KV heads and k_eq_v (31B, 26B-A4B); the
+E models (E2B, E4B) add per-layer input embeddings and KV-shared layers; 26B-A4B a mixture of experts beside the
+dense MLP. Dimensions from the published configs (MaxText's gemma4-*.yml, the hub's config.json), checked against
+Tunix 0.1.7's `ModelConfig.gemma4_*` classmethods and transformers' Gemma4TextConfig by tests/families."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from typing import Any
 
 from crosstune.families.base import HF_LAYER_TYPE_INV, ChatFormat, Family, gemma_layer_pattern
 from crosstune.families.gemma4.tunix import TUNIX
-from crosstune.families.spec import AttentionKind, ModelSpec
+from crosstune.families.spec import AttentionKind, ModelSpec, MoE
 
 ROPE_THETA = {"sliding": 1e4, "global": 1e6}
 GLOBAL_PARTIAL_ROTARY = 0.25  # "proportional" rope on global layers
@@ -26,24 +29,44 @@ def make_spec(
     vocab: int,
     k_eq_v: bool = True,
     softcap: float | None = 30.0,
+    *,
+    every: int = 6,
+    per_layer_input: int = 0,
+    kv_shared: int = 0,
+    double_wide: bool = False,
+    moe: MoE | None = None,
 ) -> ModelSpec:
+    """A Gemma 4 spec: `every`-th layer global (6: 5 sliding : 1 global; E2B's 5: 4 : 1), the last `kv_shared`
+    layers reusing earlier layers' K/V, `per_layer_input` the per-layer embedding width, `moe` the experts."""
     return ModelSpec(
         family="gemma4",
         name=name,
         hidden_size=hidden,
         intermediate_size=intermediate,
         vocab_size=vocab,
-        layer_types=gemma_layer_pattern(layers),
+        layer_types=gemma_layer_pattern(layers, every),
         attention={
             "sliding": AttentionKind("sliding", heads, kv_heads, head_dim, window=window),
             "global": AttentionKind("global", heads, global_kv_heads, global_head_dim, k_eq_v=k_eq_v),
         },
         final_logit_softcap=softcap,
         rope_theta=dict(ROPE_THETA),
+        per_layer_input_dim=per_layer_input,
+        kv_shared_layers=kv_shared,
+        double_wide_shared_mlp=double_wide,
+        moe=moe,
     )
 
 
 SIZES = {
+    # E2B: 4 sliding : 1 global, one KV head everywhere, the last 20 layers KV-shared with a 2x wide MLP
+    "e2b": make_spec("gemma-4-e2b", 35, 1536, 6144, 8, 1, 256, 1, 512, 512, 262144, k_eq_v=False, every=5,
+                     per_layer_input=256, kv_shared=20, double_wide=True),
+    "e4b": make_spec("gemma-4-e4b", 42, 2560, 10240, 8, 2, 256, 2, 512, 512, 262144, k_eq_v=False,
+                     per_layer_input=256, kv_shared=18),
+    # 26B-A4B: a dense MLP of 2,112 beside 128 experts of 704, 8 per token (~4 B active parameters)
+    "26b-a4b": make_spec("gemma-4-26b-a4b", 30, 2816, 2112, 16, 8, 256, 2, 512, 1024, 262144,
+                         moe=MoE(num_experts=128, top_k=8, expert_dim=704)),
     "31b": make_spec("gemma-4-31b", 60, 5376, 21504, 32, 16, 256, 4, 512, 1024, 262144),
     # Tiny test model with every 31B peculiarity: 5:1 pattern, global head_dim 2x sliding, fewer KV heads on
     # global layers (2 -> 1), k_eq_v globals, softcap. KV heads never equal head_dim (a tunix loader hazard);
@@ -54,7 +77,15 @@ SIZES = {
     # 512-token window still slides over 1024-token rows, yet lets the sliding layers see a record's whole prompt
     # (a 128-token window left only the one global layer to copy widths and names from it: pass@1 stayed ~0).
     "small": make_spec("gemma-4-small", 6, 128, 512, 4, 2, 32, 1, 64, 512, 1024),
-}
+    # The E models' architecture at tiny size: per-layer inputs, one KV head, no k_eq_v, the last 3 of 6 layers
+    # KV-shared (a sliding and a global one among them, as tunix requires: 2 global layers, every 3rd) with E2B's
+    # double-wide MLP there.
+    "tiny-e": make_spec("gemma-4-tiny-e", 6, 64, 128, 4, 1, 32, 1, 64, 32, 1024, k_eq_v=False, every=3,
+                        per_layer_input=16, kv_shared=3, double_wide=True),
+    # The 26B-A4B's architecture at tiny size: 8 experts of width 32, 2 per token, beside a dense MLP of 128.
+    "tiny-moe": make_spec("gemma-4-tiny-moe", 6, 64, 128, 4, 2, 32, 1, 64, 32, 1024,
+                          moe=MoE(num_experts=8, top_k=2, expert_dim=32)),
+}  # fmt: skip
 
 
 def attention_from_hf(cfg: dict[str, Any]) -> dict[str, AttentionKind]:
@@ -68,6 +99,25 @@ def attention_from_hf(cfg: dict[str, Any]) -> dict[str, AttentionKind]:
             "global", heads, global_kv or cfg["num_key_value_heads"], cfg.get("global_head_dim") or hd, k_eq_v=k_eq_v
         ),
     }
+
+
+def layout_from_hf(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The ModelSpec fields of the E models' and the MoE's layouts in a text config (defaults: the dense layout)."""
+    moe = None
+    if cfg.get("enable_moe_block"):
+        moe = MoE(cfg["num_experts"], cfg["top_k_experts"], cfg["moe_intermediate_size"])
+    per_layer = cfg.get("hidden_size_per_layer_input") or 0
+    if per_layer and cfg.get("vocab_size_per_layer_input", cfg["vocab_size"]) != cfg["vocab_size"]:
+        raise ValueError(
+            f"vocab_size_per_layer_input {cfg['vocab_size_per_layer_input']} != vocab_size {cfg['vocab_size']}: "
+            "crosstune's Gemma 4 layout (as tunix's) has one vocabulary for both embeddings"
+        )
+    return dict(
+        per_layer_input_dim=per_layer,
+        kv_shared_layers=cfg.get("num_kv_shared_layers") or 0,
+        double_wide_shared_mlp=bool(cfg.get("use_double_wide_mlp")),
+        moe=moe,
+    )
 
 
 def build_hf_config(spec: ModelSpec) -> dict[str, Any]:
@@ -99,11 +149,15 @@ def build_hf_config(spec: ModelSpec) -> dict[str, Any]:
         },
         "final_logit_softcapping": spec.final_logit_softcap,
         "tie_word_embeddings": spec.tied_embeddings,
-        # The dense 31B layout: no per-layer embeddings, KV sharing or MoE.
-        "hidden_size_per_layer_input": 0,
+        # Set explicitly: transformers' defaults turn per-layer inputs on (256 wide, a 262,144-entry table).
+        "hidden_size_per_layer_input": spec.per_layer_input_dim,
         "vocab_size_per_layer_input": spec.vocab_size,
-        "num_kv_shared_layers": 0,
-        "enable_moe_block": False,
+        "num_kv_shared_layers": spec.kv_shared_layers,
+        "use_double_wide_mlp": spec.double_wide_shared_mlp,
+        "enable_moe_block": spec.moe is not None,
+        "num_experts": spec.moe.num_experts if spec.moe else None,
+        "top_k_experts": spec.moe.top_k if spec.moe else None,
+        "moe_intermediate_size": spec.moe.expert_dim if spec.moe else None,
     }
 
 
@@ -128,4 +182,5 @@ GEMMA4 = Family(
     attention_from_hf=attention_from_hf,
     build_hf_config=build_hf_config,
     tunix=TUNIX,
+    layout_from_hf=layout_from_hf,
 )

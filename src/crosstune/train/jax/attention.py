@@ -31,6 +31,8 @@ from tunix.models.gemma3 import model as gemma3
 from tunix.models.gemma4 import model as gemma4
 from tunix.utils.sharding_utils import shard
 
+from crosstune.train.jax import moe
+
 BLOCK = 512  # q and kv tile; compiled for v5p at 3072 tokens (docs/BENCHMARKS.md)
 SCOPE = "crosstune_attention_"  # + layer type: names each kernel call in the HLO's op_name metadata
 # matmuls of block size per visited block, per kernel phase (use_fused_bwd_kernel: dq is computed in the dkv pass)
@@ -199,6 +201,12 @@ def kernel_work(recipe, spec, custom_calls: dict[str, int], mesh) -> KernelWork:
     counted: list[str] = []
     for key, calls in sorted(custom_calls.items()):
         kernel_name, _, scope = key.partition("|")
+        if kernel_name.startswith(moe.RAGGED_DOT) and spec.moe is not None:  # the MoE's experts (train/jax/moe.py)
+            if kernel_name != moe.RAGGED_DOT_METADATA:
+                f, m = moe.ragged_dot_work(recipe, spec, calls, mesh)
+                flops, moved = flops + f, moved + m
+                counted.append(f"{calls} × {kernel_name} (experts)")
+            continue
         phase = next((p for p in MATMULS if f"_{p}" in kernel_name), None)
         kind = spec.attention.get(scope.removeprefix(SCOPE)) if scope.startswith(SCOPE) else None
         if not kernel_name.startswith("splash_") or phase is None or kind is None:
@@ -209,5 +217,6 @@ def kernel_work(recipe, spec, custom_calls: dict[str, int], mesh) -> KernelWork:
         kv_heads = max(1, kind.num_kv_heads // tp)
         moved += calls * rows * a * kind.head_dim * (2 * heads * length + 2 * kv_heads * visited * b)
         counted.append(f"{calls} × {kernel_name} ({kind.name})")
-    note = "Pallas kernels' work counted from their block masks (not in cost_analysis): " + ", ".join(counted)
+    note = "Pallas kernels' work counted from their block masks and the experts' shapes (not in cost_analysis): "
+    note += ", ".join(counted)
     return KernelWork(flops, moved, note)

@@ -56,7 +56,7 @@ def qwix_to_lora(params: dict[str, np.ndarray], spec: ModelSpec, *, rank: int, a
             raise ExportError(f"{where}: layer {layer}, but the base model has {spec.num_layers} layers")
         try:
             pairs = qwix_to_peft(
-                module, ab["a"], ab["b"], spec.kind(layer), spec.hidden_size, spec.intermediate_size, rank, where
+                module, ab["a"], ab["b"], spec.kind(layer), spec.hidden_size, spec.mlp_dim(layer), rank, where
             )
         except LoraLayoutError as e:
             raise ExportError(str(e)) from None
@@ -99,7 +99,7 @@ def lora_to_qwix(
                 raise ExportError(f"{where}: the JAX model adapts it, but the adapter has no {'/'.join(covers)} LoRA")
             try:
                 a, b = peft_to_qwix(
-                    module, mine, spec.kind(layer), spec.hidden_size, spec.intermediate_size, where, shared
+                    module, mine, spec.kind(layer), spec.hidden_size, spec.mlp_dim(layer), where, shared
                 )
             except LoraLayoutError as e:
                 raise ExportError(str(e)) from None

@@ -33,6 +33,7 @@ from crosstune.families.tunix_config import tunix_model_class, tunix_model_confi
 from crosstune.families.tunix_weights import CheckpointReader, tunix_tensor
 from crosstune.recipe.schema import LoraSection, Recipe
 from crosstune.train.jax.lora import install_lora
+from crosstune.train.jax.moe import route_on_residual
 from crosstune.train.lora_init import initial_lora
 
 AXES = ("fsdp", "tp")
@@ -132,6 +133,7 @@ def abstract_model(
     rule = None if lora is None else _lora_rule(family, lora, hf_config)
     with mesh_context(mesh):
         model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(params=0)))
+        route_on_residual(model)  # Gemma 4 MoE layers: transformers' router input (crosstune.train.jax.moe)
         if rule is not None:
             import qwix
 
