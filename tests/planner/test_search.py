@@ -56,13 +56,9 @@ def test_extrapolation_is_per_layer():
     assert full.compile_s == 20.0 and full.host_peak_rss_bytes == 12 * 10**8
 
 
-def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
-    """A stand-in compiler: remat none is fastest but 100 GB per chip at full depth (its temporaries grow faster
-    than the screen's extrapolation says: the finalist's full-depth compile catches it), dots is next and fits."""
-    recipe = load_for_plan(G4)
-    hw = HARDWARE["tpu-v5p-8"]
-    spec = plan_recipe(recipe, "jax").spec
-    calls = []
+def _fake_compiler(calls: list):
+    """remat none: 0.8 GB of temporaries per layer and 40 GB more at full depth than the screen's extrapolation
+    says; dots 0.5 GB, full 0.05 GB per layer; flops 2.0 / 2.2 / 2.9 e12 per layer."""
 
     def fake_compile(overrides, layers):
         calls.append((tuple(overrides), layers))
@@ -74,6 +70,18 @@ def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
         flops = {None: 2.0, "dots": 2.2, "full": 2.9}[remat] * 1e12 * n
         return _step(n, argument_bytes=round(0.3 * GB * n), temp_bytes=round(temp), flops=flops,
                      bytes_accessed=1e10 * n, collective_bytes=1e8 * n)  # fmt: skip
+
+    return fake_compile
+
+
+def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
+    """A stand-in compiler: remat none is fastest but 100 GB per chip at full depth (its temporaries grow faster
+    than the screen's extrapolation says: the finalist's full-depth compile catches it), dots is next and fits."""
+    recipe = load_for_plan(G4)
+    hw = HARDWARE["tpu-v5p-8"]
+    spec = plan_recipe(recipe, "jax").spec
+    calls = []
+    fake_compile = _fake_compiler(calls)
 
     def memory(c):
         return plan_recipe(load_for_plan(G4, c.overrides(recipe)), "jax").jax_memory
@@ -94,3 +102,20 @@ def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
     assert out["winner"]["set"] == search.winner.candidate.overrides(recipe) and out["compiles"] == search.compiles
     assert out["frontier"][0]["stage"] == "final" and out["baseline"]["candidate"] == dataclasses.asdict(base)
     assert {c.remat for c in only} == {None, "dots", "full"}
+
+
+def test_the_finalists_are_the_fastest_of_each_recompute_mode():
+    """With the budget for it, every recompute mode's fastest screened candidate is compiled at full depth (so the
+    planner is checked against XLA on each policy), the fastest mode's first; 3 modes screened (2 compiles each) +
+    3 finalists = 9 compiles."""
+    recipe = load_for_plan(G4)
+    spec = plan_recipe(recipe, "jax").spec
+    calls = []
+
+    def memory(c):
+        return plan_recipe(load_for_plan(G4, c.overrides(recipe)), "jax").jax_memory
+
+    search = run_search(recipe, spec, HARDWARE["tpu-v5p-8"], 8, memory, _fake_compiler(calls), max_compiles=9)
+    final = [r for r in search.results if r.stage == "final"]
+    assert [r.candidate.remat for r in final] == [None, "dots", "full"] and search.compiles == len(calls) == 9
+    assert search.winner.candidate.remat == "dots"  # none does not fit at full depth; dots is faster than full

@@ -11,6 +11,11 @@ from crosstune.run.metrics import METRIC_DEFINITIONS, MetricsWriter, StepMetrics
 G4 = get_family("gemma4").spec("31b")
 
 
+STEP = dict(step=1, epoch=0.1, loss=1.5, learning_rate=1e-4, grad_norm=0.3, trained_tokens=4 * 3072, tokens=8 * 3072,
+            computed_tokens=8 * 3072, step_time_s=2.0, peak_memory_gib=None, spec=G4, context=3072,
+            hardware=get_hardware("tpu-v5p-8"), devices=4)  # fmt: skip
+
+
 def step(n, hw="tpu-v5p-8", devices=4, remat=True, tokens=8 * 3072, seconds=2.0, computed=None):
     return make_step_metrics(
         step=n,
@@ -50,6 +55,25 @@ def test_rates_mfu_and_hfu_by_hand():
     assert 0.04 < seed.mfu < 0.07
     cpu = step(1, hw="cpu", devices=1)
     assert cpu.mfu is None and cpu.mfu_computed is None and cpu.hfu is None
+
+
+def test_hfu_counts_what_each_recompute_policy_recomputes():
+    """The recomputed forward follows the policy: all of it under full recompute; less the attention under torch's
+    selective (its outputs kept); the attention alone under jax's dots (every weight matmul's output kept). Gemma 4
+    31B at 3072 tokens: attention is 3.69e9 of the forward's 6.51e10 FLOPs per token."""
+    forward, attention = G4.forward_flops_per_token(3072), G4.attention_flops_per_token(3072)
+    assert attention == pytest.approx(3.691e9, rel=1e-3) and forward == pytest.approx(6.508e10, rel=1e-3)
+    per_token = {}
+    for name, attn, matmuls in (("full", True, True), ("selective", False, True), ("dots", True, False)):
+        m = make_step_metrics(**{**STEP, "recompute_activations": True, "recompute_attention": attn,
+                                 "recompute_matmuls": matmuls})  # fmt: skip
+        per_token[name] = m.hfu * 2.0 * 459e12 * 4 / (8 * 3072)
+        assert m.mfu == step(1).mfu  # the model's FLOPs don't depend on the policy
+    assert per_token["full"] == pytest.approx(3 * forward, rel=1e-12)
+    assert per_token["selective"] == pytest.approx(3 * forward - attention, rel=1e-12)
+    assert per_token["dots"] == pytest.approx(2 * forward + attention, rel=1e-12)
+    off = make_step_metrics(**{**STEP, "recompute_activations": False, "recompute_matmuls": False})
+    assert off.hfu == pytest.approx(off.mfu)  # nothing recomputed: no policy adds anything
 
 
 def test_padding_is_counted_apart_from_real_tokens():

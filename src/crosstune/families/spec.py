@@ -222,15 +222,22 @@ class ModelSpec:
         return float(attention)
 
     def lora_train_flops_per_token(
-        self, context: int, recompute_activations: bool, *, recompute_attention: bool = True
+        self,
+        context: int,
+        recompute_activations: bool,
+        *,
+        recompute_attention: bool = True,
+        recompute_matmuls: bool = True,
     ) -> float:
-        """LoRA convention ("4N"): forward + backward to activations (no frozen-weight grads),
-        plus one more forward when activations are recomputed, less its attention when the attention outputs are
-        kept (selective recompute). LoRA's own matmuls are < 1% and left out."""
+        """LoRA convention ("4N"): forward + backward to activations (no frozen-weight grads), plus the part of
+        the forward recomputed when activations are: its attention unless the attention outputs are kept (torch's
+        selective recompute), its weight matmuls unless their outputs are kept (jax's `dots`). LoRA's own matmuls
+        are < 1% and left out; elementwise ops are not counted."""
         forward = self.forward_flops_per_token(context)
         if not recompute_activations:
             return 2.0 * forward
-        return 3.0 * forward - (0.0 if recompute_attention else self.attention_flops_per_token(context))
+        attention = self.attention_flops_per_token(context)
+        return 2.0 * forward + attention * recompute_attention + (forward - attention) * recompute_matmuls
 
     # --- tensor-parallel divisibility -------------------------------------------------------
     def tp_problems(self, tp: int) -> list[str]:

@@ -9,8 +9,10 @@ gradient accumulation. Each is priced by the planner first (free). Then, within 
    to the full depth. Exact for the arguments, flops, bytes and collectives (each period of layers is the same
    program); not for the temporaries, which XLA's scheduler does not grow linearly with depth (docs/BENCHMARKS.md):
    a screened total is an estimate, marked as such;
-2. finalists: the best screened candidates that fit are compiled at full depth; their memory and roofline are
-   XLA's own, and the winner is the fastest finalist that fits.
+2. finalists: the fastest screened candidate that fits of each recompute mode (so the frontier has a row per
+   policy, and the planner is checked against XLA on each), then the next fastest, are compiled at full depth;
+   their memory and roofline are XLA's own, and the winner is the fastest finalist that fits. The screen stops
+   early enough to leave the budget for them.
 
 The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`: crosstune.train.jax.compile
 in a child process with libtpu); this module only chooses, extrapolates and ranks.
@@ -134,12 +136,13 @@ def run_search(
     compile_step: Compile,
     *,
     max_compiles: int,
-    finalists: int = 2,
+    finalists: int = len(REMATS),
     baseline: Candidate | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Search:
     """Screen, then compile finalists at full depth (see the module's docstring); at most `max_compiles` compiles
-    (two per screened candidate, one per finalist; at least one is kept for a finalist)."""
+    (two per screened candidate, one per finalist: the screen keeps one for each finalist it could give, up to
+    `finalists`)."""
     chip = hw.chip
     usable = None if chip.hbm_gb is None else USABLE_FRACTION * chip.hbm_gb
     p = period(spec)
@@ -149,7 +152,7 @@ def run_search(
     order = _screen_order(results)
     budget, screened = max_compiles, []
     for r in order:
-        if budget < 3:  # two for the screen, one kept for a finalist
+        if budget - 2 < min(finalists, len(screened) + 1):  # two for the screen, one kept per finalist
             break
         if usable is not None and r.planner.total > 1.3 * usable:
             continue  # beyond HBM by more than the planner's error: not worth two compiles
@@ -163,8 +166,8 @@ def run_search(
         r.step, r.stage = extrapolate(a, b, spec.num_layers), "screened"
         r.line = roofline(r.step, chip)
         screened.append(r)
-    fitting = sorted((r for r in screened if r.fits(usable)), key=lambda r: -r.line.tokens_per_s)
-    for r in fitting:  # the fastest first, until `finalists` fit at full depth or the budget is spent
+    fitting = _finalist_order([r for r in screened if r.fits(usable)])
+    for r in fitting:  # until `finalists` fit at full depth or the budget is spent
         if budget < 1 or sum(1 for f in fitting if f.stage == "final" and f.fits(usable)) >= finalists:
             break
         progress(f"finalist: {r.candidate.label}, at full depth ({spec.num_layers} layers)")
@@ -194,6 +197,15 @@ def pareto(results: list[Result]) -> list[Result]:
         if not any(o is not r and o.xla_gb <= r.xla_gb and o.line.tokens_per_s >= r.line.tokens_per_s
                    and (o.xla_gb < r.xla_gb or o.line.tokens_per_s > r.line.tokens_per_s) for o in done)
     ]  # fmt: skip
+
+
+def _finalist_order(fitting: list[Result]) -> list[Result]:
+    """The fastest screened candidate of each recompute mode (fastest mode first), then the others, fastest first."""
+    fast = sorted(fitting, key=lambda r: -r.line.tokens_per_s)
+    firsts = [
+        next(r for r in fast if r.candidate.remat == mode) for mode in dict.fromkeys(r.candidate.remat for r in fast)
+    ]
+    return firsts + [r for r in fast if r not in firsts]
 
 
 def _screen_order(results: list[Result]) -> list[Result]:

@@ -78,7 +78,8 @@ class StepMetrics(BaseModel):
     hfu: float | None = Field(
         description="hardware FLOPs utilisation: `computed_tokens` × (forward + backward to activations + the "
         "recomputed forward when activations are recomputed, i.e. 3× forward; with torch's selective recompute the "
-        "recomputed forward leaves out the attention, whose outputs are kept) / (step_time_s × peak); null on CPU"
+        "recomputed forward leaves out the attention, whose outputs are kept; with jax's dots recompute it is the "
+        "attention alone, the weight matmuls' outputs being kept) / (step_time_s × peak); null on CPU"
     )
 
 
@@ -95,14 +96,19 @@ def flops_utilisation(
     devices: int,
     recompute_activations: bool,
     recompute_attention: bool = True,
+    recompute_matmuls: bool = True,
 ) -> float | None:
     """LoRA-convention FLOPs of `tokens` / (step time × peak of all devices); None where the chip has no
-    meaningful peak (CPU). `recompute_activations` adds the recomputed forward (hardware FLOPs, not model FLOPs),
-    without its attention when `recompute_attention` is false (selective recompute keeps the attention outputs)."""
+    meaningful peak (CPU). `recompute_activations` adds the recomputed forward (hardware FLOPs, not model FLOPs):
+    its attention unless `recompute_attention` is false (torch's selective recompute keeps the attention outputs),
+    its weight matmuls unless `recompute_matmuls` is false (jax's `dots` keeps their outputs: the recomputed
+    forward is the attention alone; elementwise ops are not in the FLOP count)."""
     peak = hardware.chip.peak_bf16_tflops
     if peak is None or step_time_s <= 0:
         return None
-    per_token = spec.lora_train_flops_per_token(context, recompute_activations, recompute_attention=recompute_attention)
+    per_token = spec.lora_train_flops_per_token(
+        context, recompute_activations, recompute_attention=recompute_attention, recompute_matmuls=recompute_matmuls
+    )
     flops = tokens * per_token
     return flops / (step_time_s * peak * 1e12 * devices)
 
@@ -125,10 +131,11 @@ def make_step_metrics(
     devices: int,
     recompute_activations: bool,
     recompute_attention: bool = True,
+    recompute_matmuls: bool = True,
 ) -> StepMetrics:
-    """Derive rates, MFU and HFU the same way for both backends (`recompute_attention`: see flops_utilisation)."""
+    """Derive rates, MFU and HFU the same way for both backends (what is recomputed: see flops_utilisation)."""
     util = lambda n, remat: flops_utilisation(  # noqa: E731
-        spec, n, context, step_time_s, hardware, devices, remat, recompute_attention
+        spec, n, context, step_time_s, hardware, devices, remat, recompute_attention, recompute_matmuls
     )
     rate = (lambda n: n / step_time_s) if step_time_s > 0 else (lambda n: math.nan)
     return StepMetrics(
