@@ -18,6 +18,11 @@ GB = 1e9
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 JAX_LOGITS_CHUNK = 512  # crosstune.train.jax.logits.CHUNK (a test keeps the two equal)
 
+# The tunix experts' weights (families/gemma4/tunix.py: [E, 2, X, D] gate/up and [E, X, D] down per MoE layer), and
+# how many layers' worth of them, gathered over fsdp, XLA keeps live at once (see jax_memory's gathered term).
+EXPERT_WEIGHTS = (".moe.gating_einsum", ".moe.linear")
+EXPERT_LAYERS_LIVE = 4
+
 
 @dataclass
 class Memory:
@@ -150,7 +155,19 @@ def memory(
         # weights per layer, 0.21 GB; docs/BENCHMARKS.md, "Ahead-of-time TPU compile")
         gathered_mesh = {"fsdp": 1, "tp": tp}
         layers = [t for t in tunix_tensors(spec) if t.path.startswith("layers.")]
-        gathered = sum(per_device_elements(t, gathered_mesh) for t in layers) * a if fsdp > 1 else 0.0
+        experts = [t for t in layers if t.path.endswith(EXPERT_WEIGHTS)]
+        dense = [t for t in layers if not t.path.endswith(EXPERT_WEIGHTS)]
+        gathered = sum(per_device_elements(t, gathered_mesh) for t in dense) * a if fsdp > 1 else 0.0
+        if experts and fsdp > 1:
+            # The experts' weights are gathered over fsdp where a layer runs and not held to its backward: XLA's
+            # temp for the 26B-A4B on v5p-8 (fsdp 2 × tp 2) grows 0.18-0.20 GB per layer (6, 12 and 30 layers:
+            # 3.65, 4.86, 8.04 GB), not the 0.76 GB of a layer's gathered experts. Its buffers hold the gathered
+            # experts of about EXPERT_LAYERS_LIVE layers at a time (fitted to those compiles; docs/BENCHMARKS.md).
+            per_layer: dict[str, float] = {}
+            for t in experts:
+                layer = t.path.split(".")[1]
+                per_layer[layer] = per_layer.get(layer, 0.0) + per_device_elements(t, gathered_mesh) * a
+            gathered += min(EXPERT_LAYERS_LIVE, len(per_layer)) * max(per_layer.values())
         if hw.chip.platform != "tpu":
             gathered = 0.0  # measured by XLA:TPU's compiler only (no GPU compile here): GPUs keep the old estimate
     else:
