@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from crosstune.compare.inputs.report_inputs import BUNDLE_MANIFEST
-from crosstune.run.bucket import BucketCopy, BucketError, drop_incomplete_checkpoints
+from crosstune.run.bucket import BucketCopy, BucketError, bundle_copy, drop_incomplete_checkpoints
 from crosstune.run.layout import saved_steps
 from crosstune.study.bundle import StudyError, read_manifest
 
@@ -77,8 +77,7 @@ def push_bundle(copy: BucketCopy | None, console: Console, *, strict: bool = Fal
 
 
 def check_bucket(bucket: str | None, bundle: Path) -> BucketCopy | None:
-    from crosstune.run.bucket import bundle_copy
-
+    """The bundle's copy in `bucket` (None without one), checked before any work starts."""
     if bucket is None:
         return None
     try:
