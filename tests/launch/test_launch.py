@@ -239,6 +239,8 @@ SBATCH_OPTIONS = {
     "cpus-per-task",
     "mem",
     "gres",
+    "requeue",
+    "open-mode",
 }  # fmt: skip  (sbatch(1) long options)
 SRUN_STUB = """#!/bin/bash
 nodes=1; while [[ $1 == -* ]]; do case $1 in --nodes=*) nodes=${1#--nodes=};; -w) shift;; esac; shift; done
@@ -327,3 +329,79 @@ def test_the_serving_env_a_spec_installs_is_the_one_the_serve_stage_finds(tmp_pa
     assert vllm_binary() is None  # not stamped: an install that didn't finish
     (tmp_path / stamp).write_text("")
     assert stamp == ".venv-serve/.installed-vllm-gpu-0.32.0" and vllm_binary() == venv / "bin" / "vllm"
+
+
+# --- preemption: each engine's own recovery ------------------------------------------------------------------------
+SKY_RECOVERY = """
+import json, sys
+import sky
+for path in sys.argv[1:]:
+    (res,) = sky.Task.from_yaml(path).resources
+    print(json.dumps({"use_spot": res.use_spot, "job_recovery": res.job_recovery}))
+"""
+JOBSET_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")  # jobset_types.go, FailurePolicyRule.Name
+JOBSET_ACTIONS = {"FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"}
+
+
+def test_a_skypilot_spot_study_is_a_managed_job_that_recovers_and_keeps_its_bundle_in_the_bucket(tmp_path, monkeypatch):
+    spot, on_demand = tmp_path / "spot.yaml", tmp_path / "on-demand.yaml"
+    launch(V5P, "--on", "skypilot", "--out", str(spot), "--bucket", "gs://my-bundles", "--spot")
+    launch(H100, "--on", "skypilot", "--out", str(on_demand))
+    data = yaml.safe_load(spot.read_text())
+    assert data["resources"]["use_spot"] is True
+    assert data["resources"]["job_recovery"] == {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 0}
+    assert (
+        '--out "$HOME/crosstune-bundles/' in data["run"] and " --bucket /crosstune-bucket || status=$?" in data["run"]
+    )
+    assert "cp -a" not in data["run"]  # the study keeps the copy itself, after every stage and checkpoint
+    assert "# Launch: sky jobs launch -n " in spot.read_text()
+    assert "use_spot" not in yaml.safe_load(on_demand.read_text())["resources"]  # no bucket: the bundle is on the VM
+    refused = fails(H100, "--on", "skypilot", "--spot", "--out", str(tmp_path / "x.yaml"))
+    assert "--spot needs --bucket: a preempted VM's disk is gone" in refused
+    loaded = in_launch_env(SKY_RECOVERY, str(spot), str(on_demand))
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    recovered, plain = [json.loads(line) for line in loaded.stdout.splitlines() if line.startswith("{")]
+    assert recovered == {"use_spot": True, "job_recovery": data["resources"]["job_recovery"]}
+    assert plain["use_spot"] is False and plain["job_recovery"] is None
+    venv = tmp_path / "launch-venv"  # --submit: a managed job through the launch environment's sky
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "sky").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/submitted\n')
+    (venv / "bin" / "sky").chmod(0o755)
+    monkeypatch.setenv("CROSSTUNE_LAUNCH_VENV", str(venv))
+    launch(V5P, "--on", "skypilot", "--out", str(spot), "--bucket", "gs://my-bundles", "--spot", "--submit")
+    assert (tmp_path / "submitted").read_text().split() == ["jobs", "launch", "-n", data["name"], str(spot)]
+
+
+def test_a_gke_spot_slice_restarts_the_jobset_after_a_preemption_and_only_then(tmp_path):
+    spec = tmp_path / "jobset.yaml"
+    launch(V5P, "--on", "gke", "--image", "img:1", "--pvc", "bundles", "--spot", "--out", str(spec))
+    doc = yaml.safe_load(spec.read_text())
+    assert jobset_problems(doc) == []
+    policy = doc["spec"]["failurePolicy"]
+    assert policy["maxRestarts"] == 0  # a study failing on its own is not rerun
+    (rule,) = policy["rules"]
+    assert JOBSET_RULE_NAME.match(rule["name"]) and rule["action"] in JOBSET_ACTIONS
+    assert (rule["action"], rule["onJobFailureReasons"]) == ("RestartJobSetAndIgnoreMaxRestarts", ["PodFailurePolicy"])
+    for rj in doc["spec"]["replicatedJobs"]:  # a disrupted pod fails its Job for the reason the rule matches
+        job = rj["template"]["spec"]
+        assert job["podFailurePolicy"]["rules"] == [
+            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]  # fmt: skip
+        assert job["template"]["spec"]["restartPolicy"] == "Never"  # what a podFailurePolicy requires
+    slice_pod = doc["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
+    assert slice_pod["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
+    assert slice_pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2x1"
+    assert slice_pod["tolerations"] == [{"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true",
+                                         "effect": "NoSchedule"}]  # fmt: skip
+    checked = in_launch_env(K8S_ROUND_TRIP, stdin=json.dumps(doc))
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    assert json.loads(checked.stdout.splitlines()[-1]) == []  # podFailurePolicy and tolerations are Kubernetes' own
+
+
+def test_a_requeued_slurm_job_runs_the_same_study_again_which_resumes(tmp_path):
+    script = tmp_path / "study.sbatch"
+    launch(H100, "--on", "slurm", "--out", str(script))
+    lines = script.read_text().splitlines()
+    assert "#SBATCH --requeue" in lines and "#SBATCH --open-mode=append" in lines
+    assert lines.index("#SBATCH --requeue") < lines.index("set -euo pipefail")  # a directive only before commands
+    assert "--spot: Slurm's preemptible capacity is a partition's" in fails(H100, "--on", "slurm", "--spot", "--out",
+                                                                            str(tmp_path / "s.sbatch"))  # fmt: skip

@@ -75,14 +75,25 @@ def cost_train(
     runs: list[Path] = typer.Argument(..., help="Run directories (run.json + metrics.jsonl)."),
     prices: Path = PRICES,
     target: str = typer.Option(None, "--target", help="Price the runs as if on this hardware target."),
+    restart_minutes: float = typer.Option(
+        10.0, "--restart-minutes", help="Spot: minutes a preemption costs to restart (new machine, setup, pull)."
+    ),
+    preemptions_per_hour: float = typer.Option(
+        0.1, "--preemptions-per-hour", help="Spot: the preemption rate assumed for the expected spot cost."
+    ),
 ) -> None:
-    """Training cost of runs: hours × $/h, and $ per 1M trained tokens, without and with compile/checkpoint time."""
+    """Training cost of runs: hours × $/h, and $ per 1M trained tokens, without and with compile/checkpoint time;
+    then the same runs on spot capacity, with the work a preemption loses (steps since the last checkpoint +
+    restart + compile) as its own term and the preemption rate at which spot stops paying."""
     from crosstune.compare.cost.costs import training_cost
+    from crosstune.compare.cost.spot import spot_cost
     from crosstune.compare.inputs.run_summary import read_run
 
-    book, rows, used = load_prices(prices), [], []
+    book, rows, used, spots = load_prices(prices), [], [], []
     for path in runs:
         run = read_run(path)
+        spots.append(spot_cost(run, book, target=target, restart_s=restart_minutes * 60,
+                               rate_per_hour=preemptions_per_hour))  # fmt: skip
         c = training_cost(run, book, target)
         used.append(c.price)
         rows.append(
@@ -114,6 +125,32 @@ def cost_train(
         )
     )
     _print_sources(used)
+    _print_spot(spots)
+
+
+def _print_spot(spots: list) -> None:
+    rows = []
+    for s in spots:
+        lost = (f"{s.lost_s / 60:,.1f} min (worst {s.lost_worst_s / 60:,.1f}): {s.checkpoint_every}/2 steps × "
+                f"{s.step_s:,.2f} s + restart {s.restart_s / 60:g} min + compile {s.compile_s:,.0f} s")  # fmt: skip
+        if s.spot is None:
+            rows.append([s.label, _usd(s.on_demand_cost), "no spot price (give --prices chips.CHIP.spot)", lost,
+                         "n/a", "n/a", "n/a"])  # fmt: skip
+            continue
+        even = s.break_even_per_hour
+        rows.append([
+            s.label, _usd(s.on_demand_cost), s.spot.short(), lost,
+            "n/a" if s.preemptions is None else f"{s.preemptions:,.2f} → {_usd(s.lost_cost)}",
+            _usd(s.spot_cost) if s.spot_cost is not None else "never finishes (preempted faster than it works)",
+            "never cheaper" if even is None else f"{even:,.2f}",
+        ])  # fmt: skip
+    headers = ["run", "on-demand cost", "spot price", "lost per preemption", "preemptions → lost work",
+               "spot cost (expected)", "break-even preemptions/h"]  # fmt: skip
+    console.print(_table("Spot / preemptible capacity", headers, rows))
+    if spots:
+        console.print(f"[dim]assumed: {'; '.join(spots[0].assumptions)}[/dim]", highlight=False)
+    for p in {s.spot.target: s.spot for s in spots if s.spot is not None}.values():
+        console.print(f"[dim]price: {p.describe()}[/dim]", highlight=False)
 
 
 @cost_app.command("serve")

@@ -80,20 +80,29 @@ def render_spec(engine: str, job: Job, **opts) -> str:
     if engine == "skypilot":
         from crosstune.launch import skypilot
 
-        return skypilot.render(job, bucket=opts.get("bucket"))
+        return skypilot.render(job, bucket=opts.get("bucket"), spot=bool(opts.get("spot")))
     if engine == "gke":
         from crosstune.launch import gke
 
         if not opts.get("image"):
             raise LaunchError("--on gke needs --image: an image with crosstune installed (docker/Dockerfile.tpu)")
-        return gke.render(job, image=opts["image"], bucket=opts.get("bucket"), pvc=opts.get("pvc"))
+        return gke.render(job, image=opts["image"], bucket=opts.get("bucket"), pvc=opts.get("pvc"),
+                          spot=bool(opts.get("spot")))  # fmt: skip
     from crosstune.launch import slurm
 
+    if opts.get("spot"):
+        raise LaunchError(
+            "--spot: Slurm's preemptible capacity is a partition's (PreemptMode=REQUEUE); the script "
+            "always requeues and resumes: submit it to that partition (sbatch --partition P)"
+        )
     return slurm.render(job, nodes=opts.get("nodes") or 1, time_limit=opts.get("time_limit"))
 
 
-def submit(engine: str, job: Job, spec: Path) -> int:
-    argv = [a.format(name=job.name, spec=spec) for a in SUBMIT[engine]]
+def submit(engine: str, job: Job, spec: Path, bucket: str | None = None) -> int:
+    from crosstune.launch.skypilot import submit_argv  # a managed job with a bucket (recovered after preemption)
+
+    template = submit_argv(bucket) if engine == "skypilot" else SUBMIT[engine]
+    argv = [a.format(name=job.name, spec=spec) for a in template]
     exe = engine_cli(argv[0])
     if exe is None:
         raise LaunchError(f"--submit needs `{argv[0]}`, which is not installed here: {INSTALL[argv[0]]}")
@@ -113,6 +122,7 @@ def launch(
     image: str = typer.Option(None, "--image", help="gke: the container image with crosstune installed"),
     nodes: int = typer.Option(None, "--nodes", help="slurm: GPU nodes (each the --target box)"),
     time_limit: str = typer.Option(None, "--time", help="slurm: the job's time limit, e.g. 12:00:00"),
+    spot: bool = typer.Option(False, "--spot", help="spot/preemptible capacity (skypilot, gke; needs a bucket/volume)"),
     do_submit: bool = typer.Option(False, "--submit", help="hand the spec to the engine's CLI after writing it"),
 ) -> None:
     """Write a job spec that runs `crosstune study` on SkyPilot, GKE or Slurm; --submit hands it to that engine.
@@ -133,13 +143,13 @@ def launch(
         extra += [f"backend.torch.nodes={nodes or 1}", f"backend.torch.devices={gpus}"]
     job = make_job(_relative_recipe(recipe_file), target, backend, extra)
     _check_plan(job)
-    text = render_spec(on, job, bucket=bucket, pvc=pvc, image=image, nodes=nodes, time_limit=time_limit)
+    text = render_spec(on, job, bucket=bucket, pvc=pvc, image=image, nodes=nodes, time_limit=time_limit, spot=spot)
     _refuse_foreign(out)
     atomic_write_text(out, text)
     if on == "slurm":
         out.chmod(0o755)
     console.print(f"wrote {out}: {on} job {job.name} (recipe hash {job.recipe_hash}, crosstune {job.version})")
     if do_submit:
-        code = submit(on, job, out)
+        code = submit(on, job, out, bucket)
         if code:
             raise typer.Exit(code)

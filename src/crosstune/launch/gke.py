@@ -10,6 +10,12 @@ Complete; one pod per TPU host, CROSSTUNE_MULTIHOST=1 so JAX's multi-controller 
 GKE's TPU environment): every host runs `study --only train`, then host 0 runs the stages after training. The bundle
 lives on a volume every pod mounts: a Filestore/NFS claim (--pvc) or a GCS bucket with hierarchical namespace through
 the GCS FUSE CSI driver (--bucket; hierarchical namespace: the study and Orbax rename folders into place).
+
+Preemption: every checkpoint is on that volume as it is written, so a restarted JobSet resumes from the last one. A
+pod that a preemption or node shutdown disrupts (Kubernetes' DisruptionTarget condition) fails its Job through the
+Job's podFailurePolicy, and the JobSet's failurePolicy restarts the whole set for that reason without counting it
+(RestartJobSetAndIgnoreMaxRestarts); any other failure ends the JobSet (maxRestarts 0: the study's message says what
+to fix). `--spot` puts the slice on a Spot TPU node pool (cloud.google.com/gke-spot).
 """
 
 from __future__ import annotations
@@ -21,6 +27,15 @@ from crosstune.launch.job_spec import Job, LaunchError, to_yaml
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 BUNDLES = "/bundles"
+SPOT = "cloud.google.com/gke-spot"  # the label (and taint) of GKE's Spot node pools
+# A disrupted pod fails its Job with reason PodFailurePolicy (Kubernetes' Job podFailurePolicy) ...
+DISRUPTED = {"rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}
+# ... and the JobSet restarts for that reason without counting it; any other failure ends it.
+FAILURE_POLICY = {
+    "maxRestarts": 0,
+    "rules": [{"name": "preemption", "action": "RestartJobSetAndIgnoreMaxRestarts",
+               "onJobFailureReasons": ["PodFailurePolicy"]}],
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -77,14 +92,25 @@ def _container(job: Job, image: str, script: str, env: dict[str, str], tpu_chips
 
 
 def _job(parallelism: int, pod: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0}
+    spec: dict[str, Any] = {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0,
+                            "podFailurePolicy": DISRUPTED}  # fmt: skip
     if parallelism > 1:
         spec["completionMode"] = "Indexed"
     meta = {"annotations": annotations} if annotations else {}
     return {"spec": {**spec, "template": {"metadata": meta, "spec": {"restartPolicy": "Never", **pod}}}}
 
 
-def jobset(job: Job, *, image: str, bucket: str | None = None, pvc: str | None = None) -> dict[str, Any]:
+def spot_placement(spot: bool) -> dict[str, Any]:
+    """The slice pods' placement on a Spot TPU node pool (GKE's label, and its taint when the pool has one)."""
+    if not spot:
+        return {}
+    return {"nodeSelector": {SPOT: "true"},
+            "tolerations": [{"key": SPOT, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}  # fmt: skip
+
+
+def jobset(
+    job: Job, *, image: str, bucket: str | None = None, pvc: str | None = None, spot: bool = False
+) -> dict[str, Any]:
     sl = tpu_slice(job)
     volume, pod_annotations = _volume(bucket, pvc)
     out = f"{BUNDLES}/{job.bundle}"
@@ -102,8 +128,10 @@ def jobset(job: Job, *, image: str, bucket: str | None = None, pvc: str | None =
     }
     multihost = {"CROSSTUNE_MULTIHOST": "1"} if sl.hosts > 1 else {}
     prepare_pod = {"containers": [_container(job, image, prepare, {}, None)], "volumes": [volume]}
+    placement = spot_placement(spot)
     slice_pod = {
-        "nodeSelector": selector,
+        "nodeSelector": {**selector, **placement.pop("nodeSelector", {})},
+        **placement,
         "containers": [_container(job, image, train, multihost, sl.chips_per_host)],
         "volumes": [volume],
     }
@@ -120,7 +148,7 @@ def jobset(job: Job, *, image: str, bucket: str | None = None, pvc: str | None =
         "metadata": {"name": job.name, "annotations": annotations},
         "spec": {
             "network": {"enableDNSHostnames": True},
-            "failurePolicy": {"maxRestarts": 0},
+            "failurePolicy": FAILURE_POLICY,
             "replicatedJobs": [
                 {"name": "prepare", "replicas": 1, "template": _job(1, prepare_pod, pod_annotations)},
                 slice_job,

@@ -3,10 +3,12 @@
 resources: the recipe's hardware target (tpu-v5p-8 / tpu-v6e-8 as SkyPilot's TPU names, with the TPU VM runtime;
 H100:2, H200:1 as GPU counts). workdir: the checkout `crosstune launch` runs in (SkyPilot syncs it). setup: the
 lock plus the accelerator's wheels. run: the study into ~/crosstune-bundles/NAME on the VM's disk; with a bucket
-the bundle is copied to it after every run (and copied back first, so a new cluster resumes the bucket's copy),
-through a SkyPilot storage mount; without one it stays on the cluster (`sky rsync-down`-style: `rsync -Pavz
-CLUSTER:~/crosstune-bundles/NAME .`). The bundle is written on local disk, not on the bucket mount: its writers
-rename folders into place, which object-store mounts do not do atomically.
+(a SkyPilot storage mount) the study keeps the bundle's copy there itself (`crosstune study --bucket`: pushed after
+every stage and checkpoint, pulled first on a new cluster: crosstune.study.recovery), and the task is a managed job
+(`sky jobs launch`) whose controller relaunches it after a preemption (resources.job_recovery; `--spot`:
+resources.use_spot); without one it stays on the cluster (`rsync -Pavz CLUSTER:~/crosstune-bundles/NAME .`). The
+bundle is written on local disk, not on the bucket mount: its writers rename folders into place, which
+object-store mounts do not do atomically; the copy renames files only.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ TPU_RUNTIME = {"tpu-v5p": "v2-alpha-tpuv5", "tpu-v6e": "v2-alpha-tpuv6e", "tpu-v
 LOCAL_BUNDLES = "$HOME/crosstune-bundles"
 BUCKET_MOUNT = "/crosstune-bucket"
 SINGLE_HOST_TPU_CHIPS = {"tpu-v5p": 4, "tpu-v6e": 8, "tpu-v5e": 8}  # chips on one TPU VM host
+# A managed job's recovery: a preemption is always recovered (a new cluster, here or in the next region with
+# capacity); a study that fails on its own is not rerun (its message says what to fix).
+JOB_RECOVERY = {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 0}
 
 
 def accelerators(job: Job) -> tuple[str, dict[str, Any]]:
@@ -36,21 +41,34 @@ def accelerators(job: Job) -> tuple[str, dict[str, Any]]:
     raise LaunchError(f"{hw.name}: SkyPilot launches TPU VMs and GPU boxes; give --target (e.g. tpu-v5p-8, 2xh100)")
 
 
-def skypilot_task(job: Job, bucket: str | None = None) -> dict[str, Any]:
+def recovery(bucket: str | None, spot: bool) -> dict[str, Any]:
+    """The resources a managed job recovers with: with a bucket the study survives a new cluster (spot allowed);
+    without one its bundle is on the cluster's disk, so spot capacity is refused."""
+    if spot and not bucket:
+        raise LaunchError("--spot needs --bucket: a preempted VM's disk is gone, and the bucket keeps the bundle "
+                          "(checkpoints included) that the next VM resumes")  # fmt: skip
+    return {"use_spot": spot, "job_recovery": dict(JOB_RECOVERY)} if bucket else {}
+
+
+def submit_argv(bucket: str | None) -> list[str]:
+    """`sky jobs launch` (managed: recovered after a preemption) with a bucket; `sky launch` (the cluster stays, with
+    the bundle on its disk) without."""
+    managed = ["sky", "jobs", "launch", "-n", "{name}", "{spec}"]
+    return managed if bucket else ["sky", "launch", "-c", "{name}", "{spec}"]
+
+
+def skypilot_task(job: Job, bucket: str | None = None, spot: bool = False) -> dict[str, Any]:
     accel, accel_args = accelerators(job)
     resources: dict[str, Any] = {"accelerators": accel, "disk_size": 512}
     if accel_args:
         resources["accelerator_args"] = accel_args
+    resources.update(recovery(bucket, spot))
     bundle = f'"{LOCAL_BUNDLES}/{job.bundle}"'
     run = ["set -euo pipefail", f"mkdir -p {LOCAL_BUNDLES}"]
-    if bucket:
-        saved = f"{BUCKET_MOUNT}/{job.bundle}"
-        resume = "  # a new cluster resumes the bucket's copy"
-        run.append(f"[ -d {bundle} ] || [ ! -d {saved} ] || cp -a {saved} {bundle}{resume}")
-    run.append(f"status=0; {job.study(bundle)} || status=$?")
-    if bucket:
-        run.append(f"mkdir -p {saved} && cp -a {bundle}/. {saved}/")
+    if bucket:  # the study pushes the bundle to the mount as it goes, and a new cluster pulls it first
+        run.append(f"status=0; {job.study(bundle)} --bucket {BUCKET_MOUNT} || status=$?")
     else:
+        run.append(f"status=0; {job.study(bundle)} || status=$?")
         where = f"~/crosstune-bundles/{job.bundle}"
         run.append(f'echo "the bundle stays on the cluster; copy it with: rsync -Pavz {job.name}:{where} ."')
     run.append("exit $status")
@@ -67,10 +85,12 @@ def skypilot_task(job: Job, bucket: str | None = None) -> dict[str, Any]:
     return task
 
 
-def render(job: Job, bucket: str | None = None) -> str:
+def render(job: Job, bucket: str | None = None, spot: bool = False) -> str:
+    submit = " ".join(submit_argv(bucket)[:-2])
+    capacity = " on spot capacity" if spot else ""
     head = (
         f"# crosstune {job.version}: `crosstune study` of {job.recipe.name} (recipe hash {job.recipe_hash}) on "
-        f"{job.target.name} with the {job.backend} backend.\n# Launch: sky launch -c {job.name} THIS_FILE "
+        f"{job.target.name}{capacity} with the {job.backend} backend.\n# Launch: {submit} {job.name} THIS_FILE "
         "(from the crosstune checkout: it is the workdir).\n"
     )
-    return head + to_yaml(skypilot_task(job, bucket))
+    return head + to_yaml(skypilot_task(job, bucket, spot))

@@ -5,6 +5,11 @@ rendezvous, FSDP2 across all of them), then the stages after training on the fir
 Assumes what a Slurm GPU cluster has: the crosstune checkout with its .venv (README "Real hardware": the lock plus
 the CUDA wheels) on a filesystem every node sees, from which the script is submitted; the bundle goes to
 $CROSSTUNE_BUNDLES (default: bundles/ in the checkout), on that same shared filesystem.
+
+Preemption: `--requeue` lets Slurm put the job back in the queue when a preemption (a partition with
+PreemptMode=REQUEUE) or a node failure ends it, and the requeued script resumes: the finished stages are up to date
+in the bundle on the shared filesystem and training continues from its last checkpoint there. `--open-mode=append`
+keeps the earlier attempts' output in the log.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import shlex
 
 from crosstune.launch.job_spec import STUDY_PORT, Job, LaunchError
 
-SBATCH_DIRECTIVES = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "exclusive", "output", "time")
+SBATCH_DIRECTIVES = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "exclusive", "output", "time",
+                     "requeue", "open-mode")  # fmt: skip
+RECOVERY = ["#SBATCH --requeue", "#SBATCH --open-mode=append"]  # preemption and node failure: requeued, resumed
 
 
 def check(job: Job, nodes: int) -> None:
@@ -35,6 +42,7 @@ def render(job: Job, *, nodes: int = 1, time_limit: str | None = None) -> str:
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={gpus}",
         "#SBATCH --exclusive",
+        *RECOVERY,
         f"#SBATCH --output={job.name}-%j.out",
         *([f"#SBATCH --time={time_limit}"] if time_limit else []),
         f"# crosstune {job.version}: `crosstune study` of {job.recipe.name} (recipe hash {job.recipe_hash}) on "
@@ -57,6 +65,6 @@ def render(job: Job, *, nodes: int = 1, time_limit: str | None = None) -> str:
         ),
         "# 3. export, serve, bench, eval and cost on the first node",
         f'srun --nodes=1 --ntasks=1 -w "$MAIN" {job.study(chr(34) + "$BUNDLE" + chr(34), "--from", "export")}',
-        'echo "bundle: $BUNDLE"',
+        'echo "bundle: $BUNDLE (attempt $((${SLURM_RESTART_COUNT:-0} + 1)))"',
     ]
     return "\n".join(lines) + "\n"

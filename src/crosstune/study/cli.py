@@ -8,6 +8,11 @@ import typer
 
 from crosstune.study.runner import STAGE_NAMES
 
+BUCKET_HELP = (
+    "gs://B, s3://B or a folder: the bundle's copy at BUCKET/<bundle name>, pushed after every stage and checkpoint, "
+    "pulled when this machine's is missing or behind (preemption: docs/FAILURE_MODES.md)"
+)
+
 
 def register(app: typer.Typer) -> None:
     app.command("study")(study)
@@ -25,6 +30,7 @@ def study(
     only: str = typer.Option(None, "--only", help="run just these stages, comma-separated (e.g. serve,bench,eval)"),
     overrides: list[str] = typer.Option(None, "--set", help="override a recipe value: --set train.max_steps=10"),
     prices: Path = typer.Option(None, "--prices", help="price overrides YAML for the cost stage (as crosstune cost)"),
+    bucket: str = typer.Option(None, "--bucket", help=BUCKET_HELP),
     nodes: int = typer.Option(None, "--nodes", help="torch: machines (default: backend.torch.nodes)"),
     node_rank: int = typer.Option(0, "--node-rank", help="torch, several nodes: this machine's index, 0 = main"),
     main_address: str = typer.Option(None, "--main-address", help="torch, several nodes: HOST[:PORT] of node 0"),
@@ -47,5 +53,5 @@ def study(
     launch = {k: v for k, v in {"node_rank": node_rank, "main_address": main_address}.items() if v}
     run_study(
         recipe_file, backend, out, overrides=overrides, only=_stages(only), from_stage=from_stage, launch=launch,
-        prices=prices,
+        prices=prices, bucket=bucket,
     )  # fmt: skip

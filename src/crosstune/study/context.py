@@ -12,6 +12,7 @@ from rich.console import Console
 
 from crosstune.fsutil import files_fingerprint
 from crosstune.recipe import Recipe, load_recipe, resolve_path
+from crosstune.run.bucket import BucketCopy
 from crosstune.study.bundle import Output, StudyError
 
 DATA, PLAN, EXPORT, SERVE, BENCH, EVAL, COST = "data", "plan", "export", "serve", "bench", "eval", "cost"
@@ -22,6 +23,11 @@ FINETUNE = "finetune"  # the evaluation of the bundle's fine-tune: eval/finetune
 def study_overrides(bundle: Path) -> list[str]:
     """Point the recipe's outputs into the bundle: the prepared data and the run directory live there."""
     return [f"output_dir={bundle / RUNS}", f"data.prepared_dir={bundle / DATA}"]
+
+
+def run_rel(recipe: Recipe, backend: str) -> str:
+    """The study's run directory, bundle-relative."""
+    return f"{RUNS}/{recipe.name}-{backend}"
 
 
 def load_study_recipe(recipe_file: Path, bundle: Path, overrides: list[str] | None = None) -> Recipe:
@@ -52,9 +58,11 @@ class StudyContext:
     prices: Path | None = None
     server: Any = None  # crosstune.study.serving.Server, shared by serve, bench and eval
 
+    bucket: BucketCopy | None = None  # the bundle's copy in a bucket (crosstune.study.recovery)
+
     @property
     def run_rel(self) -> str:
-        return f"{RUNS}/{self.recipe.name}-{self.backend}"
+        return run_rel(self.recipe, self.backend)
 
     @property
     def run_dir(self) -> Path:

@@ -22,7 +22,7 @@ from rich.console import Console
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.recipe import recipe_hash
-from crosstune.study import evaluation, serving, stages
+from crosstune.study import evaluation, recovery, serving, stages
 from crosstune.study.bundle import (
     INPUTS_FORMAT,
     RESOLVED_RECIPE,
@@ -33,7 +33,17 @@ from crosstune.study.bundle import (
     verify_outputs,
     write_manifest,
 )
-from crosstune.study.context import BENCH, COST, DATA, EXPORT, PLAN, SERVE, StudyContext, load_study_recipe
+from crosstune.study.context import (
+    BENCH,
+    COST,
+    DATA,
+    EXPORT,
+    PLAN,
+    SERVE,
+    StudyContext,
+    load_study_recipe,
+    run_rel,
+)
 from crosstune.study.machine import accelerator_summary, describe_machine
 
 
@@ -110,9 +120,12 @@ def run_study(
     from_stage: str | None = None,
     launch: dict[str, Any] | None = None,
     prices: Path | None = None,
+    bucket: str | None = None,
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) the study of `recipe_file` on `backend` into the bundle `out`; returns the manifest."""
+    """Run (or resume) the study of `recipe_file` on `backend` into the bundle `out`; returns the manifest. With
+    `bucket`, the bundle has a copy there, pulled first when this machine's is missing or behind, pushed after every
+    stage and checkpoint (crosstune.study.recovery)."""
     console = console or Console(soft_wrap=True, highlight=False)
     bundle, launch = Path(out).expanduser().resolve(), dict(launch or {})
     chosen = select_stages(only, from_stage)
@@ -120,6 +133,7 @@ def run_study(
         raise StudyError(f"--prices {prices}: no such file (a YAML of price overrides, as `crosstune cost` reads)")
     recipe = load_study_recipe(recipe_file, bundle, overrides)
     backend = backend or recipe.backend.default
+    copy = recovery.check_bucket(bucket, bundle)
     if is_worker(launch):
         if [st.name for st in chosen] != ["train"]:
             raise StudyError("a worker process (node rank or JAX process > 0) only trains its part: give --only train")
@@ -128,6 +142,8 @@ def run_study(
         return ctx.manifest
     hint = "wait for that study to finish, or give another --out"
     with exclusive_lock(lock_path(bundle), f"the study bundle {bundle}", hint):
+        if copy is not None:
+            recovery.restore_from_bucket(copy, run_rel(recipe, backend), console)
         manifest = claim(bundle, recipe.name, backend)
         bundle.mkdir(parents=True, exist_ok=True)
         atomic_write_text(bundle / RESOLVED_RECIPE, yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
@@ -137,13 +153,14 @@ def run_study(
         manifest["hosts"][host["hostname"]] = host
         write_manifest(bundle, manifest)
         console.print(f"study of {recipe.name} ({backend}) on {host['hostname']}: {accelerator_summary(host)}")
-        ctx = StudyContext(bundle, recipe, backend, console, manifest, launch, prices)
+        ctx = StudyContext(bundle, recipe, backend, console, manifest, launch, prices, bucket=copy)
         ctx.server = serving.Server(ctx)
         try:
             for i, stage in enumerate(chosen, 1):
                 _run_stage(ctx, stage, f"[{i}/{len(chosen)}]")
         finally:
             ctx.server.close()
+        recovery.push_bundle(copy, console, strict=True)
         console.print(f"bundle: {bundle}  (compare bundles: crosstune report {bundle} OTHER_BUNDLE --out DIR)")
         return manifest
 
@@ -210,6 +227,7 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
         console.print(f"   {', '.join(stale)}: stale until redone (they read what {stage.name} rewrites)")
     _refresh_contents(manifest)
     write_manifest(bundle, manifest)
+    recovery.push_bundle(ctx.bucket, console)  # the bucket's copy says so too (and drops what a redo clears)
     try:
         result = stage.run(ctx)
     except (KeyboardInterrupt, Interrupted):  # a stage's own Interrupted says what it kept (the evaluator's does)
@@ -270,3 +288,4 @@ def _finish(ctx: StudyContext, stage: Stage, entry: dict[str, Any], t0: float, *
     ctx.manifest["stages"][stage.name] = entry
     _refresh_contents(ctx.manifest)
     write_manifest(ctx.bundle, ctx.manifest)
+    recovery.push_bundle(ctx.bucket, ctx.console)  # the finished stage reaches the bucket (preemption)

@@ -111,7 +111,8 @@ def run_train(s: StudyContext) -> StageResult:
     if resume:
         steps = saved_steps(s.run_dir)
         s.console.print(f"   resuming {s.run_dir} from " + (f"step {steps[-1]}" if steps else "step 0 (no checkpoint)"))
-    session = TrainingSession(s.recipe, s.backend, s.run_dir, resume=resume, **s.launch)
+    bucket = None if s.bucket is None else s.bucket.sub(s.run_rel)  # pushed after every checkpoint
+    session = TrainingSession(s.recipe, s.backend, s.run_dir, resume=resume, bucket=bucket, **s.launch)
     try:
         with session.started() as backend:
             result = session.fit(backend)

@@ -27,6 +27,7 @@ from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 from crosstune.recipe.schema import RESOLVED
+from crosstune.run.bucket import BucketCopy
 from crosstune.run.lora_weights import LoraWeights
 from crosstune.run.records import RunRecord, StackFacts
 from crosstune.train.steps import StepPlan
@@ -55,6 +56,7 @@ class RunContext:
     data: dict[str, Any]  # its provenance, for run.json
     resume_from: int = 0  # the saved step training continues from (0: from the start)
     progress: bool = True
+    bucket: BucketCopy | None = None  # the run directory's copy in a bucket: pushed after every checkpoint
 
     def to_json(self) -> str:
         """The context for a launched worker process (crosstune.train.torch.launch)."""
@@ -63,7 +65,7 @@ class RunContext:
             "recipe": self.recipe.model_dump(mode="json"), "base_dir": base_dir, "run_dir": str(self.run_dir),
             "plan": dataclasses.asdict(self.plan), "spec": dataclasses.asdict(self.spec),
             "prepared": str(self.prepared.path), "data": self.data, "resume_from": self.resume_from,
-            "progress": self.progress,
+            "progress": self.progress, "bucket": None if self.bucket is None else self.bucket.to_dict(),
         }, indent=2)  # fmt: skip
 
     @classmethod
@@ -73,7 +75,8 @@ class RunContext:
         if d["base_dir"] is not None:  # relative paths as in the recipe file
             recipe.located(Path(d["base_dir"]))
         return cls(recipe, Path(d["run_dir"]), StepPlan(**d["plan"]), ModelSpec.from_dict(d["spec"]),
-                   open_prepared(Path(d["prepared"])), d["data"], d["resume_from"], d["progress"])  # fmt: skip
+                   open_prepared(Path(d["prepared"])), d["data"], d["resume_from"], d["progress"],
+                   BucketCopy.from_dict(d.get("bucket")))  # fmt: skip
 
 
 @dataclass

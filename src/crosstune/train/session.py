@@ -29,6 +29,7 @@ from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import say, staged_dir
 from crosstune.recipe import Recipe, resolve_path
 from crosstune.run.base_checkpoint import open_base
+from crosstune.run.bucket import BucketCopy
 from crosstune.run.integrity import record_checksums
 from crosstune.run.layout import ADAPTER, CHECKPOINTS, METRICS_JSONL, RUN_JSON, TENSORBOARD, saved_steps
 from crosstune.run.lora_weights import ExportError, LoraWeights, write_peft_adapter
@@ -61,9 +62,11 @@ class TrainingSession:
         *,
         resume: bool = False,
         progress: bool = True,
+        bucket: BucketCopy | None = None,
         **launch: Any,
     ):
         self.recipe, self.resume, self.progress = recipe, resume, progress
+        self.bucket = bucket  # the run directory's copy, pushed after every checkpoint (crosstune.run.bucket)
         self.backend_name = backend or recipe.backend.default
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(recipe, self.backend_name)
         self.launch = launch
@@ -136,7 +139,7 @@ class TrainingSession:
             raise TrainError(f"model.path: no HF checkpoint (config.json + *.safetensors) at {base}")
         spec = model_dir_spec(base, recipe.model.family)
         resume_from = done[-1] if done else 0
-        return RunContext(recipe, self.run_dir, plan, spec, prepared, data, resume_from, self.progress)
+        return RunContext(recipe, self.run_dir, plan, spec, prepared, data, resume_from, self.progress, self.bucket)
 
     def _start_record(self, backend: Backend) -> None:
         """run.json as training starts: the same keys from both backends, the step plan's global batch (from

@@ -76,6 +76,8 @@ class PriceBook:
                 f"--prices FILE (chips: {{{hw.chip.name}: {{{kind}: <$/chip-hour>, source: ..., date: ...}}}}) "
                 "or the recipe's cost.price_per_hour"
             )
+        if kind == "spot":
+            return Price(target, per_hour, kind, hw.chip.spot_price_source, hw.chip.spot_price_date)
         return Price(target, per_hour, kind, hw.chip.price_source, hw.chip.price_date)
 
     def with_target_price(self, target: str, per_hour: float, source: str) -> PriceBook:

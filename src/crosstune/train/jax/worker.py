@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,14 +133,18 @@ class JaxRun:
         start = trainer.train_steps  # the restored step: the context's resume point (the session checked it)
         writer = MetricsWriter(self.run_dir, resume_from_step=start) if jax.process_index() == 0 else None
         self.counts = {}
+        self.logged, self.unpushed = start, None  # the last metrics row written; a checkpoint not yet in the bucket
         bar = ProgressBar(d.total_steps, start, self.progress)
 
         def emit(m) -> None:
             if writer is not None:
                 writer.write(m)
+                self.logged = m.step
+                self._push_logged()
             bar.update(m)
 
-        saves = SaveTimer(trainer.checkpoint_manager, r.train.checkpoint_every, on_saved=self._record_checksums)
+        saves = self.saves = SaveTimer(trainer.checkpoint_manager, r.train.checkpoint_every,
+                                       on_saved=self._record_checksums)  # fmt: skip
         with CompileTimer(TRAIN_STEP_NAME) as compile_timer:
             recorder = StepRecorder(
                 first_step=start,
@@ -183,6 +188,18 @@ class JaxRun:
         self.trainer.checkpoint_manager._checkpoint_manager.wait_until_finished()
         if jax.process_index() == 0:
             record_checksums(self.run_dir / CHECKPOINTS / str(step))
+            self.unpushed = step
+            self._push_logged()
+
+    def _push_logged(self) -> None:
+        """Push the run directory to its bucket copy once the last checkpoint and its step's metrics row are both
+        written (the trainer saves step N before its row is logged: a copy without it would resume with a gap)."""
+        bucket, step = self.context.bucket, self.unpushed
+        if bucket is not None and step is not None and self.logged >= step:
+            t0 = time.perf_counter()
+            bucket.push_checkpoint(step)
+            self.saves.seconds += time.perf_counter() - t0  # checkpoint time, not the next step's
+            self.unpushed = None
 
     def micro_batches(self, start: int):
         """The trainer's iterator: stand-in batches for the micro-batches already trained, then steps start+1..N as

@@ -13,6 +13,7 @@ from transformers import TrainerCallback
 from trl import SFTTrainer
 
 from crosstune.hardware import get_hardware
+from crosstune.run.bucket import BucketCopy
 from crosstune.run.integrity import record_checksums
 from crosstune.run.layout import step_folders
 from crosstune.run.metrics import MetricsWriter, make_step_metrics
@@ -30,8 +31,16 @@ def recomputes_activations(args: Any) -> bool:
 class CrosstuneSFTTrainer(SFTTrainer):
     """SFTTrainer with the loss normalisation pinned and the per-step counts the metrics need."""
 
-    def __init__(self, *args: Any, keep_last: int, shard_source: Path | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        keep_last: int,
+        shard_source: Path | None = None,
+        bucket: BucketCopy | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
+        self.bucket = bucket  # the run directory's copy: pushed after every checkpoint (preemption)
         self.shard_source = shard_source  # the checkpoint this rank reads its FSDP2 shard from (a meta base)
         # Trainer passes `num_items_in_batch` (the trained-token count of the whole optimizer step, summed over
         # micro-batches and ranks) only when the model "accepts loss kwargs". Gemma 3/4 ForConditionalGeneration
@@ -128,6 +137,8 @@ class CrosstuneSFTTrainer(SFTTrainer):
             shutil.rmtree(staging, ignore_errors=True)
             for old in list(step_folders(root.parent).values())[: -self.keep_last]:
                 shutil.rmtree(old, ignore_errors=True)
+            if self.bucket is not None:  # inside the timed save: a step's time is not the upload's
+                self.bucket.push_checkpoint(self.state.global_step)
         self.accelerator.wait_for_everyone()
 
     def save_adapter(self, out_dir: Path) -> None:

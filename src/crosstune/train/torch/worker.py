@@ -66,6 +66,7 @@ def train_in_process(ctx: RunContext) -> int:
         callbacks=[callback],
         keep_last=recipe.train.keep_last,
         shard_source=resolve_path(recipe, recipe.model.path) if by_shard else None,
+        bucket=ctx.bucket,
     )
     callback.bind(trainer)
     if by_shard:

@@ -1,0 +1,114 @@
+"""Preemption, on this CPU with a local folder standing in for the bucket: a `crosstune study --bucket` process
+SIGKILLed once a checkpoint reached the bucket, its machine-local bundle deleted (a new machine), the same command
+run again: it pulls the bucket's copy, training resumes from the bucket's checkpoint and ends on the final LoRA of
+an uninterrupted study (both backends)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from crosstune.run.integrity import verify_checksums
+from crosstune.run.layout import step_folders
+from crosstune.run.lora_weights import read_peft_adapter
+from crosstune.run.metrics import read_metrics
+from crosstune.run.records import read_run_record
+from crosstune.study.bundle import read_manifest
+from tests.helpers.paths import RECIPES, REPO
+from tests.helpers.processes import kill_9_when
+from tests.helpers.study import overrides
+
+pytestmark = pytest.mark.slow
+STEPS, EVERY = 8, 2
+LR = 2.0e-3  # recipes/tiny-cpu.yaml's train.learning_rate (its peak: warmup then cosine)
+# Both runs are processes with the same thread settings running the same ops on the same rows from the same
+# state (the checkpoint holds the LoRA, AdamW's moments and the step in fp32): any difference is fp32 rounding in
+# threaded reductions, a relative ~1e-7 of each update, and AdamW's update per element is at most about LR
+# (its normalised step, Kingma & Ba §2.1). A lost or repeated step moves some element by about LR; rounding moves
+# none by more than a few 1e-7 · LR per step. LR/100 lies between the two by orders of magnitude.
+ATOL = LR / 100
+
+
+def _study(backend: str, bundle, sets, *extra: str) -> subprocess.Popen:
+    """`crosstune study` in a process of its own; its output in a log file beside the bundle (a pipe nobody reads
+    while waiting for the kill would fill and stop it)."""
+    argv = [sys.executable, "-m", "crosstune.cli", "study", str(RECIPES / "tiny-cpu.yaml"), "--backend", backend,
+            "--out", str(bundle), "--only", "prepare,plan,train", *(a for s in sets for a in ("--set", s)),
+            *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), "OMP_NUM_THREADS": "2"}
+    log = bundle.parent / f"{bundle.name}-{len(list(bundle.parent.glob('*.log')))}.log"
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    proc.log = log
+    return proc
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    proc.wait(timeout=600)
+    out = proc.log.read_text()
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def _complete_in_bucket(run_dir) -> bool:
+    try:
+        return any(verify_checksums(folder, "checkpoint") for folder in step_folders(run_dir).values())
+    except Exception:  # a file half copied: not yet
+        return False
+
+
+def _final_lora(run_dir) -> dict[str, np.ndarray]:
+    lora, _ = read_peft_adapter(run_dir / "adapter")
+    return {f"{m}.{ab}": np.asarray(w) for m, pair in lora.modules.items() for ab, w in zip("AB", pair, strict=True)}
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_preempted_study_resumes_from_the_bucket_to_the_uninterrupted_lora(
+    backend, tmp_path, tiny_gemma4_dir, synth_corpus_dir
+):
+    sets = overrides(tiny_gemma4_dir, synth_corpus_dir, f"train.max_steps={STEPS}", f"train.checkpoint_every={EVERY}",
+                     "train.keep_last=10")  # fmt: skip
+    reference = tmp_path / "reference"
+    _finish(_study(backend, reference, sets))
+
+    bucket, bundle = tmp_path / "bucket", tmp_path / "machine" / "bundle"
+    run_rel = f"runs/tiny-cpu-{backend}"
+    proc = _study(backend, bundle, sets, "--bucket", str(bucket))
+    kill_9_when(proc, lambda: _complete_in_bucket(bucket / "bundle" / run_rel))
+    in_bucket = read_manifest(bucket / "bundle")
+    assert [in_bucket["stages"][n]["status"] for n in ("prepare", "plan")] == ["done", "done"]  # pushed per stage
+    assert in_bucket["stages"]["train"]["status"] == "running"
+    shutil.rmtree(bundle)  # the preempted machine's disk is gone
+
+    log = _finish(_study(backend, bundle, sets, "--bucket", str(bucket)))
+    assert "bucket: pulling " in log and "the bundle is missing here" in log
+    run_dir = bundle / run_rel
+    resumed_from = read_run_record(run_dir).resumed_from_step
+    assert EVERY <= resumed_from < STEPS and resumed_from % EVERY == 0, log[-3000:]
+    assert [row.step for row in read_metrics(run_dir)] == list(range(1, STEPS + 1))
+    assert read_manifest(bundle)["stages"]["train"]["status"] == "done"
+    assert read_manifest(bucket / "bundle")["stages"]["train"]["status"] == "done"  # the end reached the bucket
+
+    got, want = _final_lora(run_dir), _final_lora(reference / run_rel)
+    assert got.keys() == want.keys()
+    worst = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    assert worst <= ATOL, (worst, ATOL)
+    # The comparison has teeth: the steps trained after the resume moved the LoRA by far more than ATOL.
+    at_resume = json.loads((run_dir / "run.json").read_text())["resumed_from_step"]
+    moved = _moved_since(run_dir, at_resume, got)
+    assert moved > 10 * ATOL, (moved, ATOL)
+
+
+def _moved_since(run_dir, step: int, final: dict[str, np.ndarray]) -> float:
+    from crosstune.train.session import read_run_lora
+
+    lora = read_run_lora(run_dir, step).lora
+    then = {f"{m}.{ab}": np.asarray(w) for m, pair in lora.modules.items() for ab, w in zip("AB", pair, strict=True)}
+    return max(float(np.max(np.abs(final[k] - then[k]))) for k in final)
