@@ -29,14 +29,12 @@ class Chip:
 
 
 # Sources as noted per chip (the seed's $16.80/h for v5p-8 and $22.12/h for 2×H100 are 4 × 4.20
-# and 2 × 11.06). Spot: only H100's has a source (H100_SPOT_SOURCE); the TPUs' are None, not a guess.
+# and 2 × 11.06). Spot: None, not a guess. The one spot quote found (H100 ~$2.25/GPU-h, a third-party page of
+# 2026-03) sits beside an on-demand ~$3.00 on the same page, not this catalog's older $11.06: mixing the two pages
+# would overstate the discount, so spot prices come from --prices (chips.CHIP.spot with its source and date).
 _THIRD_PARTY = "third-party on-demand list price pages (verify before publishing)"
 _H100_SOURCE = "GCP a3-highgpu-8g on-demand ≈ $88.49/h ÷ 8 GPUs (third-party listing; verify before publishing)"
 _NO_PRICE = "no sourced price: give one with --prices FILE or the recipe's cost.price_per_hour"
-# Read 2026-12. The same page lists GCP A3-High on-demand at ~$3.00/GPU-h, after the 2025 price cuts: below this
-# catalog's older $11.06, so on-demand vs spot here overstates the spot discount until both are re-read.
-H100_SPOT_SOURCE = ("GCP A3-High Spot ~$2.25/GPU-h (costnimbus.com, 'GPU cost management for ML teams', March "
-                    "2026; third-party; verify before publishing)")  # fmt: skip
 # "Bidirectional inter-chip interconnect (ICI) bandwidth (per chip)": 1200 GBps (v5p), 800 GBps (v6e), 400 GBps
 # (v5e), read 2026-12 (the older pages' 4800 / 3584 / 1600 Gbps are the same links counted in one direction)
 ICI_SOURCE = "cloud.google.com/tpu/docs/v5p, /v6e, /v5e: system architecture, key specifications"
@@ -48,19 +46,7 @@ CHIPS: dict[str, Chip] = {
         # one page lists v6e at 1.375; 2.70 is the figure most pages give
         Chip("tpu-v6e", "tpu", 918.0, 32.0, 1638.0, 2.70, None, _THIRD_PARTY, "2025-26", ici_bandwidth_gbs=800.0),
         Chip("tpu-v5e", "tpu", 197.0, 16.0, 819.0, None, None, _NO_PRICE, ici_bandwidth_gbs=400.0),
-        Chip(
-            "h100",
-            "gpu",
-            989.0,
-            80.0,
-            3350.0,
-            11.06,
-            2.25,
-            _H100_SOURCE,
-            "2025-26",  # SXM; 1979 is sparse
-            spot_price_source=H100_SPOT_SOURCE,
-            spot_price_date="2026-03",
-        ),
+        Chip("h100", "gpu", 989.0, 80.0, 3350.0, 11.06, None, _H100_SOURCE, "2025-26"),  # SXM; 1979 is sparse
         Chip("h200", "gpu", 989.0, 141.0, 4800.0, None, None, _NO_PRICE),
         Chip("a100", "gpu", 312.0, 80.0, 2000.0, None, None, _NO_PRICE),
         Chip("cpu", "cpu", None, None, None, None, None, _NO_PRICE),

@@ -51,13 +51,15 @@ def test_cost_train_prints_spot_beside_on_demand_with_the_lost_work_term(tmp_pat
     assert result.exit_code == 0 and "no spot price (give --prices chips.CHIP.spot)" in " ".join(result.output.split())
 
 
-def test_a_catalog_spot_price_has_its_own_source_and_date(tmp_path):
+def test_a_spot_price_carries_its_own_source_and_date_and_the_catalog_has_none(tmp_path):
+    """Spot quotes come from other pages than the on-demand ones: a spot price keeps its own source and date, and
+    the catalog, with no spot quote from the same page as its on-demand prices, gives none (hardware.py)."""
     from crosstune.hardware import CHIPS
 
-    for chip in CHIPS.values():
-        if chip.spot_price_per_chip_hour is not None:
-            assert chip.spot_price_source and chip.spot_price_date, chip.name
+    assert all(chip.spot_price_per_chip_hour is None for chip in CHIPS.values())
     run = read_run(write_run(tmp_path, "torch", "2xh100", steps=20, step_time_s=1.5))
-    s = spot_cost(run, PriceBook())
-    assert s.spot.per_hour == pytest.approx(2 * 2.25) and "costnimbus.com" in s.spot.source
-    assert s.on_demand.per_hour == pytest.approx(2 * 11.06) and s.spot.date == "2026-03"
+    assert spot_cost(run, PriceBook()).spot is None
+    (tmp_path / "prices.yaml").write_text("chips:\n  h100: {spot: 2.25, source: a spot quote, date: 2026-03}\n")
+    s = spot_cost(run, load_prices(tmp_path / "prices.yaml"))
+    assert s.spot.per_hour == pytest.approx(2 * 2.25) and (s.spot.source, s.spot.date) == ("a spot quote", "2026-03")
+    assert s.on_demand.per_hour == pytest.approx(2 * 11.06) and s.on_demand.source != s.spot.source
