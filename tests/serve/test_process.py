@@ -133,3 +133,14 @@ def test_export_carries_the_runs_template_hash_and_serve_checks_it(tmp_path, tin
         (exported / "export_manifest.json").write_text(json.dumps(manifest))
         problem = check_export_template(exported)
         assert problem is None if verdict is None else verdict in problem
+
+
+def test_adapters_on_a_mixture_of_experts_are_refused_before_anything_starts(tmp_path, tiny_gemma4_moe_dir, fake_vllm):
+    """vLLM's CPU build serves LoRA on an MoE only through Triton kernels it lacks (it died at the first request:
+    tests/serve/test_vllm.py); the base and the merged export start."""
+    fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
+    with pytest.raises(ServeError, match="mixture-of-experts model run Triton kernels .* serve the merged export"):
+        start_server(tiny_gemma4_moe_dir, tmp_path / "s", name="t", port=free_port(), adapter=tmp_path / "adapter")
+    assert not (tmp_path / "s").exists()
+    state = start_server(tiny_gemma4_moe_dir, tmp_path / "s", name="t", port=free_port(), ready_timeout_s=30)
+    assert stop_server(tmp_path / "s") and not group_members(state.pid)

@@ -100,7 +100,7 @@ def start(
         raise ServeError(f"{model_dir}: no such model folder")
     if adapter is not None and not adapter.is_dir():
         raise ServeError(f"--adapter {adapter}: no such folder (expected a PEFT adapter, e.g. an export's adapter/)")
-    check_model_dir(Path(model_dir))  # a damaged config.json is named before any tokenizer is loaded
+    check_model_dir(Path(model_dir), adapters=adapter is not None)  # named before any tokenizer is loaded
     problem = check_template(recipe, model_dir) if recipe is not None else None
     problem = problem or check_trained_template(model_dir, adapter if adapter is not None else model_dir)
     if problem:

@@ -81,10 +81,19 @@ def _spec_of(model_dir: Path):
         raise ServeError(f"{cfg_path}: not a config crosstune can serve ({type(e).__name__}: {e})") from None
 
 
-def check_model_dir(model_dir: Path) -> None:
-    """Refuse, before anything starts, a model folder vLLM's CPU engine can't serve (config or head size)."""
+def check_model_dir(model_dir: Path, *, adapters: bool = False) -> None:
+    """Refuse, before anything starts, a model folder vLLM's CPU engine can't serve (config or head size), or
+    adapters on a mixture of experts: with --enable-lora vLLM wraps every MoE layer in its LoRA MoE layer
+    (vllm/lora/layers/fused_moe.py), which runs the Triton MoE kernels the CPU build lacks (vLLM 0.32's CPU build
+    dies at the first request: "triton.language has no attribute float32")."""
     model_dir = Path(model_dir)
-    problems = cpu_head_dim_problems(_spec_of(model_dir))
+    spec = _spec_of(model_dir)
+    problems = cpu_head_dim_problems(spec)
+    if adapters and spec.moe is not None:
+        problems.append(
+            "LoRA adapters on a mixture-of-experts model run Triton kernels the CPU build has not: serve the merged "
+            "export instead (crosstune export RUN --merged)"
+        )
     if problems:
         raise ServeError(f"{model_dir}: vLLM's CPU engine would die at the first request: " + "; ".join(problems))
 
@@ -147,7 +156,7 @@ def start_server(
     succeeded. Otherwise ServeError with the log's root cause and path, and everything started is stopped.
     `adapter` is served as NAME-lora, `extra_adapters` by name; `state_dir` defaults to default_state_dir(port)."""
     model_dir = Path(model_dir).resolve()
-    check_model_dir(model_dir)
+    check_model_dir(model_dir, adapters=bool(adapter or extra_adapters))
     vllm = require_vllm()
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(port)
     adapters = {f"{name}-lora": Path(adapter).resolve()} if adapter else {}
