@@ -215,7 +215,7 @@ def test_gke_spec_for_a_2_host_v5p_16_is_a_jobset_that_runs_the_study_on_every_h
 
 
 def test_gke_refuses_what_the_slice_can_t_run():
-    image = ["--image", "img", "--bucket", "b", "--out", "x.yaml"]
+    image = ["--image", "img", "--bucket", "bkt", "--out", "x.yaml"]
     assert "fsdp × tp = 1×4 = 4, but tpu-v5p-16 has 8 devices" in fails(V5P, "--on", "gke", "--target", "tpu-v5p-16",
                                                                         *image)  # fmt: skip
     assert "--on gke runs TPU slices" in fails(H100, "--on", "gke", *image)

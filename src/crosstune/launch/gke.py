@@ -14,6 +14,7 @@ the GCS FUSE CSI driver (--bucket; hierarchical namespace: the study and Orbax r
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,7 +88,7 @@ def _job(parallelism: int, pod: dict[str, Any], annotations: dict[str, str]) -> 
 def jobset(job: Job, *, image: str, bucket: str | None = None, pvc: str | None = None) -> dict[str, Any]:
     sl = tpu_slice(job)
     volume, pod_annotations = _volume(bucket, pvc)
-    out = f"{BUNDLES}/{job.bundle}"
+    out = shlex.quote(f"{BUNDLES}/{job.bundle}")  # a shell word in the container's script
     exe = "crosstune"  # on the image's PATH (docker/Dockerfile.tpu)
     prepare = "\n".join(["set -euo pipefail", job.study(out, "--only", "prepare,plan", exe=exe)])
     host0 = '[ "${TPU_WORKER_ID:-${JOB_COMPLETION_INDEX:-0}}" = 0 ]'

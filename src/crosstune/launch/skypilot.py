@@ -11,6 +11,7 @@ rename folders into place, which object-store mounts do not do atomically.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from crosstune.launch.job_spec import Job, LaunchError, install_steps, to_yaml
@@ -44,7 +45,7 @@ def skypilot_task(job: Job, bucket: str | None = None) -> dict[str, Any]:
     bundle = f'"{LOCAL_BUNDLES}/{job.bundle}"'
     run = ["set -euo pipefail", f"mkdir -p {LOCAL_BUNDLES}"]
     if bucket:
-        saved = f"{BUCKET_MOUNT}/{job.bundle}"
+        saved = shlex.quote(f"{BUCKET_MOUNT}/{job.bundle}")
         resume = "  # a new cluster resumes the bucket's copy"
         run.append(f"[ -d {bundle} ] || [ ! -d {saved} ] || cp -a {saved} {bundle}{resume}")
     run.append(f"status=0; {job.study(bundle)} || status=$?")
