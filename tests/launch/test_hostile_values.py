@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.launch_specs import H100, K8S_ROUND_TRIP, SKY_LOAD, SRUN_STUB, V5P, fails, in_launch_env, launch
 from tests.helpers.paths import REPO
-from tests.launch.test_launch import H100, K8S_ROUND_TRIP, SKY_LOAD, SRUN_STUB, V5P, fails, in_launch_env, launch
 
 # Every way out of a shell word or a YAML scalar: quotes, command substitution, a newline into a new command (or a
 # new #SBATCH directive), a YAML key, a comment. A command that escapes creates a file named PWNED.
@@ -30,11 +30,6 @@ with open(os.environ["STUB_LOG"], "a") as f:
 if os.environ.get("STUB_MKDIR"):
     os.makedirs(sys.argv[sys.argv.index("--out") + 1], exist_ok=True)
 """
-
-
-@pytest.fixture(autouse=True)
-def in_the_checkout(monkeypatch):
-    monkeypatch.chdir(REPO)
 
 
 @pytest.fixture
@@ -131,7 +126,7 @@ REFUSED = [
     ("gke", ["--pvc", "a b", "--image", "i"], "--pvc 'a b': not a Kubernetes object name"),
     ("gke", ["--pvc", "c", "--image", "i\n- x"], "--image 'i\\n- x': not a container image reference"),
     ("slurm", ["--target", "8xh100\nx"], "--target '8xh100\\nx': unknown hardware"),
-    ("slurm", ["--backend", "torch\n"], "--backend 'torch\\n': torch or jax"),
+    ("slurm", ["--backend", "torch\n"], "--backend 'torch\\n': one of torch, jax"),
     ("slurm\n", [], "--on 'slurm\\n': one of skypilot, gke, slurm"),
 ]
 
