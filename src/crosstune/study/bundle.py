@@ -30,6 +30,7 @@ from typing import Any
 from crosstune.compare.inputs.bundle_manifest import BUNDLE_KIND, BUNDLE_MANIFEST, read_bundle_manifest
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, file_sha256
+from crosstune.ownership import check_out
 
 FORMAT = 1
 RESOLVED_RECIPE = "recipe.resolved.yaml"
@@ -65,8 +66,7 @@ def claim(bundle: Path, recipe_name: str, backend: str) -> dict[str, Any]:
     """The manifest of the bundle a study of `recipe_name` on `backend` may write into at `bundle`: a new one for a
     new or empty folder, the earlier one of the same study; else a StudyError saying why (a folder that is not a
     bundle: naming what is in it)."""
-    if bundle.exists() and not bundle.is_dir():
-        raise StudyError(f"--out {bundle} is a file: give the study a folder (created if missing)")
+    check_out(bundle, error=StudyError)  # a file, or inside one: ownership's rule
     manifest = read_manifest(bundle)
     if manifest is None:
         if bundle.is_dir() and (held := sorted(p.name for p in bundle.iterdir())):

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
+from crosstune.ownership import check_out
 from crosstune.recipe import recipe_hash
 from crosstune.study import evaluation, serving, stages
 from crosstune.study.bundle import (
@@ -125,6 +126,7 @@ def run_study(
 ) -> dict[str, Any]:
     """Run (or resume) the study of `recipe_file` on `backend` into the bundle `out`; returns the manifest."""
     console = console or Console(soft_wrap=True, highlight=False)
+    check_out(Path(out).expanduser(), error=StudyError)  # before anything: a file, or inside one (ownership's rule)
     bundle, launch = Path(out).expanduser().resolve(), dict(launch or {})
     if backend is not None and backend not in BACKENDS:  # before the bundle is claimed: it records the backend
         raise StudyError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
