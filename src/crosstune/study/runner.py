@@ -135,6 +135,8 @@ def run_study(
         raise StudyError(f"--prices {prices}: no such file (a YAML of price overrides, as `crosstune cost` reads)")
     recipe = load_study_recipe(recipe_file, bundle, overrides)
     backend = backend or recipe.backend.default
+    preflight = StudyContext(bundle, recipe, backend, console, {"stages": {}}, launch, prices)
+    preflight.check_recipe_paths([st.name for st in chosen], Path(recipe_file))
     if is_worker(launch):
         if [st.name for st in chosen] != ["train"]:
             raise StudyError("a worker process (node rank or JAX process > 0) only trains its part: give --only train")
