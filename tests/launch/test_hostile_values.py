@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crosstune.launch.job_spec import LaunchError
 from tests.helpers.launch_specs import H100, K8S_ROUND_TRIP, SKY_LOAD, SRUN_STUB, V5P, fails, in_launch_env, launch
 from tests.helpers.paths import REPO
 
@@ -69,7 +70,8 @@ def test_hostile_values_the_grammar_takes_land_only_inside_quoted_values(hostile
     sets = ["--set", f"model.path={AS_YAML}", "--set", f"description={AS_YAML}"]
     h100, v5p = recipes / Path(H100).name, recipes / Path(V5P).name
 
-    script = tmp_path / "study.sbatch"
+    named = HOSTILE.replace("/", "_")  # --out too: a spec's own file name is never written into it
+    script = tmp_path / f"study {named}.sbatch"
     launch(str(h100), "--on", "slurm", "--target", "8xh100", "--nodes", "2", "--time", "2-00:00:00", *sets,
            "--out", str(script))  # fmt: skip
     text = script.read_text()
@@ -85,7 +87,7 @@ def test_hostile_values_the_grammar_takes_land_only_inside_quoted_values(hostile
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CROSSTUNE_HOME": str(checkout), "SLURM_JOB_NODELIST": "g"}
     assert_verbatim(stubbed_run(text, checkout, tmp_path / "slurm.log", env), h100)
 
-    sky = tmp_path / "sky.yaml"
+    sky = tmp_path / f"sky {named}.yaml"
     launch(str(h100), "--on", "skypilot", "--bucket", "gs://my-bundles", *sets, "--out", str(sky))
     task = yaml.safe_load(sky.read_text())
     bucket = tmp_path / "bucket"
@@ -94,7 +96,7 @@ def test_hostile_values_the_grammar_takes_land_only_inside_quoted_values(hostile
     assert_verbatim(stubbed_run(run, checkout, tmp_path / "sky.log", env), h100)
     assert (bucket / "gemma4-31b-2xh100-torch").is_dir()  # the copy to the bucket ran, on the right folder
 
-    gke = tmp_path / "jobset.yaml"
+    gke = tmp_path / f"jobset {named}.yaml"
     launch(str(v5p), "--on", "gke", "--image", "us-docker.pkg.dev/p/r/crosstune-tpu:0.1.0", "--pvc", "bundles",
            *sets, "--out", str(gke))  # fmt: skip
     doc = yaml.safe_load(gke.read_text())
@@ -160,3 +162,21 @@ def test_out_inside_a_file_or_a_folder_is_refused_before_the_recipe_is_read(tmp_
     os.mkfifo(tmp_path / "pipe")
     assert "is not a regular file" in fails(H100, "--on", "slurm", "--out", str(tmp_path / "pipe"))
     assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_the_grammar_takes_what_the_engines_take():
+    """The control for the refusals: the values each engine documents pass unchanged."""
+    from crosstune.launch import engine_grammar as g
+
+    for value in ("30", "30:00", "12:00:00", "2-00", "2-12:30", "2-12:30:00", "UNLIMITED", "infinite"):
+        assert g.slurm_time(value) == value
+    for value in ("bundles", "nfs-claim.v2", "a"):
+        assert g.dns_subdomain(value, "--pvc") == value
+    assert [g.gcs_bucket(b) for b in ("gs://my-bundles", "a.b_c-d", "abc")] == ["my-bundles", "a.b_c-d", "abc"]
+    for value in ("crosstune", "us-docker.pkg.dev/p/r/crosstune-tpu:0.1.0", "localhost:5000/a/b__c:v1",
+                  f"ghcr.io/o/img@sha256:{'0' * 64}", f"img:1.0@sha256:{'a' * 64}"):  # fmt: skip
+        assert g.image_reference(value) == value
+    for refused, value in ((g.slurm_time, "12:00:00 "), (g.gcs_bucket, "gs://goog-x"), (g.gcs_bucket, "1.2.3.4"),
+                           (g.image_reference, "reg/Path"), (g.image_reference, "img:")):  # fmt: skip
+        with pytest.raises(LaunchError):
+            refused(value)

@@ -6,7 +6,8 @@ YAML).
 - Slurm `--time`: sbatch(1)'s formats ("minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
   "days-hours:minutes", "days-hours:minutes:seconds"), or UNLIMITED / INFINITE (Slurm's parse_time.c reads both,
   any case).
-- Kubernetes names: DNS-1123 labels (a JobSet's name, at most 63) and subdomains (a claim's name, at most 253).
+- Kubernetes object names: DNS-1123 subdomains (a claim's name, at most 253; the JobSet's own name is made from
+  the recipe's name in [a-z0-9-], job_spec.Job.name).
 - GCS bucket names: cloud.google.com/storage/docs/buckets#naming, as SkyPilot's GcsStore.validate_name applies them.
 - Container images: the distribution reference grammar (github.com/distribution/reference, regexp.go).
 """
@@ -37,13 +38,6 @@ def slurm_time(value: str) -> str:
     if value.lower() in ("unlimited", "infinite") or _SLURM_TIME.fullmatch(value):
         return value
     raise LaunchError(f"--time {value!r}: not a Slurm time limit; give {SLURM_TIME_FORMATS} (sbatch(1), --time)")
-
-
-def dns_label(value: str, what: str) -> str:
-    if len(value) <= 63 and re.fullmatch(_DNS_LABEL, value):
-        return value
-    raise LaunchError(f"{what} {value!r}: not a Kubernetes name (DNS-1123 label: lowercase letters, digits and '-', "
-                      "starting and ending with a letter or digit, at most 63)")  # fmt: skip
 
 
 def dns_subdomain(value: str, what: str) -> str:
