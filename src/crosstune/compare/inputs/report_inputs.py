@@ -11,14 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crosstune.compare.inputs.bundle_manifest import BUNDLE_KIND, BUNDLE_MANIFEST, CONTENT_KEYS, read_bundle_manifest
+from crosstune.compare.inputs.bundle_manifest import BUNDLE_MANIFEST, CONTENT_KEYS, read_bundle_manifest
 from crosstune.compare.inputs.evaluations import Evaluation, read_evaluation
 from crosstune.compare.inputs.run_summary import RunSummary, read_run
 from crosstune.compare.inputs.sweep_summary import Sweep, read_sweep
 from crosstune.compare.inputs.values import CostError
 from crosstune.run.layout import is_run_dir
 
-__all__ = ["BUNDLE_KIND", "BUNDLE_MANIFEST", "Inputs", "bundle_contents", "read_inputs"]
+__all__ = ["BUNDLE_MANIFEST", "Inputs", "bundle_contents", "read_inputs"]  # the file name, from its schema's owner
 
 
 @dataclass
