@@ -93,3 +93,25 @@ def test_no_early_closing_pipe_in_setup_scripts():
             if line.lstrip().startswith("#"):
                 continue
             assert not early_readers.search(line), f"{path.name}:{n}: a pipe into an early-closing reader: {line}"
+
+
+# Debian's chromium launcher runs /etc/chromium.d/dev-shm under dash, which prints a shell error of its own on
+# stderr before the version (the first `make test` showed it as "installed: /usr/bin/chromium: 9: [: ...").
+CHROMIUM_STUB = (
+    "#!/bin/sh\necho '/usr/bin/chromium: 9: [: 25275990016: unexpected operator' >&2\necho 'Chromium 150.0'\n"
+)
+CHROMIUM_APT_STUB = """#!/bin/sh
+[ "$3" = install ] || exit 0
+printf '%s' "$CHROMIUM_STUB" > "{bin}/chromium"; chmod +x "{bin}/chromium"
+"""
+
+
+def test_installing_chromium_prints_its_version_and_none_of_the_launcher_s_noise(tmp_path):
+    env, stubs, _ = _sandbox(tmp_path)
+    (stubs / "apt-get").write_text(CHROMIUM_APT_STUB.format(bin=stubs))
+    env["CHROMIUM_STUB"] = CHROMIUM_STUB
+    result = subprocess.run([shutil.which("bash"), str(REPO / "scripts" / "install_chromium.sh")], env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert result.stdout.splitlines() == ["Installing chromium from Debian...", "installed: Chromium 150.0"]
+    assert result.stderr == ""

@@ -200,15 +200,28 @@ def verify(folder: Path, kind: OutputKind) -> list[str]:
 
 
 def check_out(
-    dest: Path, *, inputs: Iterable[Path] = (), what: str = "input", label: str = "--out", error=OutputRefused
+    dest: Path,
+    *,
+    inputs: Iterable[Path] = (),
+    what: str = "input",
+    label: str = "--out",
+    error=OutputRefused,
+    file: bool = False,
 ) -> Path:
     """`dest` made absolute, or `error` before any work: it is, or is inside, a file; or it is or holds one of
-    `inputs` (the command's `what`), which replacing it would delete."""
+    `inputs` (the command's `what`), which replacing it would delete. `file`: the output is one file (a job spec),
+    so `dest` may be a file but not a folder, and what is above it must be folders."""
     dest = Path(dest).absolute()
-    for folder in [dest, *dest.parents]:
+    if file:
+        if dest.is_dir():
+            raise error(f"{label} {dest} is a folder: give a file name")
+        if dest.exists() and not dest.is_file():
+            raise error(f"{label} {dest} is not a regular file (a pipe or device): give a file name")
+    for folder in list(dest.parents) if file else [dest, *dest.parents]:
         if folder.exists() and not folder.is_dir():
             where = "is a file" if folder == dest else f"is inside {folder}, which is a file"
-            raise error(f"{label} {dest} {where}: give a folder (it is created if missing)")
+            give = "give a path in a folder" if file else "give a folder (it is created if missing)"
+            raise error(f"{label} {dest} {where}: {give}")
         if folder.exists():
             break
     if why := overlap_refusal(dest, inputs, what):

@@ -12,66 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
-from typer.testing import CliRunner
 
-from crosstune.cli import _register, app
-from crosstune.launch.cli import launch_venv
+from tests.helpers.launch_specs import H100, K8S_ROUND_TRIP, SKY_LOAD, SRUN_STUB, V5P, fails, in_launch_env, launch
 from tests.helpers.paths import REPO
 
-_register()
-runner = CliRunner()
-V5P = "recipes/gemma4-31b-tpu-v5p-8.yaml"
-H100 = "recipes/gemma4-31b-2xh100.yaml"
-NEEDS_LAUNCH_ENV = "needs the launch environment (SkyPilot + its Kubernetes client): run `make launch-env`"
-
-
-@pytest.fixture(autouse=True)
-def in_the_checkout(monkeypatch):
-    monkeypatch.chdir(REPO)  # specs name the recipe relative to the checkout the job runs in
-
-
-def launch(*args: str) -> str:
-    result = runner.invoke(app, ["launch", *args], terminal_width=400)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def fails(*args: str) -> str:
-    result = runner.invoke(app, ["launch", *args], terminal_width=400)
-    assert result.exit_code == 1, result.output
-    return " ".join(result.output.split())
-
-
-def launch_python() -> Path:
-    py = launch_venv() / "bin" / "python"
-    if not py.is_file():
-        pytest.skip(NEEDS_LAUNCH_ENV)
-    return py
-
-
-def in_launch_env(code: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    py = launch_python()
-    return subprocess.run(
-        [str(py), "-c", code, *args], input=stdin, capture_output=True, text=True, env=env, timeout=300
-    )
-
-
-SKY_LOAD = """
-import json, sys
-import sky
-for path in sys.argv[1:]:
-    try:
-        task = sky.Task.from_yaml(path)
-    except Exception as e:  # the loader's own verdict, whatever its class
-        print(json.dumps({"path": path, "error": str(e)}))
-        continue
-    (res,) = task.resources
-    print(json.dumps({"path": path, "name": task.name, "accelerators": res.accelerators, "args": res.accelerator_args,
-                      "mounts": sorted(task.storage_mounts), "run": task.run}))
-"""
 SKY_CASES = [
     (V5P, "tpu-v5p-8", {"tpu-v5p-8": 1}, '"jax[tpu]==0.10.2"'),
     (H100, "2xh100", {"H100": 2}, "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"),
@@ -149,33 +94,6 @@ def jobset_problems(doc: dict) -> list[str]:
     return problems
 
 
-K8S_ROUND_TRIP = """
-import json, sys
-from kubernetes.client import ApiClient
-
-class Response:
-    def __init__(self, obj):
-        self.data = json.dumps(obj)
-
-def dropped(a, b, path):
-    if isinstance(a, dict):
-        out = []
-        for k, v in a.items():
-            out += dropped(v, b.get(k) if isinstance(b, dict) else None, f"{path}.{k}")
-        return out
-    if isinstance(a, list):
-        b = b if isinstance(b, list) and len(b) == len(a) else [None] * len(a)
-        return [p for i, (x, y) in enumerate(zip(a, b)) for p in dropped(x, y, f"{path}[{i}]")]
-    return [] if str(a) == str(b) else [f"{path}: {a!r} -> {b!r}"]
-
-api, problems = ApiClient(), []
-for i, rj in enumerate(json.load(sys.stdin)["spec"]["replicatedJobs"]):
-    model = api.deserialize(Response(rj["template"]), "V1JobTemplateSpec")
-    problems += dropped(rj["template"], api.sanitize_for_serialization(model), f"replicatedJobs[{i}].template")
-print(json.dumps(problems))
-"""
-
-
 def test_gke_spec_for_a_2_host_v5p_16_is_a_jobset_that_runs_the_study_on_every_host(tmp_path):
     spec = tmp_path / "jobset.yaml"
     image = "us-docker.pkg.dev/p/r/crosstune-tpu:0.1.0"
@@ -215,7 +133,7 @@ def test_gke_spec_for_a_2_host_v5p_16_is_a_jobset_that_runs_the_study_on_every_h
 
 
 def test_gke_refuses_what_the_slice_can_t_run():
-    image = ["--image", "img", "--bucket", "b", "--out", "x.yaml"]
+    image = ["--image", "img", "--bucket", "bkt", "--out", "x.yaml"]
     assert "fsdp × tp = 1×4 = 4, but tpu-v5p-16 has 8 devices" in fails(V5P, "--on", "gke", "--target", "tpu-v5p-16",
                                                                         *image)  # fmt: skip
     assert "--on gke runs TPU slices" in fails(H100, "--on", "gke", *image)
@@ -242,10 +160,6 @@ SBATCH_OPTIONS = {
     "requeue",
     "open-mode",
 }  # fmt: skip  (sbatch(1) long options)
-SRUN_STUB = """#!/bin/bash
-nodes=1; while [[ $1 == -* ]]; do case $1 in --nodes=*) nodes=${1#--nodes=};; -w) shift;; esac; shift; done
-for ((i = 0; i < nodes; i++)); do SLURM_NODEID=$i "$@"; done
-"""
 
 
 def test_slurm_script_for_2_nodes_of_8_gpus(tmp_path):

@@ -62,21 +62,26 @@ def exported(request, tmp_path_factory):
     return family, base, root
 
 
-def test_vllm_logprobs_match_peft_base_adapter_and_merged(exported):
-    family, base, root = exported
-    adapter, merged = root / "out" / "adapter", root / "out" / "merged"
-    ids = TOKENS
-    moe = json.loads((base / "config.json").read_text()).get("enable_moe_block")
+def _references(base, adapter) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The base's and PEFT's log-probs of TOKENS (float64, float32 for an MoE), and whether it is an MoE."""
+    moe = bool(json.loads((base / "config.json").read_text()).get("enable_moe_block"))
     dtype = "float32" if moe else "float64"  # transformers' experts (torch._grouped_mm) have no float64
-    want_base = reference_logprobs(hf_logits(base, tokens=[ids], dtype=dtype)[0], ids)
-    want_lora = reference_logprobs(peft_logits(base, adapter, tokens=[ids], dtype=dtype)[0], ids)
+    want_base = reference_logprobs(hf_logits(base, tokens=[TOKENS], dtype=dtype)[0], TOKENS)
+    want_lora = reference_logprobs(peft_logits(base, adapter, tokens=[TOKENS], dtype=dtype)[0], TOKENS)
     assert np.abs(want_lora - want_base).max() > 0.05  # the adapter changes the model: the comparison means something
-    state_dir = root / "server"
+    return want_base, want_lora, moe
+
+
+# One vLLM start per test (each start is minutes on 2 busy cores): the base with its adapters, then the merged export.
+def test_vllm_logprobs_match_peft_base_and_adapter(exported):
+    family, base, root = exported
+    adapter, ids = root / "out" / "adapter", TOKENS
+    want_base, want_lora, moe = _references(base, adapter)
+    state_dir = root / "server-adapter"
     if moe:  # vLLM's CPU build can't serve LoRA on an MoE (its LoRA MoE layer runs Triton kernels): refused up front
         with pytest.raises(ServeError, match="mixture-of-experts model run Triton kernels"):
             start_server(base, state_dir, name="tiny", port=free_port(), max_model_len=256, adapter=adapter)
         assert not state_dir.exists()  # refused before anything was started or written
-        _assert_merged_serves(merged, state_dir, ids, want_lora)
         return
     try:
         state = start_server(
@@ -101,23 +106,24 @@ def test_vllm_logprobs_match_peft_base_adapter_and_merged(exported):
         assert peft_only_error > 1e-2, peft_only_error
     else:  # Gemma 3 and the E layout have no k_eq_v layer: the two adapters are the same
         assert peft_only_error <= LOGPROB_TOL
-    got_merged = _assert_merged_serves(merged, state_dir, ids, want_lora)
-    errors = [np.abs(a - b).max() for a, b in ((got_base, want_base), (got_lora, want_lora), (got_merged, want_lora))]
+    errors = [np.abs(a - b).max() for a, b in ((got_base, want_base), (got_lora, want_lora))]
     print(
-        f"{base.name}: max |Δ log-prob| base {errors[0]:.1e}, adapter {errors[1]:.1e}, merged {errors[2]:.1e}, "
+        f"{base.name}: max |Δ log-prob| base {errors[0]:.1e}, adapter {errors[1]:.1e}, "
         f"adapter without v_proj copies {peft_only_error:.1e}"
     )  # shown by `pytest -rP`
 
 
-def _assert_merged_serves(merged, state_dir, ids, want_lora) -> np.ndarray:
-    """The merged export served by vLLM gives the PEFT model's log-probs; returns vLLM's."""
+def test_vllm_logprobs_of_the_merged_export_match_peft(exported):
+    family, base, root = exported
+    _, want_lora, _ = _references(base, root / "out" / "adapter")
+    state_dir, merged = root / "server-merged", root / "out" / "merged"
     try:
         state = start_server(merged, state_dir, name="tiny-merged", port=free_port(), max_model_len=256)
-        got_merged = vllm_logprobs(state.base_url, "tiny-merged", ids)
+        got_merged = vllm_logprobs(state.base_url, "tiny-merged", TOKENS)
     finally:
         stop_server(state_dir)
     np.testing.assert_allclose(got_merged, want_lora, atol=LOGPROB_TOL)
-    return got_merged
+    print(f"{base.name}: max |Δ log-prob| merged {np.abs(got_merged - want_lora).max():.1e}")  # `pytest -rP`
 
 
 def test_small_sweep_against_vllm(tmp_path, tiny_gemma4_dir):

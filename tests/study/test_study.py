@@ -280,6 +280,7 @@ def test_stage_selection_and_refusals(torch_bundle, tmp_path):
 
 def test_the_report_names_what_a_bundle_lacks(torch_bundle, tmp_path):
     from crosstune.compare.cost.prices import CostError
+    from crosstune.compare.inputs.bundle_manifest import BundleError
 
     bundle, _, _, _ = torch_bundle
     copy = tmp_path / "b"
@@ -288,7 +289,7 @@ def test_the_report_names_what_a_bundle_lacks(torch_bundle, tmp_path):
     with pytest.raises(CostError, match=f"lists {copy / 'eval' / 'finetune'}, which is missing: finish the study"):
         read_inputs([copy])
     (copy / BUNDLE_MANIFEST).write_text(json.dumps({"kind": "something-else"}))
-    with pytest.raises(CostError, match="not a study bundle's manifest"):
+    with pytest.raises(BundleError, match="not a study bundle's manifest"):
         read_inputs([copy])
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from crosstune.data.bad_input import DataError, Ledger
+from crosstune.data.hf_disk import read_hf_disk
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.schema import DataSource, Recipe
 
@@ -49,6 +49,10 @@ def source_files(recipe: Recipe, index: int) -> list[tuple[Path, str]]:
             out += [(p, fmt) for p in inner]
         else:
             out.append((path, fmt))
+    for path, _ in out:  # a pipe or a device would block or never end; a source is read twice (hash, then rows)
+        if not (path.is_file() or path.is_dir()):
+            raise DataError(where, f"{path} is not a regular file (a pipe, socket or device): it is never read",
+                            hint="give a JSONL/Parquet file or a save_to_disk folder")  # fmt: skip
     return out
 
 
@@ -132,11 +136,4 @@ def _read_parquet(path: Path) -> list[RawRecord]:
 
 
 def _read_hf_disk(path: Path, split: str) -> list[RawRecord]:
-    import datasets
-
-    ds = datasets.load_from_disk(os.fspath(path))
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise DataError(str(path), f"DatasetDict has no split {split!r} (it has {', '.join(ds)})")
-        ds = ds[split]
-    return [RawRecord(f"{path}:row {i}", row) for i, row in enumerate(ds.to_list(), 1)]
+    return [RawRecord(f"{path}:row {i}", row) for i, row in enumerate(read_hf_disk(path, split), 1)]

@@ -12,7 +12,9 @@ import typer
 from rich.console import Console
 
 from crosstune.fsutil import atomic_write_text
+from crosstune.launch import engine_grammar
 from crosstune.launch.job_spec import Job, LaunchError, make_job
+from crosstune.ownership import check_out
 
 console = Console(soft_wrap=True, highlight=False)
 ENGINES = ("skypilot", "gke", "slurm")
@@ -70,8 +72,7 @@ def _check_plan(job: Job) -> None:
 
 
 def _refuse_foreign(out: Path) -> None:
-    if out.is_dir():
-        raise LaunchError(f"--out {out} is a folder: give a file name for the spec")
+    check_out(out, file=True, error=LaunchError)
     if out.is_file() and MARKER not in "".join(out.read_text(errors="replace").splitlines(keepends=True)[:HEAD_LINES]):
         raise LaunchError(f"--out {out} exists and is not a spec crosstune wrote: choose another file name")
 
@@ -96,6 +97,24 @@ def render_spec(engine: str, job: Job, **opts) -> str:
             "always requeues and resumes: submit it to that partition (sbatch --partition P)"
         )
     return slurm.render(job, nodes=opts.get("nodes") or 1, time_limit=opts.get("time_limit"))
+
+
+def check_options(
+    on: str, bucket: str | None, pvc: str | None, image: str | None, nodes: int | None, time_limit: str | None
+) -> None:
+    """Refuse, before the recipe is loaded, a value that is outside its engine's grammar (engine_grammar)."""
+    if on not in ENGINES:
+        raise LaunchError(f"--on {on!r}: one of {', '.join(ENGINES)}")
+    if nodes is not None and nodes < 1:
+        raise LaunchError(f"--nodes {nodes}: give at least 1 (the GPU nodes the job runs on)")
+    if bucket is not None:
+        engine_grammar.gcs_bucket(bucket)
+    if pvc is not None:
+        engine_grammar.dns_subdomain(pvc, "--pvc")
+    if image is not None:
+        engine_grammar.image_reference(image)
+    if time_limit is not None:
+        engine_grammar.slurm_time(time_limit)
 
 
 def submit(engine: str, job: Job, spec: Path, bucket: str | None = None) -> int:
@@ -131,8 +150,8 @@ def launch(
     setup = the lock + the accelerator's wheels, run = the study, bundle copied to --bucket). gke: a JobSet over the
     TPU slice's hosts (JAX multi-controller). slurm: an sbatch script (srun, torchrun rendezvous, FSDP2 across
     nodes). What each assumes: docs/REAL_HARDWARE.md."""
-    if on not in ENGINES:
-        raise LaunchError(f"--on {on}: one of {', '.join(ENGINES)}")
+    check_options(on, bucket, pvc, image, nodes, time_limit)
+    _refuse_foreign(out)
     extra = list(overrides or [])
     if on == "slurm":  # every step of the script loads the same recipe: the node and GPU counts are part of it
         from crosstune.hardware import HARDWARE
@@ -144,7 +163,6 @@ def launch(
     job = make_job(_relative_recipe(recipe_file), target, backend, extra)
     _check_plan(job)
     text = render_spec(on, job, bucket=bucket, pvc=pvc, image=image, nodes=nodes, time_limit=time_limit, spot=spot)
-    _refuse_foreign(out)
     atomic_write_text(out, text)
     if on == "slurm":
         out.chmod(0o755)

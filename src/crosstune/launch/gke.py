@@ -20,6 +20,7 @@ to fix). `--spot` puts the slice on a Spot TPU node pool (cloud.google.com/gke-s
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +114,7 @@ def jobset(
 ) -> dict[str, Any]:
     sl = tpu_slice(job)
     volume, pod_annotations = _volume(bucket, pvc)
-    out = f"{BUNDLES}/{job.bundle}"
+    out = shlex.quote(f"{BUNDLES}/{job.bundle}")  # a shell word in the container's script
     exe = "crosstune"  # on the image's PATH (docker/Dockerfile.tpu)
     prepare = "\n".join(["set -euo pipefail", job.study(out, "--only", "prepare,plan", exe=exe)])
     host0 = '[ "${TPU_WORKER_ID:-${JOB_COMPLETION_INDEX:-0}}" = 0 ]'

@@ -14,6 +14,7 @@ import yaml
 from crosstune.errors import InputError
 from crosstune.hardware import HardwareTarget, get_hardware
 from crosstune.recipe import Recipe, load_recipe, recipe_hash
+from crosstune.train.backend import BACKENDS
 
 JAX_VERSION = "0.10.2"
 TORCH_VERSION = "2.13.0"
@@ -76,14 +77,14 @@ def make_job(recipe_file: Path, target: str | None, backend: str | None, overrid
         try:
             get_hardware(target)
         except KeyError as e:
-            raise LaunchError(f"--target {target}: {e.args[0]}") from None
+            raise LaunchError(f"--target {target!r}: {e.args[0]}") from None
         overrides.append(f"hardware={target}")
     recipe = load_recipe(recipe_file, overrides)
     hw = get_hardware(recipe.hardware)
     if backend is None:
         backend = {"tpu": "jax", "gpu": "torch"}.get(hw.chip.platform, recipe.backend.default)
-    if backend not in ("torch", "jax"):
-        raise LaunchError(f"--backend {backend}: torch or jax")
+    if backend not in BACKENDS:
+        raise LaunchError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
     if hw.chip.platform == "tpu" and backend == "torch":
         raise LaunchError(f"{hw.name} is a TPU: the torch backend runs on GPUs; give --backend jax")
     bundle = f"{recipe.name}-{backend}" + ("" if recipe.name.endswith(hw.name) else f"-{hw.name}")

@@ -8,9 +8,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from crosstune.errors import InputError
 from crosstune.families import get_family
 from crosstune.models.build import DTYPES, LAYOUTS, MODEL, build_checkpoint, sized_spec
-from crosstune.ownership import owned_output, write_manifest
+from crosstune.models.tokenizer import corpus_texts
+from crosstune.ownership import check_out, owned_output, write_manifest
 
 model_app = typer.Typer(
     help="Build model checkpoints locally (tiny test models, real-size rehearsal models, the demo's pretrained base).",
@@ -117,6 +119,12 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
         raise typer.BadParameter(f"{dtype!r}: one of {', '.join(DTYPES)}", param_hint="--dtype")
     if corpus is not None and not (corpus / "train.jsonl").is_file():
         raise typer.BadParameter(f"{corpus / 'train.jsonl'} not found", param_hint="--corpus")
+    check_out(out, inputs=[Path.cwd()], what="working directory")  # one line, before any work
+    if corpus is not None:
+        try:  # read before any work, so a damaged corpus is named as such (not as a build option)
+            corpus_texts(corpus)
+        except ValueError as e:
+            raise InputError(f"--corpus {corpus}: {e}: fix the file or give another corpus") from None
 
     from transformers.utils import logging as hf_logging
 

@@ -36,14 +36,15 @@ def corpus_texts(corpus_dir: Path) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: a corpus directory holds train.jsonl (see `crosstune data`)")
     texts = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, 1):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no}: not JSON ({e})") from None
+                line = raw.decode("utf-8")
+                row = json.loads(line) if line.strip() else {}
+            except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+                raise ValueError(f"{path}:{line_no}: not a line of JSON ({e})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
             texts += [row[k] for k in CORPUS_FIELDS if isinstance(row.get(k), str) and row[k]]
     if not texts:
         raise ValueError(f"{path}: no {'/'.join(CORPUS_FIELDS)} text to train a tokenizer on")

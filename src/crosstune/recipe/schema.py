@@ -27,7 +27,7 @@ from crosstune.families.spec import NEUTRAL_TARGETS
 from crosstune.hardware import HARDWARE
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]  # experts: refused by name (recipe/checks.py)
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" also matches before a final newline
 # Validation context of a recipe already resolved (a run's recipe.yaml, where every default is written out): the
 # checks of what a user wrote (two keys for one setting) don't apply to it.
 RESOLVED = "resolved"
@@ -383,7 +383,7 @@ class Recipe(Section):
     @field_validator("name")
     @classmethod
     def _name_is_one_path_component(cls, value: str) -> str:
-        if not SAFE_NAME.match(value):
+        if not SAFE_NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} can't name a folder: the name becomes <output_dir>/<name>-<backend>, so it is letters, "
                 "digits, '.', '_' and '-' (starting with a letter or digit, at most 100), never a path"

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crosstune.compare.inputs.report_inputs import BUNDLE_KIND, BUNDLE_MANIFEST
+from crosstune.compare.inputs.bundle_manifest import BUNDLE_KIND, BUNDLE_MANIFEST, read_bundle_manifest
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, file_sha256
+from crosstune.ownership import check_out
 
 FORMAT = 1
 RESOLVED_RECIPE = "recipe.resolved.yaml"
-STAGE_STATES = ("done", "skipped", "running", "failed", "interrupted", "stale")
 # What a stage's inputs cover. 2: the files it reads by fingerprint (model, problems), not by path, and the outputs
 # of the stages it reads (Stage.reads). A stage recorded under another format is redone, saying why.
 INPUTS_FORMAT = 2
@@ -57,25 +57,16 @@ def new_manifest(recipe_name: str, backend: str) -> dict[str, Any]:
 
 
 def read_manifest(bundle: Path) -> dict[str, Any] | None:
-    """The bundle's manifest, None when there is none yet; StudyError when the file is not one."""
-    path = Path(bundle) / BUNDLE_MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise StudyError(f"{path}: unreadable ({e}): move the bundle aside or give another --out") from None
-    if not isinstance(data, dict) or data.get("kind") != BUNDLE_KIND:
-        raise StudyError(f"{path}: not a study bundle's manifest (kind {BUNDLE_KIND!r}): give another --out")
-    return data
+    """The bundle's manifest, None when there is none yet; a BundleError naming the field when the file is not one
+    (bundle_manifest's schema: the types of every field, paths inside the bundle)."""
+    return read_bundle_manifest(bundle)
 
 
 def claim(bundle: Path, recipe_name: str, backend: str) -> dict[str, Any]:
     """The manifest of the bundle a study of `recipe_name` on `backend` may write into at `bundle`: a new one for a
     new or empty folder, the earlier one of the same study; else a StudyError saying why (a folder that is not a
     bundle: naming what is in it)."""
-    if bundle.exists() and not bundle.is_dir():
-        raise StudyError(f"--out {bundle} is a file: give the study a folder (created if missing)")
+    check_out(bundle, error=StudyError)  # a file, or inside one: ownership's rule
     manifest = read_manifest(bundle)
     if manifest is None:
         if bundle.is_dir() and (held := sorted(p.name for p in bundle.iterdir())):

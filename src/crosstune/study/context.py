@@ -97,6 +97,27 @@ class StudyContext:
                              "(or --set), or leave out the stages that read it (--from / --only)")  # fmt: skip
         return path
 
+    def check_recipe_paths(self, stages: list[str], recipe_file: Path) -> None:
+        """Before the bundle is claimed: every file or folder outside it that a chosen stage reads exists (a study
+        that lacked its eval problems stopped at eval, after the training), else one line naming the recipe key and
+        what to do. In pipeline order: the model, the data sources, the eval problems."""
+        from crosstune.data import DataError
+        from crosstune.data.sources import source_files
+
+        todo = f"make it first (the head of {recipe_file} says how) or give another with --set"
+        model = next((st for st in ("prepare", "train", "export") if st in stages), None)
+        if model is not None and (path := self.model_path) is not None and not path.exists():
+            raise StudyError(f"model.path {path}: no such file or folder, and stage {model} reads it: {todo} "
+                             "model.path=PATH")  # fmt: skip
+        for i in range(len(self.recipe.data.sources) if "prepare" in stages else 0):
+            try:
+                source_files(self.recipe, i)
+            except DataError as e:
+                raise StudyError(f"{e}; stage prepare reads it: {todo} data.sources") from None
+        if "eval" in stages and (path := self.path(self.recipe.eval.problems)) is not None and not path.exists():
+            raise StudyError(f"eval.problems {path}: no such file or folder, and stage eval reads it: {todo} "
+                             "eval.problems=PATH")  # fmt: skip
+
     def files(self, path: Path | None, what: str) -> dict[str, str] | None:
         """The fingerprint of the file or folder at `path` (fsutil.files_fingerprint); see `existing`."""
         path = self.existing(path, what)

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
+from crosstune.ownership import check_out
 from crosstune.recipe import recipe_hash
 from crosstune.study import evaluation, recovery, serving, stages
 from crosstune.study.bundle import (
@@ -45,6 +46,7 @@ from crosstune.study.context import (
     run_rel,
 )
 from crosstune.study.machine import accelerator_summary, describe_machine
+from crosstune.train.backend import BACKENDS
 
 
 @dataclass(frozen=True)
@@ -82,14 +84,16 @@ STAGE_NAMES = [st.name for st in STAGES]
 
 def select_stages(only: list[str] | None = None, from_stage: str | None = None) -> list[Stage]:
     """The stages to consider: all, those from `from_stage` on, or exactly `only` (in pipeline order)."""
-    if only and from_stage:
+    if only is not None and from_stage is not None:
         raise StudyError("give --from or --only, not both")
-    for name in [*(only or []), *([from_stage] if from_stage else [])]:
+    if only is not None and not only:  # `--only ''` or `--only ,` is no stage, never all eight
+        raise StudyError(f"--only names no stage: give one or more of {', '.join(STAGE_NAMES)}, comma-separated")
+    for name in [*(only or []), *([from_stage] if from_stage is not None else [])]:
         if name not in STAGE_NAMES:
             raise StudyError(f"unknown stage {name!r}: the stages are {', '.join(STAGE_NAMES)}")
     if only:
         return [st for st in STAGES if st.name in only]
-    return STAGES[STAGE_NAMES.index(from_stage) :] if from_stage else list(STAGES)
+    return STAGES[STAGE_NAMES.index(from_stage) :] if from_stage is not None else list(STAGES)
 
 
 def is_worker(launch: dict[str, Any]) -> bool:
@@ -97,7 +101,15 @@ def is_worker(launch: dict[str, Any]) -> bool:
     JAX's own variables, or by GKE on TPU slices). Such a process trains its part and records nothing."""
     if int(launch.get("node_rank") or 0) > 0:
         return True
-    return any(int(os.environ.get(k) or 0) > 0 for k in ("JAX_PROCESS_ID", "TPU_WORKER_ID"))
+    return any(_process_index(k) > 0 for k in ("JAX_PROCESS_ID", "TPU_WORKER_ID"))
+
+
+def _process_index(variable: str) -> int:
+    value = os.environ.get(variable) or "0"
+    if not value.strip().isdigit():
+        raise StudyError(f"{variable}={value!r}: not a process index (an integer >= 0, 0 = the lead): unset it or "
+                         "give this host's index")  # fmt: skip
+    return int(value)
 
 
 def _refresh_contents(manifest: dict[str, Any]) -> None:
@@ -127,12 +139,17 @@ def run_study(
     `bucket`, the bundle has a copy there, pulled first when this machine's is missing or behind, pushed after every
     stage and checkpoint (crosstune.study.recovery)."""
     console = console or Console(soft_wrap=True, highlight=False)
+    check_out(Path(out).expanduser(), error=StudyError)  # before anything: a file, or inside one (ownership's rule)
     bundle, launch = Path(out).expanduser().resolve(), dict(launch or {})
+    if backend is not None and backend not in BACKENDS:  # before the bundle is claimed: it records the backend
+        raise StudyError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
     chosen = select_stages(only, from_stage)
     if prices is not None and not Path(prices).is_file():
         raise StudyError(f"--prices {prices}: no such file (a YAML of price overrides, as `crosstune cost` reads)")
     recipe = load_study_recipe(recipe_file, bundle, overrides)
     backend = backend or recipe.backend.default
+    preflight = StudyContext(bundle, recipe, backend, console, {"stages": {}}, launch, prices)
+    preflight.check_recipe_paths([st.name for st in chosen], Path(recipe_file))
     copy = recovery.check_bucket(bucket, bundle)
     if is_worker(launch):
         if [st.name for st in chosen] != ["train"]:

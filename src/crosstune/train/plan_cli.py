@@ -78,6 +78,10 @@ def plan(
     """Check a recipe against its hardware before allocating anything: heads vs tensor parallelism, fsdp × tp vs
     devices, and per-device memory (weights, LoRA, optimizer, activations with/without remat, logits) vs HBM;
     --compile checks it with XLA itself."""
+    from crosstune.train.backend import BACKENDS
+
+    if backend is not None and backend not in BACKENDS:  # else the recipe's backend was planned, and "plan ok"
+        raise CrosstuneError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
     if layers is not None and not compile_:
         err.print("error: --layers goes with --compile", highlight=False)
         raise typer.Exit(2)

@@ -11,16 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crosstune.compare.inputs.bundle_manifest import BUNDLE_MANIFEST, CONTENT_KEYS, read_bundle_manifest
 from crosstune.compare.inputs.evaluations import Evaluation, read_evaluation
 from crosstune.compare.inputs.run_summary import RunSummary, read_run
 from crosstune.compare.inputs.sweep_summary import Sweep, read_sweep
 from crosstune.compare.inputs.values import CostError
 from crosstune.run.layout import is_run_dir
 
-# A study bundle's manifest (written by crosstune.study; its `contents` lists the bundle's run, evaluation and sweep
-# folders relative to the bundle). The report needs only that index, so the name lives here, below the writer.
-BUNDLE_MANIFEST = "bundle.json"
-BUNDLE_KIND = "crosstune-study"
+__all__ = ["BUNDLE_MANIFEST", "Inputs", "bundle_contents", "read_inputs"]  # the file name, from its schema's owner
 
 
 @dataclass
@@ -74,13 +72,14 @@ def _add_sweep(found: Inputs, path: Path) -> bool:
 
 def bundle_contents(bundle: Path) -> dict[str, list[Path]]:
     """{"runs" | "evals" | "sweeps": [absolute paths]} of a study bundle, from its manifest's `contents`; a listed
-    folder that is missing (a stage not run yet, or skipped) is an error naming it."""
+    folder that is missing (a stage not run yet, or skipped) is an error naming it. The manifest is checked against
+    its schema first (bundle_manifest): every listed path is inside this bundle, never in another one."""
     manifest_path = Path(bundle) / BUNDLE_MANIFEST
-    manifest = _json(manifest_path)
-    if manifest is None or manifest.get("kind") != BUNDLE_KIND or not isinstance(manifest.get("contents"), dict):
-        raise CostError(f"{manifest_path}: not a study bundle's manifest (kind {BUNDLE_KIND!r} with `contents`)")
+    manifest = read_bundle_manifest(bundle)
+    if manifest is None:
+        raise CostError(f"{manifest_path}: no such file: give a study bundle's folder")
     out: dict[str, list[Path]] = {}
-    for key in ("runs", "evals", "sweeps"):
+    for key in CONTENT_KEYS:
         paths = [Path(bundle) / rel for rel in manifest["contents"].get(key, [])]
         missing = [p for p in paths if not p.exists()]
         if missing:

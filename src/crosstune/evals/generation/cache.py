@@ -55,8 +55,8 @@ class CompletionCache:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line torn by an interrupted write
-                if isinstance(record, dict) and "key" in record and "completion" in record:
-                    self._records[record["key"]] = record
+                if isinstance(record, dict) and isinstance(record.get("completion"), str) and "key" in record:
+                    self._records[record["key"]] = record  # a completion that is not text is asked for again
 
     def __len__(self) -> int:
         return len(self._records)
@@ -90,8 +90,17 @@ def load_samples_file(path: Path) -> dict[str, list[str]]:
             problem, completion = record["problem"], record["completion"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise ValueError(f"{path}:{lineno}: expected a JSON object with problem and completion ({e})") from e
-        rows = found.setdefault(problem, [])
-        rows.append((int(record.get("sample", len(rows))), completion))
+        rows = found.setdefault(problem, []) if isinstance(problem, str) else []
+        sample = record.get("sample", len(rows))
+        for name, value, ok, what in (
+            ("problem", problem, isinstance(problem, str), "a string"),
+            ("completion", completion, isinstance(completion, str), "a string"),
+            ("sample", sample, type(sample) is int and sample >= 0, "an integer >= 0"),
+        ):
+            if not ok:
+                raise ValueError(f"{path}:{lineno}: {name} must be {what}, not {json.dumps(value)[:80]}: fix or "
+                                 "drop that line")  # fmt: skip
+        rows.append((sample, completion))
     return {problem: [text for _, text in sorted(rows, key=lambda r: r[0])] for problem, rows in found.items()}
 
 

@@ -270,9 +270,17 @@ def _parse_completion(data: bytes) -> Completion:
         body = json.loads(data)
         choice = body["choices"][0]
         message = choice["message"]
-        content = message["content"] or ""
+        content = message["content"]
         reasoning = message.get("reasoning_content") or message.get("reasoning")
         finish = choice.get("finish_reason")
+        for name, value in (("content", content), ("reasoning", reasoning)):
+            if value is not None and not isinstance(value, str):  # never cached: a rerun asks again
+                raise _AttemptFailed(f"the answer's message {name} is {type(value).__name__}, not text: "
+                                     f"{_snippet(data)}", retryable=False)  # fmt: skip
+        if content is None and not reasoning:
+            raise _AttemptFailed(f"the answer's message content is null (no text, no reasoning): {_snippet(data)}",
+                                 retryable=False)  # fmt: skip
+        content = content or ""
         if reasoning:
             closed = bool(content) or finish != "length"
             content = f"<think>{reasoning}{'</think>' if closed else ''}{content}"

@@ -1,0 +1,71 @@
+"""A study whose recipe names files that are not there is refused up front, in one line naming the recipe key and
+what to run first, with nothing written; recipes/tiny-cpu.yaml's head says what makes its inputs, and doing what it
+says is enough."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from crosstune.cli import _register, app
+from crosstune.recipe import load_recipe
+from crosstune.study.context import StudyContext
+from crosstune.study.runner import STAGE_NAMES
+from tests.helpers.paths import RECIPES
+
+_register()
+
+
+def one_line_failure(args: list[str]) -> str:
+    result = CliRunner().invoke(app, args, terminal_width=400)
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "\n" not in result.output.strip(), result.output
+    return result.output.strip()
+
+
+def test_missing_recipe_inputs_are_refused_before_anything_runs(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
+    recipe = tmp_path / "recipes" / "tiny-cpu.yaml"
+    recipe.parent.mkdir()
+    shutil.copy(RECIPES / "tiny-cpu.yaml", recipe)
+    bundle = tmp_path / "bundle"
+    said = one_line_failure(["study", str(recipe), "--out", str(bundle)])
+    assert said == (f"error: model.path {recipe.parent}/../demo-out/models/tiny-gemma4: no such file or folder, and "
+                    f"stage prepare reads it: make it first (the head of {recipe} says how) or give another with --set "
+                    "model.path=PATH")  # fmt: skip
+    sets = ["--set", f"model.path={tiny_gemma4_dir}"]
+    said = one_line_failure(["study", str(recipe), "--out", str(bundle), *sets])
+    assert said.startswith(
+        f"error: data.sources[0].path: nothing matches {recipe.parent}/../demo-out/corpus/train.jsonl"
+    )
+    assert said.endswith(f"stage prepare reads it: make it first (the head of {recipe} says how) or give another with "
+                         "--set data.sources")  # fmt: skip
+    sets += ["--set", f"data.sources=[{{path: {synth_corpus_dir / 'train.jsonl'}}}]"]
+    said = one_line_failure(["study", str(recipe), "--out", str(bundle), *sets])  # found at eval, after training
+    assert said.startswith(f"error: eval.problems {recipe.parent}/../demo-out/corpus/eval: no such file or folder, "
+                           "and stage eval reads it:")  # fmt: skip
+    assert not bundle.exists()
+    said = one_line_failure(["study", str(recipe), "--out", str(bundle), "--only", "eval,cost", *sets])
+    assert "eval.problems" in said and not bundle.exists()
+
+
+def test_what_the_tiny_recipe_s_head_says_to_run_makes_every_input(tmp_path, monkeypatch):
+    checkout = tmp_path / "checkout"
+    (checkout / "recipes").mkdir(parents=True)
+    recipe = checkout / "recipes" / "tiny-cpu.yaml"
+    shutil.copy(RECIPES / "tiny-cpu.yaml", recipe)
+    commands = [line.removeprefix("#   crosstune ") for line in recipe.read_text().splitlines()
+                if line.startswith("#   crosstune ")]  # fmt: skip
+    assert [c.split()[:2] for c in commands] == [["data", "synth"], ["model", "tiny"]]
+    monkeypatch.chdir(checkout)
+    for command in commands:
+        args = shlex.split(command.replace("--n 2000", "--n 40"))  # fewer records: the same files, faster
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, (command, result.output)
+    loaded = load_recipe(recipe)
+    ctx = StudyContext(tmp_path / "bundle", loaded, "torch", Console(), {"stages": {}})
+    ctx.check_recipe_paths(STAGE_NAMES, recipe)  # every stage finds what it reads
+    assert (checkout / "demo-out" / "corpus" / "eval").is_dir()
