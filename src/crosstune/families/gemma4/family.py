@@ -153,11 +153,19 @@ def build_hf_config(spec: ModelSpec) -> dict[str, Any]:
         "hidden_size_per_layer_input": spec.per_layer_input_dim,
         "vocab_size_per_layer_input": spec.vocab_size,
         "num_kv_shared_layers": spec.kv_shared_layers,
-        "use_double_wide_mlp": spec.double_wide_shared_mlp,
         "enable_moe_block": spec.moe is not None,
-        "num_experts": spec.moe.num_experts if spec.moe else None,
-        "top_k_experts": spec.moe.top_k if spec.moe else None,
-        "moe_intermediate_size": spec.moe.expert_dim if spec.moe else None,
+        # Written only where they differ from transformers' defaults (False, None): a dense model's config stays
+        # what it was before the E and MoE sizes, and so does every hash of it (the shipped demo base's name).
+        **({"use_double_wide_mlp": True} if spec.double_wide_shared_mlp else {}),
+        **(
+            {
+                "num_experts": spec.moe.num_experts,
+                "top_k_experts": spec.moe.top_k,
+                "moe_intermediate_size": spec.moe.expert_dim,
+            }
+            if spec.moe
+            else {}
+        ),
     }
 
 
