@@ -25,6 +25,7 @@ class Cell:
     output_throughput: float
     total_token_throughput: float | None
     latency_ms: dict[str, float] = field(default_factory=dict)  # "p99_ttft_ms" -> value
+    output_throughput_per_user: float | None = None  # tokens/s one user sees (servebench.pareto); None: not recorded
 
     def latency(self, name: str) -> float | None:
         return self.latency_ms.get(name)
@@ -116,7 +117,7 @@ def _cell(path: Path, index: int, row: object) -> Cell:
     }
     optional = {
         k: (None if row.get(k) is None else number(f"{where}.{k}", row[k], low=0))
-        for k in ("duration_s", "request_throughput", "total_token_throughput")
+        for k in ("duration_s", "request_throughput", "total_token_throughput", "output_throughput_per_user")
     }
     return Cell(
         context_len=whole(f"{where}.context_len", row["context_len"], low=1, unit="prompt tokens"),
