@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.compare.inputs.values import CostError, number, whole
+from crosstune.servebench import prompt_cache
 from crosstune.servebench import slo as slos
 
 REQUIRED = ("context_len", "completed", "output_throughput")  # + concurrency, or request_rate for a rate sweep
@@ -95,6 +96,8 @@ def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
         "KV-cache dtype": raw.get("kv_cache_dtype"),
         "hardware": raw.get("target"),
         "load": "request rate (req/s)" if rates else "concurrent requests",
+        # cold, a prefix reuse ratio, or a cold workload the cache served (servebench.prompt_cache)
+        "prompt cache": prompt_cache.sweep_kind(raw) if "prompt_cache" in raw else None,
     }
 
 
