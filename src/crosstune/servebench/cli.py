@@ -64,12 +64,15 @@ def bench_serve(
     endpoint: str = typer.Option(..., "--endpoint", help="base URL, e.g. http://127.0.0.1:8000"),
     model: str = typer.Option(..., "--model", help="the served model name"),
     tokenizer: Path = typer.Option(..., "--tokenizer", help="the model's tokenizer directory (exact prompt lengths)"),
-    contexts: str = typer.Option("128,512", "--contexts", help="prompt lengths in tokens, comma-separated"),
-    concurrency: str = typer.Option("1,4", "--concurrency", help="concurrency levels (>= 1), comma-separated"),
+    contexts: str = typer.Option(None, "--contexts", help="prompt lengths in tokens, comma-separated [128,512]"),
+    concurrency: str = typer.Option(None, "--concurrency", help="concurrency levels (>= 1), comma-separated [1,4]"),
+    preset: str = typer.Option(
+        None, "--preset", help="a named grid (contexts, concurrency, output length): seed = the seed's serving table"
+    ),
     rates: str = typer.Option(None, "--rates", help="request rates (req/s, > 0) instead of concurrency levels"),
     max_concurrency: int = typer.Option(None, "--max-concurrency", help="with --rates: requests in flight at most"),
     burstiness: float = typer.Option(1.0, "--burstiness", help="gamma shape of arrival gaps (1 = Poisson)"),
-    output_len: int = typer.Option(32, "--output-len", help="exact output tokens per request (ignore_eos), >= 1"),
+    output_len: int = typer.Option(None, "--output-len", help="exact output tokens per request (ignore_eos) [32]"),
     num_requests: int = typer.Option(16, "--num-requests", help="timed requests per cell"),
     warmup: int = typer.Option(2, "--warmup", help="untimed requests before each cell"),
     api: str = typer.Option("completions", "--api", help="completions (token-id prompts) or chat"),
@@ -119,6 +122,18 @@ def bench_serve(
     if find_max_rate and slo:
         raise BenchError("--find-max-rate names the SLO the search meets: give it there, not also as --slo")
     slo_ms = parse_slo(find_max_rate, "--find-max-rate") if find_max_rate else parse_slo(slo)
+    if preset is not None:
+        from crosstune.servebench.presets import get_preset
+
+        grid = get_preset(preset)
+        given = [o for o, v in (("--contexts", contexts), ("--concurrency", concurrency), ("--output-len", output_len))
+                 if v is not None]  # fmt: skip
+        if given:
+            raise BenchError(f"--preset {preset} sets the grid: drop {', '.join(given)} (or the preset)")
+        contexts, concurrency = ",".join(map(str, grid.contexts)), ",".join(map(str, grid.concurrency))
+        output_len = grid.output_len
+    contexts, concurrency = contexts or "128,512", concurrency or "1,4"
+    output_len = 32 if output_len is None else output_len
     by_rate = bool(rates or find_max_rate)
     cfg = SweepConfig(
         endpoint=endpoint,
@@ -143,6 +158,7 @@ def bench_serve(
         find_max_rate=bool(find_max_rate),
         max_rate_steps=max_rate_steps,
         rate_resolution=rate_resolution,
+        preset=preset,
         label=label,
         target=target,
     )

@@ -197,6 +197,7 @@ def new_summary(cfg: SweepConfig, model_card: dict | None = None, seed_given: bo
         "label": cfg.label,
         "target": cfg.target,
         "output_len": cfg.output_len,
+        "preset": cfg.preset,
         "num_requests": cfg.num_requests,
         "warmup": cfg.warmup,
         "burstiness": cfg.burstiness,

@@ -46,6 +46,7 @@ class SweepConfig:
     find_max_rate: bool = False  # search the highest request rate meeting slo_ms (servebench.max_rate)
     max_rate_steps: int = 8  # cells the search may run per context
     rate_resolution: float = 0.1  # the search ends when missed / met rate <= 1 + this
+    preset: str | None = None  # the named grid the contexts, levels and output length came from (servebench.presets)
     label: str | None = None
     target: str | None = None
 
