@@ -8,6 +8,7 @@ from rich.table import Table
 
 from crosstune.servebench import max_rate, prompt_cache
 from crosstune.servebench import slo as slos
+from crosstune.servebench.request_metrics import describe_load
 
 BURSTY_MARK = "*"
 INTERVALS = (("output_throughput", ",.1f"), ("goodput", ",.2f"), ("p99_ttft_ms", ",.1f"))
@@ -101,12 +102,12 @@ def render_summary(summary: dict, out: Console | None = None) -> None:
             highlight=False,
         )
     for c in prompt_cache.flagged_cells(summary):
-        where = f"context {c['context_len']}, load {c['request_rate'] or c['concurrency']}"
+        where = f"context {c['context_len']}, {describe_load(c)}"
         out.print(f"! {where}: {c['prefix_cache']['flag']}", highlight=False)
     for c in summary["cells"]:
         spans = [(k, t) for k, spec in INTERVALS if (t := _interval(c, k, spec))]
         if spans:
-            where = f"context {c['context_len']}, load {c['request_rate'] or c['concurrency']}"
+            where = f"context {c['context_len']}, {describe_load(c)}"
             text = "; ".join(f"{k} {t}" for k, t in spans)
             out.print(f"{where}, mean [95 % interval] over {summary['repeats']} repeats: {text}", highlight=False)
     for ctx, found in (summary.get("max_rate") or {}).items():

@@ -63,7 +63,8 @@ def tokens_per_dollar(output_throughput: float, usd_per_hour: float) -> float:
 
 
 def write_pareto(summary: dict, out_dir: Path) -> Path | None:
-    """pareto.png beside the summary: per chip (left) and, when the catalog prices the target, per dollar (right)."""
+    """pareto.png beside the summary: per chip (left) and, when the catalog prices the target, per dollar (right);
+    one frontier per context length."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,14 +82,15 @@ def write_pareto(summary: dict, out_dir: Path) -> Path | None:
         panels.append(("per_dollar", f"output tokens per $ (catalog ${price:,.2f}/h on-demand)"))
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.4), squeeze=False)
     for ax, (y, label) in zip(axes[0], panels, strict=True):
-        for ctx in sorted({p["context_len"] for p in pts}):
+        for ctx in sorted({p["context_len"] for p in pts}):  # a frontier per context: one workload each
             mine = [p for p in pts if p["context_len"] == ctx]
-            ax.scatter([p["per_user"] for p in mine], [p[y] for p in mine], label=f"ctx {ctx}", alpha=0.8)
-        line = frontier(pts, y)
-        ax.plot([p["per_user"] for p in line], [p[y] for p in line], color="black", lw=1.2, label="Pareto frontier")
-        for p in line:
-            ax.annotate(p["load"].replace("concurrency ", "c="), (p["per_user"], p[y]), fontsize=7,
-                        textcoords="offset points", xytext=(4, 4))  # fmt: skip
+            dots = ax.scatter([p["per_user"] for p in mine], [p[y] for p in mine], alpha=0.5)
+            line = frontier(mine, y)
+            ax.plot([p["per_user"] for p in line], [p[y] for p in line], color=dots.get_facecolor()[0], lw=1.5,
+                    marker="o", label=f"ctx {ctx} frontier")  # fmt: skip
+            for p in line:
+                ax.annotate(p["load"].replace("concurrency ", "c="), (p["per_user"], p[y]), fontsize=7,
+                            textcoords="offset points", xytext=(4, 4))  # fmt: skip
         ax.set(xlabel="output tokens / s per user", ylabel=label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
