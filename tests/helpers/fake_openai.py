@@ -14,9 +14,15 @@ What a request meets is its mode: `mode(body)` when given, else the request's `m
   trickle (Content-Length 1000, then one body byte every 0.2 s for up to `stall_s`), cut (Content-Length 1000,
   10 bytes, then close), die (the serving process exits 0 at once, as vLLM's CPU engine does on a head size it can't
   run: the stand-in's mode).
-GET /health answers 200; /metrics a vLLM-like TTFT histogram; /version `version` when given; /v1/models lists
-`served` (each card with `max_model_len`, vLLM's `root` (the folder it serves) and `owned_by` when given) or stalls
-with `models_stall`, and answers 404 without `served`. `die_after` stops the whole server after that many requests.
+Load and cache, as vLLM has them: with `prefill_s` the server has one prefill slot, each prompt holding it for
+`prefill_s` before its first token, in arrival order (a virtual queue on absolute times, so a late thread doesn't
+add up): TTFT grows with the request rate past 1 / prefill_s. A prefix cache of `block` -token blocks (vLLM's
+hashing: a block counts only with every block before it) counts prompt tokens queried and hit, as vLLM's
+`vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` token counters.
+GET /health answers 200; /metrics a vLLM-like TTFT histogram and the prefix-cache counters; /version `version` when
+given; /v1/models lists `served` (each card with `max_model_len`, vLLM's `root` (the folder it serves) and `owned_by`
+when given) or stalls with `models_stall`, and answers 404 without `served`. `die_after` stops the whole server after
+that many requests.
 Every connection carries one request (HTTP/1.0: a stream ends when the socket closes).
 """
 
@@ -59,6 +65,8 @@ class FakeOpenAI(ThreadingHTTPServer):
         version: str | None = None,
         stall_s: float = 3.0,
         stall_prompts_over: int | None = None,
+        prefill_s: float = 0.0,
+        block: int = 16,
     ):
         super().__init__(("127.0.0.1", port), Handler)
         self.mode, self.fail_after, self.answer, self.finish_reason = mode, fail_after, answer, finish_reason
@@ -67,6 +75,10 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.token_delay_s, self.slow_first_s, self.die_after = token_delay_s, slow_first_s, die_after
         self.served, self.max_model_len, self.root, self.models_stall = served, max_model_len, root, models_stall
         self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
+        self.prefill_s, self.block = prefill_s, block
+        self.slot_free_at = 0.0  # perf_counter time the prefill slot frees
+        self.cached_blocks: set[tuple] = set()
+        self.cache_queries = self.cache_hits = 0
         self.release = threading.Event()  # set on stop: stalled and trickling handlers end
         self.lock = threading.Lock()
         self.requests: list[dict] = []  # bodies received, in arrival order
@@ -142,6 +154,10 @@ class Handler(BaseHTTPRequestHandler):
                 f'vllm:time_to_first_token_seconds_bucket{{le="+Inf"}} {s.ttft_count}\n'
                 f"vllm:time_to_first_token_seconds_count {s.ttft_count}\n"
                 f"vllm:time_to_first_token_seconds_sum {s.ttft_sum}\n"
+                "# TYPE vllm:prefix_cache_queries counter\n"
+                f'vllm:prefix_cache_queries_total{{engine="0"}} {s.cache_queries}\n'
+                "# TYPE vllm:prefix_cache_hits counter\n"
+                f'vllm:prefix_cache_hits_total{{engine="0"}} {s.cache_hits}\n'
             )
             self._send(200, text)
         else:
@@ -211,9 +227,33 @@ class Handler(BaseHTTPRequestHandler):
         else:
             raise ValueError(f"mode {mode!r} has no answer in one body")
 
+    def _cache(self, body: dict) -> None:
+        """Look the prompt's full blocks up in the prefix cache (a block hits only after hits on all before it)."""
+        s = self.server
+        tokens = tuple(body["prompt"]) if "prompt" in body else tuple(body["messages"][0]["content"].split(" "))
+        with s.lock:
+            s.cache_queries += len(tokens)
+            chained = True
+            for end in range(s.block, len(tokens) + 1, s.block):
+                key = tokens[:end]
+                chained = chained and key in s.cached_blocks
+                s.cache_hits += s.block if chained else 0
+                s.cached_blocks.add(key)
+
+    def _prefill(self) -> None:
+        """Wait for the one prefill slot, then hold it for prefill_s (absolute times: no drift under load)."""
+        s = self.server
+        with s.lock:
+            start = max(time.perf_counter(), s.slot_free_at)
+            s.slot_free_at = start + s.prefill_s
+        time.sleep(max(0.0, start + s.prefill_s - time.perf_counter()))
+
     def _stream(self, body: dict, mode: str, slow: float) -> None:
         s = self.server
         prompt = len(body["prompt"]) if "prompt" in body else s.chat_tokens(body["messages"][0]["content"])
+        self._cache(body)
+        if s.prefill_s:
+            self._prefill()
         if mode == "truncate":
             prompt = min(prompt, 64)
         n = body.get("max_tokens") or body.get("max_completion_tokens")

@@ -175,6 +175,7 @@ def test_cli_bench_serve_plots_and_compare(tmp_path, tiny_gemma4_dir):
         "throughput_vs_load.png",
         "ttft_vs_context.png",
         "latency_vs_throughput.png",
+        "pareto.png",
     }
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert all(c["goodput"] == pytest.approx(c["request_throughput"]) for c in summary["cells"])  # a lax SLO: all good

@@ -11,7 +11,7 @@ from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.serve import bench_args, cli, one_line_error
 
 MANIFEST = "bench_manifest.json"  # crosstune.servebench.sweep_folder.MANIFEST, spelt out: the format users see
-PLOTS = {"throughput_vs_load.png", "ttft_vs_context.png", "latency_vs_throughput.png"}
+PLOTS = {"throughput_vs_load.png", "ttft_vs_context.png", "latency_vs_throughput.png", "pareto.png"}
 
 
 def _sha256(path) -> str:

@@ -296,6 +296,8 @@ class ServeSection(Section):
     contexts: list[PositiveInt] = Field(default_factory=lambda: [1024, 2048, 4096])
     concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 16])
     output_tokens: PositiveInt = 256
+    preset: str | None = Field(None, description="a named serve grid (`bench serve --preset`, e.g. seed): its "
+                               "contexts, concurrency and output tokens replace the three above")  # fmt: skip
 
 
 class EvalSection(Section):

@@ -1,8 +1,9 @@
 """The serving benchmark (`crosstune bench serve|compare`): it speaks the OpenAI-compatible API over HTTP to any
 endpoint (a server crosstune started or not) and measures with vLLM's definitions. Transport (`client`), load
-(`workload`), the sweep driver (`sweep`), one metrics and SLO definition (`request_metrics`, `server_metrics`, `slo`),
-and outputs (`sweep_folder`, `summary`, `bench_table`) are apart. It imports nothing of crosstune.serve (checked by
-tests/test_layering.py): what it knows of a server is its URL.
+(`workload`: prompts from a per-run seed), the sweep (`sweep_config`, `sweep`, with `repeats` and the `max_rate`
+search), one metrics and SLO definition (`request_metrics`, `server_metrics`, `slo`), the prefix cache's verdicts
+(`prompt_cache`), named grids (`presets`), and outputs (`sweep_folder`, `summary`, `pareto`, `bench_table`) are
+apart. It imports nothing of crosstune.serve (checked by tests/test_layering.py): what it knows of a server is its URL.
 
 The Python API other layers use:
 - `bench.run_bench(SweepConfig(...), out=None, overwrite=False) -> BenchResult`: the whole `bench serve` (checks,

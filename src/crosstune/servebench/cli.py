@@ -64,12 +64,15 @@ def bench_serve(
     endpoint: str = typer.Option(..., "--endpoint", help="base URL, e.g. http://127.0.0.1:8000"),
     model: str = typer.Option(..., "--model", help="the served model name"),
     tokenizer: Path = typer.Option(..., "--tokenizer", help="the model's tokenizer directory (exact prompt lengths)"),
-    contexts: str = typer.Option("128,512", "--contexts", help="prompt lengths in tokens, comma-separated"),
-    concurrency: str = typer.Option("1,4", "--concurrency", help="concurrency levels (>= 1), comma-separated"),
+    contexts: str = typer.Option(None, "--contexts", help="prompt lengths in tokens, comma-separated [128,512]"),
+    concurrency: str = typer.Option(None, "--concurrency", help="concurrency levels (>= 1), comma-separated [1,4]"),
+    preset: str = typer.Option(
+        None, "--preset", help="a named grid (contexts, concurrency, output length): seed = the seed's serving table"
+    ),
     rates: str = typer.Option(None, "--rates", help="request rates (req/s, > 0) instead of concurrency levels"),
     max_concurrency: int = typer.Option(None, "--max-concurrency", help="with --rates: requests in flight at most"),
     burstiness: float = typer.Option(1.0, "--burstiness", help="gamma shape of arrival gaps (1 = Poisson)"),
-    output_len: int = typer.Option(32, "--output-len", help="exact output tokens per request (ignore_eos), >= 1"),
+    output_len: int = typer.Option(None, "--output-len", help="exact output tokens per request (ignore_eos) [32]"),
     num_requests: int = typer.Option(16, "--num-requests", help="timed requests per cell"),
     warmup: int = typer.Option(2, "--warmup", help="untimed requests before each cell"),
     api: str = typer.Option("completions", "--api", help="completions (token-id prompts) or chat"),
@@ -78,6 +81,22 @@ def bench_serve(
     probe_timeout_s: float = typer.Option(10.0, "--probe-timeout", help="bound on the probe before the sweep, s"),
     slo: list[str] = typer.Option(
         None, "--slo", help="SLO as in cost/report: NAME=MS, e.g. --slo p99_ttft_ms=2000 --slo p99_tpot_ms=50"
+    ),
+    seed: int = typer.Option(
+        None, "--seed", help="the prompts' seed, for an exact rerun (default: a fresh one per run, in summary.json)"
+    ),
+    prefix_reuse: float = typer.Option(
+        None, "--prefix-reuse", help="measure the prefix cache: share R (0<R<1) of each prompt is a shared prefix"
+    ),
+    repeats: int = typer.Option(1, "--repeats", help="runs per cell: 95 % confidence intervals over them"),
+    find_max_rate: list[str] = typer.Option(
+        None,
+        "--find-max-rate",
+        help="search the highest request rate meeting this SLO (NAME=MS, repeatable; --rates: the start rate)",
+    ),
+    max_rate_steps: int = typer.Option(8, "--max-rate-steps", help="with --find-max-rate: cells per context, at most"),
+    rate_resolution: float = typer.Option(
+        0.1, "--rate-resolution", help="with --find-max-rate: stop when missed / met rate <= 1 + this"
     ),
     out: Path = typer.Option(
         None, "--out", help="output folder (default: a new runs/bench/<label or model>-<date>-<time>)"
@@ -88,6 +107,9 @@ def bench_serve(
 ) -> None:
     """Sweep context lengths × concurrency (or request rates): per-request JSONL, summary.json, plots.
 
+    Prompts come from a fresh seed per run (recorded): a rerun against a long-lived server must not measure its
+    prefix cache; the server's prefix-cache counters are read per cell and a cold cell with hits is flagged.
+
     Exit 0 when every cell ran and had a successful request; 1 (saying which cell and why) when one had none or
     the server stopped answering; 130 on Ctrl-C, after writing the finished cells."""
     from crosstune.servebench.bench import run_bench
@@ -95,14 +117,30 @@ def bench_serve(
     from crosstune.servebench.slo import parse_slo
     from crosstune.servebench.sweep import SweepConfig
 
-    if max_concurrency is not None and not rates:
+    if max_concurrency is not None and not (rates or find_max_rate):
         raise BenchError("--max-concurrency caps a --rates sweep; with --concurrency each level is its own cap")
+    if find_max_rate and slo:
+        raise BenchError("--find-max-rate names the SLO the search meets: give it there, not also as --slo")
+    slo_ms = parse_slo(find_max_rate, "--find-max-rate") if find_max_rate else parse_slo(slo)
+    if preset is not None:
+        from crosstune.servebench.presets import get_preset
+
+        grid = get_preset(preset)
+        given = [o for o, v in (("--contexts", contexts), ("--concurrency", concurrency), ("--output-len", output_len))
+                 if v is not None]  # fmt: skip
+        if given:
+            raise BenchError(f"--preset {preset} sets the grid: drop {', '.join(given)} (or the preset)")
+        contexts, concurrency = ",".join(map(str, grid.contexts)), ",".join(map(str, grid.concurrency))
+        output_len = grid.output_len
+    contexts, concurrency = contexts or "128,512", concurrency or "1,4"
+    output_len = 32 if output_len is None else output_len
+    by_rate = bool(rates or find_max_rate)
     cfg = SweepConfig(
         endpoint=endpoint,
         model=model,
         tokenizer=tokenizer,
         contexts=parse_ints(contexts, "--contexts", 1),
-        concurrency=parse_ints(concurrency, "--concurrency", 1) if not rates else [],
+        concurrency=parse_ints(concurrency, "--concurrency", 1) if not by_rate else [],
         rates=parse_rates(rates) if rates else None,
         max_concurrency=max_concurrency,
         burstiness=burstiness,
@@ -113,7 +151,14 @@ def bench_serve(
         timeout_s=timeout_s,
         cell_timeout_s=cell_timeout_s,
         probe_timeout_s=probe_timeout_s,
-        slo_ms=parse_slo(slo),
+        slo_ms=slo_ms,
+        seed=seed,
+        prefix_reuse=prefix_reuse,
+        repeats=repeats,
+        find_max_rate=bool(find_max_rate),
+        max_rate_steps=max_rate_steps,
+        rate_resolution=rate_resolution,
+        preset=preset,
         label=label,
         target=target,
     )
@@ -136,13 +181,19 @@ def bench_serve(
 def compare(
     a: Path = typer.Argument(..., help="summary.json (or its directory)"), b: Path = typer.Argument(...)
 ) -> None:
-    """Two sweeps side by side per (context, level), with B/A ratios; client latencies of bursty cells marked."""
+    """Two sweeps side by side per (context, level), with B/A ratios; client latencies of bursty cells marked.
+
+    Refused (exit 1) when one sweep is cold and the other cached (a --prefix-reuse sweep, or a cold one whose
+    cells hit the prefix cache)."""
+    from crosstune.servebench.prompt_cache import refusal
     from crosstune.servebench.summary import compare_rows, load_summary
 
     try:
         sa, sb = load_summary(a), load_summary(b)
     except ValueError as e:
         raise BenchError(str(e)) from None
+    if why := refusal(sa, sb, f"A ({a})", f"B ({b})"):
+        raise BenchError(why)
     rows = compare_rows(sa, sb)
     if not rows:
         raise BenchError(f"{a} and {b} share no (context, concurrency/rate) cell")

@@ -35,6 +35,7 @@ class RequestRecord:
     finish_reason: str | None = None
     http_status: int | None = None
     error: str | None = None
+    prompt_sha256: str | None = None  # the prompt's hash (16 hex digits): two sweeps' prompts told apart
 
     @property
     def ok(self) -> bool:

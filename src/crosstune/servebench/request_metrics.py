@@ -57,6 +57,7 @@ def summarize(records: list[RequestRecord], duration_s: float, slo_ms: dict[str,
         "request_throughput": len(done) / duration_s if duration_s > 0 else 0.0,
         "output_throughput": output / duration_s if duration_s > 0 else 0.0,
         "total_token_throughput": (prompt + output) / duration_s if duration_s > 0 else 0.0,
+        "output_throughput_per_user": per_user_throughput(done),
     }
     cell.update(stats_ms((r.ttft_s for r in done if r.ttft_s is not None), "ttft"))
     cell.update(stats_ms((t for r in done if (t := r.tpot_s) is not None), "tpot"))
@@ -74,6 +75,15 @@ def summarize(records: list[RequestRecord], duration_s: float, slo_ms: dict[str,
         cell["slo_ms"] = dict(slo_ms)
         cell["slo_misses"] = slo.cell_misses(cell["completed"], cell["failed"], cell, slo_ms)
     return cell
+
+
+def per_user_throughput(done: list[RequestRecord]) -> float | None:
+    """Output tokens per second one user sees: Σ output tokens / Σ E2EL over completed requests — the cell's output
+    throughput divided by its mean requests in flight (Little's law), so concurrency and rate cells read alike; at
+    a saturated concurrency level it is `vllm bench sweep plot_pareto`'s throughput / concurrency."""
+    seconds = sum(r.e2el_s for r in done if r.e2el_s is not None)
+    tokens = sum(r.completion_tokens or 0 for r in done if r.e2el_s is not None)
+    return tokens / seconds if seconds > 0 else None
 
 
 def largest_burst_share(r: RequestRecord) -> float | None:

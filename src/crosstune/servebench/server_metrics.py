@@ -19,6 +19,9 @@ COUNTERS = {
     "prompt_tokens": "vllm:prompt_tokens",
     "preemptions": "vllm:num_preemptions",
     "requests_succeeded": "vllm:request_success",
+    # prompt tokens looked up in / found in the prefix cache (vLLM v1 token counters): servebench.prompt_cache
+    "prefix_cache_queries": "vllm:prefix_cache_queries",
+    "prefix_cache_hits": "vllm:prefix_cache_hits",
 }
 
 
@@ -70,14 +73,24 @@ BUCKET_NOTE = (
 def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict | None:
     """The server's view of the requests between two scrapes: mean (exact: sum / count), median and p99 (bucket
     estimates, with their buckets' edges) in ms per histogram, and counter deltas."""
-    if before is None or after is None:
+    return deltas([(before, after)])
+
+
+def deltas(pairs: list[tuple[dict[str, float] | None, dict[str, float] | None]]) -> dict | None:
+    """`delta` over several (before, after) windows together (a cell's repeats, each after its own warm-up): the
+    histograms' and counters' differences are summed, then read as one; None when a scrape is missing."""
+    if not pairs or any(before is None or after is None for before, after in pairs):
         return None
+    diff: dict[str, float] = {}
+    for before, after in pairs:
+        for key, value in after.items():
+            diff[key] = diff.get(key, 0.0) + value - before.get(key, 0.0)
     out: dict = {"note": BUCKET_NOTE}
     for short, name in HISTOGRAMS.items():
-        n = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
-        total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
-        les = sorted((float(k.split("|")[1]), k) for k in after if k.startswith(f"{name}_bucket|"))
-        buckets = [(le, after[k] - before.get(k, 0.0)) for le, k in les]
+        n = diff.get(f"{name}_count", 0.0)
+        total = diff.get(f"{name}_sum", 0.0)
+        les = sorted((float(k.split("|")[1]), k) for k in diff if k.startswith(f"{name}_bucket|"))
+        buckets = [(le, diff[k]) for le, k in les]
         out[f"count_{short}"] = n
         out[f"mean_{short}_ms"] = total / n * 1000.0 if n > 0 else None
         for label, q in (("median", 0.5), ("p99", 0.99)):
@@ -86,7 +99,7 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
             out[f"{label}_{short}_bucket_ms"] = None if found is None else [_ms(found[1]), _ms(found[2])]
     for short, name in COUNTERS.items():
         key = f"{name}_total"
-        out[short] = after.get(key, 0.0) - before.get(key, 0.0) if key in after else None
+        out[short] = diff[key] if key in diff else None
     return out
 
 

@@ -36,7 +36,8 @@ CLIENT_TIMED = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_m
 
 
 def write_plots(summary: dict, out_dir: Path) -> list[Path]:
-    """throughput vs concurrency per context; TTFT p50/p99 vs context; latency vs throughput."""
+    """throughput vs concurrency per context; TTFT p50/p99 vs context; latency vs throughput; the Pareto frontier
+    (servebench.pareto)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,6 +75,10 @@ def write_plots(summary: dict, out_dir: Path) -> list[Path]:
     ax.set(xlabel="output tokens / s", ylabel="median E2E latency ms", title="Latency vs throughput")
     ax.legend()
     paths.append(_save(fig, out_dir / "latency_vs_throughput.png"))
+    from crosstune.servebench.pareto import write_pareto
+
+    if pareto := write_pareto(summary, out_dir):
+        paths.append(pareto)
     return paths
 
 

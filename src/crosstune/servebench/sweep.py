@@ -14,98 +14,25 @@ is written after each cell.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
-import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from crosstune.errors import CrosstuneError
-from crosstune.servebench import server_metrics
+from crosstune.servebench import max_rate, prompt_cache, repeats, server_metrics
 from crosstune.servebench.client import RequestRecord, chat_payload, completion_payload, send
 from crosstune.servebench.request_metrics import describe_load, failure_kind, saturation, summarize
+from crosstune.servebench.slo import cell_misses
+from crosstune.servebench.sweep_config import BenchError, SweepConfig, fresh_seed
 from crosstune.servebench.workload import PromptMaker, arrival_times
 
 ENDPOINT_FAILURES = ("timeout", "refused", "dropped stream", "cut", "not sent")  # the server, not the request
-
-
-class BenchError(CrosstuneError):
-    """The benchmark can't run, or measured nothing; the message says why and what to do."""
-
-
-@dataclass
-class SweepConfig:
-    """One sweep. Every field is checked by `check()` (run_sweep calls it), naming the `bench serve` option."""
-
-    endpoint: str  # base URL, e.g. http://127.0.0.1:8000
-    model: str
-    tokenizer: Path
-    contexts: list[int]
-    concurrency: list[int] = field(default_factory=lambda: [1])
-    rates: list[float] | None = None  # request rates (req/s) instead of concurrency levels
-    max_concurrency: int | None = None  # with rates: the semaphore (None: unbounded)
-    burstiness: float = 1.0
-    output_len: int = 32
-    num_requests: int = 16
-    warmup: int = 2
-    api: str = "completions"  # or "chat"
-    timeout_s: float = 120.0  # deadline per request: the whole exchange
-    cell_timeout_s: float = 600.0  # bound on a whole cell, warm-up included
-    probe_timeout_s: float = 10.0
-    slo_ms: dict[str, float] = field(default_factory=dict)  # servebench.slo names: {"p99_ttft_ms": 2000.0}
-    seed: int = 0
-    label: str | None = None
-    target: str | None = None
-
-    def check(self) -> None:
-        """BenchError naming the option of the first value that can't describe a sweep."""
-        from crosstune.servebench.slo import check_slo
-
-        def ints(option: str, values: list, least: int) -> None:
-            if not values:
-                raise BenchError(f"{option}: give at least one value")
-            for v in values:
-                if isinstance(v, bool) or not isinstance(v, int) or v < least:
-                    raise BenchError(f"{option}: {v!r} is not an integer >= {least}")
-
-        ints("--contexts", self.contexts, 1)
-        if self.rates:
-            for r in self.rates:
-                if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) or r <= 0:
-                    raise BenchError(
-                        f"--rates: {r!r} is not a positive, finite request rate (req/s); for all requests at once "
-                        "use --concurrency"
-                    )
-            if self.max_concurrency is not None:
-                ints("--max-concurrency", [self.max_concurrency], 1)
-        else:
-            ints("--concurrency", self.concurrency, 1)
-        ints("--output-len", [self.output_len], 1)
-        ints("--num-requests", [self.num_requests], 1)
-        ints("--warmup", [self.warmup], 0)
-        ints("--seed", [self.seed], 0)
-        for option, v in (
-            ("--burstiness", self.burstiness),
-            ("--timeout", self.timeout_s),
-            ("--cell-timeout", self.cell_timeout_s),
-            ("--probe-timeout", self.probe_timeout_s),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
-                raise BenchError(f"{option}: {v!r} is not a positive, finite number")
-        if self.api not in ("completions", "chat"):
-            raise BenchError(f"--api: {self.api!r} is not one of completions, chat")
-        check_slo(self.slo_ms)
-        if not str(self.endpoint).startswith(("http://", "https://")):
-            raise BenchError(f"--endpoint {self.endpoint!r}: expected a base URL such as http://127.0.0.1:8000")
-
-    def levels(self) -> list[tuple[int | None, float | None]]:
-        if self.rates:
-            return [(self.max_concurrency, r) for r in self.rates]
-        return [(c, None) for c in self.concurrency]
+__all__ = ["BenchError", "SweepConfig", "run_sweep"]  # the config and its error live in sweep_config
 
 
 def load_prompt_maker(cfg: SweepConfig) -> PromptMaker:
@@ -114,7 +41,7 @@ def load_prompt_maker(cfg: SweepConfig) -> PromptMaker:
     if not path.is_dir():
         raise BenchError(f"--tokenizer {path}: no such folder (give the served model's folder, or its tokenizer's)")
     try:
-        return PromptMaker(path, cfg.seed)
+        return PromptMaker(path, cfg.seed or 0, cfg.prefix_reuse)
     except (OSError, ValueError, TypeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BenchError(f"--tokenizer {path}: no tokenizer can be loaded from it ({first})") from None
@@ -194,9 +121,17 @@ async def run_cell(
         if cfg.api == "chat":
             text = maker.text_of_length(ctx)
             payload, expected = chat_payload(cfg.model, text, cfg.output_len), maker.chat_prompt_tokens(text)
+            prompt = text.encode()
         else:
-            payload, expected = completion_payload(cfg.model, maker.ids_of_length(ctx), cfg.output_len), ctx
-        return payload, RequestRecord(ctx, conc, rate, i, expected, cfg.output_len)
+            ids = maker.ids_of_length(ctx)
+            payload, expected, prompt = (
+                completion_payload(cfg.model, ids, cfg.output_len),
+                ctx,
+                json.dumps(ids).encode(),
+            )
+        record = RequestRecord(ctx, conc, rate, i, expected, cfg.output_len)
+        record.prompt_sha256 = hashlib.sha256(prompt).hexdigest()[:16]  # which prompts a sweep sent, not the prompts
+        return payload, record
 
     async def guarded(payload: dict, record: RequestRecord, t_ref: float) -> None:
         try:
@@ -220,7 +155,9 @@ async def run_cell(
             kind = "not sent" if failure_kind(warmup["first_error"]) in ENDPOINT_FAILURES else "skipped"
             record.error = f"{kind}: every warm-up request failed (first: {warmup['first_error'][:200]})"
         return [r for _, r in jobs], 0.0, before, warmup
-    offsets = arrival_times(len(jobs), rate if rate is not None else float("inf"), cfg.burstiness, cfg.seed + ctx)
+    offsets = arrival_times(
+        len(jobs), rate if rate is not None else float("inf"), cfg.burstiness, (cfg.seed or 0) + ctx
+    )
     sem = asyncio.Semaphore(conc) if conc else None
     t0 = time.perf_counter()
 
@@ -252,7 +189,7 @@ def _server_down(endpoint: str) -> str | None:
     return None if r.status_code == 200 else f"/health answered {r.status_code}"
 
 
-def new_summary(cfg: SweepConfig, model_card: dict | None = None) -> dict:
+def new_summary(cfg: SweepConfig, model_card: dict | None = None, seed_given: bool = True) -> dict:
     return {
         "endpoint": cfg.endpoint,
         "model": cfg.model,
@@ -260,15 +197,23 @@ def new_summary(cfg: SweepConfig, model_card: dict | None = None) -> dict:
         "label": cfg.label,
         "target": cfg.target,
         "output_len": cfg.output_len,
+        "preset": cfg.preset,
         "num_requests": cfg.num_requests,
         "warmup": cfg.warmup,
         "burstiness": cfg.burstiness,
         "timeout_s": cfg.timeout_s,
         "cell_timeout_s": cfg.cell_timeout_s,
         "slo_ms": cfg.slo_ms,
+        "seed": cfg.seed,
+        "seed_given": seed_given,
+        "prefix_reuse": cfg.prefix_reuse,
+        "prompt_cache": prompt_cache.workload_kind(cfg.prefix_reuse),
+        "shared_prefix_tokens": {str(c): prompt_cache.shared_prefix_tokens(c, cfg.prefix_reuse) for c in cfg.contexts},
+        "repeats": cfg.repeats,
         "server_max_model_len": (model_card or {}).get("max_model_len"),
         "cells": [],
         "saturation": {},
+        "max_rate": None,
         "aborted": None,
         "interrupted": False,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -280,14 +225,17 @@ def where(ctx: int, conc: int | None, rate: float | None) -> str:
 
 
 async def run_sweep(cfg: SweepConfig, out_dir: Path, progress: Callable[[str], None] | None = None) -> dict:
-    """Check `cfg`, probe the endpoint, then every (context, level) cell in order; requests.jsonl and summary.json
-    in `out_dir` are rewritten after each cell. Ctrl-C (cancellation) writes the finished cells, marks the summary
-    interrupted and re-raises. `progress` gets one line per cell."""
+    """Check `cfg`, probe the endpoint, then every (context, level) cell in order — or, with find_max_rate, each
+    context's rate search (servebench.max_rate); requests.jsonl and summary.json in `out_dir` are rewritten after each
+    cell. The prompts' seed is cfg.seed, or a fresh one recorded in the summary. Ctrl-C (cancellation) writes the
+    finished cells, marks the summary interrupted and re-raises. `progress` gets one line per cell."""
     cfg.check()
+    seed_given = cfg.seed is not None
+    cfg = dataclasses.replace(cfg, seed=cfg.seed if seed_given else fresh_seed())
     maker = load_prompt_maker(cfg)
     card = probe(cfg, maker)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = new_summary(cfg, card)
+    summary = new_summary(cfg, card, seed_given)
     jsonl = out_dir / "requests.jsonl"
     jsonl.write_text("")
     write_summary(summary, out_dir)
@@ -295,26 +243,47 @@ async def run_sweep(cfg: SweepConfig, out_dir: Path, progress: Callable[[str], N
     current = "before the first cell"
     try:
         async with httpx.AsyncClient(limits=limits, timeout=cfg.timeout_s) as client:
-            plan = [(ctx, conc, rate) for ctx in cfg.contexts for conc, rate in cfg.levels()]
-            for i, (ctx, conc, rate) in enumerate(plan):
+
+            async def measure(ctx: int, conc: int | None, rate: float | None, last: bool) -> dict | None:
+                """One cell (all its repeats) into the summary; the cell, or None when the sweep must stop."""
+                nonlocal current
                 current = where(ctx, conc, rate)
-                load0 = os.getloadavg()[0]
-                records, duration, before, warmup = await run_cell(client, cfg, maker, ctx, conc, rate)
-                cell = summarize(records, duration, cfg.slo_ms or None)
-                cell["warmup"] = warmup
-                cell["load_avg_1m"] = [load0, os.getloadavg()[0]]
-                cell["server"] = server_metrics.delta(before, server_metrics.scrape(cfg.endpoint))
+                cell = await _cell(client, cfg, maker, ctx, conc, rate, jsonl)
                 summary["cells"].append(cell)
-                with jsonl.open("a") as fh:
-                    for r in records:
-                        fh.write(json.dumps(r.to_json()) + "\n")
                 summary["saturation"] = saturation(summary["cells"])
                 write_summary(summary, out_dir)
                 if progress is not None:
                     progress(cell_line(cell))
-                if why := _stop_reason(cfg, cell, current, last=i + 1 == len(plan)):
+                if why := _stop_reason(cfg, cell, current, last):
                     summary["aborted"] = why
                     write_summary(summary, out_dir)
+                    return None
+                return cell
+
+            if cfg.find_max_rate:
+                summary["max_rate"] = {}
+                start = cfg.rates[0] if cfg.rates else max_rate.DEFAULT_START
+                for ctx in cfg.contexts:
+                    steps: list[max_rate.Step] = []
+                    while (
+                        rate := max_rate.next_rate(steps, start, cfg.rate_resolution, cfg.max_rate_steps)
+                    ) is not None:
+                        # a rate whose every request timed out is a miss, not a reason to stop: only a server gone is
+                        cell = await measure(ctx, cfg.max_concurrency, rate, last=True)
+                        if cell is None:
+                            return summary
+                        steps.append(
+                            max_rate.Step(rate, not cell_misses(cell["completed"], cell["failed"], cell, cfg.slo_ms))
+                        )
+                        found = max_rate.result(steps, cfg.rate_resolution)
+                        summary["max_rate"][str(ctx)] = found
+                        write_summary(summary, out_dir)
+                    if progress is not None:
+                        progress(max_rate.describe(str(ctx), found))
+                return summary
+            plan = [(ctx, conc, rate) for ctx in cfg.contexts for conc, rate in cfg.levels()]
+            for i, (ctx, conc, rate) in enumerate(plan):
+                if await measure(ctx, conc, rate, last=i + 1 == len(plan)) is None:
                     return summary
     except asyncio.CancelledError:
         n = len(summary["cells"])
@@ -326,6 +295,41 @@ async def run_sweep(cfg: SweepConfig, out_dir: Path, progress: Callable[[str], N
         write_summary(summary, out_dir)
         raise
     return summary
+
+
+async def _cell(
+    client: httpx.AsyncClient,
+    cfg: SweepConfig,
+    maker: PromptMaker,
+    ctx: int,
+    conc: int | None,
+    rate: float | None,
+    jsonl: Path,
+) -> dict:
+    """Run a cell `cfg.repeats` times (records appended to `jsonl`, each with its repeat): the pooled cell with its
+    server deltas, prefix-cache figures and, over several repeats, intervals (servebench.repeats)."""
+    load0 = os.getloadavg()[0]
+    pooled, duration, runs, server = [], 0.0, [], []
+    for k in range(cfg.repeats):
+        records, seconds, before, warmup = await run_cell(client, cfg, maker, ctx, conc, rate)
+        after = server_metrics.scrape(cfg.endpoint)
+        if cfg.repeats > 1:
+            runs.append(repeats.headline(summarize(records, seconds, cfg.slo_ms or None)))
+        pooled += records
+        duration += seconds
+        server.append((before, after))
+        with jsonl.open("a") as fh:
+            for r in records:
+                fh.write(json.dumps({**r.to_json(), "repeat": k}) + "\n")
+    cell = summarize(pooled, duration, cfg.slo_ms or None)
+    cell["warmup"] = warmup
+    cell["load_avg_1m"] = [load0, os.getloadavg()[0]]
+    cell["server"] = server_metrics.deltas(server)
+    cell["prefix_cache"] = prompt_cache.cell_cache(cell["server"], cfg.prefix_reuse)
+    if cfg.repeats > 1:
+        cell["repeats"] = runs
+        cell["intervals"] = repeats.intervals(runs)
+    return cell
 
 
 def _stop_reason(cfg: SweepConfig, cell: dict, current: str, last: bool) -> str | None:

@@ -1,10 +1,17 @@
-"""Prompts of an exact token length, and request arrival times (vLLM's random dataset and arrival process)."""
+"""Prompts of an exact token length, and request arrival times (vLLM's random dataset and arrival process).
+
+Prompts come from a per-run seed (`bench serve` draws a fresh one unless `--seed` asks for an exact rerun): the
+same seed against a long-lived server sends the very same prompts, and its prefix cache then answers them. With
+`prefix_reuse` R every prompt of a context starts with the same R × context tokens (servebench.prompt_cache), drawn
+once per context, and goes on with tokens of its own."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+
+from crosstune.servebench.prompt_cache import shared_prefix_tokens
 
 
 class PromptMaker:
@@ -17,16 +24,26 @@ class PromptMaker:
 
     WORD_CANDIDATES = 20_000  # tokens examined for words (a 262k vocabulary needs no more)
 
-    def __init__(self, tokenizer_dir: Path, seed: int = 0):
+    def __init__(self, tokenizer_dir: Path, seed: int = 0, prefix_reuse: float | None = None):
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         special = set(self.tokenizer.all_special_ids)
         self.ids = np.array([i for i in range(len(self.tokenizer)) if i not in special], dtype=np.int64)
         self.rng = np.random.default_rng(seed)
+        self.prefix_reuse = prefix_reuse
         self._words: list[str] | None = None
+        self._prefix_ids: dict[int, list[int]] = {}
+        self._prefix_text: dict[int, str] = {}
 
     def ids_of_length(self, n: int) -> list[int]:
+        """A prompt of `n` token ids: the context's shared prefix (prefix_reuse), then ids of its own."""
+        shared = shared_prefix_tokens(n, self.prefix_reuse)
+        if shared and n not in self._prefix_ids:
+            self._prefix_ids[n] = self._random_ids(shared)
+        return self._prefix_ids.get(n, []) + self._random_ids(n - shared)
+
+    def _random_ids(self, n: int) -> list[int]:
         return [int(i) for i in self.rng.choice(self.ids, size=n)]
 
     def words(self) -> list[str]:
@@ -40,9 +57,17 @@ class PromptMaker:
         return self._words
 
     def text_of_length(self, n: int) -> str:
+        """A text of exactly `n` tokens: the context's shared prefix (prefix_reuse), then words of its own."""
+        shared = shared_prefix_tokens(n, self.prefix_reuse)
+        if shared and n not in self._prefix_text:
+            self._prefix_text[n] = self._words_of_length(shared, "")
+        return self._words_of_length(n, self._prefix_text.get(n, ""))
+
+    def _words_of_length(self, n: int, prefix: str) -> str:
         words = self.words()
+        count = n - len(self.tokenizer.encode(prefix, add_special_tokens=False)) if prefix else n
         for _ in range(50):
-            text = "".join(self.rng.choice(words, size=n)) if words else ""
+            text = prefix + "".join(self.rng.choice(words, size=count)) if words else ""
             if words and len(self.tokenizer.encode(text, add_special_tokens=False)) == n:
                 return text
         raise ValueError(

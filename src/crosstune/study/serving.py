@@ -25,6 +25,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_grid(serve: Any) -> dict[str, Any]:
+    """The grid a study sweeps: the recipe's serve.contexts / concurrency / output_tokens, or the named preset's
+    (servebench.presets, `serve.preset: seed` gives the seed's table shape on any target)."""
+    if serve.preset is None:
+        return {"contexts": list(serve.contexts), "concurrency": list(serve.concurrency),
+                "output_len": serve.output_tokens, "preset": None}  # fmt: skip
+    from crosstune.servebench.presets import get_preset
+
+    grid = get_preset(serve.preset, "the recipe's serve.preset")
+    return {"contexts": list(grid.contexts), "concurrency": list(grid.concurrency), "output_len": grid.output_len,
+            "preset": grid.name}  # fmt: skip
+
+
 def sweep(
     state: Any,
     tokenizer: Path,
@@ -37,6 +50,7 @@ def sweep(
     num_requests: int,
     label: str,
     target: str,
+    preset: str | None = None,
 ) -> dict:
     """The serve grid against a running server (`state`: serve.process.ServerState), as `bench serve` runs it
     (servebench.bench.run_bench): summary.json, requests.jsonl, plots and bench_manifest.json in `out_dir` (replacing
@@ -49,7 +63,7 @@ def sweep(
     cfg = SweepConfig(
         endpoint=state.base_url, model=state.lora_name or state.model, tokenizer=tokenizer, contexts=list(contexts),
         concurrency=list(concurrency), output_len=output_len, num_requests=num_requests, warmup=2, label=label,
-        target=target,
+        target=target, preset=preset,
     )  # fmt: skip
     result = run_bench(cfg, out_dir, overwrite=True, progress=lambda line: console.print("   " + line, markup=False))
     render_summary(result.summary, console)
@@ -75,7 +89,8 @@ class Server:
 
     def max_model_len(self) -> int:
         serve, ev = self.s.recipe.serve, self.s.recipe.eval
-        return max(serve.max_model_len, max(serve.contexts) + serve.output_tokens + 64, ev.max_tokens + 1024)
+        grid = serve_grid(serve)
+        return max(serve.max_model_len, max(grid["contexts"]) + grid["output_len"] + 64, ev.max_tokens + 1024)
 
     def start(self):
         if self.state is None:
@@ -134,19 +149,19 @@ def run_bench(s: StudyContext) -> StageResult:
         return StageResult(note, status="skipped", record={"enable": SERVE_ENV_COMMAND})
     from crosstune.servebench.sweep import BenchError
 
-    serve = s.recipe.serve
+    grid = serve_grid(s.recipe.serve)
     try:
         summary = sweep(
-            s.server.start(), s.merged_dir, s.bundle / BENCH, s.console, contexts=serve.contexts,
-            concurrency=serve.concurrency, output_len=serve.output_tokens,
-            num_requests=max(16, REQUESTS_PER_LOAD * max(serve.concurrency)),
+            s.server.start(), s.merged_dir, s.bundle / BENCH, s.console, **grid,
+            num_requests=max(16, REQUESTS_PER_LOAD * max(grid["concurrency"])),
             label=f"{s.recipe.name} · {s.backend} · {s.recipe.hardware}", target=s.recipe.hardware,
         )  # fmt: skip
     except BenchError as e:
         raise BenchError(f"{e} (server log: {s.bundle / SERVE})") from None
     cells = len(summary.get("cells", []))
+    named = f"preset {grid['preset']}: " if grid["preset"] else ""
     return StageResult(
-        f"{cells} cells (contexts {serve.contexts} × concurrency {serve.concurrency})",
+        f"{cells} cells ({named}contexts {grid['contexts']} × concurrency {grid['concurrency']})",
         [Output(f"{BENCH}/summary.json")],
         contents={"sweeps": [f"{BENCH}/summary.json"]},
     )

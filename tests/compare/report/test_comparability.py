@@ -50,6 +50,14 @@ def test_sweeps_of_different_workloads_are_flagged(tmp_path, change, what):
     assert "| ⚠ 4096 | 8 |" in md  # and the compare table's
 
 
+def test_a_cold_sweep_is_not_compared_with_a_cached_one(tmp_path):
+    cold = _sweep(tmp_path, "cold", label="cold", prompt_cache="cold", seed=11)
+    reuse = _sweep(tmp_path, "reuse", label="reuse", prompt_cache="prefix reuse 0.5", prefix_reuse=0.5, seed=12)
+    md = _md(tmp_path, [cold, reuse])
+    assert "> **NOT COMPARABLE:** the sweeps differ in prompt cache — cold: cold; reuse: prefix reuse 0.5" in md
+    assert "prompt cache not recorded" not in _md(tmp_path / "old", [GPU_SWEEP, TPU_SWEEP])  # neither records it
+
+
 def test_a_rate_sweep_is_not_compared_with_a_concurrency_sweep(tmp_path):
     summary = json.loads(GPU_SWEEP.read_text())
     for cell in summary["cells"]:

@@ -32,8 +32,8 @@ def test_report_has_every_section_chart_and_table(tmp_path):
     html = write_report(_inputs(tmp_path), tmp_path / "out")
     page, md = html.read_text(), (tmp_path / "out" / "report.md").read_text()
     charts = sorted(p.name for p in (tmp_path / "out" / "charts").glob("*.png"))
-    assert charts == ["loss.png", "pass-at-k.png", "serving-contexts.png", "serving.png", "tco.png",
-                      "throughput.png", "verdicts.png"]  # fmt: skip
+    assert charts == ["loss.png", "pass-at-k.png", "serving-contexts.png", "serving-pareto.png", "serving.png",
+                      "tco.png", "throughput.png", "verdicts.png"]  # fmt: skip
     for name in charts:
         assert (tmp_path / "out" / "charts" / name).read_bytes().startswith(PNG_MAGIC)
         assert f"](charts/{name})" in md
@@ -185,7 +185,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     found = re.search(r'<div id="probe">([^<]*)</div>', dom.stdout)
     assert found, f"the probe never ran: {dom.stderr[-2000:]}"
     status = dict(item.split("=", 1) for item in found.group(1).split())
-    assert int(status["images"]) == 7 and status["broken"] == "0" and status["failed"] == "0"
+    assert int(status["images"]) == 8 and status["broken"] == "0" and status["failed"] == "0"
     assert all(int(w) >= 700 for w in status["widths"].split(","))  # every chart decoded at its drawn size
     assert int(status["tables"]) >= 12 and int(status["flagged"]) == 2 and status["fetched"] == "0"
     shot = tmp_path / "out" / "screenshot.png"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.compare.inputs.values import CostError, number, whole
+from crosstune.servebench import prompt_cache
 from crosstune.servebench import slo as slos
 
 REQUIRED = ("context_len", "completed", "output_throughput")  # + concurrency, or request_rate for a rate sweep
@@ -25,6 +26,7 @@ class Cell:
     output_throughput: float
     total_token_throughput: float | None
     latency_ms: dict[str, float] = field(default_factory=dict)  # "p99_ttft_ms" -> value
+    output_throughput_per_user: float | None = None  # tokens/s one user sees (servebench.pareto); None: not recorded
 
     def latency(self, name: str) -> float | None:
         return self.latency_ms.get(name)
@@ -94,6 +96,8 @@ def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
         "KV-cache dtype": raw.get("kv_cache_dtype"),
         "hardware": raw.get("target"),
         "load": "request rate (req/s)" if rates else "concurrent requests",
+        # cold, a prefix reuse ratio, or a cold workload the cache served (servebench.prompt_cache)
+        "prompt cache": prompt_cache.sweep_kind(raw) if "prompt_cache" in raw else None,
     }
 
 
@@ -116,7 +120,7 @@ def _cell(path: Path, index: int, row: object) -> Cell:
     }
     optional = {
         k: (None if row.get(k) is None else number(f"{where}.{k}", row[k], low=0))
-        for k in ("duration_s", "request_throughput", "total_token_throughput")
+        for k in ("duration_s", "request_throughput", "total_token_throughput", "output_throughput_per_user")
     }
     return Cell(
         context_len=whole(f"{where}.context_len", row["context_len"], low=1, unit="prompt tokens"),

@@ -65,8 +65,10 @@ def compare_runs(runs: list[RunSummary]) -> list[Note]:
 
 # Sweeps: what defines the workload must match (else the numbers measure different things); of what is being
 # compared (the subject) one dimension should differ at a time, else a ratio can't be put down to any of them.
-SWEEP_WORKLOAD = ("output length (tokens)", "api", "tokenizer", "load")
+SWEEP_WORKLOAD = ("output length (tokens)", "api", "tokenizer", "load", "prompt cache")
 SWEEP_SUBJECT = ("hardware", "model", "KV-cache dtype")
+# Recorded only by newer sweeps: unrecorded on every sweep is no news (a warning only when some sweep records it).
+SWEEP_RECENT = ("prompt cache",)
 
 
 def compare_sweeps(sweeps: list[Sweep]) -> list[Note]:
@@ -84,7 +86,7 @@ def compare_sweeps(sweeps: list[Sweep]) -> list[Note]:
             notes.append(Note(f"the sweeps differ in {label} — {shown}", "error"))
         elif len(known) > 1:
             subject.append((label, shown))
-        if unknown:
+        if unknown and (known or label not in SWEEP_RECENT):
             notes.append(Note(f"{label} not recorded for {', '.join(unknown)}: comparability unchecked", "warn"))
     if len(subject) > 1:
         names = " and ".join(label for label, _ in subject)

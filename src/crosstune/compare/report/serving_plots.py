@@ -119,3 +119,59 @@ def contexts_figure(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms"):
 
 def serving_contexts(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms") -> bytes:
     return png(contexts_figure(sweeps, latency))
+
+
+def _pareto_points(sweep: Sweep) -> list[dict]:
+    """A sweep's cells as servebench.pareto's points (the one frontier rule), per chip of its target."""
+    from crosstune.servebench.pareto import chips, per_user
+
+    n, _ = chips(sweep.target)
+    rate = sweep.declared.get("load") == "request rate (req/s)"  # Cell.concurrency then holds the rate
+    pts = []
+    for c in sweep.cells:
+        row = {
+            "output_throughput_per_user": c.output_throughput_per_user,
+            "output_throughput": c.output_throughput,
+            "concurrency": None if rate else c.concurrency,
+            "request_rate": c.concurrency if rate else None,
+        }
+        user = per_user(row)
+        if c.completed and user:
+            pts.append({"per_user": user, "per_chip": c.output_throughput / n, "throughput": c.output_throughput})
+    return pts
+
+
+def pareto_figure(sweeps: Sequence[Sweep], usd_per_hour: Sequence[float | None]):
+    """Tokens/s per user against tokens/s per chip (left) and output tokens per dollar (right, sweeps with a price):
+    every cell a point, each sweep's Pareto frontier a line (servebench.pareto.frontier)."""
+    from crosstune.servebench.pareto import frontier, tokens_per_dollar
+
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), dpi=DPI)
+    for k, (sweep, price) in enumerate(zip(sweeps, usd_per_hour, strict=True)):
+        pts = _pareto_points(sweep)
+        if not pts:
+            continue
+        for p in pts:
+            p["per_dollar"] = tokens_per_dollar(p["throughput"], price) if price else None
+        style = _style(k, sweep, 5)
+        for ax, y in ((left, "per_chip"), (right, "per_dollar")):
+            if y == "per_dollar" and not price:
+                continue
+            ax.scatter([p["per_user"] for p in pts], [p[y] for p in pts], color=style["color"],
+                       marker=style["marker"], alpha=0.35, s=18)  # fmt: skip
+            line = frontier(pts, y)
+            ax.plot([p["per_user"] for p in line], [p[y] for p in line], **style)
+    left.set(ylabel="output tokens / s per chip", title="Throughput per chip vs interactivity")
+    right.set(ylabel="output tokens per $", title="Output tokens per dollar vs interactivity")
+    for ax in (left, right):
+        ax.set_xlabel("output tokens / s per user")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=LEGEND_SIZE)
+    fig.tight_layout()
+    return fig
+
+
+def serving_pareto(sweeps: Sequence[Sweep], usd_per_hour: Sequence[float | None]) -> bytes:
+    return png(pareto_figure(sweeps, usd_per_hour))

@@ -27,6 +27,16 @@ def common_concurrency(a: Sweep, b: Sweep, context: int) -> int | None:
     return below[-1] if below else shared[0]
 
 
+def _usd_per_hour(book: PriceBook, sweep: Sweep) -> float | None:
+    """The whole target's $/hour from the price book; None when the sweep names no target or it has no price."""
+    if sweep.target is None:
+        return None
+    try:
+        return book.price(sweep.target).per_hour
+    except (CostError, KeyError):
+        return None
+
+
 def _cell(sweep: Sweep, context: int, concurrency: int):
     return next(c for c in sweep.at(context) if c.concurrency == concurrency)
 
@@ -53,6 +63,15 @@ def serving_section(
             "By context length",
             serving_plots.serving_contexts(sweeps, TTFT),
             "peak output throughput and unloaded TTFT against the context length",
+        )
+    )
+    section.items.append(
+        Chart(
+            "serving-pareto",
+            "Pareto frontier: interactivity against throughput per chip and per dollar",
+            serving_plots.serving_pareto(sweeps, [_usd_per_hour(book, s) for s in sweeps]),
+            "output tokens/s per user against output tokens/s per chip and output tokens per $ (price book), every "
+            "cell a point, each sweep's frontier a line",
         )
     )
     rows = []
