@@ -43,28 +43,22 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
 
 
 def vllm_tp_layout(spec: ModelSpec, tp: int) -> TpLayout:
-    """vLLM's verdict on tensor parallelism `tp` for every attention layer type of `spec`."""
-    errors, replicated = [], []
-    for name in dict.fromkeys(spec.layer_types):
-        a, n = spec.attention[name], len(spec.layers_of(name))
-        if a.num_heads % tp:
-            errors.append(f"{a.num_heads} query heads on {name} layers ({n}) not divisible by tp={tp}")
-        if a.num_kv_heads >= tp and a.num_kv_heads % tp:
-            errors.append(f"{a.num_kv_heads} KV heads on {name} layers ({n}) not divisible by tp={tp}")
-        elif a.num_kv_heads < tp and tp % a.num_kv_heads:
-            errors.append(f"tp={tp} is not a multiple of the {a.num_kv_heads} KV heads on {name} layers ({n})")
-        elif a.num_kv_heads < tp:
-            replicated.append(
-                f"{a.num_kv_heads} KV heads on {name} layers ({n}): each replicated on {tp // a.num_kv_heads} "
-                f"ranks (their K/V weights and KV cache are {tp // a.num_kv_heads}x what an even split would hold)"
-            )
+    """vLLM's verdict on tensor parallelism `tp` for every attention layer type of `spec` (the head rule is the
+    family spec's, `ModelSpec.tp_problems(tp, replicate_kv=True)`), and on a MoE's expert width."""
+    errors = spec.tp_problems(tp, replicate_kv=True)
+    replicated = [
+        f"{spec.attention[name].num_kv_heads} KV heads on {name} layers ({len(spec.layers_of(name))}): each "
+        f"replicated on {ranks} ranks (their K/V weights and KV cache are {ranks}x what an even split would hold)"
+        for name, ranks in spec.kv_replication(tp).items()
+        if ranks > 1
+    ]
     if spec.moe is not None and spec.moe.expert_dim % tp:
         errors.append(f"the {spec.moe.num_experts} experts' width {spec.moe.expert_dim} not divisible by tp={tp}")
-    return TpLayout(tp, errors, replicated)
+    return TpLayout(tp, errors, replicated if not errors else [])
 
 
 def vllm_tps(spec: ModelSpec, devices: int) -> list[int]:
-    """The tp values dividing `devices` that vLLM accepts for `spec` (the training rule: ModelSpec.shardable_tps)."""
+    """The tp values dividing `devices` that vLLM accepts for `spec`."""
     return [t for t in range(1, devices + 1) if devices % t == 0 and vllm_tp_layout(spec, t).ok]
 
 
