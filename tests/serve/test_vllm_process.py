@@ -35,6 +35,10 @@ def test_stop_after_a_kill_9_of_vllms_api_server_ends_its_engine(tmp_path, tiny_
         members = read_state(state_dir).members
         print("recorded:", [m["cmdline"][:60] for m in members])  # shown by `pytest -rP`
         assert members, "vLLM's engine core runs in a process of its own"
+        kv = read_state(state_dir).kv_cache  # what vLLM's log says it allocated (VLLM_CPU_KVCACHE_SPACE=1 GiB)
+        assert kv["device"] == "CPU" and kv["max_model_len"] == 256 and kv["tokens"] > 0, kv
+        # vLLM logs tokens = int(max_concurrency × max_model_len), the concurrency rounded to 2 decimals
+        assert abs(kv["tokens"] - kv["max_concurrency"] * 256) <= 0.005 * 256 + 1, kv
         os.kill(state.pid, signal.SIGKILL)
         try:
             os.waitpid(state.pid, 0)  # this process started it

@@ -60,6 +60,7 @@ class SweepConfig:
     seed: int = 0
     label: str | None = None
     target: str | None = None
+    server_kv_cache: dict | None = None  # the KV cache the server logged allocating (`serve start` records it)
 
     def check(self) -> None:
         """BenchError naming the option of the first value that can't describe a sweep."""
@@ -267,6 +268,7 @@ def new_summary(cfg: SweepConfig, model_card: dict | None = None) -> dict:
         "cell_timeout_s": cfg.cell_timeout_s,
         "slo_ms": cfg.slo_ms,
         "server_max_model_len": (model_card or {}).get("max_model_len"),
+        "server_kv_cache": cfg.server_kv_cache,
         "cells": [],
         "saturation": {},
         "aborted": None,

@@ -49,7 +49,7 @@ def sweep(
     cfg = SweepConfig(
         endpoint=state.base_url, model=state.lora_name or state.model, tokenizer=tokenizer, contexts=list(contexts),
         concurrency=list(concurrency), output_len=output_len, num_requests=num_requests, warmup=2, label=label,
-        target=target,
+        target=target, server_kv_cache=state.kv_cache,
     )  # fmt: skip
     result = run_bench(cfg, out_dir, overwrite=True, progress=lambda line: console.print("   " + line, markup=False))
     render_summary(result.summary, console)
