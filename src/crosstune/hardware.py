@@ -26,6 +26,7 @@ class Chip:
     ici_bandwidth_gbs: float | None = None
     # What vLLM allocates for `--kv-cache-dtype fp8` on this chip (FP8_KV: its meaning; FP8_KV_SOURCE: why)
     fp8_kv: str = "unverified"
+    compute_capability: int | None = None  # GPUs: CUDA SM (90 Hopper, 80 Ampere): which attention kernels exist
 
 
 # `--kv-cache-dtype fp8` per chip generation, from the engines' own matrices (docs/REAL_HARDWARE.md, "KV-cache dtype"):
@@ -88,11 +89,22 @@ CHIPS: dict[str, Chip] = {
             fp8_kv="storage",
         ),
         Chip("tpu-v5e", "tpu", 197.0, 16.0, 819.0, None, None, _NO_PRICE, ici_bandwidth_gbs=400.0, fp8_kv="bf16"),
+        # SXM; 1979 is sparse
         Chip(
-            "h100", "gpu", 989.0, 80.0, 3350.0, 11.06, None, _H100_SOURCE, "2025-26", fp8_kv="native"
-        ),  # SXM; 1979 is sparse
-        Chip("h200", "gpu", 989.0, 141.0, 4800.0, None, None, _NO_PRICE, fp8_kv="native"),
-        Chip("a100", "gpu", 312.0, 80.0, 2000.0, None, None, _NO_PRICE, fp8_kv="storage"),
+            "h100",
+            "gpu",
+            989.0,
+            80.0,
+            3350.0,
+            11.06,
+            None,
+            _H100_SOURCE,
+            "2025-26",
+            fp8_kv="native",
+            compute_capability=90,
+        ),
+        Chip("h200", "gpu", 989.0, 141.0, 4800.0, None, None, _NO_PRICE, fp8_kv="native", compute_capability=90),
+        Chip("a100", "gpu", 312.0, 80.0, 2000.0, None, None, _NO_PRICE, fp8_kv="storage", compute_capability=80),
         Chip("cpu", "cpu", None, None, None, None, None, _NO_PRICE),
     )
 }

@@ -157,6 +157,8 @@ def test_cli_serve_plan_exit_codes():
     assert "vllm/vllm-tpu:latest" in ok.output and "--data-parallel-size 2 --tensor-parallel-size 4" in ok.output
     assert "chosen dp 2 × tp 4: no KV head replicated" in ok.output
     assert "tp 8: replicates the global layers' 4 KV heads ×2" in ok.output
+    assert "attention on sliding (head_dim 256), global (head_dim 512): ragged paged attention" in ok.output
+    assert "LoRA: vLLM-TPU's JAX model path has no LoRA manager" in ok.output
     bad = runner.invoke(app, ["serve", "plan", str(RECIPES / "gemma4-31b-2xh100.yaml"), "--tp", "3"])
     assert bad.exit_code == 1 and "can't serve" in bad.output
 

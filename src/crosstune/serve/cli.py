@@ -49,6 +49,8 @@ def plan(
     if target is not None and target not in SERVE_TARGETS:
         raise typer.BadParameter(f"{target!r}: one of {', '.join(SERVE_TARGETS)}", param_hint="--target")
     recipe = load_recipe(recipe_file)
+    if adapter is not None and not (adapter / "adapter_config.json").is_file():
+        raise ServeError(f"--adapter {adapter}: no adapter_config.json (expected a PEFT adapter, e.g. an export's)")
     rank = json.loads((adapter / "adapter_config.json").read_text())["r"] if adapter else None
     result = serve_plan(
         recipe, target, tp=tp, dp=dp, kv_dtype=kv_cache_dtype, adapter=adapter, adapter_rank=rank, name=name

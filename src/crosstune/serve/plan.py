@@ -16,6 +16,7 @@ from crosstune.recipe import Recipe, resolve_path
 from crosstune.serve.capacity import GIB, Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
 from crosstune.serve.engine import cpu_head_dim_problems, max_lora_rank
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
+from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 
 _SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
 _MULTI_HOST = ("tpu-v5p-16",)  # vLLM across hosts (Ray) is not planned here
@@ -23,6 +24,10 @@ SERVE_TARGETS = _SEED_TARGETS + tuple(t for t in HARDWARE if t not in _SEED_TARG
 IMAGES = {"gpu": "vllm/vllm-openai:latest", "tpu": "vllm/vllm-tpu:latest"}
 TPU_MAX_BATCHED_TOKENS = 2048  # XLA compiles one graph per power-of-two bucket up to this: fewer = faster start
 MODEL_MOUNT = "/model"
+_CPU_KV_SPACE_WHY = (
+    "GiB of RAM for the CPU KV cache (default 0.9 × host RAM); sized for the recipe's largest concurrency at "
+    "max_model_len"
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,9 @@ class ServePlan:
     layouts: list[Layout] = field(default_factory=list)  # every dp × tp the target allows
     choice: str = ""  # why this layout (layouts.CHOICE_RULE, or what pinned it)
     kv_allocated: dict[str, str] = field(default_factory=dict)  # capacities' row -> the KV dtype really allocated
+    attention: list[Attention] = field(default_factory=list)  # the backend each layer type gets (serve.support)
+    lora: LoraServing | None = None  # whether adapters are served here, on which path, at what cost
+    env_why: dict[str, str] = field(default_factory=dict)  # each env variable's reason
 
     @property
     def ok(self) -> bool:
@@ -184,11 +192,11 @@ def serve_plan(
     }
     if platform == "tpu" and spec.family == "gemma4":
         notes.append("vLLM-TPU disables the sliding-window KV cache for Gemma 4: every layer holds the full context")
-    if platform == "gpu" and any(a.head_dim == 512 for a in spec.attention.values()):
-        notes.append(
-            "head_dim 512 (global layers): FlashAttention 2/3 lack it; vLLM picks FA4 per layer where available, "
-            "else Triton attention for all layers (slower)"
-        )
+    lora = lora_serving(hw)
+    env_why = {k: _CPU_KV_SPACE_WHY for k in env}
+    if adapter is not None:
+        env.update(lora.env)
+        env_why.update({k: lora.why for k in lora.env})
     mm = _multimodal(recipe, model_dir)
     name = name or served_name(recipe, target, model_dir)
     flags = _flags(recipe, spec, platform, chosen.dp, chosen.tp, kv_dtype, mm, port or s.port, name)
@@ -224,6 +232,9 @@ def serve_plan(
         layouts=layouts,
         choice=reason,
         kv_allocated={_kv_label(f, weight_dtype): allocated[f] for f in ("auto", "fp8")},
+        attention=attention_backends(spec, hw, allocated[kv_dtype]),
+        lora=lora,
+        env_why=env_why,
     )
     plan.docker = _docker(plan, recipe, port or s.port, adapter, name)
     return plan
@@ -340,5 +351,7 @@ def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, na
             "-e",
             "VLLM_XLA_CACHE_PATH=/xla-cache",
         ]
+    for k, v in plan.env.items():  # the engine's own settings travel into the container
+        head += ["-e", f"{k}={v}"]
     tail = ["--entrypoint", "vllm", IMAGES[plan.platform], "serve", MODEL_MOUNT, *args]
     return f"{shlex.join(head)} {mounts} {shlex.join(tail)}"

@@ -33,6 +33,9 @@ def render_serve_plan(plan: ServePlan, out: Console) -> None:
             verdict,
         )
     out.print(heads)
+    for backend, why in dict.fromkeys((a.backend, a.why) for a in plan.attention):
+        types = ", ".join(f"{a.layer_type} (head_dim {a.head_dim})" for a in plan.attention if a.backend == backend)
+        out.print(f"attention on {types}: [bold]{backend}[/bold] — {why}", highlight=False)
     _render_layouts(plan, out)
     if not plan.ok:  # refuse first: an invalid command is never printed, not even to be read past
         for b in plan.blockers:
@@ -50,11 +53,7 @@ def render_serve_plan(plan: ServePlan, out: Console) -> None:
     flags.add_column("flag")
     flags.add_column("why")
     for k, v in plan.env.items():
-        flags.add_row(
-            f"{k}={v}",
-            "GiB of RAM for the CPU KV cache (default 0.9 × host RAM); sized for the "
-            "recipe's largest concurrency at max_model_len",
-        )
+        flags.add_row(f"{k}={v}", plan.env_why.get(k, ""))
     for f in plan.flags:
         flags.add_row(" ".join(f.args), f.why)
     out.print(flags)
@@ -80,6 +79,8 @@ def render_serve_plan(plan: ServePlan, out: Console) -> None:
     out.print(cap)
     for note in plan.notes:
         out.print(f"[yellow]note[/yellow]: {note}", highlight=False)
+    if plan.lora is not None:
+        out.print(f"LoRA: {plan.lora.why}", highlight=False)
     out.print(f"[green]plan ok[/green] for {hw.name}")
 
 
