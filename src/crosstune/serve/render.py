@@ -77,6 +77,13 @@ def render_serve_plan(plan: ServePlan, out: Console) -> None:
             *(f"{c.sequences[n]:,}" for n in lengths),
         )
     out.print(cap)
+    c = plan.capacities[next(k for k in plan.capacities if (k == "fp8") == (plan.kv_dtype == "fp8"))]
+    out.print(
+        f"vLLM should log ≈ {c.engine_tokens:,} tokens, maximum concurrency {c.max_concurrency:.2f}x for "
+        f"{plan.max_model_len:,} tokens per request{' per replica' if plan.dp > 1 else ''} (its admission rule); "
+        "`serve start` records what it does log",
+        highlight=False,
+    )
     for note in plan.notes:
         out.print(f"[yellow]note[/yellow]: {note}", highlight=False)
     if plan.lora is not None:
