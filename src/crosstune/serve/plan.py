@@ -154,36 +154,17 @@ def serve_plan(
     pinned = "--tp/--dp" if tp is not None or dp is not None else None
     if pinned is None and target == recipe.hardware and "tensor_parallel_size" in s.model_fields_set:
         tp, pinned = s.tensor_parallel_size, "serve.tensor_parallel_size (the recipe's own hardware)"
-    chips = 1 if platform == "cpu" else hw.devices
-    if pinned is None:
-        chosen, reason = choose_layout(spec, layouts)
-        if chosen is None:
-            blockers += [f"{lay.name}: {lay.refusal}" for lay in layouts]
-            chosen = layouts[0]
-    else:
-        tp = tp or max(1, chips // (dp or 1))
-        dp = dp or max(1, chips // tp)
-        chosen = next((lay for lay in layouts if (lay.dp, lay.tp) == (dp, tp)), None)
-        chosen = chosen or layout(spec, hw, dp, tp, kv_dtype=allocated[kv_dtype], **opts)
-        rule, _ = choose_layout(spec, layouts)
-        if rule is None or rule is chosen:
-            reason = f"pinned by {pinned}" + ("; also the rule's choice" if rule is chosen else "")
-        else:
-            reason = f"pinned by {pinned}; the rule would choose {rule.name} (this one: {why_not(spec, chosen, rule)})"
-        if platform == "cpu" and dp * tp != 1:
-            blockers.append(f"dp {dp} × tp {tp} on cpu: crosstune serves one CPU engine (tp=1)")
-        elif dp * tp > chips:
-            blockers.append(f"dp {dp} × tp {tp} = {dp * tp} chips but {target} has {hw.devices} chips")
-        elif chosen.refusal is not None:
-            blockers.append(f"{chosen.name}: {chosen.refusal}")
-        elif dp * tp < chips:
-            notes.append(f"{chosen.name} uses {dp * tp} of {chips} chips")
-    if blockers and chosen.heads.errors:
+    chosen, reason, problems = _pick(spec, hw, layouts, tp, dp, pinned, dict(opts, kv_dtype=allocated[kv_dtype]))
+    blockers += problems
+    if problems and chosen.heads.errors:
         blockers[-1] += f". vLLM accepts tp ∈ {vllm_tps(spec, max(hw.devices, chosen.tp))} on {target}"
-    elif blockers and chosen.refusal and "max_model_len" in chosen.refusal:
-        blockers[-1] += ": vLLM refuses to start. Lower serve.max_model_len, use --kv-cache-dtype fp8, or raise tp"
-    elif blockers and chosen.refusal and "weights" in chosen.refusal:
+    elif problems and chosen.refusal and "max_model_len" in chosen.refusal:
+        fp8 = ", use --kv-cache-dtype fp8" if hw.chip.fp8_kv in ("native", "storage") and kv_dtype != "fp8" else ""
+        blockers[-1] += f": vLLM refuses to start. Lower serve.max_model_len{fp8}, or raise tp"
+    elif problems and chosen.refusal and "weights" in chosen.refusal:
         blockers[-1] += ": raise tp or quantise the weights"
+    elif chosen.dp * chosen.tp < (1 if platform == "cpu" else hw.devices):
+        notes.append(f"{chosen.name} uses {chosen.dp * chosen.tp} of {hw.devices} chips")
     caps = {
         _kv_label(flag, weight_dtype): chosen.capacity
         if allocated[flag] == allocated[kv_dtype]
@@ -238,6 +219,34 @@ def serve_plan(
     )
     plan.docker = _docker(plan, recipe, port or s.port, adapter, name)
     return plan
+
+
+def _pick(
+    spec: ModelSpec,
+    hw: HardwareTarget,
+    layouts: list[Layout],
+    tp: int | None,
+    dp: int | None,
+    pinned: str | None,
+    opts: dict,
+) -> tuple[Layout, str, list[str]]:
+    """The layout to serve, why, and what keeps it from starting: the rule's choice, or the pinned dp × tp."""
+    rule, why = choose_layout(spec, layouts)
+    if pinned is None:
+        return (rule, why, []) if rule is not None else (layouts[0], why, [f"{x.name}: {x.refusal}" for x in layouts])
+    chips = 1 if hw.chip.platform == "cpu" else hw.devices
+    tp = tp or max(1, chips // (dp or 1))
+    dp = dp or max(1, chips // tp)
+    chosen = next((x for x in layouts if (x.dp, x.tp) == (dp, tp)), None) or layout(spec, hw, dp, tp, **opts)
+    if rule is None or rule is chosen:
+        reason = f"pinned by {pinned}" + ("; also the rule's choice" if rule is chosen else "")
+    else:
+        reason = f"pinned by {pinned}; the rule would choose {rule.name} (this one: {why_not(spec, chosen, rule)})"
+    if hw.chip.platform == "cpu" and dp * tp != 1:
+        return chosen, reason, [f"dp {dp} × tp {tp} on cpu: crosstune serves one CPU engine (tp=1)"]
+    if dp * tp > chips:
+        return chosen, reason, [f"dp {dp} × tp {tp} = {dp * tp} chips but {hw.name} has {hw.devices} chips"]
+    return chosen, reason, [f"{chosen.name}: {chosen.refusal}"] if chosen.refusal is not None else []
 
 
 def allocated_kv_dtype(hw: HardwareTarget, flag: str, weight_dtype: str) -> str:

@@ -62,7 +62,7 @@ def render_serve_plan(plan: ServePlan, out: Console) -> None:
     per = f"per replica of {plan.dp}" if plan.dp > 1 else "per chip"
     cap = Table(title=f"capacity {per} (estimate): concurrent sequences of prompt + output tokens")
     for col in ("KV dtype", "weights GiB", "KV GiB", "KV tokens", *(f"{n} tok" for n in lengths)):
-        cap.add_column(col, justify="right")
+        cap.add_column(col, justify="right", no_wrap=col == "KV dtype")
     for name, c in plan.capacities.items():
         chosen = " ◀" if (name == "fp8") == (plan.kv_dtype == "fp8") else ""
         label = name
