@@ -110,7 +110,9 @@ def target_plan(s: StudyContext) -> dict[str, Any]:
     if s.recipe.hardware not in SERVE_TARGETS:
         return {}
     plan = serve_plan(s.recipe, model_dir=s.merged_dir)
-    return {"target_plan": {"command": plan.command(), "docker": plan.docker, "blockers": plan.blockers}}
+    layout = {"data_parallel_size": plan.dp, "tensor_parallel_size": plan.tp, "why": plan.choice}
+    record = {"command": plan.command(), "docker": plan.docker, "blockers": plan.blockers, "layout": layout}
+    return {"target_plan": record}
 
 
 def run_serve(s: StudyContext) -> StageResult:
