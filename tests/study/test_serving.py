@@ -16,7 +16,8 @@ from tests.helpers.fake_openai import FakeOpenAI
 
 
 def grid(server: FakeOpenAI, tokenizer, out, model: str = "ok", contexts=(16,)) -> dict:
-    state = SimpleNamespace(base_url=server.url, model=model, lora_name=None)  # what serve.process.start_server gives
+    kv = {"device": "CPU", "tokens": 316551, "max_concurrency": 309.13, "max_model_len": 1024, "blocks": None}
+    state = SimpleNamespace(base_url=server.url, model=model, lora_name=None, kv_cache=kv)  # as start_server gives
     console = Console(record=True, width=300)
     return sweep(state, tokenizer, out, console, contexts=list(contexts), concurrency=[1], output_len=8,
                  num_requests=2, label="study", target="cpu")  # fmt: skip
@@ -34,6 +35,7 @@ def test_the_study_sweep_writes_what_bench_serve_writes(tmp_path, tiny_gemma4_di
         f.endswith(".png") for f in manifest["files"]
     )
     assert json.loads((out / "summary.json").read_text())["cells"] == again["cells"]
+    assert summary["server_kv_cache"]["tokens"] == 316551  # the KV cache the server logged, carried into the summary
 
 
 def test_a_cell_without_a_successful_request_fails_the_stage_as_it_fails_bench_serve(tmp_path, tiny_gemma4_dir):

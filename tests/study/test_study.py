@@ -50,6 +50,8 @@ def test_a_study_makes_a_self_describing_bundle(torch_bundle):
     assert stages["serve"]["record"]["enable"] == "make serve-env"
     command = stages["serve"]["record"]["target_plan"]["command"]  # what serves it on the recipe's hardware
     assert command.startswith("VLLM_CPU_KVCACHE_SPACE=") and f"vllm serve {bundle / 'export' / 'merged'}" in command
+    layout = stages["serve"]["record"]["target_plan"]["layout"]  # the layout it chose there, and why
+    assert (layout["data_parallel_size"], layout["tensor_parallel_size"]) == (1, 1) and layout["why"]
     assert "serve: skipped" in log and "`make serve-env` creates it" in log
     assert stages["train"]["record"] == {"steps": STEPS}
     assert stages["eval"]["record"]["engine"] == "transformers"

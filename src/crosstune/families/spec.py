@@ -240,23 +240,34 @@ class ModelSpec:
         return 2.0 * forward + attention * recompute_attention + (forward - attention) * recompute_matmuls
 
     # --- tensor-parallel divisibility -------------------------------------------------------
-    def tp_problems(self, tp: int) -> list[str]:
-        """Why tensor parallelism `tp` cannot shard this model's heads as-is (empty = it can)."""
+    def tp_problems(self, tp: int, *, replicate_kv: bool = False) -> list[str]:
+        """Why tensor parallelism `tp` cannot split this model's heads (empty = it can). The one head rule: query
+        heads divide by tp; KV heads divide by tp, or are one head; with `replicate_kv` (vLLM, which holds each of
+        kv < tp heads on tp/kv ranks) also kv < tp where tp is a multiple of kv. The training backends shard as-is."""
         problems = []
         for kind_name in dict.fromkeys(self.layer_types):
             a = self.attention[kind_name]
-            n_layers = len(self.layers_of(kind_name))
+            n_layers, kv = len(self.layers_of(kind_name)), a.num_kv_heads
             if a.num_heads % tp:
                 problems.append(
                     f"{a.num_heads} query heads on {kind_name} layers ({n_layers}) not divisible by tp={tp}"
                 )
-            if a.num_kv_heads % tp and a.num_kv_heads != 1:
-                problems.append(
-                    f"{a.num_kv_heads} KV heads on {kind_name} layers ({n_layers}) not divisible by tp={tp}"
-                )
+            if kv % tp == 0 or kv == 1 or (replicate_kv and kv < tp and tp % kv == 0):
+                continue
+            if replicate_kv and kv < tp:
+                problems.append(f"tp={tp} is not a multiple of the {kv} KV heads on {kind_name} layers ({n_layers})")
+            else:
+                problems.append(f"{kv} KV heads on {kind_name} layers ({n_layers}) not divisible by tp={tp}")
         return problems
 
-    def shardable_tps(self, limit: int) -> list[int]:
-        """The tp values up to `limit` that shard every head group as-is (tp_problems: the training backends' rule;
-        vLLM's, which replicates KV heads, is crosstune.serve.capacity.vllm_tps)."""
-        return [tp for tp in range(1, limit + 1) if not self.tp_problems(tp)]
+    def kv_replication(self, tp: int) -> dict[str, int]:
+        """Layer types whose KV heads vLLM replicates at `tp` (kv < tp), with how many ranks hold each head."""
+        return {
+            name: tp // a.num_kv_heads
+            for name, a in self.attention.items()
+            if name in self.layer_types and a.num_kv_heads < tp
+        }
+
+    def shardable_tps(self, limit: int, *, replicate_kv: bool = False) -> list[int]:
+        """The tp values up to `limit` that split every head group (tp_problems' rule; `replicate_kv`: vLLM's)."""
+        return [tp for tp in range(1, limit + 1) if not self.tp_problems(tp, replicate_kv=replicate_kv)]

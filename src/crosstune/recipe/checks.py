@@ -145,14 +145,15 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
                     severity="warning",
                 )
             )
-        heads = spec.attention["sliding"].num_heads
-        if heads % recipe.serve.tensor_parallel_size:
+        serve_tp = recipe.serve.tensor_parallel_size
+        serve_issues = spec.tp_problems(serve_tp, replicate_kv=True)  # vLLM's rule, as `serve plan` applies it
+        if serve_issues:
+            options = ", ".join(str(t) for t in spec.shardable_tps(max(serve_tp, 8), replicate_kv=True))
             problems.append(
                 Problem(
                     "serve.tensor_parallel_size",
-                    f"vLLM needs the {heads} attention heads divisible by tensor_parallel_size "
-                    f"{recipe.serve.tensor_parallel_size}",
-                    "use a divisor of the head count",
+                    f"vLLM can't split {spec.name} over tensor_parallel_size {serve_tp}: " + "; ".join(serve_issues),
+                    f"use one of {{{options}}} (`crosstune serve plan` lists the layouts a target allows)",
                 )
             )
 

@@ -21,20 +21,25 @@ def register(app: typer.Typer) -> None:
 @serve_app.command("plan")
 def plan(
     recipe_file: Path = typer.Argument(..., help="recipe YAML"),
-    target: str = typer.Option(None, "--target", help="2xh100, 1xh200, tpu-v6e-8, tpu-v5p-8 or cpu (default: recipe)"),
+    target: str = typer.Option(
+        None, "--target", help="a single-host target: 2xh100, 1xh200, tpu-v6e-8, tpu-v5p-8, cpu, … (default: recipe)"
+    ),
     tp: int = typer.Option(
         None,
         "--tp",
-        help="tensor parallel size (default: serve.tensor_parallel_size on the recipe's hardware, all chips elsewhere)",
+        help="tensor parallel size (default: serve.tensor_parallel_size on the recipe's hardware, else the layout "
+        "the plan's rule chooses)",
     ),
+    dp: int = typer.Option(None, "--dp", help="data parallel replicas (default: the chips left over by --tp)"),
     kv_cache_dtype: str = typer.Option(None, "--kv-cache-dtype", help="auto or fp8 (default: serve.kv_cache_dtype)"),
     adapter: Path = typer.Option(None, "--adapter", help="a PEFT adapter directory to serve with --enable-lora"),
     name: str = typer.Option(
         None, "--name", help="served model name (default: the recipe's name on its hardware, else the model folder's)"
     ),
 ) -> None:
-    """The exact `vllm serve` command and docker line for a target, every flag explained, tensor parallelism checked
-    against each layer type's heads, and the KV-cache capacity per chip at bf16 and fp8. Exit 1 if it can't serve."""
+    """The exact `vllm serve` command and docker line for a target, every flag explained: every dp × tp layout the
+    target allows (heads checked per layer type, weights and KV capacity each), one chosen by a stated rule, and the
+    KV-cache capacity for the dtype each chip really allocates. Exit 1 if it can't serve."""
     import json
 
     from crosstune.recipe import load_recipe
@@ -44,8 +49,12 @@ def plan(
     if target is not None and target not in SERVE_TARGETS:
         raise typer.BadParameter(f"{target!r}: one of {', '.join(SERVE_TARGETS)}", param_hint="--target")
     recipe = load_recipe(recipe_file)
+    if adapter is not None and not (adapter / "adapter_config.json").is_file():
+        raise ServeError(f"--adapter {adapter}: no adapter_config.json (expected a PEFT adapter, e.g. an export's)")
     rank = json.loads((adapter / "adapter_config.json").read_text())["r"] if adapter else None
-    result = serve_plan(recipe, target, tp=tp, kv_dtype=kv_cache_dtype, adapter=adapter, adapter_rank=rank, name=name)
+    result = serve_plan(
+        recipe, target, tp=tp, dp=dp, kv_dtype=kv_cache_dtype, adapter=adapter, adapter_rank=rank, name=name
+    )
     render_serve_plan(result, console)
     if not result.ok:
         raise typer.Exit(1)

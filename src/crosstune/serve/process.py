@@ -21,7 +21,7 @@ from crosstune.errors import InputError, read_json, read_model_config
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.serve import proctree
 from crosstune.serve.engine import ServeError, cpu_head_dim_problems, max_lora_rank, require_vllm
-from crosstune.serve.logscan import explain_failure
+from crosstune.serve.logscan import explain_failure, kv_capacity_in_log
 from crosstune.serve.proctree import ProcId
 
 STATE_FILE = "server.json"
@@ -56,6 +56,9 @@ class ServerState:
     leader: dict | None = None  # ProcId of the main process (absent in state files of older versions)
     members: list[dict] = field(default_factory=list)  # ProcIds of the rest of the group once ready (engine core…)
     log_offset: int = 0  # where this start's output begins in the log (it is appended to)
+    # The KV cache the server reported allocating (logscan.kv_capacity: tokens, max concurrency, blocks); None when
+    # its log said nothing of it. What the plan estimates is checked against this, not against the flag.
+    kv_cache: dict | None = None
 
     @property
     def base_url(self) -> str:
@@ -195,6 +198,7 @@ def start_server(
             members = proctree.tree([leader], pgid=proc.pid)
             state.leader = next((p.to_json() for p in members if p.pid == proc.pid), state.leader)
             state.members = [p.to_json() for p in members if p.pid != proc.pid]
+            state.kv_cache = kv_capacity_in_log(log, offset)
             write_state(state_dir, state)
         except BaseException:
             _stop_child(proc, leader)

@@ -211,6 +211,7 @@ def new_summary(cfg: SweepConfig, model_card: dict | None = None, seed_given: bo
         "shared_prefix_tokens": {str(c): prompt_cache.shared_prefix_tokens(c, cfg.prefix_reuse) for c in cfg.contexts},
         "repeats": cfg.repeats,
         "server_max_model_len": (model_card or {}).get("max_model_len"),
+        "server_kv_cache": cfg.server_kv_cache,
         "cells": [],
         "saturation": {},
         "max_rate": None,

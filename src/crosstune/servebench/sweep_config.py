@@ -49,6 +49,7 @@ class SweepConfig:
     preset: str | None = None  # the named grid the contexts, levels and output length came from (servebench.presets)
     label: str | None = None
     target: str | None = None
+    server_kv_cache: dict | None = None  # the KV cache the server logged allocating (`serve start` records it)
 
     def check(self) -> None:
         """BenchError naming the option of the first value that can't describe a sweep."""

@@ -63,7 +63,7 @@ def sweep(
     cfg = SweepConfig(
         endpoint=state.base_url, model=state.lora_name or state.model, tokenizer=tokenizer, contexts=list(contexts),
         concurrency=list(concurrency), output_len=output_len, num_requests=num_requests, warmup=2, label=label,
-        target=target, preset=preset,
+        target=target, preset=preset, server_kv_cache=state.kv_cache,
     )  # fmt: skip
     result = run_bench(cfg, out_dir, overwrite=True, progress=lambda line: console.print("   " + line, markup=False))
     render_summary(result.summary, console)
@@ -125,7 +125,9 @@ def target_plan(s: StudyContext) -> dict[str, Any]:
     if s.recipe.hardware not in SERVE_TARGETS:
         return {}
     plan = serve_plan(s.recipe, model_dir=s.merged_dir)
-    return {"target_plan": {"command": plan.command(), "docker": plan.docker, "blockers": plan.blockers}}
+    layout = {"data_parallel_size": plan.dp, "tensor_parallel_size": plan.tp, "why": plan.choice}
+    record = {"command": plan.command(), "docker": plan.docker, "blockers": plan.blockers, "layout": layout}
+    return {"target_plan": record}
 
 
 def run_serve(s: StudyContext) -> StageResult:
