@@ -18,17 +18,17 @@ HARDWARE = {"tpu-v5p-8": (1, 4, 1), "tpu-v6e-8": (2, 4, 1), "2xh100": (2, 1, 2),
 
 def _recipe(path: Path, hardware: str, *overrides: str):
     fsdp, tp, gpus = HARDWARE[hardware]
-    # a recipe's step is its --search winner on its own hardware (the 31B's recomputes nothing on a v5p-8); moved
-    # to other hardware it runs with remat and dense attention, as the recipe's comments say
-    moved = [] if path.stem.endswith(hardware.removeprefix("tpu")) else ["train.gradient_checkpointing=true",
-                                                                         "backend.jax.attention=dense"]  # fmt: skip
+    # a recipe's step is its --search winner on its own hardware (the 31B's and the 27B's recompute nothing, with
+    # splash, on their own mesh); moved to other hardware it runs with remat and dense attention on the mesh above,
+    # as the recipes' comments say
+    home = path.stem.endswith(hardware.removeprefix("tpu"))
+    moved = [] if home else ["train.gradient_checkpointing=true", "backend.jax.attention=dense",
+                             f"backend.jax.mesh.fsdp={fsdp}", f"backend.jax.mesh.tp={tp}"]  # fmt: skip
     return load_for_plan(
         path,
         [
             *moved,
             f"hardware={hardware}",
-            f"backend.jax.mesh.fsdp={fsdp}",
-            f"backend.jax.mesh.tp={tp}",
             f"backend.torch.devices={gpus}",
             f"backend.torch.fsdp={str(gpus > 1).lower()}",
             "serve.tensor_parallel_size=1",
@@ -45,7 +45,7 @@ FITS = {
     (G4, "2xh100"): (43.6, 49.4),
     (G4, "1xh200"): (75.4, 81.9),
     (G3, "tpu-v5p-8"): (16.8, None),
-    (G3, "tpu-v6e-8"): (22.3, None),
+    (G3, "tpu-v6e-8"): (14.4, None),  # its --search winner (remat off, splash, tp 8): XLA at full depth 15.37 GB
     (G3, "2xh100"): (35.9, 39.9),
     (G3, "1xh200"): (63.5, 67.0),
 }
