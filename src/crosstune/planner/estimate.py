@@ -123,12 +123,15 @@ def _splash_residuals(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp:
     return b * seq * _split(k.num_heads, tp) * (k.head_dim * a + 4)
 
 
-def _saved_matmuls(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int) -> float:
-    """Bytes the `dots` remat keeps per layer: the output of every weight matmul (q, k, v, o, gate, up, down)."""
+def _saved_matmuls(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int, lora: tuple[str, ...]) -> float:
+    """Bytes the `dots` remat keeps per layer: the output of every weight matmul (q, k, v, o, gate, up, down), and
+    for each LoRA target the B matmul's output beside it, as wide (a dot of its own, saved before the sum)."""
     k = spec.kind(layer)
-    kv = 1 if k.k_eq_v else 2
-    heads = _split(k.num_heads, tp) * k.head_dim + kv * _split(k.num_kv_heads, tp) * k.head_dim
-    return b * seq * (heads + 2 * _split(spec.mlp_dim(layer), tp) + 2 * spec.hidden_size / tp) * a
+    widths = {"q": _split(k.num_heads, tp) * k.head_dim, "k": _split(k.num_kv_heads, tp) * k.head_dim,
+              "v": 0 if k.k_eq_v else _split(k.num_kv_heads, tp) * k.head_dim, "o": spec.hidden_size / tp,
+              "gate": _split(spec.mlp_dim(layer), tp), "up": _split(spec.mlp_dim(layer), tp),
+              "down": spec.hidden_size / tp}  # fmt: skip
+    return b * seq * sum(w * (2 if t in lora else 1) for t, w in widths.items()) * a
 
 
 def _saved_attention(spec: ModelSpec, b: int, seq: int, a: int) -> float:
@@ -201,7 +204,8 @@ def memory(
     if selective is not None and recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_attention:
         acts = selective
     if backend == "jax" and recipe.train.gradient_checkpointing and recipe.train.kernels.recompute == "dots":
-        acts = sum(_saved_matmuls(spec, i, b, seq, a, tp) for i in range(spec.num_layers)) + residual
+        lora_targets = tuple(recipe.lora.targets)
+        acts = sum(_saved_matmuls(spec, i, b, seq, a, tp, lora_targets) for i in range(spec.num_layers)) + residual
         acts += max(working) + mask
     hbm = hw.chip.hbm_gb
     return Memory(
