@@ -28,9 +28,7 @@ from crosstune.hardware import HARDWARE
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]  # experts: refused by name (recipe/checks.py)
 SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" also matches before a final newline
-# Validation context of a recipe already resolved (a run's recipe.yaml, where every default is written out): the
-# checks of what a user wrote (two keys for one setting) don't apply to it.
-RESOLVED = "resolved"
+RESOLVED = "resolved"  # validation context of a run's recipe.yaml (every default written): no user-key checks
 
 
 class Section(BaseModel):
@@ -167,11 +165,12 @@ class KernelsSection(Section):
     )  # fmt: skip
 
     @property
-    def recomputes_attention(self) -> bool:
-        """Whether activation recompute runs the attention forward again (hfu counts it, the planner keeps its
-        outputs otherwise). `selective` is allowed with SDPA attention only, whose outputs TRL's policy keeps;
-        `dots` keeps matmul outputs and recomputes the attention."""
+    def recomputes_attention(self) -> bool:  # hfu counts it; the planner keeps its outputs otherwise
         return self.recompute != "selective"
+
+    @property
+    def recomputes_matmuls(self) -> bool:  # dots keeps every weight matmul's output
+        return self.recompute != "dots"
 
     @model_validator(mode="after")
     def _cce_has_no_metrics(self) -> KernelsSection:
@@ -296,8 +295,7 @@ class ServeSection(Section):
     contexts: list[PositiveInt] = Field(default_factory=lambda: [1024, 2048, 4096])
     concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 16])
     output_tokens: PositiveInt = 256
-    preset: str | None = Field(None, description="a named serve grid (`bench serve --preset`, e.g. seed): its "
-                               "contexts, concurrency and output tokens replace the three above")  # fmt: skip
+    preset: str | None = Field(None, description="a named grid for the 3 above (`bench serve --preset`: seed)")
 
 
 class EvalSection(Section):
@@ -325,10 +323,7 @@ class EvalSection(Section):
         return self
 
 
-# The evaluation's defaults, one owner: an unwritten eval line of a recipe, `crosstune eval` without a recipe,
-# evals' SamplingParams (so the completion cache's key) and request Timeouts all read these values. They live in the
-# schema because recipe is below evals (tests/test_layering.py): evals can read them here, the schema can't import
-# evals.
+# The eval defaults' one owner (recipe is below evals): unwritten eval lines, `eval` alone, the cache key, Timeouts.
 EVAL_DEFAULTS = EvalSection()
 
 

@@ -250,7 +250,7 @@ class JaxRun:
             hardware=self.hardware,
             devices=r.backend.jax.mesh.fsdp * r.backend.jax.mesh.tp,
             recompute_activations=r.train.gradient_checkpointing,
-            recompute_matmuls=r.train.kernels.recompute != "dots",  # dots keeps the weight matmuls' outputs
+            recompute_matmuls=r.train.kernels.recomputes_matmuls,
         )
 
 

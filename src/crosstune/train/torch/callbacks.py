@@ -240,6 +240,7 @@ class StepMetricsCallback(TrainerCallback):
             devices=args.world_size,
             recompute_activations=recomputes_activations(args),
             recompute_attention=self.recipe.train.kernels.recomputes_attention,
+            recompute_matmuls=self.recipe.train.kernels.recomputes_matmuls,
         )
         for ready, step_time_s in self.clock.measure(row):
             self._write(ready, step_time_s)
