@@ -71,7 +71,7 @@ clean-venv:
 # --- report (crosstune cost / report, issue 14): the report test renders report.html in Debian's chromium ---------
 .PHONY: test-report
 test-report: setup chromium
-	@$(VENV)/bin/python -m pytest -q tests/compare $(PYTEST_ARGS)
+	@$(VENV)/bin/python -m pytest -q tests/cost tests/report $(PYTEST_ARGS)
 
 # --- serving (vLLM) ---------------------------------------------------------------------------------------------
 # vLLM's CPU build in its own venv (its pins conflict with the training stack's); ~3 min and 3.4 GB the first time.
@@ -84,10 +84,10 @@ test-serve: setup serve-env
 	@$(VENV)/bin/python -m pytest -q -m serve $(PYTEST_ARGS)
 
 # --- demo base (issue 15): the demo's small Gemma 4 ships in the package; this rebuilds it (~17 min on 2 cores) into
-# the cache, to the same bytes (tests/demo/test_pretrain.py checks that, slow)
+# the cache, to the same bytes (tests/pretrain/test_pretrain.py checks that, slow)
 .PHONY: pretrain test-rebuild
 pretrain: setup
-	@$(VENV)/bin/crosstune model pretrain --rebuild
+	@$(VENV)/bin/crosstune pretrain --rebuild
 
 # The rebuild compared byte for byte with the shipped base (~17 min): by hand, result in docs/BENCHMARKS.md.
 test-rebuild: setup

@@ -29,7 +29,7 @@ def score(ctx, model: Path, out: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("base", "lora"))
-    parser.add_argument("base", type=Path, help="a pretrained base folder (`crosstune model pretrain` prints it)")
+    parser.add_argument("base", type=Path, help="a pretrained base folder (`crosstune pretrain` prints it)")
     parser.add_argument("--steps", type=int, default=None, help="LoRA steps (default: the demo recipe's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="demo recipe override")
     parser.add_argument("--problems", type=int, default=44, help="base: fresh problems of the base's families")
@@ -40,7 +40,7 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
     from crosstune import demo
-    from crosstune.demo.pretrain import BASE_FAMILIES
+    from crosstune.pretrain.base_model import BASE_FAMILIES
     from crosstune.recipes import shipped_recipe
     from crosstune.synth import generate_corpus
 

@@ -24,12 +24,12 @@ def measure(batch_size: int, n: int, temperature: float, problems: int, threads:
     """In a fresh process: generate n samples per problem with `batch_size`; time, peak RSS and the texts."""
     import torch
 
-    from crosstune.demo.pretrain import SHIPPED_BASES
     from crosstune.demo.split import HELD_OUT_FAMILIES
     from crosstune.evals.generation.cache import CompletionCache, SamplingParams
     from crosstune.evals.generation.generate import generate_completions
     from crosstune.evals.generation.local import TransformersGenerator
     from crosstune.evals.problems.problem_sets import load_problems
+    from crosstune.pretrain.base_model import SHIPPED_BASES
     from crosstune.synth import generate_corpus
 
     torch.set_num_threads(threads)

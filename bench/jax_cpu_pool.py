@@ -46,8 +46,8 @@ def main() -> None:
 def recipe_file(root: Path, steps: int) -> Path:
     """The shipped demo recipe on the shipped base and 200 fresh records of the held-out families, prepared."""
     from crosstune.data import prepare_dataset
-    from crosstune.demo.pretrain import pretrained_base
     from crosstune.demo.split import HELD_OUT_FAMILIES
+    from crosstune.pretrain.base_model import pretrained_base
     from crosstune.recipe import load_recipe
     from crosstune.recipes import shipped_recipe
     from crosstune.synth import generate_corpus

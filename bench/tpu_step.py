@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 from crosstune.hardware import HARDWARE
+from crosstune.plan.driver import compile_key
 from crosstune.planner import plan_recipe
 from crosstune.planner.compiled import CompiledStep, roofline, with_layers
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.train.jax.compile import compile_step
-from crosstune.train.plan_cli import compile_key
 
 SEED_STEP = ["train.gradient_checkpointing=true", "train.kernels.recompute=full", "backend.jax.attention=dense"]
 

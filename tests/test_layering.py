@@ -3,7 +3,7 @@ function, under TYPE_CHECKING; tests/helpers/import_graph.py reads it).
 
 - One layer is one folder (or a top-level module); imports go to the same layer or a lower one (LAYERS, lowest
   first: README's "Repository map" lists the same folders in the same order, checked below). Inside a folder that
-  holds rooms of its own (SUBLAYERS: compare/, evals/), its rooms import only downward too, and the folder's own
+  holds rooms of its own (SUBLAYERS: evals/), its rooms import only downward too, and the folder's own
   modules (its face, cli.py, evals' runner) stand above them.
 - Two layers kept apart (APART) import nothing of each other: the serving bench talks HTTP to any endpoint.
 - No import cycles between modules, nor between top-level folders.
@@ -33,6 +33,7 @@ README = REPO / "README.md"
 # Lowest first: (folder or top-level module, what it holds). The README's map is checked against this list.
 LAYERS: list[tuple[str, str]] = [
     ("errors", "the expected-failure base class"),
+    ("bounds", "numbers checked where they enter: type, finite, range"),
     ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
     ("ownership", "the output policy: one manifest shape; a command replaces only files it wrote"),
     ("hardware", "chips (bf16 peak, HBM, price) and named hardware targets"),
@@ -42,15 +43,19 @@ LAYERS: list[tuple[str, str]] = [
     ("recipe", "the recipe schema, loading with located errors, consistency checks"),
     ("models", "tiny random Gemma checkpoints and their tokenizer"),
     ("data", "sources, chat formatting, masks, packing, prepared shards, the backends' data adapters"),
+    ("pretrain", "`crosstune pretrain`: the demo's base, trained in full on CPU, cached by content hash"),
     ("evals", "VerilogEval v2 and RTLLM: problems and protocols, generation, the sandboxed judge and pass@k"),
     ("run", "the run directory and the LoRA formats: layout and readers, metrics, checksums, resume, adapters"),
     ("planner", "the mesh and memory planner (`crosstune plan`)"),
-    ("train", "the session above both backends (RunContext, step plan, parity); train/torch and train/jax"),
+    ("train", "the session above both backends (RunContext, step plan); train/torch and train/jax"),
+    ("parity", "`crosstune parity`: both backends on one step of the same weights and rows"),
+    ("plan", "`crosstune plan`: the planner's verdict, XLA's compile of the jax step, the search"),
     ("export", "a run's LoRA as a PEFT adapter or a merged HF model, streamed shard by shard"),
     ("serve", "the server: vLLM launch plans and the managed local server (`crosstune serve`)"),
     ("servebench", "the serving benchmark (`crosstune bench`): HTTP to any endpoint; imports nothing of serve/"),
-    ("compare", "inputs, cost and the side-by-side report: pure functions of run, eval and sweep outputs"),
+    ("cost", "`crosstune cost`: prices, training and serving costs, spot, TCO"),
     ("study", "`crosstune study`: the pipeline on one machine into one resumable bundle (bundle.json)"),
+    ("report", "`crosstune report`: the side-by-side report of runs, evals, sweeps and bundles"),
     ("launch", "`crosstune launch`: job specs that run a study on SkyPilot, GKE (JobSet) or Slurm"),
     ("demo", "`crosstune demo`: its context, stages, evaluation, serving stage, family split and base"),
     ("doctor", "what is installed and which devices are seen"),
@@ -66,7 +71,6 @@ STACKS = {  # third-party packages a backend alone may import
 
 # Folders with rooms of their own, each listed lowest first; the folder's own modules stand above them.
 SUBLAYERS: dict[str, tuple[str, ...]] = {
-    "compare": ("inputs", "cost", "report"),  # what is read ← what it costs ← how it is shown
     "evals": ("problems", "generation", "judge"),  # what is asked ← how it is answered ← how answers are judged
 }
 # (layer, layer, why): neither imports the other.
@@ -273,16 +277,16 @@ def test_the_checkers_catch_what_they_look_for(tmp_path):
     (root / "export" / "table.py").write_text("def f():\n    from crosstune.run import x_cli\n")
     (root / "commands.py").write_text("from crosstune.run import x_cli\n")
     assert cli_imports(tmp_path) == [("crosstune.export.table", "crosstune.run.x_cli", "crosstune/export/table.py:2")]
-    for folder in ("compare/inputs", "compare/report", "servebench", "serve"):
+    for folder in ("evals/problems", "evals/judge", "servebench", "serve"):
         (root / folder).mkdir(parents=True)
         (root / folder / "__init__.py").write_text("")
-    (root / "compare" / "__init__.py").write_text("")
-    (root / "compare" / "inputs" / "runs.py").write_text("from crosstune.compare.report import table\n")
-    (root / "compare" / "report" / "table.py").write_text("from crosstune.compare.inputs import runs\n")
-    (root / "compare" / "cli.py").write_text("from crosstune.compare.report import table\n")
+    (root / "evals" / "__init__.py").write_text("")
+    (root / "evals" / "problems" / "sets.py").write_text("from crosstune.evals.judge import verdict\n")
+    (root / "evals" / "judge" / "verdict.py").write_text("from crosstune.evals.problems import sets\n")
+    (root / "evals" / "cli.py").write_text("from crosstune.evals.judge import verdict\n")
     assert upward_room_imports(tmp_path) == [
-        "crosstune/compare/inputs/runs.py:1: crosstune.compare.inputs.runs (compare/inputs) imports "
-        "crosstune.compare.report.table (compare/report)"
+        "crosstune/evals/problems/sets.py:1: crosstune.evals.problems.sets (evals/problems) imports "
+        "crosstune.evals.judge.verdict (evals/judge)"
     ]
     (root / "servebench" / "client.py").write_text("def f():\n    from crosstune.serve import engine\n")
     (root / "serve" / "engine.py").write_text("")

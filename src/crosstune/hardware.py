@@ -2,7 +2,7 @@
 
 Prices are $/chip-hour, each with its source and date. Only the prices the project has a source for are filled in;
 the rest are None and the cost model says so. Override them from a recipe's `cost.price_per_hour` (its own hardware)
-or a prices YAML (`crosstune cost --prices FILE`, crosstune.compare.cost.prices) for committed-use rates, other clouds.
+or a prices YAML (`crosstune cost --prices FILE`, crosstune.cost.prices) for committed-use rates, other clouds.
 """
 
 from __future__ import annotations

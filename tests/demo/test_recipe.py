@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from crosstune.demo.pretrain import PretrainConfig, base_recipe, pretrained_base
 from crosstune.demo.split import HELD_OUT_FAMILIES
+from crosstune.pretrain.base_model import PretrainConfig, base_recipe, pretrained_base
 from crosstune.recipe import load_recipe
 from crosstune.recipes import shipped_recipe
 

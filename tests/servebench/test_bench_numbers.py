@@ -67,7 +67,7 @@ def test_the_table_shows_server_percentiles_as_buckets(tmp_path, tiny_gemma4_dir
 
 def test_slo_is_spelt_one_way_and_parsed_by_one_parser():
     """servebench.slo.parse_slo is the parser of `bench serve`, `cost serve` and `report`
-    (tests/compare/inputs/test_inputs.py)."""
+    (tests/cost/test_inputs.py)."""
     from crosstune.servebench.slo import SloError, parse_slo
 
     assert parse_slo(["p99_ttft_ms=2000", "median_tpot_ms=50"]) == {"p99_ttft_ms": 2000.0, "median_tpot_ms": 50.0}

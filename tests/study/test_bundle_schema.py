@@ -1,4 +1,4 @@
-"""bundle.json is checked against one schema (crosstune.compare.inputs.bundle_manifest) wherever it is read: `study`
+"""bundle.json is checked against one schema (crosstune.study.bundle_schema) wherever it is read: `study`
 (which resumes from it) and `report` (which reads what it lists). Each wrong field is one line naming bundle.json and
 the field, exit 1, no traceback, nothing written; no path in it reaches outside the bundle or into another one."""
 
@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
-from crosstune.compare.inputs.bundle_manifest import BundleError, check_manifest
+from crosstune.study.bundle_schema import BundleError, check_manifest
 from tests.helpers.paths import RECIPES
 
 _register()

@@ -59,7 +59,7 @@ def test_what_the_tiny_recipe_s_head_says_to_run_makes_every_input(tmp_path, mon
     shutil.copy(RECIPES / "tiny-cpu.yaml", recipe)
     commands = [line.removeprefix("#   crosstune ") for line in recipe.read_text().splitlines()
                 if line.startswith("#   crosstune ")]  # fmt: skip
-    assert [c.split()[:2] for c in commands] == [["data", "synth"], ["model", "tiny"]]
+    assert [c.split()[:2] for c in commands] == [["synth", "--out"], ["model", "tiny"]]
     monkeypatch.chdir(checkout)
     for command in commands:
         args = shlex.split(command.replace("--n 2000", "--n 40"))  # fewer records: the same files, faster

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from crosstune.compare.inputs.report_inputs import BUNDLE_MANIFEST, read_inputs
-from crosstune.errors import Interrupted
+from crosstune.errors import InputError, Interrupted
+from crosstune.report.inputs import BUNDLE_MANIFEST, read_inputs
 from crosstune.study import runner
 from crosstune.study.bundle import StudyError, read_manifest
 from crosstune.study.runner import STAGE_NAMES
@@ -86,7 +86,7 @@ def test_a_copied_bundle_is_up_to_date_and_the_report_sets_two_bundles_side_by_s
     inputs = read_inputs([bundle, copy])
     assert [r.path for r in inputs.runs] == [bundle / "runs" / "tiny-cpu-torch", copy / "runs" / "tiny-cpu-torch"]
     assert [e.name for e in inputs.evals] == ["tiny-torch · finetune", "copied-off-the-machine · finetune"]
-    from crosstune.compare import write_report
+    from crosstune.report.writer import write_report
 
     html = write_report([bundle, copy], tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
@@ -153,7 +153,7 @@ def test_changed_problem_files_redo_the_evaluation(torch_bundle, tmp_path, synth
 
 
 def test_redoing_train_makes_every_stage_that_reads_it_stale_until_redone(torch_bundle, tmp_path, monkeypatch):
-    from crosstune.compare import write_report
+    from crosstune.report.writer import write_report
 
     bundle, sets, (first, _, _), _ = torch_bundle
     copy = tmp_path / "b"
@@ -281,14 +281,13 @@ def test_stage_selection_and_refusals(torch_bundle, tmp_path):
 
 
 def test_the_report_names_what_a_bundle_lacks(torch_bundle, tmp_path):
-    from crosstune.compare.cost.prices import CostError
-    from crosstune.compare.inputs.bundle_manifest import BundleError
+    from crosstune.study.bundle_schema import BundleError
 
     bundle, _, _, _ = torch_bundle
     copy = tmp_path / "b"
     shutil.copytree(bundle, copy)
     shutil.rmtree(copy / "eval" / "finetune")
-    with pytest.raises(CostError, match=f"lists {copy / 'eval' / 'finetune'}, which is missing: finish the study"):
+    with pytest.raises(InputError, match=f"lists {copy / 'eval' / 'finetune'}, which is missing: finish the study"):
         read_inputs([copy])
     (copy / BUNDLE_MANIFEST).write_text(json.dumps({"kind": "something-else"}))
     with pytest.raises(BundleError, match="not a study bundle's manifest"):
@@ -311,7 +310,7 @@ def test_the_command_line_says_what_was_wrong_in_one_line(tmp_path):
 
 
 def test_a_failing_stage_is_named_and_recorded(torch_bundle, tmp_path, monkeypatch):
-    from crosstune.compare.cost.prices import CostError
+    from crosstune.cost.prices import CostError
 
     bundle, sets, _, _ = torch_bundle
     copy = tmp_path / "b"
@@ -341,7 +340,7 @@ def test_the_cost_stage_prices_the_run_at_the_given_rate(torch_bundle, tmp_path)
     manifest, log, _ = study(copy, sets, only=["cost"], prices=prices)
     assert "cost: its inputs changed since it ran: redoing it" in log  # the prices are an input
     cost = json.loads((copy / "cost" / "cost.json").read_text())["training"]
-    from crosstune.compare import read_run
+    from crosstune.run.run_summary import read_run
 
     hours = read_run(copy / "runs" / "tiny-cpu-torch").step_time_s / 3600
     assert cost["usd_per_hour"] == 3.6 and "a test rate" in cost["price"]

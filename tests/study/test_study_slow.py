@@ -34,7 +34,7 @@ def test_each_backend_makes_a_bundle_and_the_report_sets_them_side_by_side(tmp_p
         assert log.count(": up to date (") == 6 and t_second < 0.25 * t_first, (backend, t_first, t_second)
         done[backend] = manifest
     assert done["jax"]["stages"]["prepare"]["record"] == done["torch"]["stages"]["prepare"]["record"]  # same data
-    from crosstune.compare import write_report
+    from crosstune.report.writer import write_report
 
     write_report([tmp_path / "torch", tmp_path / "jax"], tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()

@@ -14,8 +14,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from crosstune.data.cli import data_app
 from crosstune.synth import FAMILIES, generate_corpus, param_key
+from crosstune.synth.cli import register
 from crosstune.synth.corpus import plan_eval, plan_train
 
 N_TRAIN, N_EVAL, SEED = 80, 24, 1234
@@ -165,10 +165,15 @@ def test_exhausted_family_is_a_clear_error() -> None:
 
 
 def test_cli_writes_corpus_and_refuses_non_empty_dir(tmp_path: Path) -> None:
-    root = typer.Typer()  # a root app, so `data` keeps its sub-command layout whatever else it holds
-    root.add_typer(data_app, name="data")
+    root = typer.Typer()
+
+    @root.callback()
+    def crosstune() -> None:
+        """A root with callback: `synth` stays a sub-command, as under crosstune's app."""
+
+    register(root)
     runner = CliRunner()
-    args = ["data", "synth", "--out", str(tmp_path / "c"), "--n", "5", "--seed", "3", "--n-eval", "16"]
+    args = ["synth", "--out", str(tmp_path / "c"), "--n", "5", "--seed", "3", "--n-eval", "16"]
     first = runner.invoke(root, args)
     assert first.exit_code == 0, first.output
     assert "sequence_detector" in first.output and "total" in first.output

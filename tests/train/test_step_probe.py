@@ -1,5 +1,5 @@
 """The step-probe contract (crosstune.train.backend.StepProbe), run against both backends: one optimizer step on
-given rows with a given LoRA, through each backend's own training code. crosstune.train.parity relies on exactly
+given rows with a given LoRA, through each backend's own training code. crosstune.parity.check relies on exactly
 this, so a backend change that breaks it fails here, not only in the slow parity runs."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ RECIPE = RECIPES / "tiny-cpu.yaml"
 def setup(tmp_path_factory, synth_corpus_dir, tiny_gemma4_dir):
     from crosstune.data import prepare_dataset
     from crosstune.families import model_dir_spec
+    from crosstune.parity.check import parity_lora
     from crosstune.recipe import load_recipe
-    from crosstune.train.parity import parity_lora
 
     out = tmp_path_factory.mktemp("probe")
     recipe = load_recipe(RECIPE, [

@@ -1,4 +1,4 @@
-"""`crosstune demo` (the pipeline on the embedded default) and `crosstune model pretrain` (the demo's base)."""
+"""`crosstune demo`: the pipeline on the embedded default."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from crosstune.demo import stages
@@ -46,13 +45,7 @@ def run_demo(
 
 
 def register(app: typer.Typer) -> None:
-    """`crosstune demo`, and `crosstune model pretrain` (the demo's base, built where the demo lives) in the `model`
-    group crosstune.models.cli registered before."""
     app.command("demo")(demo)
-    models = [group.typer_instance for group in app.registered_groups if group.name == "model"]
-    if not models:
-        raise RuntimeError("crosstune.commands registers the `model` group (crosstune.models.cli) before the demo")
-    models[-1].command("pretrain")(pretrain)
 
 
 def demo(
@@ -73,39 +66,3 @@ def demo(
     recipe = recipe or shipped_recipe("demo-cpu.yaml")
     cache_root = cache.resolve() / "pretrained" if cache else None
     run_demo(out.resolve(), recipe, seed, n_train, n_eval, steps=steps, cache_root=cache_root, base_steps=base_steps)
-
-
-def pretrain(
-    steps: int = typer.Option(None, "--steps", help="Training steps (default: 1200, the base the demo uses)."),
-    cache: Path = typer.Option(None, "--cache", help="Cache folder (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)."),
-    rebuild: bool = typer.Option(
-        False, "--rebuild", help="Train it even though crosstune ships this base (then compare: the bytes match)."
-    ),
-) -> None:
-    """Pretrain the demo's small Gemma 4 base in full on CPU, on the synthetic families the demo does not hold out.
-
-    The result is cached in a content-addressed folder (a hash of the config, the model shape, the training text,
-    the library versions and the thread count): a second run with the same inputs returns at once. The default base
-    ships with crosstune under that same name, so it is returned at once unless --rebuild. `crosstune demo` starts
-    from it.
-    """
-    import dataclasses
-    import json
-
-    from crosstune.demo.pretrain import DONE, SHIPPED_BASES, PretrainConfig, pretrained_base
-    from crosstune.demo.split import HELD_OUT_FAMILIES
-
-    config = PretrainConfig() if steps is None else dataclasses.replace(PretrainConfig(), steps=steps)
-    if config.steps < 1:
-        raise typer.BadParameter(f"{config.steps}: give at least 1 step", param_hint="--steps")
-    out = Console()
-    root = cache.resolve() / "pretrained" if cache else None
-    base = pretrained_base(config, root, log=lambda line: out.print(line, highlight=False), shipped=not rebuild)
-    info = json.loads((base / DONE).read_text())
-    where = " (shipped with crosstune)" if base.parent == SHIPPED_BASES else ""
-    out.print(
-        f"[bold]base[/bold] {base}{where}\n{config.steps} steps on {len(config.families)} families "
-        f"(held out: {', '.join(HELD_OUT_FAMILIES)}); loss {info['losses'][0]:.3f} → {info['losses'][-1]:.3f}; "
-        f"{info['seconds']:.0f} s when built",
-        highlight=False,
-    )

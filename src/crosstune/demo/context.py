@@ -24,7 +24,7 @@ class DemoContext:
     n_train: int
     n_eval: int
     steps: int | None = None  # LoRA steps for both backends; None keeps the recipe's train.max_steps
-    cache_root: Path | None = None  # where the pretrained base is cached (default: see demo.pretrain)
+    cache_root: Path | None = None  # where the pretrained base is cached (default: see crosstune.pretrain.base_model)
     base_steps: int | None = None  # pretraining steps of the base; None keeps PretrainConfig's
     made: list[tuple[str, Path, str]] = field(default_factory=list)  # (what, where, note)
     scores: list = field(default_factory=list)  # demo.evaluation.ModelScore per evaluated model

@@ -54,9 +54,9 @@ def evaluate_model(
     ctx: DemoContext, model: Path, out: Path, *, n: int, temperature: float, patterns: list[str] | None
 ) -> dict:
     """The evaluator's summary.json for `model` on the demo's held-out problems (codev prompts, local generation)."""
-    from crosstune.demo.pretrain import torch_threads
     from crosstune.evals import SamplingParams
     from crosstune.evals.runner import EvalConfig, run_eval
+    from crosstune.pretrain.base_model import torch_threads
 
     # run_eval prints nothing: the demo shows one side-by-side table; each run's per-problem table is in summary.md.
     config = EvalConfig(
@@ -133,8 +133,11 @@ def stage_eval(ctx: DemoContext) -> str:
 
 def stage_report(ctx: DemoContext) -> str:
     """Training cost of both runs at an illustrative CPU price, then the report over runs and evaluations."""
-    from crosstune.compare import PriceBook, read_run, training_cost, write_report
+    from crosstune.cost.costs import training_cost
+    from crosstune.cost.prices import PriceBook
+    from crosstune.report.writer import write_report
     from crosstune.run.layout import is_run_dir
+    from crosstune.run.run_summary import read_run
 
     book = PriceBook().with_target_price("cpu", ILLUSTRATIVE_CPU_USD_PER_HOUR, ILLUSTRATIVE_SOURCE)
     runs = sorted(p for p in (ctx.out / "runs").iterdir() if is_run_dir(p))

@@ -1,6 +1,6 @@
 """The demo's stages, in order: each a function of the DemoContext that returns its one-line result.
 
-The story: a base pretrained on CPU on some synthetic Verilog task families (`crosstune model pretrain`, cached)
+The story: a base pretrained on CPU on some synthetic Verilog task families (`crosstune pretrain`, cached)
 scores ~0 on families it never saw; a LoRA on those families, trained by each backend, lifts pass@1 on held-out
 problems of them, scored by the same evaluator.
 """
@@ -16,8 +16,8 @@ from crosstune.recipes import shipped_recipe
 
 
 def stage_corpus(ctx: DemoContext) -> str:
-    from crosstune.demo.pretrain import PretrainConfig
     from crosstune.demo.split import BASE_FAMILIES, HELD_OUT_FAMILIES
+    from crosstune.pretrain.base_model import PretrainConfig
     from crosstune.synth import generate_corpus
 
     base = PretrainConfig()
@@ -41,8 +41,8 @@ def stage_base_model(ctx: DemoContext) -> str:
     import json
     import shutil
 
-    from crosstune.demo.pretrain import DONE, SHIPPED_BASES, PretrainConfig, pretrained_base
     from crosstune.families import get_family
+    from crosstune.pretrain.base_model import DONE, SHIPPED_BASES, PretrainConfig, pretrained_base
 
     config = PretrainConfig() if ctx.base_steps is None else dataclasses.replace(PretrainConfig(), steps=ctx.base_steps)
     cached = pretrained_base(config, ctx.cache_root, log=lambda line: console.print("   " + line, highlight=False))
@@ -132,8 +132,8 @@ def stage_train_jax(ctx: DemoContext) -> str:
 
 
 def stage_parity(ctx: DemoContext) -> str:
-    from crosstune.train.parity import run_parity
-    from crosstune.train.parity_table import report_table
+    from crosstune.parity.check import run_parity
+    from crosstune.parity.table import report_table
 
     report = run_parity(ctx.recipe_file, ctx.overrides())
     console.print(report_table(report))
@@ -206,7 +206,7 @@ def stage_serve(ctx: DemoContext) -> str:
 Stage = tuple[str, Callable[[DemoContext], str]]
 STAGES: list[Stage] = [
     ("synthesize the held-out Verilog corpus", stage_corpus),
-    ("the pretrained small Gemma 4 base (shipped, or crosstune model pretrain)", stage_base_model),
+    ("the pretrained small Gemma 4 base (shipped, or crosstune pretrain)", stage_base_model),
     ("validate the recipe", stage_recipe),
     ("prepare data", stage_prepare),
     ("train LoRA with the torch backend (TRL + PEFT)", stage_train_torch),
@@ -217,5 +217,5 @@ STAGES: list[Stage] = [
     ("export the torch run (merged HF model)", stage_export_torch),
     ("serve the jax fine-tune with vLLM and benchmark it (when the serving env exists)", stage_serve),
     ("evaluate base vs both fine-tunes: pass@k with iverilog, sandboxed", stage_eval),
-    ("cost and report (crosstune.compare)", stage_report),
+    ("cost and report (crosstune.cost, crosstune.report)", stage_report),
 ]

@@ -40,7 +40,7 @@ ShardsOpt = typer.Option(
 
 
 def register(app: typer.Typer) -> None:
-    """`crosstune model tiny|build`; `model pretrain` (the demo's base) is added by crosstune.demo.cli."""
+    """`crosstune model tiny|build`."""
     app.add_typer(model_app, name="model")
 
 

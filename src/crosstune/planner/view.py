@@ -1,4 +1,4 @@
-"""What `crosstune plan RECIPE` shows (the command is crosstune.train.plan_cli's: --compile needs the jax backend):
+"""What `crosstune plan RECIPE` shows (the command is crosstune.plan.cli's: --compile needs the jax backend):
 the planner's verdict as rich tables, or one JSON object, and XLA's numbers next to the planner's. The recipe it
 plans is read by crosstune.planner.planned_recipe."""
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crosstune.compare.inputs.bundle_manifest import BUNDLE_KIND, BUNDLE_MANIFEST, read_bundle_manifest
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, file_sha256
 from crosstune.ownership import check_out
+from crosstune.study.bundle_schema import BUNDLE_KIND, BUNDLE_MANIFEST, read_bundle_manifest
 
 FORMAT = 1
 RESOLVED_RECIPE = "recipe.resolved.yaml"

@@ -1,5 +1,5 @@
 """The study's last stages: pass@k of the fine-tune (crosstune.evals.runner: through the served model when vLLM
-serves it, else the local transformers engine — one engine for the bundle, recorded), then cost (crosstune.compare:
+serves it, else the local transformers engine — one engine for the bundle, recorded), then cost (crosstune.cost:
 training on the recipe's hardware, serving per context from the sweep)."""
 
 from __future__ import annotations
@@ -82,7 +82,11 @@ def cost_inputs(s: StudyContext) -> dict[str, Any]:
 
 
 def run_cost(s: StudyContext) -> StageResult:
-    from crosstune.compare import CostError, load_prices, read_run, read_sweep, serving_costs, training_cost
+    from crosstune.cost.costs import serving_costs, training_cost
+    from crosstune.cost.prices import load_prices
+    from crosstune.errors import InputError
+    from crosstune.run.run_summary import read_run
+    from crosstune.servebench.summary_cells import read_sweep
 
     book = load_prices(s.prices)
     record: dict[str, Any] = {"hardware": s.recipe.hardware, "training": None, "serving": [], "notes": []}
@@ -93,7 +97,7 @@ def run_cost(s: StudyContext) -> StageResult:
             "usd": c.step_cost, "usd_with_compile_and_checkpoints": c.wall_cost,
             "usd_per_m_trained_tokens": c.usd_per_m_trained, "notes": c.notes,
         }  # fmt: skip
-    except CostError as e:
+    except InputError as e:
         record["notes"].append(f"training: {e}")
     summary = s.bundle / "bench" / "summary.json"
     if s.status_of("bench") == "done" and summary.is_file():
@@ -103,7 +107,7 @@ def run_cost(s: StudyContext) -> StageResult:
                     {"context": sc.context_len, "policy": sc.policy, "usd_per_m_output": sc.usd_per_m_output,
                      "concurrency": None if sc.cell is None else sc.cell.concurrency, "error": sc.error}
                 )  # fmt: skip
-        except CostError as e:
+        except InputError as e:
             record["notes"].append(f"serving: {e}")
     atomic_write_text(s.bundle / COST / "cost.json", json.dumps(record, indent=2) + "\n")
     t = record["training"]

@@ -13,10 +13,10 @@ from typing import Any
 
 from rich.console import Console
 
-from crosstune.compare.inputs.report_inputs import BUNDLE_MANIFEST
 from crosstune.run.bucket import BucketCopy, BucketError, bundle_copy, drop_incomplete_checkpoints
 from crosstune.run.layout import saved_steps
 from crosstune.study.bundle import StudyError, read_manifest
+from crosstune.study.bundle_schema import BUNDLE_MANIFEST
 
 FINISHED = ("done", "skipped")
 

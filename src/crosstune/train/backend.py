@@ -105,7 +105,7 @@ class SavedLora:
 
 class StepProbe(Protocol):
     """One optimizer step of the recipe's k micro-batches on the first rows of the prepared data, with a given LoRA
-    (PEFT layout) installed, computed by the backend's own training code: what crosstune.train.parity compares."""
+    (PEFT layout) installed, computed by the backend's own training code: what crosstune.parity.check compares."""
 
     tokens: int  # trained (loss) tokens of the step
     recomputes: bool  # activation recompute is on

@@ -11,7 +11,7 @@ run.json is written here for both backends, from one schema (crosstune.run.recor
 process adds its compile and checkpoint seconds when it ends (crosstune.run.metrics.MetricsWriter.finish).
 
 `read_run_lora` gives any saved step's LoRA through the backend that wrote the run (export's only way in);
-`step_probe` gives a backend's probe of one optimizer step (crosstune.train.parity compares two).
+`step_probe` gives a backend's probe of one optimizer step (crosstune.parity.check compares two).
 """
 
 from __future__ import annotations

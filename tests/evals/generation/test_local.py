@@ -39,7 +39,7 @@ def one_at_a_time(folder: Path, messages: list[dict], params: SamplingParams, sa
 
 
 def demo_base() -> Path:
-    from crosstune.demo.pretrain import SHIPPED_BASES
+    from crosstune.pretrain.base_model import SHIPPED_BASES
 
     return next(p for p in SHIPPED_BASES.iterdir() if (p / "config.json").is_file())
 

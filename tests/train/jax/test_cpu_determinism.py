@@ -67,8 +67,8 @@ def test_the_demo_lora_gives_the_same_bits_on_2_and_8_fake_devices(tmp_path):
     reads 1.8972015 vs 1.8972026 (measured on the demo's own data), which the demo's 180 steps grew into pass@1
     36.7 % vs 46.7 % (the recipe of c3601e4)."""
     from crosstune.data import prepare_dataset
-    from crosstune.demo.pretrain import pretrained_base
     from crosstune.demo.split import HELD_OUT_FAMILIES
+    from crosstune.pretrain.base_model import pretrained_base
     from crosstune.recipe import load_recipe
     from crosstune.recipes import shipped_recipe
     from crosstune.synth import generate_corpus

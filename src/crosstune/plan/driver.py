@@ -1,0 +1,111 @@
+"""What `crosstune plan` does beyond the planner's estimate: the recipe's jax step compiled for its TPU topology
+(crosstune.train.jax.compile, in a child process with libtpu) and set against the planner, and the search over
+remat, attention, rows and meshes (crosstune.planner.search) with its compile cache.
+
+A mesh the planner refuses (heads tp can't split, device count) is refused before compiling; a memory verdict is
+the compiler's to give."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crosstune.errors import CrosstuneError
+from crosstune.hardware import HARDWARE, HardwareTarget
+from crosstune.planner import plan_recipe
+from crosstune.planner.compiled import CompiledStep, compile_report, with_layers
+from crosstune.planner.planned_recipe import load_for_plan
+from crosstune.planner.search import Candidate, Search, run_search
+
+
+class PlanError(CrosstuneError):
+    """A plan that can't be compiled or searched here; the message says why and what to do."""
+
+
+def tpu_hardware(recipe, what: str) -> HardwareTarget:
+    """The recipe's hardware, which must be a TPU target for `what` (--compile, --search)."""
+    hw = HARDWARE[recipe.hardware]
+    if hw.tpu_topology is None:
+        tpus = ", ".join(h.name for h in HARDWARE.values() if h.tpu_topology)
+        raise PlanError(f"hardware {hw.name}: {what} compiles for a TPU topology: set hardware to one of {tpus}")
+    return hw
+
+
+def compiled_plan(recipe_file: Path, overrides: list[str], recipe, result, layers: int | None) -> dict[str, Any]:
+    """XLA's verdict on the recipe's jax step (its first `layers` decoder layers, or all) beside the planner's."""
+    from crosstune.train.tpu_compile import compile_step
+
+    hw = tpu_hardware(recipe, "--compile")
+    short = with_layers(result.spec, layers) if layers is not None else result.spec
+    try:
+        step = compile_step(recipe_file, overrides, layers, accelerator=hw.name.removeprefix("tpu-"))
+    except ValueError as e:
+        raise PlanError(str(e)) from None
+    return compile_report(plan_recipe(recipe, "jax", spec=short), step)
+
+
+def compile_key(recipe_file: Path, overrides: list[str], layers: int | None) -> str:
+    """What a compile's result depends on: the recipe as the --set lines resolve it (so a recipe that took a
+    candidate's settings finds that candidate's compiles), the depth, and the code of the jax step and of its
+    analysis (crosstune.train.tpu_compile.step_code_files)."""
+    from crosstune.train.tpu_compile import step_code_files
+
+    code = step_code_files()
+    resolved = load_for_plan(recipe_file, overrides).model_dump(mode="json")
+    parts = [json.dumps([resolved, layers], sort_keys=True)]
+    parts += [p.read_text(encoding="utf-8") for p in code]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+
+def search_plan(
+    recipe_file: Path,
+    overrides: list[str],
+    recipe,
+    max_compiles: int,
+    cache: Path | None = None,
+    *,
+    status: Callable[[str], None] = lambda line: None,
+    say: Callable[[str], None] = lambda line: None,
+) -> tuple[Search, HardwareTarget]:
+    """`plan --search`: crosstune.planner.search with the compiler in a child process; `status` gets what is being
+    compiled, `say` the search's own lines. With `cache`, each compile's CompiledStep is kept as
+    <cache>/<compile_key>.json and reused."""
+    from crosstune.fsutil import atomic_write_text
+    from crosstune.train.steps import accumulation
+    from crosstune.train.tpu_compile import compile_step, find_libtpu, remat_mode
+
+    hw = tpu_hardware(recipe, "--search")
+    find_libtpu()
+    spec = plan_recipe(recipe, "jax").spec
+    m, t = recipe.backend.jax.mesh, recipe.train
+    rows = t.per_device_batch_size * m.fsdp * accumulation(t, m.fsdp)
+    baseline = Candidate(remat_mode(t), recipe.backend.jax.attention, t.per_device_batch_size, m.fsdp, m.tp,
+                         accumulation(t, m.fsdp))  # fmt: skip
+
+    def memory(c: Candidate):
+        return plan_recipe(load_for_plan(recipe_file, overrides + c.overrides(recipe)), "jax").jax_memory
+
+    done = [0]
+
+    def compile_one(extra: list[str], depth: int | None) -> CompiledStep:
+        done[0] += 1
+        what = f"compile {done[0]}/{max_compiles} ({'full depth' if depth is None else f'{depth} layers'})"
+        kept = None if cache is None else cache / f"{compile_key(recipe_file, overrides + extra, depth)}.json"
+        if kept is not None and kept.is_file():
+            say(f"  {what}: reused {kept}")
+            return CompiledStep.from_dict(json.loads(kept.read_text(encoding="utf-8")))
+        status(what)
+        echo = lambda line: status(f"{what}: {line.strip()[:90]}")  # noqa: E731
+        step = compile_step(recipe_file, overrides + extra, depth, hw.name.removeprefix("tpu-"), echo=echo)
+        if kept is not None:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(kept, json.dumps(dataclasses.asdict(step), indent=1))
+        return step
+
+    found = run_search(recipe, spec, hw, rows, memory, compile_one, max_compiles=max_compiles, baseline=baseline,
+                       progress=say)  # fmt: skip
+    return found, hw

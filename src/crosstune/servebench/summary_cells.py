@@ -1,0 +1,163 @@
+"""Reads a serving sweep summary (`crosstune bench serve`'s summary JSON) and picks the operating point per context.
+
+Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.servebench.summary_cells"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crosstune.bounds import number, whole
+from crosstune.errors import InputError
+from crosstune.servebench import prompt_cache
+from crosstune.servebench import slo as slos
+
+REQUIRED = ("context_len", "completed", "output_throughput")  # + concurrency, or request_rate for a rate sweep
+KNEE_FRACTION = 0.95
+
+
+@dataclass(frozen=True)
+class Cell:
+    context_len: int
+    concurrency: float  # the load: concurrent requests, or requests/s for a rate sweep (concurrency null)
+    completed: int
+    failed: int
+    duration_s: float | None
+    request_throughput: float | None
+    output_throughput: float
+    total_token_throughput: float | None
+    latency_ms: dict[str, float] = field(default_factory=dict)  # "p99_ttft_ms" -> value
+    output_throughput_per_user: float | None = None  # tokens/s one user sees (servebench.pareto); None: not recorded
+
+    def latency(self, name: str) -> float | None:
+        return self.latency_ms.get(name)
+
+    def slo_misses(self, slo: dict[str, float]) -> list[str]:
+        """Why the cell misses `slo` (empty: it meets it), by servebench.slo's one judge."""
+        return slos.cell_misses(self.completed, self.failed, self.latency_ms, slo)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    path: Path
+    label: str
+    target: str | None
+    cells: list[Cell]
+    # What the summary declares about the workload and the server (None: not recorded), compared across sweeps by
+    # crosstune.report.comparability: model, api, output_len, tokenizer, kv_cache_dtype, load ("concurrency" or
+    # "request rate"), and `source`: the training run the served weights came from (an export's manifest source).
+    declared: dict[str, object] = field(default_factory=dict)
+    source: dict | None = None
+
+    @property
+    def contexts(self) -> list[int]:
+        return sorted({c.context_len for c in self.cells})
+
+    def at(self, context_len: int) -> list[Cell]:
+        return sorted((c for c in self.cells if c.context_len == context_len), key=lambda c: c.concurrency)
+
+
+def read_sweep(path: Path) -> Sweep:
+    """Parse a sweep summary; a missing field, a value of the wrong type, a non-finite or negative figure, or a file of
+    another kind gets an error naming file, cell and key."""
+    from crosstune.servebench.summary import load_summary  # the one reader of `crosstune bench serve` summaries
+
+    path = Path(path)
+    path = path / "summary.json" if path.is_dir() else path
+    try:
+        raw = load_summary(path)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    rows = raw["cells"]
+    if not rows:
+        raise InputError(f"{path}: the `cells` list is empty: the sweep recorded nothing")
+    cells = [_cell(path, i, row) for i, row in enumerate(rows)]
+    for key in ("label", "target", "model", "api", "tokenizer", "tokenizer_hash", "kv_cache_dtype"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise InputError(f"{path}: {key} is {raw[key]!r}, not text")
+    if raw.get("source") is not None and not isinstance(raw["source"], dict):
+        raise InputError(f"{path}: source is {raw['source']!r}, not a mapping (an export manifest's `source`)")
+    label = raw.get("label") or raw.get("target") or path.parent.name or path.stem
+    return Sweep(path, str(label), raw.get("target"), cells, _declared(path, raw, rows), raw.get("source"))
+
+
+def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
+    """What the summary says about its workload and server, by the labels comparability reports them under."""
+    lens = [whole(f"{path}: output_len", n, low=1, unit="tokens per request") for n in [raw.get("output_len")]
+            + [row.get("output_len") for row in rows] if n is not None]  # fmt: skip
+    output_len: object = None
+    if lens:
+        output_len = lens[0] if len(set(lens)) == 1 else "varies: " + ", ".join(map(str, sorted(set(lens))))
+    rates = any(row.get("concurrency") is None for row in rows)
+    return {
+        "model": raw.get("model"),
+        "api": raw.get("api"),
+        "output length (tokens)": output_len,
+        "tokenizer": raw.get("tokenizer_hash") or raw.get("tokenizer"),
+        "KV-cache dtype": raw.get("kv_cache_dtype"),
+        "hardware": raw.get("target"),
+        "load": "request rate (req/s)" if rates else "concurrent requests",
+        # cold, a prefix reuse ratio, or a cold workload the cache served (servebench.prompt_cache)
+        "prompt cache": prompt_cache.sweep_kind(raw) if "prompt_cache" in raw else None,
+    }
+
+
+def _cell(path: Path, index: int, row: object) -> Cell:
+    where = f"{path}: cells[{index}]"
+    if not isinstance(row, dict):
+        raise InputError(f"{where}: not a mapping")
+    row = {**row}
+    row.setdefault("context_len", row.get("input_len"))
+    row.setdefault("duration_s", row.get("duration"))
+    missing = [k for k in REQUIRED if row.get(k) is None]
+    rate = row.get("concurrency") is None
+    load = row.get("request_rate") if rate else row.get("concurrency")
+    if load is None:
+        missing.append("concurrency (or request_rate)")
+    if missing:
+        raise InputError(f"{where} lacks {', '.join(missing)}")
+    latency = {
+        name: number(f"{where}.{name}", row[name], low=0, unit="ms") for name in slos.NAMES if row.get(name) is not None
+    }
+    optional = {
+        k: (None if row.get(k) is None else number(f"{where}.{k}", row[k], low=0))
+        for k in ("duration_s", "request_throughput", "total_token_throughput", "output_throughput_per_user")
+    }
+    return Cell(
+        context_len=whole(f"{where}.context_len", row["context_len"], low=1, unit="prompt tokens"),
+        concurrency=(
+            number(f"{where}.request_rate", load, low=0, low_open=True, unit="requests/s")
+            if rate
+            else whole(f"{where}.concurrency", load, low=1, unit="requests in flight")
+        ),
+        completed=whole(f"{where}.completed", row["completed"]),
+        failed=whole(f"{where}.failed", row.get("failed") or 0),
+        output_throughput=number(f"{where}.output_throughput", row["output_throughput"], low=0, unit="tokens/s"),
+        latency_ms=latency,
+        **optional,
+    )
+
+
+def saturation_point(sweep: Sweep, context_len: int) -> Cell:
+    """The cell with the highest output throughput at this context (ties: the lower concurrency)."""
+    cells = [c for c in sweep.at(context_len) if c.completed > 0 and c.output_throughput > 0]
+    if not cells:
+        raise InputError(f"{sweep.path}: no cell at context {context_len} completed a request")
+    return max(cells, key=lambda c: (c.output_throughput, -c.concurrency))
+
+
+def knee(sweep: Sweep, context_len: int) -> Cell:
+    """The lowest concurrency reaching KNEE_FRACTION of the saturation throughput: where adding load stops paying."""
+    peak = saturation_point(sweep, context_len).output_throughput
+    return next(c for c in sweep.at(context_len) if c.completed > 0 and c.output_throughput >= KNEE_FRACTION * peak)
+
+
+def slo_point(sweep: Sweep, context_len: int, slo: dict[str, float]) -> Cell:
+    """The highest-concurrency cell meeting every SLO limit; InputError (with the closest misses) if none does."""
+    slo = slos.check_slo(slo)
+    cells = sweep.at(context_len)
+    ok = [c for c in cells if not c.slo_misses(slo)]
+    if not ok:
+        why = "; ".join(f"concurrency {c.concurrency}: {', '.join(c.slo_misses(slo))}" for c in cells)
+        raise InputError(f"{sweep.path}: no load at context {context_len} meets the SLO ({slos.describe(slo)}) — {why}")
+    return max(ok, key=lambda c: c.concurrency)

@@ -1,0 +1,53 @@
+"""`crosstune synth --out DIR --n N --seed S`: the synthetic corpus (crosstune.synth.generate_corpus)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from crosstune.synth import OutputNotEmptyError, generate_corpus
+
+
+def register(app: typer.Typer) -> None:
+    app.command("synth")(synth)
+
+
+def synth(
+    out: Path = typer.Option(..., "--out", help="Output directory; created if missing, must be empty unless --force."),
+    n: int = typer.Option(..., "--n", min=0, help="Number of training records written to OUT/train.jsonl."),
+    seed: int = typer.Option(..., "--seed", help="Random seed; the same seed and counts give byte-identical files."),
+    n_eval: int = typer.Option(
+        24, "--n-eval", min=0, help="Number of eval problems in OUT/eval/ (16 or more covers every family)."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Replace train.jsonl, manifest.json and eval/ in a non-empty OUT."
+    ),
+) -> None:
+    """Generate a synthetic Verilog corpus from 16 parametrised hardware task families.
+
+    OUT/train.jsonl: CodeV-R1 SFT records (system, prompt, response = <think> reasoning + ```verilog answer).
+    OUT/eval/: VerilogEval v2 spec-to-rtl problems (problems.txt, ProbNNN_*_prompt.txt, _ref.sv, _test.sv).
+    OUT/manifest.json: seed, counts per family and the parameters of every record and problem.
+    Train and eval never share a (family, parameters) pair.
+    """
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    console, errors = Console(), Console(stderr=True)
+    try:
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task("Generating", total=n + n_eval)
+            summary = generate_corpus(out, n, n_eval, seed, force=force, progress=lambda k: bar.advance(task, k))
+    except (OutputNotEmptyError, ValueError) as exc:
+        errors.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(code=2) from None
+    table = Table(title=f"Synthetic corpus in {summary.out_dir} (seed {seed})")
+    table.add_column("family")
+    table.add_column("train", justify="right")
+    table.add_column("eval", justify="right")
+    for family, (n_train, n_eval_family) in summary.counts.items():
+        table.add_row(family, str(n_train), str(n_eval_family))
+    table.add_row("[bold]total[/bold]", str(summary.n_train), str(summary.n_eval))
+    console.print(table)
