@@ -390,3 +390,29 @@ def test_a_redo_never_deletes_a_file_the_stage_did_not_write(torch_bundle, tmp_p
     notes.unlink()
     manifest, log, _ = study(copy, sets)  # its own files again: up to date
     assert "export: up to date" in log and "notes.txt" not in str(manifest["stages"]["export"]["wrote"])
+
+
+def test_eval_base_asks_the_base_through_the_fine_tunes_engine_on_a_server_of_its_own(
+    torch_bundle, tmp_path, fake_vllm
+):
+    """With a serving environment (here a fake vLLM), the base is evaluated through vLLM as the fine-tune is: its own
+    server on the base, stopped when the stage ends; its evaluation joins the bundle's contents."""
+    from crosstune.serve.process import STATE_FILE
+
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
+    manifest, log, _ = study(copy, sets, only=["eval-base"], with_=("eval-base",))
+    entry = manifest["stages"]["eval-base"]
+    assert entry["status"] == "done" and entry["record"]["engine"] == "vllm", log
+    assert f"starting vLLM on {tiny_model(sets)}" in log
+    summary = json.loads((copy / "eval" / "base" / "summary.json").read_text())
+    assert summary["problems"] == 8 and summary["engine"]["kind"] == "endpoint"
+    server = copy / "eval" / "base" / "server"
+    assert any(server.glob("*.log")) and not (server / STATE_FILE).exists()  # it ran, and stopped with the stage
+    assert manifest["contents"]["evals"] == ["eval/finetune", "eval/base"]
+
+
+def tiny_model(sets: list[str]) -> str:
+    return next(s.split("=", 1)[1] for s in sets if s.startswith("model.path="))
