@@ -1,6 +1,7 @@
 """What the demo's numbers rest on, measured: a base's greedy pass@1 on fresh problems of the families it was
-pretrained on (`base`), and a torch LoRA's greedy pass@1 on the demo's 60 held-out problems (`lora`), with recipe
-overrides, so a change to the base or to the LoRA's hyper-parameters is judged by the evaluator before the demo.
+pretrained on (`base`: `crosstune eval`'s run_eval), and a torch LoRA's greedy pass@1 on the demo's 60 held-out
+problems (`lora`: the demo's torch study, prepare → train → export → eval), with recipe overrides, so a change to the
+base or to the LoRA's hyper-parameters is judged by the evaluator before the demo.
 
     .venv/bin/python bench/demo_quality.py base ~/.cache/crosstune/pretrained/gemma4-small-<hash>
     .venv/bin/python bench/demo_quality.py lora ~/.cache/crosstune/pretrained/gemma4-small-<hash> --steps 120 \\
@@ -10,20 +11,15 @@ overrides, so a change to the base or to the LoRA's hyper-parameters is judged b
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
 
-def score(ctx, model: Path, out: Path) -> str:
-    from crosstune.demo.evaluation import evaluate_model
-
-    summary = evaluate_model(ctx, model, out, n=1, temperature=0.0, patterns=None)
-    return f"pass@1 {100 * float(summary['pass_at_k']['1']):.1f} % on {summary['problems']} problems, " + ", ".join(
-        f"{code} {n}" for code, n in sorted(summary["categories"].items(), key=lambda x: -x[1])
-    )
+def categories(summary: dict) -> str:
+    return ", ".join(f"{code} {n}" for code, n in sorted(summary["categories"].items(), key=lambda x: -x[1]))
 
 
 def main() -> None:
@@ -39,27 +35,39 @@ def main() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
-    from crosstune import demo
+    from crosstune.demo.runner import demo_overrides
+    from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN, HELD_OUT_FAMILIES
+    from crosstune.evals import SamplingParams
+    from crosstune.evals.runner import EvalConfig, run_eval
     from crosstune.pretrain.base_model import BASE_FAMILIES
+    from crosstune.recipe import load_recipe
     from crosstune.recipes import shipped_recipe
+    from crosstune.study.runner import run_study
     from crosstune.synth import generate_corpus
 
+    recipe_file = shipped_recipe("demo-cpu.yaml")
     with tempfile.TemporaryDirectory(prefix="bench-demo-quality-") as tmp:
-        ctx = demo.DemoContext(Path(tmp), shipped_recipe("demo-cpu.yaml"), 0, demo.DEFAULT_TRAIN, demo.DEFAULT_EVAL)
-        ctx.steps = args.steps
+        tmp = Path(tmp)
         if args.what == "base":  # seed 777: parameters the base's corpus (seed 1000) drew only by chance
-            generate_corpus(ctx.corpus_dir, n_train=0, n_eval=args.problems, seed=777, families=BASE_FAMILIES)
-            print(f"base on its own families: {score(ctx, args.base, ctx.out / 'eval')}")
+            generate_corpus(tmp / "corpus", n_train=0, n_eval=args.problems, seed=777, families=BASE_FAMILIES)
+            ev = load_recipe(recipe_file).eval  # the demo's evaluation settings (greedy), on the base's families
+            config = EvalConfig(problems=tmp / "corpus" / "eval", out=tmp / "eval", hf_model=args.base.resolve(),
+                                ks=tuple(ev.k), prompt_style=ev.prompt_style, concurrency=1,
+                                sampling=SamplingParams(n=ev.samples, temperature=ev.temperature,
+                                                        max_tokens=ev.max_tokens))  # fmt: skip
+            summary = run_eval(config).summary
+            print(f"base on its own families: pass@1 {100 * summary['pass_at_k']['1']:.1f} % on "
+                  f"{summary['problems']} problems, {categories(summary)}")  # fmt: skip
             return
-        base_overrides = ctx.overrides
-        ctx.overrides = lambda: base_overrides() + args.overrides  # type: ignore[method-assign]
-        demo.stage_corpus(ctx)
-        shutil.copytree(args.base, ctx.model_dir)
-        demo.stage_prepare(ctx)
+        generate_corpus(tmp / "corpus", DEFAULT_TRAIN, DEFAULT_EVAL, 0, families=HELD_OUT_FAMILIES)
+        sets = [*demo_overrides(tmp / "corpus", args.steps), f"model.path={args.base.resolve()}", *args.overrides]
         start = time.perf_counter()
-        print(demo.stage_train_torch(ctx), f"({time.perf_counter() - start:.0f} s)")
-        demo.stage_export_torch(ctx)
-        print(f"torch LoRA on the held-out families: {score(ctx, ctx.out / 'export-torch' / 'merged', ctx.out / 'e')}")
+        manifest = run_study(recipe_file, "torch", tmp / "bundle", overrides=sets,
+                             only=["prepare", "train", "export", "eval"])  # fmt: skip
+        summary = json.loads((tmp / "bundle" / "eval" / "finetune" / "summary.json").read_text())
+        print(manifest["stages"]["train"]["note"], f"({time.perf_counter() - start:.0f} s with the evaluation)")
+        print(f"torch LoRA on the held-out families: pass@1 {100 * summary['pass_at_k']['1']:.1f} % on "
+              f"{summary['problems']} problems, {categories(summary)}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ LAYERS: list[tuple[str, str]] = [
     ("study", "`crosstune study`: the pipeline on one machine into one resumable bundle (bundle.json)"),
     ("report", "`crosstune report`: the side-by-side report of runs, evals, sweeps and bundles"),
     ("launch", "`crosstune launch`: job specs that run a study on SkyPilot, GKE (JobSet) or Slurm"),
-    ("demo", "`crosstune demo`: its context, stages, evaluation, serving stage, family split and base"),
+    ("demo", "`crosstune demo`: a study per backend, then the report; its held-out families and its summary"),
     ("doctor", "what is installed and which devices are seen"),
     ("commands", "collects every area's CLI commands"),
     ("cli", "the `crosstune` command"),

@@ -15,14 +15,13 @@ SRC = REPO / "src"
 MIRRORS: list[tuple[tuple[str, ...], str]] = [
     (("train/torch", "train/jax"), "the two backends, file for file (backend, worker, model, lora, probe, ...)"),
     (("families/gemma3", "families/gemma4"), "one folder per family, the same files in each"),
-    (("demo", "study"), "the demo is a study of the embedded default: context, stages, evaluation, serving"),
 ]
 # Names that mean one role wherever they stand (None: in any folder).
 SAME_ROLE: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "__init__.py": (None, "a package's face"),
     "cli.py": (None, "an area's commands, with register(app)"),
     "backend.py": (("train", "train/torch", "train/jax"), "the backend contract, and each backend implementing it"),
-    "runner.py": (("evals", "study"), "an area's pipeline as one library call: run_eval, run_study"),
+    "runner.py": (("evals", "study", "demo"), "an area's pipeline as one library call: run_eval, run_study, run_demo"),
 }
 
 
@@ -61,4 +60,4 @@ def test_the_name_checker_catches_a_name_used_twice(tmp_path):
     for file in ("export/table.py", "serve/table.py", "train/torch/model.py", "train/jax/model.py", "demo/stages.py",
                  "study/stages.py", "serve/cli.py", "export/cli.py", "study/runner.py", "serve/runner.py"):  # fmt: skip
         (tmp_path / "crosstune" / file).write_text("")
-    assert reused_names(tmp_path) == ["runner.py: serve, study", "table.py: export, serve"]
+    assert reused_names(tmp_path) == ["runner.py: serve, study", "stages.py: demo, study", "table.py: export, serve"]

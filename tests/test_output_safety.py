@@ -181,10 +181,10 @@ def test_kill_9_during_a_forced_prepare_leaves_the_earlier_preparation(tmp_path,
 
 
 def test_a_live_writers_temp_folder_is_left_alone(tmp_path):
-    from crosstune.fsutil import MARKER, clean_stale_temps, staged_dir
+    from crosstune.fsutil import TEMP_WRITER, clean_stale_temps, staged_dir
 
     with staged_dir(tmp_path / "out") as tmp:
-        assert (tmp / MARKER).is_file()
+        assert (tmp / TEMP_WRITER).is_file()
         assert clean_stale_temps(tmp_path) == [] and tmp.is_dir()  # this process is alive
         (tmp / "x").write_text("1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (tmp_path / "out" / "x").read_text() == "1"

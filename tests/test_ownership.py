@@ -3,6 +3,7 @@ which its manifest proves (listed, sha256 and size unchanged); anything else in 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -13,15 +14,21 @@ from pathlib import Path
 import pytest
 
 from crosstune.ownership import (
+    FileKind,
     OutputKind,
     OutputRefused,
+    ResumedKind,
+    claim,
+    file_refusal,
     owned_files,
     owned_output,
     read_manifest,
     refusal,
     restamp,
+    unlisted,
     verify,
     write_manifest,
+    write_owned_file,
 )
 from tests.helpers.paths import REPO
 
@@ -208,3 +215,122 @@ def test_restamp_records_files_rewritten_in_place_by_their_own_command(tmp_path)
     restamp(out, KIND, ["stats.json"])
     manifest = json.loads((out / KIND.manifest).read_text())
     assert refusal(out, KIND) is None and manifest["hashes"] == {"n": 1} and manifest["created"] == created
+
+
+# --- folders resumed in place, one-file outputs -------------------------------------------------------------------
+def _read_note(folder: Path) -> dict | None:
+    path = folder / "note.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+RESUMED = ResumedKind("crosstune thing", "note.json", "thing folder", _read_note, transient=(".lock",))
+
+
+def test_a_resumed_folder_is_new_empty_or_proven_by_its_manifest(tmp_path):
+    assert claim(tmp_path / "new", RESUMED) is None and not (tmp_path / "new").exists()  # nothing written yet
+    (tmp_path / "started" / "empty").mkdir(parents=True)
+    (tmp_path / "started" / ".lock").write_text("pid")  # a run that died before its manifest: not a user's file
+    assert claim(tmp_path / "started", RESUMED) is None
+    (tmp_path / "mine" / "sub").mkdir(parents=True)
+    (tmp_path / "mine" / "sub" / "a.txt").write_text("mine")
+    (tmp_path / "mine" / "thesis.tex").write_text("mine")
+    with pytest.raises(OutputRefused) as refused:
+        claim(tmp_path / "mine", RESUMED, label="--dir")
+    assert str(refused.value) == (
+        f"--dir {tmp_path / 'mine'} is not empty and holds no thing folder (no note.json): sub, thesis.tex; "
+        "crosstune thing writes only into its own thing folder: give a new or empty folder"
+    )
+    (tmp_path / "mine" / "note.json").write_text('{"by": "crosstune thing"}')
+    assert claim(tmp_path / "mine", RESUMED) == {"by": "crosstune thing"}  # resumed: others' files left alone
+    with pytest.raises(OutputRefused, match="is inside .*thesis.tex, which is a file"):
+        claim(tmp_path / "mine" / "thesis.tex" / "x", RESUMED)
+
+
+def test_unlisted_names_what_a_resumed_folders_manifest_does_not(tmp_path):
+    (tmp_path / "export" / "merged").mkdir(parents=True)
+    for rel in ("export/merged/model.safetensors", "export/notes.txt", "plan.json"):
+        (tmp_path / rel).write_text("x")
+    os.symlink(tmp_path / "plan.json", tmp_path / "export" / "link")
+    wrote = ["export/merged/model.safetensors", "plan.json"]
+    assert unlisted(tmp_path, ["export", "plan.json", "absent"], wrote) == ["export/link", "export/notes.txt"]
+
+
+SPEC = FileKind("crosstune thing")
+
+
+def test_a_one_file_output_is_replaced_only_when_it_is_its_own_unchanged(tmp_path):
+    spec = tmp_path / "job.yaml"
+    write_owned_file(spec, "name: a\nrun: x", SPEC)
+    body, stamp = spec.read_text().rsplit("\n", 2)[0] + "\n", spec.read_text().splitlines()[-1]
+    assert body == "name: a\nrun: x\n" and stamp == (
+        f"# crosstune thing wrote this file; sha256 of the lines above: {hashlib.sha256(body.encode()).hexdigest()}"
+    )
+    write_owned_file(spec, "name: b\n", SPEC)  # its own, unchanged: replaced
+    assert spec.read_text().startswith("name: b\n# crosstune thing wrote")
+    spec.write_text(spec.read_text().replace("name: b", "name: edited"))
+    why = f"--out {spec} exists and has changed since crosstune thing wrote it"
+    assert file_refusal(spec, SPEC).startswith(why)
+    with pytest.raises(OutputRefused, match="has changed since crosstune thing wrote it"):
+        write_owned_file(spec, "name: c\n", SPEC)
+    assert "name: edited" in spec.read_text()
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("# crosstune 0.1: a user's copy of a spec's head line\nname: mine\n")
+    assert file_refusal(mine, SPEC).startswith(f"--out {mine} exists and is not a file crosstune thing wrote")
+    with pytest.raises(OutputRefused, match="is a folder"):
+        write_owned_file(tmp_path, "x", SPEC)
+
+
+# --- one mechanism ------------------------------------------------------------------------------------------------
+KINDS = ("OutputKind", "ResumedKind")
+
+
+def other_output_mechanisms(src: Path) -> list[str]:
+    """file:line: what, for every output rule outside crosstune/ownership.py: a function whose name says it claims
+    a folder, a constant named a marker, or a `.crosstune-*` file name that is not a manifest given to ownership
+    (OutputKind / ResumedKind). fsutil's temp-folder record is the swap's own (who may clean a dead writer's temp
+    folder), not an output's proof."""
+    found = []
+    for path in sorted((src / "crosstune").rglob("*.py")):
+        rel = path.relative_to(src).as_posix()
+        if rel == "crosstune/ownership.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        values = {t.id: n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                  and isinstance(n.value, ast.Constant) for t in n.targets if isinstance(t, ast.Name)}  # fmt: skip
+        manifests = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in KINDS:
+                arg = node.args[1] if len(node.args) > 1 else None
+                manifests.add(arg.value if isinstance(arg, ast.Constant) else values.get(getattr(arg, "id", None)))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "claim" in node.name.lower():
+                found.append(f"{rel}:{node.lineno}: def {node.name}")
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name) and "MARKER" in t.id.upper()]
+                found += [f"{rel}:{node.lineno}: {name}" for name in names if isinstance(node.value.value, str)]
+            elif isinstance(node, ast.Constant) and str(node.value).startswith(".crosstune-"):
+                if node.value not in manifests and (rel, node.value) != ("crosstune/fsutil.py", ".crosstune-tmp.json"):
+                    found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    return sorted(found)
+
+
+def test_ownership_is_the_one_output_mechanism():
+    """No marker file, no claim function, beside crosstune.ownership (issue 38: there were five)."""
+    assert other_output_mechanisms(REPO / "src") == []
+
+
+def test_the_scan_finds_the_mechanisms_there_were(tmp_path):
+    (tmp_path / "crosstune" / "demo").mkdir(parents=True)
+    (tmp_path / "crosstune" / "demo" / "context.py").write_text(
+        'DEMO_MARKER = ".crosstune-demo"\n\n\ndef claim_output_folder(out):\n    pass\n'
+    )
+    (tmp_path / "crosstune" / "launch.py").write_text('MARKER = "# crosstune "\nMARKERS = ("o", "s")\n')
+    (tmp_path / "crosstune" / "kept.py").write_text(
+        'from crosstune import ownership\nNAME = ".crosstune-kept.json"\nK = ownership.OutputKind("x", NAME)\n'
+    )
+    assert other_output_mechanisms(tmp_path) == [
+        "crosstune/demo/context.py:1: '.crosstune-demo'",
+        "crosstune/demo/context.py:1: DEMO_MARKER",
+        "crosstune/demo/context.py:4: def claim_output_folder",
+        "crosstune/launch.py:1: MARKER",
+    ]

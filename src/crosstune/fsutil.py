@@ -2,8 +2,9 @@
 cleaned, files honour the umask, and one process at a time writes a run or a preparation.
 
 `staged_dir(dest)` is the one "write into a temp folder beside the target, then swap it into place" of crosstune:
-the temp folder's name carries this host and PID (`.NAME.tmp-HOST-PID-XXXX`) and it holds a marker with the
-process's start time, so the next writer in that folder can tell a dead process's leftovers from a live one's.
+the temp folder's name carries this host and PID (`.NAME.tmp-HOST-PID-XXXX`) and it holds its writer's record
+(TEMP_WRITER: pid, host, the process's start time), so the next writer in that folder can tell a dead process's
+leftovers from a live one's.
 The output policy built on it (one manifest shape, one rule for every command's folder) is crosstune.ownership.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from crosstune.errors import CrosstuneError
 
-MARKER = ".crosstune-tmp.json"  # inside every staged temp folder: who made it
+TEMP_WRITER = ".crosstune-tmp.json"  # inside every staged temp folder: its writer (pid, host), for clean-up only
 _TEMP = re.compile(r"^\..+\.(tmp|old)-(?P<host>[A-Za-z0-9_.-]+)-(?P<pid>\d+)-[0-9a-f]{8}$")
 
 
@@ -100,7 +101,7 @@ def _host() -> str:
 
 def clean_stale_temps(parent: Path) -> list[Path]:
     """Remove crosstune temp folders in `parent` left by dead processes of this host (kill -9, power loss), saying
-    so. A folder of a live process, of another host, or without crosstune's marker is left alone."""
+    so. A folder of a live process, of another host, or without crosstune's writer record is left alone."""
     parent, removed = Path(parent), []
     if not parent.is_dir():
         return removed
@@ -109,10 +110,10 @@ def clean_stale_temps(parent: Path) -> list[Path]:
         if not m or m["host"] != _host() or not entry.is_dir() or entry.is_symlink():
             continue
         try:
-            marker = json.loads((entry / MARKER).read_text())
+            writer = json.loads((entry / TEMP_WRITER).read_text())
         except (OSError, ValueError):
-            continue  # no marker: not provably ours
-        if marker.get("pid") != int(m["pid"]) or _alive(int(m["pid"]), marker.get("started")):
+            continue  # no writer's record: not provably ours
+        if writer.get("pid") != int(m["pid"]) or _alive(int(m["pid"]), writer.get("started")):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         say(f"[cleanup] removed {entry}: a temp folder left by process {m['pid']}, which is gone")
@@ -123,7 +124,9 @@ def clean_stale_temps(parent: Path) -> list[Path]:
 def _temp_beside(dest: Path, kind: str) -> Path:
     tmp = dest.parent / f".{dest.name}.{kind}-{_host()}-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
-    (tmp / MARKER).write_text(json.dumps({"pid": os.getpid(), "host": _host(), "started": _start_time(os.getpid())}))
+    (tmp / TEMP_WRITER).write_text(
+        json.dumps({"pid": os.getpid(), "host": _host(), "started": _start_time(os.getpid())})
+    )
     return tmp
 
 
@@ -157,7 +160,7 @@ def staged_dir(dest: Path, *, may_replace: Callable[[Path], None] | None = None)
     tmp = _temp_beside(dest, "tmp")
     try:
         yield tmp
-        (tmp / MARKER).unlink()
+        (tmp / TEMP_WRITER).unlink()
         honour_umask(tmp)
         if dest.exists():
             old = _temp_beside(dest, "old")

@@ -13,11 +13,18 @@ The shape, one JSON file at the folder's top whose name each command keeps (expo
 
 plus, while `owned_files` writes, "writing": the names claimed by a run in progress (a kill -9 leaves them: the
 next run takes them as its own). Manifests written before this shape are read through each command's `legacy`.
+
+Two more kinds of output keep the same rule with the proof where their command keeps it: a folder resumed in place
+rather than swapped (`claim`: a study bundle, a run directory, the demo's folder; its manifest is the command's own
+file, bundle.json, run.json, demo.json, read by the command's reader; within it a redo removes only what that
+manifest lists, `unlisted`), and a one-file output (`write_owned_file`: a job spec), whose last line carries the
+sha256 of the rest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import time
@@ -27,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from crosstune.errors import CrosstuneError
-from crosstune.fsutil import MARKER, atomic_write_text, file_sha256, overlap_refusal, staged_dir
+from crosstune.fsutil import TEMP_WRITER, atomic_write_text, file_sha256, overlap_refusal, staged_dir
 
 # The one rule: a command replaces only files it wrote, which it proves by its manifest (each file listed with its
 # sha256 and size, unchanged); anything else in its way is refused before any work, naming the file.
@@ -71,7 +78,7 @@ def write_manifest(
     files = {}
     for rel in _listing(folder):
         path = folder / rel
-        if rel in (kind.manifest, MARKER) or path.is_symlink():
+        if rel in (kind.manifest, TEMP_WRITER) or path.is_symlink():
             continue  # a link is never listed: the next run refuses it rather than follow it
         files[rel] = _entry(path, hashes.get(rel))
     return _write(folder, kind, files, fields)
@@ -173,11 +180,11 @@ def _naming(bad: list[tuple[str, str]]) -> str:
     reasons: dict[str, list[str]] = {}
     for rel, why in bad:
         reasons.setdefault(why, []).append(rel)
-    parts = []
-    for why, rels in reasons.items():
-        more = f" and {len(rels) - _SHOWN} more" if len(rels) > _SHOWN else ""
-        parts.append(f"{', '.join(rels[:_SHOWN])}{more} ({why})")
-    return "; ".join(parts)
+    return "; ".join(f"{_shown(rels)} ({why})" for why, rels in reasons.items())
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
 
 
 def refusal(folder: Path, kind: OutputKind, label: str = "--out") -> str | None:
@@ -258,7 +265,7 @@ def owned_output(
 
     with staged_dir(dest, may_replace=may_replace) as tmp:
         yield tmp
-        if unlisted := [rel for rel, _ in _unproven(tmp, kind, hashes=False, skip=MARKER)]:
+        if unlisted := [rel for rel, _ in _unproven(tmp, kind, hashes=False, skip=TEMP_WRITER)]:
             raise CrosstuneError(f"{kind.made_by} wrote {unlisted[0]} without listing it in {kind.manifest} (a bug: "
                                  f"please report it); {dest} is as it was")  # fmt: skip
 
@@ -300,3 +307,93 @@ def owned_files(
             (folder / kind.manifest).unlink(missing_ok=True)
             if made and not any(folder.iterdir()):
                 folder.rmdir()
+
+
+# --- folders resumed in place -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ResumedKind:
+    """A folder its command resumes in place rather than swaps (a study bundle, a run directory, the demo's folder):
+    it writes its own names there across reruns, and its manifest, in the command's own format, proves the folder
+    the command's. `read(folder)` is the command's reader: the manifest, None when there is none, or the command's
+    error when the file is not one. `transient`: names that may be there before the manifest (a lock)."""
+
+    made_by: str
+    manifest: str
+    what: str  # what a user calls the folder: "study bundle", "run directory"
+    read: Callable[[Path], Any]
+    transient: tuple[str, ...] = ()
+
+
+def claim(folder: Path, kind: ResumedKind, *, label: str = "--out", error=OutputRefused) -> Any:
+    """The manifest of `folder`, an earlier output of `kind`'s command that it resumes, or None for a new or empty
+    folder (the command writes its manifest first); `error` before any work when `folder` is, or is inside, a file,
+    or holds a file without the manifest, naming where (empty sub-folders hold nothing to lose)."""
+    folder = check_out(folder, label=label, error=error)
+    manifest = kind.read(folder) if folder.is_dir() else None
+    if manifest is None and folder.is_dir():
+        held = {rel.split("/")[0] for rel in _listing(folder)} - set(kind.transient)  # an empty folder: nothing lost
+        if held := sorted(held):
+            raise error(f"{label} {folder} is not empty and holds no {kind.what} (no {kind.manifest}): "
+                        f"{_shown(held)}; {kind.made_by} writes only into its own {kind.what}: give a new or empty "
+                        "folder")  # fmt: skip
+    return manifest
+
+
+def unlisted(folder: Path, parts: Iterable[str], listed: Iterable[str]) -> list[str]:
+    """The files (and links) under `folder`'s `parts` (relative names) that `listed`, what a manifest of a resumed
+    folder says its command wrote there, does not name: what a redo that replaces those parts must not remove."""
+    folder, known, found = Path(folder), set(listed), []
+    for part in parts:
+        where = folder / part
+        if where.is_symlink() or where.is_file():
+            found.append(part)
+        elif where.is_dir():
+            found += [f"{part}/{rel}" for rel in _listing(where)]
+    return sorted(rel for rel in found if rel not in known)
+
+
+# --- one-file outputs ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FileKind:
+    """A one-file output that proves itself (a job spec): its last line, a comment in the file's own language,
+    names the command and holds the sha256 of every line before it."""
+
+    made_by: str
+    comment: str = "#"
+
+    @property
+    def stamp(self) -> str:
+        return f"{self.comment} {self.made_by} wrote this file; sha256 of the lines above: "
+
+
+def _split_stamp(text: str, kind: FileKind) -> tuple[str, str | None]:
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    if last.startswith(kind.stamp):
+        return body + "\n", last[len(kind.stamp) :].strip()
+    return text, None
+
+
+def file_refusal(path: Path, kind: FileKind, label: str = "--out") -> str | None:
+    """Why `kind`'s command may not replace the existing file `path` (None: it is absent, or its own, unchanged)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    body, digest = _split_stamp(path.read_bytes().decode("utf-8", errors="replace"), kind)
+    if digest is None:
+        why = f"is not a file {kind.made_by} wrote (its last line is not {kind.made_by}'s stamp)"
+    elif hashlib.sha256(body.encode()).hexdigest() != digest:
+        why = f"has changed since {kind.made_by} wrote it"
+    else:
+        return None
+    return f"{label} {path} exists and {why}; it replaces only what it wrote itself: choose another {label}"
+
+
+def write_owned_file(path: Path, text: str, kind: FileKind, *, label: str = "--out", error=OutputRefused) -> Path:
+    """Write `text` at `path` with `kind`'s stamp last (atomically); `error` before writing when `path` is a folder,
+    sits under a file, or is a file its command can't prove it wrote (file_refusal)."""
+    path = check_out(path, label=label, error=error, file=True)
+    if why := file_refusal(path, kind, label):
+        raise error(why)
+    text = text if text.endswith("\n") else text + "\n"
+    atomic_write_text(path, f"{text}{kind.stamp}{hashlib.sha256(text.encode()).hexdigest()}\n")
+    return path

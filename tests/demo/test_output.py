@@ -1,4 +1,5 @@
-"""`crosstune demo --out`: only a folder an earlier demo made is emptied; the shipped recipe works from a wheel."""
+"""`crosstune demo --out`: the demo resumes only its own folder (demo.json, read through crosstune.ownership.claim),
+refusing any other before any work; the shipped recipe works from a wheel."""
 
 from __future__ import annotations
 
@@ -7,37 +8,29 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 from typer.testing import CliRunner
 
-import crosstune.demo.stages
 from crosstune.cli import _register, app
-from crosstune.demo.context import DEMO_MARKER, claim_output_folder
 from tests.helpers.paths import REPO
 
 _register()
 runner = CliRunner()
 
 
-@pytest.fixture
-def no_stages(monkeypatch):
-    """The demo with no stages: what is tested here is what happens to --out before any work."""
-    monkeypatch.setattr(crosstune.demo.stages, "STAGES", [])
-
-
-def test_out_dot_in_a_folder_of_user_files_is_refused_and_deletes_nothing(tmp_path, monkeypatch, no_stages):
+def test_out_dot_in_a_folder_of_user_files_is_refused_and_deletes_nothing(tmp_path, monkeypatch):
     (tmp_path / "thesis.tex").write_text("years of work")
     (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text("print('mine')")
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["demo", "--out", "."], terminal_width=400)
     assert result.exit_code == 1, result.output
-    assert f"--out {tmp_path} is not empty and was not made by `crosstune demo` (no {DEMO_MARKER} in it)" in (
-        result.output
+    assert f"--out {tmp_path} is not empty and holds no demo folder (no demo.json): src, thesis.tex;" in " ".join(
+        result.output.split()
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "thesis.tex"]
 
 
-def test_out_naming_a_file_is_refused(tmp_path, no_stages):
+def test_out_naming_a_file_is_refused(tmp_path):
     afile = tmp_path / "notes.txt"
     afile.write_text("keep")
     result = runner.invoke(app, ["demo", "--out", str(afile)], terminal_width=400)
@@ -45,23 +38,14 @@ def test_out_naming_a_file_is_refused(tmp_path, no_stages):
     assert afile.read_text() == "keep"
 
 
-def test_a_new_or_empty_folder_gets_the_marker(tmp_path, monkeypatch, no_stages):
-    monkeypatch.chdir(tmp_path)  # `--out .` in an empty folder is fine: nothing of the user's is there
-    assert runner.invoke(app, ["demo", "--out", "."]).exit_code == 0
-    assert [p.name for p in tmp_path.iterdir()] == [DEMO_MARKER]
-    claim_output_folder(tmp_path / "new" / "demo")
-    assert (tmp_path / "new" / "demo" / DEMO_MARKER).is_file()
-
-
-def test_an_earlier_demo_folder_is_emptied_but_kept(tmp_path):
-    out = tmp_path / "demo-out"
-    claim_output_folder(out)
-    (out / "runs" / "a").mkdir(parents=True)
-    (out / "summary.json").write_text("{}")
-    (out / "link").symlink_to(tmp_path)  # a link is removed, never followed
-    claim_output_folder(out)
-    assert [p.name for p in out.iterdir()] == [DEMO_MARKER]
-    assert tmp_path.is_dir()
+def test_a_demo_json_the_demo_did_not_write_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "demo.json").write_text('{"made_by": "someone else"}')
+    result = runner.invoke(app, ["demo", "--out", str(out)], terminal_width=400)
+    assert result.exit_code == 1
+    assert f"{out / 'demo.json'}: not the manifest of a `crosstune demo` folder" in " ".join(result.output.split())
+    assert [p.name for p in out.iterdir()] == ["demo.json"]
 
 
 def test_top_level_recipes_is_the_package_folder():

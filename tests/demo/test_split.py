@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crosstune.demo.context import DEFAULT_EVAL, DEFAULT_TRAIN
-from crosstune.demo.split import HELD_OUT_FAMILIES
+from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN, HELD_OUT_FAMILIES, split_record
 from crosstune.pretrain.base_model import BASE_FAMILIES, PretrainConfig
 from crosstune.synth import FAMILY_BY_NAME, build_design, eval_prompt, generate_corpus, param_key
 from crosstune.synth.corpus import select_families
@@ -69,6 +68,12 @@ def test_the_spec_text_check_catches_a_leaked_problem(corpora):
     leaked_prompt = eval_prompt(design, design.slug)
     spec = (corpora[1] / "eval" / f"{problem['problem']}_prompt.txt").read_text()
     assert spec.split("\n\n", 1)[1].strip() in leaked_prompt
+
+
+def test_the_corpus_records_the_split_it_is_held_out_from():
+    record = split_record()
+    assert record["families"] == list(HELD_OUT_FAMILIES) and record["base_families"] == list(BASE_FAMILIES)
+    assert record["base_corpus_seed"] == PretrainConfig().corpus_seed != 0  # the demo corpus's seed is 0
 
 
 def test_unknown_family_is_refused():

@@ -117,11 +117,21 @@ def served_by(run: Path, fixture: Path, dest: Path) -> Path:
     return dest / "summary.json"
 
 
+def _demo_max_tokens() -> int:
+    from crosstune.recipe import load_recipe
+    from crosstune.recipes import shipped_recipe
+
+    return load_recipe(shipped_recipe("demo-cpu.yaml")).eval.max_tokens
+
+
+DEMO_MAX_TOKENS = _demo_max_tokens()  # the demo recipe's, read where it is set
+PASS5_PROBLEMS = 8
+
+
 def write_demo_evals(root: Path, pass1: dict[str, str], pass5: dict[str, str]) -> list[Path]:
-    """Evaluation folders shaped like `crosstune demo`'s (crosstune.demo.evaluation): per model, a greedy pass on
+    """Evaluation folders of two protocols per model, as the demo wrote them before it ran studies: a greedy pass on
     every held-out problem (n=1, T=0) and a 5-sample pass at T=0.8 on the first few, with the summary fields
     crosstune.evals.runner adds for a local model. `pass1` / `pass5`: model slug -> one code string per problem set."""
-    from crosstune.demo.evaluation import MAX_TOKENS, PASS5_PROBLEMS
     from crosstune.evals import SamplingParams
     from crosstune.evals.runner import EvalConfig
 
@@ -131,7 +141,7 @@ def write_demo_evals(root: Path, pass1: dict[str, str], pass5: dict[str, str]) -
             problems = [f"fam{i % 4}_{i:03d}" for i in range(len(codes) // n)]
             assert kind == "greedy" or len(problems) == PASS5_PROBLEMS
             scores = [ProblemScore(p, list(codes[i * n : (i + 1) * n])) for i, p in enumerate(problems)]
-            sampling = SamplingParams(n=n, temperature=temperature, top_p=0.95, max_tokens=MAX_TOKENS, seed=0)
+            sampling = SamplingParams(n=n, temperature=temperature, top_p=0.95, max_tokens=DEMO_MAX_TOKENS, seed=0)
             config = EvalConfig(problems=root / "corpus" / "eval", out=root / "eval" / f"{slug}-{kind}",
                                 hf_model=root / "models" / slug, ks=(1, 5) if n >= 5 else (1,),
                                 prompt_style="codev", sampling=sampling)  # fmt: skip

@@ -215,8 +215,18 @@ def test_submit_hands_the_spec_to_the_engine_s_cli_or_says_how_to_install_it(tmp
 def test_a_file_crosstune_did_not_write_is_never_replaced(tmp_path):
     mine = tmp_path / "notes.yaml"
     mine.write_text("my notes\n")
-    assert "exists and is not a spec crosstune wrote" in fails(H100, "--on", "skypilot", "--out", str(mine))
+    assert f"--out {mine} exists and is not a file crosstune launch wrote" in fails(
+        H100, "--on", "skypilot", "--out", str(mine)
+    )
     assert mine.read_text() == "my notes\n"
+    spec = tmp_path / "spec.yaml"
+    launch(H100, "--on", "skypilot", "--out", str(spec))
+    launch(H100, "--on", "skypilot", "--out", str(spec))  # its own spec, unchanged: replaced
+    spec.write_text(spec.read_text().replace("setup:", "# my note\nsetup:", 1))  # edited since: kept
+    assert f"--out {spec} exists and has changed since crosstune launch wrote it" in fails(
+        H100, "--on", "skypilot", "--out", str(spec)
+    )
+    assert "# my note" in spec.read_text()
     outside = tmp_path / "r.yaml"
     outside.write_text((REPO / H100).read_text())
     assert "is outside this directory" in fails(str(outside), "--on", "skypilot", "--out", str(tmp_path / "t.yaml"))

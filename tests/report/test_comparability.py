@@ -10,10 +10,17 @@ from typer.testing import CliRunner
 
 from crosstune.cost.prices import CostError, PriceBook
 from crosstune.cost.tco_workload import load_workload
-from crosstune.demo.evaluation import MAX_TOKENS
 from crosstune.errors import InputError
 from crosstune.report.writer import write_report
-from tests.helpers.report import GPU_SWEEP, TPU_SWEEP, served_by, write_demo_evals, write_eval, write_run
+from tests.helpers.report import (
+    DEMO_MAX_TOKENS,
+    GPU_SWEEP,
+    TPU_SWEEP,
+    served_by,
+    write_demo_evals,
+    write_eval,
+    write_run,
+)
 
 
 def _sweep(tmp_path: Path, name: str, fixture: Path = GPU_SWEEP, **changes) -> Path:
@@ -171,8 +178,9 @@ DEMO_SAMPLED = {"base": "R" * 40, "torch-lora": ".." + "R" * 38, "jax-lora": "."
 
 
 def test_the_demos_evaluations_raise_no_false_alarm(tmp_path):
-    """Greedy pass@1 on 60 problems and 5 samples at T=0.8 on 8 of them, for three models (crosstune.demo): two
-    protocols, each compared across the models; the demo's report once flagged it all NOT COMPARABLE."""
+    """Greedy pass@1 on 60 problems and 5 samples at T=0.8 on 8 of them, for three models (as the demo once
+    evaluated): two protocols, each compared across the models; the demo's report once flagged it all NOT
+    COMPARABLE."""
     runs = [write_run(tmp_path / "runs", b, "cpu") for b in ("torch", "jax")]
     evals = sorted(write_demo_evals(tmp_path, DEMO_GREEDY, DEMO_SAMPLED))
     html = write_report([*runs, *evals], tmp_path / "report")
@@ -196,7 +204,7 @@ def test_a_real_evaluation_mismatch_is_flagged(tmp_path):
     md = _md(tmp_path, [*evals, *other])
     assert (
         "> **NOT COMPARABLE:** the evaluations of base-greedy and tuned-greedy differ in max tokens: "
-        f"{MAX_TOKENS} vs 1024" in md  # the demo's evaluations (write_demo_evals) against the tuned model's
+        f"{DEMO_MAX_TOKENS} vs 1024" in md  # the demo's evaluations (write_demo_evals) against the tuned model's
     )
     assert "| ⚠ base-greedy |" in md and "| ⚠ tuned-greedy |" in md
 

@@ -150,17 +150,42 @@ def test_runs_and_exports_carry_the_data_template_hash(lenient_workspace, torch_
 # --- 5: one writer per run directory ------------------------------------------------------------------------------
 def test_a_second_train_into_a_busy_run_dir_is_refused_naming_the_holder(lenient_workspace, tmp_path):
     from crosstune.fsutil import LockedError
-    from crosstune.run.rundir import claim_run_dir
+    from crosstune.run.rundir import held_run_dir
     from crosstune.train.session import train
 
     _, path, _ = lenient_workspace
     recipe, run = load_recipe(path), tmp_path / "busy"
     holder = f"PID {os.getpid()} on host {socket.gethostname()}"
-    with claim_run_dir(run, recipe, "torch", resume=False):
+    with held_run_dir(run, recipe, "torch", resume=False):
         for backend in ("torch", "jax"):
             with pytest.raises(LockedError, match=f"run directory {run} is in use by {holder}"):
                 train(recipe, run, backend=backend, progress=False)
     assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing of either run was written
+
+
+def test_a_fresh_run_refuses_a_users_folder_naming_what_it_holds(tmp_path):
+    """A run directory is resumed in place, proven by its run.json (ownership.claim): a user's folder is refused
+    before anything is written (no lock); a run killed before its run.json (only the lock) is taken again."""
+    from crosstune.ownership import OutputRefused
+    from crosstune.run.rundir import held_run_dir
+
+    mine = tmp_path / "mine"
+    (mine / "tensorboard").mkdir(parents=True)
+    (mine / "tensorboard" / "events.mine").write_text("my runs")
+    with pytest.raises(
+        OutputRefused, match=f"--run-dir {mine} is not empty and holds no run directory \\(no run.json\\): tensorboard;"
+    ):
+        with held_run_dir(mine, None, "torch", resume=False):
+            pass
+    assert [p.relative_to(mine).as_posix() for p in sorted(mine.rglob("*"))] == [
+        "tensorboard",
+        "tensorboard/events.mine",
+    ]
+    started = tmp_path / "started"
+    with held_run_dir(started, None, "torch", resume=False) as run:
+        assert run == started
+    with held_run_dir(started, None, "torch", resume=False):  # its lock alone: not a user's file
+        pass
 
 
 def test_a_second_prepare_of_the_same_folder_is_refused(lenient_workspace):

@@ -84,18 +84,6 @@ def test_template_mismatch_between_training_data_and_served_tokenizer(tmp_path, 
         assert problem is None if verdict is None else "differs from the one the training data was prepared" in problem
 
 
-def test_demo_stage_without_serving_env_prints_the_command(tmp_path, monkeypatch):
-    from rich.console import Console
-
-    from crosstune.demo.serving import serving_stage
-
-    monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "no-venv"))
-    console = Console(record=True, width=200)
-    assert serving_stage(tmp_path / "model", tmp_path / "out", console) is None
-    assert "create it with `make serve-env`" in console.export_text()
-    assert not (tmp_path / "out").exists()
-
-
 def test_cli_serve_start_and_stop(tmp_path, tiny_gemma4_dir, fake_vllm):
     from typer.testing import CliRunner
 

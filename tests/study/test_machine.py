@@ -32,3 +32,14 @@ def test_a_gke_tpu_host_is_described_by_its_environment_and_host_1_is_a_worker(m
     assert is_worker({}) and is_worker({"node_rank": 0})  # TPU_WORKER_ID=1: a worker whatever the torch rank
     monkeypatch.setenv("TPU_WORKER_ID", "0")
     assert not is_worker({}) and is_worker({"node_rank": 1})
+
+
+def test_the_cpu_is_recorded_by_its_id_vector_units_and_load():
+    """The demo's figures depend on the CPU kind (docs/BENCHMARKS.md "The demo"): the bundle names it, and the load."""
+    from crosstune.study.machine import ISA_FLAGS
+
+    cpu = describe_machine()["cpu"]
+    flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split(":", 1)[1].split()
+    assert cpu["isa"] == [f for f in ISA_FLAGS if f in flags]
+    assert "cpu family" in cpu["id"] and cpu["model"] in open("/proc/cpuinfo").read()
+    assert len(cpu["load_avg"]) == 3 and all(x >= 0 for x in cpu["load_avg"])

@@ -304,9 +304,31 @@ def test_the_command_line_says_what_was_wrong_in_one_line(tmp_path):
         app, ["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(tmp_path / "b"), "--only", "train,evl"]
     )
     assert result.exit_code == 1
-    assert result.output.strip() == (
-        "error: unknown stage 'evl': the stages are prepare, plan, train, export, serve, bench, eval, cost"
+    assert " ".join(result.output.split()) == (
+        "error: unknown stage 'evl': the stages are prepare, plan, train, export, serve, bench, eval, cost (and with "
+        "--with: pretrain, parity, eval-base)"
     )
+
+
+def test_the_optional_stages_run_only_when_asked():
+    """pretrain, parity and eval-base (the demo's) are off unless --with names them; then in pipeline order."""
+    assert [st.name for st in runner.select_stages()] == STAGE_NAMES
+    names = [st.name for st in runner.select_stages(with_=("eval-base", "pretrain", "parity"))]
+    assert names == ["pretrain", "prepare", "plan", "parity", "train", "export", "serve", "bench", "eval",
+                     "eval-base", "cost"]  # fmt: skip
+    assert [st.name for st in runner.select_stages(from_stage="eval", with_=("eval-base",))] == [
+        "eval", "eval-base", "cost"]  # fmt: skip
+    with pytest.raises(StudyError, match="stage parity runs only when asked: add --with parity"):
+        runner.select_stages(only=["parity"])
+    with pytest.raises(StudyError, match="--with 'base': one of pretrain, parity, eval-base"):
+        runner.select_stages(with_=("base",))
+
+
+def test_pretrain_refuses_a_recipe_whose_model_is_not_the_base_it_trains(tmp_path, synth_corpus_dir):
+    with pytest.raises(StudyError, match="--with pretrain trains crosstune's gemma4 small base, but the recipe's "
+                       "model is gemma4 tiny"):  # fmt: skip
+        study(tmp_path / "b", overrides(tmp_path / "none", synth_corpus_dir), with_=("pretrain",))
+    assert not (tmp_path / "b").exists()
 
 
 def test_a_failing_stage_is_named_and_recorded(torch_bundle, tmp_path, monkeypatch):
@@ -368,3 +390,29 @@ def test_a_redo_never_deletes_a_file_the_stage_did_not_write(torch_bundle, tmp_p
     notes.unlink()
     manifest, log, _ = study(copy, sets)  # its own files again: up to date
     assert "export: up to date" in log and "notes.txt" not in str(manifest["stages"]["export"]["wrote"])
+
+
+def test_eval_base_asks_the_base_through_the_fine_tunes_engine_on_a_server_of_its_own(
+    torch_bundle, tmp_path, fake_vllm
+):
+    """With a serving environment (here a fake vLLM), the base is evaluated through vLLM as the fine-tune is: its own
+    server on the base, stopped when the stage ends; its evaluation joins the bundle's contents."""
+    from crosstune.serve.process import STATE_FILE
+
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
+    manifest, log, _ = study(copy, sets, only=["eval-base"], with_=("eval-base",))
+    entry = manifest["stages"]["eval-base"]
+    assert entry["status"] == "done" and entry["record"]["engine"] == "vllm", log
+    assert f"starting vLLM on {tiny_model(sets)}" in log
+    summary = json.loads((copy / "eval" / "base" / "summary.json").read_text())
+    assert summary["problems"] == 8 and summary["engine"]["kind"] == "endpoint"
+    server = copy / "eval" / "base" / "server"
+    assert any(server.glob("*.log")) and not (server / STATE_FILE).exists()  # it ran, and stopped with the stage
+    assert manifest["contents"]["evals"] == ["eval/finetune", "eval/base"]
+
+
+def tiny_model(sets: list[str]) -> str:
+    return next(s.split("=", 1)[1] for s in sets if s.startswith("model.path="))

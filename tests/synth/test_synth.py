@@ -14,9 +14,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from crosstune.synth import FAMILIES, generate_corpus, param_key
+from crosstune.synth import FAMILIES, OutputNotEmptyError, generate_corpus, param_key
 from crosstune.synth.cli import register
-from crosstune.synth.corpus import plan_eval, plan_train
+from crosstune.synth.corpus import SYNTH_OUTPUT, plan_eval, plan_train
 
 N_TRAIN, N_EVAL, SEED = 80, 24, 1234
 RESPONSE = re.compile(r"\A<think>\n(?P<think>.+?)\n</think>\n<answer>\n(?P<answer>.*)\n</answer>\Z", re.DOTALL)
@@ -28,7 +28,9 @@ EVAL_INTRO = (
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """The corpus's files, less synth's ownership record (which holds the time it was written)."""
+    files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name != SYNTH_OUTPUT.manifest]
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,8 @@ def test_same_seed_gives_byte_identical_files(corpus: Path, tmp_path: Path) -> N
     first, second = _files(corpus), _files(tmp_path / "again")
     assert len(first) == 3 * N_EVAL + 3
     assert first == second
+    listed = json.loads((corpus / SYNTH_OUTPUT.manifest).read_text())["files"]
+    assert sorted(listed) == sorted(first)  # the ownership record lists every file of the corpus
 
 
 def test_same_seed_is_identical_across_processes(corpus: Path, tmp_path: Path) -> None:
@@ -180,9 +184,42 @@ def test_cli_writes_corpus_and_refuses_non_empty_dir(tmp_path: Path) -> None:
     assert len((tmp_path / "c" / "train.jsonl").read_text().splitlines()) == 5
     second = runner.invoke(root, args)
     assert second.exit_code == 2
-    assert "not empty" in second.output and "--force" in second.output
+    assert "holds an earlier output of crosstune synth: pass --force" in " ".join(second.output.split())
     assert second.exception is None or isinstance(second.exception, SystemExit)
-    (tmp_path / "c" / "eval" / "stale.sv").write_text("stale")
+    (tmp_path / "c" / "eval" / "stale.sv").write_text("a file synth did not write")
+    refused = runner.invoke(root, [*args, "--force"])
+    assert refused.exit_code == 2 and "eval/stale.sv (not in its .crosstune-synth.json)" in refused.output
+    assert (tmp_path / "c" / "eval" / "stale.sv").is_file()  # nothing removed
+    (tmp_path / "c" / "eval" / "stale.sv").unlink()
     forced = runner.invoke(root, [*args, "--force"])
     assert forced.exit_code == 0, forced.output
-    assert not (tmp_path / "c" / "eval" / "stale.sv").exists()
+
+
+def test_force_refuses_a_folder_synth_did_not_write(tmp_path: Path) -> None:
+    """A user's folder holding an eval/ and a manifest.json (the names synth writes) is not synth's: --force
+    refuses it, naming the files, and deletes nothing."""
+    mine = tmp_path / "mine"
+    (mine / "eval").mkdir(parents=True)
+    (mine / "eval" / "notes.md").write_text("my evaluation notes")
+    (mine / "manifest.json").write_text('{"mine": true}')
+    with pytest.raises(OutputNotEmptyError, match=r"eval/notes.md, manifest.json \(no .crosstune-synth.json lists"):
+        generate_corpus(mine, 5, 4, 0, force=True)
+    assert (mine / "eval" / "notes.md").read_text() == "my evaluation notes"
+    assert (mine / "manifest.json").read_text() == '{"mine": true}'
+
+
+def test_reuse_keeps_an_earlier_corpus_of_the_same_arguments_and_redoes_a_changed_one(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    first = generate_corpus(out, 8, 4, 1, families=["mux", "adder"])
+    stamp = (out / "train.jsonl").stat().st_mtime_ns
+    again = generate_corpus(out, 8, 4, 1, families=["mux", "adder"], reuse=True)
+    assert again.reused and not first.reused and again.counts == first.counts
+    assert (out / "train.jsonl").stat().st_mtime_ns == stamp  # untouched: data preparation's fingerprint holds
+    with pytest.raises(OutputNotEmptyError, match="pass --force"):  # other arguments: a new corpus, not a reuse
+        generate_corpus(out, 9, 4, 1, families=["mux", "adder"], reuse=True)
+    redone = generate_corpus(out, 9, 4, 1, families=["mux", "adder"], reuse=True, force=True)
+    assert not redone.reused and len((out / "train.jsonl").read_text().splitlines()) == 9
+    (out / "train.jsonl").write_text("edited\n")  # an edited corpus is not synth's to replace, nor to reuse
+    with pytest.raises(OutputNotEmptyError, match=r"train.jsonl \(changed since crosstune synth wrote it\)"):
+        generate_corpus(out, 9, 4, 1, families=["mux", "adder"], reuse=True, force=True)
+    assert (out / "train.jsonl").read_text() == "edited\n"

@@ -1,2 +1,4 @@
-"""`crosstune demo`: the whole pipeline on a laptop CPU with a small real-architecture Gemma 4, no downloads
-(context, stages, evaluation, serving stage, the family split, and the pretrained base it starts from)."""
+"""`crosstune demo`: a study per backend of the shipped demo recipe (crosstune.study, with its pretrain, parity and
+eval-base stages), then `report` over the bundles. Only the demo's own choices live here: the held-out families and
+corpus sizes (split), the run of studies (runner), demo.json and the table it prints (figures); the recipe is
+recipes/demo-cpu.yaml."""

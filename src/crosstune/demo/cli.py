@@ -1,47 +1,12 @@
-"""`crosstune demo`: the pipeline on the embedded default."""
+"""`crosstune demo`: a study per backend of the embedded default, the report, and the table of the demo's figures."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from crosstune.demo import stages
-from crosstune.demo.context import DEFAULT_EVAL, DEFAULT_TRAIN, DemoContext, claim_output_folder, console
-from crosstune.demo.evaluation import comparison_table
-from crosstune.recipes import shipped_recipe
-
-
-def run_demo(
-    out: Path,
-    recipe_file: Path,
-    seed: int = 0,
-    n_train: int = DEFAULT_TRAIN,
-    n_eval: int = DEFAULT_EVAL,
-    steps: int | None = None,
-    cache_root: Path | None = None,
-    base_steps: int | None = None,
-) -> DemoContext:
-    claim_output_folder(out)
-    ctx = DemoContext(out, recipe_file, seed, n_train, n_eval, steps, cache_root, base_steps)
-    for i, (title, fn) in enumerate(stages.STAGES, 1):
-        console.rule(f"[bold]{i}/{len(stages.STAGES)} {title}")
-        t0 = time.perf_counter()
-        message = fn(ctx)
-        console.print(f"   {message}  [dim]({time.perf_counter() - t0:.1f} s)[/dim]")
-    table = Table(title="What the demo made")
-    for col in ("what", "where", "note"):
-        table.add_column(col, overflow="fold")
-    for what, where, note in ctx.made:
-        table.add_row(what, str(where), note)
-    console.print(table)
-    if ctx.scores:
-        console.print(comparison_table(ctx.scores))
-    if ctx.report is not None:
-        console.print(f"[bold]Report:[/bold] {ctx.report}", highlight=False)
-    return ctx
+from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN
 
 
 def register(app: typer.Typer) -> None:
@@ -50,19 +15,40 @@ def register(app: typer.Typer) -> None:
 
 def demo(
     out: Path = typer.Option(
-        Path("demo-out"), help="folder for everything the demo makes: new or empty, or an earlier demo's (emptied)"
+        Path("demo-out"), help="the demo's folder: new or empty, or an earlier demo's (resumed: finished stages kept)"
     ),
     recipe: Path = typer.Option(None, help="the recipe to run [default: the shipped demo-cpu.yaml]"),
     seed: int = typer.Option(0, help="seed for the held-out corpus"),
-    n_train: int = typer.Option(DEFAULT_TRAIN, help="synthetic training records for the LoRA"),
-    n_eval: int = typer.Option(DEFAULT_EVAL, help="held-out evaluation problems"),
-    steps: int = typer.Option(None, help="LoRA steps on each backend (default: the recipe's train.max_steps, 180)"),
+    n_train: int = typer.Option(DEFAULT_TRAIN, min=1, help="synthetic training records for the LoRA"),
+    n_eval: int = typer.Option(DEFAULT_EVAL, min=1, help="held-out evaluation problems"),
+    steps: int = typer.Option(
+        None, min=1, help="LoRA steps on each backend (default: the recipe's train.max_steps, 180)"
+    ),
     cache: Path = typer.Option(None, help="pretrained-base cache (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)"),
     base_steps: int = typer.Option(
-        None, help="pretraining steps of the base (default 1200; another count caches another base)"
+        None, min=1, help="pretraining steps of the base (default 1200, shipped; another count trains and caches one)"
     ),
 ) -> None:
-    """Run the pipeline end to end on this CPU: a pretrained small Gemma 4, LoRA on both backends, pass@k gain."""
-    recipe = recipe or shipped_recipe("demo-cpu.yaml")
-    cache_root = cache.resolve() / "pretrained" if cache else None
-    run_demo(out.resolve(), recipe, seed, n_train, n_eval, steps=steps, cache_root=cache_root, base_steps=base_steps)
+    """Run the pipeline end to end on this CPU: a pretrained small Gemma 4, LoRA on both backends, pass@k gain.
+
+    One `crosstune study` per backend (OUT/torch, OUT/jax) of the demo recipe on a held-out corpus (OUT/corpus),
+    each with the pretrain stage (the shipped base), the first also with parity and the base's evaluation, then
+    `crosstune report` over both bundles (OUT/report). Run it again and every finished stage is kept.
+    """
+    from rich.console import Console
+
+    from crosstune.demo import figures
+    from crosstune.demo.runner import run_demo
+
+    console = Console(soft_wrap=True, highlight=False)
+    cache_root = cache.resolve() / "pretrained" if cache else None  # as `crosstune pretrain --cache`
+    result = run_demo(out, recipe, seed=seed, n_train=n_train, n_eval=n_eval, steps=steps, base_steps=base_steps,
+                      cache=cache_root, console=console)  # fmt: skip
+    console.rule("[bold]the demo", align="left")
+    console.print(figures.scores_table(result.scores))
+    engines = figures.engines(result.scores)
+    one = f"one engine for every model: {engines[0]}" if len(engines) == 1 else f"ENGINES DIFFER: {engines}"
+    console.print(one)
+    console.print(f"bundles: {', '.join(str(p) for p in result.bundles.values())}")
+    console.print(f"[bold]report:[/bold] {result.report}")
+    console.print(f"machine: {figures.machine_line(result.host)}; this run took {result.seconds:.0f} s")

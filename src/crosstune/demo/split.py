@@ -5,3 +5,17 @@ from __future__ import annotations
 
 # The families the demo's LoRA teaches and evaluates on: short, regular modules a LoRA learns in minutes.
 HELD_OUT_FAMILIES = ("vector_gate", "parity_popcount", "gray_code", "decoder")  # registry order
+DEFAULT_TRAIN, DEFAULT_EVAL = 600, 60  # LoRA records and held-out problems (15 per held-out family)
+
+
+def split_record() -> dict:
+    """What the demo's corpus is held out from, recorded in its manifest.json ("split")."""
+    from crosstune.pretrain.base_model import BASE_FAMILIES, PretrainConfig
+
+    return {
+        "families": list(HELD_OUT_FAMILIES),
+        "base_families": list(BASE_FAMILIES),
+        "base_corpus_seed": PretrainConfig().corpus_seed,
+        "note": "train and eval hold only families the pretrained base never saw; eval parameters appear in no "
+        "training record (the base's corpus has none of these families, this train.jsonl draws fresh parameters)",
+    }

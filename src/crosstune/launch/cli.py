@@ -11,15 +11,15 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from crosstune.fsutil import atomic_write_text
 from crosstune.launch import engine_grammar
 from crosstune.launch.job_spec import Job, LaunchError, make_job
-from crosstune.ownership import check_out
+from crosstune.ownership import FileKind, check_out, file_refusal, write_owned_file
 
 console = Console(soft_wrap=True, highlight=False)
 ENGINES = ("skypilot", "gke", "slurm")
-MARKER = "# crosstune "  # in every spec's head: "# crosstune VERSION: `crosstune study` of ..."
-HEAD_LINES = 12
+# A spec proves itself crosstune's by its last line (crosstune.ownership): a user's file, or a spec edited since, is
+# never replaced.
+SPEC = FileKind("crosstune launch")
 SUBMIT = {"skypilot": ["sky", "launch", "-c", "{name}", "{spec}"], "gke": ["kubectl", "apply", "-f", "{spec}"],
           "slurm": ["sbatch", "{spec}"]}  # fmt: skip
 INSTALL = {
@@ -72,9 +72,10 @@ def _check_plan(job: Job) -> None:
 
 
 def _refuse_foreign(out: Path) -> None:
+    """Before the recipe is read: ownership's rule for a one-file output (write_owned_file checks it again)."""
     check_out(out, file=True, error=LaunchError)
-    if out.is_file() and MARKER not in "".join(out.read_text(errors="replace").splitlines(keepends=True)[:HEAD_LINES]):
-        raise LaunchError(f"--out {out} exists and is not a spec crosstune wrote: choose another file name")
+    if why := file_refusal(out, SPEC):
+        raise LaunchError(why)
 
 
 def render_spec(engine: str, job: Job, **opts) -> str:
@@ -163,7 +164,7 @@ def launch(
     job = make_job(_relative_recipe(recipe_file), target, backend, extra)
     _check_plan(job)
     text = render_spec(on, job, bucket=bucket, pvc=pvc, image=image, nodes=nodes, time_limit=time_limit, spot=spot)
-    atomic_write_text(out, text)
+    write_owned_file(out, text, SPEC, error=LaunchError)
     if on == "slurm":
         out.chmod(0o755)
     console.print(f"wrote {out}: {on} job {job.name} (recipe hash {job.recipe_hash}, crosstune {job.version})")

@@ -1,5 +1,6 @@
-"""Creating a run directory: claiming it for one training process, and writing its recipe.yaml and run.json
-(names: crosstune.run.layout; run.json's schema: crosstune.run.records)."""
+"""Creating a run directory: holding it for one training process, and writing its recipe.yaml and run.json
+(names: crosstune.run.layout; run.json's schema: crosstune.run.records). A run directory is resumed in place:
+run.json proves it a run (crosstune.ownership.claim), so a fresh run never writes into a user's folder."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import yaml
 
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text, exclusive_lock, say
+from crosstune.ownership import ResumedKind, claim
 from crosstune.recipe import Recipe, recipe_hash, resolve_path
-from crosstune.run.layout import LOCK, RECIPE_YAML
+from crosstune.run.layout import LOCK, RECIPE_YAML, RUN_JSON
 from crosstune.run.records import (
     LOSS_CONVENTION,
     RUN_FORMAT,
@@ -60,17 +62,27 @@ def versions() -> dict[str, str]:
     return out
 
 
+def _run_json(run_dir: Path) -> Path | None:
+    return run_dir / RUN_JSON if (run_dir / RUN_JSON).is_file() else None
+
+
+# The lock may be there before run.json: a run killed while it set up (before run.json) is not a user's folder.
+RUN_FOLDER = ResumedKind("crosstune train", RUN_JSON, "run directory", _run_json, transient=(LOCK,))
+
+
 @contextlib.contextmanager
-def claim_run_dir(run_dir: Path, recipe: Recipe, backend: str, *, resume: bool, lead: bool = True) -> Iterator[Path]:
+def held_run_dir(run_dir: Path, recipe: Recipe, backend: str, *, resume: bool, lead: bool = True) -> Iterator[Path]:
     """Both backends' entry to a run directory: the absolute path (resolved once, here: Orbax refuses relative
-    ones), held exclusively for the run's life (<run>/.lock; a second `crosstune train` into it is refused naming
-    this process), and on --resume the recipe checked against the one the run was trained with.
+    ones); a non-empty folder without run.json refused (ownership's rule: a run writes only into its own folder);
+    held exclusively for the run's life (<run>/.lock; a second `crosstune train` into it is refused naming this
+    process), and on --resume the recipe checked against the one the run was trained with.
     `lead`: this process owns the run (torch launcher / jax process 0); other processes only get the path."""
 
     run_dir = Path(run_dir).expanduser().resolve()
     if not lead:
         yield run_dir
         return
+    claim(run_dir, RUN_FOLDER, label="--run-dir")
     run_dir.mkdir(parents=True, exist_ok=True)
     hint = "wait for that run to finish, or choose another --run-dir"
     with exclusive_lock(run_dir / LOCK, f"run directory {run_dir}", hint):

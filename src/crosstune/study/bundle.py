@@ -12,8 +12,9 @@ what an earlier run left.
 
 Every manifest write replaces the file atomically (a reader, or a kill -9, sees the old or the new one).
 
-A study writes only inside its own bundle, and only at the names above (`claim`: bundle.json proves the folder a
-bundle; any other non-empty folder is refused, naming what is in it); a user's file beside them is left alone. What
+A study writes only inside its own bundle, and only at the names above (`open_bundle`, through crosstune.ownership's
+`claim`: bundle.json proves the folder a bundle; any other non-empty folder is refused, naming what is in it); a
+user's file beside them is left alone. What
 each stage writes there goes through that command's own writer, which proves its folder by its manifest
 (crosstune.ownership).
 """
@@ -29,7 +30,7 @@ from typing import Any
 
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, file_sha256
-from crosstune.ownership import check_out
+from crosstune.ownership import ResumedKind, claim
 from crosstune.study.bundle_schema import BUNDLE_KIND, BUNDLE_MANIFEST, read_bundle_manifest
 
 FORMAT = 1
@@ -62,17 +63,16 @@ def read_manifest(bundle: Path) -> dict[str, Any] | None:
     return read_bundle_manifest(bundle)
 
 
-def claim(bundle: Path, recipe_name: str, backend: str) -> dict[str, Any]:
+# A bundle is resumed in place: bundle.json proves the folder a study's (crosstune.ownership.claim).
+BUNDLE_FOLDER = ResumedKind("crosstune study", BUNDLE_MANIFEST, "study bundle", read_manifest)
+
+
+def open_bundle(bundle: Path, recipe_name: str, backend: str) -> dict[str, Any]:
     """The manifest of the bundle a study of `recipe_name` on `backend` may write into at `bundle`: a new one for a
     new or empty folder, the earlier one of the same study; else a StudyError saying why (a folder that is not a
     bundle: naming what is in it)."""
-    check_out(bundle, error=StudyError)  # a file, or inside one: ownership's rule
-    manifest = read_manifest(bundle)
+    manifest = claim(bundle, BUNDLE_FOLDER, error=StudyError)
     if manifest is None:
-        if bundle.is_dir() and (held := sorted(p.name for p in bundle.iterdir())):
-            shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
-            raise StudyError(f"--out {bundle} is not empty and holds no study bundle (no {BUNDLE_MANIFEST}): {shown}; "
-                             "a study writes only into its own bundle: give a new or empty folder")  # fmt: skip
         return new_manifest(recipe_name, backend)
     if manifest.get("backend") != backend:
         raise StudyError(f"{bundle} holds a {manifest.get('backend')} study: give --backend {manifest.get('backend')}"

@@ -143,7 +143,7 @@ def _schema(bundle: Path) -> Callable[[str, Any], dict]:
     return _fields({
         "format": (True, _int), "recipe": (True, recipe), "backend": (True, _one_of(BACKENDS)),
         "created": (False, _str), "hosts": (True, _dict_of(_dict)), "stages": (True, _dict_of(stage)),
-        "contents": (True, contents), "data": (False, _dict),
+        "contents": (True, contents), "data": (False, _dict), "with": (False, _list_of(_str)),
     })  # fmt: skip
 
 

@@ -6,8 +6,12 @@ from pathlib import Path
 
 import typer
 
+from crosstune.study.context import OPTIONAL_STAGES
 from crosstune.study.runner import STAGE_NAMES
 
+WITH_HELP = "stages a study runs only when asked, comma-separated: " + "; ".join(
+    f"{name}: {what}" for name, what in OPTIONAL_STAGES.items()
+)
 BUCKET_HELP = (
     "gs://B, s3://B or a folder: the bundle's copy at BUCKET/<bundle name>, pushed after every stage and checkpoint, "
     "pulled when this machine's is missing or behind (preemption: docs/FAILURE_MODES.md)"
@@ -28,6 +32,13 @@ def study(
     backend: str = typer.Option(None, "--backend", help="torch or jax (default: the recipe's backend.default)"),
     from_stage: str = typer.Option(None, "--from", help=f"start at this stage: {', '.join(STAGE_NAMES)}"),
     only: str = typer.Option(None, "--only", help="run just these stages, comma-separated (e.g. serve,bench,eval)"),
+    with_: str = typer.Option(None, "--with", help=WITH_HELP),
+    pretrain_steps: int = typer.Option(
+        None, "--pretrain-steps", min=1, help="--with pretrain: its steps (default 1200; another count, another base)"
+    ),
+    pretrain_cache: Path = typer.Option(
+        None, "--pretrain-cache", help="--with pretrain: its cache (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)"
+    ),
     overrides: list[str] = typer.Option(None, "--set", help="override a recipe value: --set train.max_steps=10"),
     prices: Path = typer.Option(None, "--prices", help="price overrides YAML for the cost stage (as crosstune cost)"),
     bucket: str = typer.Option(None, "--bucket", help=BUCKET_HELP),
@@ -51,7 +62,9 @@ def study(
 
     overrides = list(overrides or []) + ([f"backend.torch.nodes={nodes}"] if nodes else [])
     launch = {k: v for k, v in {"node_rank": node_rank, "main_address": main_address}.items() if v}
+    cache = pretrain_cache.resolve() / "pretrained" if pretrain_cache else None  # as `crosstune pretrain --cache`
     run_study(
         recipe_file, backend, out, overrides=overrides, only=_stages(only), from_stage=from_stage, launch=launch,
-        prices=prices, bucket=bucket,
+        prices=prices, bucket=bucket, with_=tuple(_stages(with_) or ()), pretrain_steps=pretrain_steps,
+        pretrain_cache=cache,
     )  # fmt: skip

@@ -16,13 +16,22 @@ from crosstune.run.bucket import BucketCopy
 from crosstune.study.bundle import Output, StudyError
 
 DATA, PLAN, EXPORT, SERVE, BENCH, EVAL, COST = "data", "plan", "export", "serve", "bench", "eval", "cost"
-RUNS = "runs"
-FINETUNE = "finetune"  # the evaluation of the bundle's fine-tune: eval/finetune/
+BASE, PARITY, RUNS = "base", "parity", "runs"
+FINETUNE = "finetune"  # the evaluation of the bundle's fine-tune: eval/finetune/ (of the base: eval/base/)
+# The stages a study runs only when asked (`--with`): the demo's, never a user's study on a TPU by accident.
+OPTIONAL_STAGES = {
+    "pretrain": "train crosstune's small Gemma 4 base on CPU (`crosstune pretrain`: shipped or cached) into BASE/base "
+    "and fine-tune that (model.path is pointed there)",
+    "parity": "both backends on one training step of the recipe (`crosstune parity`), before training",
+    "eval-base": "evaluate the base at model.path too (eval/base/), by the engine that evaluates the fine-tune",
+}
 
 
-def study_overrides(bundle: Path) -> list[str]:
-    """Point the recipe's outputs into the bundle: the prepared data and the run directory live there."""
-    return [f"output_dir={bundle / RUNS}", f"data.prepared_dir={bundle / DATA}"]
+def study_overrides(bundle: Path, with_: tuple[str, ...] = ()) -> list[str]:
+    """Point the recipe's outputs into the bundle: the prepared data and the run directory live there (and, with
+    the pretrain stage, the base it trains)."""
+    base = [f"model.path={bundle / BASE}"] if "pretrain" in with_ else []
+    return [f"output_dir={bundle / RUNS}", f"data.prepared_dir={bundle / DATA}", *base]
 
 
 def run_rel(recipe: Recipe, backend: str) -> str:
@@ -30,8 +39,10 @@ def run_rel(recipe: Recipe, backend: str) -> str:
     return f"{RUNS}/{recipe.name}-{backend}"
 
 
-def load_study_recipe(recipe_file: Path, bundle: Path, overrides: list[str] | None = None) -> Recipe:
-    return load_recipe(recipe_file, [*(overrides or []), *study_overrides(bundle)])
+def load_study_recipe(
+    recipe_file: Path, bundle: Path, overrides: list[str] | None = None, with_: tuple[str, ...] = ()
+) -> Recipe:
+    return load_recipe(recipe_file, [*(overrides or []), *study_overrides(bundle, with_)])
 
 
 @dataclass
@@ -59,6 +70,11 @@ class StudyContext:
     server: Any = None  # crosstune.study.serving.Server, shared by serve, bench and eval
 
     bucket: BucketCopy | None = None  # the bundle's copy in a bucket (crosstune.study.recovery)
+    with_: tuple[str, ...] = ()  # the optional stages asked for (OPTIONAL_STAGES)
+    recipe_file: Path | None = None  # what the recipe was loaded from, with `overrides` (the parity check reloads it)
+    overrides: tuple[str, ...] = ()
+    pretrain_steps: int | None = None  # the pretrain stage's steps (None: PretrainConfig's) and cache folder
+    pretrain_cache: Path | None = None
 
     @property
     def run_rel(self) -> str:
@@ -105,8 +121,9 @@ class StudyContext:
         from crosstune.data.sources import source_files
 
         todo = f"make it first (the head of {recipe_file} says how) or give another with --set"
-        model = next((st for st in ("prepare", "train", "export") if st in stages), None)
-        if model is not None and (path := self.model_path) is not None and not path.exists():
+        model = next((st for st in ("prepare", "parity", "train", "export", "eval-base") if st in stages), None)
+        made = "pretrain" in stages  # the study makes the base itself
+        if model is not None and not made and (path := self.model_path) is not None and not path.exists():
             raise StudyError(f"model.path {path}: no such file or folder, and stage {model} reads it: {todo} "
                              "model.path=PATH")  # fmt: skip
         for i in range(len(self.recipe.data.sources) if "prepare" in stages else 0):
@@ -114,8 +131,9 @@ class StudyContext:
                 source_files(self.recipe, i)
             except DataError as e:
                 raise StudyError(f"{e}; stage prepare reads it: {todo} data.sources") from None
-        if "eval" in stages and (path := self.path(self.recipe.eval.problems)) is not None and not path.exists():
-            raise StudyError(f"eval.problems {path}: no such file or folder, and stage eval reads it: {todo} "
+        evals = next((st for st in ("eval", "eval-base") if st in stages), None)
+        if evals and (path := self.path(self.recipe.eval.problems)) is not None and not path.exists():
+            raise StudyError(f"eval.problems {path}: no such file or folder, and stage {evals} reads it: {todo} "
                              "eval.problems=PATH")  # fmt: skip
 
     def files(self, path: Path | None, what: str) -> dict[str, str] | None:

@@ -1,5 +1,6 @@
 """The study's last stages: pass@k of the fine-tune (crosstune.evals.runner: through the served model when vLLM
-serves it, else the local transformers engine — one engine for the bundle, recorded), then cost (crosstune.cost:
+serves it, else the local transformers engine — one engine for the bundle, recorded), of the base at model.path
+when asked (`--with eval-base`: the same engine, its own vLLM process when one serves), then cost (crosstune.cost:
 training on the recipe's hardware, serving per context from the sweep)."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from typing import Any
 
 from crosstune.fsutil import atomic_write_text
 from crosstune.study.bundle import Output, StudyError
-from crosstune.study.context import COST, EVAL, EXPORT, FINETUNE, StageResult, StudyContext
+from crosstune.study.context import BASE, COST, EVAL, EXPORT, FINETUNE, StageResult, StudyContext
+from crosstune.study.serving import Server
 
 LOCAL_CONCURRENCY, ENDPOINT_CONCURRENCY = 1, 8
 
@@ -38,6 +40,30 @@ def eval_folders(s: StudyContext) -> list[str]:
 
 
 def run_eval(s: StudyContext) -> StageResult:
+    return _evaluate(s, FINETUNE, s.server, local=s.merged_dir, revision=_export_hash(s))
+
+
+def eval_base_inputs(s: StudyContext) -> dict[str, Any]:
+    """What eval reads, and the base's files instead of the export."""
+    return {**eval_inputs(s), "model": s.files(s.model_path, "model.path")}
+
+
+def eval_base_folders(s: StudyContext) -> list[str]:
+    return [f"{EVAL}/{BASE}"]
+
+
+def run_eval_base(s: StudyContext) -> StageResult:
+    if s.model_path is None:
+        raise StudyError("eval-base: the recipe's model has no model.path (a local HF checkpoint) to evaluate")
+    server = Server(s, model_dir=s.model_path, state_rel=f"{EVAL}/{BASE}/server")  # stopped when the stage ends
+    try:
+        return _evaluate(s, BASE, server, local=s.model_path, revision=None)
+    finally:
+        server.close()
+
+
+def _evaluate(s: StudyContext, name: str, server: Server, *, local, revision: str | None) -> StageResult:
+    """pass@k of one model into eval/NAME: through `server` when vLLM serves, else `local` by transformers."""
     from crosstune.evals import SamplingParams
     from crosstune.evals.generation.endpoint import Timeouts
     from crosstune.evals.runner import EvalConfig
@@ -50,22 +76,22 @@ def run_eval(s: StudyContext) -> StageResult:
         raise StudyError("eval: the recipe sets no eval.problems (a VerilogEval v2 checkout or a problems.txt folder)")
     engine = _engine(s)
     if engine["engine"] == "vllm":
-        state = s.server.start()
+        state = server.start()
         source: dict[str, Any] = {"endpoint": state.base_url, "model": state.model, "concurrency": ENDPOINT_CONCURRENCY}
     else:
-        source = {"hf_model": s.merged_dir, "concurrency": LOCAL_CONCURRENCY}
+        source = {"hf_model": local, "concurrency": LOCAL_CONCURRENCY}
     config = EvalConfig(
-        problems=problems, out=s.bundle / EVAL / FINETUNE, ks=tuple(ev.k), prompt_style=ev.prompt_style,
+        problems=problems, out=s.bundle / EVAL / name, ks=tuple(ev.k), prompt_style=ev.prompt_style,
         sampling=SamplingParams(n=ev.samples, temperature=ev.temperature, top_p=ev.top_p, max_tokens=ev.max_tokens),
         request_timeouts=Timeouts(ev.connect_timeout_s, ev.read_timeout_s, ev.request_timeout_s),
-        model_revision=_export_hash(s), **source,
+        model_revision=revision, **source,
     )  # fmt: skip
     with progress_bars(s.console) as on_progress:
         report = evaluate(config, on_progress)
     summary = report.summary
     pass_at_k = summary["pass_at_k"].items()
     passes = ", ".join(f"pass@{k} {'n/a' if v is None else f'{100 * v:.1f} %'}" for k, v in pass_at_k)
-    rel = f"{EVAL}/{FINETUNE}"
+    rel = f"{EVAL}/{name}"
     cached = summary.get("generation", {}).get("from_cache", 0)
     return StageResult(
         f"{summary['problems']} problems × {ev.samples} samples via {engine['engine']} ({cached} from the cache): "

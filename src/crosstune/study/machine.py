@@ -25,20 +25,31 @@ METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attribut
 CLUSTER_ENV = ("SLURM_JOB_ID", "SLURM_NNODES", "SLURM_NODEID", "JOB_COMPLETION_INDEX", "SKYPILOT_TASK_ID")
 
 
+# The CPU features that decide which kernels XLA and torch pick on CPU, so the float sums' order: a CPU run's bits
+# depend on them (docs/BENCHMARKS.md "The demo": the same code gave other figures on another CPU).
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
+
+
 def _cpu() -> dict[str, Any]:
-    model = platform.processor() or platform.machine()
+    model, info = platform.processor() or platform.machine(), {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if not key:
+                break  # the first processor's block is enough
+            info.setdefault(key, value)
+    model = info.get("model name", model)
+    ident = " ".join(f"{k} {info[k]}" for k in ("vendor_id", "cpu family", "model", "stepping") if k in info)
+    flags = set(info.get("flags", "").split())
     memory_gib = None
     with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
                 memory_gib = round(int(line.split()[1]) / 2**20, 1)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"model": model, "cores": os.cpu_count(), "usable_cores": usable, "memory_gib": memory_gib}
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    return {"model": model, "id": ident, "isa": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count(),
+            "usable_cores": usable, "memory_gib": memory_gib, "load_avg": load}  # fmt: skip
 
 
 def _cuda() -> list[dict[str, str]]:

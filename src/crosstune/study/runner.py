@@ -21,29 +21,33 @@ from rich.console import Console
 
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
-from crosstune.ownership import check_out
+from crosstune.ownership import check_out, unlisted
 from crosstune.recipe import recipe_hash
 from crosstune.study import evaluation, recovery, serving, stages
 from crosstune.study.bundle import (
     INPUTS_FORMAT,
     RESOLVED_RECIPE,
     StudyError,
-    claim,
     fingerprint,
+    open_bundle,
     read_manifest,
     verify_outputs,
     write_manifest,
 )
 from crosstune.study.context import (
+    BASE,
     BENCH,
     COST,
     DATA,
     EXPORT,
+    OPTIONAL_STAGES,
+    PARITY,
     PLAN,
     SERVE,
     StudyContext,
     load_study_recipe,
     run_rel,
+    study_overrides,
 )
 from crosstune.study.machine import accelerator_summary, describe_machine
 from crosstune.train.backend import BACKENDS
@@ -57,7 +61,8 @@ class Stage:
     run: Callable[[StudyContext], Any]
     folders: Callable[[StudyContext], list[str]]  # what the stage writes (bundle-relative): removed before a redo
     reads: tuple[str, ...] = ()  # earlier stages whose outputs it reads: their hashes are among its inputs, and
-    # redoing one of them makes this stage stale
+    # redoing one of them makes this stage stale (an optional stage only when the study runs it)
+    optional: bool = False  # runs only when asked (--with): OPTIONAL_STAGES
 
 
 def _folders(*rels: str) -> Callable[[StudyContext], list[str]]:
@@ -65,35 +70,58 @@ def _folders(*rels: str) -> Callable[[StudyContext], list[str]]:
 
 
 STAGES: list[Stage] = [
-    Stage("prepare", "prepare the data (crosstune.data)", stages.prepare_inputs, stages.run_prepare, _folders(DATA)),
+    Stage("pretrain", "the small Gemma 4 base (crosstune pretrain)", stages.pretrain_inputs, stages.run_pretrain,
+          _folders(BASE), optional=True),
+    Stage("prepare", "prepare the data (crosstune.data)", stages.prepare_inputs, stages.run_prepare, _folders(DATA),
+          reads=("pretrain",)),
     Stage("plan", "plan mesh and memory (crosstune.planner)", stages.plan_inputs, stages.run_plan, _folders(PLAN)),
+    Stage("parity", "both backends on one step (crosstune parity)", stages.parity_inputs, stages.run_parity,
+          _folders(PARITY), reads=("pretrain", "prepare"), optional=True),
     Stage("train", "train the LoRA (train.session)", stages.train_inputs, stages.run_train, stages.train_folders,
-          reads=("prepare",)),
+          reads=("pretrain", "prepare")),
     Stage("export", "export merged model + adapter", stages.export_inputs, stages.run_export, _folders(EXPORT),
-          reads=("train",)),
+          reads=("pretrain", "train")),
     Stage("serve", "serve with vLLM", serving.serve_inputs, serving.run_serve, _folders(SERVE), reads=("export",)),
     Stage("bench", "benchmark the serve grid", serving.bench_inputs, serving.run_bench, _folders(BENCH),
           reads=("export", "serve")),
     Stage("eval", "pass@k (crosstune.evals)", evaluation.eval_inputs, evaluation.run_eval, evaluation.eval_folders,
           reads=("export",)),
+    Stage("eval-base", "pass@k of the base", evaluation.eval_base_inputs, evaluation.run_eval_base,
+          evaluation.eval_base_folders, reads=("pretrain",), optional=True),
     Stage("cost", "training and serving cost", evaluation.cost_inputs, evaluation.run_cost, _folders(COST),
           reads=("train", "bench")),
 ]  # fmt: skip
-STAGE_NAMES = [st.name for st in STAGES]
+STAGE_NAMES = [st.name for st in STAGES if not st.optional]  # what a study runs unless asked for more (--with)
+ALL_STAGES = [st.name for st in STAGES]
 
 
-def select_stages(only: list[str] | None = None, from_stage: str | None = None) -> list[Stage]:
-    """The stages to consider: all, those from `from_stage` on, or exactly `only` (in pipeline order)."""
+def _stage_list() -> str:
+    return f"{', '.join(STAGE_NAMES)} (and with --with: {', '.join(OPTIONAL_STAGES)})"
+
+
+def select_stages(
+    only: list[str] | None = None, from_stage: str | None = None, with_: tuple[str, ...] = ()
+) -> list[Stage]:
+    """The stages to consider: all (the optional ones only when `with_` names them), those from `from_stage` on,
+    or exactly `only` (in pipeline order)."""
+    for name in with_:
+        if name not in OPTIONAL_STAGES:
+            raise StudyError(f"--with {name!r}: one of {', '.join(OPTIONAL_STAGES)} (the stages a study runs only "
+                             "when asked)")  # fmt: skip
     if only is not None and from_stage is not None:
         raise StudyError("give --from or --only, not both")
     if only is not None and not only:  # `--only ''` or `--only ,` is no stage, never all eight
         raise StudyError(f"--only names no stage: give one or more of {', '.join(STAGE_NAMES)}, comma-separated")
     for name in [*(only or []), *([from_stage] if from_stage is not None else [])]:
-        if name not in STAGE_NAMES:
-            raise StudyError(f"unknown stage {name!r}: the stages are {', '.join(STAGE_NAMES)}")
+        if name not in ALL_STAGES:
+            raise StudyError(f"unknown stage {name!r}: the stages are {_stage_list()}")
+        if name in OPTIONAL_STAGES and name not in with_:
+            raise StudyError(f"stage {name} runs only when asked: add --with {name}")
+    pipeline = [st for st in STAGES if not st.optional or st.name in with_]
     if only:
-        return [st for st in STAGES if st.name in only]
-    return STAGES[STAGE_NAMES.index(from_stage) :] if from_stage is not None else list(STAGES)
+        return [st for st in pipeline if st.name in only]
+    names = [st.name for st in pipeline]
+    return pipeline[names.index(from_stage) :] if from_stage is not None else pipeline
 
 
 def is_worker(launch: dict[str, Any]) -> bool:
@@ -114,7 +142,7 @@ def _process_index(variable: str) -> int:
 
 def _refresh_contents(manifest: dict[str, Any]) -> None:
     contents: dict[str, list[str]] = {"runs": [], "evals": [], "sweeps": []}
-    for name in STAGE_NAMES:
+    for name in ALL_STAGES:
         entry = manifest["stages"].get(name) or {}
         if entry.get("status") == "done":
             for key, rels in (entry.get("contents") or {}).items():
@@ -134,43 +162,55 @@ def run_study(
     prices: Path | None = None,
     bucket: str | None = None,
     console: Console | None = None,
+    with_: tuple[str, ...] = (),
+    pretrain_steps: int | None = None,
+    pretrain_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the study of `recipe_file` on `backend` into the bundle `out`; returns the manifest. With
     `bucket`, the bundle has a copy there, pulled first when this machine's is missing or behind, pushed after every
-    stage and checkpoint (crosstune.study.recovery)."""
+    stage and checkpoint (crosstune.study.recovery). `with_`: the optional stages to run too (OPTIONAL_STAGES);
+    `pretrain_steps` / `pretrain_cache`: the pretrain stage's steps and cache folder."""
     console = console or Console(soft_wrap=True, highlight=False)
     check_out(Path(out).expanduser(), error=StudyError)  # before anything: a file, or inside one (ownership's rule)
     bundle, launch = Path(out).expanduser().resolve(), dict(launch or {})
     if backend is not None and backend not in BACKENDS:  # before the bundle is claimed: it records the backend
         raise StudyError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
-    chosen = select_stages(only, from_stage)
+    chosen = select_stages(only, from_stage, tuple(with_))
+    with_ = tuple(name for name in OPTIONAL_STAGES if name in with_)  # pipeline order, once each
     if prices is not None and not Path(prices).is_file():
         raise StudyError(f"--prices {prices}: no such file (a YAML of price overrides, as `crosstune cost` reads)")
-    recipe = load_study_recipe(recipe_file, bundle, overrides)
+    recipe = load_study_recipe(recipe_file, bundle, overrides, with_)
     backend = backend or recipe.backend.default
-    preflight = StudyContext(bundle, recipe, backend, console, {"stages": {}}, launch, prices)
+    options = {"with_": with_, "recipe_file": Path(recipe_file), "pretrain_steps": pretrain_steps,
+               "pretrain_cache": pretrain_cache,
+               "overrides": (*(overrides or []), *study_overrides(bundle, with_))}  # fmt: skip
+    preflight = StudyContext(bundle, recipe, backend, console, {"stages": {}}, launch, prices, **options)
+    if "pretrain" in with_:
+        stages.check_pretrain(preflight)
     preflight.check_recipe_paths([st.name for st in chosen], Path(recipe_file))
     copy = recovery.check_bucket(bucket, bundle)
     if is_worker(launch):
         if [st.name for st in chosen] != ["train"]:
             raise StudyError("a worker process (node rank or JAX process > 0) only trains its part: give --only train")
-        ctx = StudyContext(bundle, recipe, backend, console, read_manifest(bundle) or {"stages": {}}, launch, prices)
+        ctx = StudyContext(bundle, recipe, backend, console, read_manifest(bundle) or {"stages": {}}, launch, prices,
+                           **options)  # fmt: skip
         stages.run_train(ctx)
         return ctx.manifest
     hint = "wait for that study to finish, or give another --out"
     with exclusive_lock(lock_path(bundle), f"the study bundle {bundle}", hint):
         if copy is not None:
             recovery.restore_from_bucket(copy, run_rel(recipe, backend), console)
-        manifest = claim(bundle, recipe.name, backend)
+        manifest = open_bundle(bundle, recipe.name, backend)
         bundle.mkdir(parents=True, exist_ok=True)
         atomic_write_text(bundle / RESOLVED_RECIPE, yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
         host = describe_machine()
         manifest["recipe"].update(hash=recipe_hash(recipe), source=str(Path(recipe_file).resolve()),
                                   resolved=RESOLVED_RECIPE, overrides=list(overrides or []))  # fmt: skip
+        manifest["with"] = list(with_)
         manifest["hosts"][host["hostname"]] = host
         write_manifest(bundle, manifest)
         console.print(f"study of {recipe.name} ({backend}) on {host['hostname']}: {accelerator_summary(host)}")
-        ctx = StudyContext(bundle, recipe, backend, console, manifest, launch, prices, bucket=copy)
+        ctx = StudyContext(bundle, recipe, backend, console, manifest, launch, prices, bucket=copy, **options)
         ctx.server = serving.Server(ctx)
         try:
             for i, stage in enumerate(chosen, 1):
@@ -184,14 +224,14 @@ def run_study(
 
 def stage_inputs(ctx: StudyContext, stage: Stage) -> str:
     """The fingerprint of what `stage` depends on: its own inputs and the recorded outputs of the stages it reads."""
-    reads = {name: ctx.outputs_of(name) for name in stage.reads}
+    reads = {name: ctx.outputs_of(name) for name in stage.reads if name not in OPTIONAL_STAGES or name in ctx.with_}
     return fingerprint({"format": INPUTS_FORMAT, "reads": reads, **stage.inputs(ctx)})
 
 
 def mark_stale_after(manifest: dict[str, Any], redone: str) -> list[str]:
     """Mark stale every recorded stage after `redone` that reads it, directly or through another; their names."""
     upstream, marked = {redone}, []
-    for st in STAGES[STAGE_NAMES.index(redone) + 1 :]:
+    for st in STAGES[ALL_STAGES.index(redone) + 1 :]:
         if not upstream & set(st.reads):
             continue
         upstream.add(st.name)
@@ -274,29 +314,22 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
 
 def _written(ctx: StudyContext, stage: Stage) -> list[str]:
     """Every file under the stage's folders, bundle-relative: what it wrote (its folders were emptied before)."""
-    found = []
-    for rel in stage.folders(ctx):
-        where = ctx.bundle / rel
-        files = [where] if where.is_file() else sorted(p for p in where.rglob("*") if not p.is_dir())
-        found += [p.relative_to(ctx.bundle).as_posix() for p in files]
-    return found
+    return unlisted(ctx.bundle, stage.folders(ctx), ())
 
 
 def _clear(ctx: StudyContext, stage: Stage, entry: dict[str, Any]) -> None:
     """Remove the stage's folders before a redo; refused, naming the file, when one holds a file the stage did not
-    write (crosstune.ownership's rule: a command replaces only what it wrote). A stage recorded before the study
-    listed what it wrote (no `wrote`) is cleared as before."""
-    if "wrote" in entry:
-        foreign = sorted(set(_written(ctx, stage)) - set(entry["wrote"]))
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise StudyError(
-                f"stage {stage.name} must be redone, which replaces its folders, but they hold files it did not "
-                f"write: {shown} (in {ctx.bundle}): move them out of the bundle, then run the same command again"
-            )
+    write (crosstune.ownership's rule: a command replaces only what its manifest, here bundle.json's `wrote`, says
+    it wrote). A stage recorded before the study listed what it wrote (no `wrote`) is cleared as before."""
+    if "wrote" in entry and (foreign := unlisted(ctx.bundle, stage.folders(ctx), entry["wrote"])):
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise StudyError(
+            f"stage {stage.name} must be redone, which replaces its folders, but they hold files it did not "
+            f"write: {shown} (in {ctx.bundle}): move them out of the bundle, then run the same command again"
+        )
     for rel in stage.folders(ctx):
         where = ctx.bundle / rel
-        where.unlink() if where.is_file() else shutil.rmtree(where, ignore_errors=True)
+        where.unlink() if where.is_file() or where.is_symlink() else shutil.rmtree(where, ignore_errors=True)
 
 
 def _finish(ctx: StudyContext, stage: Stage, entry: dict[str, Any], t0: float, *, status: str, **extra: Any) -> None:

@@ -73,10 +73,12 @@ def sweep(
 
 
 class Server:
-    """The study's one vLLM process: started on first use, stopped by `close` (the runner's finally)."""
+    """A vLLM process of the study: the merged export's, started on first use, stopped by `close` (the runner's
+    finally), shared by serve, bench and eval; or another model's (the base, for eval-base)."""
 
-    def __init__(self, s: StudyContext):
+    def __init__(self, s: StudyContext, model_dir: Path | None = None, state_rel: str = SERVE):
         self.s, self.state = s, None
+        self.model_dir, self.state_rel = model_dir, state_rel  # model_dir None: the bundle's merged export
 
     @staticmethod
     def available() -> bool:
@@ -96,10 +98,10 @@ class Server:
         if self.state is None:
             from crosstune.serve.process import start_server
 
-            s = self.s
-            s.console.print(f"   starting vLLM on {s.merged_dir} (CPU build: 30-120 s to ready)")
+            s, model = self.s, self.model_dir or self.s.merged_dir
+            s.console.print(f"   starting vLLM on {model} (CPU build: 30-120 s to ready)")
             self.state = start_server(
-                s.merged_dir, s.bundle / SERVE, name=s.recipe.name, port=free_port(), dtype=s.recipe.model.dtype,
+                model, s.bundle / self.state_rel, name=s.recipe.name, port=free_port(), dtype=s.recipe.model.dtype,
                 max_model_len=self.max_model_len(),
             )  # fmt: skip
         return self.state
@@ -108,7 +110,7 @@ class Server:
         if self.state is not None:
             from crosstune.serve.process import stop_server
 
-            stop_server(self.s.bundle / SERVE)
+            stop_server(self.s.bundle / self.state_rel)
             self.state = None
 
 

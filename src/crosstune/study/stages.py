@@ -1,20 +1,64 @@
 """The study's first stages, each through its area's public API: prepare (crosstune.data), plan (crosstune.planner),
-train (crosstune.train.session), export (crosstune.export). Each has an `inputs` (what it depends on besides the
+train (crosstune.train.session), export (crosstune.export), and two that run only when asked (`--with`): pretrain
+(crosstune.pretrain) and parity (crosstune.parity). Each has an `inputs` (what it depends on besides the
 outputs of the stages it reads, which the runner adds: recipe sections and the fingerprints of the files it reads
 outside the bundle) and a `run` returning a StageResult."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 from typing import Any
 
-from crosstune.fsutil import atomic_write_text, file_sha256
+from crosstune.fsutil import atomic_write_text, file_sha256, staged_dir
 from crosstune.run.layout import ADAPTER, METRICS_JSONL, RUN_JSON, saved_steps
 from crosstune.run.records import read_run_record
 from crosstune.study.bundle import Output, StudyError
-from crosstune.study.context import DATA, EXPORT, PLAN, StageResult, StudyContext
+from crosstune.study.context import BASE, DATA, EXPORT, PARITY, PLAN, StageResult, StudyContext
 
 TRAIN_SECTIONS = ("model", "lora", "data", "train", "backend", "hardware")
+
+
+# --- pretrain (--with pretrain) -----------------------------------------------------------------------------------
+def pretrain_config(s: StudyContext):
+    from crosstune.pretrain.base_model import PretrainConfig
+
+    config = PretrainConfig()
+    return config if s.pretrain_steps is None else dataclasses.replace(config, steps=s.pretrain_steps)
+
+
+def check_pretrain(s: StudyContext) -> None:
+    """Before the bundle is claimed: the base the stage trains is the model the recipe names."""
+    config, model = pretrain_config(s), s.recipe.model
+    if (model.family, model.size) != (config.family, config.size):
+        raise StudyError(f"--with pretrain trains crosstune's {config.family} {config.size} base, but the recipe's "
+                         f"model is {model.family} {model.size}: leave out pretrain, or set model.family and "
+                         "model.size")  # fmt: skip
+
+
+def pretrain_inputs(s: StudyContext) -> dict[str, Any]:
+    """The pretraining's settings (its cache key hashes them with the library versions; the copy is hashed here)."""
+    from crosstune.pretrain.base_model import PRETRAIN_VERSION
+
+    return {"config": dataclasses.asdict(pretrain_config(s)), "pretrain_version": PRETRAIN_VERSION}
+
+
+def run_pretrain(s: StudyContext) -> StageResult:
+    from crosstune.families import get_family
+    from crosstune.pretrain.base_model import DONE, SHIPPED_BASES, pretrained_base
+
+    config = pretrain_config(s)
+    cached = pretrained_base(config, s.pretrain_cache, log=lambda line: s.console.print("   " + line, markup=False))
+    with staged_dir(s.bundle / BASE, may_replace=lambda _: None) as tmp:  # the runs name the bundle's own copy
+        shutil.copytree(cached, tmp, dirs_exist_ok=True)
+    info = json.loads((cached / DONE).read_text())
+    spec = get_family(config.family).spec(config.size)
+    source = "shipped with crosstune" if cached.parent == SHIPPED_BASES else f"cached in {cached.parent}"
+    losses = f"loss {info['losses'][0]:.2f} → {info['losses'][-1]:.2f}"
+    note = (f"{spec.total_params:,} parameters, {config.steps} steps on {len(config.families)} families ({losses}, "
+            f"{info['seconds']:.0f} s when built); {source}")  # fmt: skip
+    return StageResult(note, [Output(BASE)], record={"key": cached.name, "source": str(cached)})
 
 
 # --- prepare ------------------------------------------------------------------------------------------------------
@@ -88,6 +132,30 @@ def run_plan(s: StudyContext) -> StageResult:
     mem = plan.jax_memory if s.backend == "jax" else plan.torch_memory
     where = "" if mem is None or mem.hbm is None else f": {mem.total:.1f} of {mem.hbm:.0f} GB per device"
     return StageResult(f"{s.backend} on {plan.hardware.name}{where}; no blocker", [Output(f"{PLAN}/plan.json")])
+
+
+# --- parity (--with parity) ---------------------------------------------------------------------------------------
+def parity_inputs(s: StudyContext) -> dict[str, Any]:
+    return {"recipe": s.section(*TRAIN_SECTIONS), "model": s.files(s.model_path, "model.path")}
+
+
+def run_parity(s: StudyContext) -> StageResult:
+    """Both backends on one step of the same weights and rows (the bundle's prepared data); the stage fails when
+    they disagree beyond tolerance, the verdict kept in parity/parity.json."""
+    from crosstune.parity.check import run_parity as check
+    from crosstune.parity.table import report_table
+
+    report = check(s.recipe_file, list(s.overrides))
+    s.console.print(report_table(report))
+    record = {"ok": report.ok, **dataclasses.asdict(report)}
+    atomic_write_text(s.bundle / PARITY / "parity.json", json.dumps(record, indent=2) + "\n")
+    if not report.ok:
+        raise StudyError(f"parity: the torch and jax backends disagree beyond tolerance (the table above; "
+                         f"{s.bundle / PARITY / 'parity.json'})")  # fmt: skip
+    worst = max((g.max_abs / g.scale for g in report.grads if g.scale), default=0.0)
+    note = (f"same {report.tokens['jax']} trained tokens; loss |Δ| {report.loss_diff:.1e}, LoRA gradients within "
+            f"{worst:.0e} (relative), loss after one AdamW step |Δ| {report.loss_after_diff:.1e}")  # fmt: skip
+    return StageResult(note, [Output(f"{PARITY}/parity.json")], record={"ok": True})
 
 
 # --- train --------------------------------------------------------------------------------------------------------

@@ -14,14 +14,16 @@ def register(app: typer.Typer) -> None:
 
 
 def synth(
-    out: Path = typer.Option(..., "--out", help="Output directory; created if missing, must be empty unless --force."),
+    out: Path = typer.Option(
+        ..., "--out", help="Output directory; created if missing; new, empty, or an earlier corpus (with --force)."
+    ),
     n: int = typer.Option(..., "--n", min=0, help="Number of training records written to OUT/train.jsonl."),
     seed: int = typer.Option(..., "--seed", help="Random seed; the same seed and counts give byte-identical files."),
     n_eval: int = typer.Option(
         24, "--n-eval", min=0, help="Number of eval problems in OUT/eval/ (16 or more covers every family)."
     ),
     force: bool = typer.Option(
-        False, "--force", help="Replace train.jsonl, manifest.json and eval/ in a non-empty OUT."
+        False, "--force", help="Replace an earlier corpus in OUT: only one synth wrote, unchanged; else refused."
     ),
 ) -> None:
     """Generate a synthetic Verilog corpus from 16 parametrised hardware task families.
@@ -29,6 +31,7 @@ def synth(
     OUT/train.jsonl: CodeV-R1 SFT records (system, prompt, response = <think> reasoning + ```verilog answer).
     OUT/eval/: VerilogEval v2 spec-to-rtl problems (problems.txt, ProbNNN_*_prompt.txt, _ref.sv, _test.sv).
     OUT/manifest.json: seed, counts per family and the parameters of every record and problem.
+    OUT/.crosstune-synth.json: every file's sha256, the proof --force needs to replace the folder.
     Train and eval never share a (family, parameters) pair.
     """
     from rich.console import Console

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError
+from crosstune.ownership import OutputKind, owned_output, read_manifest, verify, write_manifest
 from crosstune.synth.design import Design, Family, Params, render_module
 from crosstune.synth.prompts import SYSTEM_PROMPT, eval_prompt, train_prompt, train_response
 from crosstune.synth.tasks import FAMILIES, FAMILY_BY_NAME
@@ -19,11 +19,12 @@ from crosstune.synth.testbench import render_testbench
 SYNTH_VERSION = 1
 MAX_DRAWS = 2000  # draws per record before deciding a family's parameter space is used up
 TOP_MODULE_SHARE = 0.3  # share of train records whose module is named TopModule, as in the eval set
-OWNED = ("train.jsonl", "manifest.json", "eval")  # what --force replaces in an existing output dir
+# Whose corpus a folder is (crosstune.ownership): hidden, beside manifest.json, which stays byte-identical per seed.
+SYNTH_OUTPUT = OutputKind("crosstune synth", ".crosstune-synth.json")
 
 
 class OutputNotEmptyError(CrosstuneError, FileExistsError):
-    """The output directory already holds files and overwriting was not requested."""
+    """The output directory holds files synth can't replace: a user's, or an earlier corpus without --force."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class CorpusSummary:
     eval_dir: Path
     manifest_path: Path
     counts: dict[str, tuple[int, int]]  # family -> (train records, eval problems)
+    reused: bool = False  # an earlier corpus of the same arguments, unchanged, was kept (generate_corpus's `reuse`)
 
     @property
     def n_train(self) -> int:
@@ -124,23 +126,14 @@ def plan_train(
     return out
 
 
-def _check_target(out_dir: Path, force: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OutputNotEmptyError(f"{out_dir} exists and is not a directory")
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
-        raise OutputNotEmptyError(f"{out_dir} is not empty; choose another directory or pass --force")
-
-
-def _prepare(out_dir: Path) -> None:
-    """Clear what a previous run wrote (only our own files), then create the layout."""
-    if out_dir.exists():
-        for name in OWNED:
-            path = out_dir / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
-    (out_dir / "eval").mkdir(parents=True, exist_ok=True)
+def _earlier(out_dir: Path, settings: dict, chosen: tuple[Family, ...]) -> dict | None:
+    """The manifest.json of the corpus at `out_dir` when synth wrote it with `settings` and `chosen` families and
+    nothing changed since (every file as its ownership manifest lists it)."""
+    if read_manifest(out_dir, SYNTH_OUTPUT)[0] is None or verify(out_dir, SYNTH_OUTPUT):
+        return None
+    manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+    same = {k: manifest.get(k) for k in settings} == settings and list(manifest["families"]) == [f.name for f in chosen]
+    return manifest if same else None
 
 
 def generate_corpus(
@@ -152,26 +145,42 @@ def generate_corpus(
     progress: Callable[[int], None] | None = None,
     families: Sequence[str] | None = None,
     split: dict | None = None,
+    reuse: bool = False,
 ) -> CorpusSummary:
     """Generate train.jsonl, eval/ and manifest.json under `out_dir`; byte-identical for the same arguments.
 
     `families` restricts train and eval to those task families (default: all; with all of them the output is the
     same as before the option existed). `split`, when given, is recorded as the manifest's "split" (what the data
     is held out from, e.g. a base model's families). `progress(1)` is called after each train record and eval problem.
+    The folder is written whole and swapped into place (crosstune.ownership): an existing one is replaced only when
+    it is an earlier corpus, unchanged, and `force` is given; anything else in it is refused, naming the files.
+    `reuse`: an earlier corpus of the same arguments, unchanged, is kept as it is (its files' times too: data
+    preparation fingerprints sources by size and time), without `force`.
     """
     if n_train < 0 or n_eval < 0:
         raise ValueError(f"counts must be >= 0, got n_train={n_train}, n_eval={n_eval}")
     out_dir = Path(out_dir)
-    _check_target(out_dir, force)
     chosen = select_families(families)
+    settings = {"version": SYNTH_VERSION, "seed": seed, "n_train": n_train, "n_eval": n_eval,
+                **({"split": split} if split is not None else {})}  # fmt: skip
+    if reuse and out_dir.is_dir() and (earlier := _earlier(out_dir, settings, chosen)) is not None:
+        counts = {name: (f["train"], f["eval"]) for name, f in earlier["families"].items()}
+        return CorpusSummary(out_dir, seed, out_dir / "train.jsonl", out_dir / "eval", out_dir / "manifest.json",
+                             counts, reused=True)  # fmt: skip
     evals = plan_eval(n_eval, seed, chosen)
     eval_keys = {param_key(d.family, d.params) for d in evals}
     train = plan_train(n_train, seed, eval_keys, chosen)
     overlap = eval_keys & {param_key(t.design.family, t.design.params) for t in train}
     if overlap:
         raise RuntimeError(f"train/eval parameter overlap (generator bug): {sorted(overlap)[:3]}")
-    _prepare(out_dir)
+    with owned_output(out_dir, SYNTH_OUTPUT, overwrite=force, flag="--force", error=OutputNotEmptyError) as tmp:
+        counts = _write(tmp, settings, train, evals, chosen, progress)
+        write_manifest(tmp, SYNTH_OUTPUT)
+    return CorpusSummary(out_dir, seed, out_dir / "train.jsonl", out_dir / "eval", out_dir / "manifest.json", counts)
 
+
+def _write(out_dir: Path, settings: dict, train: list[TrainRecord], evals: list[Design], chosen, progress) -> dict:
+    (out_dir / "eval").mkdir(parents=True, exist_ok=True)
     with (out_dir / "train.jsonl").open("w", encoding="utf-8", newline="\n") as fh:
         for t in train:
             fh.write(json.dumps(t.record, ensure_ascii=False) + "\n")
@@ -185,9 +194,9 @@ def generate_corpus(
     manifest = {
         "version": SYNTH_VERSION,
         "generator": "crosstune.synth",
-        "seed": seed,
-        "n_train": n_train,
-        "n_eval": n_eval,
+        "seed": settings["seed"],
+        "n_train": settings["n_train"],
+        "n_eval": settings["n_eval"],
         "families": {
             f.name: {"summary": f.summary, "train": counts[f.name][0], "eval": counts[f.name][1]} for f in chosen
         },
@@ -202,11 +211,10 @@ def generate_corpus(
             for i, t in enumerate(train)
         ],
         "eval": [{"problem": p, "family": d.family, "params": d.params} for p, d in zip(problems, evals, strict=True)],
-        **({"split": split} if split is not None else {}),
+        **({"split": settings["split"]} if "split" in settings else {}),
     }
-    manifest_path = out_dir / "manifest.json"
-    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    return CorpusSummary(out_dir, seed, out_dir / "train.jsonl", out_dir / "eval", manifest_path, counts)
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return counts
 
 
 def _write_eval(eval_dir: Path, designs: list[Design], progress: Callable[[int], None] | None) -> list[str]:

@@ -37,7 +37,7 @@ from crosstune.run.metrics import read_metrics
 from crosstune.run.plot import plot_loss_curve
 from crosstune.run.records import read_run_record, update_run_record
 from crosstune.run.resume import nothing_to_resume
-from crosstune.run.rundir import claim_run_dir, default_run_dir, start_run_record
+from crosstune.run.rundir import default_run_dir, held_run_dir, start_run_record
 from crosstune.train.backend import (
     Backend,
     FitResult,
@@ -80,7 +80,7 @@ class TrainingSession:
     def started(self) -> Iterator[Backend]:
         """The run directory claimed, the run's context settled and `backend` set up with it (closed on exit)."""
         backend = get_backend(self.backend_name, self.recipe, **self.launch)
-        with claim_run_dir(self.run_dir, self.recipe, backend.name, resume=self.resume, lead=backend.lead) as run:
+        with held_run_dir(self.run_dir, self.recipe, backend.name, resume=self.resume, lead=backend.lead) as run:
             self.run_dir = run
             self._check_earlier_run(backend.lead)
             self.context = self._settle(backend)

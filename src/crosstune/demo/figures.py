@@ -1,0 +1,127 @@
+"""What the demo writes beside its bundles and what it prints: demo.json, the manifest of its folder (resumed in
+place: crosstune.ownership.claim reads it through `read_demo_manifest`), with its settings, the figures and each
+run's machine and time; and the table of the base and both fine-tunes, read from the bundles' evaluations."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from crosstune.errors import InputError
+from crosstune.fsutil import atomic_write_text
+from crosstune.ownership import ResumedKind
+from crosstune.study.context import BASE, EVAL, FINETUNE
+
+MADE_BY, DEMO_MANIFEST, FORMAT = "crosstune demo", "demo.json", 1
+CORPUS, REPORT = "corpus", "report"  # beside one bundle per backend (named by the backend)
+
+
+def read_demo_manifest(out: Path) -> dict[str, Any] | None:
+    """OUT/demo.json, None when there is none; an InputError when the file is not a demo's."""
+    path = Path(out) / DEMO_MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict) or data.get("made_by") != MADE_BY:
+        raise InputError(f"{path}: not the manifest of a `crosstune demo` folder: give the demo another --out")
+    return data
+
+
+DEMO_FOLDER = ResumedKind(MADE_BY, DEMO_MANIFEST, "demo folder", read_demo_manifest)
+
+
+def start_manifest(out: Path, earlier: dict[str, Any] | None, settings: dict[str, Any]) -> dict[str, Any]:
+    """demo.json as a run starts (written before any work: the folder is the demo's from then on)."""
+    manifest = earlier or {"format": FORMAT, "made_by": MADE_BY, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    manifest.update(settings=settings, bundles={}, report=None)
+    write_manifest(out, manifest)
+    return manifest
+
+
+def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    atomic_write_text(Path(out) / DEMO_MANIFEST, json.dumps(manifest, indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class Score:
+    """One evaluated model: its label, where its evaluation is (bundle-relative to OUT) and its summary.json."""
+
+    label: str
+    rel: str
+    summary: dict[str, Any]
+
+    @property
+    def passed(self) -> int | None:
+        """Problems passed, when every problem had one sample (greedy): the count behind pass@1."""
+        rows = self.summary.get("per_problem", [])
+        return sum(r["passed"] for r in rows) if rows and all(r["n"] == 1 for r in rows) else None
+
+    def cell(self, k: str) -> str:
+        value = self.summary["pass_at_k"].get(k)
+        if value is None:
+            return "n/a"
+        count = f" ({self.passed}/{self.summary['problems']})" if k == "1" and self.passed is not None else ""
+        return f"{100 * value:.1f} %{count}"
+
+    def interval(self) -> str:
+        lo, hi = (self.summary.get("pass_at_k_ci") or {}).get("1") or (None, None)
+        return "n/a" if lo is None else f"{100 * lo:.1f}–{100 * hi:.1f} %"
+
+
+def read_scores(out: Path, backends: tuple[str, ...]) -> list[Score]:
+    """The base (evaluated in the first bundle) and each backend's fine-tune, as the bundles' evaluations hold them."""
+    rows = [("base (pretrained, never saw these families)", f"{backends[0]}/{EVAL}/{BASE}")]
+    rows += [(f"LoRA fine-tune, {b}", f"{b}/{EVAL}/{FINETUNE}") for b in backends]
+    return [Score(label, rel, json.loads((out / rel / "summary.json").read_text())) for label, rel in rows]
+
+
+def _categories(summary: dict[str, Any]) -> str:
+    from crosstune.evals.judge.verdict import CATEGORIES
+
+    counts = sorted(summary.get("categories", {}).items(), key=lambda x: -x[1])
+    return ", ".join(f"{CATEGORIES.get(code, code)} {n}" for code, n in counts)
+
+
+def engines(scores: list[Score]) -> list[str]:
+    """The engines that generated the evaluations (one, when the comparison is fair)."""
+    return sorted({str((s.summary.get("engine") or {}).get("name")) for s in scores})
+
+
+def scores_table(scores: list[Score]) -> Table:
+    first = scores[0].summary
+    sampling = first.get("sampling", {})
+    t = sampling.get("temperature")
+    how = "greedy" if t == 0 else f"{sampling.get('n')} samples at T={t}"
+    ks = list(first["pass_at_k"])
+    table = Table(title=f"Held-out problems: pass@k on {first['problems']} problems ({how})")
+    for col in ("model", *(f"pass@{k}" for k in ks), "pass@1, 95 % interval", "verdicts (evaluator categories)"):
+        table.add_column(col, overflow="fold")
+    for s in scores:
+        table.add_row(s.label, *(s.cell(k) for k in ks), s.interval(), _categories(s.summary))
+    return table
+
+
+def as_record(scores: list[Score]) -> dict[str, Any]:
+    """The table's numbers, as demo.json keeps them."""
+    return {
+        s.label: {"evaluation": s.rel, "problems": s.summary["problems"], "passed": s.passed,
+                  "pass_at_k": s.summary["pass_at_k"], "pass_at_k_ci": s.summary.get("pass_at_k_ci")}
+        for s in scores
+    }  # fmt: skip
+
+
+def machine_line(host: dict[str, Any]) -> str:
+    """The CPU and its load, as the bundle recorded them: the demo's figures depend on the CPU (docs/BENCHMARKS.md)."""
+    cpu = host.get("cpu", {})
+    load = cpu.get("load_avg")
+    shown = "n/a" if not load else " / ".join(f"{x:.1f}" for x in load)
+    return (f"{cpu.get('model')} ({cpu.get('id') or 'id n/a'}; {', '.join(cpu.get('isa') or []) or 'isa n/a'}), "
+            f"{cpu.get('usable_cores')} cores, load average {shown} (1 / 5 / 15 min) at the start")  # fmt: skip
