@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -27,6 +27,10 @@ from crosstune.families.spec import NEUTRAL_TARGETS
 from crosstune.hardware import HARDWARE
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]  # experts: refused by name (recipe/checks.py)
+# The backends, by name: the one list (crosstune.train.backend maps each to its class, run.json and bundle.json
+# record one of them).
+BackendName = Literal["torch", "jax"]
+BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)
 SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" also matches before a final newline
 RESOLVED = "resolved"  # validation context of a run's recipe.yaml (every default written): no user-key checks
 
@@ -280,7 +284,7 @@ class JaxBackendSection(Section):
 
 
 class BackendSection(Section):
-    default: Literal["torch", "jax"] = "torch"
+    default: BackendName = "torch"
     torch: TorchBackendSection = Field(default_factory=TorchBackendSection)
     jax: JaxBackendSection = Field(default_factory=JaxBackendSection)
 

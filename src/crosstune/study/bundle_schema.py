@@ -16,11 +16,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from crosstune.errors import InputError
+from crosstune.recipe.schema import BACKEND_NAMES
 
 BUNDLE_MANIFEST = "bundle.json"
 BUNDLE_KIND = "crosstune-study"
 STAGE_STATES = ("done", "skipped", "running", "failed", "interrupted", "stale")
-BACKENDS = ("torch", "jax")
 CONTENT_KEYS = ("runs", "evals", "sweeps")
 FIX = "restore bundle.json from a copy, or move the bundle aside and rerun the study into a new --out"
 
@@ -141,7 +141,7 @@ def _schema(bundle: Path) -> Callable[[str, Any], dict]:
     recipe = _fields({"name": (True, _str), "hash": (False, _str), "source": (False, _str),
                       "resolved": (False, path), "overrides": (False, _list_of(_str))})  # fmt: skip
     return _fields({
-        "format": (True, _int), "recipe": (True, recipe), "backend": (True, _one_of(BACKENDS)),
+        "format": (True, _int), "recipe": (True, recipe), "backend": (True, _one_of(BACKEND_NAMES)),
         "created": (False, _str), "hosts": (True, _dict_of(_dict)), "stages": (True, _dict_of(stage)),
         "contents": (True, contents), "data": (False, _dict),
     })  # fmt: skip
