@@ -33,6 +33,7 @@ README = REPO / "README.md"
 # Lowest first: (folder or top-level module, what it holds). The README's map is checked against this list.
 LAYERS: list[tuple[str, str]] = [
     ("errors", "the expected-failure base class"),
+    ("units", "memory units and their conversions: GB (chips' HBM, the planner) and GiB (what runs measure)"),
     ("bounds", "numbers checked where they enter: type, finite, range"),
     ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
     ("ownership", "the output policy: one manifest shape; a command replaces only files it wrote"),

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 from crosstune.run.layout import METRICS_JSONL, RUN_JSON
-from crosstune.run.metrics import GIB, METRIC_DEFINITIONS
+from crosstune.run.metrics import METRIC_DEFINITIONS
 from crosstune.run.records import Mesh, read_run_record
+from crosstune.units import GIB
 from tests.helpers.jax_recipes import tiny_recipe
 
 

@@ -23,14 +23,9 @@ from crosstune.hardware import HardwareTarget, get_hardware
 from crosstune.recipe import Recipe
 from crosstune.run.layout import METRICS_JSONL, RUN_JSON, TENSORBOARD, is_run_dir
 from crosstune.run.records import RunTimings, read_run_record, record_timings
+from crosstune.units import gb_to_gib
 
-GIB = 1024**3  # the one memory unit of every metric: GiB (2^30 bytes), named in the field (`_gib`)
 Tokens = Annotated[int, Field(ge=0)]
-
-
-def bytes_to_gib(n: float) -> float:
-    """Bytes as GiB, the unit of `peak_memory_gib` (both backends, and host RSS)."""
-    return n / GIB
 
 
 def host_peak_rss_bytes() -> int:
@@ -290,7 +285,7 @@ def legacy_memory(run_dir: Path) -> tuple[float | None, str]:
         return None, f"{head} = n/a: no {RUN_JSON} says which backend wrote it, so its unit is unknown"
     record = read_run_record(run_dir)
     if record.backend == "jax" and record.platform != "cpu":
-        return 1e9 / GIB, f"{head}: the jax backend wrote GB (10^9 bytes) on {record.platform}, × 10^9/2^30"
+        return gb_to_gib(1.0), f"{head}: the jax backend wrote GB (10^9 bytes) on {record.platform}, × 10^9/2^30"
     where = "on CPU (host RSS)" if record.backend == "jax" else "(max_memory_allocated / 1024^3, or host RSS)"
     return 1.0, f"{head}: the {record.backend} backend wrote GiB {where}, unchanged"
 

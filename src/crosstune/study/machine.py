@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from crosstune.run.rundir import versions
+from crosstune.units import bytes_to_gib
 
 # What a TPU host's environment says about it. Not TPU_SKIP_MDS_QUERY: `import jax` sets it to 1 on every machine
 # without a TPU (jax/_src/cloud_tpu_init.py), so it describes the process, not the host.
@@ -36,7 +37,7 @@ def _cpu() -> dict[str, Any]:
     with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
-                memory_gib = round(int(line.split()[1]) / 2**20, 1)
+                memory_gib = round(bytes_to_gib(int(line.split()[1]) * 1024), 1)  # kB
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"model": model, "cores": os.cpu_count(), "usable_cores": usable, "memory_gib": memory_gib}
 

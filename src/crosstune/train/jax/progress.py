@@ -15,8 +15,9 @@ from collections.abc import Callable
 import jax
 from tunix.sft import hooks
 
-from crosstune.run.metrics import StepMetrics, bytes_to_gib, host_peak_rss_bytes
+from crosstune.run.metrics import StepMetrics, host_peak_rss_bytes
 from crosstune.train.jax.step import last_grad_norm
+from crosstune.units import bytes_to_gib
 
 COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_trace_duration",

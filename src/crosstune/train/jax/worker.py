@@ -29,6 +29,7 @@ from crosstune.train.backend import FitResult, RunContext, TrainError
 from crosstune.train.jax.data import global_batch, global_sum, train_dataset
 from crosstune.train.jax.lora import param_name, qwix_to_lora
 from crosstune.train.progress_bar import ProgressBar
+from crosstune.units import MIB
 
 
 class JaxRun:
@@ -245,7 +246,7 @@ class JaxRun:
         )
 
 
-REPLICA_PARALLEL_MIN_BYTES = 4 * 2**20
+REPLICA_PARALLEL_MIN_BYTES = 4 * MIB
 
 
 def _configure_orbax() -> None:
