@@ -203,9 +203,9 @@ def test_dots_keeps_each_lora_target_s_b_output_beside_its_matmul_s():
 
 
 def test_the_compile_report_sets_planner_and_xla_in_one_unit():
-    """`plan --compile`: the planner's estimate (GB) and XLA's compiled bytes are compared in one unit (crosstune.units).
-    A compile whose bytes are exactly the planner's total reads +0.0 % and the same figure in both columns; had one
-    side been GiB the other GB, they would differ by 7.4 % (2^30 / 10^9)."""
+    """`plan --compile`: the planner's estimate (GB) and XLA's compiled bytes are compared in one unit
+    (crosstune.units). A compile whose bytes are exactly the planner's total reads 0.0 % and the same figure in both
+    columns; had one side been GiB and the other GB, they would differ by 7.4 % (2^30 / 10^9)."""
     import io
 
     from rich.console import Console
