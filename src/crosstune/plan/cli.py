@@ -72,9 +72,9 @@ def plan(
     if backend is not None and backend not in BACKEND_NAMES:  # else the recipe's backend was planned, and "plan ok"
         raise CrosstuneError(f"--backend {backend!r}: one of {', '.join(BACKEND_NAMES)}")
     if layers is not None and not compile_:
-        raise typer.BadParameter("goes with --compile", param_hint="--layers")
+        raise CrosstuneError("--layers goes with --compile: add --compile, or leave out --layers")
     if search and (compile_ or layers is not None):
-        raise typer.BadParameter("--search compiles by itself: leave out --compile and --layers", param_hint="--search")
+        raise CrosstuneError("--search compiles by itself: leave out --compile and --layers")
     overrides = list(overrides or [])
     recipe = load_for_plan(recipe_file, overrides)
     if search:

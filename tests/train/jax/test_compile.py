@@ -72,7 +72,8 @@ def test_compile_needs_a_tpu_target():
 
 
 def test_layers_only_with_compile():
-    assert _plan(str(G4), "--layers", "2").exit_code == 2
+    result = _plan(str(G4), "--layers", "2")  # a refusal: one line, exit 1 (exit 2 is typer's own usage errors)
+    assert result.exit_code == 1 and "--layers goes with --compile" in result.output
 
 
 def test_tiny_step_compiles_for_a_v5p_8(capfd):
