@@ -134,3 +134,48 @@ def test_the_memory_units_are_defined_once():
 def test_the_memory_unit_scan_finds_inline_factors(tmp_path):
     (tmp_path / "a.py").write_text("GIB = 1024**3\nx = 5 * 1e9\ny = 2 ** 20\nz = 1024 * 1024\nok = 2**10 * 3\n")
     assert memory_unit_definitions(tmp_path) == ["a.py:1", "a.py:2", "a.py:3", "a.py:4"]
+
+
+JSON_PARSERS = {"load", "loads", "read_json"}
+OWN_FILES = {  # file -> (the names that point at it, the modules that may parse it)
+    "bundle.json": ({"BUNDLE_MANIFEST"}, {"study/bundle_schema.py"}),
+    "summary.json": ({"SUMMARY_JSON", "summary_file"}, {"servebench/summary.py", "evals/results.py"}),
+}
+
+
+def json_readers(root: Path = SRC) -> dict[str, list[str]]:
+    """{file: ["module:function", ...]} of every function that parses JSON (json.load/loads, errors.read_json) and
+    names bundle.json or summary.json (the literal, or the constant or helper that holds it)."""
+    found: dict[str, list[str]] = {name: [] for name in OWN_FILES}
+    for rel, tree in _sources(root):
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+            calls = [n.func for n in ast.walk(fn) if isinstance(n, ast.Call)]
+            if not any(getattr(f, "attr", getattr(f, "id", None)) in JSON_PARSERS for f in calls):
+                continue
+            words = {n.value for n in ast.walk(fn) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+            words |= {getattr(n, "id", getattr(n, "attr", None)) for n in ast.walk(fn)}
+            for name, (aliases, _) in OWN_FILES.items():
+                if any(name in w for w in words if isinstance(w, str)) or words & aliases:
+                    found[name].append(f"{rel}:{fn.name}")
+    return found
+
+
+def test_bundle_json_and_summary_json_each_have_one_reader():
+    """bundle.json is parsed by its schema's module alone (study.bundle_schema: the study, its bucket copy and the
+    report all go through it), a sweep's summary.json by servebench.summary and an evaluation's by evals.results:
+    no second json.load of either anywhere in src/."""
+    found = json_readers()
+    for name, (_, owners) in OWN_FILES.items():
+        assert {where.split(":")[0] for where in found[name]} <= owners, (name, found[name])
+    assert found["bundle.json"] == ["study/bundle_schema.py:parse_manifest"]
+    assert sorted(found["summary.json"]) == [
+        "evals/results.py:evaluation_at", "servebench/summary.py:_parsed",
+    ]  # fmt: skip
+
+
+def test_the_reader_scan_finds_a_second_reader(tmp_path):
+    (tmp_path / "report.py").write_text(
+        "import json\n\n\ndef sniff(p):\n    return json.loads((p / 'summary.json').read_text())\n\n\n"
+        "def bundle(p):\n    return json.load(open(p / BUNDLE_MANIFEST))\n\n\ndef other(p):\n    return json.loads(p)\n"
+    )
+    assert json_readers(tmp_path) == {"bundle.json": ["report.py:bundle"], "summary.json": ["report.py:sniff"]}
