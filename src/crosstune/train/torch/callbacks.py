@@ -22,6 +22,10 @@ from crosstune.train.progress_bar import ProgressBar
 from crosstune.train.torch.checkpoints import ADAPTER_STAGING, STAGING
 from crosstune.train.torch.progress import StepClock, peak_memory_gib, sync_device, torch_compile_seconds
 
+# TrainerCallbacks every CrosstuneSFTTrainer of this process also calls: a benchmark's clock
+# (crosstune.train.parts.torch_trainer_callbacks); empty in training.
+ADDED_CALLBACKS: list[Any] = []
+
 
 class CrosstuneSFTTrainer(SFTTrainer):
     """SFTTrainer with the loss normalisation pinned and the per-step counts the metrics need."""
@@ -34,6 +38,7 @@ class CrosstuneSFTTrainer(SFTTrainer):
         bucket: BucketCopy | None = None,
         **kwargs: Any,
     ):
+        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), *ADDED_CALLBACKS]
         super().__init__(*args, **kwargs)
         self.bucket = bucket  # the run directory's copy: pushed after every checkpoint (preemption)
         self.shard_source = shard_source  # the checkpoint this rank reads its FSDP2 shard from (a meta base)
