@@ -64,7 +64,7 @@ def test_the_backend_names_are_defined_once():
     assert BackendSection.model_fields["default"].annotation is BackendName
     assert RunRecord.model_fields["backend"].annotation is BackendName
     schema = (SRC / "recipe" / "schema.py").read_text(encoding="utf-8").splitlines()
-    line = schema.index('BackendName = Literal["torch", "jax"]') + 1
+    line = next(i for i, text in enumerate(schema, 1) if text.startswith('BackendName = Literal["torch", "jax"]'))
     assert backend_name_lists() == [f"recipe/schema.py:{line}"]
 
 
