@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from crosstune.units import MIB, bytes_to_gb
+
 HIDDEN, INTERMEDIATE, HEADS, KV, HEAD_DIM, GLOBAL_KV, GLOBAL_HEAD_DIM = 5376, 21504, 32, 16, 256, 4, 512
 VOCAB = 32768
 TARGETS = ["q", "k", "v", "o", "gate", "up", "down"]
@@ -235,7 +237,7 @@ def compare(stream_dir: Path, naive_dir: Path) -> tuple[int, int]:
         for name, info in a.tensors.items():
             total += 1
             rows = info.shape[0]
-            step = max(1, (64 * 2**20) // max(1, info.nbytes // max(rows, 1)))
+            step = max(1, (64 * MIB) // max(1, info.nbytes // max(rows, 1)))
             for lo in range(0, rows, step):
                 if not np.array_equal(
                     a.read_rows(name, lo, min(rows, lo + step)), b.read_rows(name, lo, min(rows, lo + step))
@@ -272,7 +274,7 @@ def run(root: Path, args) -> None:
     fsync_dir(root / "base")
     shards = len(list((root / "base").glob("*.safetensors")))
     print(
-        f"checkpoint: {size / 1e9:.2f} GB in {shards} shards ({spec.num_layers} 31B-shaped layers, bf16), "
+        f"checkpoint: {bytes_to_gb(size):.2f} GB in {shards} shards ({spec.num_layers} 31B-shaped layers, bf16), "
         f"written in {time.perf_counter() - t0:.1f} s; LoRA rank {args.rank} on {', '.join(TARGETS)}"
     )
     results = {}
@@ -282,8 +284,8 @@ def run(root: Path, args) -> None:
         key = name if name not in results else "copy (again)"
         results[key] = r
         print(
-            f"{key:>13}: {r['wall']:6.1f} s wall {size / r['wall'] / 1e9:5.2f} GB/s | {r['cpu']:6.1f} s CPU "
-            f"| peak RSS {r['peak_rss'] / 2**20:6.0f} MiB ({r['peak_rss'] / size:.1%} of the checkpoint)"
+            f"{key:>13}: {r['wall']:6.1f} s wall {bytes_to_gb(size / r['wall']):5.2f} GB/s | {r['cpu']:6.1f} s CPU "
+            f"| peak RSS {r['peak_rss'] / MIB:6.0f} MiB ({r['peak_rss'] / size:.1%} of the checkpoint)"
         )
         if name == "naive":
             total, differ = compare(root / "out-stream", out)

@@ -69,38 +69,30 @@ def worker(args) -> None:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    from crosstune.families import get_family, model_dir_spec
+    from crosstune.families import get_family
     from crosstune.recipe import load_recipe
-    from crosstune.train.torch.lora import install_initial_lora, lora_config
-    from crosstune.train.torch.model import build_model
-    from crosstune.train.torch.sharded_load import load_local_shards, materialize_lora
+    from crosstune.train.parts import load_torch_shard, torch_lora_model
+    from crosstune.units import bytes_to_gb
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     recipe = load_recipe(RECIPE, [f"model.path={args.model}", "hardware=cpu", "serve.tensor_parallel_size=1",
                                   f"model.dtype={args.dtype}", "train.precision=fp32"])  # fmt: skip
-    spec = model_dir_spec(args.model, "gemma4")
     t0 = time.perf_counter()
     # on_gpu=True: the recipe's dtype (model.dtype); the CPU path would always take fp32
-    model, _ = build_model(recipe, on_gpu=args.dtype != "float32", empty=args.worker == "shard")
-    from peft import get_peft_model
-
-    model = get_peft_model(model, lora_config(recipe, model, spec)[0])
-    if args.worker == "shard":
-        materialize_lora(model, torch.device("cpu"))
-    install_initial_lora(model, recipe, spec)
+    model, _, spec = torch_lora_model(recipe, on_gpu=args.dtype != "float32", empty=args.worker == "shard")
     layer_class = get_family("gemma4").decoder_layer_class
     for module in list(model.modules()):
         if type(module).__name__ == layer_class:
             fully_shard(module)
     fully_shard(model)
-    read = load_local_shards(model, args.model)["bytes"] if args.worker == "shard" else 0
+    read = load_torch_shard(model, args.model) if args.worker == "shard" else 0
     load_s = time.perf_counter() - t0
     rss = _status("VmRSS")
     tokens = torch.arange(64).remainder(spec.vocab_size)[None] + 10
     with torch.no_grad():
         loss = float(model(input_ids=tokens, labels=tokens, use_cache=False).loss)
-    result = {"rank": rank, "peak_gb": _status("VmHWM"), "rss_gb": rss, "read_gb": read / 1e9, "load_s": load_s,
+    result = {"rank": rank, "peak_gb": _status("VmHWM"), "rss_gb": rss, "read_gb": bytes_to_gb(read), "load_s": load_s,
               "loss": loss}  # fmt: skip
     Path(f"{args.out}.{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
@@ -108,9 +100,11 @@ def worker(args) -> None:
 
 def _status(field: str) -> float:
     """A /proc/self/status figure (kB) in GB: VmHWM is this process's own peak RSS (not inherited across fork)."""
+    from crosstune.units import bytes_to_gb
+
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024 / 1e9
+            return bytes_to_gb(int(line.split()[1]) * 1024)
     raise KeyError(field)
 
 

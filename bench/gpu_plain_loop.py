@@ -16,32 +16,29 @@ import sys
 import time
 
 import torch
-from peft import get_peft_model
 
 from crosstune.data import load_prepared, torch_dataset
-from crosstune.families import get_family
 from crosstune.hardware import get_hardware
 from crosstune.recipe import load_recipe
-from crosstune.train.torch.lora import lora_config
-from crosstune.train.torch.model import build_model
+from crosstune.train.parts import torch_lora_model
+from crosstune.units import bytes_to_gib
 
 
 def main(recipe_file: str, steps: int, overrides: list[str]) -> dict:
     recipe = load_recipe(recipe_file, overrides)
     on_gpu = torch.cuda.is_available()
     device = "cuda" if on_gpu else "cpu"
-    model, tokenizer = build_model(recipe, on_gpu=on_gpu)
+    model, tokenizer, spec = torch_lora_model(recipe, on_gpu=on_gpu)  # the backend's base, LoRA and initial LoRA
+    model = model.to(device)
     if recipe.train.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
-    model = get_peft_model(model.to(device), lora_config(recipe, model)[0])
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:  # fp32 LoRA weights, as PEFT/Trainer keep them
         p.data = p.data.float()
     t = recipe.train
     optimizer = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay, fused=on_gpu)
     rows = torch_dataset(load_prepared(recipe, tokenizer), "train", seed=t.seed, epochs=2)
-    spec = get_family(recipe.model.family).spec_from_hf_config(model.get_base_model().config.to_dict())
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
 
     times, tokens = [], []
@@ -66,7 +63,7 @@ def main(recipe_file: str, steps: int, overrides: list[str]) -> dict:
         "s_per_step": statistics.median(times[measured]),
         "tokens_per_s": tokens_per_s,
         "mfu_no_recompute": flops_per_token * tokens_per_s / (peak * 1e12) if peak else None,
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if on_gpu else None,
+        "peak_memory_gib": bytes_to_gib(torch.cuda.max_memory_allocated()) if on_gpu else None,
         "final_loss": loss.item(),
     }
 

@@ -20,34 +20,30 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-GB = 1e9
 
 
 def _measure(recipe_path: Path, layers: int) -> list[dict]:
     from flax import nnx
 
     from crosstune.planner.planned_recipe import load_for_plan
-    from crosstune.run.metrics import bytes_to_gib, host_peak_rss_bytes
-    from crosstune.train.jax.aot import abstract_step, hf_config, topology_mesh
-    from crosstune.train.jax.model import mesh_context
+    from crosstune.run.metrics import host_peak_rss_bytes
+    from crosstune.train.tpu_compile import abstract_train_step
+    from crosstune.units import bytes_to_gib
 
-    recipe = load_for_plan(recipe_path)
-    _, kind, mesh = topology_mesh(recipe)
-    step, trainer, inputs, _, _ = abstract_step(recipe, hf_config(recipe, layers), mesh)
+    abstract = abstract_train_step(load_for_plan(recipe_path), layers)
     programs = {
-        "HeldOnceStep (crosstune)": step.lower,
+        "HeldOnceStep (crosstune)": abstract.step,
         "tunix 0.1.7 nnx.jit, optimizer donated": nnx.jit(
-            trainer.create_train_step_fn(), donate_argnames=("optimizer",)
-        ).lower,
+            abstract.trainer.create_train_step_fn(), donate_argnames=("optimizer",)
+        ),
     }
     rows = []
-    for name, lower in programs.items():
+    for name, program in programs.items():
         t0 = time.perf_counter()
-        with mesh_context(mesh):
-            mem = lower(trainer.model, trainer.optimizer, inputs).compile().memory_analysis()
+        mem = abstract.memory(program)
         args, out, alias = mem.argument_size_in_bytes, mem.output_size_in_bytes, mem.alias_size_in_bytes
         total = args + out - alias + mem.temp_size_in_bytes + mem.generated_code_size_in_bytes
-        rows.append({"program": name, "device": kind, "arguments": args, "outputs": out, "alias": alias,
+        rows.append({"program": name, "device": abstract.device_kind, "arguments": args, "outputs": out, "alias": alias,
                      "temp": mem.temp_size_in_bytes, "code": mem.generated_code_size_in_bytes, "total": total,
                      "compile_s": time.perf_counter() - t0,
                      "host_peak_rss_gib": bytes_to_gib(host_peak_rss_bytes())})  # fmt: skip
@@ -63,18 +59,19 @@ def main() -> None:
     if args.child:
         print(json.dumps(_measure(args.recipe, args.layers)))
         return
-    from crosstune.train.jax.compile import child_env, find_libtpu
+    from crosstune.train.tpu_compile import tpu_child_env
+    from crosstune.units import bytes_to_gb as gb
 
     cmd = [sys.executable, __file__, "--child", "--recipe", str(args.recipe), "--layers", str(args.layers)]
-    out = subprocess.run(cmd, env=child_env(find_libtpu(), "v5p-8"), capture_output=True, text=True)
+    out = subprocess.run(cmd, env=tpu_child_env("v5p-8"), capture_output=True, text=True)
     if out.returncode:
         sys.exit(out.stderr[-3000:])
     rows = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"{args.recipe.name}, first {args.layers} layers, per device (GB), {rows[0]['device']}:")
     print(f"{'program':42} {'args':>7} {'outputs':>8} {'alias':>7} {'temp':>7} {'code':>6} {'total':>7} {'compile':>8}")
     for r in rows:
-        print(f"{r['program']:42} {r['arguments'] / GB:7.3f} {r['outputs'] / GB:8.3f} {r['alias'] / GB:7.3f} "
-              f"{r['temp'] / GB:7.3f} {r['code'] / GB:6.3f} {r['total'] / GB:7.3f} {r['compile_s']:7.0f}s")  # fmt: skip
+        print(f"{r['program']:42} {gb(r['arguments']):7.3f} {gb(r['outputs']):8.3f} {gb(r['alias']):7.3f} "
+              f"{gb(r['temp']):7.3f} {gb(r['code']):6.3f} {gb(r['total']):7.3f} {r['compile_s']:7.0f}s")  # fmt: skip
     ours, theirs = rows
     print(f"outputs / arguments: {ours['outputs'] / ours['arguments']:.3f} (crosstune) vs "
           f"{theirs['outputs'] / theirs['arguments']:.3f} (tunix); total {ours['total'] / theirs['total']:.3f}× "

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from crosstune.units import bytes_to_gb
+
 CLI = [sys.executable, "-m", "crosstune.cli"]
 REPO = Path(__file__).resolve().parents[1]
 MARKER = ".crosstune-rehearsal"
@@ -115,7 +117,7 @@ def stage(name: str, args: list[str], logs: Path) -> dict:
         _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
-    rss = usage.ru_maxrss * 1024 / 1e9
+    rss = bytes_to_gb(usage.ru_maxrss * 1024)  # ru_maxrss: KiB
     print(f"[rehearsal] {name}: exit {proc.returncode}, {wall:.0f} s, peak RSS {rss:.1f} GB (log {log})", flush=True)
     return {
         "stage": name,

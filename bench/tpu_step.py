@@ -11,30 +11,17 @@ compiles `plan --search --cache DIR` made (same key).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 from pathlib import Path
 
 from crosstune.hardware import HARDWARE
-from crosstune.plan.driver import compile_key
+from crosstune.plan.driver import cached_compile
 from crosstune.planner import plan_recipe
-from crosstune.planner.compiled import CompiledStep, roofline, with_layers
+from crosstune.planner.compiled import roofline, with_layers
 from crosstune.planner.planned_recipe import load_for_plan
-from crosstune.train.jax.compile import compile_step
+from crosstune.units import bytes_to_gb, bytes_to_gib
 
 SEED_STEP = ["train.gradient_checkpointing=true", "train.kernels.recompute=full", "backend.jax.attention=dense"]
-
-
-def _compiled(recipe: Path, sets: list[str], layers: int | None, accelerator: str, cache: Path | None):
-    kept = None if cache is None else cache / f"{compile_key(recipe, sets, layers)}.json"
-    if kept is not None and kept.is_file():
-        return CompiledStep.from_dict(json.loads(kept.read_text(encoding="utf-8")))
-    step = compile_step(recipe, sets, layers, accelerator)
-    if kept is not None:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_text(json.dumps(dataclasses.asdict(step), indent=1), encoding="utf-8")
-    return step
 
 
 def main() -> int:
@@ -47,19 +34,19 @@ def main() -> int:
     hw = HARDWARE[recipe.hardware]
     rows = {}
     for name, sets in (("seed step", SEED_STEP), ("recipe (search winner)", [])):
-        step = _compiled(args.recipe, sets, args.layers, hw.name.removeprefix("tpu-"), args.cache)
+        step, _ = cached_compile(args.recipe, sets, args.layers, hw.name.removeprefix("tpu-"), args.cache)
         plan = plan_recipe(load_for_plan(args.recipe, sets), "jax")
         spec = with_layers(plan.spec, args.layers)
         planner = plan_recipe(load_for_plan(args.recipe, sets), "jax", spec=spec).jax_memory.total
         rows[name] = (step, roofline(step, hw.chip), planner)
     print(f"{recipe.name} on {hw.name}, {rows['seed step'][0].layers} of {rows['seed step'][0].model_layers} layers")
-    print("| step | XLA GB/chip | planner | compute s | HBM s | ICI s | tokens/s | compile s | host RSS GB |")
+    print("| step | XLA GB/chip | planner GB/chip | compute s | HBM s | ICI s | tokens/s | compile s | host RSS GiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, (step, line, planner) in rows.items():
         total = step.build_s + step.lower_s + step.compile_s
-        print(f"| {name} | {step.per_device_bytes / 1e9:.2f} | {planner:.2f} | {line.compute_s:.3f} | "
+        print(f"| {name} | {bytes_to_gb(step.per_device_bytes):.2f} | {planner:.2f} | {line.compute_s:.3f} | "
               f"{line.memory_s:.3f} | {line.ici_s:.3f} | {line.tokens_per_s:,.0f} | {total:.0f} | "
-              f"{step.host_peak_rss_bytes / 1e9:.1f} |")  # fmt: skip
+              f"{bytes_to_gib(step.host_peak_rss_bytes):.1f} |")  # fmt: skip
     ratio = rows["recipe (search winner)"][1].tokens_per_s / rows["seed step"][1].tokens_per_s
     print(f"ratio (winner / seed step, roofline tokens/s): {ratio:.2f}×")
     return 0

@@ -132,20 +132,12 @@ def step_clock():
 def crosstune_run(recipe, run_dir: Path) -> tuple[tuple[float, float], list[dict]]:
     """crosstune's train(), with the same clock added to its trainer (the only change to it)."""
     from crosstune.run.metrics import read_metrics
+    from crosstune.train.parts import torch_trainer_callbacks
     from crosstune.train.session import train
-    from crosstune.train.torch import callbacks as torch_callbacks
 
-    clock, trainer_class = step_clock(), torch_callbacks.CrosstuneSFTTrainer
-
-    class Clocked(trainer_class):
-        def __init__(self, *args, callbacks=(), **kwargs):
-            super().__init__(*args, callbacks=[*callbacks, clock], **kwargs)
-
-    torch_callbacks.CrosstuneSFTTrainer = Clocked
-    try:
+    clock = step_clock()
+    with torch_trainer_callbacks(clock):
         train(recipe, run_dir, progress=False, backend="torch")
-    finally:
-        torch_callbacks.CrosstuneSFTTrainer = trainer_class
     return clock.span(), read_metrics(run_dir)
 
 

@@ -190,6 +190,75 @@ def test_handler_prints_expected_failures_and_lets_bugs_through():
     assert interrupted.exit_code == 130 and "interrupted" in interrupted.output
 
 
+def _exits(node) -> bool:
+    """`raise typer.Exit(...)`, `raise SystemExit(...)` or `sys.exit(...)` somewhere under `node`."""
+    import ast
+
+    for n in ast.walk(node):
+        call = n.exc if isinstance(n, ast.Raise) else n
+        f = call.func if isinstance(call, ast.Call) else call
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+        if (isinstance(n, ast.Raise) and name in ("Exit", "SystemExit")) or (
+            isinstance(n, ast.Call) and name == "exit"
+        ):
+            return True
+    return False
+
+
+def own_error_exits(src) -> list[str]:
+    """file:line of every CLI module (`cli.py`, `*_cli.py`, doctor.py; not the top-level crosstune/cli.py) that
+    reports an error itself: an `except` that exits, a printed "error:" line, typer.BadParameter (a refusal typer
+    could not know is a CrosstuneError: exit 1, one line) or an exit status of 2 (typer's own usage errors only)."""
+    import ast
+
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src).as_posix()
+        if rel == "cli.py" or not (path.stem == "cli" or path.stem.endswith("_cli") or rel == "doctor.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{rel}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ExceptHandler) and _exits(node):
+                found.append(f"{where}: an except that exits")
+            elif isinstance(node, ast.Attribute) and node.attr == "BadParameter":
+                found.append(f"{where}: typer.BadParameter")
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "Exit":
+                codes = [*node.args, *(k.value for k in node.keywords if k.arg == "code")]
+                if any(isinstance(c, ast.Constant) and c.value == 2 for c in codes):
+                    found.append(f"{where}: exit 2")
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("print", "echo"):
+                parts = [c for a in node.args for c in (a.values if isinstance(a, ast.JoinedStr) else [a])]
+                texts = [c.value for c in parts if isinstance(c, ast.Constant)]  # the text, not what is formatted in
+                if any(
+                    isinstance(t, str) and ("[red]error" in t.lower() or t.lower().startswith("error")) for t in texts
+                ):
+                    found.append(f"{where}: prints an error")
+    return sorted(set(found))
+
+
+def test_no_cli_module_reports_an_error_itself():
+    """The one top-level handler (crosstune.cli) prints every expected failure: no command catches an error to print
+    it and exit, refuses an option through typer.BadParameter or exits 2. A command's verdict (plan refused, parity
+    failed, a recipe with problems) is its output, and its exit status says so."""
+    assert own_error_exits(REPO / "src" / "crosstune") == []
+
+
+def test_the_error_scan_finds_a_command_reporting_its_own_error(tmp_path):
+    (tmp_path / "area").mkdir()
+    (tmp_path / "area" / "cli.py").write_text(
+        "import typer\n\n\ndef run():\n    try:\n        go()\n    except ValueError as e:\n"
+        "        err.print(f'[red]error:[/red] {e}')\n        raise typer.Exit(1) from None\n"
+        "    if bad:\n        raise typer.BadParameter('no', param_hint='--x')\n    raise typer.Exit(code=2)\n"
+    )
+    (tmp_path / "area" / "plan_cli.py").write_text(
+        "import typer\n\n\ndef run(ok):\n    raise typer.Exit(0 if ok else 1)\n"
+    )
+    assert own_error_exits(tmp_path) == [
+        "area/cli.py:11: typer.BadParameter", "area/cli.py:12: exit 2", "area/cli.py:7: an except that exits",
+        "area/cli.py:8: prints an error",
+    ]  # fmt: skip
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("damaged", ["every file", "data files"])
 def test_damaged_orbax_checkpoint(damaged, tmp_path, tiny_gemma4_dir, synth_corpus_dir):

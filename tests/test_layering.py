@@ -13,6 +13,8 @@ function, under TYPE_CHECKING; tests/helpers/import_graph.py reads it).
 - Each area's CLI module (one named `cli` or `*_cli`, and doctor) exposes `register(app)`, which crosstune.commands
   calls; no other module imports a CLI module (crosstune.cli starts the assembly): what a CLI module holds besides
   its commands is reachable by no other code path.
+- bench/*.py stand above every layer under the same rules: no backend module (crosstune.train's public face:
+  train.parts, train.tpu_compile), no private name, no CLI module.
 
 File names (one role each) are checked by tests/test_module_names.py, the tests' own imports by
 tests/test_test_modules.py.
@@ -33,6 +35,7 @@ README = REPO / "README.md"
 # Lowest first: (folder or top-level module, what it holds). The README's map is checked against this list.
 LAYERS: list[tuple[str, str]] = [
     ("errors", "the expected-failure base class"),
+    ("units", "memory units and their conversions: GB (chips' HBM, the planner) and GiB (what runs measure)"),
     ("bounds", "numbers checked where they enter: type, finite, range"),
     ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
     ("ownership", "the output policy: one manifest shape; a command replaces only files it wrote"),
@@ -189,6 +192,30 @@ def apart_imports(src: Path = SRC, apart: list[tuple[str, str, str]] = APART) ->
     return problems
 
 
+BENCH = REPO / "bench"
+
+
+def bench_reaches(bench: Path = BENCH, src: Path = SRC) -> list[str]:
+    """bench/*.py are consumers above every layer, under src/'s rules: no backend internals (only crosstune.train's
+    public face reaches crosstune.train.torch / .jax), no private names of a package, no CLI module."""
+    known = modules(src)
+    problems = []
+    for path in sorted(bench.glob("*.py")):
+        for line, base, names in imports_of(path, bench.parent):
+            if not (base == "crosstune" or base.startswith("crosstune.")):
+                continue
+            where = f"{path.relative_to(bench.parent)}:{line}: imports {base}"
+            targets = [f"{base}.{n}" for n in names if f"{base}.{n}" in known] or [base]
+            if any(_inside(t, b) for t in targets for b in BACKENDS):
+                problems.append(f"{where} (only crosstune.train reaches the backends)")
+            private = [n for n in [*base.split("."), *names] if n.startswith("_") and not n.startswith("__")]
+            if private:
+                problems.append(f"{where}: {', '.join(private)} (a private name)")
+            if any(is_cli_module(t) or t in CLI_ASSEMBLERS for t in targets):
+                problems.append(f"{where} (a CLI module)")
+    return problems
+
+
 def test_no_upward_imports():
     assert upward_imports() == []
 
@@ -219,6 +246,22 @@ def test_no_module_reaches_into_another_package_s_private_names():
 
 def test_no_module_but_the_command_line_imports_a_cli_module():
     assert [f"{where}: {me} imports {target}" for me, target, where in cli_imports()] == []
+
+
+def test_bench_scripts_follow_the_rules_of_src(tmp_path):
+    """bench/ is a consumer above every layer: what it measures of a backend it reaches through crosstune.train's
+    public face (crosstune.train.parts, .tpu_compile), never a backend module, a private name or a CLI module."""
+    assert bench_reaches() == []
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "b.py").write_text(
+        "from crosstune.train.torch.model import build_model\nfrom crosstune.run.layout import _RESTORE\n"
+        "from crosstune.plan import cli\nfrom crosstune.train.parts import torch_lora_model\n"
+    )
+    assert bench_reaches(tmp_path / "bench") == [
+        "bench/b.py:1: imports crosstune.train.torch.model (only crosstune.train reaches the backends)",
+        "bench/b.py:2: imports crosstune.run.layout: _RESTORE (a private name)",
+        "bench/b.py:3: imports crosstune.plan (a CLI module)",
+    ]
 
 
 def test_every_cli_module_exposes_register_and_the_command_line_calls_each():

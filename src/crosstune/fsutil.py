@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError
+from crosstune.units import MIB
 
 TEMP_WRITER = ".crosstune-tmp.json"  # inside every staged temp folder: its writer (pid, host), for clean-up only
 _TEMP = re.compile(r"^\..+\.(tmp|old)-(?P<host>[A-Za-z0-9_.-]+)-(?P<pid>\d+)-[0-9a-f]{8}$")
@@ -231,7 +232,7 @@ def exclusive_lock(lock_file: Path, what: str, hint: str) -> Iterator[None]:
 # Files this big are known by size and mtime: hashing a 60 GB checkpoint on every rerun would take minutes, and
 # rewriting a file moves its mtime. Smaller ones (config, index, tokenizer, problem and data files) by sha256, so an
 # edit that keeps the size is seen and a copy keeps its fingerprint.
-STAT_ONLY_BYTES = 64 * 2**20
+STAT_ONLY_BYTES = 64 * MIB
 
 
 def files_fingerprint(path: Path, stat_only_bytes: int = STAT_ONLY_BYTES) -> dict[str, str]:

@@ -12,11 +12,13 @@ import pytest
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
+from crosstune.cli import _register, app
 from crosstune.data import prepare_dataset
-from crosstune.data.cli import data_app
 from crosstune.recipe import RecipeError, load_recipe
 from tests.helpers.data import recipe_for
 from tests.helpers.paths import FIXTURES, RECIPES
+
+_register()  # every command under the top-level handler, as `crosstune` runs them
 
 CODEV = FIXTURES / "codev_r1" / "sft.jsonl"
 RECORDS = [json.loads(line) for line in CODEV.read_text().splitlines()]
@@ -69,7 +71,7 @@ def test_shipped_31b_recipes_keep_every_record_that_fits_and_drop_and_count_the_
     assert 0 < too_long < len(RECORDS) and all(abs(n - data.max_seq_len) > 200 for n in lengths)  # clear margins
 
     sets = [a for o in overrides(model_dir, tmp_path) for a in ("--set", o)]
-    result = CliRunner().invoke(data_app, ["prepare", str(RECIPES / f"{name}.yaml"), *sets])
+    result = CliRunner().invoke(app, ["data", "prepare", str(RECIPES / f"{name}.yaml"), *sets])
     assert result.exit_code == 0, result.output
     prepared = prepare_dataset(recipe)  # the CLI's preparation, reused
     assert prepared.reused

@@ -10,10 +10,12 @@ import pytest
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
+from crosstune.cli import _register, app
 from crosstune.data import DataError, load_prepared, prepare_dataset
-from crosstune.data.cli import data_app
 from crosstune.data.stats import summary_line
 from tests.helpers.data import recipe_for, write_jsonl, write_recipe
+
+_register()  # every command under the top-level handler, as `crosstune` runs them
 
 HINT = " (fix the record, or pass --lenient to skip bad records and count them)"
 GOOD = {"system": "You write Verilog.", "prompt": "Write a buffer.", "response": "<think>easy</think>assign y = a;"}
@@ -231,16 +233,16 @@ def test_cli_prepare_error_has_no_traceback_and_stats_saves(tmp_path, tiny_gemma
     src = write_jsonl(tmp_path / "d.jsonl", [GOOD, {"prompt": "p"}])
     recipe = write_recipe(tmp_path, tiny_gemma3_dir, "gemma3", [{"path": str(src)}], max_seq_len=128)
     runner = CliRunner()
-    bad = runner.invoke(data_app, ["prepare", str(recipe)])
+    bad = runner.invoke(app, ["data", "prepare", str(recipe)])
     assert bad.exit_code == 1 and "Traceback" not in bad.output
     assert f"{src}:2: field 'response': missing" in " ".join(bad.output.split())
-    ok = runner.invoke(data_app, ["prepare", str(recipe), "--lenient"])
+    ok = runner.invoke(app, ["data", "prepare", str(recipe), "--lenient"])
     assert ok.exit_code == 0, ok.output
     assert "missing_field" in ok.output and f"{src}:2" in ok.output.replace("\n", "")
     prepared_dir = tmp_path / "runs" / "data" / "t"
     (prepared_dir / "lengths.png").unlink()
-    shown = runner.invoke(data_app, ["stats", str(prepared_dir)])
+    shown = runner.invoke(app, ["data", "stats", str(prepared_dir)])
     assert shown.exit_code == 0 and "records in" in shown.output
     assert (prepared_dir / "lengths.png").is_file()
-    stale = runner.invoke(data_app, ["stats", str(recipe), "--set", "data.max_seq_len=64"])
+    stale = runner.invoke(app, ["data", "stats", str(recipe), "--set", "data.max_seq_len=64"])
     assert stale.exit_code == 0 and "stale" in stale.output

@@ -10,9 +10,11 @@ import pytest
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
+from crosstune.cli import _register, app
 from crosstune.data import DataError, prepare_dataset
-from crosstune.data.cli import data_app
 from tests.helpers.data import recipe_for, write_jsonl
+
+_register()  # every command under the top-level handler, as `crosstune` runs them
 
 GOOD = {"prompt": "Write a buffer.", "response": "assign y = a;"}
 
@@ -100,7 +102,7 @@ def test_data_stats_rewrites_the_stats_and_the_manifest_follows(recipe, tok, mon
             f.write(b"\0")
 
     monkeypatch.setattr(cli, "save_stats", another_matplotlib)
-    assert CliRunner().invoke(data_app, ["stats", str(first.path)]).exit_code == 0
+    assert CliRunner().invoke(app, ["data", "stats", str(first.path)]).exit_code == 0
     manifest = json.loads((first.path / "manifest.json").read_text())
     assert manifest["files"]["lengths.png"]["bytes"] == first.manifest["files"]["lengths.png"]["bytes"] + 1
     assert manifest["created"] == first.manifest["created"]

@@ -13,12 +13,10 @@ import subprocess
 import sys
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from crosstune.evals.cli import register
 from crosstune.evals.generation.cache import CompletionCache
-from tests.helpers.evals import eval_server
+from tests.helpers.evals import eval_server, make_app
 from tests.helpers.paths import FIXTURES, REPO
 from tests.helpers.processes import kill_9_when
 
@@ -28,14 +26,7 @@ needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None, reason="ne
 
 
 def _run(*args: str):
-    app = typer.Typer()
-
-    @app.callback()
-    def root() -> None:
-        """crosstune (test root)."""
-
-    register(app)
-    return CliRunner(env={"COLUMNS": "400"}).invoke(app, ["eval", *args], catch_exceptions=False)
+    return CliRunner(env={"COLUMNS": "400"}).invoke(make_app(), ["eval", *args], catch_exceptions=False)
 
 
 def _references(out) -> list[str]:

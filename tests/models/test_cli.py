@@ -36,7 +36,7 @@ def test_force_refuses_a_users_folder_naming_its_files(tmp_path, synth_corpus_di
     before = _tree(out)
     for extra in (["--force"], []):  # --force deleted such a folder's contents before (c3601e4)
         result = _cli("--out", str(out), "--corpus", str(synth_corpus_dir), *extra)
-        assert result.exit_code == 2, result.output  # a bad --out: refused before anything is built
+        assert result.exit_code == 1, result.output  # a bad --out: refused before anything is built
         assert (
             f"--out {out} holds files that are not crosstune model's output: config.json, notes/thesis.tex (no "
             f"{MANIFEST} lists it)"

@@ -210,10 +210,10 @@ def test_cli_tiny_builds_refuses_non_empty_out_and_forces(tmp_path, synth_corpus
     assert (out / "model.safetensors").read_bytes() == (tiny_gemma3_dir / "model.safetensors").read_bytes()
 
     refused = runner.invoke(app, args)
-    assert refused.exit_code != 0 and "holds an earlier output of crosstune model: pass --force" in refused.output
+    assert refused.exit_code == 1 and "holds an earlier output of crosstune model: pass --force" in refused.output
     forced = runner.invoke(app, [*args, "--force", "--seed", "3"])  # its own earlier build: replaced
     assert forced.exit_code == 0, forced.output
     assert (out / "model.safetensors").read_bytes() != (tiny_gemma3_dir / "model.safetensors").read_bytes()
 
     bad = runner.invoke(app, ["model", "tiny", "--family", "llama", "--out", str(tmp_path / "x")])
-    assert bad.exit_code != 0 and "unknown model family" in bad.output
+    assert bad.exit_code == 1 and "unknown model family" in bad.output

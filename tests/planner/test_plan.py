@@ -200,3 +200,33 @@ def test_dots_keeps_each_lora_target_s_b_output_beside_its_matmul_s():
     saved = six.activations - plan_recipe(fewer, "jax", spec=with_layers(spec, 6)).jax_memory.activations
     gate_up_down_kvo = 6 * 3072 * (2 * 5376 + 5376 / 4 * 2) * 2 / 1e9  # gate, up ([F/tp]), o, down ([D/tp]), bf16
     assert saved > gate_up_down_kvo  # the six other targets' B outputs (k and v too) are no longer saved
+
+
+def test_the_compile_report_sets_planner_and_xla_in_one_unit():
+    """`plan --compile`: the planner's estimate (GB) and XLA's compiled bytes are compared in one unit
+    (crosstune.units). A compile whose bytes are exactly the planner's total reads 0.0 % and the same figure in both
+    columns; had one side been GiB and the other GB, they would differ by 7.4 % (2^30 / 10^9)."""
+    import io
+
+    from rich.console import Console
+
+    from crosstune.planner.compiled import CompiledStep, compile_report
+    from crosstune.planner.view import render_compiled
+    from crosstune.units import GB, GIB, bytes_to_gib
+
+    plan = plan_recipe(_recipe(G4, "tpu-v5p-8"), "jax")
+    total = round(plan.jax_memory.total * GB)
+    step = CompiledStep(topology="v5p:2x2x1", device_kind="TPU v5", devices=4, layers=60, model_layers=60,
+                        micro_batch_tokens=3072, accumulation=8, argument_bytes=total - 10**9, output_bytes=10**9,
+                        alias_bytes=10**9, temp_bytes=10**9, generated_code_bytes=0, flops=1e14, bytes_accessed=1e12,
+                        build_s=1.0, lower_s=1.0, compile_s=10.0, host_peak_rss_bytes=3 * GIB)  # fmt: skip
+    report = compile_report(plan, step)
+    assert report["xla"]["per_device_bytes"] == report["planner"]["per_device_bytes"] == total
+    assert abs(report["planner"]["relative_to_xla"]) < 1e-9  # rounding to whole bytes only
+    out = io.StringIO()
+    render_compiled(report, Console(file=out, width=200))
+    text = out.getvalue()
+    row = next(line for line in text.splitlines() if line.strip().lstrip("│ ").startswith("total"))
+    figure = f"{plan.jax_memory.total:,.2f}"
+    assert row.count(figure) == 2 and ("+0.0% vs XLA" in row or "-0.0% vs XLA" in row), row
+    assert "Per device, GB" in text and f"host peak RSS {bytes_to_gib(3 * GIB):.1f} GiB" in text

@@ -12,10 +12,10 @@ from crosstune.planner import plan_recipe
 from crosstune.planner.compiled import CompiledStep
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.planner.search import Candidate, candidates, extrapolate, period, run_search, search_json
+from crosstune.units import GB
 from tests.helpers.paths import REPO
 
 G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
-GB = 1e9
 
 
 def _step(layers: int, **kw) -> CompiledStep:

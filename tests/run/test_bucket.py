@@ -14,7 +14,8 @@ from rich.console import Console
 from crosstune.run.bucket import TRANSIENT, BucketCopy, BucketError, bundle_copy, drop_incomplete_checkpoints
 from crosstune.run.integrity import record_checksums
 from crosstune.run.layout import saved_steps
-from crosstune.study.bundle import StudyError, new_manifest, read_manifest, write_manifest
+from crosstune.study.bundle import new_manifest, read_manifest, write_manifest
+from crosstune.study.bundle_schema import BundleError
 from crosstune.study.recovery import progress, restore_from_bucket
 
 RUN = "runs/tiny-cpu-torch"
@@ -115,7 +116,7 @@ def test_no_copy_in_the_bucket_yet_and_a_damaged_one(tmp_path):
     assert "no copy of this bundle in" in console.export_text() and not local.exists()
     (tmp_path / "bucket" / "bundle").mkdir(parents=True)
     (tmp_path / "bucket" / "bundle" / "bundle.json").write_text("{trunc")
-    with pytest.raises(StudyError, match=r"bundle/bundle.json: unreadable .*give another --bucket"):
+    with pytest.raises(BundleError, match=r"bundle/bundle.json: unreadable .*give another --bucket"):
         restore_from_bucket(bundle_copy(str(tmp_path / "bucket"), local), RUN, console)
     assert progress(None, []) == (-1, -1) and progress({"stages": {"a": {"status": "done"}}}, [3]) == (1, 3)
 

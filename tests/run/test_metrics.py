@@ -6,20 +6,25 @@ import pytest
 
 from crosstune.families import get_family
 from crosstune.hardware import get_hardware
-from crosstune.run.metrics import METRIC_DEFINITIONS, MetricsWriter, StepMetrics, make_step_metrics, read_metrics
+from crosstune.run.metrics import METRIC_DEFINITIONS, MetricsRowBuilder, MetricsWriter, StepMetrics, read_metrics
 
 G4 = get_family("gemma4").spec("31b")
 
 
-STEP = dict(step=1, epoch=0.1, loss=1.5, learning_rate=1e-4, grad_norm=0.3, trained_tokens=4 * 3072, tokens=8 * 3072,
-            computed_tokens=8 * 3072, step_time_s=2.0, peak_memory_gib=None, spec=G4, context=3072,
-            hardware=get_hardware("tpu-v5p-8"), devices=4)  # fmt: skip
+MEASURED = dict(step=1, loss=1.5, learning_rate=1e-4, grad_norm=0.3, trained_tokens=4 * 3072, tokens=8 * 3072,
+                computed_tokens=8 * 3072, step_time_s=2.0, peak_memory_gib=None)  # fmt: skip
+
+
+def rows(hw="tpu-v5p-8", devices=4, remat=True, attention=True, matmuls=True) -> MetricsRowBuilder:
+    """The builder for a Gemma 4 31B run at 3072 tokens, 10 micro-batches per epoch, 1 per step."""
+    return MetricsRowBuilder(spec=G4, context=3072, hardware=get_hardware(hw), devices=devices,
+                             recompute_activations=remat, recompute_attention=attention, recompute_matmuls=matmuls,
+                             accumulation=1, micro_batches_per_epoch=10)  # fmt: skip
 
 
 def step(n, hw="tpu-v5p-8", devices=4, remat=True, tokens=8 * 3072, seconds=2.0, computed=None):
-    return make_step_metrics(
+    return rows(hw, devices, remat).row(
         step=n,
-        epoch=0.1,
         loss=1.5,
         learning_rate=1e-4,
         grad_norm=0.3,
@@ -28,11 +33,6 @@ def step(n, hw="tpu-v5p-8", devices=4, remat=True, tokens=8 * 3072, seconds=2.0,
         computed_tokens=tokens if computed is None else computed,
         step_time_s=seconds,
         peak_memory_gib=None,
-        spec=G4,
-        context=3072,
-        hardware=get_hardware(hw),
-        devices=devices,
-        recompute_activations=remat,
     )
 
 
@@ -65,14 +65,13 @@ def test_hfu_counts_what_each_recompute_policy_recomputes():
     assert attention == pytest.approx(3.691e9, rel=1e-3) and forward == pytest.approx(6.508e10, rel=1e-3)
     per_token = {}
     for name, attn, matmuls in (("full", True, True), ("selective", False, True), ("dots", True, False)):
-        m = make_step_metrics(**{**STEP, "recompute_activations": True, "recompute_attention": attn,
-                                 "recompute_matmuls": matmuls})  # fmt: skip
+        m = rows(attention=attn, matmuls=matmuls).row(**MEASURED)
         per_token[name] = m.hfu * 2.0 * 459e12 * 4 / (8 * 3072)
         assert m.mfu == step(1).mfu  # the model's FLOPs don't depend on the policy
     assert per_token["full"] == pytest.approx(3 * forward, rel=1e-12)
     assert per_token["selective"] == pytest.approx(3 * forward - attention, rel=1e-12)
     assert per_token["dots"] == pytest.approx(2 * forward + attention, rel=1e-12)
-    off = make_step_metrics(**{**STEP, "recompute_activations": False, "recompute_matmuls": False})
+    off = rows(remat=False, matmuls=False).row(**MEASURED)
     assert off.hfu == pytest.approx(off.mfu)  # nothing recomputed: no policy adds anything
 
 

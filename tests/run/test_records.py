@@ -11,8 +11,9 @@ import pytest
 
 from crosstune.errors import CrosstuneError
 from crosstune.run.layout import RunDirError
-from crosstune.run.metrics import GIB, read_metrics
+from crosstune.run.metrics import read_metrics
 from crosstune.run.records import RUN_FORMAT, read_run_record, update_run_record, write_run_record
+from crosstune.units import GIB
 from tests.helpers.records import run_record, write_record
 
 # What crosstune wrote before issue 29 (rundir.write_run_metadata + each backend's extras + the session's finalise).

@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 
 from crosstune.data.bad_input import DataError
@@ -52,7 +53,7 @@ def prepare(
     """
     from rich.progress import Progress
 
-    console, errors = _consoles()
+    console = Console()
     try:
         loaded = load_recipe(recipe, overrides)
         with Progress(console=console, transient=True) as bar:
@@ -64,8 +65,6 @@ def prepare(
                 bar.update(tasks[split], completed=done)
 
             prepared = prepare_dataset(loaded, lenient=lenient, force=force, progress=advance)
-    except (RecipeError, DataError) as exc:
-        _fail(errors, exc)
     except KeyboardInterrupt:
         raise _interrupted(recipe, overrides or [], lenient, force) from None
     _show(console, prepared.stats, prepared.path)
@@ -81,18 +80,15 @@ def stats(
     """Show what a preparation holds: records in/out, skips by reason, trained-token fraction, packing efficiency,
     markup problems and token-length percentiles; (re)writes stats.json and lengths.png next to it."""
 
-    console, errors = _consoles()
-    try:
-        if (target / "manifest.json").is_file():
-            prepared, stale = open_prepared(target), []
-        else:
-            loaded = load_recipe(target, overrides)
-            prepared = open_prepared(prepared_dir(loaded))
-            stale = staleness(prepared.manifest, data_settings(loaded), tokenizer_hash(load_tokenizer(loaded)))
-        if not prepared.stats:
-            raise DataError(str(prepared.path), "no stats.json", hint="re-run `crosstune data prepare RECIPE --force`")
-    except (RecipeError, DataError) as exc:
-        _fail(errors, exc)
+    console = Console()
+    if (target / "manifest.json").is_file():
+        prepared, stale = open_prepared(target), []
+    else:
+        loaded = load_recipe(target, overrides)
+        prepared = open_prepared(prepared_dir(loaded))
+        stale = staleness(prepared.manifest, data_settings(loaded), tokenizer_hash(load_tokenizer(loaded)))
+    if not prepared.stats:
+        raise DataError(str(prepared.path), "no stats.json", hint="re-run `crosstune data prepare RECIPE --force`")
     _show(console, prepared.stats, prepared.path)
     save_stats(prepared.path, prepared.stats)
     restamp_stats(prepared.path)  # the preparation still proves them its own
@@ -125,15 +121,3 @@ def _interrupted(recipe: Path, overrides: list[str], lenient: bool, force: bool)
         return KeyboardInterrupt()
     kept = "the earlier preparation there is unchanged" if (where / "manifest.json").is_file() else "nothing is kept"
     return Interrupted(f"interrupted (Ctrl-C): nothing was written to {where} ({kept}); rerun: {shlex.join(again)}")
-
-
-def _fail(errors, exc: Exception) -> None:
-    """Print a recipe or data error (no traceback: it already says where and why) and exit 1."""
-    errors.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
-    raise typer.Exit(1)
-
-
-def _consoles():
-    from rich.console import Console
-
-    return Console(), Console(stderr=True)

@@ -32,9 +32,10 @@ from crosstune.data.sources import fingerprint
 from crosstune.data.stats import save_stats
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.schema import Recipe
+from crosstune.units import MIB
 
 FORMAT_VERSION = 1
-SHARD_BYTES = 256 * 2**20  # rows per shard are chosen so one shard's four arrays stay near this size
+SHARD_BYTES = 256 * MIB  # rows per shard are chosen so one shard's four arrays stay near this size
 NOT_HASHED = ("strict", "prepared_dir")  # settings that change how we prepare, not what comes out
 
 

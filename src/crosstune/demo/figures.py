@@ -13,6 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from crosstune.errors import InputError
+from crosstune.evals.results import evaluation_at
 from crosstune.fsutil import atomic_write_text
 from crosstune.ownership import ResumedKind
 from crosstune.study.context import BASE, EVAL, FINETUNE
@@ -80,7 +81,13 @@ def read_scores(out: Path, backends: tuple[str, ...]) -> list[Score]:
     """The base (evaluated in the first bundle) and each backend's fine-tune, as the bundles' evaluations hold them."""
     rows = [("base (pretrained, never saw these families)", f"{backends[0]}/{EVAL}/{BASE}")]
     rows += [(f"LoRA fine-tune, {b}", f"{b}/{EVAL}/{FINETUNE}") for b in backends]
-    return [Score(label, rel, json.loads((out / rel / "summary.json").read_text())) for label, rel in rows]
+    scores = []
+    for label, rel in rows:
+        found = evaluation_at(out / rel)  # the one reader of summary.json, its figures checked
+        if found is None:
+            raise InputError(f"{out / rel / 'summary.json'}: missing or not an evaluation's summary: rerun the demo")
+        scores.append(Score(label, rel, found.summary))
+    return scores
 
 
 def _categories(summary: dict[str, Any]) -> str:

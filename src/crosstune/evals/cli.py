@@ -20,12 +20,11 @@ from crosstune.evals.runner import (
     PARTIAL_EXIT_CODE,
     EvalConfig,
     EvalError,
-    EvalInterrupted,
     protocol_tasks,
     run_eval,
 )
 from crosstune.evals.show import progress_bars, show_report
-from crosstune.recipe import RecipeError, load_recipe, resolve_path
+from crosstune.recipe import load_recipe, resolve_path
 from crosstune.recipe.schema import EVAL_DEFAULTS, EvalSection
 
 console = Console()
@@ -58,10 +57,10 @@ def register(app: typer.Typer) -> None:
 def _parse_ks(text: str) -> list[int]:
     try:
         ks = sorted({int(k) for k in text.split(",") if k.strip()})
-    except ValueError as e:
-        raise typer.BadParameter(f"--k takes comma-separated integers like 1,5,10, got {text!r}") from e
+    except ValueError:
+        raise EvalError(f"--k takes comma-separated integers like 1,5,10, got {text!r}") from None
     if not ks or ks[0] < 1:
-        raise typer.BadParameter("--k values must be >= 1")
+        raise EvalError(f"--k {text!r}: values must be >= 1")
     return ks
 
 
@@ -139,7 +138,7 @@ def eval_command(
         fallback = {**fallback, **recipe_set}
         protocol = protocol or recipe_protocol
     if problems is None:
-        raise typer.BadParameter("give --problems DIR (or a RECIPE whose eval.problems names one)")
+        raise EvalError("no problems to evaluate: give --problems DIR (or a RECIPE whose eval.problems names one)")
     if protocol is not None:
         fallback = {**fallback, **_protocol_defaults(protocol, problems), **recipe_set}  # the recipe's own lines win
     tasks = [task] if task is not None or protocol is None else _tasks(protocol, problems)
@@ -148,43 +147,40 @@ def eval_command(
     if k is None and "k" not in recipe_set and protocol is None:  # the built-in k: only those n samples allow
         ks = [each for each in ks if each <= n] or [1]
     _check_paths(out, hf_model)
-    try:
-        config = EvalConfig(
-            problems=problems,
-            out=out,
-            task=tasks[0],
-            patterns=tuple(problem or ()),
-            endpoint=endpoint,
-            model=model,
-            hf_model=hf_model,
-            samples_file=samples_file,
-            references_only=references_only,
-            sampling=SamplingParams(
-                n=n,
-                temperature=fallback["temperature"] if temperature is None else temperature,
-                top_p=fallback["top_p"] if top_p is None else top_p,
-                max_tokens=fallback["max_tokens"] if max_tokens is None else max_tokens,
-                seed=seed,
-            ),
-            ks=tuple(ks),
-            prompt_style=fallback["prompt_style"] if prompt_style is None else prompt_style,
-            shots=fallback["shots"] if shots is None else shots,
-            concurrency=concurrency,
-            api_key=os.environ.get(api_key_env) or None,
-            upstream_compatible=upstream_compatible,
-            workers=workers,
-            limits=Limits(timeout_s=timeout, memory_mib=memory_mib),
-            request_timeouts=Timeouts(
-                connect_s=fallback["connect_timeout"] if connect_timeout is None else connect_timeout,
-                read_s=fallback["read_timeout"] if read_timeout is None else read_timeout,
-                request_s=fallback["request_timeout"] if request_timeout is None else request_timeout,
-            ),
-            retries=retries,
-            protocol=protocol,
-            batch_size=batch_size,
-        )
-    except EvalError as e:
-        raise typer.BadParameter(str(e)) from None
+    config = EvalConfig(
+        problems=problems,
+        out=out,
+        task=tasks[0],
+        patterns=tuple(problem or ()),
+        endpoint=endpoint,
+        model=model,
+        hf_model=hf_model,
+        samples_file=samples_file,
+        references_only=references_only,
+        sampling=SamplingParams(
+            n=n,
+            temperature=fallback["temperature"] if temperature is None else temperature,
+            top_p=fallback["top_p"] if top_p is None else top_p,
+            max_tokens=fallback["max_tokens"] if max_tokens is None else max_tokens,
+            seed=seed,
+        ),
+        ks=tuple(ks),
+        prompt_style=fallback["prompt_style"] if prompt_style is None else prompt_style,
+        shots=fallback["shots"] if shots is None else shots,
+        concurrency=concurrency,
+        api_key=os.environ.get(api_key_env) or None,
+        upstream_compatible=upstream_compatible,
+        workers=workers,
+        limits=Limits(timeout_s=timeout, memory_mib=memory_mib),
+        request_timeouts=Timeouts(
+            connect_s=fallback["connect_timeout"] if connect_timeout is None else connect_timeout,
+            read_s=fallback["read_timeout"] if read_timeout is None else read_timeout,
+            request_s=fallback["request_timeout"] if request_timeout is None else request_timeout,
+        ),
+        retries=retries,
+        protocol=protocol,
+        batch_size=batch_size,
+    )
     partial = False
     for each in tasks:  # several: a protocol's tasks on one checkout, each into OUT/<task>
         partial |= _run(replace(config, task=each, out=out / each if len(tasks) > 1 and each else out))
@@ -194,15 +190,8 @@ def eval_command(
 
 def _run(config: EvalConfig) -> bool:
     """Run and show one evaluation; whether some samples could not be generated."""
-    try:
-        with progress_bars(console) as on_progress:
-            report = run_eval(config, on_progress)
-    except EvalInterrupted as e:
-        console.print(str(e), style="yellow", markup=False)
-        raise typer.Exit(e.exit_code) from None
-    except EvalError as e:
-        console.print(f"error: {e}", style="red", markup=False)  # a message may hold [brackets]
-        raise typer.Exit(1) from None
+    with progress_bars(console) as on_progress:
+        report = run_eval(config, on_progress)
     show_report(report, console)
     return bool(report.summary.get("generation", {}).get("failed"))
 
@@ -219,11 +208,7 @@ def _check_paths(out: Path, hf_model: Path | None) -> None:
 def _recipe_defaults(recipe_file: Path, problems: Path | None) -> tuple[Path | None, dict, str | None]:
     """The recipe's eval section as defaults (explicit options still win), and its protocol. With a protocol, only
     the lines the recipe writes override it; without one, the section's own defaults count too."""
-    try:
-        recipe = load_recipe(recipe_file)
-    except RecipeError as e:
-        typer.echo(str(e), err=True)
-        raise typer.Exit(1) from None
+    recipe = load_recipe(recipe_file)
     ev = recipe.eval
     defaults = _section_defaults(ev)
     fields = {"n": "samples", "connect_timeout": "connect_timeout_s", "read_timeout": "read_timeout_s",
@@ -249,14 +234,12 @@ def _protocol_defaults(name: str, problems: Path) -> dict:
     try:
         preset = get_protocol(name).settings(suite_of(problems))
     except (UnknownProtocol, ValueError) as e:
-        raise typer.BadParameter(str(e)) from None
+        raise EvalError(str(e)) from None
     return {**preset, "k": ",".join(str(k) for k in preset["k"])}
 
 
 def _tasks(name: str, problems: Path) -> list[str | None]:
     tasks = protocol_tasks(name, problems)
     if not tasks:
-        raise typer.BadParameter(
-            f"{problems} holds none of protocol {name}'s tasks ({', '.join(get_protocol(name).tasks)})"
-        )
+        raise EvalError(f"{problems} holds none of protocol {name}'s tasks ({', '.join(get_protocol(name).tasks)})")
     return tasks

@@ -1,8 +1,10 @@
-"""Evaluations (the evaluator's summary.json) as the report reads them: `Evaluation`, and `read_evaluation`, which
-checks its figures where they enter. Which of them may be set side by side: crosstune.report.eval_groups."""
+"""Evaluations (the evaluator's summary.json) as the report reads them: `Evaluation`, and `evaluation_at`, the one
+reader of that file, which checks its figures where they enter (`read_evaluation`). Which of them may be set side by
+side: crosstune.report.eval_groups."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,21 @@ class Evaluation:
     @property
     def failed_samples(self) -> int:
         return sum(p.get("failed", 0) for p in self.summary.get("per_problem", []))
+
+
+def evaluation_at(path: Path, name: str | None = None) -> Evaluation | None:
+    """The evaluator's summary at `path` (summary.json, or the folder holding it) named `name` (default: its
+    folder's name), its figures checked; None when the file is not an evaluation's summary (no JSON object with
+    pass_at_k)."""
+    path = Path(path)
+    path = path / "summary.json" if path.is_dir() else path
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or "pass_at_k" not in summary:
+        return None
+    return read_evaluation(path, path.parent.name if name is None else name, summary)
 
 
 def read_evaluation(path: Path, name: str, summary: dict) -> Evaluation:

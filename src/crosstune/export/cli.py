@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from crosstune.errors import CrosstuneError
 from crosstune.export import export_run
 
 console = Console(soft_wrap=True, highlight=False)
@@ -32,7 +31,6 @@ def export(
     The merged model keeps the base's shard layout, tensor names, config.json and tokenizer; weights stream shard by
     shard (memory: one band of rows), and export_manifest.json records sha256 per file and the source run + step.
     Output appears only when complete."""
-    from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     bar = Progress(
@@ -49,11 +47,7 @@ def export(
         task = bar.add_task("merging", total=total)
         return lambda n: bar.advance(task, n)
 
-    try:
-        with bar:
-            made = export_run(run_dir, to, out, step=step, base=base, overwrite=overwrite, progress=progress)
-    except (CrosstuneError, FileNotFoundError) as e:
-        console.print(f"[red]export failed[/red]: {escape(str(e))}")
-        raise typer.Exit(1) from None
+    with bar:
+        made = export_run(run_dir, to, out, step=step, base=base, overwrite=overwrite, progress=progress)
     for kind, where in made.items():
         console.print(f"[green]{kind}[/green] → {where}")

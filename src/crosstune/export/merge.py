@@ -31,9 +31,10 @@ from crosstune.fsutil import file_sha256
 from crosstune.run.base_checkpoint import WEIGHT_SUFFIXES, BaseCheckpoint, open_base
 from crosstune.run.lora_weights import ExportError, LoraWeights
 from crosstune.run.shards import DTYPES, SafetensorsFile, TensorInfo, from_float32, to_float32
+from crosstune.units import MIB
 
-COPY_BYTES = 16 * 2**20  # passthrough copy chunk
-MERGE_BAND_BYTES = 1 * 2**20  # float32 rows of a LoRA target processed at once
+COPY_BYTES = 16 * MIB  # passthrough copy chunk
+MERGE_BAND_BYTES = 1 * MIB  # float32 rows of a LoRA target processed at once
 MERGE_WORKERS = min(4, os.cpu_count() or 1)
 
 Progress = Callable[[int], None]  # called with bytes written

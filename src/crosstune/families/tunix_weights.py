@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from crosstune.errors import read_model_config
+from crosstune.errors import InputError, read_model_config
 from crosstune.families import family_of_hf_config
 from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_layout import heads_to_tunix, mlp_to_tunix, o_to_tunix
@@ -30,7 +30,7 @@ class CheckpointReader:
         self._spec: ModelSpec | None = None
         files = sorted(self.dir.glob("*.safetensors"))
         if not files:
-            raise FileNotFoundError(f"no *.safetensors in {self.dir}")
+            raise InputError(f"no *.safetensors in {self.dir}: give an HF model folder with its weights")
         self._open = {f: safe_open(str(f), framework="numpy") for f in files}
         self._where = {k: f for f, h in self._open.items() for k in h.keys()}
         self.prefix = next((p for p in PREFIXES if f"{p}embed_tokens.weight" in self._where), None)

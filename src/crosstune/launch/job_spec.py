@@ -14,7 +14,7 @@ import yaml
 from crosstune.errors import InputError
 from crosstune.hardware import HardwareTarget, get_hardware
 from crosstune.recipe import Recipe, load_recipe, recipe_hash
-from crosstune.train.backend import BACKENDS
+from crosstune.recipe.schema import BACKEND_NAMES
 
 JAX_VERSION = "0.10.2"
 TORCH_VERSION = "2.13.0"
@@ -83,8 +83,8 @@ def make_job(recipe_file: Path, target: str | None, backend: str | None, overrid
     hw = get_hardware(recipe.hardware)
     if backend is None:
         backend = {"tpu": "jax", "gpu": "torch"}.get(hw.chip.platform, recipe.backend.default)
-    if backend not in BACKENDS:
-        raise LaunchError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
+    if backend not in BACKEND_NAMES:
+        raise LaunchError(f"--backend {backend!r}: one of {', '.join(BACKEND_NAMES)}")
     if hw.chip.platform == "tpu" and backend == "torch":
         raise LaunchError(f"{hw.name} is a TPU: the torch backend runs on GPUs; give --backend jax")
     bundle = f"{recipe.name}-{backend}" + ("" if recipe.name.endswith(hw.name) else f"-{hw.name}")

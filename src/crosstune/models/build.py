@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from crosstune import ownership
+from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.families.base import gemma_layer_pattern
 from crosstune.families.spec import ModelSpec
@@ -29,6 +30,12 @@ from crosstune.synth import generate_corpus
 MODEL = ownership.OutputKind("crosstune model", ".crosstune-model.json")
 LAYOUTS = ("causal", "multimodal")
 DTYPES = ("float32", "bfloat16")
+
+
+class ModelOptionError(CrosstuneError):
+    """A `crosstune model build` option the build can't take; the message names the option and the choices."""
+
+
 # The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).
 DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
 # Embedding std of the small models (hidden size up to SMALL_HIDDEN): with transformers' 0.02 their tied-embedding

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from crosstune.errors import InputError
 from crosstune.families import get_family
-from crosstune.models.build import DTYPES, LAYOUTS, MODEL, build_checkpoint, sized_spec
+from crosstune.models.build import DTYPES, LAYOUTS, MODEL, ModelOptionError, build_checkpoint, sized_spec
 from crosstune.models.tokenizer import corpus_texts
 from crosstune.ownership import check_out, owned_output, write_manifest
 
@@ -108,17 +108,15 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
     try:
         fam = get_family(family)
     except KeyError as e:
-        raise typer.BadParameter(str(e.args[0]), param_hint="--family") from None
+        raise ModelOptionError(f"--family: {e.args[0]}") from None
     if size not in fam.sizes:
-        raise typer.BadParameter(
-            f"unknown {fam.name} size {size!r}; known: {', '.join(fam.sizes)}", param_hint="--size"
-        )
+        raise ModelOptionError(f"--size: unknown {fam.name} size {size!r}; known: {', '.join(fam.sizes)}")
     if layout not in LAYOUTS:
-        raise typer.BadParameter(f"{layout!r}: one of {', '.join(LAYOUTS)}", param_hint="--layout")
+        raise ModelOptionError(f"--layout {layout!r}: one of {', '.join(LAYOUTS)}")
     if dtype not in DTYPES:
-        raise typer.BadParameter(f"{dtype!r}: one of {', '.join(DTYPES)}", param_hint="--dtype")
+        raise ModelOptionError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     if corpus is not None and not (corpus / "train.jsonl").is_file():
-        raise typer.BadParameter(f"{corpus / 'train.jsonl'} not found", param_hint="--corpus")
+        raise InputError(f"--corpus: {corpus / 'train.jsonl'} not found: give a corpus folder (`crosstune synth`'s)")
     check_out(out, inputs=[Path.cwd()], what="working directory")  # one line, before any work
     if corpus is not None:
         try:  # read before any work, so a damaged corpus is named as such (not as a build option)
@@ -133,8 +131,7 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
     settings = {"family": fam.name, "size": size, "layers": layers, "vocab": vocab, "layout": layout, "dtype": dtype,
                 "shards": shards, "seed": seed, "corpus": None if corpus is None else str(corpus)}  # fmt: skip
     # Built beside OUT and swapped in at the end: a failed build leaves OUT as it was; refused before any work.
-    staged = owned_output(out, MODEL, inputs=[Path.cwd()], what="working directory", overwrite=force, flag="--force",
-                          error=lambda why: typer.BadParameter(why, param_hint="--out"))  # fmt: skip
+    staged = owned_output(out, MODEL, inputs=[Path.cwd()], what="working directory", overwrite=force, flag="--force")
     try:
         with staged as tmp, console.status(f"building {spec.name}") as status:
             build_checkpoint(
@@ -143,7 +140,7 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
             )  # fmt: skip
             write_manifest(tmp, MODEL, {"settings": settings})
     except ValueError as e:  # e.g. a shard count the tensors can't be split into
-        raise typer.BadParameter(str(e), param_hint="--shards") from None
+        raise ModelOptionError(f"--shards {shards}: {e}") from None
     _report(console, spec, out, layout, dtype, seed)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from crosstune.errors import InputError
 from crosstune.families import chat_template, get_family
 
 BASE_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
@@ -34,7 +35,7 @@ def corpus_texts(corpus_dir: Path) -> list[str]:
     """The non-empty system/prompt/response strings of `corpus_dir/train.jsonl`, in file order."""
     path = Path(corpus_dir) / "train.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: a corpus directory holds train.jsonl (see `crosstune data`)")
+        raise InputError(f"{path} not found: a corpus directory holds train.jsonl (see `crosstune synth`)")
     texts = []
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, 1):

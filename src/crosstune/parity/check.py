@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from crosstune.data import prepare_dataset
+from crosstune.errors import InputError
 from crosstune.families import get_family, model_dir_spec
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
@@ -150,7 +151,7 @@ def run_parity(
     recipe = _load(recipe_file, overrides or [], precision)
     base = resolve_path(recipe, recipe.model.path)
     if base is None or not (base / "config.json").is_file():
-        raise FileNotFoundError(f"model.path: no HF checkpoint at {base}")
+        raise InputError(f"model.path: no HF checkpoint (config.json) at {base}: give an HF model folder")
     spec = model_dir_spec(base, recipe.model.family)
     log("preparing data")
     prepared = prepare_dataset(recipe)

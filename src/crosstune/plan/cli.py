@@ -67,14 +67,14 @@ def plan(
     from crosstune.planner import plan_recipe
     from crosstune.planner.planned_recipe import load_for_plan
     from crosstune.planner.view import plan_json, render_compiled, render_plan
-    from crosstune.train.backend import BACKENDS
+    from crosstune.recipe.schema import BACKEND_NAMES
 
-    if backend is not None and backend not in BACKENDS:  # else the recipe's backend was planned, and "plan ok"
-        raise CrosstuneError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
+    if backend is not None and backend not in BACKEND_NAMES:  # else the recipe's backend was planned, and "plan ok"
+        raise CrosstuneError(f"--backend {backend!r}: one of {', '.join(BACKEND_NAMES)}")
     if layers is not None and not compile_:
-        raise typer.BadParameter("goes with --compile", param_hint="--layers")
+        raise CrosstuneError("--layers goes with --compile: add --compile, or leave out --layers")
     if search and (compile_ or layers is not None):
-        raise typer.BadParameter("--search compiles by itself: leave out --compile and --layers", param_hint="--search")
+        raise CrosstuneError("--search compiles by itself: leave out --compile and --layers")
     overrides = list(overrides or [])
     recipe = load_for_plan(recipe_file, overrides)
     if search:

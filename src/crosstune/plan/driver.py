@@ -61,6 +61,25 @@ def compile_key(recipe_file: Path, overrides: list[str], layers: int | None) -> 
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
 
 
+def cached_compile(
+    recipe_file: Path, overrides: list[str], layers: int | None, accelerator: str, cache: Path | None, echo=None
+) -> tuple[CompiledStep, Path | None]:
+    """(the recipe's step compiled for its TPU topology, the cached file it came from or None): with `cache`, each
+    compile is kept as <cache>/<compile_key>.json and reused while its key holds (`plan --search --cache`,
+    bench/tpu_step.py)."""
+    from crosstune.fsutil import atomic_write_text
+    from crosstune.train.tpu_compile import compile_step
+
+    kept = None if cache is None else cache / f"{compile_key(recipe_file, overrides, layers)}.json"
+    if kept is not None and kept.is_file():
+        return CompiledStep.from_dict(json.loads(kept.read_text(encoding="utf-8"))), kept
+    step = compile_step(recipe_file, overrides, layers, accelerator, echo=echo)
+    if kept is not None:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(kept, json.dumps(dataclasses.asdict(step), indent=1))
+    return step, None
+
+
 def search_plan(
     recipe_file: Path,
     overrides: list[str],
@@ -74,9 +93,8 @@ def search_plan(
     """`plan --search`: crosstune.planner.search with the compiler in a child process; `status` gets what is being
     compiled, `say` the search's own lines. With `cache`, each compile's CompiledStep is kept as
     <cache>/<compile_key>.json and reused."""
-    from crosstune.fsutil import atomic_write_text
     from crosstune.train.steps import accumulation
-    from crosstune.train.tpu_compile import compile_step, find_libtpu, remat_mode
+    from crosstune.train.tpu_compile import find_libtpu, remat_mode
 
     hw = tpu_hardware(recipe, "--search")
     find_libtpu()
@@ -94,16 +112,11 @@ def search_plan(
     def compile_one(extra: list[str], depth: int | None) -> CompiledStep:
         done[0] += 1
         what = f"compile {done[0]}/{max_compiles} ({'full depth' if depth is None else f'{depth} layers'})"
-        kept = None if cache is None else cache / f"{compile_key(recipe_file, overrides + extra, depth)}.json"
-        if kept is not None and kept.is_file():
-            say(f"  {what}: reused {kept}")
-            return CompiledStep.from_dict(json.loads(kept.read_text(encoding="utf-8")))
         status(what)
         echo = lambda line: status(f"{what}: {line.strip()[:90]}")  # noqa: E731
-        step = compile_step(recipe_file, overrides + extra, depth, hw.name.removeprefix("tpu-"), echo=echo)
+        step, kept = cached_compile(recipe_file, overrides + extra, depth, hw.name.removeprefix("tpu-"), cache, echo)
         if kept is not None:
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(kept, json.dumps(dataclasses.asdict(step), indent=1))
+            say(f"  {what}: reused {kept}")
         return step
 
     found = run_search(recipe, spec, hw, rows, memory, compile_one, max_compiles=max_compiles, baseline=baseline,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import Chip
-from crosstune.planner.estimate import GB, Memory, Plan
+from crosstune.planner.estimate import Memory, Plan
+from crosstune.units import GB
 
 ROOFLINE_NOTE = (
     "an upper bound: max(flops / bf16 peak, bytes accessed / HBM bandwidth, collective bytes / ICI bandwidth) per "
@@ -104,8 +105,8 @@ def roofline(step: CompiledStep, chip: Chip) -> Roofline:
     if chip.peak_bf16_tflops is None or chip.hbm_bandwidth_gbs is None:
         raise ValueError(f"{chip.name}: no bf16 peak or HBM bandwidth in crosstune.hardware: no roofline")
     compute = step.total_flops / (chip.peak_bf16_tflops * 1e12)
-    memory = step.total_bytes / (chip.hbm_bandwidth_gbs * 1e9)
-    ici = step.collective_bytes / (chip.ici_bandwidth_gbs * 1e9) if chip.ici_bandwidth_gbs else 0.0
+    memory = step.total_bytes / (chip.hbm_bandwidth_gbs * GB)
+    ici = step.collective_bytes / (chip.ici_bandwidth_gbs * GB) if chip.ici_bandwidth_gbs else 0.0
     micro = max(compute, memory, ici)
     tokens = step.micro_batch_tokens
     return Roofline(compute, memory, ici, micro, micro * step.accumulation, tokens / micro, tokens)

@@ -12,9 +12,9 @@ from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
 from crosstune.planner.tensors import fitted, per_device_elements, trained_lora_tensors, tunix_tensors
 from crosstune.recipe import Recipe, resolve_path
+from crosstune.units import GB
 
 USABLE_FRACTION = 0.9
-GB = 1e9
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 JAX_LOGITS_CHUNK = 512  # crosstune.train.jax.logits.CHUNK (a test keeps the two equal)
 
@@ -26,7 +26,7 @@ EXPERT_LAYERS_LIVE = 4
 
 @dataclass
 class Memory:
-    """Per-device estimate, GB."""
+    """Per-device estimate, GB (crosstune.units: as chips publish their HBM)."""
 
     base: float
     lora: float  # LoRA params + grads + AdamW state

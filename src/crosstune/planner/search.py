@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
 from crosstune.planner.compiled import CompiledStep, Roofline, roofline
-from crosstune.planner.estimate import GB, USABLE_FRACTION, Memory
+from crosstune.planner.estimate import USABLE_FRACTION, Memory
 from crosstune.recipe import Recipe
+from crosstune.units import GB
 
 REMATS: tuple[str | None, ...] = (None, "dots", "full")
 ATTENTIONS = ("splash", "dense")

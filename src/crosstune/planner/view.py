@@ -8,8 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from crosstune.planner.compiled import planner_bytes
-from crosstune.planner.estimate import GB, USABLE_FRACTION, Memory, Plan
+from crosstune.planner.estimate import USABLE_FRACTION, Memory, Plan
 from crosstune.recipe import Recipe
+from crosstune.units import GB, bytes_to_gib
 
 console = Console(soft_wrap=True)
 
@@ -145,7 +146,7 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
     t = report["timings_s"]
     out.print(
         f"compile: build {t['build']:.0f} s, lower {t['lower']:.0f} s, XLA {t['compile']:.0f} s; host peak RSS "
-        f"{report['host_peak_rss_bytes'] / GB:.1f} GB",
+        f"{bytes_to_gib(report['host_peak_rss_bytes']):.1f} GiB",  # measured: GiB, as the compile's progress says
         highlight=False,
     )
     if not layers["full_depth"]:
@@ -166,7 +167,7 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
     front = pareto(search.results)
     table = Table(title=f"{recipe.name} on {hw.name}: {search.compiles} compiles (screen at {search.depths[0]} and "
                   f"{search.depths[1]} layers, finalists at full depth)")  # fmt: skip
-    for col in ("candidate", "stage", "XLA GB/chip", "planner", "compute s", "HBM s", "ICI s", "tokens/s", ""):
+    for col in ("candidate", "stage", "XLA GB/chip", "planner GB/chip", "compute s", "HBM s", "ICI s", "tokens/s", ""):
         table.add_column(col, justify="left" if col in ("candidate", "stage", "") else "right")
     ranked = sorted((r for r in search.results if r.step is not None or r.error), key=lambda r: (
         {"final": 0, "screened": 1}.get(r.stage, 2), -(r.line.tokens_per_s if r.line else 0)))  # fmt: skip

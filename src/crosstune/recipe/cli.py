@@ -47,9 +47,5 @@ def validate(
 def show(file: Path = typer.Argument(..., help="recipe YAML file"), overrides: list[str] = OverrideOpt) -> None:
     """Print the resolved recipe: every default filled in, as the stages will read it."""
 
-    try:
-        recipe = load_recipe(file, overrides)
-    except RecipeError as e:
-        console.print(str(e), markup=False, highlight=False)
-        raise typer.Exit(1) from None
+    recipe = load_recipe(file, overrides)
     console.print(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False), markup=False, highlight=False)

@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveFloat,
-    PositiveInt,
-    PrivateAttr,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationInfo
 
 from crosstune.families.spec import NEUTRAL_TARGETS
 from crosstune.hardware import HARDWARE
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]  # experts: refused by name (recipe/checks.py)
+BackendName = Literal["torch", "jax"]  # the one list of backends (crosstune.train.backend maps each to its class)
+BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)
 SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" also matches before a final newline
 RESOLVED = "resolved"  # validation context of a run's recipe.yaml (every default written): no user-key checks
 
@@ -49,7 +42,7 @@ class ModelSection(Section):
         "(no weights are read; the torch backend builds it on the GPU)"
     )  # fmt: skip
 
-    @model_validator(mode="after")
+    @pydantic.model_validator(mode="after")
     def _path_or_size(self) -> ModelSection:
         if self.path is None and self.size is None:
             raise ValueError("give model.path (a checkpoint directory) or model.size (a known spec such as 31b)")
@@ -91,7 +84,7 @@ class SystemPromptPolicy(Section):
     policy: Literal["keep", "strip", "replace"] = "keep"
     text: str | None = None
 
-    @model_validator(mode="after")
+    @pydantic.model_validator(mode="after")
     def _text_for_replace(self) -> SystemPromptPolicy:
         if self.policy == "replace" and not self.text:
             raise ValueError("system_prompt.policy 'replace' needs system_prompt.text")
@@ -119,7 +112,7 @@ class DataSection(Section):
     strict: bool = Field(True, description="stop at the first bad record (file:line) instead of skipping it")
     prepared_dir: str | None = Field(None, description="where prepared shards go (default: <output_dir>/data/<name>)")
 
-    @model_validator(mode="after")
+    @pydantic.model_validator(mode="after")
     def _markup_needs_strip(self) -> DataSection:
         if self.answer_markup == "tags" and self.reasoning != "strip":
             raise ValueError(
@@ -172,7 +165,7 @@ class KernelsSection(Section):
     def recomputes_matmuls(self) -> bool:  # dots keeps every weight matmul's output
         return self.recompute != "dots"
 
-    @model_validator(mode="after")
+    @pydantic.model_validator(mode="after")
     def _cce_has_no_metrics(self) -> KernelsSection:
         if self.loss == "cce" and self.token_metrics:
             raise ValueError("loss 'cce' gives no per-token entropy or accuracy: set train.kernels.token_metrics false")
@@ -208,7 +201,7 @@ class TrainSection(Section):
     seed: int = 42
     kernels: KernelsSection = Field(default_factory=KernelsSection)
 
-    @model_validator(mode="after")
+    @pydantic.model_validator(mode="after")
     def _kernels_need(self) -> TrainSection:
         if self.kernels.recompute != "full" and not self.gradient_checkpointing:
             raise ValueError(
@@ -222,7 +215,7 @@ class TrainSection(Section):
             )
         return self
 
-    @model_validator(mode="after")
+    @pydantic.model_validator(mode="after")
     def _one_setting_one_key(self, info: ValidationInfo) -> TrainSection:
         """Two keys for one setting: refused rather than one silently replacing the other."""
         if not _written_by_user(info):
@@ -242,7 +235,7 @@ class TrainSection(Section):
             )
         return self
 
-    @model_validator(mode="after")
+    @pydantic.model_validator(mode="after")
     def _length(self) -> TrainSection:
         if self.max_steps is not None:
             self.epochs = None  # the default epochs gives way to max_steps; the resolved recipe says so
@@ -280,7 +273,7 @@ class JaxBackendSection(Section):
 
 
 class BackendSection(Section):
-    default: Literal["torch", "jax"] = "torch"
+    default: BackendName = "torch"
     torch: TorchBackendSection = Field(default_factory=TorchBackendSection)
     jax: JaxBackendSection = Field(default_factory=JaxBackendSection)
 
@@ -315,7 +308,7 @@ class EvalSection(Section):
     request_timeout_s: PositiveFloat = Field(1800.0, description="deadline for one request, connect to last byte, "
                                              "however slowly the server sends")  # fmt: skip
 
-    @model_validator(mode="after")
+    @pydantic.model_validator(mode="after")
     def _k_le_n(self) -> EvalSection:
         too_big = [k for k in self.k if k > self.samples]
         if too_big:
@@ -367,7 +360,7 @@ class Recipe(Section):
         """The consistency checks' warnings (recipe.load.Problem) found when the recipe was loaded."""
         return list(self._warnings)
 
-    @model_validator(mode="after")
+    @pydantic.model_validator(mode="after")
     def _selective_recompute_without_fsdp(self) -> Recipe:
         tb = self.backend.torch
         if self.train.kernels.recompute == "selective" and tb.fsdp and tb.devices * tb.nodes > 1:
@@ -377,7 +370,7 @@ class Recipe(Section):
             )
         return self
 
-    @field_validator("name")
+    @pydantic.field_validator("name")
     @classmethod
     def _name_is_one_path_component(cls, value: str) -> str:
         if not SAFE_NAME.fullmatch(value):
@@ -387,7 +380,7 @@ class Recipe(Section):
             )
         return value
 
-    @field_validator("hardware")
+    @pydantic.field_validator("hardware")
     @classmethod
     def _known_hardware(cls, value: str) -> str:
         import difflib

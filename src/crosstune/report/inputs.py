@@ -6,15 +6,15 @@ Each kind has one reader; `read_inputs` asks, for every path, which kind it is (
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.errors import InputError
-from crosstune.evals.results import Evaluation, read_evaluation
+from crosstune.evals.results import Evaluation, evaluation_at
 from crosstune.run.layout import is_run_dir
 from crosstune.run.run_summary import RunSummary, read_run
+from crosstune.servebench.summary import is_sweep_summary
 from crosstune.servebench.summary_cells import Sweep, read_sweep
 from crosstune.study.bundle_schema import BUNDLE_MANIFEST, CONTENT_KEYS, read_bundle_manifest
 
@@ -33,18 +33,6 @@ class Inputs:
         return [r.path for r in self.runs] + [e.path for e in self.evals] + [s.path for s in self.sweeps]
 
 
-def _json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _summary_file(path: Path) -> Path:
-    return path / "summary.json" if path.is_dir() else path
-
-
 def _add_run(found: Inputs, path: Path) -> bool:
     if not (path.is_dir() and is_run_dir(path)):
         return False
@@ -53,20 +41,16 @@ def _add_run(found: Inputs, path: Path) -> bool:
 
 
 def _add_eval(found: Inputs, path: Path) -> bool:
-    summary = _summary_file(path)
-    data = _json(summary)
-    if data is None or "pass_at_k" not in data:
-        return False
-    found.evals.append(read_evaluation(summary, summary.parent.name, data))
-    return True
+    evaluation = evaluation_at(path)
+    if evaluation is not None:
+        found.evals.append(evaluation)
+    return evaluation is not None
 
 
 def _add_sweep(found: Inputs, path: Path) -> bool:
-    summary = _summary_file(path)
-    data = _json(summary)
-    if data is None or not ("cells" in data or "results" in data):
+    if not is_sweep_summary(path):
         return False
-    found.sweeps.append(read_sweep(summary))
+    found.sweeps.append(read_sweep(path))
     return True
 
 
@@ -94,11 +78,10 @@ def _add_bundle(found: Inputs, path: Path) -> bool:
     contents = bundle_contents(path)
     found.runs += [read_run(run) for run in contents["runs"]]
     for folder in contents["evals"]:
-        summary = folder / "summary.json"
-        data = _json(summary)
-        if data is None or "pass_at_k" not in data:
-            raise InputError(f"{summary}: not an evaluation summary (no pass_at_k)")
-        found.evals.append(read_evaluation(summary, f"{path.name} · {folder.name}", data))
+        evaluation = evaluation_at(folder, f"{path.name} · {folder.name}")
+        if evaluation is None:
+            raise InputError(f"{folder / 'summary.json'}: not an evaluation summary (no pass_at_k)")
+        found.evals.append(evaluation)
     found.sweeps += [read_sweep(s) for s in contents["sweeps"]]
     return True
 

@@ -11,6 +11,7 @@ from crosstune.cost.prices import CostError
 from crosstune.cost.served_run import declared_run, sweep_serves
 from crosstune.report.document import Note
 from crosstune.run.run_summary import RunSummary
+from crosstune.servebench.summary import summary_file
 from crosstune.servebench.summary_cells import Sweep
 
 PAIR_HINT = "pair them with --pair RUN_DIR=SUMMARY (`bench serve` records `source` when it serves an export)"
@@ -32,7 +33,7 @@ def pair_runs_with_sweeps(
     by_sweep = {s.path.resolve(): j for j, s in enumerate(sweeps)}
     for run_path, sweep_path in explicit or []:
         i = by_run.get(Path(run_path).resolve())
-        found = Path(sweep_path) / "summary.json" if Path(sweep_path).is_dir() else Path(sweep_path)
+        found = summary_file(sweep_path)
         j = by_sweep.get(found.resolve())
         if i is None or j is None:
             missing = run_path if i is None else sweep_path

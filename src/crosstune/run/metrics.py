@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import resource
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -18,17 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import say
-from crosstune.hardware import HardwareTarget
+from crosstune.hardware import HardwareTarget, get_hardware
+from crosstune.recipe import Recipe
 from crosstune.run.layout import METRICS_JSONL, RUN_JSON, TENSORBOARD, is_run_dir
 from crosstune.run.records import RunTimings, read_run_record, record_timings
+from crosstune.units import gb_to_gib
 
-GIB = 1024**3  # the one memory unit of every metric: GiB (2^30 bytes), named in the field (`_gib`)
 Tokens = Annotated[int, Field(ge=0)]
-
-
-def bytes_to_gib(n: float) -> float:
-    """Bytes as GiB, the unit of `peak_memory_gib` (both backends, and host RSS)."""
-    return n / GIB
 
 
 def host_peak_rss_bytes() -> int:
@@ -113,48 +110,77 @@ def flops_utilisation(
     return flops / (step_time_s * peak * 1e12 * devices)
 
 
-def make_step_metrics(
-    *,
-    step: int,
-    epoch: float,
-    loss: float,
-    learning_rate: float,
-    grad_norm: float,
-    trained_tokens: int,
-    tokens: int,
-    computed_tokens: int,
-    step_time_s: float,
-    peak_memory_gib: float | None,
-    spec: ModelSpec,
-    context: int,
-    hardware: HardwareTarget,
-    devices: int,
-    recompute_activations: bool,
-    recompute_attention: bool = True,
-    recompute_matmuls: bool = True,
-) -> StepMetrics:
-    """Derive rates, MFU and HFU the same way for both backends (what is recomputed: see flops_utilisation)."""
-    util = lambda n, remat: flops_utilisation(  # noqa: E731
-        spec, n, context, step_time_s, hardware, devices, remat, recompute_attention, recompute_matmuls
-    )
-    rate = (lambda n: n / step_time_s) if step_time_s > 0 else (lambda n: math.nan)
-    return StepMetrics(
-        step=step,
-        epoch=epoch,
-        loss=float(loss),
-        learning_rate=float(learning_rate),
-        grad_norm=float(grad_norm),
-        trained_tokens=int(trained_tokens),
-        tokens=int(tokens),
-        computed_tokens=int(computed_tokens),
-        step_time_s=step_time_s,
-        trained_tokens_per_s=rate(trained_tokens),
-        tokens_per_s=rate(tokens),
-        peak_memory_gib=peak_memory_gib,
-        mfu=util(tokens, False),
-        mfu_computed=util(computed_tokens, False),
-        hfu=util(computed_tokens, recompute_activations),
-    )
+@dataclass(frozen=True)
+class MetricsRowBuilder:
+    """The one builder of metrics rows, for both backends: what a row derives from the run rather than the step is
+    settled here once (the model's FLOPs at `context`, the chips and how many, what the recipe recomputes, the
+    micro-batches per step and per epoch), so no backend can leave a key to a default; `row` takes what the backend
+    measured in one step and derives rates, epoch, MFU and HFU the same way for both (flops_utilisation)."""
+
+    spec: ModelSpec
+    context: int  # tokens per row (data.max_seq_len): attention FLOPs depend on it
+    hardware: HardwareTarget
+    devices: int  # the backend's devices over all processes
+    recompute_activations: bool
+    recompute_attention: bool
+    recompute_matmuls: bool
+    accumulation: int  # micro-batches per optimizer step
+    micro_batches_per_epoch: int
+
+    @classmethod
+    def for_recipe(
+        cls, recipe: Recipe, spec: ModelSpec, *, devices: int, accumulation: int, micro_batches_per_epoch: int
+    ) -> MetricsRowBuilder:
+        """A run's builder: everything but the device count and the step plan comes from the recipe."""
+        t = recipe.train
+        return cls(
+            spec=spec,
+            context=recipe.data.max_seq_len,
+            hardware=get_hardware(recipe.hardware),
+            devices=devices,
+            recompute_activations=t.gradient_checkpointing,
+            recompute_attention=t.kernels.recomputes_attention,
+            recompute_matmuls=t.kernels.recomputes_matmuls,
+            accumulation=accumulation,
+            micro_batches_per_epoch=micro_batches_per_epoch,
+        )
+
+    def row(
+        self,
+        *,
+        step: int,
+        loss: float,
+        learning_rate: float,
+        grad_norm: float,
+        trained_tokens: int,
+        tokens: int,
+        computed_tokens: int,
+        step_time_s: float,
+        peak_memory_gib: float | None,
+    ) -> StepMetrics:
+        """One step's row from what the backend measured in it."""
+        util = lambda n, remat: flops_utilisation(  # noqa: E731
+            self.spec, n, self.context, step_time_s, self.hardware, self.devices, remat, self.recompute_attention,
+            self.recompute_matmuls,
+        )  # fmt: skip
+        rate = (lambda n: n / step_time_s) if step_time_s > 0 else (lambda n: math.nan)
+        return StepMetrics(
+            step=step,
+            epoch=step * self.accumulation / self.micro_batches_per_epoch,
+            loss=float(loss),
+            learning_rate=float(learning_rate),
+            grad_norm=float(grad_norm),
+            trained_tokens=int(trained_tokens),
+            tokens=int(tokens),
+            computed_tokens=int(computed_tokens),
+            step_time_s=step_time_s,
+            trained_tokens_per_s=rate(trained_tokens),
+            tokens_per_s=rate(tokens),
+            peak_memory_gib=peak_memory_gib,
+            mfu=util(tokens, False),
+            mfu_computed=util(computed_tokens, False),
+            hfu=util(computed_tokens, self.recompute_activations),
+        )
 
 
 class MetricsWriter:
@@ -259,7 +285,7 @@ def legacy_memory(run_dir: Path) -> tuple[float | None, str]:
         return None, f"{head} = n/a: no {RUN_JSON} says which backend wrote it, so its unit is unknown"
     record = read_run_record(run_dir)
     if record.backend == "jax" and record.platform != "cpu":
-        return 1e9 / GIB, f"{head}: the jax backend wrote GB (10^9 bytes) on {record.platform}, × 10^9/2^30"
+        return gb_to_gib(1.0), f"{head}: the jax backend wrote GB (10^9 bytes) on {record.platform}, × 10^9/2^30"
     where = "on CPU (host RSS)" if record.backend == "jax" else "(max_memory_allocated / 1024^3, or host RSS)"
     return 1.0, f"{head}: the {record.backend} backend wrote GiB {where}, unchanged"
 

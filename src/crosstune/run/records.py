@@ -21,6 +21,7 @@ from crosstune.errors import read_json
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text, say
+from crosstune.recipe.schema import BackendName
 from crosstune.run.layout import _RESTORE, RUN_JSON, RunDirError
 
 RUN_FORMAT = 2
@@ -110,7 +111,7 @@ class RunRecord(RunTimings, StackFacts):
     """<run>/run.json. Null timings and steps: training has not ended (or ran before format 2)."""
 
     format: Positive = Field(description=f"the schema's version ({RUN_FORMAT}; 1 is read converted)")
-    backend: Literal["torch", "jax"]
+    backend: BackendName
     recipe_name: str
     recipe_hash: str
     family: str

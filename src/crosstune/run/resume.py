@@ -7,6 +7,7 @@ from pathlib import Path
 
 from crosstune.errors import CrosstuneError, InputError
 from crosstune.recipe import Recipe
+from crosstune.recipe.schema import BACKEND_NAMES
 from crosstune.run.layout import RECIPE_YAML, RUN_JSON, is_run_dir, read_run_recipe
 from crosstune.run.records import read_run_record
 
@@ -27,7 +28,6 @@ SAFE_CHANGES = {
     "eval": "not used by training",
     "cost": "not used by training",
 }
-OTHER_BACKEND = {"torch": "backend.jax", "jax": "backend.torch"}
 LENGTH_KEYS = ("train.max_steps", "train.epochs")
 
 
@@ -51,8 +51,9 @@ def flatten(value: object, prefix: str = "") -> dict[str, object]:
 
 
 def _safe_reason(key: str, backend: str) -> str | None:
-    if key == OTHER_BACKEND[backend] or key.startswith(OTHER_BACKEND[backend] + "."):
-        return f"settings of the other backend ({backend} run)"
+    for other in (f"backend.{name}" for name in BACKEND_NAMES if name != backend):
+        if key == other or key.startswith(other + "."):
+            return f"settings of the other backend ({backend} run)"
     for safe, why in SAFE_CHANGES.items():
         if key == safe or key.startswith(safe + ".") or key.startswith(safe + "["):
             return why

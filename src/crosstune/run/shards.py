@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from crosstune.errors import CrosstuneError
+from crosstune.units import MIB
 
 # safetensors dtype -> (numpy storage dtype, is a float we can merge into)
 DTYPES: dict[str, tuple[np.dtype, bool]] = {
@@ -34,7 +35,7 @@ DTYPES: dict[str, tuple[np.dtype, bool]] = {
     "F8_E4M3": (np.dtype("u1"), False),
     "F8_E5M2": (np.dtype("u1"), False),
 }
-MAX_HEADER = 100 * 2**20
+MAX_HEADER = 100 * MIB
 
 
 class ShardError(CrosstuneError, ValueError):

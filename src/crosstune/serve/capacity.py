@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crosstune.families.spec import ModelSpec
+from crosstune.units import GIB
 
-GIB = 1024**3
 KV_BYTES = {"auto": 2, "bfloat16": 2, "float32": 4, "fp8": 1}
 WEIGHT_BYTES = {"bfloat16": 2, "float32": 4}
 

@@ -40,18 +40,17 @@ def plan(
     """The exact `vllm serve` command and docker line for a target, every flag explained: every dp × tp layout the
     target allows (heads checked per layer type, weights and KV capacity each), one chosen by a stated rule, and the
     KV-cache capacity for the dtype each chip really allocates. Exit 1 if it can't serve."""
-    import json
-
     from crosstune.recipe import load_recipe
     from crosstune.serve.plan import SERVE_TARGETS, serve_plan
+    from crosstune.serve.process import adapter_rank
     from crosstune.serve.render import render_serve_plan
 
     if target is not None and target not in SERVE_TARGETS:
-        raise typer.BadParameter(f"{target!r}: one of {', '.join(SERVE_TARGETS)}", param_hint="--target")
+        raise ServeError(f"--target {target!r}: one of {', '.join(SERVE_TARGETS)}")
     recipe = load_recipe(recipe_file)
     if adapter is not None and not (adapter / "adapter_config.json").is_file():
         raise ServeError(f"--adapter {adapter}: no adapter_config.json (expected a PEFT adapter, e.g. an export's)")
-    rank = json.loads((adapter / "adapter_config.json").read_text())["r"] if adapter else None
+    rank = adapter_rank(adapter) if adapter else None
     result = serve_plan(
         recipe, target, tp=tp, dp=dp, kv_dtype=kv_cache_dtype, adapter=adapter, adapter_rank=rank, name=name
     )

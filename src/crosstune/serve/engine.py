@@ -9,6 +9,7 @@ from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
 from crosstune.serve.capacity import Paging
+from crosstune.units import gb_to_gib
 
 VLLM_VERSION = "0.32.0"
 # vLLM's CPU attention kernels: any other head size passes /health, then kills the engine at the first request.
@@ -21,10 +22,12 @@ SERVE_ENV_COMMAND = "make serve-env"
 # 8192, others 2048); async scheduling, on by default, keeps two batches in flight (VllmConfig.max_in_flight_tokens).
 KV_BLOCK_TOKENS = {"cpu": 128, "gpu": 16}
 IN_FLIGHT_BATCHES = 2
+BIG_GPU_GIB = 70
 
 
 def default_batched_tokens(hw: HardwareTarget) -> int:
-    big_gpu = hw.chip.platform == "gpu" and (hw.chip.hbm_gb or 0) * 1e9 >= 70 * 1024**3 and hw.chip.name != "a100"
+    big = gb_to_gib(hw.chip.hbm_gb or 0) >= BIG_GPU_GIB  # vLLM reads the device's total memory in GiB
+    big_gpu = hw.chip.platform == "gpu" and big and hw.chip.name != "a100"
     return 8192 if big_gpu else 2048
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
-from crosstune.serve.capacity import GIB, Capacity, Paging, TpLayout, capacity, vllm_tp_layout, weight_bytes_per_rank
+from crosstune.serve.capacity import Capacity, Paging, TpLayout, capacity, vllm_tp_layout, weight_bytes_per_rank
+from crosstune.units import GIB, gb_to_gib
 
 CHOICE_RULE = (
     "of the layouts that start, those replicating no KV head; of those, the most KV tokens per chip "
@@ -60,7 +61,7 @@ class Layout:
 
 def kv_budget_gib(spec: ModelSpec, hw: HardwareTarget, tp: int, weight_dtype: str, utilization: float) -> float:
     """HBM × utilisation − weights per chip − the reserve: what vLLM has left for the KV cache on each chip."""
-    hbm = hw.chip.hbm_gb * 1e9 / GIB
+    hbm = gb_to_gib(hw.chip.hbm_gb)
     return hbm * utilization - weight_bytes_per_rank(spec, tp, weight_dtype) / GIB - RESERVE_GIB[hw.chip.platform]
 
 
@@ -94,7 +95,7 @@ def layout(
     if heads.errors:
         refusal = "; ".join(heads.errors)
     elif budget <= 0:
-        hbm = hw.chip.hbm_gb * 1e9 / GIB
+        hbm = gb_to_gib(hw.chip.hbm_gb)
         refusal = (
             f"weights {cap.weights_gib:.1f} GiB per chip + {RESERVE_GIB[hw.chip.platform]:.0f} GiB reserve exceed "
             f"{utilization:.0%} of {hbm:.1f} GiB HBM"

@@ -13,10 +13,11 @@ from pathlib import Path
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.serve.capacity import GIB, Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
+from crosstune.serve.capacity import Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
 from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_rank
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
+from crosstune.units import GIB
 
 _SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
 _MULTI_HOST = ("tpu-v5p-16",)  # vLLM across hosts (Ray) is not planned here

@@ -108,13 +108,14 @@ def vllm_argv(
     argv = [str(vllm), "serve", str(model_dir), "--served-model-name", name, "--dtype", dtype]
     argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1", "--port", str(port)]
     if adapters:
-        rank = max(_adapter_rank(p) for p in adapters.values())
+        rank = max(adapter_rank(p) for p in adapters.values())
         argv += ["--enable-lora", "--lora-modules", *(f"{n}={p}" for n, p in adapters.items())]
         argv += ["--max-lora-rank", str(max_lora_rank(rank))]
     return argv
 
 
-def _adapter_rank(adapter: Path) -> int:
+def adapter_rank(adapter: Path) -> int:
+    """The LoRA rank `r` of a PEFT adapter folder (its adapter_config.json), or a ServeError saying what is wrong."""
     path = Path(adapter) / "adapter_config.json"
     if not path.is_file():
         raise ServeError(

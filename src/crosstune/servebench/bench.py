@@ -12,7 +12,6 @@ cells; nothing else follows — no plots, whose seconds of CPU a busy machine st
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,7 @@ def run_bench(
     marked interrupted, no plots; then crosstune.errors.Interrupted is raised saying so). When no request of any cell
     succeeded, BenchError says why and `out` is left as it was. An existing `out` is replaced only with
     `overwrite` and only when it is an earlier sweep."""
-    from crosstune.servebench.summary import write_plots
+    from crosstune.servebench.summary import load_summary, write_plots
 
     cfg.check()
     out = Path(out) if out is not None else default_out(cfg.model, cfg.label)
@@ -60,7 +59,7 @@ def run_bench(
             summary = asyncio.run(run_sweep(cfg, tmp, progress))
         except KeyboardInterrupt:
             path = tmp / "summary.json"
-            summary = json.loads(path.read_text()) if path.is_file() else {"cells": []}
+            summary = load_summary(path) if path.is_file() else {"cells": []}
             n = len(summary["cells"])
             if n == 0:
                 raise Interrupted(

@@ -1,4 +1,5 @@
-"""Plots of a sweep summary and `bench compare A B` (two summaries side by side, with ratios)."""
+"""A sweep's summary.json: its one reader (`load_summary`; typed cells: summary_cells.read_sweep), plots of it and
+`bench compare A B` (two summaries side by side, with ratios). crosstune.servebench.sweep writes it."""
 
 from __future__ import annotations
 
@@ -18,17 +19,39 @@ COMPARED = (
 )
 
 
-def load_summary(path: Path) -> dict:
+SUMMARY_JSON = "summary.json"
+
+
+def summary_file(path: Path) -> Path:
+    """A sweep's summary: `path` itself, or the summary.json in the folder `path`."""
     path = Path(path)
-    if path.is_dir():
-        path = path / "summary.json"
+    return path / SUMMARY_JSON if path.is_dir() else path
+
+
+def _parsed(path: Path) -> object:
+    return json.loads(summary_file(path).read_text(encoding="utf-8"))
+
+
+def load_summary(path: Path) -> dict:
+    """The summary at `path` (a file or its folder); ValueError naming the file when it is not a sweep's summary."""
+    path = summary_file(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        data = _parsed(path)
+    except (OSError, ValueError) as e:
         raise ValueError(f"{path}: can't read a bench summary: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise ValueError(f"{path}: no `cells` list: not a `crosstune bench serve` summary")
     return data
+
+
+def is_sweep_summary(path: Path) -> bool:
+    """Whether `path` (a file or its folder) holds what a sweep writes: a JSON object with `cells` (or an older
+    `results`); the report sorts its inputs by this, then load_summary reads it or says why not."""
+    try:
+        data = _parsed(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and ("cells" in data or "results" in data)
 
 
 _level = load_of

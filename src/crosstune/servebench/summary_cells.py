@@ -60,10 +60,9 @@ class Sweep:
 def read_sweep(path: Path) -> Sweep:
     """Parse a sweep summary; a missing field, a value of the wrong type, a non-finite or negative figure, or a file of
     another kind gets an error naming file, cell and key."""
-    from crosstune.servebench.summary import load_summary  # the one reader of `crosstune bench serve` summaries
+    from crosstune.servebench.summary import load_summary, summary_file  # the one reader of bench summaries
 
-    path = Path(path)
-    path = path / "summary.json" if path.is_dir() else path
+    path = summary_file(path)
     try:
         raw = load_summary(path)
     except ValueError as e:

@@ -12,13 +12,13 @@ names, `kind` instead of `made_by`) are read, their files proven by name.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from crosstune import ownership
+from crosstune.servebench.summary import load_summary
 from crosstune.servebench.sweep import BenchError
 
 MANIFEST = "bench_manifest.json"
@@ -74,7 +74,7 @@ def staged_sweep(out: Path, *, overwrite: bool, inputs: Sequence[Path] = ()) -> 
         except KeepPartial as keep:
             pending = keep.then
         summary_path = tmp / "summary.json"
-        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        summary = load_summary(summary_path) if summary_path.is_file() else {}
         ownership.write_manifest(tmp, SWEEP, manifest_fields(summary))
     if pending is not None:
         raise pending

@@ -16,11 +16,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from crosstune.errors import InputError
+from crosstune.recipe.schema import BACKEND_NAMES
 
 BUNDLE_MANIFEST = "bundle.json"
 BUNDLE_KIND = "crosstune-study"
 STAGE_STATES = ("done", "skipped", "running", "failed", "interrupted", "stale")
-BACKENDS = ("torch", "jax")
 CONTENT_KEYS = ("runs", "evals", "sweeps")
 FIX = "restore bundle.json from a copy, or move the bundle aside and rerun the study into a new --out"
 
@@ -141,21 +141,32 @@ def _schema(bundle: Path) -> Callable[[str, Any], dict]:
     recipe = _fields({"name": (True, _str), "hash": (False, _str), "source": (False, _str),
                       "resolved": (False, path), "overrides": (False, _list_of(_str))})  # fmt: skip
     return _fields({
-        "format": (True, _int), "recipe": (True, recipe), "backend": (True, _one_of(BACKENDS)),
+        "format": (True, _int), "recipe": (True, recipe), "backend": (True, _one_of(BACKEND_NAMES)),
         "created": (False, _str), "hosts": (True, _dict_of(_dict)), "stages": (True, _dict_of(stage)),
         "contents": (True, contents), "data": (False, _dict), "with": (False, _list_of(_str)),
     })  # fmt: skip
 
 
-def check_manifest(data: Any, path: Path) -> dict[str, Any]:
-    """`data`, read from `path` (BUNDLE/bundle.json), when it is a study's manifest; else a BundleError naming the
-    file and the first field that is wrong."""
+def check_manifest(data: Any, path: Path, bundle: Path | None = None, fix: str = FIX) -> dict[str, Any]:
+    """`data`, read from `path` (BUNDLE/bundle.json, or a bucket's copy of it), when it is a study's manifest whose
+    paths stay inside `bundle` (default: the manifest's folder); else a BundleError naming the file, the first field
+    that is wrong and `fix`."""
     if not isinstance(data, dict) or data.get("kind") != BUNDLE_KIND:
-        raise BundleError(f"{path}: not a study bundle's manifest (kind {BUNDLE_KIND!r}): give the bundle's folder")
+        what = "give the bundle's folder" if fix is FIX else fix
+        raise BundleError(f"{path}: not a study bundle's manifest (kind {BUNDLE_KIND!r}): {what}")
     try:
-        return _schema(Path(path).parent)("", data)
+        return _schema(Path(path).parent if bundle is None else Path(bundle))("", data)
     except _Bad as bad:
-        raise BundleError(f"{path}: {bad.field} {bad.problem}: {FIX}") from None
+        raise BundleError(f"{path}: {bad.field} {bad.problem}: {fix}") from None
+
+
+def parse_manifest(text: str | bytes, path: Path | str, bundle: Path, fix: str = FIX) -> dict[str, Any]:
+    """A manifest's text, read from `path`, checked as check_manifest checks it: the one parser of bundle.json."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise BundleError(f"{path}: unreadable ({e}): {fix}") from None
+    return check_manifest(data, path, bundle, fix)
 
 
 def read_bundle_manifest(bundle: Path) -> dict[str, Any] | None:
@@ -164,7 +175,7 @@ def read_bundle_manifest(bundle: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as e:
+        text = path.read_bytes()
+    except OSError as e:
         raise BundleError(f"{path}: unreadable ({e}): {FIX}") from None
-    return check_manifest(data, path)
+    return parse_manifest(text, path, Path(bundle))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from crosstune.run.rundir import versions
+from crosstune.units import bytes_to_gib
 
 # What a TPU host's environment says about it. Not TPU_SKIP_MDS_QUERY: `import jax` sets it to 1 on every machine
 # without a TPU (jax/_src/cloud_tpu_init.py), so it describes the process, not the host.
@@ -45,7 +46,7 @@ def _cpu() -> dict[str, Any]:
     with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
-                memory_gib = round(int(line.split()[1]) / 2**20, 1)
+                memory_gib = round(bytes_to_gib(int(line.split()[1]) * 1024), 1)  # kB
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     return {"model": model, "id": ident, "isa": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count(),

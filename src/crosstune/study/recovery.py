@@ -7,7 +7,6 @@ further wins; on a tie the machine's own bundle is kept (it holds at least what 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from rich.console import Console
 from crosstune.run.bucket import BucketCopy, BucketError, bundle_copy, drop_incomplete_checkpoints
 from crosstune.run.layout import saved_steps
 from crosstune.study.bundle import StudyError, read_manifest
-from crosstune.study.bundle_schema import BUNDLE_MANIFEST
+from crosstune.study.bundle_schema import BUNDLE_MANIFEST, parse_manifest
 
 FINISHED = ("done", "skipped")
 
@@ -34,14 +33,8 @@ def _bucket_manifest(copy: BucketCopy) -> dict[str, Any] | None:
     text = copy.read_text(BUNDLE_MANIFEST)
     if text is None:
         return None
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise StudyError(f"{copy.remote}/{BUNDLE_MANIFEST}: unreadable ({e}): fix or remove the bucket's copy, or "
-                         "give another --bucket") from None  # fmt: skip
-    if not isinstance(data, dict):
-        raise StudyError(f"{copy.remote}/{BUNDLE_MANIFEST}: not a bundle's manifest: give another --bucket")
-    return data
+    fix = "fix or remove the bucket's copy, or give another --bucket"
+    return parse_manifest(text, f"{copy.remote}/{BUNDLE_MANIFEST}", copy.local, fix)
 
 
 def restore_from_bucket(copy: BucketCopy, run_rel: str, console: Console) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from crosstune.synth import OutputNotEmptyError, generate_corpus
+from crosstune.synth import generate_corpus
 
 
 def register(app: typer.Typer) -> None:
@@ -38,14 +38,10 @@ def synth(
     from rich.progress import Progress
     from rich.table import Table
 
-    console, errors = Console(), Console(stderr=True)
-    try:
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("Generating", total=n + n_eval)
-            summary = generate_corpus(out, n, n_eval, seed, force=force, progress=lambda k: bar.advance(task, k))
-    except (OutputNotEmptyError, ValueError) as exc:
-        errors.print(f"[red]error:[/red] {exc}", soft_wrap=True)
-        raise typer.Exit(code=2) from None
+    console = Console()
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("Generating", total=n + n_eval)
+        summary = generate_corpus(out, n, n_eval, seed, force=force, progress=lambda k: bar.advance(task, k))
     table = Table(title=f"Synthetic corpus in {summary.out_dir} (seed {seed})")
     table.add_column("family")
     table.add_column("train", justify="right")

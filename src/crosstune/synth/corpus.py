@@ -27,6 +27,10 @@ class OutputNotEmptyError(CrosstuneError, FileExistsError):
     """The output directory holds files synth can't replace: a user's, or an earlier corpus without --force."""
 
 
+class SynthError(CrosstuneError, ValueError):
+    """Counts or task families the generator can't meet; the message says which option to change."""
+
+
 @dataclass(frozen=True)
 class CorpusSummary:
     out_dir: Path
@@ -61,7 +65,7 @@ def _draw(family: Family, rng: random.Random, taken: set[str], what: str) -> Par
         params = family.sample(rng)
         if param_key(family.name, params) not in taken:
             return params
-    raise ValueError(
+    raise SynthError(
         f"family {family.name!r} ran out of fresh parameter sets for {what} after {MAX_DRAWS} draws; "
         "ask for fewer eval problems (--n-eval)"
     )
@@ -74,7 +78,7 @@ def select_families(names: Sequence[str] | None) -> tuple[Family, ...]:
     unknown = sorted(set(names) - set(FAMILY_BY_NAME))
     if unknown or not names:
         known = ", ".join(FAMILY_BY_NAME)
-        raise ValueError(f"unknown task families {unknown or '(none given)'}: choose from {known}")
+        raise SynthError(f"unknown task families {unknown or '(none given)'}: choose from {known}")
     return tuple(f for f in FAMILIES if f.name in set(names))
 
 
@@ -158,7 +162,7 @@ def generate_corpus(
     preparation fingerprints sources by size and time), without `force`.
     """
     if n_train < 0 or n_eval < 0:
-        raise ValueError(f"counts must be >= 0, got n_train={n_train}, n_eval={n_eval}")
+        raise SynthError(f"counts must be >= 0, got n_train={n_train}, n_eval={n_eval}")
     out_dir = Path(out_dir)
     chosen = select_families(families)
     settings = {"version": SYNTH_VERSION, "seed": seed, "n_train": n_train, "n_eval": n_eval,

@@ -26,17 +26,16 @@ from crosstune.data.prepared import PreparedDataset, open_prepared
 from crosstune.errors import CrosstuneError
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
-from crosstune.recipe.schema import RESOLVED
+from crosstune.recipe.schema import BACKEND_NAMES, RESOLVED
 from crosstune.run.bucket import BucketCopy
 from crosstune.run.lora_weights import LoraWeights
+from crosstune.run.metrics import MetricsRowBuilder
 from crosstune.run.records import RunRecord, StackFacts
 from crosstune.train.steps import StepPlan
 
-# backend name -> "module:class"; the modules import their stacks (torch, jax) only when a backend is built.
-BACKENDS = {
-    "torch": "crosstune.train.torch.backend:TorchBackend",
-    "jax": "crosstune.train.jax.backend:JaxBackend",
-}
+# backend name (crosstune.recipe.schema.BACKEND_NAMES) -> "module:class": train/<name>/backend.py's <Name>Backend;
+# the modules import their stacks (torch, jax) only when a backend is built.
+BACKENDS = {name: f"crosstune.train.{name}.backend:{name.title()}Backend" for name in BACKEND_NAMES}
 
 
 class TrainError(CrosstuneError, RuntimeError):
@@ -57,6 +56,13 @@ class RunContext:
     resume_from: int = 0  # the saved step training continues from (0: from the start)
     progress: bool = True
     bucket: BucketCopy | None = None  # the run directory's copy in a bucket: pushed after every checkpoint
+
+    def metrics_row_builder(self, devices: int) -> MetricsRowBuilder:
+        """The builder of this run's metrics rows, both backends' one (`devices`: the backend's device count)."""
+        return MetricsRowBuilder.for_recipe(
+            self.recipe, self.spec, devices=devices, accumulation=self.plan.accumulation,
+            micro_batches_per_epoch=self.plan.micro_batches_per_epoch,
+        )  # fmt: skip
 
     def to_json(self) -> str:
         """The context for a launched worker process (crosstune.train.torch.launch)."""

@@ -7,9 +7,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from crosstune.data.bad_input import DataError
-from crosstune.errors import CrosstuneError, Interrupted
-from crosstune.recipe import RecipeError, load_recipe
+from crosstune.errors import Interrupted
+from crosstune.recipe import load_recipe
 from crosstune.run.layout import saved_steps
 from crosstune.run.rundir import default_run_dir
 from crosstune.train.session import TrainingSession
@@ -36,11 +35,7 @@ def train(
     overrides = list(overrides or [])
     overrides += [f"backend.torch.devices={devices}"] if devices else []
     overrides += [f"backend.torch.nodes={nodes}"] if nodes else []
-    try:
-        recipe = load_recipe(recipe_file, overrides)
-    except RecipeError as e:
-        console.print(str(e), markup=False, highlight=False)
-        raise typer.Exit(1) from None
+    recipe = load_recipe(recipe_file, overrides)
     name = backend or recipe.backend.default
     target = run_dir or default_run_dir(recipe, name)
     # several-node options exist only where a backend launches its own workers; the backend refuses the others
@@ -48,9 +43,6 @@ def train(
     session = TrainingSession(recipe, name, target, resume=resume, **launch)
     try:
         result = session.run()
-    except (DataError, CrosstuneError, FileExistsError, FileNotFoundError) as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
-        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         again = ["crosstune", "train", str(recipe_file), "--backend", name]
         again += [*(["--run-dir", str(run_dir)] if run_dir else []), *(a for o in overrides for a in ("--set", o))]

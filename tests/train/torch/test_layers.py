@@ -179,7 +179,7 @@ def test_recompute_switch_in_the_trainer_config():
 def test_hfu_counts_the_selective_recompute_without_attention():
     """Selective recompute runs the forward again except the attention: 3 × forward − attention FLOPs per token."""
     from crosstune.hardware import get_hardware
-    from crosstune.run.metrics import make_step_metrics
+    from crosstune.run.metrics import MetricsRowBuilder
 
     g4 = get_family("gemma4").spec("31b")
     attn = 50 * 4 * 32 * 256 * 1024 + 10 * 4 * 32 * 512 * 4096  # by hand, as tests/families/test_families.py
@@ -189,12 +189,12 @@ def test_hfu_counts_the_selective_recompute_without_attention():
     assert g4.lora_train_flops_per_token(4096, False, recompute_attention=False) == 2 * forward
 
     def hfu(recompute_attention: bool) -> float:
-        return make_step_metrics(
-            step=1, epoch=0.1, loss=1.0, learning_rate=1e-4, grad_norm=1.0, trained_tokens=2048, tokens=4096,
-            computed_tokens=4096, step_time_s=1.0, peak_memory_gib=None, spec=g4, context=4096,
-            hardware=get_hardware("1xh200"), devices=1, recompute_activations=True,
-            recompute_attention=recompute_attention,
-        ).hfu  # fmt: skip
+        rows = MetricsRowBuilder(
+            spec=g4, context=4096, hardware=get_hardware("1xh200"), devices=1, recompute_activations=True,
+            recompute_attention=recompute_attention, recompute_matmuls=True, accumulation=1, micro_batches_per_epoch=10,
+        )  # fmt: skip
+        return rows.row(step=1, loss=1.0, learning_rate=1e-4, grad_norm=1.0, trained_tokens=2048, tokens=4096,
+                        computed_tokens=4096, step_time_s=1.0, peak_memory_gib=None).hfu  # fmt: skip
 
     assert hfu(False) == pytest.approx(hfu(True) * (3 * forward - attn) / (3 * forward), rel=1e-12)
 

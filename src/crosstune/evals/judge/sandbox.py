@@ -25,8 +25,7 @@ from functools import cache
 from pathlib import Path
 
 from crosstune.evals.judge import landlock
-
-_MiB = 1024 * 1024
+from crosstune.units import MIB
 
 
 @dataclass(frozen=True)
@@ -76,9 +75,9 @@ def _minimal_env(workdir: Path) -> dict[str, str]:
 def _limit_child(workdir: Path, limits: Limits, cpu_s: int, readable: list[Path] | None) -> None:
     """Runs in the child between fork and exec; keep it to system calls (no lookups, no imports)."""
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    memory = limits.memory_mib * _MiB
+    memory = limits.memory_mib * MIB
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    size = limits.file_size_mib * _MiB
+    size = limits.file_size_mib * MIB
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -27,8 +27,9 @@ from crosstune.planner.compiled import with_layers
 from crosstune.planner.hlo import parse_collectives
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.recipe import Recipe, resolve_path
-from crosstune.run.metrics import bytes_to_gib, host_peak_rss_bytes
+from crosstune.run.metrics import host_peak_rss_bytes
 from crosstune.train.steps import accumulation
+from crosstune.units import bytes_to_gib
 
 NOMINAL_STEPS = 1000  # the schedule's length only sets constants in the program: sizes and costs don't depend on it
 

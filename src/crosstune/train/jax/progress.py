@@ -1,4 +1,4 @@
-"""Per-step metrics from inside Tunix's PeftTrainer (hooks), compile time kept apart, and a progress bar with ETA.
+"""Per-step metrics from inside Tunix's PeftTrainer (hooks), compile time kept apart (the bar: train/progress_bar.py).
 
 Timing: the trainer runs with one computation in flight, so when step s+1's first micro-batch starts, step s has
 finished; a step's wall time is the distance between those starts (it includes loading the next batch, as torch's
@@ -15,8 +15,9 @@ from collections.abc import Callable
 import jax
 from tunix.sft import hooks
 
-from crosstune.run.metrics import StepMetrics, bytes_to_gib, host_peak_rss_bytes
+from crosstune.run.metrics import StepMetrics, host_peak_rss_bytes
 from crosstune.train.jax.step import last_grad_norm
+from crosstune.units import bytes_to_gib
 
 COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_trace_duration",
@@ -155,42 +156,3 @@ class StepRecorder(hooks.TrainingHooks):
     @property
     def pending(self) -> list[int]:
         return sorted(self._done)
-
-
-class ProgressBar:
-    """rich progress: step M/N, elapsed, ETA, latest loss and tokens/s."""
-
-    def __init__(self, total: int, done: int, enabled: bool):
-        self.enabled = enabled
-        if not enabled:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._p = Progress(
-            TextColumn("[bold]train (jax)"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[status]}"),
-            transient=False,
-        )
-        self._task = self._p.add_task("train", total=total, completed=done, status="compiling…")
-        self._p.start()
-
-    def update(self, m: StepMetrics) -> None:
-        if self.enabled:
-            status = f"loss {m.loss:.4f}  {m.tokens_per_s:,.0f} tok/s"
-            self._p.update(self._task, completed=m.step, status=status)
-
-    def close(self) -> None:
-        if self.enabled:
-            self._p.stop()

@@ -18,17 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
-from crosstune.hardware import HARDWARE
 from crosstune.planner import plan_recipe
 from crosstune.recipe import resolve_path
 from crosstune.run.integrity import record_checksums, verify_saved
 from crosstune.run.layout import CHECKPOINTS, saved_steps, step_folders
 from crosstune.run.lora_weights import LoraWeights
-from crosstune.run.metrics import MetricsWriter, make_step_metrics
+from crosstune.run.metrics import MetricsWriter
 from crosstune.run.records import Mesh, RunTimings, StackFacts
 from crosstune.train.backend import FitResult, RunContext, TrainError
 from crosstune.train.jax.data import global_batch, global_sum, train_dataset
 from crosstune.train.jax.lora import param_name, qwix_to_lora
+from crosstune.train.progress_bar import ProgressBar
+from crosstune.units import MIB
 
 
 class JaxRun:
@@ -40,7 +41,6 @@ class JaxRun:
 
         self.context, self.recipe, self.run_dir = context, context.recipe, context.run_dir
         self.data, self.prepared, self.spec = context.plan, context.prepared, context.spec
-        self.seq_len = self.prepared.max_seq_len
         self.progress = context.progress and jax.process_index() == 0
         self.counts: dict[int, tuple[int, int, int]] = {}  # step -> (trained, real, computed tokens), as read
 
@@ -61,7 +61,7 @@ class JaxRun:
                 f"mesh fsdp×tp = {fsdp}×{tp} needs {fsdp * tp} devices, JAX sees {jax.device_count()} "
                 "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N before starting)"
             )
-        self.hardware = HARDWARE[r.hardware]
+        self.rows = self.context.metrics_row_builder(devices=fsdp * tp)  # the one builder of metrics rows
         self.compute_dtype = compute_dtype(r, jax.devices()[0].platform)
         if self.context.resume_from:  # --resume restores the latest step: check its bytes first
             verify_saved(step_folders(self.run_dir)[self.context.resume_from], "checkpoint", "resume")
@@ -126,7 +126,7 @@ class JaxRun:
         """Train from the restored step to the end; metrics, run.json and checkpoints into the run directory."""
         import jax
 
-        from crosstune.train.jax.progress import CompileTimer, ProgressBar, SaveTimer, StepRecorder
+        from crosstune.train.jax.progress import CompileTimer, SaveTimer, StepRecorder
         from crosstune.train.jax.trainer import TRAIN_STEP_NAME
 
         r, d, trainer = self.recipe, self.data, self.trainer
@@ -134,7 +134,7 @@ class JaxRun:
         writer = MetricsWriter(self.run_dir, resume_from_step=start) if jax.process_index() == 0 else None
         self.counts = {}
         self.logged, self.unpushed = start, None  # the last metrics row written; a checkpoint not yet in the bucket
-        bar = ProgressBar(d.total_steps, start, self.progress)
+        bar = ProgressBar("jax", d.total_steps, start, self.progress, status="compiling…")
 
         def emit(m) -> None:
             if writer is not None:
@@ -232,11 +232,9 @@ class JaxRun:
     def _metrics(self, step: int, loss: float, grad_norm: float, step_time_s: float):
         from crosstune.train.jax.progress import peak_memory_gib
 
-        d, r = self.data, self.recipe
         trained, tokens, computed = self.counts.pop(step)
-        return make_step_metrics(
+        return self.rows.row(
             step=step,
-            epoch=step * d.accumulation / d.micro_batches_per_epoch,
             loss=loss,
             learning_rate=float(self.schedule(step - 1)),  # the optimizer's count is step - 1 when it applies
             grad_norm=grad_norm,
@@ -245,16 +243,10 @@ class JaxRun:
             computed_tokens=computed,
             step_time_s=step_time_s,
             peak_memory_gib=peak_memory_gib(),
-            spec=self.spec,
-            context=self.seq_len,
-            hardware=self.hardware,
-            devices=r.backend.jax.mesh.fsdp * r.backend.jax.mesh.tp,
-            recompute_activations=r.train.gradient_checkpointing,
-            recompute_matmuls=r.train.kernels.recomputes_matmuls,
         )
 
 
-REPLICA_PARALLEL_MIN_BYTES = 4 * 2**20
+REPLICA_PARALLEL_MIN_BYTES = 4 * MIB
 
 
 def _configure_orbax() -> None:

@@ -12,20 +12,19 @@ from typing import Any
 from transformers import TrainerCallback
 from trl import SFTTrainer
 
-from crosstune.hardware import get_hardware
 from crosstune.run.bucket import BucketCopy
 from crosstune.run.integrity import record_checksums
 from crosstune.run.layout import step_folders
-from crosstune.run.metrics import MetricsWriter, make_step_metrics
+from crosstune.run.metrics import MetricsWriter
 from crosstune.run.records import RunTimings
 from crosstune.train.backend import RunContext
+from crosstune.train.progress_bar import ProgressBar
 from crosstune.train.torch.checkpoints import ADAPTER_STAGING, STAGING
 from crosstune.train.torch.progress import StepClock, peak_memory_gib, sync_device, torch_compile_seconds
 
-
-def recomputes_activations(args: Any) -> bool:
-    """Gradient checkpointing on (Trainer's, or FSDP's activation checkpointing)."""
-    return bool(args.gradient_checkpointing or (args.fsdp_config or {}).get("activation_checkpointing"))
+# TrainerCallbacks every CrosstuneSFTTrainer of this process also calls: a benchmark's clock
+# (crosstune.train.parts.torch_trainer_callbacks); empty in training.
+ADDED_CALLBACKS: list[Any] = []
 
 
 class CrosstuneSFTTrainer(SFTTrainer):
@@ -39,6 +38,7 @@ class CrosstuneSFTTrainer(SFTTrainer):
         bucket: BucketCopy | None = None,
         **kwargs: Any,
     ):
+        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), *ADDED_CALLBACKS]
         super().__init__(*args, **kwargs)
         self.bucket = bucket  # the run directory's copy: pushed after every checkpoint (preemption)
         self.shard_source = shard_source  # the checkpoint this rank reads its FSDP2 shard from (a meta base)
@@ -167,11 +167,8 @@ class StepMetricsCallback(TrainerCallback):
     per step, and one after the first step, whose warm-up is measured apart."""
 
     def __init__(self, context: RunContext):
-        self.recipe, self.run_dir, self.progress = context.recipe, context.run_dir, context.progress
-        self.micro_batches_per_epoch = context.plan.micro_batches_per_epoch  # as the JAX backend counts epochs
-        self.spec = context.spec
-        self.hardware = get_hardware(self.recipe.hardware)
-        self.compiled = self.recipe.train.kernels.compile
+        self.context, self.run_dir, self.progress = context, context.run_dir, context.progress
+        self.compiled = context.recipe.train.kernels.compile
         self.trainer: CrosstuneSFTTrainer | None = None
         self.writer = None
         self.clock: StepClock | None = None
@@ -185,18 +182,8 @@ class StepMetricsCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return  # rows, timings and the bar are rank 0's
         self.writer = MetricsWriter(self.run_dir, resume_from_step=state.global_step)
-        if self.progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._bar = Progress(
-                TextColumn("train"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                TextColumn("{task.description}"),
-            )
-            self._bar.start()
-            self._task = self._bar.add_task("", total=state.max_steps, completed=state.global_step)
+        self.rows = self.context.metrics_row_builder(devices=args.world_size)  # the one builder of metrics rows
+        self._bar = ProgressBar("torch", state.max_steps, state.global_step, self.progress)
         self._start = state.global_step
         self._compile0 = torch_compile_seconds() if self.compiled else 0.0
         self.clock = StepClock(self._excluded, warm_up=not self.compiled)
@@ -226,7 +213,6 @@ class StepMetricsCallback(TrainerCallback):
         sync_device()
         row = dict(
             step=state.global_step,
-            epoch=state.global_step * args.gradient_accumulation_steps / self.micro_batches_per_epoch,
             loss=loss,
             learning_rate=self._lr,
             grad_norm=grad_norm,
@@ -234,27 +220,14 @@ class StepMetricsCallback(TrainerCallback):
             tokens=tokens,
             computed_tokens=computed,
             peak_memory_gib=peak_memory_gib(),
-            spec=self.spec,
-            context=self.recipe.data.max_seq_len,
-            hardware=self.hardware,
-            devices=args.world_size,
-            recompute_activations=recomputes_activations(args),
-            recompute_attention=self.recipe.train.kernels.recomputes_attention,
-            recompute_matmuls=self.recipe.train.kernels.recomputes_matmuls,
         )
         for ready, step_time_s in self.clock.measure(row):
             self._write(ready, step_time_s)
 
     def _write(self, row: dict, step_time_s: float) -> None:
-        m = make_step_metrics(**row, step_time_s=step_time_s)
+        m = self.rows.row(**row, step_time_s=step_time_s)
         self.writer.write(m)
-        if self._bar is not None:
-            mfu = f" mfu {m.mfu:.1%}" if m.mfu is not None else ""
-            self._bar.update(
-                self._task,
-                completed=m.step,
-                description=f"loss {m.loss:.4f} lr {m.learning_rate:.2e} {m.trained_tokens_per_s:,.0f} tok/s{mfu}",
-            )
+        self._bar.update(m)
 
     def timings(self) -> RunTimings:
         """Rank 0's compile and checkpoint seconds (run.json: RunTimings)."""
@@ -271,6 +244,5 @@ class StepMetricsCallback(TrainerCallback):
             return
         for ready, step_time_s in self.clock.finish():
             self._write(ready, step_time_s)
-        if self._bar is not None:
-            self._bar.stop()
+        self._bar.close()
         self.writer.finish(self.timings(), step=self._start)

@@ -11,7 +11,8 @@ import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from crosstune.families import get_family
-from crosstune.train.torch.layers import lora_input_casting
+from crosstune.train.torch.attention import FLEX, register_flex_attention
+from crosstune.train.torch.layers import compile_decoder_layers, lora_input_casting
 
 DOC_LENGTHS = [70, 90, 45, 51]  # 4 documents in one 256-token row; each longer than the tiny window (32)
 
@@ -121,3 +122,51 @@ def loss_grads_and_ops(family: str, recompute: str) -> tuple[float, dict, Counte
     with counter:
         loss, grads = loss_and_lora_grads(model, packed_row(spec.vocab_size), "sdpa")
     return loss, grads, counter.ops
+
+
+def compare(ref: tuple, other: tuple) -> tuple[float, float, float]:
+    """(|Δloss|, max |Δgrad|, max over tensors of max |Δgrad| / max |grad|) of two (loss, LoRA grads) results."""
+    (ref_loss, ref_grads), (loss, grads) = ref, other
+    abs_diff = max((grads[n] - g).abs().max().item() for n, g in ref_grads.items())
+    rel_diff = max(((grads[n] - g).abs().max() / g.abs().max()).item() for n, g in ref_grads.items())
+    return abs(loss - ref_loss), abs_diff, rel_diff
+
+
+def kernel_equivalence(
+    family: str,
+) -> tuple[list[tuple[str, float, float, float]], list[tuple[str, float, float, float]]]:
+    """Rows of (what is compared, |Δloss|, max |Δgrad|, max relative Δgrad) on the tiny `family` and the packed row:
+    first the attention (the FlexAttention path, eager, against sdpa and eager attention; sdpa against eager; a
+    control, the row as one document: the size of a masking mistake), then the `train.kernels` switches against
+    their reference paths (lora_input_cast, recompute full and selective, compiled decoder layers).
+    docs/BENCHMARKS.md's table."""
+    import torch.nn.attention.flex_attention as flex
+
+    register_flex_attention()
+    model, spec = tiny_peft_model(family)
+    batch = packed_row(spec.vocab_size)
+    validate = flex._validate_device
+    flex._validate_device = lambda *tensors: None  # torch has no CPU FlexAttention backward: its eager reference math
+    try:
+        runs = {impl: loss_and_lora_grads(model, batch, impl) for impl in ("sdpa", "eager", FLEX)}
+    finally:
+        flex._validate_device = validate
+    runs["one document"] = loss_and_lora_grads(model, dict(batch, position_ids=torch.arange(sum(DOC_LENGTHS))[None]),
+                                               "sdpa")  # fmt: skip
+    attention = []
+    for a, b in (("sdpa", FLEX), ("eager", FLEX), ("sdpa", "eager"), ("sdpa", "one document")):
+        label = f"{b} vs {a}" if b != "one document" else "control: same row as one document (sdpa)"
+        attention.append((label, *compare(runs[a], runs[b])))
+    model, spec = bf16_base_fp32_lora(family)
+    cast, no_cast = (run_with_casting(model, batch, lora_input_cast=c, autocast=True)[:2] for c in (True, False))
+    pairs = {"lora_input_cast false vs true (bf16 autocast)": (cast, no_cast)}
+    none = loss_grads_and_ops(family, "none")[:2]
+    for mode in ("full", "selective"):
+        pairs[f"recompute {mode} vs none (fp32)"] = (none, loss_grads_and_ops(family, mode)[:2])
+    model, spec = tiny_peft_model(family)
+    model.base_model.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    eager_layers = loss_and_lora_grads(model, batch, "sdpa")
+    compile_decoder_layers(model, get_family(family).decoder_layer_class)
+    pairs["compiled vs eager decoder layers (fp32)"] = (eager_layers, loss_and_lora_grads(model, batch, "sdpa"))
+    return attention, [(label, *compare(ref, other)) for label, (ref, other) in pairs.items()]

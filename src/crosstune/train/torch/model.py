@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from crosstune.errors import InputError
 from crosstune.recipe import Recipe, resolve_path
 
 # Where accelerate's FSDP2 really shards: on CPU it runs FSDP as DDP, whose ranks need the whole weights.
@@ -28,7 +29,7 @@ def build_model(recipe: Recipe, *, on_gpu: bool, empty: bool = False) -> tuple[A
 
     path = resolve_path(recipe, recipe.model.path)
     if path is None or not (path / "config.json").is_file():
-        raise FileNotFoundError(f"model.path: no HF checkpoint (config.json) at {path}")
+        raise InputError(f"model.path: no HF checkpoint (config.json) at {path}: give an HF model folder")
     dtype = getattr(torch, recipe.model.dtype) if on_gpu else torch.float32
     model = load_causal_lm(recipe, path, dtype, on_gpu=on_gpu, empty=empty)  # kernels.attention, model.random_init
     model.config.use_cache = False  # packed rows need per-document masks, which transformers skips with a cache

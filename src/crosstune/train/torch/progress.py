@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crosstune.run.metrics import bytes_to_gib, host_peak_rss_bytes
+from crosstune.run.metrics import host_peak_rss_bytes
+from crosstune.units import bytes_to_gib
 
 
 def sync_device() -> None:

@@ -1,0 +1,75 @@
+"""The backends' parts one at a time, for the scripts that measure a part alone (bench/): only crosstune.train reaches
+crosstune.train.torch and .jax, and this is its small face for them. Each is what the backend itself trains with, so
+a benchmark measures the real thing. The jax step compiled for a TPU topology: crosstune.train.tpu_compile.
+
+    torch_lora_model(recipe, on_gpu=..., empty=...)   # the base + PEFT LoRA + the run's initial LoRA, as trained
+    load_torch_shard(model, checkpoint)               # after fully_shard: this rank's rows of a meta base
+    torch_trainer_callbacks(*callbacks)               # more TrainerCallbacks on every torch trainer built inside
+    torch_kernel_equivalence(family)                  # the train.kernels switches against their reference paths
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from crosstune.families import model_dir_spec
+from crosstune.families.spec import ModelSpec
+from crosstune.recipe import Recipe, resolve_path
+
+
+def torch_lora_model(recipe: Recipe, *, on_gpu: bool, empty: bool = False) -> tuple[Any, Any, ModelSpec]:
+    """(PEFT model, tokenizer, the base's spec): the recipe's base (model.dtype on a GPU, fp32 on CPU) with LoRA on
+    its targets and the run's initial LoRA installed, as the torch backend trains it. `empty`: the base on the meta
+    device, as an FSDP2 rank that reads only its own shard starts (fill it with load_torch_shard after fully_shard);
+    its LoRA layers then get real storage on the CPU."""
+    import torch
+    from peft import get_peft_model
+
+    from crosstune.train.torch.lora import install_initial_lora, lora_config
+    from crosstune.train.torch.model import build_model
+    from crosstune.train.torch.sharded_load import materialize_lora
+
+    spec = model_dir_spec(resolve_path(recipe, recipe.model.path), recipe.model.family)
+    base, tokenizer = build_model(recipe, on_gpu=on_gpu, empty=empty)
+    model = get_peft_model(base, lora_config(recipe, base, spec)[0])
+    if empty:
+        materialize_lora(model, torch.device("cpu"))
+    install_initial_lora(model, recipe, spec)
+    return model, tokenizer, spec
+
+
+def load_torch_shard(model: Any, checkpoint: Path) -> int:
+    """After `fully_shard` of a model from torch_lora_model(empty=True): this rank's rows of every parameter read
+    from `checkpoint`; the bytes this rank read."""
+    from crosstune.train.torch.sharded_load import load_local_shards
+
+    return load_local_shards(model, checkpoint)["bytes"]
+
+
+@contextlib.contextmanager
+def torch_trainer_callbacks(*callbacks: Any) -> Iterator[None]:
+    """Inside: every torch trainer this process builds also calls these transformers TrainerCallbacks (one clock
+    timing crosstune and plain TRL alike: bench/train_torch.py)."""
+    from crosstune.train.torch import callbacks as torch_callbacks
+
+    torch_callbacks.ADDED_CALLBACKS.extend(callbacks)
+    try:
+        yield
+    finally:
+        for callback in callbacks:
+            torch_callbacks.ADDED_CALLBACKS.remove(callback)
+
+
+Rows = list[tuple[str, float, float, float]]
+
+
+def torch_kernel_equivalence(family: str) -> tuple[list[int], Rows, Rows]:
+    """(the packed row's document lengths, the attention rows, the `train.kernels` switches' rows), each row (what
+    is compared, |Δloss|, max |Δgrad|, max relative Δgrad), on a tiny random `family` model:
+    crosstune.train.torch.equivalence, which the equivalence tests use too."""
+    from crosstune.train.torch.equivalence import DOC_LENGTHS, kernel_equivalence
+
+    return list(DOC_LENGTHS), *kernel_equivalence(family)
