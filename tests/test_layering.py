@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, str]] = [
     ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
     ("ownership", "the output policy: one manifest shape; a command replaces only files it wrote"),
     ("hardware", "chips (bf16 peak, HBM, price) and named hardware targets"),
+    ("hub", "models and datasets by hub id: huggingface_hub's cache, the files a run reads, one-line refusals"),
     ("recipes", "the shipped recipes (package data)"),
     ("families", "one folder per Gemma family; the HF ↔ Tunix table and the views derived from it"),
     ("synth", "synthetic Verilog task families (synth/tasks) → training records and eval problems"),

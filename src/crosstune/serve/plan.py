@@ -12,7 +12,8 @@ from pathlib import Path
 
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
-from crosstune.recipe import Recipe, resolve_path
+from crosstune.hub import HubError
+from crosstune.recipe import Recipe, model_path
 from crosstune.serve.capacity import GIB, Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
 from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_rank
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
@@ -117,7 +118,11 @@ def serve_plan(
     hw = HARDWARE[target]
     platform = hw.chip.platform
     if model_dir is None:
-        model_dir = resolve_path(recipe, recipe.model.path)
+        try:
+            model_dir = model_path(recipe, fetch=False)  # a plan reads a hub id's cached config, never downloads
+        except HubError:
+            if not recipe.model.size:
+                raise
     spec = _spec(recipe, model_dir)
     s = recipe.serve
     notes: list[str] = []
