@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, str]] = [
     ("recipes", "the shipped recipes (package data)"),
     ("families", "one folder per Gemma family; the HF ↔ Tunix table and the views derived from it"),
     ("synth", "synthetic Verilog task families (synth/tasks) → training records and eval problems"),
-    ("recipe", "the recipe schema, loading with located errors, consistency checks"),
+    ("recipe", "the recipe schema, loading with located errors, consistency checks; Axolotl and TRL configs in, out"),
     ("models", "tiny random Gemma checkpoints and their tokenizer"),
     ("data", "sources, chat formatting, masks, packing, prepared shards, the backends' data adapters"),
     ("pretrain", "`crosstune pretrain`: the demo's base, trained in full on CPU, cached by content hash"),
