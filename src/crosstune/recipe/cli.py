@@ -76,10 +76,12 @@ def import_(
     """Turn a GPU recipe into a crosstune recipe: every key with a crosstune equivalent mapped, every other one
     listed with why and the nearest setting. The written recipe validates; `crosstune plan` and `crosstune study` run
     it on the --hardware target."""
+    from crosstune.ownership import check_out
     from crosstune.recipe.convert import FORMATS, IMPORT_HEAD, import_config, write_output
 
     if fmt is not None and fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: one of {', '.join(FORMATS)}", param_hint="--from")
+    check_out(out, file=True, inputs=(config,))  # before any work
     done = import_config(config, out, fmt=fmt, hardware=hardware, name=name)
     port = done.port
     for line in [u.render() for u in port.unmapped] + [f"note: {n}" for n in port.notes]:
@@ -107,10 +109,13 @@ def export(
 ) -> None:
     """The recipe's torch leg as a config for your own tool, so the GPU side runs with the tool you trust; what the
     tool can't say is listed at the file's head. `recipe import` of the file gives the recipe back."""
+    from crosstune.ownership import check_out
     from crosstune.recipe.convert import EXPORT_HEAD, FORMATS, export_recipe, write_output
 
     if to not in FORMATS:
         raise typer.BadParameter(f"{to!r}: one of {', '.join(FORMATS)}", param_hint="--to")
+    if out is not None:
+        check_out(out, file=True, inputs=(recipe_file,))  # before any work
     text, missing = export_recipe(recipe_file, to, overrides)
     if out is None:
         console.print(text, markup=False, highlight=False, end="")
