@@ -118,3 +118,16 @@ def test_the_commit_is_among_a_study_stage_s_inputs(cached, tmp_path):
     assert "config.json" in stages.train_inputs(ctx)["model"]  # the snapshot's files, fingerprinted as a folder's
     local = parse_recipe(RECIPE.format(model=model_path(recipe), data=DATA), base_dir=tmp_path)
     assert "model_revision" not in stages.train_inputs(StudyContext(tmp_path, local, "torch", Console(), {}))
+
+
+def test_a_serve_plan_serves_a_hub_id_from_the_hub_cache(hub_cache, tmp_path):
+    from crosstune.serve.plan import serve_plan
+
+    text = RECIPE.format(model="google/gemma-4-31B-it", data=DATA).replace("dtype: float32}", "size: 31b}")
+    plan = serve_plan(parse_recipe(text, base_dir=tmp_path), "2xh100")
+    argv = plan.argv()
+    assert argv[1:5] == ["serve", "google/gemma-4-31B-it", "--served-model-name", "gemma-4-31B-it"]  # not a commit
+    assert '-v "$HOME/.cache/huggingface":/root/.cache/huggingface' in plan.docker  # vLLM reads the hub cache
+    assert " serve google/gemma-4-31B-it " in plan.docker and "--revision" not in argv
+    pinned = parse_recipe(text.replace("size: 31b}", "size: 31b, revision: v1}"), base_dir=tmp_path)
+    assert serve_plan(pinned, "2xh100").argv()[-2:] == ["--revision", "v1"]
