@@ -131,3 +131,26 @@ def test_a_serve_plan_serves_a_hub_id_from_the_hub_cache(hub_cache, tmp_path):
     assert " serve google/gemma-4-31B-it " in plan.docker and "--revision" not in argv
     pinned = parse_recipe(text.replace("size: 31b}", "size: 31b, revision: v1}"), base_dir=tmp_path)
     assert serve_plan(pinned, "2xh100").argv()[-2:] == ["--revision", "v1"]
+
+
+@pytest.mark.slow
+def test_both_backends_train_a_hub_id_model_and_record_its_commit(cached, tmp_path):
+    """The jax backend reads the snapshot as the torch backend does: one step each, the base model's loss on the same
+    rows (1e-5: BACKEND_EQUIVALENCE's tolerance before any update), the commit in both run.json files."""
+    from crosstune.data import prepare_dataset
+    from crosstune.run.metrics import read_metrics
+    from crosstune.run.records import read_run_record
+    from crosstune.train.session import train
+
+    pytest.importorskip("tunix")
+    model_commit, _, _ = cached
+    text = RECIPE.format(model=MODEL, data=DATA) + "backend: {jax: {mesh: {fsdp: 1, tp: 2}}}\n"
+    recipe = parse_recipe(text + f"output_dir: {tmp_path / 'runs'}\n", base_dir=tmp_path)
+    prepare_dataset(recipe)
+    losses = {}
+    for backend in ("torch", "jax"):
+        run = tmp_path / backend
+        train(recipe, run, backend=backend, progress=False)
+        assert read_run_record(run).base_model_revision == model_commit
+        losses[backend] = read_metrics(run)[0].loss
+    assert abs(losses["torch"] - losses["jax"]) <= 1e-5, losses

@@ -33,6 +33,7 @@ TRL_DEFAULTS: dict[str, Any] = {
     "completion_only_loss": None, "optim": "adamw_torch_fused", "bf16": None, "fp16": False, "torch_compile": False,
     "use_peft": False, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target_modules": None,
     "model_revision": "main", "dtype": "float32", "attn_implementation": None, "dataset_train_split": "train",
+    "dataset_text_field": "text",
 }  # fmt: skip
 SCHEDULES = {"cosine": "cosine", "linear": "linear", "constant": "constant", "constant_with_warmup": "constant"}
 ATTENTION = {None: "sdpa", "sdpa": "sdpa", "eager": "eager", "flex_attention": "flex"}
