@@ -8,6 +8,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from crosstune.hardware import HARDWARE
 from crosstune.recipe import RecipeError, load_recipe
 
 recipe_app = typer.Typer(
@@ -81,6 +82,8 @@ def import_(
 
     if fmt is not None and fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: one of {', '.join(FORMATS)}", param_hint="--from")
+    if hardware is not None and hardware not in HARDWARE:
+        raise typer.BadParameter(f"{hardware!r}: a named target ({', '.join(HARDWARE)})", param_hint="--hardware")
     check_out(out, file=True, inputs=(config,))  # before any work
     done = import_config(config, out, fmt=fmt, hardware=hardware, name=name)
     port = done.port

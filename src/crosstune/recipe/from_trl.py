@@ -131,7 +131,8 @@ def _data(port: Port, take: Keys, source: Path) -> None:
     entries = take("datasets")
     if entries:
         found = [_mixture_entry(port, i, e, source.parent) for i, e in enumerate(entries)]
-        take("dataset_name")
+        if take("dataset_name"):
+            port.ignore("dataset_name", "TRL reads `datasets` when both are given, and so does the import")
     elif take("dataset_name"):
         path, is_hub = data_path(take("dataset_name"), source.parent)
         src = {"path": path, **({"config": take("dataset_config")} if take("dataset_config") else {})}

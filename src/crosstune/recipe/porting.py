@@ -127,7 +127,6 @@ class ModelId:
     family: str
     size: str | None  # a known size of the family, when the id or config says which
     spec: ModelSpec | None  # the model's shapes: its config when at hand, else the size's
-    multimodal: bool | None  # the config's layout when known (a vision tower beside the language model)
 
 
 def identify_model(value: str, revision: str | None, config_dir: Path, key: str) -> ModelId:
@@ -156,14 +155,14 @@ def identify_model(value: str, revision: str | None, config_dir: Path, key: str)
             ) from None
         spec = family.spec_from_hf_config(cfg, name=Path(value).name)
         size = next((n for n, s in family.sizes.items() if _same_shape(s, spec)), None)
-        return ModelId(value, revision, family.name, size, spec, "vision_config" in cfg)
+        return ModelId(value, revision, family.name, size, spec)
     for name, pattern in SIZE_IN_NAME.items():
         if found := pattern.search(value):
             size = found.group(1).lower()
-            return ModelId(value, revision, name, size, get_family(name).spec(size), None)
+            return ModelId(value, revision, name, size, get_family(name).spec(size))
     for name, pattern in FAMILY_IN_NAME.items():
         if pattern.search(value):
-            return ModelId(value, revision, name, None, None, None)
+            return ModelId(value, revision, name, None, None)
     raise ImportRefused(
         f"{key}: {value} is not a Gemma 3 or Gemma 4 model by its name, and its config.json is not in the hub cache "
         f"to say otherwise: crosstune trains {', '.join(FAMILIES)}; to check the config, fetch it with "
