@@ -68,3 +68,16 @@ def tiny_gemma4_moe_dir(tmp_path_factory, synth_corpus_dir) -> Path:
 
     out = tmp_path_factory.mktemp("tiny_gemma4_moe")
     return build_tiny_model("gemma4", out, seed=0, corpus_dir=synth_corpus_dir, size="tiny-moe")
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch) -> Path:
+    """An empty hub cache for this test (HF_HUB_CACHE): huggingface_hub looks there in this process (its constant,
+    read at each call) and in child processes (the variable); fill it with tests.helpers.hub_cache."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub-cache"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache

@@ -16,6 +16,8 @@ COMMANDS = {
     "study": ["study", str(RECIPES / "tiny-cpu.yaml"), "--only", "plan"],
     "model tiny": ["model", "tiny", "--family", "gemma4"],
     "launch": ["launch", "recipes/gemma4-31b-2xh100.yaml", "--on", "slurm"],
+    "recipe import": ["recipe", "import", str(FIXTURES / "ports" / "trl" / "gemma4-31b-lora.yaml")],
+    "recipe export": ["recipe", "export", str(RECIPES / "tiny-cpu.yaml"), "--to", "trl"],
 }
 
 

@@ -23,6 +23,9 @@ GET /health answers 200; /metrics a vLLM-like TTFT histogram and the prefix-cach
 given; /v1/models lists `served` (each card with `max_model_len`, vLLM's `root` (the folder it serves) and `owned_by`
 when given) or stalls with `models_stall`, and answers 404 without `served`. `die_after` stops the whole server after
 that many requests.
+As a stand-in hub endpoint (HF_ENDPOINT), GET /api/models/<id>/... and /api/datasets/<id>/... answer a repo named in
+`hub_errors` with the hub's refusal for its code (401 with X-Error-Code GatedRepo, 404 with RepoNotFound), as
+huggingface_hub reads them; every other path 404.
 Every connection carries one request (HTTP/1.0: a stream ends when the socket closes).
 """
 
@@ -67,6 +70,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         stall_prompts_over: int | None = None,
         prefill_s: float = 0.0,
         block: int = 16,
+        hub_errors: dict[str, str] | None = None,
     ):
         super().__init__(("127.0.0.1", port), Handler)
         self.mode, self.fail_after, self.answer, self.finish_reason = mode, fail_after, answer, finish_reason
@@ -76,6 +80,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.served, self.max_model_len, self.root, self.models_stall = served, max_model_len, root, models_stall
         self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
         self.prefill_s, self.block = prefill_s, block
+        self.hub_errors = hub_errors or {}
         self.slot_free_at = 0.0  # perf_counter time the prefill slot frees
         self.cached_blocks: set[tuple] = set()
         self.cache_queries = self.cache_hits = 0
@@ -160,12 +165,20 @@ class Handler(BaseHTTPRequestHandler):
                 f'vllm:prefix_cache_hits_total{{engine="0"}} {s.cache_hits}\n'
             )
             self._send(200, text)
+        elif self.path.startswith(("/api/models/", "/api/datasets/")):
+            repo = "/".join(self.path.split("/")[3:5])
+            code = s.hub_errors.get(repo, "RepoNotFound")
+            status = {"GatedRepo": 401, "RepoNotFound": 404}[code]
+            message = json.dumps({"error": f"{code}: {repo}"})
+            self._send(status, message, "application/json", {"X-Error-Code": code, "X-Error-Message": code})
         else:
             self._send(404, "not found")
 
-    def _send(self, status: int, text: str, content_type: str | None = None) -> None:
+    def _send(self, status: int, text: str, content_type: str | None = None, headers: dict | None = None) -> None:
         body = text.encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         if content_type:
             self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

@@ -19,6 +19,7 @@ REASONING_FIELDS = ("reasoning", "reasoning_content", "thinking")
 PROMPTED_TAGS = {"<think>": "<think>…</think>", "<answer>": "<answer>…</answer>"}
 EMPTY_THINK = "<think>\n</think>\n"
 ROLES = ("system", "user", "assistant")
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant"}  # ShareGPT's role names, as Axolotl's chat_template reads them
 
 
 @dataclass
@@ -89,6 +90,7 @@ class ConversationBuilder:
         if data.reasoning == "native" and not has_thought_channel:
             raise DataError("data.reasoning", "native reasoning needs a family with a thought channel (gemma4)")
         self.data, self.cols = data, cols
+        self.role_key, self.content_key = data.columns.message_keys
         # One alternation for all control tokens: real tokenizers list dozens, checked in every field of every record.
         self.control = (
             re.compile("|".join(map(re.escape, sorted(control_tokens, key=len, reverse=True))))
@@ -106,6 +108,10 @@ class ConversationBuilder:
 
     # --- raw row -> messages (each with the name of the field its content came from) --------------------------
     def _single_turn(self, row: dict) -> list[tuple[dict, str]]:
+        prompt, response = self.cols["prompt"], self.cols["response"]
+        if isinstance(row.get(prompt), list) and isinstance(row.get(response), list):
+            # TRL's conversational prompt-completion: each column a list of messages
+            return self._message_list(row, prompt, end=False) + self._message_list(row, response, first=False)
         messages = []
         system_col = self.cols["system"]
         if system_col and row.get(system_col) is not None:
@@ -116,29 +122,36 @@ class ConversationBuilder:
         return messages
 
     def _messages(self, row: dict) -> list[tuple[dict, str]]:
-        col = self.cols["messages"]
+        return self._message_list(row, self.cols["messages"])
+
+    def _message_list(self, row: dict, col: str, first: bool = True, end: bool = True) -> list[tuple[dict, str]]:
+        """The messages of column `col` (`first`: it opens the conversation; `end`: it must end with an answer)."""
         if col not in row:
             raise _BadRecord("missing_field", "missing", col)
         value = row[col]
         if not isinstance(value, list) or not value:
             raise _BadRecord("wrong_type", f"expected a non-empty list of messages, got {_kind(value)}", col)
         out = []
+        role_key, content_key = self.role_key, self.content_key
         for i, msg in enumerate(value):
             name = f"{col}[{i}]"
             if not isinstance(msg, dict):
                 raise _BadRecord("wrong_type", f"expected a message object, got {_kind(msg)}", name)
-            role = msg.get("role")
-            if role not in ROLES or (role == "system" and i > 0):
+            role = msg.get(role_key)
+            role = SHAREGPT_ROLES.get(role, role) if isinstance(role, str) else role
+            if role not in ROLES or (role == "system" and (i > 0 or not first)):
                 allowed = "system (first message only), user or assistant"
-                raise _BadRecord("bad_role", f"role {role!r} is not {allowed}", f"{name}.role")
-            item = {"role": role, "content": self._text(msg, "content", prefix=f"{name}.", allow_empty=role != "user")}
+                raise _BadRecord("bad_role", f"role {role!r} is not {allowed}", f"{name}.{role_key}")
+            text = self._text(msg, content_key, prefix=f"{name}.", allow_empty=role != "user")
+            item = {"role": role, "content": text}
             for key in REASONING_FIELDS:
                 if role == "assistant" and msg.get(key) is not None:
                     item["reasoning"] = self._text(msg, key, prefix=f"{name}.", allow_empty=True)
                     break
-            out.append((item, f"{name}.content"))
-        if out[-1][0]["role"] != "assistant":
-            raise _BadRecord("bad_role", "the conversation must end with an assistant message", f"{col}[-1].role")
+            out.append((item, f"{name}.{content_key}"))
+        if end and out[-1][0]["role"] != "assistant":
+            raise _BadRecord("bad_role", "the conversation must end with an assistant message",
+                             f"{col}[-1].{role_key}")  # fmt: skip
         return out
 
     def _text(self, row: dict, key: str, prefix: str = "", allow_empty: bool = False) -> str:

@@ -30,7 +30,7 @@ from crosstune.data.bad_input import DataError
 from crosstune.data.packing import DOC_FIELDS, ROW_FIELDS, Rows
 from crosstune.data.sources import fingerprint
 from crosstune.data.stats import save_stats
-from crosstune.recipe.load import resolve_path
+from crosstune.recipe.load import model_path, resolve_path
 from crosstune.recipe.schema import Recipe
 from crosstune.units import MIB
 
@@ -48,7 +48,7 @@ def prepared_dir(recipe: Recipe) -> Path:
 
 def load_tokenizer(recipe: Recipe):
     """The tokenizer (with its chat template) of the recipe's model directory."""
-    path = resolve_path(recipe, recipe.model.path)
+    path = model_path(recipe)  # a hub id: its snapshot, fetched when online (crosstune.hub)
     if path is None:
         raise DataError("model.path", "data preparation needs the model directory: its tokenizer and chat template")
     if not (path / "tokenizer.json").is_file():

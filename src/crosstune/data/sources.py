@@ -1,6 +1,8 @@
-"""Read raw records from the recipe's sources: JSONL, Parquet and `datasets.save_to_disk` folders, by path or glob.
+"""Read raw records from the recipe's sources: JSONL, Parquet and `datasets.save_to_disk` folders, by path or glob,
+and hub datasets by id (the snapshot in the hub cache, read by `datasets` with the source's config and split).
 
-Every record keeps where it came from (`file:line` for JSONL, `file:row N` for tables) so errors can point at it.
+Every record keeps where it came from (`file:line` for JSONL, `file:row N` for tables, `id[split]:row N` for hub
+datasets) so errors can point at it.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune import hub
 from crosstune.data.bad_input import DataError, Ledger
 from crosstune.data.hf_disk import read_hf_disk
+from crosstune.recipe.hub_ids import hub_dataset_id
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.schema import DataSource, Recipe
 
@@ -30,9 +34,14 @@ class RawRecord:
 def source_files(recipe: Recipe, index: int) -> list[tuple[Path, str]]:
     """The (path, format) pairs that `data.sources[index]` names; a glob expands in sorted order."""
     src: DataSource = recipe.data.sources[index]
+    where = f"data.sources[{index}].path"
+    if (repo := hub_dataset_id(src, recipe.base_dir)) is not None:
+        try:  # fetched when online; offline the cache or one line saying how to fetch it
+            return [(hub.resolve(repo, "dataset", src.revision).path, "hub")]
+        except hub.HubError as e:
+            raise DataError(where, str(e)) from None
     pattern = resolve_path(recipe, src.path)
     assert pattern is not None
-    where = f"data.sources[{index}].path"
     if glob.has_magic(str(pattern)):
         paths = [Path(p) for p in sorted(glob.glob(str(pattern)))]
     else:
@@ -94,6 +103,8 @@ def read_split(recipe: Recipe, split: str, ledger: Ledger) -> tuple[list[RawReco
                         records.append(item)
             elif fmt == "parquet":
                 records += _read_parquet(path)
+            elif fmt == "hub":
+                records += _read_hub(src, path, f"data.sources[{i}]")
             else:
                 records += _read_hf_disk(path, split)
     return records, blank
@@ -133,6 +144,25 @@ def _read_parquet(path: Path) -> list[RawRecord]:
         hint = "re-export it, or set the source's format: if it is not Parquet"
         raise DataError(str(path), f"not a readable Parquet file ({e})", hint=hint) from None
     return [RawRecord(f"{path}:row {i}", row) for i, row in enumerate(rows, 1)]
+
+
+def _read_hub(src: DataSource, snapshot: Path, where: str) -> list[RawRecord]:
+    """A hub dataset's `hub_split` of its `config`, read by `datasets` from the snapshot folder (its card names each
+    config's files). `datasets`' own Arrow cache goes to a temporary folder: the rows are read into memory here."""
+    import tempfile
+
+    import datasets
+
+    split = src.hub_split or "train"
+    with tempfile.TemporaryDirectory(prefix="crosstune-hub-data-") as cache:
+        try:
+            table = datasets.load_dataset(str(snapshot), name=src.config, split=split, cache_dir=cache)
+        except (ValueError, FileNotFoundError, datasets.exceptions.DatasetGenerationError) as e:
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DataError(where, f"hub dataset {src.path} (config {src.config}, split {split}): {reason}",
+                            hint="set the source's config and hub_split to ones its card lists") from None  # fmt: skip
+        rows = table.to_list()
+    return [RawRecord(f"{src.path}[{split}]:row {i}", row) for i, row in enumerate(rows, 1)]
 
 
 def _read_hf_disk(path: Path, split: str) -> list[RawRecord]:

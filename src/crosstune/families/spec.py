@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Bytes per element of the model dtypes a recipe names (the planner's memory, an import's QLoRA line).
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # Backend-neutral LoRA targets, as written in recipes.
 NEUTRAL_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 ATTENTION_TARGETS = ("q", "k", "v", "o")

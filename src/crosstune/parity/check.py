@@ -16,7 +16,7 @@ from crosstune.errors import InputError
 from crosstune.families import get_family, model_dir_spec
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
-from crosstune.recipe import load_recipe, resolve_path
+from crosstune.recipe import load_recipe, model_path
 from crosstune.run.lora_weights import LoraWeights, module_target
 from crosstune.train.session import step_probe
 
@@ -149,7 +149,7 @@ def run_parity(
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision {precision!r}: fp32 or bf16")
     recipe = _load(recipe_file, overrides or [], precision)
-    base = resolve_path(recipe, recipe.model.path)
+    base = model_path(recipe)
     if base is None or not (base / "config.json").is_file():
         raise InputError(f"model.path: no HF checkpoint (config.json) at {base}: give an HF model folder")
     spec = model_dir_spec(base, recipe.model.family)

@@ -8,14 +8,14 @@ import math
 from dataclasses import dataclass, field
 
 from crosstune.families import get_family, model_dir_spec
-from crosstune.families.spec import ModelSpec
+from crosstune.families.spec import DTYPE_BYTES, ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
+from crosstune.hub import HubError
 from crosstune.planner.tensors import fitted, per_device_elements, trained_lora_tensors, tunix_tensors
-from crosstune.recipe import Recipe, resolve_path
+from crosstune.recipe import Recipe, model_path
 from crosstune.units import GB
 
 USABLE_FRACTION = 0.9
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 JAX_LOGITS_CHUNK = 512  # crosstune.train.jax.logits.CHUNK (a test keeps the two equal)
 
 # The tunix experts' weights (families/gemma4/tunix.py: [E, 2, X, D] gate/up and [E, X, D] down per MoE layer), and
@@ -80,7 +80,12 @@ class Plan:
 
 def _spec(recipe: Recipe) -> ModelSpec:
     fam = get_family(recipe.model.family)
-    path = resolve_path(recipe, recipe.model.path)
+    try:
+        path = model_path(recipe, fetch=False)  # a hub id's cached config; the planner never downloads
+    except HubError:
+        if not recipe.model.size:
+            raise
+        path = None
     if path is not None and (path / "config.json").is_file():
         return model_dir_spec(path, fam.name)
     if recipe.model.size:

@@ -4,6 +4,8 @@ from crosstune.recipe.findings import Problem, RecipeError
 from crosstune.recipe.load import (
     UnlocatedRecipeError,
     load_recipe,
+    model_path,
+    model_snapshot,
     parse_recipe,
     recipe_hash,
     resolve_path,
@@ -15,6 +17,8 @@ __all__ = [
     "Recipe",
     "RecipeError",
     "load_recipe",
+    "model_path",
+    "model_snapshot",
     "parse_recipe",
     "recipe_hash",
     "resolve_path",

@@ -5,11 +5,13 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
+from crosstune import hub
 from crosstune.errors import InputError
 from crosstune.families import FamilyMismatch, get_family, model_dir_spec
 from crosstune.families.spec import EXPERTS_REFUSED, EXPERTS_TARGET, ModelSpec
 from crosstune.hardware import HARDWARE
 from crosstune.recipe.findings import Problem
+from crosstune.recipe.hub_ids import hub_dataset_id, hub_model_id
 from crosstune.recipe.schema import Recipe
 
 
@@ -26,6 +28,17 @@ def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None,
     family = get_family(recipe.model.family)
     problems: list[Problem] = []
     model_dir = _resolve(base_dir, recipe.model.path) if recipe.model.path else None
+    repo, revision = hub_model_id(recipe.model.path, recipe.model.revision, base_dir), recipe.model.revision
+    if repo is not None:  # the cached config only: a check never downloads
+        model_dir = hub.cached_model_config(repo, revision)
+        if model_dir is None:
+            get = hub.fetch_command(repo, "model", revision, hub.MODEL_FILES)
+            problems.append(Problem("model.path", f"hub model {repo} is not in the hub cache (yet)",
+                                    f"fetch it with `{get}`; shape checks use model.size until then",
+                                    severity="warning"))  # fmt: skip
+    elif revision is not None:
+        why = f"a hub revision, but model.path {recipe.model.path!r} is not a hub id (owner/name)"
+        problems.append(Problem("model.revision", why, "drop model.revision, or name the model by its hub id"))
     if model_dir is not None:
         cfg_file = model_dir / "config.json"
         if cfg_file.is_file():
@@ -217,6 +230,16 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
         )
 
     for i, src in enumerate(recipe.data.sources):
+        if (repo := hub_dataset_id(src, base_dir)) is not None:
+            try:
+                hub.resolve(repo, "dataset", src.revision, fetch=False)
+            except hub.HubError as e:
+                problems.append(Problem(f"data.sources[{i}].path", str(e), severity="warning"))
+            continue
+        if src.names_hub_fields:
+            why = f"config, hub_split and revision select from a hub dataset, but {src.path!r} is on disk"
+            problems.append(Problem(f"data.sources[{i}]", why, "drop them, or name a hub dataset id"))
+            continue
         p = _resolve(base_dir, src.path)
         if p is not None and not (p.exists() or glob.glob(str(p))):
             problems.append(

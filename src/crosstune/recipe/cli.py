@@ -8,9 +8,15 @@ import typer
 import yaml
 from rich.console import Console
 
+from crosstune.errors import InputError
+from crosstune.hardware import HARDWARE
 from crosstune.recipe import RecipeError, load_recipe
 
-recipe_app = typer.Typer(help="Validate and inspect recipes (the YAML that drives every stage).", no_args_is_help=True)
+recipe_app = typer.Typer(
+    help="Validate and inspect recipes (the YAML that drives every stage); import an Axolotl or TRL config, export "
+    "the torch leg back to one.",
+    no_args_is_help=True,
+)
 console = Console(soft_wrap=True)
 
 OverrideOpt = typer.Option(None, "--set", help="override a value: --set train.max_steps=10 (repeatable)")
@@ -49,3 +55,73 @@ def show(file: Path = typer.Argument(..., help="recipe YAML file"), overrides: l
 
     recipe = load_recipe(file, overrides)
     console.print(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False), markup=False, highlight=False)
+
+
+@recipe_app.command("import")
+def import_(
+    config: Path = typer.Argument(..., help="an Axolotl YAML or a `trl sft --config` YAML"),
+    out: Path = typer.Option(..., "--out", help="the recipe file to write (replaces only a recipe `import` wrote)"),
+    fmt: str | None = typer.Option(None, "--from", help="axolotl or trl (default: told by the keys)"),
+    hardware: str | None = typer.Option(
+        None,
+        "--hardware",
+        help="the target the study runs on (tpu-v5p-8, 2xh100, ...): a TPU gets the jax "
+        "backend on a mesh of its chips, a GPU box the torch backend; default cpu",
+    ),  # fmt: skip
+    name: str | None = typer.Option(None, "--name", help="the recipe's name (default: the --out file's stem)"),
+    strict: bool = typer.Option(False, "--strict", help="exit 1, writing nothing, when any key was not mapped"),
+) -> None:
+    """Turn a GPU recipe into a crosstune recipe: every key with a crosstune equivalent mapped, every other one
+    listed with why and the nearest setting. The written recipe validates; `crosstune plan` and `crosstune study` run
+    it on the --hardware target."""
+    from crosstune.ownership import check_out
+    from crosstune.recipe.convert import FORMATS, IMPORT_HEAD, import_config, write_output
+
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"--from {fmt!r}: one of {', '.join(FORMATS)}")
+    if hardware is not None and hardware not in HARDWARE:
+        raise InputError(f"--hardware {hardware!r}: a named target ({', '.join(HARDWARE)})")
+    check_out(out, file=True, inputs=(config,))  # before any work
+    done = import_config(config, out, fmt=fmt, hardware=hardware, name=name)
+    port = done.port
+    for line in [u.render() for u in port.unmapped] + [f"note: {n}" for n in port.notes]:
+        console.print("  " + line, markup=False, highlight=False)
+    differences = len(port.differences)
+    summary = f"{differences} key(s) not mapped, {len(port.unmapped) - differences} ignored"
+    if strict and differences:
+        console.print(f"[red]✗[/red] {config} ({port.tool}): {summary}; --strict: nothing written")
+        raise typer.Exit(1)
+    written = write_output(out, done.text, IMPORT_HEAD, inputs=(config,))
+    console.print(f"[green]✓[/green] wrote {written}: recipe {done.recipe.name!r} from {config} ({port.tool}), "
+                  f"{summary}; it validates", highlight=False)  # fmt: skip
+    for p in done.recipe.warnings:
+        console.print("  " + p.render(written), markup=False, highlight=False)
+    console.print(f"next: crosstune plan {written}   then   crosstune study {written} --backend "
+                  f"{done.recipe.backend.default} --out BUNDLE", markup=False, highlight=False)  # fmt: skip
+
+
+@recipe_app.command("export")
+def export(
+    recipe_file: Path = typer.Argument(..., help="recipe YAML file"),
+    to: str = typer.Option(..., "--to", help="trl (for `trl sft --config`) or axolotl (for `axolotl train`)"),
+    out: Path | None = typer.Option(None, "--out", help="the config file to write (default: print it)"),
+    overrides: list[str] = OverrideOpt,
+) -> None:
+    """The recipe's torch leg as a config for your own tool, so the GPU side runs with the tool you trust; what the
+    tool can't say is listed at the file's head. `recipe import` of the file gives the recipe back."""
+    from crosstune.ownership import check_out
+    from crosstune.recipe.convert import EXPORT_HEAD, FORMATS, export_recipe, write_output
+
+    if to not in FORMATS:
+        raise InputError(f"--to {to!r}: one of {', '.join(FORMATS)}")
+    if out is not None:
+        check_out(out, file=True, inputs=(recipe_file,))  # before any work
+    text, missing = export_recipe(recipe_file, to, overrides)
+    if out is None:
+        console.print(text, markup=False, highlight=False, end="")
+        return
+    written = write_output(out, text, EXPORT_HEAD, inputs=(recipe_file,))
+    for u in missing:
+        console.print("  " + u.render(), markup=False, highlight=False)
+    console.print(f"[green]✓[/green] wrote {written}: the torch leg of {recipe_file} for {to}, "
+                  f"{len(missing)} setting(s) not carried", highlight=False)  # fmt: skip

@@ -10,9 +10,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from crosstune import hub
 from crosstune.errors import CrosstuneError
 from crosstune.recipe.checks import check_recipe
 from crosstune.recipe.findings import Problem, RecipeError
+from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.recipe.schema import Recipe
 from crosstune.recipe.strict_yaml import StrictLoader, load_yaml, yaml_problem
 
@@ -215,6 +217,19 @@ def resolve_path(recipe: Recipe, value: str | None) -> Path | None:
             "load it with load_recipe(FILE), give parse_recipe a base_dir, or use an absolute path"
         )
     return recipe.base_dir / p
+
+
+def model_snapshot(recipe: Recipe, *, fetch: bool = True) -> hub.Snapshot | None:
+    """The hub snapshot `model.path` names (None: a local folder, or no model.path). `fetch`: download the files a
+    run reads when online (crosstune.hub); False reads the cache only. A HubError says what to run when it can't."""
+    repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)
+    return None if repo is None else hub.resolve(repo, "model", recipe.model.revision, fetch=fetch)
+
+
+def model_path(recipe: Recipe, *, fetch: bool = True) -> Path | None:
+    """`model.path` as a folder: local (relative to the recipe file), or a hub id's snapshot in the hub cache."""
+    snap = model_snapshot(recipe, fetch=fetch)
+    return snap.path if snap is not None else resolve_path(recipe, recipe.model.path)
 
 
 def recipe_hash(recipe: Recipe) -> str:

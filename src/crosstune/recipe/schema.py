@@ -11,11 +11,27 @@ import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationInfo
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from crosstune.errors import BatchPlanError
 from crosstune.families.spec import NEUTRAL_TARGETS
 from crosstune.hardware import HARDWARE
+from crosstune.recipe.data_schema import (  # noqa: F401 - the data section's classes, re-exported here
+    ColumnMapping,
+    DataSection,
+    DataSource,
+    Subsample,
+    SystemPromptPolicy,
+)
+from crosstune.recipe.section import Section
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]  # experts: refused by name (recipe/checks.py)
 BackendName = Literal["torch", "jax"]  # the one list of backends (crosstune.train.backend maps each to its class)
@@ -24,17 +40,18 @@ SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" also m
 RESOLVED = "resolved"  # validation context of a run's recipe.yaml (every default written): no user-key checks
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True, allow_inf_nan=False)
-
-
 def _written_by_user(info: ValidationInfo) -> bool:
     return not (info.context or {}).get(RESOLVED)
 
 
 class ModelSection(Section):
+    omitted_when_none = ("revision",)
     family: Literal["gemma3", "gemma4"]
-    path: str | None = Field(None, description="HF model directory (config.json + safetensors); the user's own")
+    path: str | None = Field(
+        None, description="HF model directory (config.json + safetensors), or a hub id (google/gemma-4-31B-it) "
+        "resolved through the hub cache (crosstune.hub)"
+    )  # fmt: skip
+    revision: str | None = Field(None, description="the hub revision (branch, tag or commit) of a hub-id model.path")
     size: str | None = Field(None, description="a known size (e.g. 31b, 27b, tiny) for planning without a checkpoint")
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
     random_init: bool = Field(
@@ -42,7 +59,7 @@ class ModelSection(Section):
         "(no weights are read; the torch backend builds it on the GPU)"
     )  # fmt: skip
 
-    @pydantic.model_validator(mode="after")
+    @model_validator(mode="after")
     def _path_or_size(self) -> ModelSection:
         if self.path is None and self.size is None:
             raise ValueError("give model.path (a checkpoint directory) or model.size (a known spec such as 31b)")
@@ -54,72 +71,6 @@ class LoraSection(Section):
     alpha: PositiveFloat = 16.0
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     targets: list[Target] = Field(default_factory=lambda: list(NEUTRAL_TARGETS), min_length=1)
-
-
-class DataSource(Section):
-    path: str = Field(description="a file, a glob, or a datasets.save_to_disk directory")
-    format: Literal["auto", "jsonl", "parquet", "hf_disk"] = "auto"
-    split: Literal["train", "eval"] = "train"
-
-
-class ColumnMapping(Section):
-    preset: Literal["codev_r1", "qa", "messages", "custom"] = "codev_r1"
-    system: str | None = None
-    prompt: str | None = None
-    response: str | None = None
-    messages: str | None = None
-
-    def resolved(self) -> dict[str, str | None]:
-        """Column names after applying the preset (explicit names win)."""
-        base = {
-            "codev_r1": {"system": "system", "prompt": "prompt", "response": "response", "messages": None},
-            "qa": {"system": None, "prompt": "question", "response": "answer", "messages": None},
-            "messages": {"system": None, "prompt": None, "response": None, "messages": "messages"},
-            "custom": {"system": None, "prompt": None, "response": None, "messages": None},
-        }[self.preset]
-        return {k: getattr(self, k) or v for k, v in base.items()}
-
-
-class SystemPromptPolicy(Section):
-    policy: Literal["keep", "strip", "replace"] = "keep"
-    text: str | None = None
-
-    @pydantic.model_validator(mode="after")
-    def _text_for_replace(self) -> SystemPromptPolicy:
-        if self.policy == "replace" and not self.text:
-            raise ValueError("system_prompt.policy 'replace' needs system_prompt.text")
-        return self
-
-
-class Subsample(Section):
-    size: PositiveInt
-    seed: int = 42
-
-
-class DataSection(Section):
-    sources: list[DataSource] = Field(min_length=1)
-    columns: ColumnMapping = Field(default_factory=ColumnMapping)
-    system_prompt: SystemPromptPolicy = Field(default_factory=SystemPromptPolicy)
-    reasoning: Literal["strip", "keep_inline", "native"] = "strip"
-    answer_markup: Literal["plain", "tags"] = Field(
-        "plain", description="reasoning strip only: 'tags' trains the answer in the markup a CodeV-R1 system prompt "
-        "asks for, an emptied <think></think> then <answer>ANSWER</answer>, so a kept prompt and the target agree"
-    )  # fmt: skip
-    max_seq_len: PositiveInt = 2048
-    truncation: Literal["drop", "truncate"] = "drop"
-    packing: bool = True
-    subsample: Subsample | None = None
-    strict: bool = Field(True, description="stop at the first bad record (file:line) instead of skipping it")
-    prepared_dir: str | None = Field(None, description="where prepared shards go (default: <output_dir>/data/<name>)")
-
-    @pydantic.model_validator(mode="after")
-    def _markup_needs_strip(self) -> DataSection:
-        if self.answer_markup == "tags" and self.reasoning != "strip":
-            raise ValueError(
-                f"answer_markup 'tags' rewrites stripped targets; reasoning {self.reasoning!r} keeps the reasoning "
-                "(keep_inline: the record's own tags; native: Gemma 4's thought channel): set answer_markup plain"
-            )
-        return self
 
 
 class KernelsSection(Section):
@@ -165,7 +116,7 @@ class KernelsSection(Section):
     def recomputes_matmuls(self) -> bool:  # dots keeps every weight matmul's output
         return self.recompute != "dots"
 
-    @pydantic.model_validator(mode="after")
+    @model_validator(mode="after")
     def _cce_has_no_metrics(self) -> KernelsSection:
         if self.loss == "cce" and self.token_metrics:
             raise ValueError("loss 'cce' gives no per-token entropy or accuracy: set train.kernels.token_metrics false")
@@ -201,7 +152,7 @@ class TrainSection(Section):
     seed: int = 42
     kernels: KernelsSection = Field(default_factory=KernelsSection)
 
-    @pydantic.model_validator(mode="after")
+    @model_validator(mode="after")
     def _kernels_need(self) -> TrainSection:
         if self.kernels.recompute != "full" and not self.gradient_checkpointing:
             raise ValueError(
@@ -215,7 +166,7 @@ class TrainSection(Section):
             )
         return self
 
-    @pydantic.model_validator(mode="after")
+    @model_validator(mode="after")
     def _one_setting_one_key(self, info: ValidationInfo) -> TrainSection:
         """Two keys for one setting: refused rather than one silently replacing the other."""
         if not _written_by_user(info):
@@ -235,7 +186,21 @@ class TrainSection(Section):
             )
         return self
 
-    @pydantic.model_validator(mode="after")
+    def accumulation(self, data_parallel: int) -> int:
+        """Micro-batches per optimizer step on `data_parallel` devices: from global_batch_size when set, else
+        grad_accumulation (the step plan's rule, crosstune.train.steps; an export writes it for the user's tool)."""
+        if self.global_batch_size is None:
+            return self.grad_accumulation
+        micro = self.per_device_batch_size * data_parallel
+        if self.global_batch_size % micro:
+            raise BatchPlanError(
+                f"train.global_batch_size={self.global_batch_size} is not a multiple of per_device_batch_size "
+                f"{self.per_device_batch_size} × {data_parallel} data-parallel devices = {micro} rows: choose a "
+                "multiple of it, or change train.per_device_batch_size"
+            )
+        return self.global_batch_size // micro
+
+    @model_validator(mode="after")
     def _length(self) -> TrainSection:
         if self.max_steps is not None:
             self.epochs = None  # the default epochs gives way to max_steps; the resolved recipe says so
@@ -308,7 +273,7 @@ class EvalSection(Section):
     request_timeout_s: PositiveFloat = Field(1800.0, description="deadline for one request, connect to last byte, "
                                              "however slowly the server sends")  # fmt: skip
 
-    @pydantic.model_validator(mode="after")
+    @model_validator(mode="after")
     def _k_le_n(self) -> EvalSection:
         too_big = [k for k in self.k if k > self.samples]
         if too_big:
@@ -360,7 +325,7 @@ class Recipe(Section):
         """The consistency checks' warnings (recipe.load.Problem) found when the recipe was loaded."""
         return list(self._warnings)
 
-    @pydantic.model_validator(mode="after")
+    @model_validator(mode="after")
     def _selective_recompute_without_fsdp(self) -> Recipe:
         tb = self.backend.torch
         if self.train.kernels.recompute == "selective" and tb.fsdp and tb.devices * tb.nodes > 1:
@@ -370,7 +335,7 @@ class Recipe(Section):
             )
         return self
 
-    @pydantic.field_validator("name")
+    @field_validator("name")
     @classmethod
     def _name_is_one_path_component(cls, value: str) -> str:
         if not SAFE_NAME.fullmatch(value):
@@ -380,7 +345,7 @@ class Recipe(Section):
             )
         return value
 
-    @pydantic.field_validator("hardware")
+    @field_validator("hardware")
     @classmethod
     def _known_hardware(cls, value: str) -> str:
         import difflib

@@ -116,6 +116,10 @@ class RunRecord(RunTimings, StackFacts):
     recipe_hash: str
     family: str
     base_model: str | None = Field(description="the base checkpoint trained on (export's default --base)")
+    base_model_revision: str | None = Field(
+        None, description="the hub commit base_model was resolved to when model.path is a hub id (base_model is then "
+        "that snapshot's folder in the hub cache); null: a local folder"
+    )  # fmt: skip
     dtype: str
     hardware: str
     lora: LoraRecord
@@ -145,7 +149,8 @@ RUN_FIELD_DEFINITIONS: dict[str, str] = {
     name: f.description for name, f in RunRecord.model_fields.items() if f.description
 }  # docs/BACKEND_EQUIVALENCE.md lists them
 _NOT_NULL_WHEN_WRITTEN = ("global_batch", "grad_accumulation", "seq_len", "total_steps")
-_HEAD = ("format", "backend", "recipe_name", "recipe_hash", "family", "base_model", "dtype", "hardware")
+_HEAD = ("format", "backend", "recipe_name", "recipe_hash", "family", "base_model", "base_model_revision", "dtype",
+         "hardware")  # fmt: skip
 _ORDER = (*_HEAD, *(name for name in RunRecord.model_fields if name not in _HEAD))  # run.json's key order
 
 

@@ -17,7 +17,7 @@ import yaml
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text, exclusive_lock, say
 from crosstune.ownership import ResumedKind, claim
-from crosstune.recipe import Recipe, recipe_hash, resolve_path
+from crosstune.recipe import Recipe, model_path, model_snapshot, recipe_hash, resolve_path
 from crosstune.run.layout import LOCK, RECIPE_YAML, RUN_JSON
 from crosstune.run.records import (
     LOSS_CONVENTION,
@@ -109,7 +109,8 @@ def start_run_record(
     """recipe.yaml + run.json when training starts, with everything export needs (family, LoRA rank/alpha/targets,
     base path) and every fact a report compares, in the same keys for both backends; timings and `steps` stay null
     until the run records them."""
-    base = resolve_path(recipe, recipe.model.path) if recipe.model.path else None
+    base = model_path(recipe) if recipe.model.path else None
+    snapshot = model_snapshot(recipe) if recipe.model.path else None  # a hub id: the commit it resolved to
     lora = recipe.lora
     record = RunRecord(
         format=RUN_FORMAT,
@@ -118,6 +119,7 @@ def start_run_record(
         recipe_hash=recipe_hash(recipe),
         family=recipe.model.family,
         base_model=None if base is None else str(base),
+        base_model_revision=None if snapshot is None else snapshot.commit,
         dtype=recipe.model.dtype,
         hardware=recipe.hardware,
         lora=LoraRecord(

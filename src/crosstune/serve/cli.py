@@ -90,10 +90,10 @@ def start(
 
     recipe = None
     if source.is_file():
-        from crosstune.recipe import load_recipe, resolve_path
+        from crosstune.recipe import load_recipe, model_path
 
         recipe = load_recipe(source)
-        model_dir = model_dir_opt or resolve_path(recipe, recipe.model.path)
+        model_dir = model_dir_opt or model_path(recipe)
         name = name or recipe.name
         port = port or recipe.serve.port
         dtype = dtype or recipe.model.dtype

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
-from crosstune.recipe import Recipe, resolve_path
+from crosstune.hub import HubError
+from crosstune.recipe import Recipe, model_path
+from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.serve.capacity import Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
 from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_rank
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
@@ -25,6 +27,7 @@ SERVE_TARGETS = _SEED_TARGETS + tuple(t for t in HARDWARE if t not in _SEED_TARG
 IMAGES = {"gpu": "vllm/vllm-openai:latest", "tpu": "vllm/vllm-tpu:latest"}
 TPU_MAX_BATCHED_TOKENS = 2048  # XLA compiles one graph per power-of-two bucket up to this: fewer = faster start
 MODEL_MOUNT = "/model"
+CONTAINER_HF_HOME = "/root/.cache/huggingface"  # where a hub-id model's host cache is mounted in vLLM's images
 _CPU_KV_SPACE_WHY = (
     "GiB of RAM for the CPU KV cache (default 0.9 × host RAM); sized for the recipe's largest concurrency at "
     "max_model_len"
@@ -118,7 +121,11 @@ def serve_plan(
     hw = HARDWARE[target]
     platform = hw.chip.platform
     if model_dir is None:
-        model_dir = resolve_path(recipe, recipe.model.path)
+        try:
+            model_dir = model_path(recipe, fetch=False)  # a plan reads a hub id's cached config, never downloads
+        except HubError:
+            if not recipe.model.size:
+                raise
     spec = _spec(recipe, model_dir)
     s = recipe.serve
     notes: list[str] = []
@@ -182,6 +189,9 @@ def serve_plan(
     mm = _multimodal(recipe, model_dir)
     name = name or served_name(recipe, target, model_dir)
     flags = _flags(recipe, spec, platform, chosen.dp, chosen.tp, kv_dtype, mm, port or s.port, name)
+    repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)
+    if repo and recipe.model.revision:
+        flags.append(Flag(("--revision", recipe.model.revision), "the hub revision model.revision pins"))
     if adapter is not None:
         rank = adapter_rank or recipe.lora.rank
         flags += [
@@ -204,7 +214,7 @@ def serve_plan(
         s.max_model_len,
         kv_dtype,
         caps,
-        str(model_dir or recipe.model.path),
+        repo or str(model_dir or recipe.model.path),  # a hub id: vLLM reads the same hub cache
         env,
         flags,
         None,
@@ -267,7 +277,8 @@ def served_name(recipe: Recipe, target: str, model_dir: Path | None) -> str:
     recipe named for 2xh100 would misname a server on a TPU."""
     if target == recipe.hardware:
         return recipe.name
-    folder = model_dir or (Path(recipe.model.path) if recipe.model.path else None)
+    repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)  # not its snapshot's commit
+    folder = Path(repo) if repo else model_dir or (Path(recipe.model.path) if recipe.model.path else None)
     return folder.name if folder is not None and folder.name else _spec(recipe, None).name
 
 
@@ -343,7 +354,10 @@ def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, na
     if plan.platform == "cpu":
         return None
     args = [a for f in plan.flags for a in f.args]
+    served = MODEL_MOUNT
     mounts = f"-v {_host_path(str(recipe.model.path or plan.model_dir))}:{MODEL_MOUNT}:ro"
+    if hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir):  # served by id from the hub cache
+        served, mounts = plan.model_dir, f'-v "$HOME/.cache/huggingface":{CONTAINER_HF_HOME}'
     if adapter is not None:  # the adapter is mounted at /adapter and named there
         mounts += f" -v {_host_path(str(adapter))}:/adapter:ro"
         args = [f"{name}-lora=/adapter" if a == f"{name}-lora={adapter}" else a for a in args]
@@ -363,5 +377,5 @@ def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, na
         ]
     for k, v in plan.env.items():  # the engine's own settings travel into the container
         head += ["-e", f"{k}={v}"]
-    tail = ["--entrypoint", "vllm", IMAGES[plan.platform], "serve", MODEL_MOUNT, *args]
+    tail = ["--entrypoint", "vllm", IMAGES[plan.platform], "serve", served, *args]
     return f"{shlex.join(head)} {mounts} {shlex.join(tail)}"

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from crosstune.fsutil import files_fingerprint
-from crosstune.recipe import Recipe, load_recipe, resolve_path
+from crosstune.recipe import Recipe, load_recipe, model_path, model_snapshot, resolve_path
 from crosstune.run.bucket import BucketCopy
 from crosstune.study.bundle import Output, StudyError
 
@@ -143,7 +143,13 @@ class StudyContext:
 
     @property
     def model_path(self) -> Path | None:
-        return self.path(self.recipe.model.path)
+        return model_path(self.recipe)  # a hub id: its snapshot in the hub cache (crosstune.hub)
+
+    def model_revision(self) -> dict[str, str]:
+        """{"model_revision": commit} when model.path is a hub id, else {} (a local model's inputs stay as they were):
+        the commit a stage's inputs record beside the model's file fingerprints."""
+        snapshot = model_snapshot(self.recipe)
+        return {} if snapshot is None else {"model_revision": snapshot.commit}
 
     def outputs_of(self, stage: str) -> list[dict]:
         """The outputs a finished earlier stage recorded (its hashes feed this stage's inputs)."""

@@ -101,7 +101,7 @@ def plan_inputs(s: StudyContext) -> dict[str, Any]:
     """The planner reads the model's config.json (its shapes) when there is one, else model.size; not the weights."""
     config = None if s.model_path is None else s.model_path / "config.json"
     config = s.files(config, "model.path's config.json") if config is not None and config.is_file() else None
-    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend, "model_config": config}
+    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend, "model_config": config, **s.model_revision()}
 
 
 def _memory(mem) -> dict[str, Any] | None:
@@ -160,7 +160,8 @@ def run_parity(s: StudyContext) -> StageResult:
 
 # --- train --------------------------------------------------------------------------------------------------------
 def train_inputs(s: StudyContext) -> dict[str, Any]:
-    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend, "model": s.files(s.model_path, "model.path")}
+    model = s.files(s.model_path, "model.path")
+    return {"recipe": s.section(*TRAIN_SECTIONS), "backend": s.backend, "model": model, **s.model_revision()}
 
 
 def _train_outputs(s: StudyContext) -> list[Output]:
@@ -202,13 +203,14 @@ def run_train(s: StudyContext) -> StageResult:
     note = f"{result.steps} steps, loss {first:.3f} → {result.final_loss:.3f}"
     if record.compile_time_s is not None:
         note += f", compile {record.compile_time_s:.0f} s ({record.compile_time_measure})"
-    return StageResult(note, _train_outputs(s), record={"steps": result.steps}, contents={"runs": [s.run_rel]})
+    facts = {"steps": result.steps, **s.model_revision()}
+    return StageResult(note, _train_outputs(s), record=facts, contents={"runs": [s.run_rel]})
 
 
 # --- export -------------------------------------------------------------------------------------------------------
 def export_inputs(s: StudyContext) -> dict[str, Any]:
     """The merged model is the base at model.path plus the run's LoRA: both are inputs."""
-    return {"base": s.files(s.model_path, "model.path")}
+    return {"base": s.files(s.model_path, "model.path"), **s.model_revision()}
 
 
 def run_export(s: StudyContext) -> StageResult:

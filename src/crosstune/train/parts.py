@@ -17,7 +17,7 @@ from typing import Any
 
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
-from crosstune.recipe import Recipe, resolve_path
+from crosstune.recipe import Recipe, model_path
 
 
 def torch_lora_model(recipe: Recipe, *, on_gpu: bool, empty: bool = False) -> tuple[Any, Any, ModelSpec]:
@@ -32,7 +32,7 @@ def torch_lora_model(recipe: Recipe, *, on_gpu: bool, empty: bool = False) -> tu
     from crosstune.train.torch.model import build_model
     from crosstune.train.torch.sharded_load import materialize_lora
 
-    spec = model_dir_spec(resolve_path(recipe, recipe.model.path), recipe.model.family)
+    spec = model_dir_spec(model_path(recipe), recipe.model.family)
     base, tokenizer = build_model(recipe, on_gpu=on_gpu, empty=empty)
     model = get_peft_model(base, lora_config(recipe, base, spec)[0])
     if empty:

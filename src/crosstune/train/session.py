@@ -27,7 +27,7 @@ from crosstune.data.prepared import PreparedDataset
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import say, staged_dir
-from crosstune.recipe import Recipe, resolve_path
+from crosstune.recipe import Recipe, model_path
 from crosstune.run.base_checkpoint import open_base
 from crosstune.run.bucket import BucketCopy
 from crosstune.run.integrity import record_checksums
@@ -134,7 +134,7 @@ class TrainingSession:
         done = saved_steps(self.run_dir) if self.resume else []
         if done and done[-1] >= plan.total_steps:
             raise nothing_to_resume(self.run_dir, done[-1], plan.total_steps)
-        base = resolve_path(recipe, recipe.model.path)
+        base = model_path(recipe)  # a hub id: its snapshot, fetched when online (crosstune.hub)
         if base is None or not (base / "config.json").is_file():
             raise TrainError(f"model.path: no HF checkpoint (config.json + *.safetensors) at {base}")
         spec = model_dir_spec(base, recipe.model.family)
@@ -167,7 +167,7 @@ class TrainingSession:
         if (self.run_dir / METRICS_JSONL).exists():
             plot_loss_curve(self.run_dir)
         if not fit.adapter_written:  # the final LoRA as a PEFT adapter, keyed like the base checkpoint's layers
-            base = resolve_path(self.recipe, self.recipe.model.path)
+            base = model_path(self.recipe)
             lora = fit.lora if fit.lora is not None else read_run_lora(self.run_dir, fit.steps, ctx.spec).lora
             with staged_dir(self.run_dir / ADAPTER, may_replace=lambda _: None) as tmp:
                 write_peft_adapter(lora, tmp, str(base), spec=ctx.spec, layer_prefix=open_base(base).layer_prefix())

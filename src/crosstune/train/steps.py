@@ -32,16 +32,7 @@ class StepPlan:
 
 def accumulation(train: TrainSection, data_parallel: int) -> int:
     """Micro-batches per optimizer step: from train.global_batch_size when set, else train.grad_accumulation."""
-    if train.global_batch_size is None:
-        return train.grad_accumulation
-    micro = train.per_device_batch_size * data_parallel
-    if train.global_batch_size % micro:
-        raise BatchPlanError(
-            f"train.global_batch_size={train.global_batch_size} is not a multiple of per_device_batch_size "
-            f"{train.per_device_batch_size} × {data_parallel} data-parallel devices = {micro} rows: choose a "
-            "multiple of it, or change train.per_device_batch_size"
-        )
-    return train.global_batch_size // micro
+    return train.accumulation(data_parallel)
 
 
 def plan_steps(train: TrainSection, n_rows: int, data_parallel: int, processes: int = 1) -> StepPlan:

@@ -23,10 +23,11 @@ from pathlib import Path
 from crosstune.errors import CrosstuneError, read_model_config
 from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
+from crosstune.hub import HubError
 from crosstune.planner.compiled import with_layers
 from crosstune.planner.hlo import parse_collectives
 from crosstune.planner.planned_recipe import load_for_plan
-from crosstune.recipe import Recipe, resolve_path
+from crosstune.recipe import Recipe, model_path
 from crosstune.run.metrics import host_peak_rss_bytes
 from crosstune.train.steps import accumulation
 from crosstune.units import bytes_to_gib
@@ -46,7 +47,12 @@ def hf_config(recipe: Recipe, layers: int | None) -> dict:
     """The model's HF config (model.path's config.json, else the family's for model.size), cut to its first
     `layers` decoder layers."""
     fam = get_family(recipe.model.family)
-    path = resolve_path(recipe, recipe.model.path)
+    try:
+        path = model_path(recipe, fetch=False)  # a hub id's cached config: a compile never downloads
+    except HubError:
+        if not recipe.model.size:
+            raise
+        path = None
     if path is not None and (path / "config.json").is_file():
         cfg = read_model_config(path)
         spec = fam.spec_from_hf_config(cfg)

@@ -12,7 +12,7 @@ import numpy as np
 from crosstune.data import grain_dataset
 from crosstune.data.prepared import PreparedDataset
 from crosstune.families import model_dir_spec
-from crosstune.recipe import Recipe, resolve_path
+from crosstune.recipe import Recipe, model_path
 from crosstune.run.lora_weights import LoraWeights
 from crosstune.train.jax.data import global_batch
 from crosstune.train.jax.lora import install_lora, lora_to_qwix, param_name, qwix_to_lora
@@ -31,7 +31,7 @@ class JaxStepProbe:
 
         self.recipe, self.lora, self.bf16 = recipe, lora, bf16
         self.recomputes = recipe.train.gradient_checkpointing  # tunix's remat, set when the model is built
-        self.base = resolve_path(recipe, recipe.model.path)
+        self.base = model_path(recipe)
         self.spec = model_dir_spec(self.base, recipe.model.family)
         self.k = accumulation(recipe.train, recipe.backend.jax.mesh.fsdp)  # the jax run's own step
         self.mesh = make_mesh(recipe.backend.jax.mesh.fsdp, recipe.backend.jax.mesh.tp)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from crosstune.planner import plan_recipe
-from crosstune.recipe import resolve_path
+from crosstune.recipe import model_path
 from crosstune.run.integrity import record_checksums, verify_saved
 from crosstune.run.layout import CHECKPOINTS, saved_steps, step_folders
 from crosstune.run.lora_weights import LoraWeights
@@ -86,7 +86,7 @@ class JaxRun:
         from crosstune.train.jax.trainer import CrosstunePeftTrainer, training_config
 
         r, k = self.recipe, self.data.accumulation
-        model_dir = resolve_path(r, r.model.path)  # checked by the session
+        model_dir = model_path(r)  # checked by the session (a hub id: its snapshot)
         model, replicated = build_model(
             r.model.family,
             model_dir,

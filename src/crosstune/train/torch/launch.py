@@ -20,9 +20,10 @@ import yaml
 from rich.console import Console
 
 from crosstune.recipe import Recipe
+from crosstune.recipe.trl_format import fsdp_settings
 from crosstune.run.metrics import read_metrics
 from crosstune.train.backend import RunContext
-from crosstune.train.torch.config import fsdp_settings, parallelism
+from crosstune.train.torch.config import parallelism
 
 DEFAULT_PORT = 29500
 LAUNCH = "launch"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from crosstune.errors import InputError
-from crosstune.recipe import Recipe, resolve_path
+from crosstune.recipe import Recipe, model_path
 
 # Where accelerate's FSDP2 really shards: on CPU it runs FSDP as DDP, whose ranks need the whole weights.
 SHARDING_DEVICES = ("cuda",)
@@ -27,7 +27,7 @@ def build_model(recipe: Recipe, *, on_gpu: bool, empty: bool = False) -> tuple[A
 
     from crosstune.train.torch.kernels import load_causal_lm
 
-    path = resolve_path(recipe, recipe.model.path)
+    path = model_path(recipe)
     if path is None or not (path / "config.json").is_file():
         raise InputError(f"model.path: no HF checkpoint (config.json) at {path}: give an HF model folder")
     dtype = getattr(torch, recipe.model.dtype) if on_gpu else torch.float32

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from crosstune.data import torch_dataset
 from crosstune.families import get_family
-from crosstune.recipe import resolve_path
+from crosstune.recipe import model_path
 from crosstune.run.integrity import verify_saved
 from crosstune.run.layout import ADAPTER, CHECKPOINTS, step_folders
 from crosstune.train.backend import RunContext
@@ -65,7 +65,7 @@ def train_in_process(ctx: RunContext) -> int:
         peft_config=lora,
         callbacks=[callback],
         keep_last=recipe.train.keep_last,
-        shard_source=resolve_path(recipe, recipe.model.path) if by_shard else None,
+        shard_source=model_path(recipe) if by_shard else None,
         bucket=ctx.bucket,
     )
     callback.bind(trainer)
