@@ -120,7 +120,9 @@ def test_installing_chromium_prints_its_version_and_none_of_the_launcher_s_noise
 SLURM_APT_STUB = """#!/bin/sh
 echo "$*" >> "{log}"
 [ -x "$POLICY_RC_D" ] && "$POLICY_RC_D"; echo "policy-rc.d says $?" >> "{log}"
-for tool in slurmd slurmctld sbatch munged; do printf '#!/bin/sh\\necho slurm-wlm 22.05.8\\n' > "{bin}/$tool"; chmod +x "{bin}/$tool"; done
+for tool in slurmd slurmctld sbatch munged; do
+  printf '#!/bin/sh\\necho slurm-wlm 22.05.8\\n' > "{bin}/$tool"; chmod +x "{bin}/$tool"
+done
 """
 
 
