@@ -108,9 +108,21 @@ test-tpu-compile: setup tpu-compile-env
 
 # --- launch (crosstune launch, issue 24): SkyPilot's CLI and task loader in their own venv (skypilot pins click<8.2;
 # the lock has 8.5). The launch tests validate the generated specs with it and skip, saying this command, without it.
-.PHONY: launch-env test-launch
+.PHONY: launch-env slurm-env test-launch
 launch-env:
 	@PYTHON=$(PYTHON) bash scripts/install_launch_env.sh
 
-test-launch: setup launch-env
-	@$(VENV)/bin/python -m pytest -q tests/launch $(PYTEST_ARGS)
+# Debian's Slurm and MUNGE (issue 40): test-launch starts a single-node cluster from them (scripts/slurm_local.sh).
+slurm-env:
+	@bash scripts/install_slurm.sh
+
+# The specs through SkyPilot's and Kubernetes' own loaders, a real Slurm job of the tiny study and the requeue drill
+# (marker slurm), and, at the same time (network-bound, ~3 min), the accelerator install sets resolved by pip against
+# PyPI (marker resolve; its output follows the rest).
+RESOLVE_LOG := .pytest-resolve.log
+test-launch: setup launch-env slurm-env
+	@$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m resolve tests/launch $(PYTEST_ARGS) >$(RESOLVE_LOG) 2>&1 & \
+	  resolve=$$!; trap 'kill $$resolve 2>/dev/null || true' INT TERM; status=0; \
+	  $(VENV)/bin/python -m pytest -q -m "not resolve and not slow" tests/launch $(PYTEST_ARGS) || status=$$?; \
+	  wait $$resolve || status=1; echo "--- the install sets (pytest -m resolve tests/launch):"; cat $(RESOLVE_LOG); \
+	  rm -f $(RESOLVE_LOG); exit $$status

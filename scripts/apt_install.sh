@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs a Debian package when any of its commands is missing; quiet when they are all there.
 #   apt_install.sh PACKAGE VERSION_FLAG COMMAND...   e.g. apt_install.sh iverilog -V iverilog vvp
+# PACKAGE may name several, separated by spaces ("slurmd munge"); APT_OPTIONS adds options to apt-get install.
 # No pipes here: under pipefail a reader that stops early (head -1) kills the writer with SIGPIPE -> exit 141.
 set -euo pipefail
 package=$1 version_flag=$2
@@ -17,10 +18,12 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 # Another apt/dpkg run (unattended upgrades, a second install) holds the lock for a while: wait instead of failing.
 apt=($SUDO apt-get -o DPkg::Lock::Timeout=600)
-if ! "${apt[@]}" install -y -q "$package" >/dev/null 2>&1; then
+read -ra packages <<<"$package"
+read -ra options <<<"${APT_OPTIONS:-}"
+if ! "${apt[@]}" install -y -q "${options[@]}" "${packages[@]}" >/dev/null 2>&1; then
   # A fresh machine often has no package lists yet: update once, then try again (showing apt's own error).
   "${apt[@]}" update -q >/dev/null 2>&1 || true
-  "${apt[@]}" install -y -q "$package" >/dev/null || {
+  "${apt[@]}" install -y -q "${options[@]}" "${packages[@]}" >/dev/null || {
     echo "apt-get could not install $package (output above): install it by hand ('apt-get install $package')" >&2
     exit 1
   }

@@ -115,3 +115,34 @@ def test_installing_chromium_prints_its_version_and_none_of_the_launcher_s_noise
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert result.stdout.splitlines() == ["Installing chromium from Debian...", "installed: Chromium 150.0"]
     assert result.stderr == ""
+
+
+SLURM_APT_STUB = """#!/bin/sh
+echo "$*" >> "{log}"
+[ -x "$POLICY_RC_D" ] && "$POLICY_RC_D"; echo "policy-rc.d says $?" >> "{log}"
+for tool in slurmd slurmctld sbatch munged; do
+  printf '#!/bin/sh\\necho slurm-wlm 22.05.8\\n' > "{bin}/$tool"; chmod +x "{bin}/$tool"
+done
+"""
+
+
+def test_installing_slurm_keeps_its_daemons_from_starting_and_removes_the_policy_after(tmp_path):
+    """Debian's postinst scripts start slurmctld, slurmd and munged unless policy-rc.d says no (exit 101): without
+    one, the script puts one in place for the install and removes it after."""
+    env, stubs, log = _sandbox(tmp_path)
+    (tmp_path / "system" / "rm").symlink_to(shutil.which("rm"))
+    (stubs / "apt-get").write_text(SLURM_APT_STUB.format(log=log, bin=stubs))
+    env["POLICY_RC_D"] = str(tmp_path / "policy-rc.d")
+    result = subprocess.run([shutil.which("bash"), str(REPO / "scripts" / "install_slurm.sh")], env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert log.read_text().splitlines() == [
+        "-o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends slurmctld slurmd slurm-client munge",
+        "policy-rc.d says 101",
+    ]
+    assert result.stdout.splitlines() == ["Installing slurmctld slurmd slurm-client munge from Debian...",
+                                          "installed: slurm-wlm 22.05.8"]  # fmt: skip
+    assert not (tmp_path / "policy-rc.d").exists()
+    result = subprocess.run([shutil.which("bash"), str(REPO / "scripts" / "install_slurm.sh")], env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")  # quiet once installed

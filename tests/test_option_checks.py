@@ -58,5 +58,5 @@ def test_launch_refuses_zero_nodes(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     out = tmp_path / "s.sbatch"
     said = refused("launch", "recipes/gemma4-31b-2xh100.yaml", "--on", "slurm", "--nodes", "0", "--out", str(out))
-    assert said == "error: --nodes 0: give at least 1 (the GPU nodes the job runs on)"
+    assert said == "error: --nodes 0: give at least 1 (the nodes the job runs on)"
     assert not out.exists()

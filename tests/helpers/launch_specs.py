@@ -17,6 +17,7 @@ _register()
 runner = CliRunner()
 V5P = "recipes/gemma4-31b-tpu-v5p-8.yaml"
 H100 = "recipes/gemma4-31b-2xh100.yaml"
+RESOLVING_PIP = "26.3"  # scripts/install_launch_env.sh's
 NEEDS_LAUNCH_ENV = "needs the launch environment (SkyPilot + its Kubernetes client): run `make launch-env`"
 
 
@@ -37,6 +38,16 @@ def launch_python() -> Path:
     if not py.is_file():
         pytest.skip(NEEDS_LAUNCH_ENV)
     return py
+
+
+def resolving_pip() -> tuple[list[str], dict[str, str]]:
+    """pip of the launch environment (`make launch-env` pins one whose fast-deps resolves from metadata alone) and an
+    environment in which no pip configuration of this machine applies (its local wheel folders and caps)."""
+    py = launch_venv() / "bin" / "python"
+    if not any(launch_venv().glob(f".installed-skypilot-*-pip-{RESOLVING_PIP}")):
+        pytest.fail(f"the launch environment has no pip {RESOLVING_PIP}: run `make launch-env`")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
+    return [str(py), "-m", "pip"], {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 def in_launch_env(code: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

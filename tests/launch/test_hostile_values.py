@@ -72,8 +72,9 @@ def test_hostile_values_the_grammar_takes_land_only_inside_quoted_values(hostile
 
     named = HOSTILE.replace("/", "_")  # --out too: a spec's own file name is never written into it
     script = tmp_path / f"study {named}.sbatch"
+    # Slurm's bucket may be any folder name
     launch(str(h100), "--on", "slurm", "--target", "8xh100", "--nodes", "2", "--time", "2-00:00:00", *sets,
-           "--out", str(script))  # fmt: skip
+           "--bucket", HOSTILE, "--out", str(script))  # fmt: skip
     text = script.read_text()
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     # sbatch reads directives up to the first line that is not a comment (sbatch(1)): the hostile one is after it
@@ -85,7 +86,9 @@ def test_hostile_values_the_grammar_takes_land_only_inside_quoted_values(hostile
     for stub in ("srun", "scontrol"):
         (bin_dir / stub).chmod(0o755)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CROSSTUNE_HOME": str(checkout), "SLURM_JOB_NODELIST": "g"}
-    assert_verbatim(stubbed_run(text, checkout, tmp_path / "slurm.log", env), h100)
+    argvs = stubbed_run(text, checkout, tmp_path / "slurm.log", env)
+    assert_verbatim(argvs, h100)
+    assert all(argv[argv.index("--bucket") + 1] == HOSTILE for argv in argvs)
 
     sky = tmp_path / f"sky {named}.yaml"
     launch(str(h100), "--on", "skypilot", "--bucket", "gs://my-bundles", *sets, "--out", str(sky))

@@ -17,9 +17,9 @@ import yaml
 from tests.helpers.launch_specs import H100, K8S_ROUND_TRIP, SKY_LOAD, SRUN_STUB, V5P, fails, in_launch_env, launch
 from tests.helpers.paths import REPO
 
-SKY_CASES = [
-    (V5P, "tpu-v5p-8", {"tpu-v5p-8": 1}, '"jax[tpu]==0.10.2"'),
-    (H100, "2xh100", {"H100": 2}, "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"),
+SKY_CASES = [  # the accelerator's packages on top of the lock (PyPI's torch is the CUDA build: the lock's pin)
+    (V5P, "tpu-v5p-8", {"tpu-v5p-8": 1}, "uv pip install --python .venv/bin/python 'jax[tpu]==0.10.2'"),
+    (H100, "2xh100", {"H100": 2}, 'uv pip install --python .venv-serve/bin/python "vllm==0.32.0"'),
 ]
 
 
@@ -34,6 +34,7 @@ def test_skypilot_specs_for_tpu_v5p_8_and_2xh100_are_accepted_by_skypilot_s_own_
         assert data["envs"]["CROSSTUNE_RECIPE_HASH"] in text.splitlines()[0] and data["envs"]["CROSSTUNE_VERSION"]
         assert "python3 -m uv pip install --python .venv/bin/python -r requirements.lock" in data["setup"]
         assert wheel in data["setup"]
+        assert not re.search(r"(-f|--find-links|--index-url|--extra-index-url) ", data["setup"])  # PyPI alone
         backend = "jax" if target.startswith("tpu") else "torch"
         assert f".venv/bin/crosstune study {recipe} --backend {backend} --set hardware={target} --out" in data["run"]
         assert data["file_mounts"] == {"/crosstune-bucket": {"name": "my-bundles", "mode": "MOUNT"}}
@@ -197,14 +198,15 @@ def test_slurm_script_for_2_nodes_of_8_gpus(tmp_path):
 
 
 def test_submit_hands_the_spec_to_the_engine_s_cli_or_says_how_to_install_it(tmp_path, monkeypatch):
-    spec = tmp_path / "study.sbatch"
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    """Whatever engines this host has installed, the test sees only the ones it made: PATH is a folder of its own."""
+    spec, engines = tmp_path / "study.sbatch", tmp_path / "engines"
+    engines.mkdir()
+    monkeypatch.setenv("PATH", str(engines))
     out = fails(H100, "--on", "slurm", "--out", str(spec), "--submit")
     assert "--submit needs `sbatch`, which is not installed here: submit from a Slurm login node" in out
     assert spec.is_file()  # written before the hand-off
-    (tmp_path / "sbatch").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/submitted\n')
-    (tmp_path / "sbatch").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    (engines / "sbatch").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/submitted\n')
+    (engines / "sbatch").chmod(0o755)
     launch(H100, "--on", "slurm", "--out", str(spec), "--submit")
     assert (tmp_path / "submitted").read_text().split() == [str(spec)]
     monkeypatch.setenv("CROSSTUNE_LAUNCH_VENV", str(tmp_path / "none"))

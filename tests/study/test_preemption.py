@@ -11,28 +11,18 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from crosstune.run.integrity import verify_checksums
-from crosstune.run.layout import step_folders
-from crosstune.run.lora_weights import read_peft_adapter
 from crosstune.run.metrics import read_metrics
 from crosstune.run.records import read_run_record
 from crosstune.study.bundle import read_manifest
 from tests.helpers.paths import RECIPES, REPO
+from tests.helpers.preemption import ATOL, complete_checkpoint_in, final_lora, largest_difference, moved_since
 from tests.helpers.processes import kill_9_when
 from tests.helpers.study import overrides
 
 pytestmark = pytest.mark.slow
 STEPS, EVERY = 8, 2
-LR = 2.0e-3  # recipes/tiny-cpu.yaml's train.learning_rate (its peak: warmup then cosine)
-# Both runs are processes with the same thread settings running the same ops on the same rows from the same
-# state (the checkpoint holds the LoRA, AdamW's moments and the step in fp32): any difference is fp32 rounding in
-# threaded reductions, a relative ~1e-7 of each update, and AdamW's update per element is at most about LR
-# (its normalised step, Kingma & Ba §2.1). A lost or repeated step moves some element by about LR; rounding moves
-# none by more than a few 1e-7 · LR per step. LR/100 lies between the two by orders of magnitude.
-ATOL = LR / 100
 
 
 def _study(backend: str, bundle, sets, *extra: str) -> subprocess.Popen:
@@ -57,18 +47,6 @@ def _finish(proc: subprocess.Popen) -> str:
     return out
 
 
-def _complete_in_bucket(run_dir) -> bool:
-    try:
-        return any(verify_checksums(folder, "checkpoint") for folder in step_folders(run_dir).values())
-    except Exception:  # a file half copied: not yet
-        return False
-
-
-def _final_lora(run_dir) -> dict[str, np.ndarray]:
-    lora, _ = read_peft_adapter(run_dir / "adapter")
-    return {f"{m}.{ab}": np.asarray(w) for m, pair in lora.modules.items() for ab, w in zip("AB", pair, strict=True)}
-
-
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_a_preempted_study_resumes_from_the_bucket_to_the_uninterrupted_lora(
     backend, tmp_path, tiny_gemma4_dir, synth_corpus_dir
@@ -81,7 +59,7 @@ def test_a_preempted_study_resumes_from_the_bucket_to_the_uninterrupted_lora(
     bucket, bundle = tmp_path / "bucket", tmp_path / "machine" / "bundle"
     run_rel = f"runs/tiny-cpu-{backend}"
     proc = _study(backend, bundle, sets, "--bucket", str(bucket))
-    kill_9_when(proc, lambda: _complete_in_bucket(bucket / "bundle" / run_rel))
+    kill_9_when(proc, lambda: complete_checkpoint_in(bucket / "bundle" / run_rel))
     in_bucket = read_manifest(bucket / "bundle")
     assert [in_bucket["stages"][n]["status"] for n in ("prepare", "plan")] == ["done", "done"]  # pushed per stage
     assert in_bucket["stages"]["train"]["status"] == "running"
@@ -96,19 +74,10 @@ def test_a_preempted_study_resumes_from_the_bucket_to_the_uninterrupted_lora(
     assert read_manifest(bundle)["stages"]["train"]["status"] == "done"
     assert read_manifest(bucket / "bundle")["stages"]["train"]["status"] == "done"  # the end reached the bucket
 
-    got, want = _final_lora(run_dir), _final_lora(reference / run_rel)
-    assert got.keys() == want.keys()
-    worst = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    got = final_lora(run_dir)
+    worst = largest_difference(got, final_lora(reference / run_rel))
     assert worst <= ATOL, (worst, ATOL)
     # The comparison has teeth: the steps trained after the resume moved the LoRA by far more than ATOL.
     at_resume = json.loads((run_dir / "run.json").read_text())["resumed_from_step"]
-    moved = _moved_since(run_dir, at_resume, got)
+    moved = moved_since(run_dir, at_resume, got)
     assert moved > 10 * ATOL, (moved, ATOL)
-
-
-def _moved_since(run_dir, step: int, final: dict[str, np.ndarray]) -> float:
-    from crosstune.train.session import read_run_lora
-
-    lora = read_run_lora(run_dir, step).lora
-    then = {f"{m}.{ab}": np.asarray(w) for m, pair in lora.modules.items() for ab, w in zip("AB", pair, strict=True)}
-    return max(float(np.max(np.abs(final[k] - then[k]))) for k in final)

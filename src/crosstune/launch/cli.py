@@ -97,7 +97,7 @@ def render_spec(engine: str, job: Job, **opts) -> str:
             "--spot: Slurm's preemptible capacity is a partition's (PreemptMode=REQUEUE); the script "
             "always requeues and resumes: submit it to that partition (sbatch --partition P)"
         )
-    return slurm.render(job, nodes=opts.get("nodes") or 1, time_limit=opts.get("time_limit"))
+    return slurm.render(job, nodes=opts.get("nodes") or 1, time_limit=opts.get("time_limit"), bucket=opts.get("bucket"))
 
 
 def check_options(
@@ -107,8 +107,10 @@ def check_options(
     if on not in ENGINES:
         raise LaunchError(f"--on {on!r}: one of {', '.join(ENGINES)}")
     if nodes is not None and nodes < 1:
-        raise LaunchError(f"--nodes {nodes}: give at least 1 (the GPU nodes the job runs on)")
-    if bucket is not None:
+        raise LaunchError(f"--nodes {nodes}: give at least 1 (the nodes the job runs on)")
+    if bucket is not None and on == "slurm":  # the study keeps the copy itself, wherever `study --bucket` can
+        engine_grammar.study_bucket(bucket)
+    elif bucket is not None:  # a SkyPilot storage mount, a GCS FUSE volume
         engine_grammar.gcs_bucket(bucket)
     if pvc is not None:
         engine_grammar.dns_subdomain(pvc, "--pvc")
@@ -132,15 +134,19 @@ def submit(engine: str, job: Job, spec: Path, bucket: str | None = None) -> int:
 
 def launch(
     recipe_file: Path = typer.Argument(..., help="recipe YAML, inside the checkout the job runs"),
-    on: str = typer.Option(..., "--on", help="skypilot (a TPU VM or GPU box), gke (a TPU slice), slurm (GPU nodes)"),
+    on: str = typer.Option(..., "--on", help="skypilot (TPU VM, GPU box), gke (a TPU slice), slurm (GPU/CPU nodes)"),
     out: Path = typer.Option(..., "--out", help="the spec file to write (YAML; an sbatch script for slurm)"),
     target: str = typer.Option(None, "--target", help="hardware target, e.g. tpu-v5p-8, 2xh100 (default: recipe)"),
     backend: str = typer.Option(None, "--backend", help="torch or jax (default: jax on TPUs, torch on GPUs)"),
     overrides: list[str] = typer.Option(None, "--set", help="recipe override the study runs with (repeatable)"),
-    bucket: str = typer.Option(None, "--bucket", help="skypilot: bucket the bundle is copied to; gke: the bundle's"),
+    bucket: str = typer.Option(
+        None,
+        "--bucket",
+        help="skypilot, slurm: the bundle's copy (slurm: gs://, s3:// or a folder); gke: the bundle's volume",
+    ),
     pvc: str = typer.Option(None, "--pvc", help="gke: a ReadWriteMany claim (Filestore) for the bundle"),
     image: str = typer.Option(None, "--image", help="gke: the container image with crosstune installed"),
-    nodes: int = typer.Option(None, "--nodes", help="slurm: GPU nodes (each the --target box)"),
+    nodes: int = typer.Option(None, "--nodes", help="slurm: nodes (each the --target box; a CPU target: one)"),
     time_limit: str = typer.Option(None, "--time", help="slurm: the job's time limit, e.g. 12:00:00"),
     spot: bool = typer.Option(False, "--spot", help="spot/preemptible capacity (skypilot, gke; needs a bucket/volume)"),
     do_submit: bool = typer.Option(False, "--submit", help="hand the spec to the engine's CLI after writing it"),
@@ -150,18 +156,17 @@ def launch(
     Every spec carries the recipe's hash and crosstune's version. skypilot: a task YAML (resources from the target,
     setup = the lock + the accelerator's wheels, run = the study, bundle copied to --bucket). gke: a JobSet over the
     TPU slice's hosts (JAX multi-controller). slurm: an sbatch script (srun, torchrun rendezvous, FSDP2 across
-    nodes). What each assumes: docs/REAL_HARDWARE.md."""
+    GPU nodes; or one CPU node with --target cpu), requeued and resumed. What each assumes: docs/REAL_HARDWARE.md."""
     check_options(on, bucket, pvc, image, nodes, time_limit)
     _refuse_foreign(out)
-    extra = list(overrides or [])
-    if on == "slurm":  # every step of the script loads the same recipe: the node and GPU counts are part of it
-        from crosstune.hardware import HARDWARE
-        from crosstune.recipe import load_recipe
+    job = make_job(_relative_recipe(recipe_file), target, backend, overrides)
+    if on == "slurm":
+        from crosstune.launch import slurm
 
-        known = HARDWARE.get(target) if target else None
-        gpus = known.devices if known else load_recipe(recipe_file, extra).backend.torch.devices
-        extra += [f"backend.torch.nodes={nodes or 1}", f"backend.torch.devices={gpus}"]
-    job = make_job(_relative_recipe(recipe_file), target, backend, extra)
+        slurm.check(job, nodes or 1)  # what the nodes can't run, before the plan
+        if job.backend == "torch":  # every step loads the same recipe: node and device counts included
+            extra = [f"backend.torch.nodes={nodes or 1}", f"backend.torch.devices={job.target.devices}"]
+            job = make_job(job.recipe_file, target, backend, [*(overrides or []), *extra])
     _check_plan(job)
     text = render_spec(on, job, bucket=bucket, pvc=pvc, image=image, nodes=nodes, time_limit=time_limit, spot=spot)
     write_owned_file(out, text, SPEC, error=LaunchError)

@@ -8,7 +8,9 @@ YAML).
   any case).
 - Kubernetes object names: DNS-1123 subdomains (a claim's name, at most 253; the JobSet's own name is made from
   the recipe's name in [a-z0-9-], job_spec.Job.name).
-- GCS bucket names: cloud.google.com/storage/docs/buckets#naming, as SkyPilot's GcsStore.validate_name applies them.
+- GCS bucket names: cloud.google.com/storage/docs/buckets#naming, as SkyPilot's GcsStore.validate_name applies them
+  (SkyPilot's storage mount, GKE's FUSE volume); for Slurm, whatever `crosstune study --bucket` takes (the study keeps
+  the copy itself: gs://, s3:// or a folder).
 - Container images: the distribution reference grammar (github.com/distribution/reference, regexp.go).
 """
 
@@ -64,6 +66,17 @@ def gcs_bucket(value: str, what: str = "--bucket") -> str:
     if rule:
         raise LaunchError(f"{what} {value!r}: not a GCS bucket name ({rule}; cloud.google.com/storage/docs/buckets)")
     return name
+
+
+def study_bucket(value: str, what: str = "--bucket") -> str:
+    """What `crosstune study --bucket` takes (gs://NAME, s3://NAME or a folder: crosstune.run.bucket), when the
+    study keeps the bundle's copy itself (Slurm); else LaunchError."""
+    from crosstune.run.bucket import BucketError, check_bucket
+
+    try:
+        return check_bucket(value)
+    except BucketError as e:
+        raise LaunchError(str(e).replace("--bucket", what, 1)) from None
 
 
 def image_reference(value: str, what: str = "--image") -> str:

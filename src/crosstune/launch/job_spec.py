@@ -1,5 +1,6 @@
 """What every job spec shares: the recipe (its hash, the target it runs on, the backend), the project version, the
-install steps README's "Real hardware" gives (the lock plus the accelerator's wheels), and the study command."""
+install steps README's "Real hardware" gives (the lock plus the accelerator's packages, all from PyPI), and the study
+command."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ from crosstune.recipe import Recipe, load_recipe, recipe_hash
 from crosstune.recipe.schema import BACKEND_NAMES
 
 JAX_VERSION = "0.10.2"
-TORCH_VERSION = "2.13.0"
-CUDA_INDEX = "https://download.pytorch.org/whl/cu128"
-LIBTPU_INDEX = "https://storage.googleapis.com/jax-releases/libtpu_releases.html"
+# What an accelerator adds to the lock, every package from PyPI: the index the lock itself installs from, and the
+# one CI reaches, so tests/launch/test_install_sets.py resolves exactly what the specs install. PyPI's torch 2.13.0
+# (the lock's pin) is its CUDA 13.0 build on Linux x86_64, as vLLM's own GPU wheels pin it: JAX's CUDA plugin for the
+# same CUDA major shares its libraries. jax[tpu] brings libtpu from PyPI (requirements-tpu-compile.txt's version).
+ACCELERATOR_PACKAGES = {("tpu", "jax"): [f"jax[tpu]=={JAX_VERSION}"], ("gpu", "jax"): [f"jax[cuda13]=={JAX_VERSION}"]}
+# The serving venv's Python per platform: vllm-tpu's wheels are for CPython 3.12 only (on 3.11 the resolver would
+# pick an older release); vLLM's GPU wheels are abi3.
+SERVE_PYTHON = {"tpu": "3.12", "gpu": "3.11"}
 STUDY_PORT = 29500  # torch rendezvous on node 0 (crosstune.train.torch.launch's default)
 
 
@@ -115,16 +121,8 @@ def install_steps(job: Job) -> list[str]:
         "python3 -m uv venv --python 3.11 .venv",
         "python3 -m uv pip install --python .venv/bin/python -r requirements.lock",
     ]
-    platform = job.target.chip.platform
-    if platform == "tpu":
-        steps.append(f'python3 -m uv pip install --python .venv/bin/python "jax[tpu]=={JAX_VERSION}" -f {LIBTPU_INDEX}')
-    elif platform == "gpu":
-        steps.append(
-            f"python3 -m uv pip install --python .venv/bin/python --reinstall torch=={TORCH_VERSION} "
-            f"--index-url {CUDA_INDEX}"
-        )
-        if job.backend == "jax":
-            steps.append(f'python3 -m uv pip install --python .venv/bin/python "jax[cuda12]=={JAX_VERSION}"')
+    if extra := accelerator_packages(job.target.chip.platform, job.backend):
+        steps.append(f"python3 -m uv pip install --python .venv/bin/python {shlex.join(extra)}")
     steps += serving_steps(job)
     steps += [
         "python3 -m uv pip install --python .venv/bin/python --no-deps -e .",
@@ -134,17 +132,29 @@ def install_steps(job: Job) -> list[str]:
     return steps
 
 
+def accelerator_packages(platform: str, backend: str) -> list[str]:
+    """The requirements installed on top of the lock for `backend` on `platform` (none: the lock is all)."""
+    return list(ACCELERATOR_PACKAGES.get((platform, backend), []))
+
+
+def serving_package(platform: str) -> str | None:
+    """The vLLM build the serving venv gets on `platform` (None: no serving environment is installed)."""
+    from crosstune.serve.engine import VLLM_VERSION
+
+    return {"tpu": f"vllm-tpu=={VLLM_VERSION}", "gpu": f"vllm=={VLLM_VERSION}"}.get(platform)
+
+
 def serving_steps(job: Job) -> list[str]:
     """vLLM for the accelerator in its own venv (.venv-serve: its pins conflict with the training stack's), stamped
     the way crosstune.serve.engine finds a serving environment."""
     from crosstune.serve.engine import VLLM_VERSION
 
-    package = {"tpu": "vllm-tpu", "gpu": f"vllm=={VLLM_VERSION}"}.get(job.target.chip.platform)
+    platform = job.target.chip.platform
+    package = serving_package(platform)
     if package is None:
         return []
-    build = job.target.chip.platform
     return [
-        "python3 -m uv venv --python 3.11 .venv-serve",
+        f"python3 -m uv venv --python {SERVE_PYTHON[platform]} .venv-serve",
         f'python3 -m uv pip install --python .venv-serve/bin/python "{package}"',
-        f"touch .venv-serve/.installed-vllm-{build}-{VLLM_VERSION}",
+        f"touch .venv-serve/.installed-vllm-{platform}-{VLLM_VERSION}",
     ]

@@ -129,13 +129,19 @@ class BucketCopy:
         return argv + (["--delete"] if delete else [])
 
 
-def bundle_copy(bucket: str, bundle: Path) -> BucketCopy:
-    """The copy of the folder `bundle` in `bucket`: BUCKET/<bundle's folder name>."""
+def check_bucket(bucket: str) -> str:
+    """`bucket` (stripped) when a bundle's copy can be kept there: gs://NAME[/...], s3://NAME[/...] or a folder."""
     bucket = bucket.strip()
     if not bucket:
         raise BucketError("--bucket is empty: give gs://NAME, s3://NAME or a folder")
     if bucket.startswith(SCHEMES) and not bucket.split("://", 1)[1].strip("/"):
         raise BucketError(f"--bucket {bucket}: name the bucket, e.g. gs://my-bundles")
+    return bucket
+
+
+def bundle_copy(bucket: str, bundle: Path) -> BucketCopy:
+    """The copy of the folder `bundle` in `bucket`: BUCKET/<bundle's folder name>."""
+    bucket = check_bucket(bucket)
     remote = bucket if bucket.startswith(SCHEMES) else str(Path(bucket).expanduser().resolve())
     if remote == str(Path(bundle).resolve()) or str(Path(bundle).resolve()).startswith(remote.rstrip("/") + "/"):
         raise BucketError(f"--bucket {bucket} holds the bundle itself: give a folder or bucket beside it")
