@@ -198,7 +198,7 @@ def test_slurm_script_for_2_nodes_of_8_gpus(tmp_path):
 
 def test_submit_hands_the_spec_to_the_engine_s_cli_or_says_how_to_install_it(tmp_path, monkeypatch):
     spec = tmp_path / "study.sbatch"
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # not /usr/bin: a machine may have Slurm's client there
     out = fails(H100, "--on", "slurm", "--out", str(spec), "--submit")
     assert "--submit needs `sbatch`, which is not installed here: submit from a Slurm login node" in out
     assert spec.is_file()  # written before the hand-off

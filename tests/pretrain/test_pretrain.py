@@ -63,7 +63,8 @@ def test_an_unfinished_folder_is_not_taken_for_a_cached_base(tmp_path):
 def test_the_default_base_ships_under_the_name_of_its_inputs(tmp_path):
     """The package holds exactly one base, and it is the one today's code, corpus and versions name: a change to any
     input (PretrainConfig, the corpus generator, the model spec, the library pins) fails here until the shipped
-    base is rebuilt (`crosstune pretrain --rebuild`, then copy the cache folder into src/crosstune/pretrain/pretrained/)."""
+    base is rebuilt (`crosstune pretrain --rebuild`, then copy the cache folder into
+    src/crosstune/pretrain/pretrained/)."""
     logs: list[str] = []
     base = pretrained_base(PretrainConfig(), tmp_path, log=logs.append)
     assert base.parent == SHIPPED_BASES and logs == [] and not any(tmp_path.iterdir())  # nothing trained or cached
