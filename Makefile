@@ -13,6 +13,10 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 PYTEST_ARGS ?=
+# Both cores (pytest-xdist). Whole files to a worker: a module's fixtures (a trained run, an export) are built once;
+# session fixtures are built once for both workers (tests/helpers/shared.py).
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: setup iverilog chromium demo test test-slow lint lock clean-venv
 
@@ -38,7 +42,7 @@ demo: setup
 	@$(VENV)/bin/crosstune demo
 
 test: setup chromium
-	@$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	@$(VENV)/bin/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-slow: setup
 	@$(VENV)/bin/python -m pytest -q -m slow $(PYTEST_ARGS)

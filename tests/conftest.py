@@ -1,15 +1,24 @@
 """Test-wide settings: quiet, deterministic, offline, and kind to a shared 2-core machine."""
 
+import functools
 import os
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.shared import built_once
+
+pytest_plugins = ["tests.helpers.budget"]  # each folder's CPU seconds against tests/budget.toml
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# rich fixes a console's width from COLUMNS when the console is made (at import); pytest-xdist's workers have
+# COLUMNS=80 and a shell may export it: without it, output to a pipe is as wide as the CLIs make it, in every run.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 SLOW_TEST_TIMEOUT_S = 900  # multi-process and resume-after-SIGKILL tests; the suite's default is in pyproject.toml
 
@@ -31,9 +40,11 @@ def synth_corpus_dir(tmp_path_factory) -> Path:
     """A small synthetic Verilog corpus (train.jsonl + eval/), fixed seed."""
     from crosstune.synth import generate_corpus
 
-    out = tmp_path_factory.mktemp("synth_corpus")
-    generate_corpus(out, **SYNTH_CORPUS)
-    return out
+    def build(out: Path) -> Path:
+        generate_corpus(out, **SYNTH_CORPUS)
+        return out
+
+    return built_once(tmp_path_factory, "synth_corpus", build)
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +52,8 @@ def tiny_gemma3_dir(tmp_path_factory, synth_corpus_dir) -> Path:
     """A tiny random Gemma 3 checkpoint (HF layout, fp32, seed 0) with its tokenizer and chat template."""
     from crosstune.models.tiny import build_tiny_model
 
-    return build_tiny_model("gemma3", tmp_path_factory.mktemp("tiny_gemma3"), seed=0, corpus_dir=synth_corpus_dir)
+    build = functools.partial(build_tiny_model, "gemma3", seed=0, corpus_dir=synth_corpus_dir)
+    return built_once(tmp_path_factory, "tiny_gemma3", build)
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +61,8 @@ def tiny_gemma4_dir(tmp_path_factory, synth_corpus_dir) -> Path:
     """A tiny random Gemma 4 checkpoint (k_eq_v globals, global head_dim 32, 1 global KV head), seed 0."""
     from crosstune.models.tiny import build_tiny_model
 
-    return build_tiny_model("gemma4", tmp_path_factory.mktemp("tiny_gemma4"), seed=0, corpus_dir=synth_corpus_dir)
+    build = functools.partial(build_tiny_model, "gemma4", seed=0, corpus_dir=synth_corpus_dir)
+    return built_once(tmp_path_factory, "tiny_gemma4", build)
 
 
 @pytest.fixture(scope="session")
@@ -57,8 +70,8 @@ def tiny_gemma4_e_dir(tmp_path_factory, synth_corpus_dir) -> Path:
     """The E models' layout, tiny (per-layer inputs, the last 3 of 6 layers KV-shared, double-wide MLP), seed 0."""
     from crosstune.models.tiny import build_tiny_model
 
-    out = tmp_path_factory.mktemp("tiny_gemma4_e")
-    return build_tiny_model("gemma4", out, seed=0, corpus_dir=synth_corpus_dir, size="tiny-e")
+    build = functools.partial(build_tiny_model, "gemma4", seed=0, corpus_dir=synth_corpus_dir, size="tiny-e")
+    return built_once(tmp_path_factory, "tiny_gemma4_e", build)
 
 
 @pytest.fixture(scope="session")
@@ -66,8 +79,8 @@ def tiny_gemma4_moe_dir(tmp_path_factory, synth_corpus_dir) -> Path:
     """The 26B-A4B's layout, tiny (8 experts, top 2, beside the dense MLP; k_eq_v globals), seed 0."""
     from crosstune.models.tiny import build_tiny_model
 
-    out = tmp_path_factory.mktemp("tiny_gemma4_moe")
-    return build_tiny_model("gemma4", out, seed=0, corpus_dir=synth_corpus_dir, size="tiny-moe")
+    build = functools.partial(build_tiny_model, "gemma4", seed=0, corpus_dir=synth_corpus_dir, size="tiny-moe")
+    return built_once(tmp_path_factory, "tiny_gemma4_moe", build)
 
 
 @pytest.fixture

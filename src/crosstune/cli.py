@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import sys
 
 import typer
@@ -55,6 +56,7 @@ app = typer.Typer(
 )
 
 
+@functools.cache  # once per process: typer would list every command again on each call (tests call it per module)
 def _register() -> None:
     from crosstune.commands import register_all
 

@@ -155,7 +155,7 @@ def test_torch_checkpoint_step_and_cli(tmp_path, g4_run, tiny_gemma4_dir):
     assert manifest["source"]["step"] == 7 and manifest["source"]["checkpoint"].endswith("checkpoint-7")
     a7 = load_file(str(tmp_path / "a" / "adapter_model.safetensors"))
     src = load_file(str(run / "checkpoints" / "checkpoint-7" / "adapter_model.safetensors"))
-    assert all(torch.equal(a7[k], src[k]) for k in src)
+    assert src and all(torch.equal(a7[k], src[k]) for k in src)
     result = CliRunner().invoke(
         app, ["export", str(run), "--to", "adapter", "--step", "9", "--out", str(tmp_path / "b")]
     )

@@ -102,7 +102,7 @@ def test_both_backends_and_both_exports_on_the_hub_layout(hub_tiny, synth_corpus
         assert (merged / index).read_bytes() == (hub_tiny / index).read_bytes()
         lora, _ = read_peft_adapter(out / "adapter", family="gemma4")
         keys = SafetensorsFile(out / "adapter" / "adapter_model.safetensors").tensors
-        assert all(k.startswith("base_model.model.model.language_model.layers.") for k in keys)
+        assert keys and all(k.startswith("base_model.model.model.language_model.layers.") for k in keys)
         changed = 0
         for name, (file, _, shape) in base.items():
             rows = shape[0] if shape else 0

@@ -41,7 +41,9 @@ def overrides(family: str, model_dir: Path, corpus: Path, out: Path) -> list[str
 VARIANTS = {"gemma4": [], "gemma3": ["train.grad_accumulation=2", "train.gradient_checkpointing=true"]}
 
 
-@pytest.mark.parametrize("family", ["gemma4", "gemma3"])
+# gemma3 (accumulation + recompute on both sides, ~33 CPU s) is slow: gemma4 keeps the parity check in the default
+# suite, and tests/train/test_step_probe.py runs both backends' step with accumulation 2
+@pytest.mark.parametrize("family", ["gemma4", pytest.param("gemma3", marks=pytest.mark.slow)])
 def test_backends_agree_on_one_training_step(family, tmp_path, synth_corpus_dir, tiny_gemma3_dir, tiny_gemma4_dir):
     model_dir = {"gemma3": tiny_gemma3_dir, "gemma4": tiny_gemma4_dir}[family]
     report = run_parity(RECIPE, overrides(family, model_dir, synth_corpus_dir, tmp_path) + VARIANTS[family])

@@ -114,7 +114,9 @@ def test_report_md_renders_hostile_names_as_text(tmp_path):
     assert "<img src=x" not in html and "<a href" not in html and "<em>bold</em>" not in html
     assert "<h1>heading" not in html and "<li>item" not in html
     assert html.count("&lt;img src=x onerror=alert(1)&gt;") >= 3  # the run, the sweep and the evaluation, as text
-    for table in html.split("<table>")[1:]:  # every row has as many cells as the header: no `|` split a cell
+    tables = html.split("<table>")[1:]
+    assert tables  # (the check below would pass on a report with none)
+    for table in tables:  # every row has as many cells as the header: no `|` split a cell
         head, body = table.split("</thead>")[0], table.split("<tbody>")[1].split("</tbody>")[0]
         assert {row.count("<td>") for row in body.split("</tr>") if "<td>" in row} == {head.count("<th>")}
     images = [line for line in html.splitlines() if "<img" in line]

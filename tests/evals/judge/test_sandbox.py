@@ -33,7 +33,7 @@ def run_limited(*args, env: dict[str, str] | None = None):
 def test_timeout_kills_the_whole_process_group(tmp_path):
     start = time.monotonic()
     result = run_limited(["sh", "-c", "sleep 30 & echo $! > bg.pid; sleep 30"], tmp_path, NO_LANDLOCK, 0.5)
-    assert result.limit == "timeout" and time.monotonic() - start < 2
+    assert result.limit == "timeout" and time.monotonic() - start < 15  # not the 30 s sleep, however loaded the box
     background = int((tmp_path / "bg.pid").read_text())
     time.sleep(0.1)
     assert process_state(background) in (None, "Z")  # the grandchild died with the group (dead or unreaped)

@@ -68,10 +68,8 @@ def test_a_mesh_the_planner_refuses_is_refused_before_compiling(tmp_path):
 
 def test_compile_needs_a_tpu_target():
     result = _plan(str(TINY), "--compile")
-    assert (
-        result.exit_code == 1
-        and "hardware cpu: --compile compiles for a TPU topology: set hardware to one of tpu-v5p-8" in result.output
-    )
+    said = "hardware cpu: --compile compiles for a TPU topology: set hardware to one of tpu-v5p-8"
+    assert result.exit_code == 1 and said in result.output
 
 
 def test_layers_only_with_compile():

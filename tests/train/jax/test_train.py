@@ -77,6 +77,9 @@ def _held_once(trainer, batch):
     return base
 
 
+# slow: 8 fake devices compile the step over fsdp x tp (~40 CPU s, the default suite's longest test); every default
+# jax test trains on tiny-cpu's tp=2 mesh, and tests/planner checks the replicated-heads rule
+@pytest.mark.slow
 def test_train_on_2x4_mesh_with_indivisible_kv_heads(work, tiny_gemma4_dir, synth_corpus_dir):
     """Tiny Gemma 4 on fsdp=2 × tp=4: tp can't split its 2 sliding KV heads (nor the 1 global one), so the
     planner's choice (replicate them) trains; shardings, the step's buffers (the frozen base held once),

@@ -411,6 +411,7 @@ def test_two_cpu_processes_via_the_launcher_match_one(reference_runs, workspace,
 
 
 # --- FSDP2 ----------------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # 2 worker processes + a reference run (~25 CPU s); the accelerate config is tested just above
 def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
     """The FSDP2 path (accelerate's fully_shard per Gemma4TextDecoderLayer) on 2 CPU processes over gloo, 1 row each,
     against 1 process accumulating the same 2 rows: the same losses, gradient norms and adapter up to fp32 rounding
