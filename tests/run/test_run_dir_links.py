@@ -1,0 +1,47 @@
+"""A run directory is a root: its checkpoints are found, verified and deleted only inside it (crosstune.run.layout's
+step_folders, the one reader of checkpoint folders). `checkpoints` linked to a user's folder made its folders named
+like steps (2017/, checkpoint-3/) into checkpoints without checksums, which a pull or a resume deleted; a step
+folder that is a link made rmtree fail with a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from crosstune.run.bucket import drop_incomplete_checkpoints
+from crosstune.run.layout import RunDirError, saved_steps
+from tests.helpers.bundles import checkpoint, tree
+
+
+def _photos(folder):
+    for rel in ("2017/beach.jpg", "2018/hills.jpg", "checkpoint-3/notes.txt"):
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(rel)
+    return tree(folder)
+
+
+def test_checkpoints_linked_out_of_the_run_directory_are_refused_and_nothing_there_is_deleted(tmp_path):
+    run, photos = tmp_path / "run", tmp_path / "photos"
+    before = _photos(photos)
+    run.mkdir()
+    (run / "checkpoints").symlink_to(photos)
+    for call in (saved_steps, drop_incomplete_checkpoints):
+        with pytest.raises(RunDirError, match=rf"{run}/checkpoints leads out of the run directory {run} \(to "
+                                              rf"{photos}\): give --run-dir on the disk"):  # fmt: skip
+            call(run)
+    assert tree(photos) == before
+
+
+def test_a_step_folder_that_is_a_link_is_no_checkpoint_and_its_target_is_left_alone(tmp_path):
+    run, photos = tmp_path / "run", tmp_path / "photos"
+    before = _photos(photos)
+    checkpoint(run, 2)
+    (run / "checkpoints" / "checkpoint-5").symlink_to(photos / "2017")
+    assert saved_steps(run) == [2]
+    assert drop_incomplete_checkpoints(run) == [] and tree(photos) == before
+
+
+def test_checkpoints_linked_inside_the_run_directory_are_read(tmp_path):
+    run = tmp_path / "run"
+    checkpoint(run / "store", 4)  # run/store/checkpoints/checkpoint-4
+    (run / "checkpoints").symlink_to(run / "store" / "checkpoints")
+    assert saved_steps(run) == [4] and drop_incomplete_checkpoints(run) == []
