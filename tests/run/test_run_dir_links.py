@@ -1,15 +1,20 @@
 """A run directory is a root: its checkpoints are found, verified and deleted only inside it (crosstune.run.layout's
 step_folders, the one reader of checkpoint folders). `checkpoints` linked to a user's folder made its folders named
 like steps (2017/, checkpoint-3/) into checkpoints without checksums, which a pull or a resume deleted; a step
-folder that is a link made rmtree fail with a traceback."""
+folder that is a link made rmtree fail with a traceback. run.json, recipe.yaml and metrics.jsonl are read only
+inside it (crosstune.run.layout.run_file)."""
 
 from __future__ import annotations
 
 import pytest
 
 from crosstune.run.bucket import drop_incomplete_checkpoints
-from crosstune.run.layout import RunDirError, saved_steps
+from crosstune.run.layout import RunDirError, read_run_recipe, saved_steps
+from crosstune.run.metrics import read_metrics
+from crosstune.run.records import read_run_record
 from tests.helpers.bundles import checkpoint, tree
+
+CANARY = "-----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1rZXktdjEAAAAACmFlczI1Ni1jdHIAAAAGYmNyeXB0"
 
 
 def _photos(folder):
@@ -45,3 +50,17 @@ def test_checkpoints_linked_inside_the_run_directory_are_read(tmp_path):
     checkpoint(run / "store", 4)  # run/store/checkpoints/checkpoint-4
     (run / "checkpoints").symlink_to(run / "store" / "checkpoints")
     assert saved_steps(run) == [4] and drop_incomplete_checkpoints(run) == []
+
+
+@pytest.mark.parametrize(("name", "reader"), [("metrics.jsonl", read_metrics), ("run.json", read_run_record),
+                                              ("recipe.yaml", read_run_recipe)])  # fmt: skip
+def test_a_run_file_linked_out_of_the_run_directory_is_never_read_nor_quoted(tmp_path, name, reader):
+    """metrics.jsonl linked to a key file: the error for its first line quoted the key's first 60 characters."""
+    run, key = tmp_path / "run", tmp_path / "id_ed25519"
+    key.write_text(f"{CANARY}\n{CANARY}\n")
+    run.mkdir()
+    (run / name).symlink_to(key)
+    with pytest.raises(RunDirError) as refused:
+        reader(run)
+    assert str(refused.value) == (f"{run}/{name} leads out of the run directory {run} (to {key}): copy the file "
+                                  "itself into the run directory, or remove the link")  # fmt: skip

@@ -36,11 +36,20 @@ class RunDirError(InputError):
 
 
 _RESTORE = "restore it from a backup or train the run again"
+_NO_LINK_FILE = "copy the file itself into the run directory, or remove the link"
 _NO_LINK = "give --run-dir on the disk the checkpoints should live on instead of linking them there"
 
 
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())
+
+
+def run_file(run_dir: Path, name: str) -> Path:
+    """`run_dir/name`, refused (RunDirError naming it) when it is a link that leads out of the run directory: every
+    reader of run.json, recipe.yaml and metrics.jsonl comes through here, so none reads (or quotes in an error) a
+    file elsewhere."""
+    inside(run_dir, name, label="the run directory", fix=_NO_LINK_FILE, error=RunDirError)
+    return Path(run_dir) / name
 
 
 def is_run_dir(path: Path) -> bool:
@@ -50,7 +59,7 @@ def is_run_dir(path: Path) -> bool:
 def read_run_recipe(run_dir: Path) -> dict[str, Any]:
     """recipe.yaml as written by training (a plain dict; {} when the run has none), checked against the recipe
     schema: a value of the wrong type or out of range is an error naming the file and its YAML path."""
-    path = Path(run_dir) / RECIPE_YAML
+    path = run_file(run_dir, RECIPE_YAML)
     if not path.is_file():
         return {}
     try:  # PyYAML's safe_dump wrote it: safe_load is its exact inverse (a quoted "1e5" stays text, and so on)
