@@ -6,9 +6,13 @@ inside it (crosstune.run.layout.run_file)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
 from crosstune.run.bucket import drop_incomplete_checkpoints
+from crosstune.run.integrity import CHECKSUMS, CheckpointCorruptError, verify_checksums
 from crosstune.run.layout import RunDirError, read_run_recipe, saved_steps
 from crosstune.run.metrics import read_metrics
 from crosstune.run.records import read_run_record
@@ -64,3 +68,21 @@ def test_a_run_file_linked_out_of_the_run_directory_is_never_read_nor_quoted(tmp
         reader(run)
     assert str(refused.value) == (f"{run}/{name} leads out of the run directory {run} (to {key}): copy the file "
                                   "itself into the run directory, or remove the link")  # fmt: skip
+
+
+def test_a_checksum_record_naming_a_file_outside_its_checkpoint_verifies_nothing(tmp_path):
+    """The record is a manifest listing paths: `../../secret` with the secret's own sha256 verified the checkpoint
+    by reading a file outside it; a record that is not an object was an AttributeError."""
+    run = tmp_path / "run"
+    checkpoint(run, 2)
+    folder = run / "checkpoints" / "checkpoint-2"
+    (tmp_path / "secret").write_text(CANARY)
+    record = {"format": 1, "sha256": {"../../../secret": hashlib.sha256(CANARY.encode()).hexdigest()}}
+    (folder / CHECKSUMS).write_text(json.dumps(record))
+    with pytest.raises(
+        CheckpointCorruptError, match=r"lists '../../../secret', which is not a file inside .*checkpoint-2"
+    ):
+        verify_checksums(folder, "checkpoint")
+    (folder / CHECKSUMS).write_text(json.dumps({"format": 1, "sha256": ["adapter_model.safetensors"]}))
+    with pytest.raises(CheckpointCorruptError, match=r"unreadable checksum record \(sha256 is not an object\)"):
+        verify_checksums(folder, "checkpoint")

@@ -84,7 +84,8 @@ def restore_from_bucket(copy: BucketCopy, run_rel: str, console: Console, *, rec
                       f"bundle is {what}")  # fmt: skip
         return True
 
-    copy.pull(check)
+    if copy.pull(check) and (dropped := drop_incomplete_checkpoints(bundle / run_rel)):
+        console.print(f"bucket: checkpoint(s) {dropped} here are incomplete (no checksums that verify): dropped")
 
 
 def push_bundle(copy: BucketCopy | None, console: Console, *, strict: bool = False) -> None:
