@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, str]] = [
     ("errors", "the expected-failure base class"),
     ("units", "memory units and their conversions: GB (chips' HBM, the planner) and GiB (what runs measure)"),
     ("bounds", "numbers checked where they enter: type, finite, range"),
+    ("confinement", "paths under a root the user named stay in it: no link out, no walk or delete through a link"),
     ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
     ("ownership", "the output policy: one manifest shape; a command replaces only files it wrote"),
     ("hardware", "chips (bf16 peak, HBM, price) and named hardware targets"),

@@ -177,6 +177,29 @@ def test_owned_files_claims_then_pins_and_leaves_others_files_alone(tmp_path):
             pytest.fail("refused first")
 
 
+def test_a_manifest_naming_a_path_outside_its_folder_proves_nothing_and_nothing_outside_is_read(tmp_path):
+    """A hand-edited `writing` claim of `../secret.txt`: the run pinned it, reading and hashing the file outside
+    into the manifest. A name that leaves the folder (`..`, absolute, or through a link) makes the manifest not one."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "secret.txt").write_text("key")
+    shape = {"format": 1, "made_by": KIND.made_by, "created": "", "files": {}}
+    for listed in ({"writing": ["../secret.txt"]}, {"files": {"/etc/hostname": {}}}, {"files": {"sub/secret.txt": {}}}):
+        (out / KIND.manifest).write_text(json.dumps(shape | listed))
+        (out / "sub").unlink(missing_ok=True)
+        (out / "sub").symlink_to(tmp_path)
+        name = next(iter(listed.get("writing") or listed["files"]))
+        assert read_manifest(out, KIND) == (
+            None,
+            f"its {KIND.manifest} lists {name!r}, which is not a name inside {out}",
+        )
+    (out / "sub").unlink()
+    (out / KIND.manifest).write_text(json.dumps(shape | {"writing": ["../secret.txt"]}))
+    with owned_files(out, KIND, ["report.md"]):
+        (out / "report.md").write_text("mine")
+    assert sorted(json.loads((out / KIND.manifest).read_text())["files"]) == ["report.md"]
+
+
 KILLED = """
 import os, signal, sys
 from pathlib import Path

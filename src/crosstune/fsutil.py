@@ -60,7 +60,8 @@ def honour_umask(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         for root, dirs, files in os.walk(path):
             for d in dirs:
-                os.chmod(Path(root) / d, 0o777 & ~mask)
+                if not (Path(root) / d).is_symlink():  # chmod follows a link: its target is not ours
+                    os.chmod(Path(root) / d, 0o777 & ~mask)
             for f in files:
                 p = Path(root) / f
                 if not p.is_symlink():
@@ -141,6 +142,20 @@ def overlap_refusal(dest: Path, sources: Iterable[Path], what: str) -> str | Non
             verb = "is" if dest == src else "contains"
             return f"--out {dest} {verb} the {what} {src}: writing there would replace it; choose an --out outside it"
     return None
+
+
+@contextlib.contextmanager
+def temp_beside(dest: Path) -> Iterator[Path]:
+    """An empty temp folder beside `dest` for the block (a bucket's copy checked before it is moved in), removed
+    when the block ends; a dead process's is cleaned by the next writer there, as staged_dir's are."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(dest.parent)
+    tmp = _temp_beside(dest, "tmp")
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # our own temp folder, made above: never a link
 
 
 @contextlib.contextmanager

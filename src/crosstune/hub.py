@@ -128,3 +128,12 @@ def cached_model_config(repo_id: str, revision: str | None = None) -> Path | Non
     except HubError:
         return None
     return snap.path if (snap.path / "config.json").is_file() else None
+
+
+def files_root(folder: Path) -> Path:
+    """The folder a model's files may resolve into (crosstune.confinement): a hub-cache snapshot's files are links
+    into its repo's blobs (huggingface_hub's layout: REPO/snapshots/COMMIT/NAME -> ../../blobs/HASH), so the repo's
+    folder; any other folder is its own root."""
+    folder = Path(folder).resolve()
+    repo = folder.parent.parent
+    return repo if folder.parent.name == "snapshots" and (repo / "blobs").is_dir() else folder

@@ -26,13 +26,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crosstune.confinement import leads_out, listing, relative_name
 from crosstune.errors import CrosstuneError
 from crosstune.fsutil import TEMP_WRITER, atomic_write_text, file_sha256, overlap_refusal, staged_dir
 
@@ -59,16 +59,6 @@ class OutputKind:
     parts: tuple[str, ...] = ()
 
 
-def _listing(folder: Path) -> list[str]:
-    """Every file and link under `folder`, relative, sorted (folders hold nothing to lose; links are not followed)."""
-    found = []
-    for root, dirs, files in os.walk(folder):
-        here = Path(root).relative_to(folder)
-        found += [(here / name).as_posix() for name in files]
-        found += [(here / name).as_posix() for name in dirs if (Path(root) / name).is_symlink()]
-    return sorted(found)
-
-
 def write_manifest(
     folder: Path, kind: OutputKind, fields: Mapping[str, Any] | None = None, hashes: Mapping[str, str] | None = None
 ) -> Path:
@@ -76,7 +66,7 @@ def write_manifest(
     files the writer already hashed) beside the command's own `fields` (export's source, a sweep's endpoint...)."""
     folder, hashes = Path(folder), dict(hashes or {})
     files = {}
-    for rel in _listing(folder):
+    for rel in listing(folder):
         path = folder / rel
         if rel in (kind.manifest, TEMP_WRITER) or path.is_symlink():
             continue  # a link is never listed: the next run refuses it rather than follow it
@@ -120,6 +110,10 @@ def read_manifest(folder: Path, kind: OutputKind) -> tuple[dict | None, str]:
     raw, files = manifest.get("files"), {}
     if not isinstance(raw, (list, dict)):
         return None, f"its {kind.manifest} lists no files"
+    writing = manifest.get("writing") if isinstance(manifest.get("writing"), list) else []
+    for rel in [*raw, *writing]:  # a name that leaves the folder (crosstune.confinement): not our manifest
+        if relative_name(rel) is None or leads_out(folder, rel):
+            return None, f"its {kind.manifest} lists {rel!r}, which is not a name inside {folder}"
     for rel in raw:  # older shapes: a list of names (sha256 None), {name: sha256}
         entry = raw[rel] if isinstance(raw, dict) else None
         entry = entry if isinstance(entry, dict) else {"sha256": entry if isinstance(entry, str) else None}
@@ -157,10 +151,10 @@ def _unproven(folder: Path, kind: OutputKind, hashes: bool = True, skip: str = "
     manifest, why = read_manifest(folder, kind)
     if manifest is None:  # parts with their own manifests prove themselves; whatever is beside them is not proven
         parts = sorted(e for e in folder.iterdir() if _is_part(e, kind))
-        bad = [(rel, why) for rel in _listing(folder) if rel.split("/")[0] not in {skip, *(e.name for e in parts)}]
+        bad = [(rel, why) for rel in listing(folder) if rel.split("/")[0] not in {skip, *(e.name for e in parts)}]
         return bad + [(f"{e.name}/{rel}", reason) for e in parts for rel, reason in _unproven(e, kind, hashes)]
     bad = []
-    for rel in _listing(folder):
+    for rel in listing(folder):
         if rel in (kind.manifest, skip):
             continue
         entry = manifest["files"].get(rel)
@@ -280,7 +274,8 @@ def owned_files(
     manifest before the block and pinned (sha256, size) after it, however it ends but a kill."""
     folder, names = check_out(folder, label=label, error=error), sorted(set(names))
     manifest, why = read_manifest(folder, kind)
-    files, claimed = (manifest["files"], manifest.get("writing") or []) if manifest else ({}, [])
+    files, claimed = (manifest["files"], manifest.get("writing")) if manifest else ({}, [])
+    claimed = claimed if isinstance(claimed, list) else []  # read_manifest checked a list's names
     bad = []
     for rel in (n for n in names if (folder / n).exists() or (folder / n).is_symlink()):
         if manifest is None or (rel not in files and rel not in claimed):
@@ -331,7 +326,7 @@ def claim(folder: Path, kind: ResumedKind, *, label: str = "--out", error=Output
     folder = check_out(folder, label=label, error=error)
     manifest = kind.read(folder) if folder.is_dir() else None
     if manifest is None and folder.is_dir():
-        held = {rel.split("/")[0] for rel in _listing(folder)} - set(kind.transient)  # an empty folder: nothing lost
+        held = {rel.split("/")[0] for rel in listing(folder)} - set(kind.transient)  # an empty folder: nothing lost
         if held := sorted(held):
             raise error(f"{label} {folder} is not empty and holds no {kind.what} (no {kind.manifest}): "
                         f"{_shown(held)}; {kind.made_by} writes only into its own {kind.what}: give a new or empty "
@@ -348,7 +343,7 @@ def unlisted(folder: Path, parts: Iterable[str], listed: Iterable[str]) -> list[
         if where.is_symlink() or where.is_file():
             found.append(part)
         elif where.is_dir():
-            found += [f"{part}/{rel}" for rel in _listing(where)]
+            found += [f"{part}/{rel}" for rel in listing(where)]
     return sorted(rel for rel in found if rel not in known)
 
 

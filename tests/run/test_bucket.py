@@ -12,39 +12,16 @@ import pytest
 from rich.console import Console
 
 from crosstune.run.bucket import TRANSIENT, BucketCopy, BucketError, bundle_copy, drop_incomplete_checkpoints
-from crosstune.run.integrity import record_checksums
 from crosstune.run.layout import saved_steps
-from crosstune.study.bundle import new_manifest, read_manifest, write_manifest
+from crosstune.study.bundle import read_manifest
 from crosstune.study.bundle_schema import BundleError
 from crosstune.study.recovery import progress, restore_from_bucket
-
-RUN = "runs/tiny-cpu-torch"
-
-
-def _checkpoint(run_dir, step: int, complete: bool = True) -> None:
-    folder = run_dir / "checkpoints" / f"checkpoint-{step}"
-    folder.mkdir(parents=True)
-    (folder / "adapter_model.safetensors").write_bytes(bytes([step]) * 64)
-    if complete:
-        record_checksums(folder)
-
-
-def _bundle(root, stages: dict[str, str], steps: list[int]) -> None:
-    manifest = new_manifest("tiny-cpu", "torch")
-    manifest["stages"] = {name: {"status": status} for name, status in stages.items()}
-    root.mkdir(parents=True, exist_ok=True)
-    write_manifest(root, manifest)
-    for step in steps:
-        _checkpoint(root / RUN, step)
-
-
-def _tree(root) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+from tests.helpers.bundles import RUN, STUDY, bundle, checkpoint, tree
 
 
 def test_push_copies_every_file_but_the_transient_ones_and_then_what_was_rotated_away(tmp_path):
     local = tmp_path / "bundle"
-    _bundle(local, {"prepare": "done"}, [2, 4])
+    bundle(local, {"prepare": "done"}, [2, 4])
     transient = [".lock", f"{RUN}/.lock", f"{RUN}/checkpoints/.staging/checkpoint-6/x", ".bundle.json.ab12cd34",
                  f"{RUN}/checkpoints/6.orbax-checkpoint-tmp-17/x", ".export.tmp-host-12-0123abcd/y"]  # fmt: skip
     for rel in transient:
@@ -53,20 +30,20 @@ def test_push_copies_every_file_but_the_transient_ones_and_then_what_was_rotated
     copy = bundle_copy(str(tmp_path / "bucket"), local)
     assert copy.remote == str(tmp_path / "bucket" / "bundle") and copy.scheme == "file"
     copy.push()
-    pushed = _tree(tmp_path / "bucket" / "bundle")
-    assert sorted(pushed) == sorted(set(_tree(local)) - set(transient))
+    pushed = tree(tmp_path / "bucket" / "bundle")
+    assert sorted(pushed) == sorted(set(tree(local)) - set(transient))
     assert all(TRANSIENT.match(rel) for rel in transient) and not any(TRANSIENT.match(rel) for rel in pushed)
 
     shutil.rmtree(local / RUN / "checkpoints" / "checkpoint-2")  # keep_last rotated it away
-    _checkpoint(local / RUN, 6)
+    checkpoint(local / RUN, 6)
     copy.push()
     assert copy.saved_steps(RUN) == [4, 6] == saved_steps(tmp_path / "bucket" / "bundle" / RUN)
-    assert _tree(tmp_path / "bucket" / "bundle") == {k: v for k, v in _tree(local).items() if k not in transient}
+    assert tree(tmp_path / "bucket" / "bundle") == {k: v for k, v in tree(local).items() if k not in transient}
 
 
 def test_an_unchanged_file_is_not_copied_again(tmp_path):
     local = tmp_path / "bundle"
-    _bundle(local, {}, [2])
+    bundle(local, {}, [2])
     copy = bundle_copy(str(tmp_path / "bucket"), local)
     copy.push()
     copied = tmp_path / "bucket" / "bundle" / RUN / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors"
@@ -77,12 +54,12 @@ def test_an_unchanged_file_is_not_copied_again(tmp_path):
 
 def test_a_pull_drops_the_checkpoints_a_cut_push_left_incomplete(tmp_path):
     remote = tmp_path / "bucket" / "bundle"
-    _bundle(remote, {"prepare": "done", "plan": "done", "train": "running"}, [2, 4])
-    _checkpoint(remote / RUN, 6, complete=False)  # the preemption came in the middle of its push
+    bundle(remote, {"prepare": "done", "plan": "done", "train": "running"}, [2, 4])
+    checkpoint(remote / RUN, 6, complete=False)  # the preemption came in the middle of its push
     (remote / RUN / "checkpoints" / "checkpoint-4" / "adapter_model.safetensors").write_bytes(b"cut")  # changed
     local = tmp_path / "machine" / "bundle"
     copy = bundle_copy(str(tmp_path / "bucket"), local)
-    restore_from_bucket(copy, RUN, Console(record=True))
+    restore_from_bucket(copy, RUN, Console(record=True), **STUDY)
     assert saved_steps(local / RUN) == [2]  # 4 fails its checksums, 6 never recorded them
     assert read_manifest(local)["stages"]["train"]["status"] == "running"
     assert drop_incomplete_checkpoints(local / RUN) == []
@@ -100,24 +77,24 @@ def test_a_pull_drops_the_checkpoints_a_cut_push_left_incomplete(tmp_path):
 )
 def test_the_bucket_s_copy_is_pulled_only_when_this_machine_s_is_missing_or_behind(tmp_path, ours, theirs, pulled):
     local, remote = tmp_path / "machine" / "bundle", tmp_path / "bucket" / "bundle"
-    _bundle(remote, *theirs)
+    bundle(remote, *theirs)
     (remote / "marker").write_text("from the bucket")
     if ours is not None:
-        _bundle(local, *ours)
+        bundle(local, *ours)
     console = Console(record=True, width=200)
-    restore_from_bucket(bundle_copy(str(tmp_path / "bucket"), local), RUN, console)
+    restore_from_bucket(bundle_copy(str(tmp_path / "bucket"), local), RUN, console, **STUDY)
     assert (local / "marker").is_file() == pulled, console.export_text()
 
 
 def test_no_copy_in_the_bucket_yet_and_a_damaged_one(tmp_path):
     local = tmp_path / "bundle"
     console = Console(record=True, width=200)
-    restore_from_bucket(bundle_copy(str(tmp_path / "bucket"), local), RUN, console)
+    restore_from_bucket(bundle_copy(str(tmp_path / "bucket"), local), RUN, console, **STUDY)
     assert "no copy of this bundle in" in console.export_text() and not local.exists()
     (tmp_path / "bucket" / "bundle").mkdir(parents=True)
     (tmp_path / "bucket" / "bundle" / "bundle.json").write_text("{trunc")
     with pytest.raises(BundleError, match=r"bundle/bundle.json: unreadable .*give another --bucket"):
-        restore_from_bucket(bundle_copy(str(tmp_path / "bucket"), local), RUN, console)
+        restore_from_bucket(bundle_copy(str(tmp_path / "bucket"), local), RUN, console, **STUDY)
     assert progress(None, []) == (-1, -1) and progress({"stages": {"a": {"status": "done"}}}, [3]) == (1, 3)
 
 
@@ -144,7 +121,7 @@ def test_gs_and_s3_copies_go_through_the_cloud_s_own_cli(tmp_path, monkeypatch, 
     _stub(tmp_path, "aws", aws_cp + 'echo "                           PRE checkpoint-4/"; exit 0')
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     local = tmp_path / "bundle"
-    _bundle(local, {}, [])
+    bundle(local, {}, [])
     copy = bundle_copy(f"{scheme}://b", local)
     copy.push()
     assert copy.read_text("bundle.json") is None

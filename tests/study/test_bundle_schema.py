@@ -141,3 +141,20 @@ def test_no_listed_path_leads_out_of_the_bundle_or_into_another_one(tmp_path):
     (bundle / "nested" / "bundle.json").write_text(json.dumps(VALID))
     with pytest.raises(BundleError, match=rf"contents.runs\[0\] 'nested/runs/x' is inside another bundle \({bundle}"):
         check_manifest(broken("contents.runs.0", "nested/runs/x"), bundle / "bundle.json")
+
+
+def test_a_bundle_json_linked_out_of_the_bundle_is_not_read(tmp_path):
+    """The manifest itself is a path under the bundle (crosstune.confinement): a link to another study's bundle.json
+    was read as this folder's, by `study` (which then resumed into it) and by `report`."""
+    bundle, other = tmp_path / "b", tmp_path / "other"
+    other.mkdir()
+    (other / "bundle.json").write_text(json.dumps(VALID))
+    bundle.mkdir()
+    (bundle / "bundle.json").symlink_to(other / "bundle.json")
+    runner = CliRunner()
+    for args in (["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(bundle), "--only", "plan"],
+                 ["report", str(bundle), "--out", str(tmp_path / "report")]):  # fmt: skip
+        result = runner.invoke(app, args, terminal_width=400)
+        assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+        assert f"{bundle}/bundle.json leads out of the bundle {bundle} (to {other}/bundle.json)" in result.output
+    assert sorted(p.name for p in bundle.iterdir()) == ["bundle.json"] and not (tmp_path / "report").exists()

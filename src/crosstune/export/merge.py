@@ -26,8 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from crosstune.confinement import inside
 from crosstune.families import family_of_hf_config
 from crosstune.fsutil import file_sha256
+from crosstune.hub import files_root
 from crosstune.run.base_checkpoint import WEIGHT_SUFFIXES, BaseCheckpoint, open_base
 from crosstune.run.lora_weights import ExportError, LoraWeights
 from crosstune.run.shards import DTYPES, SafetensorsFile, TensorInfo, from_float32, to_float32
@@ -218,14 +220,25 @@ def write_merged_shards(
     return hashes
 
 
-def copy_side_files(base_dir: Path, out_dir: Path, skip: set[str]) -> dict[str, str]:
-    """Copy the base directory's other files (config.json, tokenizer, generation config, index, ...) unchanged;
-    returns {file name: sha256}. Weight files in other formats are not copied."""
-    hashes = {}
+def side_files(base_dir: Path, skip: set[str]) -> list[Path]:
+    """The base directory's other files (config.json, tokenizer, generation config, index, ...), weight files in
+    other formats left out; a link that leads out of the model's folder (its hub repo's, for a snapshot) is refused
+    by name: its target would be copied into the export and travel with it."""
+    root, found = files_root(base_dir), []
     for p in sorted(Path(base_dir).iterdir()):
         if not p.is_file() or p.name in skip or p.name.startswith(".") or p.suffix in WEIGHT_SUFFIXES:
             continue
-        shutil.copy2(p, out_dir / p.name)
+        inside(root, p, label="the base model", fix="copy the file itself into the model's folder, or remove the link",
+               error=ExportError)  # fmt: skip
+        found.append(p)
+    return found
+
+
+def copy_side_files(base_dir: Path, out_dir: Path, skip: set[str]) -> dict[str, str]:
+    """Copy the base directory's side_files unchanged; returns {file name: sha256}."""
+    hashes = {}
+    for p in side_files(base_dir, skip):
+        shutil.copy2(p, out_dir / p.name)  # follows a link: side_files checked it stays in the model's folder
         hashes[p.name] = file_sha256(out_dir / p.name)
     return hashes
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from crosstune.errors import InputError
 from crosstune.export.export_folder import staged_dir, write_manifest
-from crosstune.export.merge import Progress, copy_side_files, plan_merge, write_merged_shards
+from crosstune.export.merge import Progress, copy_side_files, plan_merge, side_files, write_merged_shards
 from crosstune.families import model_dir_spec
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import file_sha256
@@ -100,6 +100,10 @@ def export_run(
     run = load_run_lora(run_dir, step, base)
     base_ckpt = open_base(run.base) if to != "adapter" else None
     plan = plan_merge(base_ckpt, run.lora) if base_ckpt is not None else None  # refuse before writing anything
+    side: set[str] = set()
+    if base_ckpt is not None:
+        side = set(base_ckpt.files) | {"export_manifest.json"}
+        side_files(run.base, side)  # a link out of the model's folder: refused before writing anything
     prefix = base_ckpt.layer_prefix() if base_ckpt is not None else open_base(run.base).layer_prefix()
     source = {
         **run.source,
@@ -119,7 +123,7 @@ def export_run(
             else:
                 advance = progress(base_ckpt.nbytes) if progress else None
                 hashes = write_merged_shards(base_ckpt, run.lora, plan, where, advance)
-                hashes.update(copy_side_files(run.base, where, skip=set(base_ckpt.files) | {"export_manifest.json"}))
+                hashes.update(copy_side_files(run.base, where, skip=side))
             write_manifest(where, kind, hashes, source)
             made[kind] = (out / kind) if to == "both" else out
     return made

@@ -6,9 +6,15 @@ push   local → bucket in two passes: first every new or changed file, then (a 
        folder no longer holds (rotated checkpoints). A preemption in the middle leaves the bucket with the previous
        push's complete checkpoint beside a part of the new one: a complete checkpoint is never deleted before its
        successor is whole.
-pull   bucket → local, every file (nothing local is deleted); then `drop_incomplete_checkpoints` removes step folders
-       whose recorded checksums don't verify (a push that a preemption cut short).
+pull   bucket → a temp folder beside local; `check(staged)` (the study's: schema, paths, checksums) sees the copy
+       before anything of it is written into local; then every file is moved into local (nothing local is deleted).
+       `drop_incomplete_checkpoints` removes step folders whose recorded checksums don't verify (a push that a
+       preemption cut short).
 Transient names never travel: locks, staging folders, crosstune's and Orbax's temp folders (TRANSIENT).
+
+The bucket is a root the user named (crosstune.confinement): a folder bucket's copy is written, read and pruned only
+through real folders, never through a link (its target would be overwritten and pruned); a scheme is gs:// or s3://
+exactly, and a bucket that is, holds or lies inside the bundle is refused.
 """
 
 from __future__ import annotations
@@ -17,14 +23,16 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crosstune.confinement import no_link_below, remove, walk_files
 from crosstune.errors import CrosstuneError
-from crosstune.fsutil import say
+from crosstune.fsutil import say, temp_beside
 from crosstune.run.integrity import CheckpointCorruptError, verify_checksums
-from crosstune.run.layout import CHECKPOINTS, LOCK, TORCH_CHECKPOINT_PREFIX, step_folders
+from crosstune.run.layout import CHECKPOINTS, LOCK, checkpoint_step, step_folders
 
 # A path (relative, "/"-separated) with one of these parts is transient: `.lock`, torch's `.staging` and
 # `.adapter.tmp`, fsutil's `.NAME.tmp-HOST-PID-X`/`.old-` folders, atomic writes' `.NAME.XXXXXXXX`, this module's
@@ -33,10 +41,13 @@ TRANSIENT = re.compile(
     rf"(^|.*/)({re.escape(LOCK)}|\.staging|\.adapter\.tmp|\.[^/]+\.(tmp|old)-[^/]*|\.[^/]+\.[a-z0-9_]{{8}}"
     r"|\.[^/]+\.copying|[^/]*\.orbax-checkpoint-tmp[^/]*)(/.*)?$"
 )
-SCHEMES = ("gs://", "s3://")
+SCHEMES = ("gs://", "s3://")  # matched exactly: `GS://b` or `gs:/b` is refused, never taken for a local folder
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 # what gcloud ("matched no objects or files") and aws ("(404)", "NoSuchKey") say of an object that is not there; a
 # missing bucket is an error, not "no copy yet"
 MISSING = re.compile(r"matched no objects|\(404\)|NoSuchKey")
+_NO_LINK = "remove the link (crosstune copies a bundle only through real folders) or give another --bucket"
+_NO_LINK_HERE = "remove the link from the bundle (a pull writes only into real folders), then run the study again"
 TIMEOUT_S = 3600  # one push or pull of a bundle (a merged 31B model is ~60 GB)
 
 
@@ -73,7 +84,7 @@ class BucketCopy:
             return
         for delete in (False, True):
             if self.scheme == "file":
-                _sync_folders(self.local, Path(self.remote), delete=delete)
+                _sync_folders(self.local, self._folder(), delete=delete, label="the bucket's copy")
             else:
                 _run(self._sync_argv(str(self.local), self.remote, delete))
 
@@ -85,19 +96,43 @@ class BucketCopy:
         except BucketError as e:
             say(f"[bucket] checkpoint {step} not copied to {self.remote}: {e}")
 
-    def pull(self) -> None:
-        """bucket → local, every file; nothing local is deleted."""
-        self.local.mkdir(parents=True, exist_ok=True)
-        if self.scheme == "file":
-            _sync_folders(Path(self.remote), self.local, delete=False)
-        else:
-            _run(self._sync_argv(self.remote, str(self.local), delete=False))
+    def pull(self, check: Callable[[Path], bool] = lambda staged: True) -> bool:
+        """bucket → a temp folder beside local; `check(staged)` raises to refuse the copy or returns False to leave
+        local as it is (it may drop what it won't keep); else every file staged is moved into local (nothing local
+        is deleted). Whether the copy was taken."""
+        with temp_beside(self.local) as tmp:
+            staged = tmp / self.local.name
+            staged.mkdir()
+            if self.scheme == "file":
+                _sync_folders(self._folder(), staged, delete=False, label="the pulled copy")
+            else:
+                _run(self._sync_argv(self.remote, str(staged), delete=False))
+            if not check(staged):
+                return False
+            moves = [
+                (path, no_link_below(self.local, rel, label="the bundle", fix=_NO_LINK_HERE))
+                for rel, path in walk_files(staged)
+            ]  # every target checked before the first is written
+            for path, target in moves:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+        return True
+
+    def _folder(self) -> Path:
+        """The copy's folder in a folder bucket, refused when any folder on its way is a link: `remote` was made
+        from the bucket's resolved path, so every link on it lies below the root the user named."""
+        folder = Path(self.remote)
+        for where in [*reversed(folder.parents), folder]:
+            if where.is_symlink():
+                raise BucketError(f"{where} is a link (to {os.readlink(where)}) in --bucket {self.remote}: a push "
+                                  f"would write through it and prune its target; {_NO_LINK}")  # fmt: skip
+        return folder
 
     # --- reading the bucket's copy without pulling it ------------------------------------------------------------
     def read_text(self, rel: str) -> str | None:
         """The text of `rel` in the bucket's copy; None when it has none."""
         if self.scheme == "file":
-            path = Path(self.remote) / rel
+            path = no_link_below(self._folder(), rel, label="--bucket", fix=_NO_LINK, error=BucketError)
             return path.read_text() if path.is_file() else None
         url = f"{self.remote.rstrip('/')}/{rel}"
         argv = ["gcloud", "storage", "cat", url] if self.scheme == "gs" else ["aws", "s3", "cp", url, "-"]
@@ -106,7 +141,7 @@ class BucketCopy:
     def names(self, rel: str) -> list[str]:
         """The names directly under `rel` in the bucket's copy ([] when it holds none)."""
         if self.scheme == "file":
-            path = Path(self.remote) / rel
+            path = no_link_below(self._folder(), rel, label="--bucket", fix=_NO_LINK, error=BucketError)
             return sorted(p.name for p in path.iterdir()) if path.is_dir() else []
         url = f"{self.remote.rstrip('/')}/{rel.rstrip('/')}/"
         argv = ["gcloud", "storage", "ls", url] if self.scheme == "gs" else ["aws", "s3", "ls", url]
@@ -116,8 +151,8 @@ class BucketCopy:
 
     def saved_steps(self, run_rel: str) -> list[int]:
         """The checkpoint steps the bucket's copy of the run `run_rel` lists (complete or not: a pull checks)."""
-        found = (n.removeprefix(TORCH_CHECKPOINT_PREFIX) for n in self.names(f"{run_rel}/{CHECKPOINTS}"))
-        return sorted(int(n) for n in found if n.isdigit())
+        found = (checkpoint_step(n) for n in self.names(f"{run_rel}/{CHECKPOINTS}"))
+        return sorted(step for step in found if step is not None)
 
     def _sync_argv(self, src: str, dst: str, delete: bool) -> list[str]:
         if self.scheme == "gs":
@@ -130,22 +165,32 @@ class BucketCopy:
 
 
 def check_bucket(bucket: str) -> str:
-    """`bucket` (stripped) when a bundle's copy can be kept there: gs://NAME[/...], s3://NAME[/...] or a folder."""
+    """`bucket` (stripped) when a bundle's copy can be kept there: gs://NAME[/...], s3://NAME[/...] or a folder.
+    Refused: an empty name and a scheme that is not gs:// or s3:// exactly."""
     bucket = bucket.strip()
     if not bucket:
         raise BucketError("--bucket is empty: give gs://NAME, s3://NAME or a folder")
+    if _URL.match(bucket) and not bucket.startswith(SCHEMES):
+        raise BucketError(f"--bucket {bucket}: not a bucket crosstune copies to (the scheme is gs:// or s3://, lower "
+                          "case with two slashes): give gs://NAME, s3://NAME or a folder")  # fmt: skip
     if bucket.startswith(SCHEMES) and not bucket.split("://", 1)[1].strip("/"):
         raise BucketError(f"--bucket {bucket}: name the bucket, e.g. gs://my-bundles")
     return bucket
 
 
 def bundle_copy(bucket: str, bundle: Path) -> BucketCopy:
-    """The copy of the folder `bundle` in `bucket`: BUCKET/<bundle's folder name>."""
+    """The copy of the folder `bundle` in `bucket`: BUCKET/<bundle's folder name>. Refused besides check_bucket's: a
+    folder bucket that is, holds or lies inside the bundle (a push would copy the bundle into itself, or prune it)."""
     bucket = check_bucket(bucket)
-    remote = bucket if bucket.startswith(SCHEMES) else str(Path(bucket).expanduser().resolve())
-    if remote == str(Path(bundle).resolve()) or str(Path(bundle).resolve()).startswith(remote.rstrip("/") + "/"):
-        raise BucketError(f"--bucket {bucket} holds the bundle itself: give a folder or bucket beside it")
-    return BucketCopy(Path(bundle), f"{remote.rstrip('/')}/{Path(bundle).name}")
+    if bucket.startswith(SCHEMES):
+        return BucketCopy(Path(bundle), f"{bucket.rstrip('/')}/{Path(bundle).name}")
+    root, here = Path(bucket).expanduser().resolve(), Path(bundle).resolve()
+    if root == here or root in here.parents:
+        raise BucketError(f"--bucket {bucket} holds the bundle itself ({here}): give a folder or bucket beside it")
+    if here in root.parents:
+        raise BucketError(f"--bucket {bucket} is inside the bundle {here}: every push would copy the bundle into "
+                          "itself; give a folder or bucket outside it")  # fmt: skip
+    return BucketCopy(Path(bundle), f"{root}/{Path(bundle).name}")
 
 
 def drop_incomplete_checkpoints(run_dir: Path) -> list[int]:
@@ -158,7 +203,7 @@ def drop_incomplete_checkpoints(run_dir: Path) -> list[int]:
         except CheckpointCorruptError:
             complete = False
         if not complete:
-            shutil.rmtree(folder)
+            remove(folder)
             dropped.append(step)
     return dropped
 
@@ -204,10 +249,10 @@ def _join(rel_dir: str, name: str) -> str:
     return name if rel_dir == "." else f"{rel_dir}/{name}"
 
 
-def _sync_folders(src: Path, dst: Path, *, delete: bool) -> None:
+def _sync_folders(src: Path, dst: Path, *, delete: bool, label: str) -> None:
     """rsync's meaning between two folders: a file is copied when its size or mtime differ (each copy renamed into
     place whole, its mtime kept for the next comparison); with `delete`, files under `dst` that `src` lacks are
-    removed instead."""
+    removed instead. Links under `src` are not copied; a link under `dst` on a file's way is refused (`label`)."""
     theirs = _files(src)
     if delete:
         for rel, path in _files(dst).items() if dst.is_dir() else ():
@@ -218,7 +263,7 @@ def _sync_folders(src: Path, dst: Path, *, delete: bool) -> None:
                 os.rmdir(dirpath)
         return
     for rel, path in theirs.items():
-        target = dst / rel
+        target = no_link_below(dst, rel, label=label, fix=_NO_LINK, error=BucketError)
         st = path.stat()
         if target.is_file() and (t := target.stat()).st_size == st.st_size and t.st_mtime_ns == st.st_mtime_ns:
             continue

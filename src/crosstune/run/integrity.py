@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from crosstune.confinement import leads_out, relative_name, walk_files
 from crosstune.errors import CrosstuneError
 from crosstune.fsutil import atomic_write_text, file_sha256, say
 
@@ -22,15 +23,11 @@ class CheckpointCorruptError(CrosstuneError):
     """A checkpoint's bytes differ from what was written, or its values can't come from training."""
 
 
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != CHECKSUMS)
-
-
 def record_checksums(folder: Path) -> Path:
     """Write <folder>/crosstune_sha256.json: {relative path: sha256} of every file under `folder` (call it once
-    the checkpoint is complete: after the torch save, after Orbax finalised the step)."""
+    the checkpoint is complete: after the torch save, after Orbax finalised the step). Links are not followed."""
     folder = Path(folder)
-    sums = {p.relative_to(folder).as_posix(): file_sha256(p) for p in _files(folder)}
+    sums = {rel: file_sha256(p) for rel, p in walk_files(folder) if rel != CHECKSUMS}
     path = folder / CHECKSUMS
     atomic_write_text(path, json.dumps({"format": 1, "sha256": sums}, indent=1) + "\n")
     return path
@@ -45,9 +42,14 @@ def verify_checksums(folder: Path, what: str) -> bool:
         return False
     try:
         sums = json.loads(path.read_text())["sha256"]
+        if not isinstance(sums, dict):
+            raise TypeError("sha256 is not an object")
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointCorruptError(f"{path}: unreadable checksum record ({e}); {_restore_hint(what)}") from None
     for rel, digest in sums.items():
+        if relative_name(rel) is None or leads_out(folder, rel):  # a record that names a file elsewhere
+            raise CheckpointCorruptError(f"{path}: lists {rel!r}, which is not a file inside {folder}; "
+                                         f"{_restore_hint(what)}")  # fmt: skip
         p = folder / rel
         if not p.is_file():
             hint = _restore_hint(what)

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from crosstune.confinement import inside
 from crosstune.errors import InputError
 from crosstune.recipe.schema import RESOLVED, Recipe
 
@@ -35,10 +36,20 @@ class RunDirError(InputError):
 
 
 _RESTORE = "restore it from a backup or train the run again"
+_NO_LINK_FILE = "copy the file itself into the run directory, or remove the link"
+_NO_LINK = "give --run-dir on the disk the checkpoints should live on instead of linking them there"
 
 
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())
+
+
+def run_file(run_dir: Path, name: str) -> Path:
+    """`run_dir/name`, refused (RunDirError naming it) when it is a link that leads out of the run directory: every
+    reader of run.json, recipe.yaml and metrics.jsonl comes through here, so none reads (or quotes in an error) a
+    file elsewhere."""
+    inside(run_dir, name, label="the run directory", fix=_NO_LINK_FILE, error=RunDirError)
+    return Path(run_dir) / name
 
 
 def is_run_dir(path: Path) -> bool:
@@ -48,7 +59,7 @@ def is_run_dir(path: Path) -> bool:
 def read_run_recipe(run_dir: Path) -> dict[str, Any]:
     """recipe.yaml as written by training (a plain dict; {} when the run has none), checked against the recipe
     schema: a value of the wrong type or out of range is an error naming the file and its YAML path."""
-    path = Path(run_dir) / RECIPE_YAML
+    path = run_file(run_dir, RECIPE_YAML)
     if not path.is_file():
         return {}
     try:  # PyYAML's safe_dump wrote it: safe_load is its exact inverse (a quoted "1e5" stays text, and so on)
@@ -69,17 +80,25 @@ def read_run_recipe(run_dir: Path) -> dict[str, Any]:
     return recipe
 
 
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint folder's name (torch's checkpoint-N, Orbax's N), None for any other name: N is ASCII
+    digits ('²' and '٣' pass str.isdigit; int() refuses the first and reads the second as 3)."""
+    digits = name.removeprefix(TORCH_CHECKPOINT_PREFIX)
+    return int(digits) if digits.isascii() and digits.isdigit() else None
+
+
 def step_folders(run_dir: Path) -> dict[int, Path]:
     """Complete checkpoints of either backend by step: torch's checkpoint-N, Orbax's N (both renamed into place
-    whole; staging folders and Orbax's temp folders don't match)."""
+    whole; staging folders and Orbax's temp folders don't match). A link is not a checkpoint, and `checkpoints`
+    that leads out of the run directory is refused (a resume and a pull delete step folders there)."""
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return {}
+    inside(run_dir, CHECKPOINTS, label="the run directory", fix=_NO_LINK, error=RunDirError)
     found = {}
     for p in root.iterdir():
-        name = p.name.removeprefix(TORCH_CHECKPOINT_PREFIX)
-        if p.is_dir() and name.isdigit():
-            found[int(name)] = p
+        if (step := checkpoint_step(p.name)) is not None and p.is_dir() and not p.is_symlink():
+            found[step] = p
     return dict(sorted(found.items()))
 
 

@@ -21,7 +21,7 @@ from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import say
 from crosstune.hardware import HardwareTarget, get_hardware
 from crosstune.recipe import Recipe
-from crosstune.run.layout import METRICS_JSONL, RUN_JSON, TENSORBOARD, is_run_dir
+from crosstune.run.layout import METRICS_JSONL, RUN_JSON, TENSORBOARD, is_run_dir, run_file
 from crosstune.run.records import RunTimings, read_run_record, record_timings
 from crosstune.units import gb_to_gib
 
@@ -241,7 +241,7 @@ def read_metrics(run_dir: Path) -> MetricRows:
     """The run's metrics rows ([] when it has none yet) — the one rule every reader (resume, export, cost, report)
     follows: each row checked against StepMetrics (an error naming file:line and the key); a torn last line (the
     process died mid-write) dropped, saying so; a row of an older run in today's keys (`legacy_memory`)."""
-    path = Path(run_dir) / METRICS_JSONL
+    path = run_file(run_dir, METRICS_JSONL)
     rows = MetricRows()
     rows.notes = []
     if not path.exists():

@@ -22,7 +22,7 @@ from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text, say
 from crosstune.recipe.schema import BackendName
-from crosstune.run.layout import _RESTORE, RUN_JSON, RunDirError
+from crosstune.run.layout import _RESTORE, RUN_JSON, RunDirError, run_file
 
 RUN_FORMAT = 2
 LOSS_CONVENTION = "assistant-only token-mean CE"  # crosstune.run.metrics' loss: the same definition on both backends
@@ -207,7 +207,7 @@ def record_timings(run_dir: Path, timings: RunTimings) -> RunRecord:
 def read_run_record(run_dir: Path) -> RunRecord:
     """run.json, typed, or an error naming the folder (missing), the file and position (corrupt), or the key whose
     value has the wrong type or range. Format 1 is converted (and said once per file)."""
-    path = Path(run_dir) / RUN_JSON
+    path = run_file(run_dir, RUN_JSON)
     if not path.is_file():
         raise RunDirError(f"{run_dir}: no {RUN_JSON} — not a crosstune run directory")
     raw = read_json(path, f"run.json is written by `crosstune train`: {_RESTORE}")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crosstune.confinement import walk_files
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, file_sha256
 from crosstune.ownership import ResumedKind, claim
@@ -93,20 +94,16 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _files(root: Path) -> list[Path]:
-    if root.is_file():
-        return [root]
-    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
-
-
 def tree_sha256(path: Path, skip: tuple[str, ...] = ()) -> str:
-    """One sha256 over every file under `path` (relative names and contents; names in `skip` left out)."""
+    """One sha256 over every file under `path` (relative names and contents; names in `skip` left out). Links are
+    not followed (crosstune.confinement.walk_files): a link, or a folder that is one, adds nothing."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(path)
+    single = path.is_file() and not path.is_symlink()
+    files = [(path.name, path)] if single else sorted(walk_files(path), key=lambda named: Path(named[0]).parts)
     h = hashlib.sha256()
-    for f in _files(path):
-        rel = f.relative_to(path).as_posix() if path.is_dir() else f.name
+    for rel, f in files:
         if any(part in skip for part in Path(rel).parts):
             continue
         h.update(rel.encode() + b"\0" + file_sha256(f).encode() + b"\n")

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from crosstune.confinement import leads_out, relative_name
 from crosstune.errors import InputError
 from crosstune.recipe.schema import BACKEND_NAMES
 
@@ -97,11 +98,10 @@ def _inside(bundle: Path) -> Callable[[str, Any], str]:
     root = bundle.resolve()
 
     def check(field: str, value: Any) -> str:
-        rel = PurePosixPath(_str(field, value))
-        if not value or rel.is_absolute() or ".." in rel.parts or "\\" in value:
+        if relative_name(_str(field, value)) is None:
             raise _Bad(field, f"{value!r} is not a path inside the bundle (relative, without '..')")
-        where = (root / rel).resolve()
-        if not where.is_relative_to(root):
+        where = (root / value).resolve()
+        if leads_out(root, value):  # crosstune.confinement: the one rule of a path under a root
             raise _Bad(field, f"{value!r} leads out of the bundle (to {where})")
         for folder in [where, *where.parents][: len(where.relative_to(root).parts)]:
             if (folder / BUNDLE_MANIFEST).exists():
@@ -172,6 +172,8 @@ def parse_manifest(text: str | bytes, path: Path | str, bundle: Path, fix: str =
 def read_bundle_manifest(bundle: Path) -> dict[str, Any] | None:
     """BUNDLE/bundle.json checked against the schema; None when there is no such file."""
     path = Path(bundle) / BUNDLE_MANIFEST
+    if leads_out(bundle, BUNDLE_MANIFEST):
+        raise BundleError(f"{path} leads out of the bundle {Path(bundle).resolve()} (to {path.resolve()}): {FIX}")
     if not path.is_file():
         return None
     try:

@@ -8,7 +8,6 @@ Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.study"."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from crosstune.confinement import remove
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.ownership import check_out, unlisted
@@ -199,7 +199,7 @@ def run_study(
     hint = "wait for that study to finish, or give another --out"
     with exclusive_lock(lock_path(bundle), f"the study bundle {bundle}", hint):
         if copy is not None:
-            recovery.restore_from_bucket(copy, run_rel(recipe, backend), console)
+            recovery.restore_from_bucket(copy, run_rel(recipe, backend), console, recipe=recipe.name, backend=backend)
         manifest = open_bundle(bundle, recipe.name, backend)
         bundle.mkdir(parents=True, exist_ok=True)
         atomic_write_text(bundle / RESOLVED_RECIPE, yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
@@ -329,7 +329,7 @@ def _clear(ctx: StudyContext, stage: Stage, entry: dict[str, Any]) -> None:
         )
     for rel in stage.folders(ctx):
         where = ctx.bundle / rel
-        where.unlink() if where.is_file() or where.is_symlink() else shutil.rmtree(where, ignore_errors=True)
+        remove(where)
 
 
 def _finish(ctx: StudyContext, stage: Stage, entry: dict[str, Any], t0: float, *, status: str, **extra: Any) -> None:

@@ -17,11 +17,11 @@ process adds its compile and checkpoint seconds when it ends (crosstune.run.metr
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from crosstune.confinement import remove
 from crosstune.data.prepare import data_provenance, lenient_note, training_data
 from crosstune.data.prepared import PreparedDataset
 from crosstune.families import model_dir_spec
@@ -117,7 +117,7 @@ class TrainingSession:
         if not steps:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / METRICS_JSONL).unlink(missing_ok=True)
-            shutil.rmtree(self.run_dir / TENSORBOARD, ignore_errors=True)
+            remove(self.run_dir / TENSORBOARD)  # a link is unlinked: its target is not the run's
 
     def _settle(self, backend: Backend) -> RunContext:
         """The one prepared dataset (made here when this is the run's only process), the step plan, the base's

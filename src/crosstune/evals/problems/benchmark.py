@@ -10,6 +10,7 @@ import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune.confinement import inside
 from crosstune.errors import CrosstuneError
 
 SPEC_TO_RTL = "spec-to-rtl"
@@ -57,6 +58,13 @@ class Problem:
     @property
     def testbench_path(self) -> Path:
         return self.folder / ("testbench.v" if self.task == RTLLM else f"{self.name}_test.sv")
+
+
+def problem_file(root: Path, path: Path) -> Path:
+    """`path` resolved, when it stays inside the problem set `root` the user named: a link out of it is refused by
+    name (crosstune.confinement), so no file outside reaches a prompt, an endpoint or the simulator."""
+    fix = "copy the file itself into the problem set, or remove the link"
+    return inside(root, path, label="--problems", fix=fix, error=ProblemSetError)
 
 
 def select(problems: list[Problem], patterns: list[str] | None) -> list[Problem]:

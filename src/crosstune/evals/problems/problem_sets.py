@@ -17,6 +17,7 @@ from crosstune.evals.problems.benchmark import (
     VERILOGEVAL_TASKS,
     Problem,
     ProblemSetError,
+    problem_file,
     select,
 )
 from crosstune.evals.problems.rtllm import is_rtllm, load_rtllm
@@ -32,33 +33,36 @@ def _task_of(folder: Path) -> str:
     return SPEC_TO_RTL
 
 
-def _read(path: Path, problem: str, listing: Path) -> str:
+def _read(root: Path, path: Path, problem: str, listing: Path) -> str:
     if not path.is_file():
         raise ProblemSetError(f"{path}: missing file of problem {problem!r} (listed in {listing})")
-    return path.read_text(encoding="utf-8", errors="replace")
+    return problem_file(root, path).read_text(encoding="utf-8", errors="replace")
 
 
-def load_folder(folder: Path) -> list[Problem]:
-    """All problems of one task folder, in problems.txt order."""
+def load_folder(folder: Path, root: Path | None = None) -> list[Problem]:
+    """All problems of one task folder, in problems.txt order; every file read stays inside `root` (the problem
+    set the user named; default: the folder)."""
+    root = folder if root is None else root
     listing = folder / "problems.txt"
     if not listing.is_file():
         raise ProblemSetError(f"{listing}: no problems.txt; a problem folder lists its problems there")
     task = _task_of(folder)
     problems = []
-    for lineno, line in enumerate(listing.read_text(encoding="utf-8").splitlines(), start=1):
+    lines = problem_file(root, listing).read_text(encoding="utf-8").splitlines()
+    for lineno, line in enumerate(lines, start=1):
         name = line.strip()
         if not name or name.startswith("#"):
             continue
         if "/" in name or name.startswith("."):
             raise ProblemSetError(f"{listing}:{lineno}: {name!r} is not a problem name")
-        ifc = _read(folder / f"{name}_ifc.txt", name, listing) if task == CODE_COMPLETE else None
+        ifc = _read(root, folder / f"{name}_ifc.txt", name, listing) if task == CODE_COMPLETE else None
         problems.append(
             Problem(
                 name=name,
                 task=task,
-                prompt=_read(folder / f"{name}_prompt.txt", name, listing),
-                ref=_read(folder / f"{name}_ref.sv", name, listing),
-                test=_read(folder / f"{name}_test.sv", name, listing),
+                prompt=_read(root, folder / f"{name}_prompt.txt", name, listing),
+                ref=_read(root, folder / f"{name}_ref.sv", name, listing),
+                test=_read(root, folder / f"{name}_test.sv", name, listing),
                 ifc=ifc,
                 folder=folder,
             )
@@ -118,4 +122,4 @@ def load_problems(path: Path, task: str | None = None, patterns: list[str] | Non
         return load_rtllm(path, patterns)
     if task == RTLLM:
         raise ProblemSetError(f"{path} is a VerilogEval problem set, not RTLLM")
-    return select(load_folder(resolve_folder(path, task or SPEC_TO_RTL)), patterns)
+    return select(load_folder(resolve_folder(path, task or SPEC_TO_RTL), root=path), patterns)

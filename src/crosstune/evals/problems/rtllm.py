@@ -11,10 +11,11 @@ data the testbench reads ($readmemh, $fopen): they are copied next to it for eve
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-from crosstune.evals.problems.benchmark import RTLLM, Problem, ProblemSetError, select
+from crosstune.evals.problems.benchmark import RTLLM, Problem, ProblemSetError, problem_file, select
 from crosstune.evals.problems.verilog_source import blank_comments_and_strings
 
 DESCRIPTION, TESTBENCH, MAKEFILE = "design_description.txt", "testbench.v", "makefile"
@@ -32,10 +33,15 @@ _FAIL_DISPLAY = re.compile(
 
 
 def design_folders(root: Path) -> list[Path]:
-    """Every folder under `root` (itself included, at most MAX_DEPTH down) holding an RTLLM design, sorted by path."""
-    root = Path(root)
-    makefiles = [m for depth in range(MAX_DEPTH + 1) for m in root.glob("/".join(["*"] * depth + [MAKEFILE]))]
-    return sorted(m.parent for m in makefiles if (m.parent / DESCRIPTION).is_file())
+    """Every folder under `root` (itself included, at most MAX_DEPTH down) holding an RTLLM design, sorted by path.
+    A link to a folder is not followed (crosstune.confinement): a design is a real folder of the checkout."""
+    root, found = Path(root), []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if len(Path(dirpath).relative_to(root).parts) >= MAX_DEPTH:
+            dirnames[:] = []
+        if MAKEFILE in filenames and (Path(dirpath) / DESCRIPTION).is_file():
+            found.append(Path(dirpath))
+    return sorted(found)
 
 
 def is_rtllm(path: Path) -> bool:
@@ -64,12 +70,12 @@ def design_module(folder: Path, makefile: str, description: str, testbench: str)
     )
 
 
-def _reference(folder: Path, top: str) -> tuple[str, str]:
+def _reference(root: Path, folder: Path, top: str) -> tuple[str, str]:
     """The reference's text and the module in it to rename to `top` (`top` itself when already so named)."""
     refs = sorted(folder.glob("verified_*.v"))
     if len(refs) != 1:
         raise ProblemSetError(f"{folder}: expected one verified_*.v reference, found {len(refs)}")
-    text = refs[0].read_text(encoding="utf-8", errors="replace")
+    text = problem_file(root, refs[0]).read_text(encoding="utf-8", errors="replace")
     modules = _MODULE.findall(blank_comments_and_strings(text))
     if top in modules:
         return text, top
@@ -79,7 +85,7 @@ def _reference(folder: Path, top: str) -> tuple[str, str]:
     return text, verified[0]
 
 
-def _data_files(folder: Path) -> tuple[tuple[str, bytes], ...]:
+def _data_files(root: Path, folder: Path) -> tuple[tuple[str, bytes], ...]:
     known = {DESCRIPTION, TESTBENCH, MAKEFILE}
     files = []
     for path in sorted(folder.iterdir()):
@@ -89,7 +95,7 @@ def _data_files(folder: Path) -> tuple[tuple[str, bytes], ...]:
             raise ProblemSetError(f"{path}: a data file may not be named like the evaluator's own files")
         if path.stat().st_size > MAX_DATA_FILE_BYTES:
             raise ProblemSetError(f"{path}: a testbench data file over {MAX_DATA_FILE_BYTES >> 20} MiB")
-        files.append((path.name, path.read_bytes()))
+        files.append((path.name, problem_file(root, path).read_bytes()))
     return tuple(files)
 
 
@@ -103,17 +109,20 @@ def _testbench_modules(folder: Path, testbench: str) -> tuple[str, str]:
     return roots[0], tuple(modules)
 
 
-def load_design(folder: Path) -> Problem:
-    """One RTLLM design folder as a Problem (errors name the file that is missing or malformed)."""
+def load_design(folder: Path, root: Path | None = None) -> Problem:
+    """One RTLLM design folder as a Problem (errors name the file that is missing or malformed); every file read
+    stays inside `root`, the problem set the user named (default: the folder)."""
+    root = folder if root is None else root
     paths = {name: folder / name for name in (DESCRIPTION, TESTBENCH, MAKEFILE)}
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:
         raise ProblemSetError(f"{missing[0]}: missing file of RTLLM design {folder.name!r}")
     description, testbench, makefile = (
-        paths[n].read_text(encoding="utf-8", errors="replace") for n in (DESCRIPTION, TESTBENCH, MAKEFILE)
+        problem_file(root, paths[n]).read_text(encoding="utf-8", errors="replace")
+        for n in (DESCRIPTION, TESTBENCH, MAKEFILE)
     )
     top = design_module(folder, makefile, description, testbench)
-    ref, ref_top = _reference(folder, top)
+    ref, ref_top = _reference(root, folder, top)
     instrument_testbench(testbench, "0", where=str(paths[TESTBENCH]))  # fails here, naming the file
     tb_top, tb_modules = _testbench_modules(folder, testbench)
     return Problem(
@@ -129,7 +138,7 @@ def load_design(folder: Path) -> Problem:
         testbench_top=tb_top,
         testbench_modules=tb_modules,
         testbench_instances=tb_modules,
-        data_files=_data_files(folder),
+        data_files=_data_files(root, folder),
     )
 
 
@@ -143,7 +152,7 @@ def load_rtllm(root: Path, patterns: list[str] | None = None) -> list[Problem]:
     if twice:
         raise ProblemSetError(f"{root}: design names must be unique, found several folders named {twice[0]!r}")
     chosen = {p.name for p in select([_stub(f) for f in folders], patterns)}
-    return [load_design(f) for f in folders if f.name in chosen]
+    return [load_design(f, root) for f in folders if f.name in chosen]
 
 
 def _stub(folder: Path) -> Problem:

@@ -4,7 +4,6 @@ shared metrics (timed by progress.StepClock), atomic checkpoints with keep-last 
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from transformers import TrainerCallback
 from trl import SFTTrainer
 
+from crosstune.confinement import remove
 from crosstune.run.bucket import BucketCopy
 from crosstune.run.integrity import record_checksums
 from crosstune.run.layout import step_folders
@@ -132,11 +132,11 @@ class CrosstuneSFTTrainer(SFTTrainer):
             record_checksums(staging / name)  # complete now: export and --resume verify against these
             final = root / name
             if final.exists():  # a stale checkpoint of an interrupted timeline: replace it
-                shutil.rmtree(final)
+                remove(final)
             os.replace(staging / name, final)
-            shutil.rmtree(staging, ignore_errors=True)
+            remove(staging)
             for old in list(step_folders(root.parent).values())[: -self.keep_last]:
-                shutil.rmtree(old, ignore_errors=True)
+                remove(old)
             if self.bucket is not None:  # inside the timed save: a step's time is not the upload's
                 self.bucket.push_checkpoint(self.state.global_step)
         self.accelerator.wait_for_everyone()
@@ -147,14 +147,14 @@ class CrosstuneSFTTrainer(SFTTrainer):
         out_dir = Path(out_dir)
         tmp = out_dir.with_name(ADAPTER_STAGING)
         if self.args.should_save:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove(tmp)
         self.save_model(str(tmp))  # collective under FSDP (gathers the LoRA weights)
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
             (tmp / "training_args.bin").unlink(missing_ok=True)
             record_checksums(tmp)
             if out_dir.exists():
-                shutil.rmtree(out_dir)
+                remove(out_dir)
             os.replace(tmp, out_dir)
         self.accelerator.wait_for_everyone()
 

@@ -8,12 +8,12 @@ checkpoints atomically; the final adapter goes to <run>/adapter (PEFT's own save
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from crosstune.confinement import remove
 from crosstune.data import torch_dataset
 from crosstune.families import get_family
 from crosstune.recipe import model_path
@@ -97,6 +97,6 @@ def train_rows(ctx: RunContext) -> Any:
 
 def _clear_staging(run_dir: Path) -> None:
     """Drop half-written checkpoints and adapters (fixed names are safe: the run directory's lock is ours)."""
-    shutil.rmtree(run_dir / CHECKPOINTS / STAGING, ignore_errors=True)
-    shutil.rmtree(run_dir / ADAPTER_STAGING, ignore_errors=True)
+    remove(run_dir / CHECKPOINTS / STAGING)  # a link is unlinked, never followed (crosstune.confinement)
+    remove(run_dir / ADAPTER_STAGING)
     run_dir.mkdir(parents=True, exist_ok=True)
