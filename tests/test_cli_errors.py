@@ -30,9 +30,7 @@ def test_recipe_that_is_not_utf8(tmp_path):
     recipe = tmp_path / "latin1.yaml"
     recipe.write_bytes(TINY.read_bytes().replace(b"name: tiny-cpu", b"name: caf\xe9"))
     line = TINY.read_text().splitlines().index("name: tiny-cpu") + 1
-    fails_cleanly(
-        ["data", "prepare", recipe], f"{recipe}:{line}", "not UTF-8 text (byte 0xe9)", "save the file as UTF-8"
-    )
+    fails_cleanly(["data", "prepare", recipe], f"{recipe}:{line}", "invalid UTF-8 at byte", "save the file as UTF-8")
 
 
 def test_yaml_error_inside_set(tmp_path):
