@@ -44,7 +44,7 @@ def test_corrupt_config_json_in_the_model_folder(tmp_path):
     fails_cleanly(
         ["data", "prepare", TINY, "--set", f"model.path={model}"],
         "model.path",
-        f"{model / 'config.json'}: not valid JSON at line 1 column 31",
+        f"{model / 'config.json'}:1: not valid JSON: Expecting property name enclosed in double quotes (column 31)",
     )
 
 
@@ -55,7 +55,7 @@ def test_corrupt_run_json(tmp_path, tiny_gemma4_dir):
     (run / "run.json").write_text('{"family": "gem')
     fails_cleanly(
         ["export", run, "--to", "adapter", "--out", tmp_path / "out"],
-        f"{run / 'run.json'}: not valid JSON",
+        f"{run / 'run.json'}:1: not valid JSON: Unterminated string",
         "train the run again",
     )
     assert not (tmp_path / "out").exists()

@@ -126,7 +126,7 @@ def parse_json(data: str | bytes, where: str | Path, *, first_line: int = 1, wha
         value = _DECODER.decode(text)
         deep = isinstance(value, dict | list) and _depth_exceeded(value)
     except json.JSONDecodeError as e:
-        reason = f"not valid JSON: {e.msg} at column {e.colno}"
+        reason = f"not valid JSON: {e.msg} (column {e.colno})"
         raise UnreadableFile(where, first_line + e.lineno - 1, reason, "bad_json", what_to_do) from None
     except _Refused as e:
         pattern = re.escape(e.token) + (r"\s*:" if e.kind == "duplicate_key" else "")

@@ -97,7 +97,7 @@ def test_a_mistyped_run_json_field_is_one_line_naming_it(tmp_path, change, messa
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("name: [unclosed\n", "recipe.yaml: unreadable (while parsing a flow sequence"),
+        ("name: [unclosed\n", "recipe.yaml: not valid YAML: expected ',' or ']'"),
         ("- a list\n", "recipe.yaml: not a YAML mapping"),
         (None, "recipe.yaml: train.per_device_batch_size: Input should be a valid integer"),
         ("", None),  # an empty recipe.yaml: the run has none (prices come from the catalog)
