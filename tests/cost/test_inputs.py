@@ -204,14 +204,14 @@ def test_a_workload_figure_that_is_not_a_plausible_number_is_one_line(tmp_path, 
 def test_options_on_the_command_line_are_checked_too(tmp_path):
     path = tmp_path / "workload.yaml"
     path.write_text(WORKLOAD)
-    assert "serve_tokens_per_day: -1.0 is not a number >= 0" in _cli("cost", "tco", str(path), "--tokens-per-day", "-1")
-    assert "days: nan is not a finite number" in _cli("cost", "tco", str(path), "--days", "nan")
+    assert "--tokens-per-day: -1.0 is not a number >= 0" in _cli("cost", "tco", str(path), "--tokens-per-day", "-1")
+    assert "--days: nan is not a finite number" in _cli("cost", "tco", str(path), "--days", "nan")
     what_if = ["cost", "what-if", "--target", "2xh100", "--tokens"]
-    assert "what-if.tokens_per_s: inf is not a finite number > 0" in _cli(*what_if, "9.2e6", "--tokens-per-s", "inf")
-    assert "what-if.tokens: -1.0 is not a number > 0" in _cli(*what_if, "-1", "--tokens-per-s", "5")
+    assert "--tokens-per-s: inf is not a finite number > 0" in _cli(*what_if, "9.2e6", "--tokens-per-s", "inf")
+    assert "--tokens: -1.0 is not a number > 0" in _cli(*what_if, "-1", "--tokens-per-s", "5")
     run = write_run(tmp_path, "torch", "2xh100")
     out = str(tmp_path / "out")
-    assert "--days / --tokens-per-day: days: -3.0 is not a number >= 0" in _cli(
+    assert "--days: -3.0 is not a number >= 0" in _cli(
         "report", str(run), "--out", out, "--days", "-3"
     )
     assert "--context: 0 is not a whole number >= 1" in _cli("report", str(run), "--out", out, "--context", "0")

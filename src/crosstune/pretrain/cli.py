@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
 
 
 def pretrain(
-    steps: int = typer.Option(None, "--steps", min=1, help="Training steps (default: 1200, the base the demo uses)."),
+    steps: int = typer.Option(None, "--steps", help="Training steps (default: 1200, the base the demo uses)."),
     cache: Path = typer.Option(None, "--cache", help="Cache folder (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)."),
     rebuild: bool = typer.Option(
         False, "--rebuild", help="Train it even though crosstune ships this base (then compare: the bytes match)."
