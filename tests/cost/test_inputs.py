@@ -211,9 +211,7 @@ def test_options_on_the_command_line_are_checked_too(tmp_path):
     assert "--tokens: -1.0 is not a number > 0" in _cli(*what_if, "-1", "--tokens-per-s", "5")
     run = write_run(tmp_path, "torch", "2xh100")
     out = str(tmp_path / "out")
-    assert "--days: -3.0 is not a number >= 0" in _cli(
-        "report", str(run), "--out", out, "--days", "-3"
-    )
+    assert "--days: -3.0 is not a number >= 0" in _cli("report", str(run), "--out", out, "--days", "-3")
     assert "--context: 0 is not a whole number >= 1" in _cli("report", str(run), "--out", out, "--context", "0")
     with pytest.raises(InputError, match=r"an assumed output throughput: inf is not a finite number > 0"):
         what_if_serving(PriceBook(), "2xh100", 4096, math.inf)
