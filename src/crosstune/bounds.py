@@ -61,6 +61,7 @@ class Bound:
     high: float
     what: str
     low_open: bool = False
+    high_open: bool = False  # recipes only (pydantic's lt)
 
     def check(self, where: str, value: object, *, integer: bool) -> object:
         """`value` unchanged when within the bound (None: not given); else the InputError naming `where`."""
@@ -148,6 +149,55 @@ OPTIONS: dict[str, Bound] = {
     "bench serve --rate-resolution": Bound(0, 1, "a fraction of the rate", low_open=True),
     "model build --layers": Bound(1, MAX_LAYERS, "decoder layers, at most the size's"),
     "model build --vocab": Bound(16, 10_000_000, "tokens in the vocabulary"),
+}
+
+
+POSITIVE = {"low": 0, "low_open": True}  # a count or size of at least 1, a rate or price above 0
+# YAML path of a recipe number -> its bound; recipe.schema declares each field with it (recipe.section.bounded).
+RECIPE: dict[str, Bound] = {
+    "lora.rank": Bound(high=4096, what="LoRA rank", **POSITIVE),
+    "lora.alpha": Bound(high=1e6, what="LoRA alpha", **POSITIVE),
+    "lora.dropout": Bound(0, 1, "LoRA dropout probability", high_open=True),
+    "data.max_seq_len": Bound(high=10_000_000, what="tokens", **POSITIVE),
+    "data.subsample.size": Bound(high=10**9, what="records", **POSITIVE),
+    "data.subsample.seed": SEED,
+    "train.epochs": Bound(high=1e6, what="passes over the data", **POSITIVE),
+    "train.max_steps": Bound(high=STEPS.high, what=STEPS.what, **POSITIVE),
+    "train.learning_rate": Bound(high=10, what="learning rate", **POSITIVE),
+    "train.warmup_steps": Bound(0, STEPS.high, STEPS.what),
+    "train.weight_decay": Bound(0, 10, "weight decay"),
+    "train.adam_beta1": Bound(0, 1, "Adam's beta1", high_open=True),
+    "train.adam_beta2": Bound(0, 1, "Adam's beta2", high_open=True),
+    "train.adam_eps": Bound(high=1, what="Adam's epsilon", **POSITIVE),
+    "train.max_grad_norm": Bound(high=1e6, what="gradient norm", **POSITIVE),
+    "train.per_device_batch_size": Bound(high=65_536, what="rows per device", **POSITIVE),
+    "train.grad_accumulation": Bound(high=1_000_000, what="micro-batches per step", **POSITIVE),
+    "train.global_batch_size": Bound(high=10**8, what="rows per step", **POSITIVE),
+    "train.log_every": Bound(high=STEPS.high, what=STEPS.what, **POSITIVE),
+    "train.checkpoint_every": Bound(high=STEPS.high, what=STEPS.what, **POSITIVE),
+    "train.keep_last": Bound(high=10_000, what="checkpoints kept", **POSITIVE),
+    "train.seed": SEED,
+    "backend.torch.devices": Bound(high=65_536, what="devices per host", **POSITIVE),
+    "backend.torch.nodes": Bound(high=NODES.high, what=NODES.what, **POSITIVE),
+    "backend.jax.mesh.fsdp": Bound(high=65_536, what="devices on the fsdp axis", **POSITIVE),
+    "backend.jax.mesh.tp": Bound(high=MAX_TP, what="devices on the tp axis", **POSITIVE),
+    "serve.max_model_len": Bound(high=10_000_000, what="tokens", **POSITIVE),
+    "serve.tensor_parallel_size": Bound(high=MAX_TP, what="tensor-parallel ranks", **POSITIVE),
+    "serve.gpu_memory_utilization": Bound(high=1, what="a fraction of the accelerator's memory", **POSITIVE),
+    "serve.port": PORT,
+    "serve.contexts": Bound(high=10_000_000, what="prompt tokens", **POSITIVE),
+    "serve.concurrency": Bound(high=10_000, what="requests in flight", **POSITIVE),
+    "serve.output_tokens": Bound(high=1_000_000, what="tokens per request", **POSITIVE),
+    "eval.samples": Bound(high=10_000, what="samples per problem", **POSITIVE),
+    "eval.k": Bound(high=10_000, what="pass@k", **POSITIVE),
+    "eval.temperature": Bound(0, 10, "sampling temperature"),
+    "eval.top_p": Bound(high=1, what="nucleus probability", **POSITIVE),
+    "eval.max_tokens": Bound(high=10_000_000, what="tokens per completion", **POSITIVE),
+    "eval.connect_timeout_s": Bound(high=3600, what="seconds", **POSITIVE),
+    "eval.read_timeout_s": Bound(high=86_400, what="seconds", **POSITIVE),
+    "eval.request_timeout_s": Bound(high=7 * 86_400, what="seconds", **POSITIVE),
+    "cost.price_per_hour": Bound(high=1e6, what="$/hour", **POSITIVE),
+    "cost.serve_hours_per_month": Bound(high=744, what="hours a month", **POSITIVE),
 }
 
 
