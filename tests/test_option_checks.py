@@ -115,6 +115,40 @@ TP = "is not a whole number >= 1 and <= 1,024 (tensor-parallel ranks)"
             "error: --repeats: 100000 is not a whole number >= 1 and <= 100 (runs of the grid)",
         ),
         (
+            [
+                "bench",
+                "serve",
+                "--endpoint",
+                "http://127.0.0.1:9",
+                "--model",
+                "m",
+                "--tokenizer",
+                "OUT",
+                "--contexts",
+                "16,1000000000000",
+                "--out",
+                "OUT",
+            ],
+            "error: --contexts '16,1000000000000': 1000000000000 is above 10,000,000 (prompt tokens)",
+        ),
+        (
+            [
+                "bench",
+                "serve",
+                "--endpoint",
+                "http://127.0.0.1:9",
+                "--model",
+                "m",
+                "--tokenizer",
+                "OUT",
+                "--rates",
+                "1e9",
+                "--out",
+                "OUT",
+            ],
+            "error: --rates '1e9': 1e9 is above 1,000,000 requests per second",
+        ),
+        (
             ["cost", "what-if", "--target", "2xh100", "--tokens", "9.2e6", "--mfu", "nan"],
             "error: --mfu: nan is not a finite number > 0 and <= 1 (a fraction of the bf16 peak)",
         ),
@@ -123,7 +157,7 @@ TP = "is not a whole number >= 1 and <= 1,024 (tensor-parallel ranks)"
             "error: --shots: 4 is not a whole number >= 0 and <= 3 (examples in the prompt)",
         ),
     ],
-    ids=["tp-0", "tp-negative", "num-requests", "repeats", "mfu-nan", "shots"],
+    ids=["tp-0", "tp-negative", "num-requests", "repeats", "contexts", "rates", "mfu-nan", "shots"],
 )
 def test_a_number_out_of_bounds_is_refused_before_any_work(tmp_path, args, message):
     """`serve plan --tp 0` became 8 and `--tp -1` said "raise tp"; `bench serve --num-requests 100000000` built the

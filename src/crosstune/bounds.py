@@ -136,6 +136,9 @@ OPTIONS: dict[str, Bound] = {
     "serve start --max-model-len": Bound(1, 10_000_000, "tokens"),
     "serve start --kv-cache-gib": Bound(1, 4096, "GiB of KV cache"),
     "bench serve --max-concurrency": Bound(1, 10_000, "requests in flight"),
+    "bench serve --contexts": Bound(1, 10_000_000, "prompt tokens"),  # comma lists: servebench.cli checks each item
+    "bench serve --concurrency": Bound(1, 10_000, "requests in flight"),
+    "bench serve --rates": Bound(0, 1_000_000, "requests per second", low_open=True),
     "bench serve --burstiness": Bound(0, 1000, "the gamma shape of arrivals", low_open=True),
     "bench serve --output-len": Bound(1, 1_000_000, "tokens per request"),
     "bench serve --num-requests": Bound(1, MAX_REQUESTS, "requests per cell"),
