@@ -63,6 +63,12 @@ class Bound:
     low_open: bool = False
     high_open: bool = False  # recipes only (pydantic's lt)
 
+    def span(self) -> str:
+        """'optimizer steps: more than 0, at most 100,000,000'."""
+        shown = [f"{int(v):,}" if float(v).is_integer() else f"{v:g}" for v in (self.low, self.high)]
+        low = f"{'more than' if self.low_open else 'at least'} {shown[0]}"
+        return f"{self.what}: {low}, {'less than' if self.high_open else 'at most'} {shown[1]}"
+
     def check(self, where: str, value: object, *, integer: bool) -> object:
         """`value` unchanged when within the bound (None: not given); else the InputError naming `where`."""
         if value is None:

@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from crosstune import hub
+from crosstune.bounds import RECIPE
 from crosstune.errors import CrosstuneError
 from crosstune.recipe.checks import check_recipe
 from crosstune.recipe.findings import Problem, RecipeError
@@ -84,8 +85,9 @@ def _hint_for(err: dict) -> str:
         return f"allowed: {err['ctx']['expected']}"
     if kind == "missing":
         return "this key is required"
-    if kind in ("greater_than", "greater_than_equal"):
-        return "must be a positive number" if err["ctx"].get("gt") == 0 else ""
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound = RECIPE.get(".".join(str(p) for p in loc if not isinstance(p, int)))
+        return bound.span() if bound else "must be a positive number" if err["ctx"].get("gt") == 0 else ""
     if kind in ("int_type", "float_type", "bool_type", "string_type") and isinstance(err.get("input"), str | bool):
         return _TYPE_HINTS[kind]
     if kind == "finite_number":
