@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, str]] = [
     ("units", "memory units and their conversions: GB (chips' HBM, the planner) and GiB (what runs measure)"),
     ("bounds", "numbers checked where they enter: type, finite, range"),
     ("confinement", "paths under a root the user named stay in it: no link out, no walk or delete through a link"),
+    ("untrusted_files", "every JSON, JSONL and YAML file read, within bounds; each refusal FILE:LINE: what is wrong"),
     ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
     ("ownership", "the output policy: one manifest shape; a command replaces only files it wrote"),
     ("hardware", "chips (bf16 peak, HBM, price) and named hardware targets"),

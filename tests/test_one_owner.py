@@ -136,7 +136,7 @@ def test_the_memory_unit_scan_finds_inline_factors(tmp_path):
     assert memory_unit_definitions(tmp_path) == ["a.py:1", "a.py:2", "a.py:3", "a.py:4"]
 
 
-JSON_PARSERS = {"load", "loads", "read_json"}
+JSON_PARSERS = {"load", "loads", "read_json", "parse_json"}
 OWN_FILES = {  # file -> (the names that point at it, the modules that may parse it)
     "bundle.json": ({"BUNDLE_MANIFEST"}, {"study/bundle_schema.py"}),
     "summary.json": ({"SUMMARY_JSON", "summary_file"}, {"servebench/summary.py", "evals/results.py"}),
@@ -144,7 +144,7 @@ OWN_FILES = {  # file -> (the names that point at it, the modules that may parse
 
 
 def json_readers(root: Path = SRC) -> dict[str, list[str]]:
-    """{file: ["module:function", ...]} of every function that parses JSON (json.load/loads, errors.read_json) and
+    """{file: ["module:function", ...]} of every function that parses JSON (json.load/loads, read_json, parse_json) and
     names bundle.json or summary.json (the literal, or the constant or helper that holds it)."""
     found: dict[str, list[str]] = {name: [] for name in OWN_FILES}
     for rel, tree in _sources(root):
@@ -179,3 +179,53 @@ def test_the_reader_scan_finds_a_second_reader(tmp_path):
         "def bundle(p):\n    return json.load(open(p / BUNDLE_MANIFEST))\n\n\ndef other(p):\n    return json.loads(p)\n"
     )
     assert json_readers(tmp_path) == {"bundle.json": ["report.py:bundle"], "summary.json": ["report.py:sniff"]}
+
+
+PARSE_CALLS = {  # module -> its functions that parse text
+    "json": {"load", "loads", "JSONDecoder"},
+    "yaml": {"load", "safe_load", "full_load", "unsafe_load", "load_all", "safe_load_all", "compose", "compose_all",
+             "parse", "SafeLoader", "Loader", "FullLoader", "CLoader", "CSafeLoader", "BaseLoader"},
+}  # fmt: skip
+PARSE_MODULES = {"orjson", "ujson", "simplejson", "ruamel", "ruamel.yaml", "json5", "jsonlines"}
+PARSERS_ELSEWHERE = {  # module -> why it may parse without crosstune.untrusted_files
+    "untrusted_files.py": "the owner",
+    "servebench/client.py": "an endpoint's SSE chunks, not a file (issue 39 item 6 reworks the client's exchange)",
+}
+
+
+def json_yaml_parsers(root: Path = SRC) -> list[str]:
+    """file:line of every place that parses JSON or YAML itself: a call or reference to json.load(s)/JSONDecoder,
+    a yaml loader (load, safe_load, compose, a Loader class), or an import of another JSON/YAML parser."""
+    found = []
+    for rel, tree in _sources(root):
+        if rel in PARSERS_ELSEWHERE:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.attr in PARSE_CALLS.get(node.value.id, ()):
+                    found.append(f"{rel}:{node.lineno}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "") in PARSE_CALLS:
+                if {a.name for a in node.names} & PARSE_CALLS[node.module or ""]:
+                    found.append(f"{rel}:{node.lineno}")
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                if any(n.split(".")[0] in PARSE_MODULES for n in names):
+                    found.append(f"{rel}:{node.lineno}")
+    return sorted(set(found))
+
+
+def test_no_module_parses_json_or_yaml_but_the_owner():
+    """crosstune.untrusted_files parses every JSON, JSONL and YAML text (within its bounds, each refusal
+    `FILE:LINE: what`): recipes, --set values, prices, data, samples, manifests, configs read back. json.dumps and
+    yaml.safe_dump (writing) are anyone's."""
+    assert json_yaml_parsers() == []
+
+
+def test_the_parser_scan_finds_a_second_parser(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "import json\nimport yaml\nfrom json import loads\nimport orjson\n\n\ndef f(p):\n"
+        "    return json.loads(p), yaml.safe_load(p), yaml.compose(p), json.dumps(p), yaml.safe_dump(p)\n\n\n"
+        "class L(yaml.SafeLoader):\n    pass\n"
+    )
+    (tmp_path / "untrusted_files.py").write_text("import json\nX = json.loads('1')\n")
+    assert json_yaml_parsers(tmp_path) == ["a.py:11", "a.py:3", "a.py:4", "a.py:8"]

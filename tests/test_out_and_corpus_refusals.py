@@ -42,9 +42,9 @@ def test_out_inside_a_file_is_one_line_before_any_work(tmp_path, monkeypatch, co
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (b'{"prompt": "p"\n', "train.jsonl:1: not a line of JSON (Expecting ',' delimiter"),
+        (b'{"prompt": "p"\n', "train.jsonl:1: not valid JSON: Expecting ',' delimiter"),
         (b'{"prompt": "p"}\n[1, 2]\n', "train.jsonl:2: expected a JSON object, got list"),
-        (b'{"prompt": "caf\xe9"}\n', "train.jsonl:1: not a line of JSON ('utf-8' codec can't decode byte 0xe9"),
+        (b'{"prompt": "caf\xe9"}\n', "train.jsonl:1: invalid UTF-8 at byte 15 of the line"),
         (b'{"n": 1}\n', "train.jsonl: no system/prompt/response text to train a tokenizer on"),
     ],
 )

@@ -23,6 +23,7 @@ class _ExpectedFailures(TyperGroup):
 
     def invoke(self, ctx: typer.Context):
         try:
+            bound_numeric_options(self)
             return super().invoke(ctx)
         except Interrupted as e:  # not an error: it says what was kept and how to go on
             typer.echo(str(e), err=True)
@@ -43,6 +44,36 @@ class _ExpectedFailures(TyperGroup):
             # Commands that save progress raise crosstune.errors.Interrupted with what was kept instead.
             typer.echo("\ninterrupted (Ctrl-C)", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def numeric_options(group, path: tuple[str, ...] = ()):
+    """(command path, parameter) of every int or float parameter of every command under `group`."""
+    for name, command in getattr(group, "commands", {}).items():
+        if hasattr(command, "commands"):
+            yield from numeric_options(command, (*path, name))
+            continue
+        for param in command.params:
+            if param.type_descriptor.annotation in (int, float):
+                yield " ".join((*path, name)), param
+
+
+def bound_numeric_options(group) -> None:
+    """Check each numeric option against its bound in crosstune.bounds.OPTIONS as it is parsed, before the command
+    runs: one line naming the option, exit 1. An option with no bound is a bug (a test lists every one)."""
+    from crosstune.bounds import option_bound
+
+    for command, param in numeric_options(group):
+        flag = param.opts[0] if param.opts else param.name
+        bound, then = option_bound(command, flag), param.callback
+        if bound is None or getattr(then, "bounded", False):
+            continue
+
+        def checked(ctx, p, value, bound=bound, flag=flag, then=then, integer=param.type_descriptor.annotation is int):
+            bound.check(flag, value, integer=integer)
+            return value if then is None else then(ctx, p, value)
+
+        checked.bounded = True  # type: ignore[attr-defined]
+        param.callback = checked
 
 
 app = typer.Typer(

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from crosstune.errors import CrosstuneError
 from crosstune.units import MIB
+from crosstune.untrusted_files import read_json
 
 TEMP_WRITER = ".crosstune-tmp.json"  # inside every staged temp folder: its writer (pid, host), for clean-up only
 _TEMP = re.compile(r"^\..+\.(tmp|old)-(?P<host>[A-Za-z0-9_.-]+)-(?P<pid>\d+)-[0-9a-f]{8}$")
@@ -112,7 +113,7 @@ def clean_stale_temps(parent: Path) -> list[Path]:
         if not m or m["host"] != _host() or not entry.is_dir() or entry.is_symlink():
             continue
         try:
-            writer = json.loads((entry / TEMP_WRITER).read_text())
+            writer = read_json(entry / TEMP_WRITER)
         except (OSError, ValueError):
             continue  # no writer's record: not provably ours
         if writer.get("pid") != int(m["pid"]) or _alive(int(m["pid"]), writer.get("started")):

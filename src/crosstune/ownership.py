@@ -35,6 +35,7 @@ from typing import Any
 from crosstune.confinement import leads_out, listing, relative_name
 from crosstune.errors import CrosstuneError
 from crosstune.fsutil import TEMP_WRITER, atomic_write_text, file_sha256, overlap_refusal, staged_dir
+from crosstune.untrusted_files import read_json
 
 # The one rule: a command replaces only files it wrote, which it proves by its manifest (each file listed with its
 # sha256 and size, unchanged); anything else in its way is refused before any work, naming the file.
@@ -100,7 +101,7 @@ def read_manifest(folder: Path, kind: OutputKind) -> tuple[dict | None, str]:
     if not path.is_file() or path.is_symlink():
         return None, f"no {kind.manifest} lists it"
     try:
-        manifest = json.loads(path.read_bytes())
+        manifest = read_json(path)
     except (OSError, ValueError):
         return None, f"its {kind.manifest} is unreadable"
     if isinstance(manifest, dict) and "made_by" not in manifest and kind.legacy is not None:
@@ -126,7 +127,7 @@ def restamp(folder: Path, kind: OutputKind, names: Iterable[str]) -> None:
     rewritten them in place (`data stats`). A manifest in an older shape (files known by name) is left as it is."""
     folder = Path(folder)
     manifest, _ = read_manifest(folder, kind)
-    raw = json.loads((folder / kind.manifest).read_bytes()) if manifest is not None else {}
+    raw = read_json(folder / kind.manifest) if manifest is not None else {}
     if raw.get("made_by") != kind.made_by:
         return
     files = manifest["files"] | {rel: _entry(folder / rel) for rel in names if (folder / rel).is_file()}

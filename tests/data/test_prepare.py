@@ -21,7 +21,7 @@ HINT = " (fix the record, or pass --lenient to skip bad records and count them)"
 GOOD = {"system": "You write Verilog.", "prompt": "Write a buffer.", "response": "<think>easy</think>assign y = a;"}
 LONG = {"prompt": "word " * 200, "response": "ok"}
 BAD_LINES = [  # (line, kind, exact message after "FILE:2: ")
-    ('{"prompt": "p", "response": "a"', "bad_json", "not valid JSON: Expecting ',' delimiter at column 32" + HINT),
+    ('{"prompt": "p", "response": "a"', "bad_json", "not valid JSON: Expecting ',' delimiter (column 32)" + HINT),
     ("[1, 2]", "bad_json", "expected a JSON object, got list" + HINT),
     ({"system": "s", "prompt": "p"}, "missing_field", "field 'response': missing" + HINT),
     ({"prompt": ["p"], "response": "a"}, "wrong_type", "field 'prompt': expected a string, got list" + HINT),

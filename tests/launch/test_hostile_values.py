@@ -125,7 +125,7 @@ def test_hostile_values_the_grammar_takes_land_only_inside_quoted_values(hostile
 REFUSED = [
     ("slurm", ["--time", "1:00:00\ntouch PWNED"], "--time '1:00:00\\ntouch PWNED': not a Slurm time limit"),
     ("slurm", ["--time", "forever"], "--time 'forever': not a Slurm time limit"),
-    ("slurm", ["--nodes", "0"], "--nodes 0: give at least 1"),
+    ("slurm", ["--nodes", "0"], "--nodes: 0 is not a whole number >= 1"),
     ("skypilot", ["--bucket", "b\ntouch PWNED"], "--bucket 'b\\ntouch PWNED': not a GCS bucket name"),
     ("skypilot", ["--bucket", "gs://My;Bucket"], "--bucket 'gs://My;Bucket': not a GCS bucket name"),
     ("gke", ["--bucket", "google-bundles", "--image", "i"], "--bucket 'google-bundles': not a GCS bucket name"),

@@ -21,9 +21,9 @@ def test_a_duplicate_key_is_refused_with_both_lines():
 
 
 def test_yaml_1_2_scalars_no_yes_no_booleans_no_sexagesimal_no_dates():
-    from crosstune.recipe.strict_yaml import load_yaml
+    from crosstune.untrusted_files import parse_yaml
 
-    assert load_yaml("a: yes\nb: no\nc: on\nd: 1:30\ne: 2026-01-15\nf: true\ng: 1e-4\nh: 0o17\n") == {
+    assert parse_yaml("a: yes\nb: no\nc: on\nd: 1:30\ne: 2026-01-15\nf: true\ng: 1e-4\nh: 0o17\n", "t.yaml") == {
         "a": "yes", "b": "no", "c": "on", "d": "1:30", "e": "2026-01-15", "f": True, "g": 1e-4, "h": 15,
     }  # fmt: skip
     # PyYAML alone: `packing: yes` was True and `name: no` was False; now the first is refused, the second is text

@@ -93,7 +93,7 @@ def test_no_copy_in_the_bucket_yet_and_a_damaged_one(tmp_path):
     assert "no copy of this bundle in" in console.export_text() and not local.exists()
     (tmp_path / "bucket" / "bundle").mkdir(parents=True)
     (tmp_path / "bucket" / "bundle" / "bundle.json").write_text("{trunc")
-    with pytest.raises(BundleError, match=r"bundle/bundle.json: unreadable .*give another --bucket"):
+    with pytest.raises(BundleError, match=r"bundle/bundle.json:1: not valid JSON: .*give another --bucket"):
         restore_from_bucket(bundle_copy(str(tmp_path / "bucket"), local), RUN, console, **STUDY)
     assert progress(None, []) == (-1, -1) and progress({"stages": {"a": {"status": "done"}}}, [3]) == (1, 3)
 

@@ -106,7 +106,7 @@ def test_a_failed_warm_up_skips_its_cell_and_only_an_endpoint_failure_ends_the_s
             ["--contexts", "16,60,100"],
             "context(s) 60, 100 + 8 output tokens exceed the max_model_len 64 of 'ok'",
         ),
-        ({}, ["--output-len", "0"], "--output-len: 0 is not an integer >= 1"),
+        ({}, ["--output-len", "0"], "--output-len: 0 is not a whole number >= 1 and <= 1,000,000 (tokens per request)"),
     ],
 )
 def test_a_sweep_that_cannot_succeed_is_refused_before_anything_is_sent(

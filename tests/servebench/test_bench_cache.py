@@ -88,8 +88,8 @@ def test_compare_refuses_a_cold_sweep_next_to_a_cached_one(tmp_path, tiny_gemma4
 def test_options_are_checked(tmp_path, tiny_gemma4_dir):
     for extra, expected in (
         (("--prefix-reuse", "1"), "--prefix-reuse: 1.0 is not a share of the prompt strictly between 0 and 1"),
-        (("--seed", "-1"), "--seed: -1 is not an integer >= 0"),
-        (("--repeats", "0"), "--repeats: 0 is not an integer >= 1"),
+        (("--seed", "-1"), "--seed: -1 is not a whole number >= 0"),
+        (("--repeats", "0"), "--repeats: 0 is not a whole number >= 1"),
     ):
         line = one_line_error(cli(*bench_args("http://127.0.0.1:9", tiny_gemma4_dir, *extra)))
         assert expected in line, line

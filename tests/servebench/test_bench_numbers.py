@@ -133,7 +133,7 @@ def test_rate_sweeps_name_saturation_by_the_rate(tmp_path, tiny_gemma4_dir):
         (["--rates", "0"], "error: --rates '0': 0 is not a positive, finite request rate"),
         (["--concurrency", "0"], "error: --concurrency '0': 0 is below 1"),
         (["--concurrency", "-1"], "error: --concurrency '-1': -1 is below 1"),
-        (["--timeout", "0"], "error: --timeout: 0.0 is not a positive, finite number"),
+        (["--timeout", "0"], "error: --timeout: 0.0 is not a number > 0 and <= 86400 (seconds per request)"),
         (["--max-concurrency", "4"], "error: --max-concurrency caps a --rates sweep"),
     ],
 )

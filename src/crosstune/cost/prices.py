@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from crosstune.bounds import number
 from crosstune.errors import InputError
 from crosstune.hardware import CHIPS, HARDWARE, get_hardware
-from crosstune.recipe.strict_yaml import load_yaml, yaml_problem
+from crosstune.untrusted_files import read_yaml
 
 
 class CostError(InputError):
@@ -104,11 +102,7 @@ def load_prices(path: Path | None) -> PriceBook:
     path = Path(path)
     if not path.is_file():
         raise CostError(f"{path}: no such prices file")
-    try:
-        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        reason, line = yaml_problem(e) if isinstance(e, yaml.YAMLError) else ("not UTF-8 text", None)
-        raise CostError(f"{path}{f':{line}' if line else ''}: not valid YAML: {reason}") from None
+    raw = read_yaml(path) or {}
     if not isinstance(raw, dict) or set(raw) - {"chips", "targets"}:
         raise CostError(f"{path}: expected top-level keys `chips` and/or `targets`, got {sorted(raw) if raw else raw}")
     return PriceBook(

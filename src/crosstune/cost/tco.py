@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from crosstune.bounds import number
+from crosstune.bounds import MAX_DAYS, number
 from crosstune.cost.costs import M, ServingCost, TrainingCost
 from crosstune.cost.prices import CostError
 
-MAX_DAYS = 3653.0  # ten years: no accelerator is rented longer; a longer horizon is a typo
 HORIZON_YEARS = 10  # a break-even later than this is reported as "not within 10 years", not as a day number
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from crosstune.bounds import number, whole
 from crosstune.cost.costs import (
     ServingCost,
@@ -21,22 +19,19 @@ from crosstune.cost.costs import (
 from crosstune.cost.prices import CostError, PriceBook
 from crosstune.cost.served_run import declared_run, sweep_serves
 from crosstune.cost.tco import Option, Workload
-from crosstune.recipe.strict_yaml import load_yaml, yaml_problem
 from crosstune.run.run_summary import read_run
 from crosstune.servebench.slo import check_slo
 from crosstune.servebench.summary_cells import read_sweep
+from crosstune.untrusted_files import read_yaml
 
 
 def load_workload(path: Path, book: PriceBook, **overrides: float | None) -> tuple[Workload, list[Option]]:
     """Parse a workload file; `overrides` (days, serve_tokens_per_day, serve_hours_per_day) replace its values."""
     path = Path(path)
     try:
-        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError) as e:
-        raise CostError(f"{path}: can't read the workload: {e}") from None
-    except yaml.YAMLError as e:
-        reason, line = yaml_problem(e)
-        raise CostError(f"{path}{f':{line}' if line else ''}: not valid YAML: {reason}") from None
+        raw = read_yaml(path) or {}
+    except OSError as e:
+        raise CostError(f"{path}: can't read the workload: {e.strerror or e}") from None
     if not isinstance(raw, dict):
         raise CostError(f"{path}: expected a mapping (days, serve_tokens_per_day, options, ...)")
     unknown = set(raw) - WORKLOAD_KEYS

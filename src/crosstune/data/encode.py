@@ -200,9 +200,9 @@ def max_chars_per_token(tokenizer) -> int | None:
     than the one byte they stand for, which only loosens the bound. Added tokens match their literal text, and
     get_vocab() lists them too. The bound needs a normalizer that never merges characters: none, Prepend, or
     one-character Replace (" " -> "▁") qualify; NFC/NFKC and the like may merge, so those get no bound."""
-    import json
+    from crosstune.untrusted_files import parse_json
 
-    spec = json.loads(tokenizer.backend_tokenizer.to_str()).get("normalizer")
+    spec = parse_json(tokenizer.backend_tokenizer.to_str(), "the tokenizer").get("normalizer")
     parts = (spec.get("normalizers") or [spec]) if spec else []
     for part in parts:
         if part["type"] == "Prepend":

@@ -5,12 +5,12 @@ Each fault is one DataError naming the file, never a traceback from inside `data
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from crosstune.data.bad_input import DataError
+from crosstune.untrusted_files import UnreadableFile, read_json
 
 DATASET_DICT, INFO, STATE = "dataset_dict.json", "dataset_info.json", "state.json"
 HINT = "save it again with datasets' save_to_disk, or point data.sources at the original files"
@@ -42,9 +42,9 @@ def _read_json(file: Path) -> Any:
     if not file.is_file():
         raise DataError(str(file), "missing (or not a regular file)", hint=HINT)
     try:
-        return json.loads(file.read_bytes())
-    except ValueError as e:
-        raise DataError(str(file), f"not valid JSON ({e})", hint=HINT) from None
+        return read_json(file)
+    except UnreadableFile as e:
+        raise DataError(f"{e.where}:{e.line}" if e.line else e.where, e.reason, hint=HINT) from None
 
 
 def _kind(value: Any) -> str:

@@ -33,6 +33,7 @@ from crosstune.data.stats import save_stats
 from crosstune.recipe.load import model_path, resolve_path
 from crosstune.recipe.schema import Recipe
 from crosstune.units import MIB
+from crosstune.untrusted_files import read_json
 
 FORMAT_VERSION = 1
 SHARD_BYTES = 256 * MIB  # rows per shard are chosen so one shard's four arrays stay near this size
@@ -239,7 +240,7 @@ class PreparedSplit:
 
     @cached_property
     def record_sources(self) -> list[str]:
-        return json.loads((self.folder / "records.json").read_text())
+        return read_json(self.folder / "records.json", PREPARE_HINT)
 
     @cached_property
     def raw_lengths(self) -> np.ndarray:
@@ -279,14 +280,14 @@ class PreparedDataset:
     @property
     def stats(self) -> dict:
         path = self.path / "stats.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        return read_json(path, PREPARE_HINT) if path.is_file() else {}
 
 
 def read_manifest(path: Path) -> dict:
     manifest_path = Path(path) / "manifest.json"
     if not manifest_path.is_file():
         raise DataError(str(path), "no prepared data here (manifest.json is missing)", hint=PREPARE_HINT)
-    return json.loads(manifest_path.read_text())
+    return read_json(manifest_path, PREPARE_HINT)
 
 
 PREPARE_HINT = "run `crosstune data prepare RECIPE`"

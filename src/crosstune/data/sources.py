@@ -8,7 +8,6 @@ datasets) so errors can point at it.
 from __future__ import annotations
 
 import glob
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from crosstune.data.hf_disk import read_hf_disk
 from crosstune.recipe.hub_ids import hub_dataset_id
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.schema import DataSource, Recipe
+from crosstune.untrusted_files import UnreadableFile, jsonl_rows
 
 HF_DISK_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
 SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
@@ -111,27 +111,20 @@ def read_split(recipe: Recipe, split: str, ledger: Ledger) -> tuple[list[RawReco
 
 
 def _read_jsonl(path: Path, ledger: Ledger) -> Iterator[RawRecord | None]:
-    """Yields a record per line, None per blank line; undecodable lines go to the ledger."""
-    with open(path, "rb") as f:  # bytes, so invalid UTF-8 is reported per line instead of failing the file
-        for line_no, raw in enumerate(f, 1):
-            where = f"{path}:{line_no}"
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                ledger.bad(where, "invalid_utf8", f"invalid UTF-8 at byte {e.start} of the line", hint=LENIENT_HINT)
-                continue
-            if not text.strip():
-                yield None
-                continue
-            try:
-                row = json.loads(text.rstrip("\r\n"))  # so a column number points into this line
-            except json.JSONDecodeError as e:
-                ledger.bad(where, "bad_json", f"not valid JSON: {e.msg} at column {e.colno}", hint=LENIENT_HINT)
-                continue
-            if not isinstance(row, dict):
-                ledger.bad(where, "bad_json", f"expected a JSON object, got {type(row).__name__}", hint=LENIENT_HINT)
-                continue
-            yield RawRecord(where, row)
+    """Yields a record per line, None per blank line; lines crosstune.untrusted_files refuses go to the ledger (invalid
+    UTF-8, not JSON, too long, too deep, too many digits, a duplicate key), each counted by its kind."""
+    for line_no, row in jsonl_rows(path):
+        where = f"{path}:{line_no}"
+        if isinstance(row, UnreadableFile):
+            ledger.bad(where, row.kind, row.reason, hint=LENIENT_HINT)
+            continue
+        if row is None:
+            yield None
+            continue
+        if not isinstance(row, dict):
+            ledger.bad(where, "bad_json", f"expected a JSON object, got {type(row).__name__}", hint=LENIENT_HINT)
+            continue
+        yield RawRecord(where, row)
 
 
 def _read_parquet(path: Path) -> list[RawRecord]:

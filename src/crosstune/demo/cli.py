@@ -19,14 +19,12 @@ def demo(
     ),
     recipe: Path = typer.Option(None, help="the recipe to run [default: the shipped demo-cpu.yaml]"),
     seed: int = typer.Option(0, help="seed for the held-out corpus"),
-    n_train: int = typer.Option(DEFAULT_TRAIN, min=1, help="synthetic training records for the LoRA"),
-    n_eval: int = typer.Option(DEFAULT_EVAL, min=1, help="held-out evaluation problems"),
-    steps: int = typer.Option(
-        None, min=1, help="LoRA steps on each backend (default: the recipe's train.max_steps, 180)"
-    ),
+    n_train: int = typer.Option(DEFAULT_TRAIN, help="synthetic training records for the LoRA"),
+    n_eval: int = typer.Option(DEFAULT_EVAL, help="held-out evaluation problems"),
+    steps: int = typer.Option(None, help="LoRA steps on each backend (default: the recipe's train.max_steps, 180)"),
     cache: Path = typer.Option(None, help="pretrained-base cache (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)"),
     base_steps: int = typer.Option(
-        None, min=1, help="pretraining steps of the base (default 1200, shipped; another count trains and caches one)"
+        None, help="pretraining steps of the base (default 1200, shipped; another count trains and caches one)"
     ),
 ) -> None:
     """Run the pipeline end to end on this CPU: a pretrained small Gemma 4, LoRA on both backends, pass@k gain.

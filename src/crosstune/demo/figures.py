@@ -17,6 +17,7 @@ from crosstune.evals.results import evaluation_at
 from crosstune.fsutil import atomic_write_text
 from crosstune.ownership import ResumedKind
 from crosstune.study.context import BASE, EVAL, FINETUNE
+from crosstune.untrusted_files import read_json
 
 MADE_BY, DEMO_MANIFEST, FORMAT = "crosstune demo", "demo.json", 1
 CORPUS, REPORT = "corpus", "report"  # beside one bundle per backend (named by the backend)
@@ -28,7 +29,7 @@ def read_demo_manifest(out: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_bytes())
+        data = read_json(path)
     except (OSError, ValueError):
         data = None
     if not isinstance(data, dict) or data.get("made_by") != MADE_BY:

@@ -87,47 +87,47 @@ def eval_command(
                                       '{"problem", "completion"[, "sample"]} (a completion cache works).'),
     references_only: bool = typer.Option(False, "--references-only", help="Judge each reference as the "
                                          "design: a self-check of the problem set."),
-    n: int = typer.Option(None, "--n", min=1, help="Samples per problem "
+    n: int = typer.Option(None, "--n", help="Samples per problem "
                           f"[default: recipe, else {EVAL_DEFAULTS.samples}]."),
     k: str = typer.Option(None, "--k", help="pass@k values, comma-separated (each <= n) [default: recipe, else "
                           f"those of {','.join(map(str, EVAL_DEFAULTS.k))} that n allows]."),
-    temperature: float = typer.Option(None, "--temperature", min=0.0, help="Sampling temperature (0 = greedy) "
+    temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (0 = greedy) "
                                       f"[default: recipe, else {EVAL_DEFAULTS.temperature:g}]."),
-    top_p: float = typer.Option(None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass "
+    top_p: float = typer.Option(None, "--top-p", help="Nucleus sampling mass "
                                 f"[default: recipe, else {EVAL_DEFAULTS.top_p:g}]."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Completion length limit "
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Completion length limit "
                                    f"[default: recipe, else {EVAL_DEFAULTS.max_tokens}]."),
     seed: int = typer.Option(SamplingParams.seed, "--seed", help="Base seed; sample i uses seed + i."),
     prompt_style: str = typer.Option(None, "--prompt-style", help="verilogeval ([BEGIN]/[DONE], "
                                      "Question/Answer) or codev (<think> then ```verilog in <answer>) "
                                      f"[default: recipe, else {EVAL_DEFAULTS.prompt_style}]."),
-    shots: int = typer.Option(None, "--shots", min=0, help="In-context examples in the prompt (0-3) "
+    shots: int = typer.Option(None, "--shots", help="In-context examples in the prompt (0-3) "
                               f"[default: protocol, else {EvalConfig.shots}]."),
-    concurrency: int = typer.Option(EvalConfig.concurrency, "--concurrency", min=1, help="Parallel requests to "
+    concurrency: int = typer.Option(EvalConfig.concurrency, "--concurrency", help="Parallel requests to "
                                     "the endpoint."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable holding the "
                                     "endpoint's API key, if it needs one."),
     upstream_compatible: bool = typer.Option(False, "--upstream-compatible", help="Count verdicts by "
                                              "VerilogEval v2's own rules (fooled by known fake passes) to "
                                              "compare with published numbers; default is the strict rule."),
-    workers: int = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: usable CPUs)."),
-    timeout: float = typer.Option(Limits.timeout_s, "--timeout", min=1.0, help="Wall-clock seconds to judge one "
+    workers: int = typer.Option(None, "--workers", help="Parallel simulations (default: usable CPUs)."),
+    timeout: float = typer.Option(Limits.timeout_s, "--timeout", help="Wall-clock seconds to judge one "
                                   "sample (all simulation steps)."),
-    connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.01, help="Seconds to connect to "
+    connect_timeout: float = typer.Option(None, "--connect-timeout", help="Seconds to connect to "
                                           "--endpoint (also bounds the probe) "
                                           f"[default: recipe, else {EVAL_DEFAULTS.connect_timeout_s:g}]."),
-    read_timeout: float = typer.Option(None, "--read-timeout", min=0.01, help="Longest silence from --endpoint, "
+    read_timeout: float = typer.Option(None, "--read-timeout", help="Longest silence from --endpoint, "
                                        "in seconds (bounds one non-streamed generation) "
                                        f"[default: recipe, else {EVAL_DEFAULTS.read_timeout_s:g}]."),
-    request_timeout: float = typer.Option(None, "--request-timeout", min=0.01, help="Deadline of one request in "
+    request_timeout: float = typer.Option(None, "--request-timeout", help="Deadline of one request in "
                                           "seconds, however slowly the server sends "
                                           f"[default: recipe, else {EVAL_DEFAULTS.request_timeout_s:g}]."),
-    retries: int = typer.Option(EvalConfig.retries, "--retries", min=0, help="Extra attempts per sample after a "
+    retries: int = typer.Option(EvalConfig.retries, "--retries", help="Extra attempts per sample after a "
                                 "connection error, a cut response, HTTP 429 or 5xx (backoff from 2 s, doubling); "
                                 "timeouts are not retried."),
-    memory_mib: int = typer.Option(Limits.memory_mib, "--memory-mib", min=64, help="Address-space limit per "
+    memory_mib: int = typer.Option(Limits.memory_mib, "--memory-mib", help="Address-space limit per "
                                    "process (MiB)."),
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", min=1, help="Prompts per generate() call "
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Prompts per generate() call "
                                    "of the local engine (--hf-model)."),
 ) -> None:  # fmt: skip
     """Evaluate Verilog generation on VerilogEval v2 or RTLLM with iverilog (see EVAL_HELP)."""

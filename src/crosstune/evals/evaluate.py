@@ -25,6 +25,7 @@ from crosstune.evals.judge.scoring import ProblemScore, summarize, write_reports
 from crosstune.evals.judge.simulate import Outcome, instrument, judge_design, reference_as_design
 from crosstune.evals.judge.verdict import PASS
 from crosstune.evals.problems.problem_sets import Problem
+from crosstune.untrusted_files import read_json
 
 REFERENCE_COUNTS = "reference_counts.json"  # in the output folder: the references' outcomes, cached across runs
 
@@ -88,7 +89,7 @@ def _load_reference_cache(counts_file: Path | None) -> dict[str, dict]:
     if counts_file is None or not counts_file.exists():
         return {}
     try:
-        cached = json.loads(counts_file.read_text())
+        cached = read_json(counts_file)
     except (OSError, ValueError):
         return {}
     if not isinstance(cached, dict):

@@ -4,12 +4,12 @@ side: crosstune.report.eval_groups."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from crosstune.errors import InputError
+from crosstune.untrusted_files import read_json
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def evaluation_at(path: Path, name: str | None = None) -> Evaluation | None:
     path = Path(path)
     path = path / "summary.json" if path.is_dir() else path
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        summary = read_json(path)
     except (OSError, ValueError):
         return None
     if not isinstance(summary, dict) or "pass_at_k" not in summary:

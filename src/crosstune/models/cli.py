@@ -34,9 +34,7 @@ LayoutOpt = typer.Option(
     "causal", "--layout", help="causal: text-only *ForCausalLM; multimodal: *ForConditionalGeneration with a small "
     "vision tower (the official checkpoints' layout)"
 )  # fmt: skip
-ShardsOpt = typer.Option(
-    1, "--shards", min=1, help="safetensors files (more than 1: with model.safetensors.index.json)"
-)
+ShardsOpt = typer.Option(1, "--shards", help="safetensors files (more than 1: with model.safetensors.index.json)")
 
 
 def register(app: typer.Typer) -> None:
@@ -78,11 +76,10 @@ def build(
     layers: int = typer.Option(
         None,
         "--layers",
-        min=1,
         help="Decoder layers (default: the size's; fewer than 6 "
         "end with a global layer, so 2 = one sliding + one global)",
     ),  # fmt: skip
-    vocab: int = typer.Option(None, "--vocab", min=16, help="Vocabulary size (default: the size's, 262,144 for 31b)"),
+    vocab: int = typer.Option(None, "--vocab", help="Vocabulary size (default: the size's, 262,144 for 31b)"),
     layout: str = LayoutOpt,
     dtype: str = typer.Option("bfloat16", "--dtype", help="float32 or bfloat16 (the hub's checkpoints: bfloat16)"),
     shards: int = ShardsOpt,
@@ -115,6 +112,9 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
         raise ModelOptionError(f"--layout {layout!r}: one of {', '.join(LAYOUTS)}")
     if dtype not in DTYPES:
         raise ModelOptionError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
+    most = fam.spec(size).num_layers
+    if layers is not None and layers > most:
+        raise ModelOptionError(f"--layers {layers}: a {fam.name} {size} has {most} layers: give at most {most}")
     if corpus is not None and not (corpus / "train.jsonl").is_file():
         raise InputError(f"--corpus: {corpus / 'train.jsonl'} not found: give a corpus folder (`crosstune synth`'s)")
     check_out(out, inputs=[Path.cwd()], what="working directory")  # one line, before any work

@@ -16,6 +16,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 
 from crosstune.errors import InputError
 from crosstune.families import chat_template, get_family
+from crosstune.untrusted_files import UnreadableFile, jsonl_rows, read_json
 
 BASE_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
 CORPUS_FIELDS = ("system", "prompt", "response")
@@ -37,16 +38,13 @@ def corpus_texts(corpus_dir: Path) -> list[str]:
     if not path.is_file():
         raise InputError(f"{path} not found: a corpus directory holds train.jsonl (see `crosstune synth`)")
     texts = []
-    with path.open("rb") as f:
-        for line_no, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-                row = json.loads(line) if line.strip() else {}
-            except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-                raise ValueError(f"{path}:{line_no}: not a line of JSON ({e})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-            texts += [row[k] for k in CORPUS_FIELDS if isinstance(row.get(k), str) and row[k]]
+    for line_no, row in jsonl_rows(path):
+        if isinstance(row, UnreadableFile):
+            raise row
+        row = {} if row is None else row
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+        texts += [row[k] for k in CORPUS_FIELDS if isinstance(row.get(k), str) and row[k]]
     if not texts:
         raise ValueError(f"{path}: no {'/'.join(CORPUS_FIELDS)} text to train a tokenizer on")
     return texts
@@ -109,7 +107,7 @@ def save_tokenizer(tokenizer, out_dir: Path) -> list[Path]:
     tokenizer.save_pretrained(out_dir, save_jinja_files=False)
     # transformers 5 writes its internal class name; the classic name loads in transformers 4 and 5 alike.
     config_path = out_dir / "tokenizer_config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config = read_json(config_path)
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     special_map = {

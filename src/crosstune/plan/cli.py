@@ -49,7 +49,6 @@ def plan(
     max_compiles: int = typer.Option(
         9,
         "--max-compiles",
-        min=3,
         help="with --search: at most this many compiles (2 per screened candidate, 1 "
         "per finalist; a 31B full-depth compile is ~10-30 min and ~17 GB)",
     ),  # fmt: skip

@@ -20,6 +20,7 @@ from crosstune.planner import plan_recipe
 from crosstune.planner.compiled import CompiledStep, compile_report, with_layers
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.planner.search import Candidate, Search, run_search
+from crosstune.untrusted_files import read_json
 
 
 class PlanError(CrosstuneError):
@@ -72,7 +73,7 @@ def cached_compile(
 
     kept = None if cache is None else cache / f"{compile_key(recipe_file, overrides, layers)}.json"
     if kept is not None and kept.is_file():
-        return CompiledStep.from_dict(json.loads(kept.read_text(encoding="utf-8"))), kept
+        return CompiledStep.from_dict(read_json(kept)), kept
     step = compile_step(recipe_file, overrides, layers, accelerator, echo=echo)
     if kept is not None:
         kept.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from crosstune.recipe import Problem, Recipe, RecipeError, load_recipe
 from crosstune.recipe.checks import check_recipe
+from crosstune.untrusted_files import parse_yaml, read_yaml
 
 # Recipe checks the planner itself explains (with options and costs), so they don't stop it from planning.
 PLANNED_PATHS = ("backend.jax.mesh", "backend.jax.mesh.tp", "backend.torch.devices")
@@ -14,21 +15,20 @@ PLANNED_PATHS = ("backend.jax.mesh", "backend.jax.mesh.tp", "backend.torch.devic
 
 def load_for_plan(path: Path, overrides: list[str] | None = None) -> Recipe:
     """The recipe, even when its mesh or device counts are wrong (the plan says why and what fits instead)."""
-    import yaml
 
     try:
         return load_recipe(path, overrides)
     except RecipeError as e:
         if any(p.severity == "error" and p.path not in PLANNED_PATHS for p in e.problems) or not path.is_file():
             raise
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = read_yaml(path)
     for assignment in overrides or []:
         key, _, raw = assignment.partition("=")
         node = data
         *parents, leaf = key.strip().split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(raw)
+        node[leaf] = parse_yaml(raw, f"--set {key.strip()}")
     base_dir = path.absolute().parent
     recipe = Recipe.model_validate(data)
     problems: list[Problem] = check_recipe(recipe, base_dir)

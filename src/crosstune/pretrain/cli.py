@@ -7,13 +7,15 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from crosstune.untrusted_files import read_json
+
 
 def register(app: typer.Typer) -> None:
     app.command("pretrain")(pretrain)
 
 
 def pretrain(
-    steps: int = typer.Option(None, "--steps", min=1, help="Training steps (default: 1200, the base the demo uses)."),
+    steps: int = typer.Option(None, "--steps", help="Training steps (default: 1200, the base the demo uses)."),
     cache: Path = typer.Option(None, "--cache", help="Cache folder (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)."),
     rebuild: bool = typer.Option(
         False, "--rebuild", help="Train it even though crosstune ships this base (then compare: the bytes match)."
@@ -27,7 +29,6 @@ def pretrain(
     from it.
     """
     import dataclasses
-    import json
 
     from crosstune.pretrain.base_model import DONE, SHIPPED_BASES, PretrainConfig, pretrained_base
 
@@ -35,7 +36,7 @@ def pretrain(
     out = Console()
     root = cache.resolve() / "pretrained" if cache else None
     base = pretrained_base(config, root, log=lambda line: out.print(line, highlight=False), shipped=not rebuild)
-    info = json.loads((base / DONE).read_text())
+    info = read_json(base / DONE)
     where = " (shipped with crosstune)" if base.parent == SHIPPED_BASES else ""
     out.print(
         f"[bold]base[/bold] {base}{where}\n{config.steps} steps on {len(config.families)} families "

@@ -1,5 +1,5 @@
 """`recipe import` and `recipe export` as library calls: a user's Axolotl or TRL config (read by the one YAML loader,
-crosstune.recipe.strict_yaml) to a recipe that validates, and a recipe to a config for the user's own tool. The
+crosstune.untrusted_files) to a recipe that validates, and a recipe to a config for the user's own tool. The
 written file opens with a head comment naming what made it and listing what did not carry over; an existing file
 without that head is never replaced."""
 
@@ -22,9 +22,9 @@ from crosstune.recipe.from_trl import import_trl
 from crosstune.recipe.load import load_recipe, parse_recipe
 from crosstune.recipe.porting import ImportRefused, Port, Unmapped
 from crosstune.recipe.schema import SAFE_NAME, Recipe
-from crosstune.recipe.strict_yaml import load_yaml, yaml_problem
 from crosstune.recipe.to_axolotl import export_axolotl
 from crosstune.recipe.trl_format import export_trl
+from crosstune.untrusted_files import read_yaml
 
 FORMATS = ("axolotl", "trl")
 IMPORT_HEAD = "# crosstune recipe import"
@@ -47,13 +47,7 @@ def read_config(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: no such config file")
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise InputError(f"{path}: {path.stat().st_size:,} bytes is not a training config (at most 1 MiB)")
-    try:
-        data = load_yaml(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text: save it as UTF-8") from None
-    except yaml.YAMLError as e:
-        reason, line = yaml_problem(e)
-        raise InputError(f"{path}{f':{line}' if line else ''}: not valid YAML: {reason}") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: a config is a YAML mapping of keys (base_model: ..., model_name_or_path: ...)")
     return data

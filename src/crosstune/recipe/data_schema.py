@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
-from crosstune.recipe.section import Section
+from crosstune.recipe.section import Section, bounded
 
 
 class DataSource(Section):
@@ -79,8 +79,8 @@ class SystemPromptPolicy(Section):
 
 
 class Subsample(Section):
-    size: PositiveInt
-    seed: int = 42
+    size: int = bounded("data.subsample.size")
+    seed: int = bounded("data.subsample.seed", 42)
 
 
 class DataSection(Section):
@@ -92,7 +92,7 @@ class DataSection(Section):
         "plain", description="reasoning strip only: 'tags' trains the answer in the markup a CodeV-R1 system prompt "
         "asks for, an emptied <think></think> then <answer>ANSWER</answer>, so a kept prompt and the target agree"
     )  # fmt: skip
-    max_seq_len: PositiveInt = 2048
+    max_seq_len: int = bounded("data.max_seq_len", 2048)
     truncation: Literal["drop", "truncate"] = "drop"
     packing: bool = True
     subsample: Subsample | None = None

@@ -11,16 +11,18 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from crosstune import hub
+from crosstune.bounds import RECIPE
 from crosstune.errors import CrosstuneError
 from crosstune.recipe.checks import check_recipe
 from crosstune.recipe.findings import Problem, RecipeError
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.recipe.schema import Recipe
-from crosstune.recipe.strict_yaml import StrictLoader, load_yaml, yaml_problem
+from crosstune.untrusted_files import UnreadableFile, parse_yaml, parse_yaml_node, read_text
 
 
-def _line_map(text: str) -> dict[tuple, int]:
-    """YAML path (tuple of keys/indices) -> 1-based line, from the composed node tree."""
+def _line_map(root: yaml.Node | None) -> dict[tuple, int]:
+    """YAML path (tuple of keys/indices) -> 1-based line, from the composed node tree (checked within bounds by
+    crosstune.untrusted_files: its aliases expand to a bounded number of nodes)."""
     lines: dict[tuple, int] = {}
 
     def walk(node: yaml.Node, path: tuple) -> None:
@@ -33,7 +35,6 @@ def _line_map(text: str) -> dict[tuple, int]:
             for i, item in enumerate(node.value):
                 walk(item, path + (i,))
 
-    root = yaml.compose(text, Loader=StrictLoader)
     if root is not None:
         walk(root, ())
     return lines
@@ -84,8 +85,9 @@ def _hint_for(err: dict) -> str:
         return f"allowed: {err['ctx']['expected']}"
     if kind == "missing":
         return "this key is required"
-    if kind in ("greater_than", "greater_than_equal"):
-        return "must be a positive number" if err["ctx"].get("gt") == 0 else ""
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound = RECIPE.get(".".join(str(p) for p in loc if not isinstance(p, int)))
+        return bound.span() if bound else "must be a positive number" if err["ctx"].get("gt") == 0 else ""
     if kind in ("int_type", "float_type", "bool_type", "string_type") and isinstance(err.get("input"), str | bool):
         return _TYPE_HINTS[kind]
     if kind == "finite_number":
@@ -120,13 +122,12 @@ def _apply_override(data: dict, assignment: str) -> None:
         if not isinstance(node, dict):
             raise RecipeError(None, [Problem(key, f"cannot set {key}: {part} is not a mapping")])
     try:
-        node[parts[-1]] = load_yaml(raw)
+        node[parts[-1]] = parse_yaml(raw, f"--set {key}")
         node.pop(_SAME_SETTING.get(tuple(parts), ""), None)
-    except yaml.YAMLError as e:
+    except UnreadableFile as e:
         hint = "quote the value for the shell and close every bracket, e.g. --set 'lora.targets=[q, v]'"
-        raise RecipeError(
-            None, [Problem(key, f"--set {assignment!r}: not valid YAML: {yaml_problem(e)[0]}", hint)]
-        ) from None
+        shown = assignment if len(assignment) <= 200 else f"{key}=<{len(raw):,} characters>"
+        raise RecipeError(None, [Problem(key, f"--set {shown!r}: {e.reason}", hint)]) from None
 
 
 def parse_recipe(
@@ -134,11 +135,10 @@ def parse_recipe(
 ) -> Recipe:
     """Validate YAML text; raises RecipeError listing every schema and consistency problem."""
     try:
-        data = load_yaml(text)
-        lines = _line_map(text)
-    except yaml.YAMLError as e:
-        reason, line = yaml_problem(e)
-        raise RecipeError(file, [Problem("", f"not valid YAML: {reason}", line=line)]) from None
+        data, root = parse_yaml_node(text, file or "<recipe>")
+    except UnreadableFile as e:
+        raise RecipeError(file, [Problem("", e.reason, line=e.line)]) from None
+    lines = _line_map(root)
     if not isinstance(data, dict):
         raise RecipeError(file, [Problem("", "a recipe is a YAML mapping (name:, model:, data:, ...)", line=1)])
     for assignment in overrides or []:
@@ -190,13 +190,11 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     path = Path(path)
     if not path.is_file():
         raise RecipeError(path, [Problem("", f"recipe file not found: {path}")])
-    data = path.read_bytes()
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        problem = Problem("", f"not UTF-8 text (byte 0x{data[e.start]:02x})", "save the file as UTF-8", line=line)
-        raise RecipeError(path, [problem]) from None
+        text = read_text(path)
+    except UnreadableFile as e:
+        hint = "save the file as UTF-8" if e.kind == "invalid_utf8" else ""
+        raise RecipeError(path, [Problem("", e.reason, hint, e.line)]) from None
     return parse_recipe(text, path, overrides)
 
 

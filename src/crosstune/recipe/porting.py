@@ -7,20 +7,20 @@ The formats' own keys live in crosstune.recipe.axolotl_format and crosstune.reci
 from __future__ import annotations
 
 import glob
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from crosstune import hub
-from crosstune.errors import CrosstuneError, read_model_config
+from crosstune.errors import CrosstuneError
 from crosstune.families import FAMILIES, family_of_hf_config, get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import DTYPE_BYTES, NEUTRAL_TARGETS, ModelSpec
 from crosstune.hardware import HARDWARE
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.units import bytes_to_gb
+from crosstune.untrusted_files import jsonl_rows, read_model_config
 
 # A size in a hub id's name (google/gemma-4-31B-it, google/gemma-3-27b-it, unsloth/gemma-4-E2B-it-bnb-4bit).
 SIZE_IN_NAME = {
@@ -330,14 +330,9 @@ def peek_columns(path: str, is_hub: bool, revision: str | None = None) -> set[st
     files = [folder] if folder.is_file() else sorted(folder.rglob("*")) if folder.is_dir() else []
     for f in files:
         if f.suffix in (".jsonl", ".json") and f.is_file():
-            with open(f, encoding="utf-8", errors="replace") as lines:
-                for line in lines:
-                    if line.strip():
-                        try:
-                            row = json.loads(line)
-                        except ValueError:
-                            return None
-                        return set(row) if isinstance(row, dict) else None
+            for _, row in jsonl_rows(f):
+                if row is not None:
+                    return set(row) if isinstance(row, dict) else None
         if f.suffix == ".parquet" and f.is_file():
             import pyarrow.parquet as pq
 

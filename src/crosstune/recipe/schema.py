@@ -13,8 +13,6 @@ from typing import Any, Literal, get_args
 
 from pydantic import (
     Field,
-    PositiveFloat,
-    PositiveInt,
     PrivateAttr,
     ValidationInfo,
     field_validator,
@@ -31,7 +29,7 @@ from crosstune.recipe.data_schema import (  # noqa: F401 - the data section's cl
     Subsample,
     SystemPromptPolicy,
 )
-from crosstune.recipe.section import Section
+from crosstune.recipe.section import Section, bounded, each
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]  # experts: refused by name (recipe/checks.py)
 BackendName = Literal["torch", "jax"]  # the one list of backends (crosstune.train.backend maps each to its class)
@@ -67,9 +65,9 @@ class ModelSection(Section):
 
 
 class LoraSection(Section):
-    rank: PositiveInt = 16
-    alpha: PositiveFloat = 16.0
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    rank: int = bounded("lora.rank", 16)
+    alpha: float = bounded("lora.alpha", 16.0)
+    dropout: float = bounded("lora.dropout", 0.0)
     targets: list[Target] = Field(default_factory=lambda: list(NEUTRAL_TARGETS), min_length=1)
 
 
@@ -129,27 +127,27 @@ class KernelsSection(Section):
 
 
 class TrainSection(Section):
-    epochs: PositiveFloat | None = 1.0
-    max_steps: PositiveInt | None = None
-    learning_rate: PositiveFloat = 1e-4
+    epochs: float | None = bounded("train.epochs", 1.0)
+    max_steps: int | None = bounded("train.max_steps", None)
+    learning_rate: float = bounded("train.learning_rate", 1e-4)
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
-    warmup_steps: int = Field(0, ge=0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
-    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
-    adam_eps: PositiveFloat = 1e-8
-    max_grad_norm: PositiveFloat | None = 1.0
-    per_device_batch_size: PositiveInt = 1
-    grad_accumulation: PositiveInt = 1
+    warmup_steps: int = bounded("train.warmup_steps", 0)
+    weight_decay: float = bounded("train.weight_decay", 0.0)
+    adam_beta1: float = bounded("train.adam_beta1", 0.9)
+    adam_beta2: float = bounded("train.adam_beta2", 0.999)
+    adam_eps: float = bounded("train.adam_eps", 1e-8)
+    max_grad_norm: float | None = bounded("train.max_grad_norm", 1.0)
+    per_device_batch_size: int = bounded("train.per_device_batch_size", 1)
+    grad_accumulation: int = bounded("train.grad_accumulation", 1)
     # Rows per optimizer step over all devices. When set, each backend derives its accumulation from it (torch:
     # per GPU, jax: per fsdp shard) and grad_accumulation is ignored, so a recipe moves between backends unchanged.
-    global_batch_size: PositiveInt | None = None
+    global_batch_size: int | None = bounded("train.global_batch_size", None)
     gradient_checkpointing: bool = True
     precision: Literal["fp32", "bf16"] = "bf16"
-    log_every: PositiveInt = 1
-    checkpoint_every: PositiveInt = 100
-    keep_last: PositiveInt = 3
-    seed: int = 42
+    log_every: int = bounded("train.log_every", 1)
+    checkpoint_every: int = bounded("train.checkpoint_every", 100)
+    keep_last: int = bounded("train.keep_last", 3)
+    seed: int = bounded("train.seed", 42)
     kernels: KernelsSection = Field(default_factory=KernelsSection)
 
     @model_validator(mode="after")
@@ -208,14 +206,14 @@ class TrainSection(Section):
 
 
 class TorchBackendSection(Section):
-    devices: PositiveInt = 1
-    nodes: PositiveInt = 1
+    devices: int = bounded("backend.torch.devices", 1)
+    nodes: int = bounded("backend.torch.nodes", 1)
     fsdp: bool = False
 
 
 class JaxMesh(Section):
-    fsdp: PositiveInt = 1
-    tp: PositiveInt = 1
+    fsdp: int = bounded("backend.jax.mesh.fsdp", 1)
+    tp: int = bounded("backend.jax.mesh.tp", 1)
 
 
 class JaxBackendSection(Section):
@@ -245,33 +243,39 @@ class BackendSection(Section):
 
 class ServeSection(Section):
     engine: Literal["vllm"] = "vllm"
-    max_model_len: PositiveInt = 4096
-    tensor_parallel_size: PositiveInt = 1
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    max_model_len: int = bounded("serve.max_model_len", 4096)
+    tensor_parallel_size: int = bounded("serve.tensor_parallel_size", 1)
+    gpu_memory_utilization: float = bounded("serve.gpu_memory_utilization", 0.9)
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
-    port: int = Field(8000, ge=1, le=65535)
-    contexts: list[PositiveInt] = Field(default_factory=lambda: [1024, 2048, 4096])
-    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 16])
-    output_tokens: PositiveInt = 256
+    port: int = bounded("serve.port", 8000)
+    contexts: list[each("serve.contexts", int)] = Field(default_factory=lambda: [1024, 2048, 4096])
+    concurrency: list[each("serve.concurrency", int)] = Field(default_factory=lambda: [1, 4, 16])
+    output_tokens: int = bounded("serve.output_tokens", 256)
     preset: str | None = Field(None, description="a named grid for the 3 above (`bench serve --preset`: seed)")
 
 
 class EvalSection(Section):
     problems: str | None = Field(None, description="a VerilogEval v2 checkout or a problems.txt directory")
-    samples: PositiveInt = 5
-    k: list[PositiveInt] = Field(default_factory=lambda: [1, 5])
-    temperature: float = Field(0.8, ge=0.0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    max_tokens: PositiveInt = 1024
+    samples: int = bounded("eval.samples", 5)
+    k: list[each("eval.k", int)] = Field(default_factory=lambda: [1, 5])
+    temperature: float = bounded("eval.temperature", 0.8)
+    top_p: float = bounded("eval.top_p", 0.95)
+    max_tokens: int = bounded("eval.max_tokens", 1024)
     prompt_style: Literal["verilogeval", "codev"] = "verilogeval"
     protocol: Literal["codev-r1", "codev-r1-card"] | None = Field(None, description="a named protocol (eval "
                                                                 "--protocol); lines written here win")  # fmt: skip
-    connect_timeout_s: PositiveFloat = Field(10.0, description="to open a connection to the endpoint; also bounds "
-                                             "the reachability probe sent before the batch")  # fmt: skip
-    read_timeout_s: PositiveFloat = Field(600.0, description="longest silence from the endpoint (a non-streamed "
-                                          "answer arrives whole: this bounds one generation)")  # fmt: skip
-    request_timeout_s: PositiveFloat = Field(1800.0, description="deadline for one request, connect to last byte, "
-                                             "however slowly the server sends")  # fmt: skip
+    connect_timeout_s: float = bounded(
+        "eval.connect_timeout_s", 10.0,
+        description="to open a connection to the endpoint; also bounds the reachability probe sent before the batch",
+    )  # fmt: skip
+    read_timeout_s: float = bounded(
+        "eval.read_timeout_s", 600.0,
+        description="longest silence from the endpoint (a non-streamed answer arrives whole: it bounds a generation)",
+    )  # fmt: skip
+    request_timeout_s: float = bounded(
+        "eval.request_timeout_s", 1800.0,
+        description="deadline for one request, connect to last byte, however slowly the server sends",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _k_le_n(self) -> EvalSection:
@@ -286,9 +290,11 @@ EVAL_DEFAULTS = EvalSection()
 
 
 class CostSection(Section):
-    price_per_hour: PositiveFloat | None = Field(None, description="override the catalog price of `hardware`")
+    price_per_hour: float | None = bounded(
+        "cost.price_per_hour", None, description="override the catalog price of `hardware`"
+    )
     currency: str = "USD"
-    serve_hours_per_month: PositiveFloat = 730.0
+    serve_hours_per_month: float = bounded("cost.serve_hours_per_month", 730.0)
 
 
 class Recipe(Section):

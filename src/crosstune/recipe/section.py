@@ -3,9 +3,25 @@ recipes were first hashed, left out of a dump while unset."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic_core import PydanticUndefined
+
+from crosstune.bounds import RECIPE
+
+
+def bounded(path: str, default: Any = PydanticUndefined, **field: Any) -> Any:
+    """A pydantic Field of the number at YAML `path`, with its bound from crosstune.bounds.RECIPE (the one table)."""
+    b = RECIPE[path]
+    low = {"gt": b.low} if b.low_open else {"ge": b.low}
+    high = {"lt": b.high} if b.high_open else {"le": b.high}
+    return Field(default, **low, **high, **field)
+
+
+def each(path: str, kind: type) -> Any:
+    """The type of one item of a list of numbers at YAML `path`, bounded as `bounded` does."""
+    return Annotated[kind, bounded(path)]
 
 
 class Section(BaseModel):

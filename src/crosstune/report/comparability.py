@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from crosstune.errors import read_json
 from crosstune.recipe.schema import SAFE_NAME
 from crosstune.report.document import Note
 from crosstune.run.run_summary import RunSummary
 from crosstune.servebench.summary_cells import Sweep
+from crosstune.untrusted_files import read_json
 
 
 def prepared_manifest(run: RunSummary) -> dict:

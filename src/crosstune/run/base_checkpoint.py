@@ -3,13 +3,12 @@ headers vs file sizes) without reading any tensor."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from crosstune.errors import read_model_config
 from crosstune.run.lora_weights import LAYER_PREFIXES, ExportError
 from crosstune.run.shards import SafetensorsFile, ShardError
+from crosstune.untrusted_files import read_json, read_model_config
 
 INDEX = "model.safetensors.index.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
@@ -45,7 +44,7 @@ def open_base(base_dir: Path) -> BaseCheckpoint:
     config = read_model_config(base_dir)
     index = None
     if (base_dir / INDEX).is_file():
-        index = json.loads((base_dir / INDEX).read_text())
+        index = read_json(base_dir / INDEX)
         names = sorted(set(index.get("weight_map", {}).values()))
         if not names:
             raise ExportError(f"{base_dir / INDEX}: empty weight_map")

@@ -15,6 +15,7 @@ from pathlib import Path
 from crosstune.confinement import leads_out, relative_name, walk_files
 from crosstune.errors import CrosstuneError
 from crosstune.fsutil import atomic_write_text, file_sha256, say
+from crosstune.untrusted_files import read_json
 
 CHECKSUMS = "crosstune_sha256.json"
 
@@ -41,7 +42,7 @@ def verify_checksums(folder: Path, what: str) -> bool:
     if not path.is_file():
         return False
     try:
-        sums = json.loads(path.read_text())["sha256"]
+        sums = read_json(path)["sha256"]
         if not isinstance(sums, dict):
             raise TypeError("sha256 is not an object")
     except (ValueError, KeyError, TypeError) as e:

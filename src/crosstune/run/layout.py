@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from crosstune.confinement import inside
 from crosstune.errors import InputError
 from crosstune.recipe.schema import RESOLVED, Recipe
+from crosstune.untrusted_files import UnreadableFile, read_yaml
 
 RUN_JSON = "run.json"
 RECIPE_YAML = "recipe.yaml"
@@ -62,10 +62,10 @@ def read_run_recipe(run_dir: Path) -> dict[str, Any]:
     path = run_file(run_dir, RECIPE_YAML)
     if not path.is_file():
         return {}
-    try:  # PyYAML's safe_dump wrote it: safe_load is its exact inverse (a quoted "1e5" stays text, and so on)
-        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise RunDirError(f"{path}: unreadable ({_one_line(e)}); {_RESTORE}") from None
+    try:  # PyYAML's safe_dump wrote it: its safe loading is the exact inverse (a quoted "1e5" stays text, ...)
+        recipe = read_yaml(path, dumped=True)
+    except UnreadableFile as e:
+        raise RunDirError(f"{e}; {_RESTORE}") from None
     if recipe is None:
         return {}
     if not isinstance(recipe, dict):

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from crosstune.errors import CrosstuneError, read_json, read_model_config
+from crosstune.errors import CrosstuneError
 from crosstune.families import family_of_hf_config, get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.run.shards import SafetensorsFile, save_numpy_file
+from crosstune.untrusted_files import parse_json, read_json, read_model_config
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -298,7 +299,7 @@ def _add_vllm_v_aliases(
 def _drop_vllm_v_aliases(tensors: dict[str, np.ndarray], weights_path: Path) -> None:
     """Remove the v_proj tensors that `_add_vllm_v_aliases` wrote, after checking they still equal k_proj's."""
 
-    aliases = json.loads(SafetensorsFile(weights_path).metadata.get(VLLM_ALIAS_KEY, "[]"))
+    aliases = parse_json(SafetensorsFile(weights_path).metadata.get(VLLM_ALIAS_KEY, "[]"), weights_path)
     for v_key in aliases:
         k_key = v_key[: -len("v_proj")] + "k_proj"
         for part in ("lora_A", "lora_B"):

@@ -24,6 +24,7 @@ from crosstune.recipe import Recipe
 from crosstune.run.layout import METRICS_JSONL, RUN_JSON, TENSORBOARD, is_run_dir, run_file
 from crosstune.run.records import RunTimings, read_run_record, record_timings
 from crosstune.units import gb_to_gib
+from crosstune.untrusted_files import UnreadableFile, parse_json
 
 Tokens = Annotated[int, Field(ge=0)]
 
@@ -253,14 +254,12 @@ def read_metrics(run_dir: Path) -> MetricRows:
             continue
         where = f"{path}:{i + 1}"
         try:
-            row = json.loads(line)
-        except ValueError:
+            row = parse_json(line, path, first_line=i + 1)
+        except UnreadableFile as e:
             if all(not rest.strip() for rest in lines[i + 1 :]):
                 say(f"[metrics] {where}: dropped a torn last line (the run stopped mid-write): {line[:60]!r}")
                 break
-            raise CrosstuneError(
-                f"{where}: not a JSON metrics row ({line[:60]!r}); restore the file or remove that line"
-            ) from None
+            raise CrosstuneError(f"{e} ({line[:60]!r}); restore the file or remove that line") from None
         if not isinstance(row, dict):
             raise CrosstuneError(f"{where}: a metrics row is a JSON object, not {line[:60]!r}")
         if LEGACY_MEMORY in row and "peak_memory_gib" not in row:

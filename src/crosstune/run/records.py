@@ -17,12 +17,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from crosstune.errors import read_json
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text, say
 from crosstune.recipe.schema import BackendName
 from crosstune.run.layout import _RESTORE, RUN_JSON, RunDirError, run_file
+from crosstune.untrusted_files import read_json
 
 RUN_FORMAT = 2
 LOSS_CONVENTION = "assistant-only token-mean CE"  # crosstune.run.metrics' loss: the same definition on both backends

@@ -19,6 +19,7 @@ import numpy as np
 
 from crosstune.errors import CrosstuneError
 from crosstune.units import MIB
+from crosstune.untrusted_files import UnreadableFile, parse_json
 
 # safetensors dtype -> (numpy storage dtype, is a float we can merge into)
 DTYPES: dict[str, tuple[np.dtype, bool]] = {
@@ -70,9 +71,9 @@ class SafetensorsFile:
                 raise ShardError(f"{self.path}: header of {n} bytes runs past the end of the {size}-byte file")
             raw = f.read(n)
         try:
-            header = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ShardError(f"{self.path}: header is not valid JSON ({e}); the file is corrupt") from None
+            header = parse_json(raw, self.path)
+        except UnreadableFile as e:
+            raise ShardError(f"{self.path}: header is not valid JSON ({e.reason}); the file is corrupt") from None
         self.header_bytes = head + raw  # copied verbatim: a merged file keeps every offset
         self.metadata = header.pop("__metadata__", None) or {}
         data = 8 + n
@@ -171,13 +172,13 @@ def save_numpy_file(tensors: dict[str, np.ndarray], path: Path, metadata: dict[s
     with open(path, "r+b") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         raw = f.read(n)
-        header = json.loads(raw)
+        header = parse_json(raw, path)
         if len(header.get("__metadata__") or {}) < 2:
             return
         header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
         ordered = {"__metadata__": header.pop("__metadata__"), **header}
         text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
-        if len(text) != len(raw.rstrip(b" ")) or json.loads(text) != json.loads(raw):
+        if len(text) != len(raw.rstrip(b" ")) or parse_json(text, path) != parse_json(raw, path):
             raise ShardError(f"{path}: safetensors wrote a header this rewrite does not reproduce; nothing was changed")
         f.seek(8)
         f.write(text + b" " * (n - len(text)))

@@ -4,7 +4,6 @@ tensor parallelism checked the way vLLM checks it, and a KV-cache capacity estim
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_ra
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 from crosstune.units import GIB
+from crosstune.untrusted_files import read_model_config
 
 _SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
 _MULTI_HOST = ("tpu-v5p-16",)  # vLLM across hosts (Ray) is not planned here
@@ -85,7 +85,7 @@ def _spec(recipe: Recipe, model_dir: Path | None) -> ModelSpec:
 
     fam = get_family(recipe.model.family)
     if model_dir is not None and (model_dir / "config.json").is_file():
-        return fam.spec_from_hf_config(json.loads((model_dir / "config.json").read_text()), name=model_dir.name)
+        return fam.spec_from_hf_config(read_model_config(model_dir), name=model_dir.name)
     if recipe.model.size:
         return fam.spec(recipe.model.size)
     raise ValueError(f"model.path has no config.json ({model_dir}) and model.size is not set: nothing to plan")
@@ -94,7 +94,7 @@ def _spec(recipe: Recipe, model_dir: Path | None) -> ModelSpec:
 def _multimodal(recipe: Recipe, model_dir: Path | None) -> bool:
     """The official Gemma 3/4 checkpoints are image(+audio)-text models; a text-only export has no encoder."""
     if model_dir is not None and (model_dir / "config.json").is_file():
-        cfg = json.loads((model_dir / "config.json").read_text())
+        cfg = read_model_config(model_dir)
         return any("ConditionalGeneration" in a for a in cfg.get("architectures", []))
     return recipe.model.size not in (None, "tiny")
 

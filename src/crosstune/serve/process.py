@@ -17,12 +17,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crosstune.errors import InputError, read_json, read_model_config
+from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.serve import proctree
 from crosstune.serve.engine import ServeError, cpu_head_dim_problems, max_lora_rank, require_vllm
 from crosstune.serve.logscan import explain_failure, kv_capacity_in_log
 from crosstune.serve.proctree import ProcId
+from crosstune.untrusted_files import read_json, read_model_config
 
 STATE_FILE = "server.json"
 LOG_FILE = "vllm.log"

@@ -30,7 +30,7 @@ def check_template(recipe: Recipe, model_dir: Path) -> str | None:
     manifest_path = prepared_dir(recipe) / "manifest.json"
     if not manifest_path.is_file():
         return None
-    from crosstune.errors import read_json
+    from crosstune.untrusted_files import read_json
 
     manifest = read_json(manifest_path, "prepare the data again")
     trained = manifest.get("tokenizer_hash") if isinstance(manifest, dict) else None
@@ -48,8 +48,8 @@ def recorded_template(trained: Path) -> tuple[str, Path] | None:
     """(sha256 of the chat template the training data was rendered with, the file recording it) for a merged
     export or an exported adapter (export_manifest.json's source) or a run's own adapter folder (the run's
     run.json); None when nothing records it."""
-    from crosstune.errors import read_json
     from crosstune.run.layout import ADAPTER, RUN_JSON
+    from crosstune.untrusted_files import read_json
 
     trained = Path(trained)
     manifest = trained / "export_manifest.json"

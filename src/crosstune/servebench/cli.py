@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from crosstune.bounds import option_bound
 from crosstune.errors import Interrupted
 from crosstune.servebench.sweep import BenchError
 
@@ -42,20 +43,31 @@ def parse_list(text: str, option: str, convert, what: str, problem) -> list:
     return values
 
 
-def parse_ints(text: str, option: str, least: int) -> list[int]:
-    """'128,512' -> [128, 512]."""
-    return parse_list(text, option, int, "an integer", lambda v: f"is below {least}" if v < least else None)
+def parse_ints(text: str, option: str) -> list[int]:
+    """'128,512' -> [128, 512], each within the option's bound (crosstune.bounds.OPTIONS)."""
+    b = option_bound("bench serve", option)
+    return parse_list(
+        text, option, int, "an integer",
+        lambda v: f"is below {b.low:g}" if v < b.low else f"is above {b.high:,.0f} ({b.what})" if v > b.high else None,
+    )  # fmt: skip
 
 
 def parse_rates(text: str) -> list[float]:
     """'0.5,2' -> [0.5, 2.0]: positive, finite requests per second."""
     refused = "is not a positive, finite request rate (for all requests at once, use --concurrency)"
+    most = option_bound("bench serve", "--rates").high
     return parse_list(
         text,
         "--rates",
         float,
         "a number of requests per second",
-        lambda v: None if math.isfinite(v) and v > 0 else refused,
+        lambda v: (
+            refused
+            if not (math.isfinite(v) and v > 0)
+            else f"is above {most:,.0f} requests per second"
+            if v > most
+            else None
+        ),
     )
 
 
@@ -139,8 +151,8 @@ def bench_serve(
         endpoint=endpoint,
         model=model,
         tokenizer=tokenizer,
-        contexts=parse_ints(contexts, "--contexts", 1),
-        concurrency=parse_ints(concurrency, "--concurrency", 1) if not by_rate else [],
+        contexts=parse_ints(contexts, "--contexts"),
+        concurrency=parse_ints(concurrency, "--concurrency") if not by_rate else [],
         rates=parse_rates(rates) if rates else None,
         max_concurrency=max_concurrency,
         burstiness=burstiness,

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from crosstune.servebench.request_metrics import load_of
+from crosstune.untrusted_files import read_json
 
 COMPARED = (
     "request_throughput",
@@ -29,7 +29,7 @@ def summary_file(path: Path) -> Path:
 
 
 def _parsed(path: Path) -> object:
-    return json.loads(summary_file(path).read_text(encoding="utf-8"))
+    return read_json(summary_file(path))
 
 
 def load_summary(path: Path) -> dict:

@@ -10,7 +10,6 @@ outside the bundle it was given.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from crosstune.confinement import leads_out, relative_name
 from crosstune.errors import InputError
 from crosstune.recipe.schema import BACKEND_NAMES
+from crosstune.untrusted_files import UnreadableFile, parse_json
 
 BUNDLE_MANIFEST = "bundle.json"
 BUNDLE_KIND = "crosstune-study"
@@ -163,9 +163,9 @@ def check_manifest(data: Any, path: Path, bundle: Path | None = None, fix: str =
 def parse_manifest(text: str | bytes, path: Path | str, bundle: Path, fix: str = FIX) -> dict[str, Any]:
     """A manifest's text, read from `path`, checked as check_manifest checks it: the one parser of bundle.json."""
     try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise BundleError(f"{path}: unreadable ({e}): {fix}") from None
+        data = parse_json(text, path)
+    except UnreadableFile as e:
+        raise BundleError(f"{e}: {fix}") from None
     return check_manifest(data, path, bundle, fix)
 
 

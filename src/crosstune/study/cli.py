@@ -34,7 +34,7 @@ def study(
     only: str = typer.Option(None, "--only", help="run just these stages, comma-separated (e.g. serve,bench,eval)"),
     with_: str = typer.Option(None, "--with", help=WITH_HELP),
     pretrain_steps: int = typer.Option(
-        None, "--pretrain-steps", min=1, help="--with pretrain: its steps (default 1200; another count, another base)"
+        None, "--pretrain-steps", help="--with pretrain: its steps (default 1200; another count, another base)"
     ),
     pretrain_cache: Path = typer.Option(
         None, "--pretrain-cache", help="--with pretrain: its cache (default: $CROSSTUNE_CACHE or ~/.cache/crosstune)"

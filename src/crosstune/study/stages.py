@@ -16,6 +16,7 @@ from crosstune.run.layout import ADAPTER, METRICS_JSONL, RUN_JSON, saved_steps
 from crosstune.run.records import read_run_record
 from crosstune.study.bundle import Output, StudyError
 from crosstune.study.context import BASE, DATA, EXPORT, PARITY, PLAN, StageResult, StudyContext
+from crosstune.untrusted_files import read_json
 
 TRAIN_SECTIONS = ("model", "lora", "data", "train", "backend", "hardware")
 
@@ -52,7 +53,7 @@ def run_pretrain(s: StudyContext) -> StageResult:
     cached = pretrained_base(config, s.pretrain_cache, log=lambda line: s.console.print("   " + line, markup=False))
     with staged_dir(s.bundle / BASE, may_replace=lambda _: None) as tmp:  # the runs name the bundle's own copy
         shutil.copytree(cached, tmp, dirs_exist_ok=True)
-    info = json.loads((cached / DONE).read_text())
+    info = read_json(cached / DONE)
     spec = get_family(config.family).spec(config.size)
     source = "shipped with crosstune" if cached.parent == SHIPPED_BASES else f"cached in {cached.parent}"
     losses = f"loss {info['losses'][0]:.2f} → {info['losses'][-1]:.2f}"
@@ -227,6 +228,6 @@ def run_export(s: StudyContext) -> StageResult:
     with bar:
         made = export_run(s.run_dir, "both", s.bundle / EXPORT, base=s.model_path, overwrite=True,
                           progress=progress)  # fmt: skip
-    source = json.loads((made["merged"] / "export_manifest.json").read_text())["source"]
+    source = read_json(made["merged"] / "export_manifest.json")["source"]
     note = f"step {source.get('step')} → merged HF model and PEFT adapter"
     return StageResult(note, [Output(EXPORT)], record={"step": source["step"]})

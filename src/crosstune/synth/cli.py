@@ -17,10 +17,10 @@ def synth(
     out: Path = typer.Option(
         ..., "--out", help="Output directory; created if missing; new, empty, or an earlier corpus (with --force)."
     ),
-    n: int = typer.Option(..., "--n", min=0, help="Number of training records written to OUT/train.jsonl."),
+    n: int = typer.Option(..., "--n", help="Number of training records written to OUT/train.jsonl."),
     seed: int = typer.Option(..., "--seed", help="Random seed; the same seed and counts give byte-identical files."),
     n_eval: int = typer.Option(
-        24, "--n-eval", min=0, help="Number of eval problems in OUT/eval/ (16 or more covers every family)."
+        24, "--n-eval", help="Number of eval problems in OUT/eval/ (16 or more covers every family)."
     ),
     force: bool = typer.Option(
         False, "--force", help="Replace an earlier corpus in OUT: only one synth wrote, unchanged; else refused."

@@ -15,6 +15,7 @@ from crosstune.synth.design import Design, Family, Params, render_module
 from crosstune.synth.prompts import SYSTEM_PROMPT, eval_prompt, train_prompt, train_response
 from crosstune.synth.tasks import FAMILIES, FAMILY_BY_NAME
 from crosstune.synth.testbench import render_testbench
+from crosstune.untrusted_files import read_json
 
 SYNTH_VERSION = 1
 MAX_DRAWS = 2000  # draws per record before deciding a family's parameter space is used up
@@ -135,7 +136,7 @@ def _earlier(out_dir: Path, settings: dict, chosen: tuple[Family, ...]) -> dict 
     nothing changed since (every file as its ownership manifest lists it)."""
     if read_manifest(out_dir, SYNTH_OUTPUT)[0] is None or verify(out_dir, SYNTH_OUTPUT):
         return None
-    manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest = read_json(out_dir / "manifest.json")
     same = {k: manifest.get(k) for k in settings} == settings and list(manifest["families"]) == [f.name for f in chosen]
     return manifest if same else None
 

@@ -32,6 +32,7 @@ from crosstune.run.lora_weights import LoraWeights
 from crosstune.run.metrics import MetricsRowBuilder
 from crosstune.run.records import RunRecord, StackFacts
 from crosstune.train.steps import StepPlan
+from crosstune.untrusted_files import parse_json
 
 # backend name (crosstune.recipe.schema.BACKEND_NAMES) -> "module:class": train/<name>/backend.py's <Name>Backend;
 # the modules import their stacks (torch, jax) only when a backend is built.
@@ -76,7 +77,7 @@ class RunContext:
 
     @classmethod
     def from_json(cls, text: str) -> RunContext:
-        d = json.loads(text)
+        d = parse_json(text, "the run context")
         recipe = Recipe.model_validate(d["recipe"], context={RESOLVED: True})  # every default written out
         if d["base_dir"] is not None:  # relative paths as in the recipe file
             recipe.located(Path(d["base_dir"]))

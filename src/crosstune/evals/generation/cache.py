@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from crosstune.recipe.schema import EVAL_DEFAULTS
+from crosstune.untrusted_files import UnreadableFile, jsonl_rows
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,7 @@ class CompletionCache:
         self._records: dict[str, dict] = {}
         self._lock = threading.Lock()
         if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line torn by an interrupted write
+            for _, record in jsonl_rows(self.path):  # a bad line (one torn by an interrupted write) is passed over
                 if isinstance(record, dict) and isinstance(record.get("completion"), str) and "key" in record:
                     self._records[record["key"]] = record  # a completion that is not text is asked for again
 
@@ -82,13 +79,14 @@ def load_samples_file(path: Path) -> dict[str, list[str]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such samples file")
     found: dict[str, list[tuple[int, str]]] = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
+    for lineno, record in jsonl_rows(path):
+        if record is None:
             continue
+        if isinstance(record, UnreadableFile):
+            raise record
         try:
-            record = json.loads(line)
             problem, completion = record["problem"], record["completion"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+        except (KeyError, TypeError) as e:
             raise ValueError(f"{path}:{lineno}: expected a JSON object with problem and completion ({e})") from e
         rows = found.setdefault(problem, []) if isinstance(problem, str) else []
         sample = record.get("sample", len(rows))
@@ -108,10 +106,8 @@ def samples_file_engines(path: Path) -> list[dict]:
     """The distinct engines named by a samples file's records (a completion cache names them; a file of bare
     {"problem", "completion"} records names none: one "unknown" engine)."""
     engines: list[dict] = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+    for _, record in jsonl_rows(path):
+        if record is None or isinstance(record, UnreadableFile):
             continue
         engine = record.get("engine") if isinstance(record, dict) else None
         engine = engine if isinstance(engine, dict) else {"name": "unknown (not recorded)", "kind": "unknown"}

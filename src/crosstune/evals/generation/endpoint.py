@@ -22,6 +22,7 @@ from crosstune.evals.generation.generate import Completion, GenerationError
 from crosstune.evals.problems.prompt_styles import Message
 from crosstune.fsutil import files_fingerprint
 from crosstune.recipe.schema import EVAL_DEFAULTS
+from crosstune.untrusted_files import parse_json
 
 ERROR_BODY_CHARS = 500  # how much of a server's error body a failure reason quotes
 
@@ -124,7 +125,7 @@ class EndpointGenerator:
         if status != 200:
             return  # it answers; a server without /v1/models still serves completions
         try:
-            entries = json.loads(data)["data"]
+            entries = parse_json(data, f"{self.models_path} (its answer)")["data"]
             served = [entry["id"] for entry in entries]
         except (ValueError, KeyError, TypeError):
             return
@@ -146,7 +147,7 @@ class EndpointGenerator:
         root = self.models_path.rsplit("/v1/", 1)[0]
         try:
             status, data = self._exchange("GET", f"{root}/version", None, self.timeouts.connect_s, "connect timeout")
-            version = json.loads(data).get("version") if status == 200 else None
+            version = parse_json(data, f"{root}/version (its answer)").get("version") if status == 200 else None
         except (_AttemptFailed, ValueError, AttributeError):
             return None
         return str(version) if version else None
@@ -267,7 +268,7 @@ def _parse_completion(data: bytes) -> Completion:
     `reasoning`) gets it back inside <think>, left open when the answer never came within the budget, so the
     completion reads as the model wrote it and extraction sees unfinished reasoning for what it is."""
     try:
-        body = json.loads(data)
+        body = parse_json(data, "the endpoint's answer")
         choice = body["choices"][0]
         message = choice["message"]
         content = message["content"]

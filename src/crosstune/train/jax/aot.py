@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from crosstune.errors import CrosstuneError, read_model_config
+from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
 from crosstune.hub import HubError
@@ -31,6 +31,7 @@ from crosstune.recipe import Recipe, model_path
 from crosstune.run.metrics import host_peak_rss_bytes
 from crosstune.train.steps import accumulation
 from crosstune.units import bytes_to_gib
+from crosstune.untrusted_files import read_model_config
 
 NOMINAL_STEPS = 1000  # the schedule's length only sets constants in the program: sizes and costs don't depend on it
 

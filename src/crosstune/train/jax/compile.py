@@ -9,7 +9,6 @@ are passed on; libtpu's start-up warnings about a TPU it doesn't need are droppe
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from crosstune.errors import CrosstuneError
 from crosstune.planner.compiled import CompiledStep
+from crosstune.untrusted_files import read_json
 
 LIBTPU_REQUIREMENT = "libtpu==0.0.42.*"  # jax 0.10.2's [tpu] extra
 LIBTPU_VERSION = re.compile(r"libtpu-0\.0\.42(\.\d+)*\.dist-info")
@@ -111,4 +111,4 @@ def compile_step(
             detail = last.removeprefix("error: ") if last.startswith("error: ") else "\n  ".join(tail)
             raise CompileFailed(f"compiling {recipe_file} for its TPU topology failed (exit {proc.returncode}): "
                                 f"{detail}")  # fmt: skip
-        return CompiledStep.from_dict(json.loads(out.read_text(encoding="utf-8")))
+        return CompiledStep.from_dict(read_json(out))

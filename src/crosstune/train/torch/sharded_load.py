@@ -12,9 +12,10 @@ and persistent buffers whole (they are small), each where it lives.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from crosstune.untrusted_files import read_json
 
 # The checkpoint's key for a model key, when they differ: transformers' multimodal Gemma 3 class saves (and the
 # official checkpoints store) its legacy names.
@@ -108,7 +109,7 @@ def _weight_map(checkpoint: Path) -> dict[str, str]:
     """key -> safetensors file of a checkpoint, single-file or sharded with an index."""
     index = checkpoint / "model.safetensors.index.json"
     if index.is_file():
-        return json.loads(index.read_text())["weight_map"]
+        return read_json(index)["weight_map"]
     from safetensors import safe_open
 
     with safe_open(checkpoint / "model.safetensors", framework="pt") as f:
