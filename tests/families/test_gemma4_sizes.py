@@ -136,3 +136,19 @@ def test_fewer_layers_keep_the_period_and_a_shareable_kv_count(size, layers, pat
     assert "".join(t[0] for t in spec.layer_types) == pattern
     assert spec.kv_shared_layers == shared
     assert FAM.tunix.kv_sharing_ok(spec.layer_types, spec.kv_shared_layers)
+
+
+def test_a_shallow_e_model_keeps_about_its_kv_shared_fraction():
+    """E4B: the last 18 of 42 layers are KV-shared. The planner's first-N-layer spec (a shallow compile screen, also
+    what `train.jax.aot.hf_config` writes as num_kv_shared_layers) keeps about that fraction at a count tunix
+    shares as transformers does: 12 layers → 12 × 18/42 = 5.1 wanted, 6 is the nearest that shares alike (layers
+    6-11 take the K/V of layers 4 and 5, as in both stacks). Keeping 18 made every cut under 19 layers
+    invalid, so no shallow screen of an E model compiled."""
+    from crosstune.families.gemma4.tunix import kv_sharing_ok
+    from crosstune.planner.compiled import with_layers
+
+    spec = FAM.spec("e4b")
+    cuts = {layers: with_layers(spec, layers) for layers in (2, 6, 12, 24)}
+    assert {n: s.kv_shared_layers for n, s in cuts.items()} == {2: 0, 6: 0, 12: 6, 24: 12}
+    assert all(kv_sharing_ok(s.layer_types, s.kv_shared_layers) for s in cuts.values())
+    assert with_layers(spec, 42) is spec and spec.kv_shared_layers == 18

@@ -68,6 +68,16 @@ class Family:
             raise KeyError(f"unknown {self.name} size {size!r}; known: {', '.join(self.sizes)}")
         return self.sizes[size]
 
+    def shallow_kv_shared(self, spec: ModelSpec, layer_types: tuple[str, ...]) -> int:
+        """How many of `layer_types` (a shallower model of `spec`'s size) are KV-shared: about the size's fraction,
+        at the nearest count both stacks share alike (`tunix.kv_sharing_ok`; 2 layers: none). The one rule for a
+        model cut to fewer layers: `model build --layers`, the planner's and XLA's shallow compiles."""
+        if not spec.kv_shared_layers:
+            return 0
+        wanted = spec.kv_shared_layers / spec.num_layers * len(layer_types)
+        fits = [n for n in range(len(layer_types)) if self.tunix.kv_sharing_ok(layer_types, n)]
+        return min(fits, key=lambda n: (abs(n - wanted), n))
+
     # --- HF config <-> spec -------------------------------------------------------------------
     def spec_from_hf_config(self, cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
         cfg = cfg.get("text_config", cfg)  # multimodal checkpoints nest the decoder config

@@ -77,7 +77,7 @@ def sized_spec(family: str, size: str, layers: int | None = None, vocab: int | N
     """`family.spec(size)` with another layer count and/or vocabulary. The layer pattern keeps the size's period
     (5 sliding : 1 global; E2B's 4 : 1); a model shorter than one period ends with a global layer, so every layer
     type is present (2 layers: one sliding, one global). KV-shared layers keep about the size's fraction, at the
-    nearest count both stacks share alike (`Family.tunix.kv_sharing_ok`; 2 layers: none)."""
+    nearest count both stacks share alike (`Family.shallow_kv_shared`)."""
     fam = get_family(family)
     spec = fam.spec(size)
     changes: dict = {}
@@ -89,10 +89,7 @@ def sized_spec(family: str, size: str, layers: int | None = None, vocab: int | N
         types = types if "global" in types or layers == 1 else (*types[:-1], "global")
         changes["layer_types"] = types
         changes["name"] = f"{spec.name}-{layers}l"
-        if spec.kv_shared_layers:
-            wanted = spec.kv_shared_layers / spec.num_layers * layers
-            fits = [n for n in range(layers) if fam.tunix.kv_sharing_ok(types, n)]
-            changes["kv_shared_layers"] = min(fits, key=lambda n: (abs(n - wanted), n))
+        changes["kv_shared_layers"] = fam.shallow_kv_shared(spec, types)
     if vocab is not None:
         changes["vocab_size"] = vocab
     return dataclasses.replace(spec, **changes) if changes else spec

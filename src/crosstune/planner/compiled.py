@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from crosstune.families import get_family
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import Chip
 from crosstune.planner.estimate import Memory, Plan
@@ -113,12 +114,17 @@ def roofline(step: CompiledStep, chip: Chip) -> Roofline:
 
 
 def with_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
-    """The model's first `layers` decoder layers (same widths, same layer pattern from the start)."""
+    """The model's first `layers` decoder layers (same widths, same layer pattern from the start; KV-shared layers
+    at about the size's fraction, `Family.shallow_kv_shared`)."""
     if layers is None or layers == spec.num_layers:
         return spec
     if not 1 <= layers <= spec.num_layers:
         raise ValueError(f"--layers {layers}: {spec.name} has {spec.num_layers} decoder layers (1..{spec.num_layers})")
-    return dataclasses.replace(spec, name=f"{spec.name} (first {layers} layers)", layer_types=spec.layer_types[:layers])
+    types = spec.layer_types[:layers]
+    shared = get_family(spec.family).shallow_kv_shared(spec, types)
+    return dataclasses.replace(
+        spec, name=f"{spec.name} (first {layers} layers)", layer_types=types, kv_shared_layers=shared
+    )
 
 
 def planner_bytes(m: Memory) -> dict:

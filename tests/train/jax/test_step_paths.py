@@ -28,9 +28,15 @@ GRAD_RTOL = 2e-4
 LENGTH = 256  # two 128-blocks per row: splash skips blocks (causal, and the 128-token window)
 
 
-def _spec():
+def _spec(kv_shared: bool = False):
+    """The 31B's head sizes in 2 layers; `kv_shared`: the E models' layout instead (no k_eq_v, 4 layers of which
+    the last 2 take the K/V of the first 2, as tunix and transformers share them)."""
     from crosstune.families.gemma4.family import make_spec
 
+    if kv_shared:
+        spec = make_spec("gemma-4-splash-e-test", 4, 64, 128, 4, 2, 256, 2, 512, 128, 512, k_eq_v=False, every=2,
+                         kv_shared=2)  # fmt: skip
+        return dataclasses.replace(spec, layer_types=("sliding", "global", "sliding", "global"))
     spec = make_spec("gemma-4-splash-test", 6, 64, 128, 4, 2, 256, 1, 512, 128, 512)
     return dataclasses.replace(spec, layer_types=("sliding", "global"))
 
@@ -56,7 +62,7 @@ def _inputs():
     }
 
 
-def _model(mesh, *, attention="dense", remat=None, state=None):
+def _model(mesh, *, attention="dense", remat=None, state=None, kv_shared=False):
     """The tunix model with Qwix LoRA (r=4 on all targets), random base and LoRA (B ≠ 0) from seed 0."""
     import jax
     from flax import nnx
@@ -65,7 +71,7 @@ def _model(mesh, *, attention="dense", remat=None, state=None):
     from crosstune.recipe.schema import LoraSection
     from crosstune.train.jax.model import abstract_model
 
-    cfg = get_family("gemma4").hf_config(_spec())
+    cfg = get_family("gemma4").hf_config(_spec(kv_shared))
     model, _ = abstract_model("gemma4", cfg, mesh, remat=remat, lora=LoraSection(rank=4, alpha=8.0),
                               attention=attention, platform="cpu")  # fmt: skip
     graphdef, abstract = nnx.split(model)
@@ -110,11 +116,11 @@ def _reference(model, inputs, mesh):
     return float(value), {jax.tree_util.keystr(p): np.asarray(g) for p, g in jax.tree_util.tree_leaves_with_path(grads)}
 
 
-def _assert_same(got, want):
+def _assert_same(got, want, modules=24):
     loss, grads = got
     ref_loss, ref_grads = want
     assert loss == pytest.approx(ref_loss, rel=LOSS_RTOL)
-    assert grads.keys() == ref_grads.keys() and len(grads) == 24  # 2 layers × 6 modules (fused k/v, or k=v) × A, B
+    assert grads.keys() == ref_grads.keys() and len(grads) == modules  # 2 layers × 6 modules (fused k/v or k=v) × A, B
     worst = max(np.abs(grads[k] - ref_grads[k]).max() / np.abs(ref_grads[k]).max() for k in grads)
     assert worst <= GRAD_RTOL, worst
     return worst
@@ -160,3 +166,20 @@ def test_splash_with_segment_ids_equals_dense_masked_attention(setup):
     assert all(isinstance(layer.attn, Gemma4SplashAttention) for layer in model.layers)
     worst = _assert_same(_loss_and_grads(model, inputs, mesh), reference)
     print(f"splash vs dense: worst LoRA gradient difference {worst:.2e} of the tensor's largest entry")
+
+
+def test_splash_on_kv_shared_layers_equals_dense_masked_attention():
+    """The E models' KV-shared layers take their owner's normed, roped keys and values in the splash path too.
+    Before, they fell back to tunix's dense path, which can't read splash's segment-id mask: no E-model step with
+    splash compiled (XLA's shallow screens of the E4B failed on a broadcast). Loss and every LoRA gradient equal
+    to tunix's dense masked attention; the shared layers carry no k/v LoRA (they have no K/V of their own)."""
+    from crosstune.families import get_family
+    from crosstune.train.jax.model import make_mesh
+
+    spec, fam, mesh, inputs = _spec(kv_shared=True), get_family("gemma4"), make_mesh(1, 2), _inputs()
+    targets = ("q", "k", "v", "o", "gate", "up", "down")
+    modules = 2 * sum(len(fam.tunix_lora_modules(spec, layer, targets)) for layer in range(spec.num_layers))
+    assert modules == 2 * (6 + 6 + 5 + 5)  # kv_einsum only where the layer computes K/V
+    dense, state = _model(mesh, kv_shared=True)
+    splash, _ = _model(mesh, attention="splash", state=state, kv_shared=True)
+    _assert_same(_loss_and_grads(splash, inputs, mesh), _reference(dense, inputs, mesh), modules=modules)

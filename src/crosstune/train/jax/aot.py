@@ -65,12 +65,14 @@ def hf_config(recipe: Recipe, layers: int | None) -> dict:
     if layers is None:
         return cfg
     try:
-        with_layers(spec, layers)  # checks the range
+        short = with_layers(spec, layers)  # checks the range
     except ValueError as e:
         raise CompileError(str(e)) from None
     text = dict(cfg.get("text_config", cfg))
     text["num_hidden_layers"] = layers
     text["layer_types"] = list(text["layer_types"])[:layers]
+    if "num_kv_shared_layers" in text:
+        text["num_kv_shared_layers"] = short.kv_shared_layers
     return {**cfg, "text_config": text} if "text_config" in cfg else text
 
 

@@ -64,7 +64,10 @@ def make_kernel(window: int | None, length: int, heads: int, interpret: bool) ->
         use_fused_bwd_kernel=True,
     )  # fmt: skip
     mask = mask_lib.MultiHeadMask([_mask(window, length) for _ in range(heads)])
-    return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
+    # Called while a step is traced (inside shard_map) and kept for the next layer of the type: its block-mask
+    # arrays must be concrete, or the second layer meets the first one's tracers (UnexpectedTracerError).
+    with jax.ensure_compile_time_eval():
+        return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
 def splash_attention(q, k, v, segment_ids, *, window: int | None, interpret: bool, mesh=None) -> jax.Array:
@@ -101,7 +104,7 @@ class Gemma4SplashAttention(gemma4.Attention):
     """tunix's Gemma 4 attention whose training path runs splash with segment ids (attn_mask: [B, L] ids)."""
 
     def block(self, x, segment_pos, cache, attn_mask, kv_shared_cache=None):
-        if cache is not None or kv_shared_cache is not None or attn_mask.ndim != 2:
+        if cache is not None or attn_mask.ndim != 2:
             return super().block(x, segment_pos, cache, attn_mask, kv_shared_cache)
         act, rope = self.config.shd_config.act_btnh, dict(
             base_frequency=self.rope_base_frequency, scale_factor=self.rope_scale_factor,
@@ -109,12 +112,15 @@ class Gemma4SplashAttention(gemma4.Attention):
         )  # fmt: skip
         x = x.astype(self.config.dtype)
         q = gemma4.apply_rope(self._query_norm(shard(self.q_einsum(x), act)), segment_pos, **rope)
-        if hasattr(self, "k_einsum"):  # k_eq_v: the keys are the values
-            k = v = self.k_einsum(x)
+        if kv_shared_cache is not None:  # a KV-shared layer (E models): its owner's normed, roped K/V, as tunix's
+            k, v = kv_shared_cache["k"], kv_shared_cache["v"]
         else:
-            k, v = self.kv_einsum(x)
-        k, v = shard(k, act), _normalize_v(shard(v, act))
-        k = gemma4.apply_rope(self._key_norm(k), segment_pos, **rope)
+            if hasattr(self, "k_einsum"):  # k_eq_v: the keys are the values
+                k = v = self.k_einsum(x)
+            else:
+                k, v = self.kv_einsum(x)
+            k, v = shard(k, act), _normalize_v(shard(v, act))
+            k = gemma4.apply_rope(self._key_norm(k), segment_pos, **rope)
         sliding = self.attn_type == gemma4.AttentionType.LOCAL_SLIDING
         with jax.named_scope(SCOPE + ("sliding" if sliding else "global")):
             encoded = splash_attention(
