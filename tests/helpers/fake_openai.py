@@ -26,6 +26,7 @@ that many requests.
 As a stand-in hub endpoint (HF_ENDPOINT), GET /api/models/<id>/... and /api/datasets/<id>/... answer a repo named in
 `hub_errors` with the hub's refusal for its code (401 with X-Error-Code GatedRepo, 404 with RepoNotFound), as
 huggingface_hub reads them; every other path 404.
+With `raw` (bytes), every POST is answered 200 with those bytes as they are, streamed or not: the fuzzer's garbage.
 Every connection carries one request (HTTP/1.0: a stream ends when the socket closes).
 """
 
@@ -71,6 +72,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         prefill_s: float = 0.0,
         block: int = 16,
         hub_errors: dict[str, str] | None = None,
+        raw: bytes | None = None,
     ):
         super().__init__(("127.0.0.1", port), Handler)
         self.mode, self.fail_after, self.answer, self.finish_reason = mode, fail_after, answer, finish_reason
@@ -81,6 +83,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
         self.prefill_s, self.block = prefill_s, block
         self.hub_errors = hub_errors or {}
+        self.raw = raw
         self.slot_free_at = 0.0  # perf_counter time the prefill slot frees
         self.cached_blocks: set[tuple] = set()
         self.cache_queries = self.cache_hits = 0
@@ -175,7 +178,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, "not found")
 
     def _send(self, status: int, text: str, content_type: str | None = None, headers: dict | None = None) -> None:
-        body = text.encode()
+        self._send_bytes(status, text.encode(), content_type, headers)
+
+    def _send_bytes(self, status: int, body: bytes, content_type: str | None = None, headers: dict | None = None):
         self.send_response(status)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -200,7 +205,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.connection.close()
                 return
             mode = s.mode_of(body, n_seen)
-            if mode == "error":
+            if s.raw is not None:
+                self._send_bytes(200, s.raw, "text/event-stream" if body.get("stream") else "application/json")
+            elif mode == "error":
                 self._send(s.error_status, s.error_body, "application/json")
             elif mode == "die":
                 os._exit(0)
