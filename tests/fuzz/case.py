@@ -8,6 +8,7 @@ reached only through links the case put in the tree) and world (a link to the sh
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class Ctx:
     case_dir: Path
     endpoint: str
     notes: list[str] = field(default_factory=list)
+    listed: set[str] = field(default_factory=set)  # canary folders the user named as an output: may be listed
 
     @property
     def tree(self) -> Path:
@@ -125,11 +127,34 @@ class Ctx:
         self.note(f"{flag} {value[:60]!r}")
         return [flag, value]
 
+    def in_tree(self, rel: str, kind: str = "file") -> bool:
+        """Whether tree/rel is still a plain `kind` (file or folder) with no link on its way: an earlier change may
+        have made it (or a folder above it) a link, a FIFO or nothing, and a change through it would land outside."""
+        path, where = self.tree / rel, self.tree
+        for part in Path(rel).parts:
+            where = where / part
+            if where.is_symlink():
+                return False
+        return path.is_file() if kind == "file" else path.is_dir()
+
     def content(self, rel: str, kind: str) -> None:
-        self.note(hostile.write_content(self.rng, self.tree / rel, kind))
+        if self.in_tree(rel):
+            self.note(hostile.write_content(self.rng, self.tree / rel, kind))
 
     def entry(self, rel: str, allowed: list[str] | None = None) -> None:
-        self.note(f"{rel}: " + hostile.entry(self.rng, self.tree / rel, self.canary, allowed))
+        if self.in_tree(rel, "file") or self.in_tree(rel, "folder"):
+            self.note(f"{rel}: " + hostile.entry(self.rng, self.tree / rel, self.canary, allowed))
+
+    def odd_name(self, rel: str) -> None:
+        if self.in_tree(rel, "folder"):
+            self.note(hostile.odd_names(self.rng, self.tree / rel))
+
+    def files(self, rel: str) -> list[str]:
+        """The plain files under tree/rel (links not followed), relative to the tree."""
+        found = []
+        for dirpath, _, names in os.walk(self.tree / rel) if self.in_tree(rel, "folder") else ():
+            found += [(Path(dirpath) / n).relative_to(self.tree).as_posix() for n in names]
+        return sorted(f for f in found if self.in_tree(f)) or [rel]
 
     def out_path(self, rel: str, allowed: tuple[str, ...] = ("user", "link_out_dir", "file", "fifo")) -> list[Path]:
         """Make what is at an output path hostile: a user's folder, a link to the canaries, a file, a FIFO; the
@@ -143,6 +168,8 @@ class Ctx:
         if how == "file":
             return [self.user_file(rel)]
         hostile.entry(self.rng, path, self.canary, [how])
+        if how == "link_out_dir":  # the user named it: listing it to refuse what it holds is no leak
+            self.listed.add("folder")
         return []
 
     def mutate(self, mutations: list, at_least: int = 1, at_most: int = 3) -> list[str]:

@@ -63,7 +63,7 @@ def data_stats(ctx: Ctx) -> Case:
         lambda: ctx.content("out/prepared/stats.json", "json") if (prepared / "stats.json").exists() else None,
         lambda: ctx.entry(ctx.rng.choice(shards)),
         lambda: _npy_header(ctx, ctx.rng.choice(shards)),
-        lambda: ctx.note(hostile.odd_names(ctx.rng, prepared)),
+        lambda: ctx.odd_name("out/prepared"),
     ]
     extra = ctx.mutate(mutations)
     target = "out/prepared" if ctx.chance(0.7) else "recipe.yaml"
@@ -73,6 +73,8 @@ def data_stats(ctx: Ctx) -> Case:
 def _npy_header(ctx: Ctx, rel: str) -> None:
     """A .npy whose header claims a huge or negative shape, another dtype, or is cut short."""
     path = ctx.tree / rel
+    if not ctx.in_tree(rel):
+        return
     header = ctx.rng.choice(["(10000000000000,)", "(-1,)", "(3, 1000000000000)", "()", "'x'"])
     dtype = ctx.rng.choice(["<i4", "<f8", "|O", "<U100000000"])
     text = f"{{'descr': '{dtype}', 'fortran_order': False, 'shape': {header}, }}"

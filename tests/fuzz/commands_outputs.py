@@ -12,14 +12,6 @@ from tests.fuzz.world import BUNDLE
 MODEL = "m"  # the fake endpoint's one served model
 
 
-def _files(ctx: Ctx, rel: str) -> list[str]:
-    return sorted(p.relative_to(ctx.tree).as_posix() for p in (ctx.tree / rel).rglob("*") if p.is_file())
-
-
-def _odd(ctx: Ctx, rel: str) -> None:
-    ctx.note(hostile.odd_names(ctx.rng, ctx.tree / rel))
-
-
 def export(ctx: Ctx) -> Case:
     ctx.copy("run")
     protected: list = []
@@ -39,13 +31,13 @@ def export(ctx: Ctx) -> Case:
         if ctx.chance(0.6):
             ctx.content("base/config.json", "json")
         else:
-            ctx.entry(ctx.rng.choice(_files(ctx, "base")), NOT_A_FILE)
+            ctx.entry(ctx.rng.choice(ctx.files("base")), NOT_A_FILE)
         return ["--base", "base"]
 
     mutations = [
         lambda: ctx.content("run/run.json", "json"),
         lambda: ctx.entry("run/run.json"),
-        lambda: ctx.entry(ctx.rng.choice(_files(ctx, "run/adapter"))),
+        lambda: ctx.entry(ctx.rng.choice(ctx.files("run/adapter"))),
         lambda: ctx.content("run/adapter/adapter_config.json", "json"),
         lambda: ctx.entry("run/adapter", ["link_out_dir", "folder", "dangling", "loop"]),
         checkpoint,
@@ -85,7 +77,7 @@ EVAL_OPTIONS = {
 
 def eval_(ctx: Ctx) -> Case:
     ctx.copy("problems")
-    names = [p for p in _files(ctx, "problems") if not p.endswith("problems.txt")]
+    names = [p for p in ctx.files("problems") if not p.endswith("problems.txt")]
     source = ctx.rng.choice(["endpoint", "samples", "references"])
     reply = None
     base = [
@@ -123,7 +115,7 @@ def eval_(ctx: Ctx) -> Case:
         lambda: (
             ctx.content("problems/problems.txt", "jsonl") if ctx.chance(0.3) else ctx.entry("problems/problems.txt")
         ),
-        lambda: _odd(ctx, "problems"),
+        lambda: ctx.odd_name("problems"),
         lambda: ctx.content("samples.jsonl", "jsonl") if source == "samples" else None,
         lambda: ctx.option(f := ctx.rng.choice(flag_list), EVAL_OPTIONS[f]),
         lambda: ctx.option(f := ctx.rng.choice(flag_list), EVAL_OPTIONS[f]),
@@ -203,7 +195,7 @@ def bench_serve(ctx: Ctx) -> Case:
         if ctx.chance(0.6):
             ctx.content(ctx.rng.choice(["tok/tokenizer_config.json", "tok/tokenizer.json", "tok/config.json"]), "json")
         else:
-            ctx.entry(ctx.rng.choice(_files(ctx, "tok")), NOT_A_FILE)
+            ctx.entry(ctx.rng.choice(ctx.files("tok")), NOT_A_FILE)
         return ["--tokenizer", "tok"]
 
     mutations = [
@@ -222,7 +214,7 @@ def report(ctx: Ctx) -> Case:
     chosen = ctx.rng.sample(sorted(inputs), ctx.rng.randint(1, 3))
     for name in chosen:
         ctx.copy(inputs[name], f"in/{name}")
-    files = [f for name in chosen for f in _files(ctx, f"in/{name}")]
+    files = [f for name in chosen for f in ctx.files(f"in/{name}")]
     protected: list = []
 
     def json_file():
@@ -233,7 +225,7 @@ def report(ctx: Ctx) -> Case:
         json_file,
         json_file,
         lambda: ctx.entry(ctx.rng.choice(files)),  # inside a run, an evaluation, a sweep or a bundle: confined
-        lambda: _odd(ctx, f"in/{ctx.rng.choice(chosen)}"),
+        lambda: ctx.odd_name(f"in/{ctx.rng.choice(chosen)}"),
         lambda: ctx.option("--slo", "string"),
         lambda: ctx.option("--days"),
         lambda: ctx.option("--tokens-per-day"),
@@ -272,8 +264,8 @@ def study(ctx: Ctx) -> Case:
         lambda: ctx.content(f"{copy}/bundle.json", "json"),
         lambda: ctx.content(f"{copy}/bundle.json", "json"),
         lambda: ctx.entry(copy, ["link_out_dir", "dangling", "loop", "fifo"]),  # the bundle's copy itself a link
-        lambda: ctx.entry(ctx.rng.choice(_files(ctx, copy))),
-        lambda: _odd(ctx, copy),
+        lambda: ctx.entry(ctx.rng.choice(ctx.files(copy))),
+        lambda: ctx.odd_name(copy),
         bucket_value,
         lambda: ctx.option(ctx.rng.choice(["--only", "--from", "--with"]), "string"),
         lambda: ctx.copy(BUNDLE) and ctx.content(f"{BUNDLE}/bundle.json", "json"),  # a local bundle, damaged

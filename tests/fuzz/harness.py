@@ -12,6 +12,7 @@ Two ways to start it, the same command line either way:
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import resource
@@ -63,6 +64,7 @@ def _forked_main(argv: list[str], cwd: str, out: str, err: str, env: dict[str, s
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # what the interpreter does with an uncaught exception: the traceback, exit 1
         traceback.print_exc()
+    atexit._run_exitfuncs()  # as the interpreter's exit would (os._exit below skips them)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.fuzz.case import CANARY_FILES, Ctx
 from tests.fuzz.commands import COMMANDS
-from tests.fuzz.harness import Runner
+from tests.fuzz.harness import CROSSTUNE, Runner
 from tests.fuzz.verdict import Canaries, canary_problems, ending_problems, leaks
 from tests.helpers.fake_openai import FakeOpenAI
 
@@ -64,19 +64,22 @@ def run_case(command: str, number: int, world: Path, runner: Runner, endpoint: F
     outcome = runner.run(case.argv, ctx.tree, case_dir, case.timeout_s, {"CROSSTUNE_CACHE": str(case_dir / "cache")})
     after = canaries.snapshot()
     problems = ending_problems(outcome, case.codes, case.timeout_s)
-    problems += canary_problems(canaries, before, after, (digest_before, canaries.digest()))
+    problems += canary_problems(canaries, before, after, (digest_before, canaries.digest()), ctx.listed)
     problems += leaks(canaries.token, outcome, ctx.tree, repr(endpoint.requests) + repr(endpoint.paths))
     problems += [
         f"a user's file {p} was changed"
         for p, data in protected.items()
         if not p.is_file() or p.is_symlink() or p.read_bytes() != data
     ]
+    last = next((line for line in reversed(outcome.err.splitlines()) if line.strip()), "")
+    with open(KEEP / "outcomes.txt", "a") as log:  # one line per case: what the cases end in
+        log.write(f"{command}-{number}\texit {outcome.code}\t{outcome.wall_s:.2f} s\t{last[:200]!r}\n")
     if not problems:
         shutil.rmtree(case_dir)
         return []
     (case_dir / "world").unlink()
     shutil.copytree(world, case_dir / "world", symlinks=True)  # the kept folder reproduces on its own
-    line = f"cd {shell_word(str(ctx.tree))} && crosstune {' '.join(shell_word(a) for a in case.argv)}"
+    line = f"cd {shell_word(str(ctx.tree))} && {CROSSTUNE} {' '.join(shell_word(a) for a in case.argv)}"
     tail = (outcome.out[-1500:] + "\n--- stderr\n" + outcome.err[-3000:]).strip()
     report = [
         f"fuzz case {command} #{number}, seed {SEED}: {'; '.join(problems)}",

@@ -65,6 +65,8 @@ def test_the_token_is_found_in_output_in_the_tree_and_in_requests_but_links_are_
 def test_an_ending_crosstune_does_not_own_is_named():
     assert ending_problems(Outcome(1, "", "error: x.yaml:3: not valid YAML\n", 1.0), CODES, 60) == []
     assert ending_problems(Outcome(2, "", USAGE + "Error: No such option: --nn\n", 1.0), CODES, 60) == []
+    boxed = "│ Invalid value for '--n': Input should be a valid integer, unable to │\n│ parse string │"
+    assert ending_problems(Outcome(2, "", USAGE + boxed, 1.0), CODES, 60) == []  # typer's own, in its box
     recipe = "error: r.yaml:3: error at a: bad\nr.yaml:5: error at b: worse\n"
     assert ending_problems(Outcome(1, "", recipe, 1.0), CODES, 60) == []  # one line per problem of a recipe
     assert ending_problems(Outcome(None, "", "", 60.0), CODES, 60) == [

@@ -230,3 +230,12 @@ def test_the_compile_report_sets_planner_and_xla_in_one_unit():
     figure = f"{plan.jax_memory.total:,.2f}"
     assert row.count(figure) == 2 and ("+0.0% vs XLA" in row or "-0.0% vs XLA" in row), row
     assert "Per device, GB" in text and f"host peak RSS {bytes_to_gib(3 * GIB):.1f} GiB" in text
+
+
+@pytest.mark.parametrize("value", ["~", "[1]", "four"])
+def test_a_planned_value_of_the_wrong_type_is_the_recipe_s_own_refusal(value):
+    # the planner explains a wrong mesh; a mesh that is not a number left a pydantic traceback (found by the fuzzer)
+    from crosstune.recipe import RecipeError
+
+    with pytest.raises(RecipeError, match=r"error at backend\.jax\.mesh\.tp: "):
+        load_for_plan(G4, [f"backend.jax.mesh.tp={value}"])
