@@ -63,6 +63,7 @@ class Case:
     timeout_s: float = 60.0
     codes: frozenset[int] = frozenset({0, 1, 2})
     reply: bytes | None = None  # the fake endpoint's raw answer to every POST (None: a good answer)
+    garbage: bool = False  # no request can succeed on `reply`: exit 0 would be garbage counted as an answer
     protected: list[Path] = field(default_factory=list)  # a user's files in the tree that must stay as they are
 
 
@@ -172,7 +173,7 @@ class Ctx:
             self.listed.add("folder")
         return []
 
-    def mutate(self, mutations: list, at_least: int = 1, at_most: int = 3) -> list[str]:
+    def mutate(self, mutations: list, at_least: int = 1, at_most: int = 2) -> list[str]:
         """Apply `at_least`..`at_most` of the mutations (callables returning extra argv, or None), in order."""
         k = self.rng.randint(at_least, min(at_most, len(mutations)))
         picked = sorted(self.rng.sample(range(len(mutations)), k))
@@ -192,7 +193,6 @@ STREAM_GARBAGE = [
     b"data: " + b"[" * 10_000 + b"\n\n",
     b"event: x\n\n",
     b"data: null\n\n",
-    b'data: {"choices": [{"text": "' + b"x" * (8 << 20) + b'"}]}\n\n',
     b'data: {"error": {"message": "boom"}}\n\n',
     b'data: {"choices": [{"text": "x"}], "usage": {"completion_tokens": NaN, "prompt_tokens": -5}}\n\n',
     b"",
@@ -210,13 +210,21 @@ BODY_GARBAGE = [
     b"null",
     b'{"error": {"message": "boom"}}',
     b"",
-    b'{"choices": [{"message": {"content": "x"}, "text": "x"}], "usage": {"completion_tokens": 1e400}}',
-    b'{"choices": [{"message": {"content": "' + b"x" * (8 << 20) + b'"}}]}',
     b'{"choices": [{}]}',
 ]
 
 
-def garbage(rng: random.Random, stream: bool) -> bytes:
-    chunks = STREAM_GARBAGE if stream else BODY_GARBAGE
-    reply = rng.choice(chunks)
-    return reply + (b"data: [DONE]\n\n" if stream and rng.random() < 0.5 else b"")
+# odd but not garbage: one 8 MB answer (its length is the model's business; it must not take the command down)
+_HUGE = b"x" * (8 << 20)
+HUGE_ANSWERS = {
+    True: b'data: {"choices": [{"text": "' + _HUGE + b'"}]}\n\n',
+    False: b'{"choices": [{"message": {"content": "' + _HUGE + b'"}, "text": "x"}]}',
+}
+
+
+def garbage(rng: random.Random, stream: bool) -> tuple[bytes, bool]:
+    """(a reply, whether it is garbage: no request can succeed on it)."""
+    if rng.random() < 0.1:
+        return HUGE_ANSWERS[stream], False
+    reply = rng.choice(STREAM_GARBAGE if stream else BODY_GARBAGE)
+    return reply + (b"data: [DONE]\n\n" if stream and rng.random() < 0.5 else b""), True

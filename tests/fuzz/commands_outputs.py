@@ -79,7 +79,7 @@ def eval_(ctx: Ctx) -> Case:
     ctx.copy("problems")
     names = [p for p in ctx.files("problems") if not p.endswith("problems.txt")]
     source = ctx.rng.choice(["endpoint", "samples", "references"])
-    reply = None
+    reply, is_garbage = None, False
     base = [
         "eval",
         "--problems",
@@ -100,7 +100,7 @@ def eval_(ctx: Ctx) -> Case:
     if source == "endpoint":
         base += ["--endpoint", ctx.endpoint, "--model", MODEL, "--request-timeout", "10", "--max-tokens", "16"]
         if ctx.chance(0.6):
-            reply = garbage(ctx.rng, stream=False)
+            reply, is_garbage = garbage(ctx.rng, stream=False)
             ctx.note(f"the endpoint answers {reply[:60]!r}")
     elif source == "samples":
         ctx.copy("samples.jsonl")
@@ -123,7 +123,8 @@ def eval_(ctx: Ctx) -> Case:
     ]
     extra = ctx.mutate(mutations, at_least=0 if reply else 1)
     # 3: the report is written but some samples could not be generated (the endpoint failed them)
-    return Case([*base, *extra], timeout_s=120, codes=frozenset({0, 1, 2, 3}), reply=reply, protected=protected)
+    codes = frozenset({0, 1, 2, 3})
+    return Case([*base, *extra], 120, codes=codes, reply=reply, garbage=is_garbage, protected=protected)
 
 
 BENCH_OPTIONS = {
@@ -184,7 +185,7 @@ def bench_serve(ctx: Ctx) -> Case:
         "--out",
         "out/bench",
     ]
-    reply = garbage(ctx.rng, stream=True) if ctx.chance(0.6) else None
+    reply, is_garbage = garbage(ctx.rng, stream=True) if ctx.chance(0.6) else (None, False)
     if reply is not None:
         ctx.note(f"the endpoint streams {reply[:60]!r}")
     protected: list = []
@@ -206,7 +207,7 @@ def bench_serve(ctx: Ctx) -> Case:
         lambda: protected.extend(ctx.out_path("out/bench")),
     ]
     extra = ctx.mutate(mutations, at_least=0 if reply else 1)
-    return Case([*base, *extra], timeout_s=90, reply=reply, protected=protected)
+    return Case([*base, *extra], timeout_s=90, reply=reply, garbage=is_garbage, protected=protected)
 
 
 def report(ctx: Ctx) -> Case:

@@ -64,6 +64,8 @@ def run_case(command: str, number: int, world: Path, runner: Runner, endpoint: F
     outcome = runner.run(case.argv, ctx.tree, case_dir, case.timeout_s, {"CROSSTUNE_CACHE": str(case_dir / "cache")})
     after = canaries.snapshot()
     problems = ending_problems(outcome, case.codes, case.timeout_s)
+    if case.garbage and outcome.code == 0:
+        problems.append("exit 0 on the endpoint's garbage: no request could succeed, yet it counted as success")
     problems += canary_problems(canaries, before, after, (digest_before, canaries.digest()), ctx.listed)
     problems += leaks(canaries.token, outcome, ctx.tree, repr(endpoint.requests) + repr(endpoint.paths))
     problems += [
