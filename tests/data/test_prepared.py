@@ -58,6 +58,16 @@ def test_a_users_folder_is_refused_naming_its_files_with_or_without_force(recipe
     assert _tree(dest) == {"notes.txt": b"mine"}
 
 
+def test_a_prepared_dir_that_is_a_file_is_refused_by_name(recipe, tok):
+    # it left a NotADirectoryError traceback (found by the fuzzer)
+    dest = _where(recipe)
+    dest.parent.mkdir(parents=True)
+    dest.write_text("mine")
+    with pytest.raises(DataError, match=rf"^data.prepared_dir {dest} is not a folder: point it at a new folder"):
+        prepare_dataset(recipe, tokenizer=tok)
+    assert dest.read_text() == "mine"
+
+
 def test_force_replaces_its_own_preparation_and_refuses_one_changed_or_added_to(recipe, tok):
     first = prepare_dataset(recipe, tokenizer=tok)
     manifest = first.manifest

@@ -131,6 +131,18 @@ def test_a_bucket_that_is_or_lies_inside_the_bundle_is_refused(tmp_path):
         bundle_copy(str(tmp_path / "link" / "copies"), local)
 
 
+def test_a_bucket_or_a_bundle_copy_that_is_not_a_folder_is_refused(tmp_path):
+    """A FIFO at BUCKET/<bundle> left a FileExistsError traceback at the first push (found by the fuzzer)."""
+    import os
+
+    (tmp_path / "bucket").mkdir()
+    os.mkfifo(tmp_path / "bucket" / "bundle")
+    (tmp_path / "file").write_text("mine")
+    for bucket, path in ((tmp_path / "bucket", tmp_path / "bucket" / "bundle"), (tmp_path / "file", tmp_path / "file")):
+        with pytest.raises(BucketError, match=rf"^{path} \(.*--bucket {bucket}\) is not a folder: move it aside"):
+            bundle_copy(str(bucket), tmp_path / "bundle")
+
+
 @pytest.mark.parametrize("bucket", ["GS://name", "Gs://name", "S3://name", "gs:/name", "gcs://name", "file:///x"])
 def test_a_scheme_that_is_not_gs_or_s3_exactly_is_refused(tmp_path, monkeypatch, bucket):
     """`GS://name` was taken for a local folder `GS:/name`."""

@@ -55,6 +55,8 @@ def prepare_dataset(
     `truncate` when not one answer token fits) and counted under `dropped` in the stats and the manifest.
     """
     dest = (Path(out_dir) if out_dir else prepared_dir(recipe)).resolve()
+    if dest.exists() and not dest.is_dir():
+        raise DataError("", f"data.prepared_dir {dest} is not a folder: point it at a new folder or a preparation")
     hint = "wait for it to finish, then run again (its result is reused when it matches)"
     with exclusive_lock(lock_path(dest), f"the preparation {dest}", hint):
         return _prepare_locked(recipe, dest, tokenizer, lenient, force, progress)

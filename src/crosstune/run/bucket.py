@@ -190,7 +190,11 @@ def bundle_copy(bucket: str, bundle: Path) -> BucketCopy:
     if here in root.parents:
         raise BucketError(f"--bucket {bucket} is inside the bundle {here}: every push would copy the bundle into "
                           "itself; give a folder or bucket outside it")  # fmt: skip
-    return BucketCopy(Path(bundle), f"{root}/{Path(bundle).name}")
+    copy = root / Path(bundle).name
+    for path, what in ((root, f"--bucket {bucket}"), (copy, f"the bundle's copy in --bucket {bucket}")):
+        if os.path.lexists(path) and not path.is_symlink() and not path.is_dir():  # a link: refused by the push
+            raise BucketError(f"{path} ({what}) is not a folder: move it aside or give another --bucket")
+    return BucketCopy(Path(bundle), str(copy))
 
 
 def drop_incomplete_checkpoints(run_dir: Path) -> list[int]:
