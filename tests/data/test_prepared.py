@@ -68,6 +68,25 @@ def test_a_prepared_dir_that_is_a_file_is_refused_by_name(recipe, tok):
     assert dest.read_text() == "mine"
 
 
+def test_a_file_of_a_preparation_linked_out_of_it_is_refused_before_anything_is_read(recipe, tok, tmp_path):
+    # `data stats DIR` read manifest.json through a link to a file outside (found by the fuzzer)
+    from crosstune.confinement import ConfinementError
+    from crosstune.data.prepared import open_prepared
+
+    first = prepare_dataset(recipe, tokenizer=tok)
+    key = tmp_path / "key.json"
+    key.write_text('{"secret": 1}')
+    for name in ("manifest.json", "stats.json"):
+        saved = (first.path / name).read_bytes()
+        (first.path / name).unlink()
+        (first.path / name).symlink_to(key)
+        with pytest.raises(ConfinementError, match=rf"^{first.path / name} leads out of the prepared data"):
+            open_prepared(first.path)
+        (first.path / name).unlink()
+        (first.path / name).write_bytes(saved)
+    assert open_prepared(first.path).manifest == first.manifest
+
+
 def test_force_replaces_its_own_preparation_and_refuses_one_changed_or_added_to(recipe, tok):
     first = prepare_dataset(recipe, tokenizer=tok)
     manifest = first.manifest

@@ -204,16 +204,20 @@ def whole_file(rng: random.Random, valid: bytes, kind: str) -> tuple[bytes, str]
 
 
 def content(rng: random.Random, valid: bytes, kind: str) -> tuple[bytes, str]:
-    """Half the time the whole file, else one value inside a valid document (JSONL: inside one line)."""
+    """Half the time the whole file, else one value inside the document (JSONL: inside one line); the whole file
+    too when the document does not parse (a listing of names, a file an earlier change broke)."""
     if rng.random() < 0.5:
         return whole_file(rng, valid, kind)
-    if kind == "jsonl":
-        lines = valid.decode().splitlines()
-        i = rng.randrange(len(lines))
-        text, note = one_value_changed(rng, json.loads(lines[i]), "json")
-        lines[i] = text.replace("\n", " ")
-        return ("\n".join(lines) + "\n").encode(), f"line {i + 1}: {note}"
-    doc = json.loads(valid) if kind == "json" else yaml.safe_load(valid)
+    try:
+        if kind == "jsonl":
+            lines = valid.decode().splitlines()
+            i = rng.choice([n for n, line in enumerate(lines) if line.strip()])
+            text, note = one_value_changed(rng, json.loads(lines[i]), "json")
+            lines[i] = text.replace("\n", " ")
+            return ("\n".join(lines) + "\n").encode(), f"line {i + 1}: {note}"
+        doc = json.loads(valid) if kind == "json" else yaml.safe_load(valid)
+    except (ValueError, IndexError, yaml.YAMLError):
+        return whole_file(rng, valid, kind)
     text, note = one_value_changed(rng, doc, kind)
     return text.encode(), note
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from crosstune import ownership
+from crosstune.confinement import inside, listing
 from crosstune.data.bad_input import DataError
 from crosstune.data.packing import DOC_FIELDS, ROW_FIELDS, Rows
 from crosstune.data.sources import fingerprint
@@ -284,6 +285,10 @@ class PreparedDataset:
 
 
 def read_manifest(path: Path) -> dict:
+    """The preparation's manifest.json, once no link under the folder leads out of it (crosstune.confinement: every
+    file of a preparation is read from inside the folder the recipe or the user named)."""
+    for rel in listing(Path(path)) if Path(path).is_dir() else ():
+        inside(path, rel, label="the prepared data", fix="remove the link, or prepare again with --force")
     manifest_path = Path(path) / "manifest.json"
     if not manifest_path.is_file():
         raise DataError(str(path), "no prepared data here (manifest.json is missing)", hint=PREPARE_HINT)
