@@ -50,6 +50,16 @@ def test_a_path_is_read_inside_its_root_and_a_link_out_is_refused_by_name(tmp_pa
     assert inside(tmp_path / "alias", "a.txt", label="x") == root / "a.txt" and not leads_out(tmp_path / "alias", "in")
 
 
+def test_a_root_named_by_a_relative_path_confines_as_an_absolute_one(tmp_path, monkeypatch):
+    # inside() joined a relative root to its own path twice and looked at a path that does not exist (found by the
+    # fuzzer: `data stats out/prepared` read manifest.json through a link out)
+    _tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfinementError, match=r"^root/out.txt leads out of x "):
+        inside(Path("root"), "out.txt", label="x")
+    assert inside(Path("root"), "in/b.txt", label="x") == tmp_path / "root" / "sub" / "b.txt"
+
+
 def test_a_link_loop_is_refused_by_name_not_a_traceback(tmp_path):
     root, _ = _tree(tmp_path)
     (root / "loop").symlink_to("loop")  # pathlib's resolve raises RuntimeError on it (found by the fuzzer)

@@ -35,11 +35,11 @@ def inside(root: Path, path: Path | str, *, label: str, fix: str = LINK_FIX, err
     be a link the user named); else `error`: "PATH leads out of LABEL ROOT (to TARGET): FIX". A link loop on the way
     is refused the same way ("PATH is a link loop inside LABEL ROOT: FIX")."""
     given = Path(path) if Path(path).is_absolute() else Path(root) / path
-    where = _resolved(given)
-    if where is None:
-        raise error(f"{given} is a link loop inside {label} {_resolved(Path(root)) or root}: {fix}")
-    if leads_out(root, given):
-        raise error(f"{given} leads out of {label} {Path(root).resolve()} (to {where}): {fix}")
+    where, base = _resolved(given), _resolved(Path(root))
+    if where is None or base is None:
+        raise error(f"{given} is a link loop inside {label} {base or root}: {fix}")
+    if where != base and base not in where.parents:  # (not leads_out(root, given): a relative `given` is joined again)
+        raise error(f"{given} leads out of {label} {base} (to {where}): {fix}")
     return where
 
 

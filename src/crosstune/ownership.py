@@ -135,6 +135,14 @@ def restamp(folder: Path, kind: OutputKind, names: Iterable[str]) -> None:
     _write(folder, kind, files, fields, created=raw.get("created", ""))
 
 
+def changed(folder: Path, kind: OutputKind, rel: str) -> str | None:
+    """Why the file `rel` in `folder` is not what `kind`'s manifest lists for it (None: it is, or the manifest does
+    not list it or knows it by name only): before a command trusts a file it wrote earlier (`data stats`)."""
+    manifest, _ = read_manifest(Path(folder), kind)
+    entry = (manifest or {}).get("files", {}).get(rel)
+    return None if entry is None else _changed(Path(folder) / rel, entry, kind)
+
+
 def _changed(path: Path, entry: dict, kind: OutputKind) -> str | None:
     """Why the listed file at `path` is no longer what the command wrote (None: it is, or its name is all we have)."""
     if path.is_symlink() or not path.is_file():

@@ -87,6 +87,18 @@ def test_a_file_of_a_preparation_linked_out_of_it_is_refused_before_anything_is_
     assert open_prepared(first.path).manifest == first.manifest
 
 
+def test_stats_changed_since_the_preparation_are_refused_not_plotted(recipe, tok):
+    # a stats.json whose counts were edited left a TypeError traceback from the plot (found by the fuzzer)
+    from crosstune.data.prepared import open_prepared
+
+    first = prepare_dataset(recipe, tokenizer=tok)
+    stats = json.loads((first.path / "stats.json").read_text())
+    stats["splits"]["train"]["histogram"]["counts"][0] = None
+    (first.path / "stats.json").write_text(json.dumps(stats))
+    with pytest.raises(DataError, match=r"stats.json: changed since crosstune data prepare wrote it \(re-run"):
+        _ = open_prepared(first.path).stats
+
+
 def test_force_replaces_its_own_preparation_and_refuses_one_changed_or_added_to(recipe, tok):
     first = prepare_dataset(recipe, tokenizer=tok)
     manifest = first.manifest

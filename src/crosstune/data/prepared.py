@@ -280,7 +280,10 @@ class PreparedDataset:
 
     @property
     def stats(self) -> dict:
+        """stats.json as data prepare wrote it (a file changed since is refused: its figures are shown and plotted)."""
         path = self.path / "stats.json"
+        if why := ownership.changed(self.path, PREPARED, "stats.json"):
+            raise DataError(str(path), why, hint="re-run `crosstune data prepare RECIPE --force`")
         return read_json(path, PREPARE_HINT) if path.is_file() else {}
 
 
