@@ -34,6 +34,7 @@ class Outcome:
     out: str
     err: str
     wall_s: float
+    cpu_s: float | None = None  # user + system of the command and its children (None: killed before it said)
 
 
 def _limit_self() -> None:
@@ -65,6 +66,8 @@ def _forked_main(argv: list[str], cwd: str, out: str, err: str, env: dict[str, s
     except BaseException:  # what the interpreter does with an uncaught exception: the traceback, exit 1
         traceback.print_exc()
     atexit._run_exitfuncs()  # as the interpreter's exit would (os._exit below skips them)
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    Path(out).with_name("cpu_s.txt").write_text(str(sum(u.ru_utime + u.ru_stime for u in used)))
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -87,14 +90,18 @@ class Runner:
 
     def run(self, argv: list[str], cwd: Path, logs: Path, timeout_s: float, env: dict[str, str]) -> Outcome:
         out, err = logs / "stdout.txt", logs / "stderr.txt"
-        t0 = time.perf_counter()
+        t0, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         if self.start == "fork":
             code = self._fork(argv, cwd, out, err, timeout_s, env)
-        else:
+            cpu = logs / "cpu_s.txt"
+            cpu_s = float(cpu.read_text()) if cpu.is_file() else None
+        else:  # the runner waits for no other child meanwhile: the difference is the command's
             code = self._exec(argv, cwd, out, err, timeout_s, env)
+            now = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu_s = now.ru_utime + now.ru_stime - children.ru_utime - children.ru_stime
         wall = time.perf_counter() - t0
         read = lambda p: p.read_bytes().decode("utf-8", "replace") if p.is_file() else ""  # noqa: E731
-        return Outcome(code, read(out), read(err), wall)
+        return Outcome(code, read(out), read(err), wall, cpu_s)
 
     def _fork(self, argv, cwd, out, err, timeout_s, env) -> int | None:
         child = self._context.Process(target=_forked_main, args=(argv, str(cwd), str(out), str(err), env))

@@ -75,7 +75,8 @@ def run_case(command: str, number: int, world: Path, runner: Runner, endpoint: F
     ]
     last = next((line for line in reversed(outcome.err.splitlines()) if line.strip()), "")
     with open(KEEP / "outcomes.txt", "a") as log:  # one line per case: what the cases end in
-        log.write(f"{command}-{number}\texit {outcome.code}\t{outcome.wall_s:.2f} s\t{last[:200]!r}\n")
+        cpu = "-" if outcome.cpu_s is None else f"{outcome.cpu_s:.2f}"
+        log.write(f"{command}-{number}\texit {outcome.code}\t{outcome.wall_s:.2f} s\t{cpu} cpu s\t{last[:200]!r}\n")
     if not problems:
         shutil.rmtree(case_dir)
         return []
