@@ -143,6 +143,15 @@ def test_a_bucket_or_a_bundle_copy_that_is_not_a_folder_is_refused(tmp_path):
             bundle_copy(str(bucket), tmp_path / "bundle")
 
 
+def test_a_folder_in_the_copy_where_the_bundle_has_a_file_is_refused_by_the_push(tmp_path):
+    """It left an IsADirectoryError traceback from the rename into place (found by the fuzzer)."""
+    local = tmp_path / "bundle"
+    bundle(local, {}, [])
+    (tmp_path / "bucket" / "bundle" / "bundle.json").mkdir(parents=True)
+    with pytest.raises(BucketError, match=r"bundle/bundle.json \(the bucket's copy\) is not a file, and the copy"):
+        bundle_copy(str(tmp_path / "bucket"), local).push()
+
+
 @pytest.mark.parametrize("bucket", ["GS://name", "Gs://name", "S3://name", "gs:/name", "gcs://name", "file:///x"])
 def test_a_scheme_that_is_not_gs_or_s3_exactly_is_refused(tmp_path, monkeypatch, bucket):
     """`GS://name` was taken for a local folder `GS:/name`."""

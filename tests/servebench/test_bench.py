@@ -214,3 +214,18 @@ def test_chat_prompts_checked_against_the_template_length(tmp_path, tiny_gemma4_
     assert len(maker.tokenizer.encode(body["messages"][0]["content"], add_special_tokens=False)) == 48
     assert all(r["prompt_tokens"] > 48 for r in records)  # 48 content tokens + the template's own
     assert wrong["cells"][0]["failures"] == {"prompt length mismatch": 1}  # the template's tokens not counted
+
+
+def test_a_tokenizer_folder_transformers_cannot_load_is_one_line_naming_it(tiny_gemma4_dir, tmp_path):
+    # a wrong type in its config.json left huggingface_hub's StrictDataclassError as a traceback (found by the fuzzer)
+    import shutil
+
+    from crosstune.servebench.sweep_config import BenchError
+    from crosstune.servebench.workload import PromptMaker
+
+    tok = shutil.copytree(tiny_gemma4_dir, tmp_path / "tok")
+    config = json.loads((tok / "config.json").read_text())
+    config["layer_types"] = [float("inf"), *config["layer_types"][1:]]
+    (tok / "config.json").write_text(json.dumps(config))
+    with pytest.raises(BenchError, match=rf"^--tokenizer {tok}: transformers can't load a tokenizer there \("):
+        PromptMaker(tok)

@@ -268,6 +268,9 @@ def _sync_folders(src: Path, dst: Path, *, delete: bool, label: str) -> None:
         return
     for rel, path in theirs.items():
         target = no_link_below(dst, rel, label=label, fix=_NO_LINK, error=BucketError)
+        if os.path.lexists(target) and not target.is_file():
+            raise BucketError(f"{target} ({label}) is not a file, and the copy needs the file {rel} there: move it "
+                              "aside and rerun")  # fmt: skip
         st = path.stat()
         if target.is_file() and (t := target.stat()).st_size == st.st_size and t.st_mtime_ns == st.st_mtime_ns:
             continue

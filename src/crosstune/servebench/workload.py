@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from crosstune.servebench.prompt_cache import shared_prefix_tokens
+from crosstune.servebench.sweep_config import BenchError
 
 
 class PromptMaker:
@@ -27,7 +28,13 @@ class PromptMaker:
     def __init__(self, tokenizer_dir: Path, seed: int = 0, prefix_reuse: float | None = None):
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        except Exception as e:  # transformers parses the folder's files: a damaged one raises anything (OSError,
+            # ValueError, huggingface_hub's StrictDataclassError for a wrong type in config.json)
+            why = " ".join(str(e).split())[:300] or type(e).__name__
+            raise BenchError(f"--tokenizer {tokenizer_dir}: transformers can't load a tokenizer there ({why}): give "
+                             "the served model's folder, with its tokenizer files") from None  # fmt: skip
         special = set(self.tokenizer.all_special_ids)
         self.ids = np.array([i for i in range(len(self.tokenizer)) if i not in special], dtype=np.int64)
         self.rng = np.random.default_rng(seed)
