@@ -15,7 +15,7 @@ from crosstune.hub import HubError
 from crosstune.recipe import Recipe, model_path
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.serve.capacity import Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
-from crosstune.serve.engine import ServeError, cpu_head_dim_problems, kv_paging, max_lora_rank
+from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_rank
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 from crosstune.units import GIB
@@ -145,8 +145,6 @@ def serve_plan(
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_space)
         budget = float(kv_space)
     allocated = {flag: allocated_kv_dtype(hw, flag, weight_dtype) for flag in ("auto", "fp8")}
-    if kv_dtype not in allocated:
-        raise ServeError(f"--kv-cache-dtype {kv_dtype!r}: one of {', '.join(allocated)}")
     if kv_dtype == "fp8" and platform != "cpu" and hw.chip.fp8_kv != "native":
         notes.append(
             f"--kv-cache-dtype fp8 on {hw.chip.name}: {FP8_KV[hw.chip.fp8_kv]} ({FP8_KV_SOURCE[hw.chip.name]}); "
