@@ -86,6 +86,8 @@ def test_an_ending_crosstune_does_not_own_is_named():
         "the refusal is not one line (stderr goes on after `error: ...`)"
     ]
     assert ending_problems(Outcome(1, "", "", 1.0), CODES, 60) == ["exit 1 without a word"]
+    bug = "error: a bug in crosstune: KeyError: 'x'; its traceback is in /c/crashes/1.txt\n"
+    assert ending_problems(Outcome(1, "", bug, 1.0), CODES, 60) == ["a bug line (an unexpected exception)"]
 
 
 def test_hostile_inputs_are_a_function_of_the_seed(tmp_path):

@@ -136,6 +136,8 @@ def ending_problems(outcome: Outcome, codes: frozenset[int], timeout_s: float) -
         problems.append(f"exit status {outcome.code}{signal_note}, expected one of {sorted(codes)}")
     if "Traceback (most recent call last)" in text:
         problems.append("a traceback in the output")
+    if "a bug in crosstune" in text:  # the CLI's last resort: an exception no owner turned into a refusal
+        problems.append("a bug line (an unexpected exception)")
     if "MemoryError" in text:
         problems.append("MemoryError: over the address-space limit")
     flat = re.sub(r"[│╭╮╰╯─\s]+", " ", outcome.err)  # typer's box wraps its message across lines
