@@ -97,6 +97,9 @@ def test_stats_changed_since_the_preparation_are_refused_not_plotted(recipe, tok
     (first.path / "stats.json").write_text(json.dumps(stats))
     with pytest.raises(DataError, match=r"stats.json: changed since crosstune data prepare wrote it \(re-run"):
         _ = open_prepared(first.path).stats
+    (first.path / "manifest.json").write_text("[1, 2]")  # a manifest that is not one: an AttributeError it was
+    with pytest.raises(DataError, match=r"manifest.json: not a preparation's manifest \(a JSON object\)"):
+        open_prepared(first.path)
 
 
 def test_force_replaces_its_own_preparation_and_refuses_one_changed_or_added_to(recipe, tok):

@@ -152,6 +152,16 @@ def test_a_folder_in_the_copy_where_the_bundle_has_a_file_is_refused_by_the_push
         bundle_copy(str(tmp_path / "bucket"), local).push()
 
 
+def test_a_file_with_the_longest_name_a_folder_allows_is_copied_both_ways(tmp_path):
+    """Its temp name `.NAME.copying` was too long: an OSError at the pull (found by the fuzzer)."""
+    local = tmp_path / "bundle"
+    bundle(local, {}, [])
+    (local / ("x" * 255)).write_text("kept")
+    copy = bundle_copy(str(tmp_path / "bucket"), local)
+    copy.push()
+    assert (tmp_path / "bucket" / "bundle" / ("x" * 255)).read_text() == "kept"
+
+
 @pytest.mark.parametrize("bucket", ["GS://name", "Gs://name", "S3://name", "gs:/name", "gcs://name", "file:///x"])
 def test_a_scheme_that_is_not_gs_or_s3_exactly_is_refused(tmp_path, monkeypatch, bucket):
     """`GS://name` was taken for a local folder `GS:/name`."""

@@ -295,7 +295,10 @@ def read_manifest(path: Path) -> dict:
     manifest_path = Path(path) / "manifest.json"
     if not manifest_path.is_file():
         raise DataError(str(path), "no prepared data here (manifest.json is missing)", hint=PREPARE_HINT)
-    return read_json(manifest_path, PREPARE_HINT)
+    manifest = read_json(manifest_path, PREPARE_HINT)
+    if not isinstance(manifest, dict):
+        raise DataError(str(manifest_path), "not a preparation's manifest (a JSON object)", hint=PREPARE_HINT)
+    return manifest
 
 
 PREPARE_HINT = "run `crosstune data prepare RECIPE`"

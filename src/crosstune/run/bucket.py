@@ -19,6 +19,7 @@ exactly, and a bucket that is, holds or lies inside the bundle is refused.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -36,7 +37,7 @@ from crosstune.run.layout import CHECKPOINTS, LOCK, checkpoint_step, step_folder
 
 # A path (relative, "/"-separated) with one of these parts is transient: `.lock`, torch's `.staging` and
 # `.adapter.tmp`, fsutil's `.NAME.tmp-HOST-PID-X`/`.old-` folders, atomic writes' `.NAME.XXXXXXXX`, this module's
-# `.NAME.copying`, Orbax's `N.orbax-checkpoint-tmp-T`.
+# `.KEY.copying` (a copy on its way), Orbax's `N.orbax-checkpoint-tmp-T`.
 TRANSIENT = re.compile(
     rf"(^|.*/)({re.escape(LOCK)}|\.staging|\.adapter\.tmp|\.[^/]+\.(tmp|old)-[^/]*|\.[^/]+\.[a-z0-9_]{{8}}"
     r"|\.[^/]+\.copying|[^/]*\.orbax-checkpoint-tmp[^/]*)(/.*)?$"
@@ -275,7 +276,9 @@ def _sync_folders(src: Path, dst: Path, *, delete: bool, label: str) -> None:
         if target.is_file() and (t := target.stat()).st_size == st.st_size and t.st_mtime_ns == st.st_mtime_ns:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.copying")
+        # a short name of its own: `.NAME.copying` of a 250-byte NAME is longer than a file name may be
+        key = hashlib.sha256(os.fsencode(target.name)).hexdigest()[:16]
+        tmp = target.with_name(f".{key}.copying")
         shutil.copyfile(path, tmp)  # the bytes and the mtime only: object-store mounts refuse modes and xattrs
         os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
         os.replace(tmp, target)
