@@ -162,6 +162,18 @@ def test_a_file_with_the_longest_name_a_folder_allows_is_copied_both_ways(tmp_pa
     assert (tmp_path / "bucket" / "bundle" / ("x" * 255)).read_text() == "kept"
 
 
+def test_a_fifo_in_the_copy_is_not_copied(tmp_path):
+    """shutil.copyfile refused it with SpecialFileError, a traceback at the pull (found by the fuzzer)."""
+    import os
+
+    local = tmp_path / "bundle"
+    bundle(local, {}, [])
+    os.mkfifo(local / "pipe")
+    bundle_copy(str(tmp_path / "bucket"), local).push()
+    assert not os.path.lexists(tmp_path / "bucket" / "bundle" / "pipe")
+    assert (tmp_path / "bucket" / "bundle" / "bundle.json").is_file()
+
+
 @pytest.mark.parametrize("bucket", ["GS://name", "Gs://name", "S3://name", "gs:/name", "gcs://name", "file:///x"])
 def test_a_scheme_that_is_not_gs_or_s3_exactly_is_refused(tmp_path, monkeypatch, bucket):
     """`GS://name` was taken for a local folder `GS:/name`."""

@@ -86,3 +86,16 @@ def test_a_checksum_record_naming_a_file_outside_its_checkpoint_verifies_nothing
     (folder / CHECKSUMS).write_text(json.dumps({"format": 1, "sha256": ["adapter_model.safetensors"]}))
     with pytest.raises(CheckpointCorruptError, match=r"unreadable checksum record \(sha256 is not an object\)"):
         verify_checksums(folder, "checkpoint")
+
+
+def test_a_metrics_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    # `report RUN` blocked forever reading a FIFO as metrics.jsonl (found by the fuzzer)
+    import os
+
+    from crosstune.errors import CrosstuneError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "metrics.jsonl")
+    with pytest.raises(CrosstuneError, match=rf"^{run / 'metrics.jsonl'}: not a regular file"):
+        read_metrics(run)

@@ -245,7 +245,8 @@ def _files(root: Path) -> dict[str, Path]:
         dirnames[:] = [d for d in dirnames if not TRANSIENT.match(_join(rel_dir, d))]
         for name in filenames:
             rel = _join(rel_dir, name)
-            if not TRANSIENT.match(rel) and not os.path.islink(os.path.join(dirpath, name)):
+            path = os.path.join(dirpath, name)  # a link, a FIFO or a device is no file of a bundle: not copied
+            if not TRANSIENT.match(rel) and not os.path.islink(path) and os.path.isfile(path):
                 found[rel] = Path(dirpath) / name
     return found
 
@@ -257,7 +258,8 @@ def _join(rel_dir: str, name: str) -> str:
 def _sync_folders(src: Path, dst: Path, *, delete: bool, label: str) -> None:
     """rsync's meaning between two folders: a file is copied when its size or mtime differ (each copy renamed into
     place whole, its mtime kept for the next comparison); with `delete`, files under `dst` that `src` lacks are
-    removed instead. Links under `src` are not copied; a link under `dst` on a file's way is refused (`label`)."""
+    removed instead. Links and special files (FIFOs, devices) under `src` are not copied; a link under `dst` on a
+    file's way is refused (`label`)."""
     theirs = _files(src)
     if delete:
         for rel, path in _files(dst).items() if dst.is_dir() else ():

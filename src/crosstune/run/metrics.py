@@ -247,6 +247,8 @@ def read_metrics(run_dir: Path) -> MetricRows:
     rows.notes = []
     if not path.exists():
         return rows
+    if not path.is_file():  # a FIFO would block the read below forever
+        raise CrosstuneError(f"{path}: not a regular file; the run's metrics are a file `crosstune train` writes")
     lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
     factor: float | None = None
     for i, line in enumerate(lines):
