@@ -10,11 +10,15 @@ import pytest
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
+from crosstune.recipe import load_recipe
 from crosstune.serve.drafter import Drafter, published_drafter, resolve
 from crosstune.serve.plan import serve_plan
 from crosstune.serve.process import vllm_argv
 from tests.helpers.paths import RECIPES
-from tests.serve.test_plan import recipe
+
+
+def recipe(name: str):
+    return load_recipe(RECIPES / f"{name}.yaml")
 
 
 def _spec_config(argv: list[str]) -> dict:

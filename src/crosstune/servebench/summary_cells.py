@@ -9,7 +9,7 @@ from pathlib import Path
 
 from crosstune.bounds import number, whole
 from crosstune.errors import InputError
-from crosstune.servebench import prompt_cache
+from crosstune.servebench import prompt_cache, speculation
 from crosstune.servebench import slo as slos
 
 REQUIRED = ("context_len", "completed", "output_throughput")  # + concurrency, or request_rate for a rate sweep
@@ -98,6 +98,8 @@ def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
         "load": "request rate (req/s)" if rates else "concurrent requests",
         # cold, a prefix reuse ratio, or a cold workload the cache served (servebench.prompt_cache)
         "prompt cache": prompt_cache.sweep_kind(raw) if "prompt_cache" in raw else None,
+        # a drafter or none (servebench.speculation): drafted and undrafted sweeps are different configurations
+        "speculative decoding": speculation.sweep_kind(raw),
     }
 
 
