@@ -10,6 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
+from crosstune.cost.prices import PriceBook
+from crosstune.report.comparability import compare_sweeps
+from crosstune.report.document import Document
+from crosstune.report.serving_sections import serving_section
 from crosstune.servebench import server_metrics, speculation
 from crosstune.servebench.summary_cells import read_sweep
 from crosstune.servebench.sweep import SweepConfig, run_sweep
@@ -77,3 +81,27 @@ def test_compare_refuses_drafted_against_undrafted(tmp_path, tiny_gemma4_dir):
     text = " ".join(out.output.split())
     assert out.exit_code == 1 and "ran with no drafter" in text and "with a drafter" in text
     assert CliRunner().invoke(app, ["bench", "compare", str(b), str(b)]).exit_code == 0
+
+
+def test_report_sets_cost_with_and_without_the_drafter_side_by_side(tmp_path, tiny_gemma4_dir):
+    """Two sweeps of one model, one drafted: the report's comparability names the difference as the subject (not a
+    workload error), and its drafter table prices both at saturation with the drafted cell's acceptance."""
+    a, b = tmp_path / "plain", tmp_path / "mtp"
+    with FakeOpenAI() as server:
+        sweep(a, tiny_gemma4_dir, server.url, concurrency=[1, 2], num_requests=3, warmup=0, label="plain",
+              target="2xh100")  # fmt: skip
+    with FakeOpenAI(draft=[0.5, 0.25]) as server:
+        sweep(b, tiny_gemma4_dir, server.url, concurrency=[1, 2], num_requests=3, warmup=0, label="mtp",
+              target="2xh100")  # fmt: skip
+    sweeps = [read_sweep(a), read_sweep(b)]
+    notes = compare_sweeps(sweeps)
+    assert not [n for n in notes if n.level == "error"]
+    assert any("compared: speculative decoding — plain: no drafter; mtp: a drafter" in n.text for n in notes)
+    doc = Document("report")
+    costs = serving_section(doc, sweeps, PriceBook(), None)
+    [table] = [t for t in doc.sections[0].items if getattr(t, "title", "").startswith("Serving cost with and")]
+    [row] = table.rows
+    plain_cost, mtp_cost = costs[0][0], costs[1][0]
+    assert row[:3] == ["16", "plain", "mtp"]
+    assert row[5] == f"{mtp_cost.usd_per_m_output / plain_cost.usd_per_m_output:.2f}×"
+    assert row[8] == "37.5 %" and row[9] == "1.75"  # (0.5 + 0.25) / 2 accepted; 1 + 0.75 per drafting step
