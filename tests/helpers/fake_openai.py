@@ -19,10 +19,13 @@ Load and cache, as vLLM has them: with `prefill_s` the server has one prefill sl
 add up): TTFT grows with the request rate past 1 / prefill_s. A prefix cache of `block` -token blocks (vLLM's
 hashing: a block counts only with every block before it) counts prompt tokens queried and hit, as vLLM's
 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` token counters.
-GET /health answers 200; /metrics a vLLM-like TTFT histogram and the prefix-cache counters; /version `version` when
-given; /v1/models lists `served` (each card with `max_model_len`, vLLM's `root` (the folder it serves) and `owned_by`
-when given) or stalls with `models_stall`, and answers 404 without `served`. `die_after` stops the whole server after
-that many requests.
+Speculative decoding: with `draft=[p0, p1, …]` (the acceptance per draft position, k = its length) the server
+counts vLLM's spec_decode counters for every streamed token as an engine with that acceptance would: a request of n
+tokens takes n / (1 + Σp) drafting steps of k proposed tokens, p_i of them accepted at position i.
+GET /health answers 200; /metrics a vLLM-like TTFT histogram, the prefix-cache and (with `draft`) spec_decode
+counters; /version `version` when given; /v1/models lists `served` (each card with `max_model_len`, vLLM's `root`
+(the folder it serves) and `owned_by` when given) or stalls with `models_stall`, and answers 404 without `served`.
+`die_after` stops the whole server after that many requests.
 As a stand-in hub endpoint (HF_ENDPOINT), GET /api/models/<id>/... and /api/datasets/<id>/... answer a repo named in
 `hub_errors` with the hub's refusal for its code (401 with X-Error-Code GatedRepo, 404 with RepoNotFound), as
 huggingface_hub reads them; every other path 404.
@@ -71,6 +74,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         prefill_s: float = 0.0,
         block: int = 16,
         hub_errors: dict[str, str] | None = None,
+        draft: list[float] | None = None,
     ):
         super().__init__(("127.0.0.1", port), Handler)
         self.mode, self.fail_after, self.answer, self.finish_reason = mode, fail_after, answer, finish_reason
@@ -81,6 +85,8 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
         self.prefill_s, self.block = prefill_s, block
         self.hub_errors = hub_errors or {}
+        self.draft = draft
+        self.spec = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_pos": [0.0] * len(draft or [])}
         self.slot_free_at = 0.0  # perf_counter time the prefill slot frees
         self.cached_blocks: set[tuple] = set()
         self.cache_queries = self.cache_hits = 0
@@ -164,6 +170,13 @@ class Handler(BaseHTTPRequestHandler):
                 "# TYPE vllm:prefix_cache_hits counter\n"
                 f'vllm:prefix_cache_hits_total{{engine="0"}} {s.cache_hits}\n'
             )
+            if s.draft is not None:  # vLLM registers these only with a --speculative-config
+                for name in ("drafts", "draft_tokens", "accepted_tokens"):
+                    text += f"# TYPE vllm:spec_decode_num_{name} counter\n"
+                    text += f'vllm:spec_decode_num_{name}_total{{engine="0"}} {s.spec[name]}\n'
+                text += "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
+                for i, v in enumerate(s.spec["per_pos"]):
+                    text += f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}} {v}\n'
             self._send(200, text)
         elif self.path.startswith(("/api/models/", "/api/datasets/")):
             repo = "/".join(self.path.split("/")[3:5])
@@ -314,6 +327,13 @@ class Handler(BaseHTTPRequestHandler):
                 return  # the connection closes without [DONE]
         if buffered:
             self.wfile.write(b"".join(buffered))  # one write: the client sees the whole stream at once
+        if s.draft is not None:
+            with s.lock:
+                steps = sent / (1.0 + sum(s.draft))
+                s.spec["drafts"] += steps
+                s.spec["draft_tokens"] += steps * len(s.draft)
+                s.spec["accepted_tokens"] += steps * sum(s.draft)
+                s.spec["per_pos"] = [a + steps * p for a, p in zip(s.spec["per_pos"], s.draft, strict=True)]
         self._event({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": sent}})
         self.wfile.write(b"data: [DONE]\n\n")
 

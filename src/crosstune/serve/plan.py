@@ -15,6 +15,7 @@ from crosstune.hub import HubError
 from crosstune.recipe import Recipe, model_path
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.serve.capacity import Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
+from crosstune.serve.drafter import DRAFT_MOUNT, Drafter, drafter_note, drafter_problems
 from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_rank
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
@@ -63,6 +64,7 @@ class ServePlan:
     attention: list[Attention] = field(default_factory=list)  # the backend each layer type gets (serve.support)
     lora: LoraServing | None = None  # whether adapters are served here, on which path, at what cost
     env_why: dict[str, str] = field(default_factory=dict)  # each env variable's reason
+    drafter: Drafter | None = None  # speculative decoding with an MTP drafter (serve.drafter)
 
     @property
     def ok(self) -> bool:
@@ -111,10 +113,12 @@ def serve_plan(
     adapter_rank: int | None = None,
     port: int | None = None,
     name: str | None = None,
+    drafter: Drafter | None = None,
 ) -> ServePlan:
     """The launch plan of `recipe`'s model on `target` (default: the recipe's hardware): every dp × tp layout the
     target allows, one chosen by `layouts.CHOICE_RULE` unless `tp`/`dp` (or the recipe's own
-    serve.tensor_parallel_size on its own hardware) pin it; `name`: the served model name (default: `served_name`)."""
+    serve.tensor_parallel_size on its own hardware) pin it; `name`: the served model name (default: `served_name`);
+    `drafter`: speculative decoding with that MTP drafter (serve.drafter)."""
     target = target or recipe.hardware
     if target not in SERVE_TARGETS:
         raise ValueError(f"unknown serve target {target!r}; known: {', '.join(SERVE_TARGETS)}")
@@ -205,6 +209,10 @@ def serve_plan(
                 f"adapter rank {rank} rounded up to an allowed value (1, 8, 16, 32, 64, 128, 256, 320, 512)",
             ),
         ]
+    if drafter is not None:
+        flags.append(Flag(("--speculative-config", drafter.config()), "speculative decoding with an MTP drafter"))
+        blockers += drafter_problems(hw, adapter is not None)
+        notes.append(drafter_note(hw, drafter))
     plan = ServePlan(
         recipe.name,
         spec,
@@ -227,6 +235,7 @@ def serve_plan(
         attention=attention_backends(spec, hw, allocated[kv_dtype]),
         lora=lora,
         env_why=env_why,
+        drafter=drafter,
     )
     plan.docker = _docker(plan, recipe, port or s.port, adapter, name)
     return plan
@@ -361,6 +370,11 @@ def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, na
     if adapter is not None:  # the adapter is mounted at /adapter and named there
         mounts += f" -v {_host_path(str(adapter))}:/adapter:ro"
         args = [f"{name}-lora=/adapter" if a == f"{name}-lora={adapter}" else a for a in args]
+    if plan.drafter is not None and plan.drafter.local:  # a local drafter folder is mounted at /drafter
+        mounts += f" -v {_host_path(plan.drafter.model)}:{DRAFT_MOUNT}:ro"
+        args = [plan.drafter.config(DRAFT_MOUNT) if a == plan.drafter.config() else a for a in args]
+    elif plan.drafter is not None and CONTAINER_HF_HOME not in mounts:  # a hub-id drafter: the host's hub cache
+        mounts += f' -v "$HOME/.cache/huggingface":{CONTAINER_HF_HOME}'
     if plan.platform == "gpu":
         head = ["docker", "run", "--gpus", "all", "--ipc=host", "-p", f"{port}:{port}"]
     else:  # TPU: host network and devices; XLA's compile cache kept across restarts

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from crosstune.servebench import max_rate, prompt_cache, repeats, server_metrics
+from crosstune.servebench import max_rate, prompt_cache, repeats, server_metrics, speculation
 from crosstune.servebench.client import RequestRecord, chat_payload, completion_payload, send
 from crosstune.servebench.request_metrics import describe_load, failure_kind, saturation, summarize
 from crosstune.servebench.slo import cell_misses
@@ -212,6 +212,7 @@ def new_summary(cfg: SweepConfig, model_card: dict | None = None, seed_given: bo
         "repeats": cfg.repeats,
         "server_max_model_len": (model_card or {}).get("max_model_len"),
         "server_kv_cache": cfg.server_kv_cache,
+        "server_drafter": cfg.server_drafter,
         "cells": [],
         "saturation": {},
         "max_rate": None,
@@ -327,6 +328,7 @@ async def _cell(
     cell["load_avg_1m"] = [load0, os.getloadavg()[0]]
     cell["server"] = server_metrics.deltas(server)
     cell["prefix_cache"] = prompt_cache.cell_cache(cell["server"], cfg.prefix_reuse)
+    cell["speculation"] = speculation.cell_speculation(cell["server"], cfg.server_drafter)
     if cfg.repeats > 1:
         cell["repeats"] = runs
         cell["intervals"] = repeats.intervals(runs)
@@ -362,6 +364,7 @@ def cell_line(cell: dict) -> str:
         f"{where_}: {cell['completed']} ok, {cell['failed']} failed, "
         f"{cell['output_throughput']:,.1f} output tok/s in {cell['duration_s']:.1f} s"
     )
+    line += f"; {spec}" if (spec := speculation.line(cell)) else ""
     return line + (f" — {failure_text(cell)}" if cell["failed"] else "")
 
 
