@@ -21,7 +21,7 @@ from crosstune.recipe import load_recipe
 from crosstune.run.metrics import METRIC_DEFINITIONS, read_metrics
 from crosstune.run.records import Mesh, read_run_record
 from tests.helpers.export import assert_logits_close
-from tests.helpers.paths import HELPERS
+from tests.helpers.paths import HELPERS, REPO
 from tests.helpers.ports import free_port
 
 # PEFT vs merged fp32 weights: measured <= 1.4e-5 x max|logit|; an adapter moves logits by > 1e-2 x.
@@ -380,6 +380,10 @@ def test_accelerate_config_and_launch_commands(workspace, tmp_path):
     assert parsed.fsdp_config["fsdp_version"] == 2
     assert parsed.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] == "Gemma4TextDecoderLayer"
     assert parsed.fsdp_config["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    unified = load_recipe(REPO / "recipes" / "gemma4-12b-1xh100.yaml", ["backend.torch.fsdp=true"])  # by model.size
+    assert accelerate_config(unified)["fsdp_config"]["fsdp_transformer_layer_cls_to_wrap"] == (
+        "Gemma4UnifiedTextDecoderLayer"  # the 12B's class (gemma4_unified): accelerate refuses one the model lacks
+    )
 
     context_file = tmp_path / "run" / "launch" / "context.json"  # the session's RunContext, for the workers
     context_file.parent.mkdir(parents=True)
