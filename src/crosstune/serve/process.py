@@ -20,7 +20,13 @@ from pathlib import Path
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.serve import proctree
-from crosstune.serve.engine import ServeError, cpu_head_dim_problems, max_lora_rank, require_vllm
+from crosstune.serve.engine import (
+    ServeError,
+    cpu_head_dim_problems,
+    max_lora_rank,
+    require_vllm,
+    unified_import_problem,
+)
 from crosstune.serve.logscan import explain_failure, kv_capacity_in_log
 from crosstune.serve.proctree import ProcId
 from crosstune.untrusted_files import read_json, read_model_config
@@ -177,6 +183,8 @@ def start_server(
     model_dir = Path(model_dir).resolve()
     check_model_dir(model_dir, adapters=bool(adapter or extra_adapters))
     vllm = require_vllm()
+    if problem := unified_import_problem(_spec_of(model_dir), vllm):
+        raise ServeError(f"{model_dir}: {problem}")
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(port)
     adapters = {f"{name}-lora": Path(adapter).resolve()} if adapter else {}
     adapters.update({n: Path(p).resolve() for n, p in (extra_adapters or {}).items()})

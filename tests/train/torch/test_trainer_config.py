@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from crosstune.recipe import load_recipe
+from tests.helpers.paths import REPO
 
 # The training settings the assertions below read back (conftest's RECIPE has others).
 AS_TRAINED = [
@@ -61,6 +62,10 @@ def test_accelerate_config_and_launch_commands(recipe_path, tmp_path):
     assert parsed.fsdp_config["fsdp_version"] == 2
     assert parsed.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] == "Gemma4TextDecoderLayer"
     assert parsed.fsdp_config["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    unified = load_recipe(REPO / "recipes" / "gemma4-12b-1xh100.yaml", ["backend.torch.fsdp=true"])  # by model.size
+    assert accelerate_config(unified)["fsdp_config"]["fsdp_transformer_layer_cls_to_wrap"] == (
+        "Gemma4UnifiedTextDecoderLayer"  # the 12B's class (gemma4_unified): accelerate refuses one the model lacks
+    )
 
     context_file = tmp_path / "run" / "launch" / "context.json"  # the session's RunContext, for the workers
     context_file.parent.mkdir(parents=True)
