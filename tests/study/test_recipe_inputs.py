@@ -8,7 +8,6 @@ import shlex
 import shutil
 
 import pytest
-
 from rich.console import Console
 from typer.testing import CliRunner
 
