@@ -166,6 +166,14 @@ def test_cli_serve_plan_exit_codes():
     assert bad.exit_code == 1 and "can't serve" in bad.output
 
 
+def test_cli_serve_plan_refuses_an_unknown_kv_cache_dtype_in_one_line():
+    """Issue 39: `--kv-cache-dtype bogus` was a KeyError's traceback; the recipe schema's list is the one answer."""
+    from tests.helpers.serve import cli, one_line_error
+
+    result = cli("serve", "plan", str(RECIPES / "tiny-cpu.yaml"), "--kv-cache-dtype", "bogus")
+    assert one_line_error(result) == "error: --kv-cache-dtype 'bogus': one of auto, fp8"
+
+
 @pytest.mark.parametrize("args", [["--tp", "8"], ["--tp", "3"], ["--target", "2xh100", "--tp", "8"]])
 def test_cli_serve_plan_refuses_before_printing_any_command(args):
     """Issue 21, item 7: a plan that can't serve says so right after the heads table, and prints no `vllm serve`

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,14 +15,16 @@ from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
 from crosstune.hub import HubError
 from crosstune.recipe import Recipe, model_path
 from crosstune.recipe.hub_ids import hub_model_id
+from crosstune.recipe.schema import ServeSection
 from crosstune.serve.capacity import Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
 from crosstune.serve.drafter import DRAFT_MOUNT, Drafter, drafter_note, drafter_problems
-from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_rank
+from crosstune.serve.engine import ServeError, cpu_head_dim_problems, kv_paging, max_lora_rank
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 from crosstune.units import GIB
 from crosstune.untrusted_files import read_model_config
 
+KV_CACHE_DTYPES = typing.get_args(ServeSection.model_fields["kv_cache_dtype"].annotation)  # the recipe's own list
 _SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
 _MULTI_HOST = ("tpu-v5p-16",)  # vLLM across hosts (Ray) is not planned here
 SERVE_TARGETS = _SEED_TARGETS + tuple(t for t in HARDWARE if t not in _SEED_TARGETS + _MULTI_HOST)
@@ -135,6 +138,8 @@ def serve_plan(
     notes: list[str] = []
     blockers: list[str] = []
     kv_dtype = kv_dtype or s.kv_cache_dtype
+    if kv_dtype not in KV_CACHE_DTYPES:
+        raise ServeError(f"--kv-cache-dtype {kv_dtype!r}: one of {', '.join(KV_CACHE_DTYPES)}")
     weight_dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
     lengths = sorted({c + s.output_tokens for c in s.contexts} | {s.max_model_len})
     paging = kv_paging(hw, sliding_cache=platform != "tpu")
