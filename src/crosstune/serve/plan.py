@@ -135,8 +135,7 @@ def serve_plan(
                 raise
     spec = _spec(recipe, model_dir)
     s = recipe.serve
-    notes: list[str] = []
-    blockers: list[str] = []
+    notes, blockers = [], []
     kv_dtype = kv_dtype or s.kv_cache_dtype
     if kv_dtype not in KV_CACHE_DTYPES:
         raise ServeError(f"--kv-cache-dtype {kv_dtype!r}: one of {', '.join(KV_CACHE_DTYPES)}")
