@@ -50,6 +50,14 @@ def test_a_path_is_read_inside_its_root_and_a_link_out_is_refused_by_name(tmp_pa
     assert inside(tmp_path / "alias", "a.txt", label="x") == root / "a.txt" and not leads_out(tmp_path / "alias", "in")
 
 
+def test_a_link_loop_is_refused_by_name_not_a_traceback(tmp_path):
+    root, _ = _tree(tmp_path)
+    (root / "loop").symlink_to("loop")  # pathlib's resolve raises RuntimeError on it (found by the fuzzer)
+    with pytest.raises(ConfinementError, match=rf"^{root}/loop/x is a link loop inside the run directory {root}: f$"):
+        inside(root, "loop/x", label="the run directory", fix="f")
+    assert leads_out(root, "loop")
+
+
 def test_a_write_refuses_every_link_on_its_way_and_a_name_from_a_file_stays_relative(tmp_path):
     root, outside = _tree(tmp_path)
     assert no_link_below(root, "sub/new/c.txt", label="the bundle", fix="f") == root / "sub" / "new" / "c.txt"

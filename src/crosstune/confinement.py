@@ -32,19 +32,31 @@ class ConfinementError(CrosstuneError):
 
 def inside(root: Path, path: Path | str, *, label: str, fix: str = LINK_FIX, error=ConfinementError) -> Path:
     """`path` (absolute, or relative to `root`) resolved, when it stays inside `root` (itself resolved: the root may
-    be a link the user named); else `error`: "PATH leads out of LABEL ROOT (to TARGET): FIX"."""
+    be a link the user named); else `error`: "PATH leads out of LABEL ROOT (to TARGET): FIX". A link loop on the way
+    is refused the same way ("PATH is a link loop inside LABEL ROOT: FIX")."""
     given = Path(path) if Path(path).is_absolute() else Path(root) / path
-    where = given.resolve()
+    where = _resolved(given)
+    if where is None:
+        raise error(f"{given} is a link loop inside {label} {_resolved(Path(root)) or root}: {fix}")
     if leads_out(root, given):
         raise error(f"{given} leads out of {label} {Path(root).resolve()} (to {where}): {fix}")
     return where
 
 
 def leads_out(root: Path, path: Path | str) -> bool:
-    """Whether `path` (absolute, or relative to `root`), resolved, lies outside `root`, resolved."""
-    base = Path(root).resolve()
-    where = (Path(path) if Path(path).is_absolute() else Path(root) / path).resolve()
-    return where != base and base not in where.parents
+    """Whether `path` (absolute, or relative to `root`), resolved, lies outside `root`, resolved (a link loop on the
+    way: it leads nowhere inside)."""
+    base = _resolved(Path(root))
+    where = _resolved(Path(path) if Path(path).is_absolute() else Path(root) / path)
+    return base is None or where is None or (where != base and base not in where.parents)
+
+
+def _resolved(path: Path) -> Path | None:
+    """path.resolve(), or None on a link loop (pathlib raises RuntimeError for one, not OSError)."""
+    try:
+        return path.resolve()
+    except RuntimeError:
+        return None
 
 
 def relative_name(name: object) -> str | None:

@@ -29,6 +29,7 @@ counters; /version `version` when given; /v1/models lists `served` (each card wi
 As a stand-in hub endpoint (HF_ENDPOINT), GET /api/models/<id>/... and /api/datasets/<id>/... answer a repo named in
 `hub_errors` with the hub's refusal for its code (401 with X-Error-Code GatedRepo, 404 with RepoNotFound), as
 huggingface_hub reads them; every other path 404.
+With `raw` (bytes), every POST is answered 200 with those bytes as they are, streamed or not: the fuzzer's garbage.
 Every connection carries one request (HTTP/1.0: a stream ends when the socket closes).
 """
 
@@ -75,6 +76,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         block: int = 16,
         hub_errors: dict[str, str] | None = None,
         draft: list[float] | None = None,
+        raw: bytes | None = None,
     ):
         super().__init__(("127.0.0.1", port), Handler)
         self.mode, self.fail_after, self.answer, self.finish_reason = mode, fail_after, answer, finish_reason
@@ -87,6 +89,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.hub_errors = hub_errors or {}
         self.draft = draft
         self.spec = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_pos": [0.0] * len(draft or [])}
+        self.raw = raw
         self.slot_free_at = 0.0  # perf_counter time the prefill slot frees
         self.cached_blocks: set[tuple] = set()
         self.cache_queries = self.cache_hits = 0
@@ -188,7 +191,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, "not found")
 
     def _send(self, status: int, text: str, content_type: str | None = None, headers: dict | None = None) -> None:
-        body = text.encode()
+        self._send_bytes(status, text.encode(), content_type, headers)
+
+    def _send_bytes(self, status: int, body: bytes, content_type: str | None = None, headers: dict | None = None):
         self.send_response(status)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -213,7 +218,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.connection.close()
                 return
             mode = s.mode_of(body, n_seen)
-            if mode == "error":
+            if s.raw is not None:
+                self._send_bytes(200, s.raw, "text/event-stream" if body.get("stream") else "application/json")
+            elif mode == "error":
                 self._send(s.error_status, s.error_body, "application/json")
             elif mode == "die":
                 os._exit(0)

@@ -241,3 +241,12 @@ def test_the_12b_recipes_fit_their_targets():
     tpu = plan_recipe(load_for_plan(REPO / "recipes" / "gemma4-12b-tpu-v6e-4.yaml"), backend="jax")
     assert tpu.ok and tpu.jax_memory.total == pytest.approx(21.1, abs=0.1) and tpu.jax_memory.fits
     assert tpu.replicated == [f"layers.{i}.attn.k_einsum.w" for i in range(5, 48, 6)]
+
+
+@pytest.mark.parametrize("value", ["~", "[1]", "four"])
+def test_a_planned_value_of_the_wrong_type_is_the_recipe_s_own_refusal(value):
+    # the planner explains a wrong mesh; a mesh that is not a number left a pydantic traceback (found by the fuzzer)
+    from crosstune.recipe import RecipeError
+
+    with pytest.raises(RecipeError, match=r"error at backend\.jax\.mesh\.tp: "):
+        load_for_plan(G4, [f"backend.jax.mesh.tp={value}"])

@@ -228,8 +228,8 @@ def side_files(base_dir: Path, skip: set[str]) -> list[Path]:
     for p in sorted(Path(base_dir).iterdir()):
         if not p.is_file() or p.name in skip or p.name.startswith(".") or p.suffix in WEIGHT_SUFFIXES:
             continue
-        inside(root, p, label="the base model", fix="copy the file itself into the model's folder, or remove the link",
-               error=ExportError)  # fmt: skip
+        fix = "copy the file itself into the model's folder, or remove the link"
+        inside(root, p.absolute(), label="the base model", fix=fix, error=ExportError)
         found.append(p)
     return found
 

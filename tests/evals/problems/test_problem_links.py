@@ -80,3 +80,16 @@ def test_a_link_that_stays_inside_the_problem_set_is_read(tmp_path):
     (checkout / "alias").symlink_to(checkout)  # the set named through a link of its own: the same root
     problems = {p.name: p for p in load_problems(checkout / "alias")}
     assert problems["Prob002_and2"].prompt == shared.read_text()
+
+
+def test_a_problem_set_named_by_a_relative_path_is_read_and_its_links_out_still_refused(tmp_path, monkeypatch):
+    # `--problems set` read set/set/... (a relative name joined to the root twice; found by the fuzzer)
+    checkout = _checkout(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    problems = load_problems(checkout.relative_to(tmp_path))
+    assert [p.name for p in problems][:2] == ["Prob001_zero", "Prob002_and2"]
+    prompt = checkout / TASK / "Prob001_zero_prompt.txt"
+    prompt.unlink()
+    prompt.symlink_to(tmp_path / "key.txt")
+    result = run("--problems", "set", "--references-only", "--out", "out")
+    assert result.exit_code == 1 and "leads out of --problems" in _one_line(result.output)

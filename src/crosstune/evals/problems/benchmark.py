@@ -64,7 +64,8 @@ def problem_file(root: Path, path: Path) -> Path:
     """`path` resolved, when it stays inside the problem set `root` the user named: a link out of it is refused by
     name (crosstune.confinement), so no file outside reaches a prompt, an endpoint or the simulator."""
     fix = "copy the file itself into the problem set, or remove the link"
-    return inside(root, path, label="--problems", fix=fix, error=ProblemSetError)
+    # absolute: a relative `path` is taken as relative to the root (`--problems problems` read problems/problems/...)
+    return inside(root, Path(path).absolute(), label="--problems", fix=fix, error=ProblemSetError)
 
 
 def select(problems: list[Problem], patterns: list[str] | None) -> list[Problem]:
