@@ -8,7 +8,8 @@ What a request meets is its mode: `mode(body)` when given, else the request's `m
   ignore_eos), short (one token short), cut (drops the connection after two chunks), error (HTTP `error_status`),
   stall (sleeps `stall_s` before the first chunk), truncate (the prompt is cut to 64 tokens, as an over-long prompt
   would be), trickle (one SSE comment byte every 50 ms, never an answer, for up to `stall_s`), flush (every chunk in
-  one write, as a loaded vLLM flushes a whole stream); with `stall_prompts_over`, longer prompts stall like `stall`.
+  one write, as a loaded vLLM flushes a whole stream), raw (HTTP 200 with `raw`: its content type and body, for
+  garbage a client must survive); with `stall_prompts_over`, longer prompts stall like `stall`.
 - In one body: ok (`answer`: a text, or a function of the request giving the text or the whole chat message, as a
   reasoning parser splits it), error (HTTP `error_status` with `error_body`), stall (no answer for `stall_s`),
   trickle (Content-Length 1000, then one body byte every 0.2 s for up to `stall_s`), cut (Content-Length 1000,
@@ -19,10 +20,10 @@ Load and cache, as vLLM has them: with `prefill_s` the server has one prefill sl
 add up): TTFT grows with the request rate past 1 / prefill_s. A prefix cache of `block` -token blocks (vLLM's
 hashing: a block counts only with every block before it) counts prompt tokens queried and hit, as vLLM's
 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` token counters.
-GET /health answers 200; /metrics a vLLM-like TTFT histogram and the prefix-cache counters; /version `version` when
-given; /v1/models lists `served` (each card with `max_model_len`, vLLM's `root` (the folder it serves) and `owned_by`
-when given) or stalls with `models_stall`, and answers 404 without `served`. `die_after` stops the whole server after
-that many requests.
+GET /health answers `health_status` (200); /metrics a vLLM-like TTFT histogram and the prefix-cache counters;
+/version `version` when given; /v1/models lists `served` (each card with `max_model_len`, vLLM's `root` (the folder
+it serves) and `owned_by` when given) or stalls with `models_stall`, and answers 404 without `served`. `die_after`
+stops the whole server after that many requests.
 As a stand-in hub endpoint (HF_ENDPOINT), GET /api/models/<id>/... and /api/datasets/<id>/... answer a repo named in
 `hub_errors` with the hub's refusal for its code (401 with X-Error-Code GatedRepo, 404 with RepoNotFound), as
 huggingface_hub reads them; every other path 404.
@@ -42,7 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ERROR_BODY = json.dumps({"error": {"message": "KV cache exhausted " + "x" * 600, "code": 500}})
 GOOD_DESIGN = "[BEGIN]\nmodule TopModule(input a, input b, output out);\n  assign out = a & b;\nendmodule\n[DONE]"
 ANSWER_TOKENS = 5  # usage.completion_tokens of an answer in one body (fewer when max_tokens asks for fewer)
-MODES = {"ok", "burst", "noeos", "short", "cut", "error", "stall", "truncate", "trickle", "flush", "die"}
+MODES = {"ok", "burst", "noeos", "short", "cut", "error", "stall", "truncate", "trickle", "flush", "die", "raw"}
 
 
 class FakeOpenAI(ThreadingHTTPServer):
@@ -71,6 +72,8 @@ class FakeOpenAI(ThreadingHTTPServer):
         prefill_s: float = 0.0,
         block: int = 16,
         hub_errors: dict[str, str] | None = None,
+        raw: tuple[str, bytes] = ("text/event-stream", b"data: [DONE]\n\n"),
+        health_status: int = 200,
     ):
         super().__init__(("127.0.0.1", port), Handler)
         self.mode, self.fail_after, self.answer, self.finish_reason = mode, fail_after, answer, finish_reason
@@ -81,6 +84,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
         self.prefill_s, self.block = prefill_s, block
         self.hub_errors = hub_errors or {}
+        self.raw, self.health_status = raw, health_status
         self.slot_free_at = 0.0  # perf_counter time the prefill slot frees
         self.cached_blocks: set[tuple] = set()
         self.cache_queries = self.cache_hits = 0
@@ -143,7 +147,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         s = self.server
         if self.path == "/health":
-            self._send(200, "")
+            self._send(s.health_status, "")
         elif self.path == "/v1/models" and s.models_stall:
             s.release.wait(s.stall_s)
         elif self.path == "/v1/models" and s.served is not None:
@@ -204,6 +208,11 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(s.error_status, s.error_body, "application/json")
             elif mode == "die":
                 os._exit(0)
+            elif mode == "raw":
+                self.send_response(200)
+                self.send_header("Content-Type", s.raw[0])
+                self.end_headers()
+                self.wfile.write(s.raw[1])
             elif body.get("stream"):
                 self._stream(body, mode, slow=s.slow_first_s if n_seen == 1 else 0.0)
             else:
