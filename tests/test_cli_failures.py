@@ -182,3 +182,17 @@ def test_typer_s_own_usage_errors_keep_exit_2():
         app, ["serve", "plan", str(RECIPES / "tiny-cpu.yaml"), "--tp", "abc"], terminal_width=400
     )
     assert result.exit_code == 2 and "Usage: crosstune serve plan" in result.output  # typer's box, as it was
+
+
+def test_a_corpus_error_during_a_model_build_is_not_blamed_on_shards(tmp_path, monkeypatch):
+    """`model tiny|build` caught every ValueError of the build as a shard count's ("--shards 1: the corpus only
+    supports 300 tokens"); only the shard count's own error is the option's now."""
+    import crosstune.models.cli
+    from crosstune.models.tokenizer import train_tokenizer
+
+    monkeypatch.setattr(
+        crosstune.models.cli, "build_checkpoint", lambda *a, **k: train_tokenizer("gemma3", ["module a;"] * 10)
+    )
+    said = one_line(["model", "tiny", "--family", "gemma4", "--out", tmp_path / "m"])
+    assert said.startswith("error: the corpus only supports ") and "--shards" not in said
+    assert not (tmp_path / "m").exists()

@@ -36,6 +36,10 @@ class ModelOptionError(CrosstuneError):
     """A `crosstune model build` option the build can't take; the message names the option and the choices."""
 
 
+class ShardCountError(ModelOptionError, ValueError):
+    """`--shards N` the model's tensors can't be split into (the command prefixes the option)."""
+
+
 # The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).
 DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
 # Embedding std of the small models (hidden size up to SMALL_HIDDEN): with transformers' 0.02 their tied-embedding
@@ -218,7 +222,7 @@ def shard_size_for(model, shards: int) -> int:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if count(mid) <= shards else (mid + 1, hi)
     if count(lo) != shards:
-        raise ValueError(
+        raise ShardCountError(
             f"the model's tensors can't be split into exactly {shards} shards (the nearest is {count(lo)})"
         )
     return lo

@@ -10,7 +10,15 @@ from rich.table import Table
 
 from crosstune.errors import InputError
 from crosstune.families import get_family
-from crosstune.models.build import DTYPES, LAYOUTS, MODEL, ModelOptionError, build_checkpoint, sized_spec
+from crosstune.models.build import (
+    DTYPES,
+    LAYOUTS,
+    MODEL,
+    ModelOptionError,
+    ShardCountError,
+    build_checkpoint,
+    sized_spec,
+)
 from crosstune.models.tokenizer import corpus_texts
 from crosstune.ownership import check_out, owned_output, write_manifest
 
@@ -139,7 +147,7 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
                 seed=seed, corpus_dir=corpus, say=lambda message: status.update(f"{spec.name}: {message}"),
             )  # fmt: skip
             write_manifest(tmp, MODEL, {"settings": settings})
-    except ValueError as e:  # e.g. a shard count the tensors can't be split into
+    except ShardCountError as e:
         raise ModelOptionError(f"--shards {shards}: {e}") from None
     _report(console, spec, out, layout, dtype, seed)
 

@@ -29,7 +29,7 @@ from crosstune.serve.engine import (
 )
 from crosstune.serve.logscan import explain_failure, kv_capacity_in_log
 from crosstune.serve.proctree import ProcId
-from crosstune.untrusted_files import read_json, read_model_config
+from crosstune.untrusted_files import parse_json, read_json, read_model_config
 
 STATE_FILE = "server.json"
 LOG_FILE = "vllm.log"
@@ -313,10 +313,11 @@ def one_token(state: ServerState, model: str | None = None, timeout: float = 120
     if r.status_code != 200:
         return f"1-token completion answered {r.status_code}: {r.text[:200]}"
     try:
-        usage = r.json().get("usage") or {}
-    except ValueError:
+        usage = parse_json(r.content, "the 1-token completion's answer").get("usage") or {}
+    except (ValueError, AttributeError):  # not JSON (or past the reader's bounds), or not an object
         return f"1-token completion answered non-JSON: {r.text[:200]}"
-    return None if usage.get("completion_tokens") == 1 else f"1-token completion returned usage {usage}"
+    ok = isinstance(usage, dict) and usage.get("completion_tokens") == 1
+    return None if ok else f"1-token completion returned usage {usage}"
 
 
 def wait_ready(state: ServerState, proc: subprocess.Popen | None, timeout_s: float) -> None:
