@@ -27,6 +27,7 @@ def test_both_backends_train_the_same_losses(size, tmp_path, request, synth_corp
     recipe = tiny_recipe(model_dir, synth_corpus_dir, tmp_path, "gemma4", *THREE_STEPS)
     runs = train_both(recipe, tmp_path, size)
     gaps = assert_curves_agree(runs, base_steps=2)  # steps 1-2: the base model; step 3 after one AdamW update
+    print(f"{size} losses torch {runs['torch'].losses} jax {runs['jax'].losses}")
     print(f"{size} loss gaps per step: {[f'{g:.1e}' for g in gaps]}")
     rows = {b: read_metrics(runs[b].run_dir) for b in runs}
     assert [r.tokens for r in rows["torch"]] == [r.tokens for r in rows["jax"]]

@@ -102,6 +102,9 @@ def build(
 
         crosstune model build --family gemma4 --size 31b --layers 2 --layout multimodal --shards 4 --out DIR
 
+    The 12B ("unified") as Google publishes it: Gemma4UnifiedForConditionalGeneration, the decoder under
+    model.language_model. beside a small encoder-free vision embedder (`--size 12b --layout multimodal`).
+
     The tokenizer is trained locally (byte-level BPE, the family's special tokens and chat template); a vocabulary
     larger than the corpus supports learns its extra entries from seeded pseudo-words.
     """
