@@ -80,7 +80,7 @@ def test_cli_builds_a_fitted_drafter_and_refuses_other_families(tmp_path, tiny_g
     assert ok.exit_code == 0, ok.output
     manifest = json.loads((out / ".crosstune-model.json").read_text())
     assert manifest["settings"]["fit_steps"] == 2 and manifest["fit"]["steps"] == 2
-    assert "fit: 2 steps on 64 greedy continuations" in " ".join(ok.output.split())
+    assert "fit: 2 steps on 256 greedy continuations" in " ".join(ok.output.split())
     assert CliRunner().invoke(app, args).exit_code != 0  # an earlier build is replaced only with --force
     bad = CliRunner().invoke(app, [*args[:5], str(tiny_gemma3_dir), "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0 and "built for a Gemma 4 base" in " ".join(bad.output.split())

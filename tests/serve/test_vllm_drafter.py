@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(vllm_binary() is None, reason="the serving environment .venv-serve is absent: `make serve-env`"),
 ]
 DRAFT_TOKENS = 2
-FIT_STEPS = 300
+FIT_STEPS = 150
 CONCURRENCY = [1, 4]
 PROMPT = [11, 57, 300, 412, 9, 77, 150, 868, 23, 640, 301, 99]
 
@@ -64,7 +64,7 @@ def test_acceptance_on_base_and_fine_tune(tmp_path, tiny_gemma4_dir):
 
     base = transformers.AutoModelForCausalLM.from_pretrained(tiny_gemma4_dir, dtype="float32").eval()
     drafter = build_assistant(tiny_gemma4_dir, tmp_path)
-    fit = fit_drafter(base, drafter, steps=FIT_STEPS, sequences=256)
+    fit = fit_drafter(base, drafter, steps=FIT_STEPS)
     save_assistant(drafter, tiny_gemma4_dir, tmp_path / "drafter")
     want = base.generate(torch.tensor([PROMPT]), max_new_tokens=24, min_new_tokens=24, do_sample=False)[0, 12:]
     run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4", rank=8, alpha=32.0)

@@ -40,7 +40,7 @@ AssistantOpt = typer.Option(
     "folder instead of a model: it reads that base's K/V; served with `serve start --draft`"
 )  # fmt: skip
 FitOpt = typer.Option(
-    None, "--fit-steps", help="with --assistant: steps fitting the drafter to the base's greedy outputs (default: 300 "
+    None, "--fit-steps", help="with --assistant: steps fitting the drafter to the base's greedy outputs (default: 150 "
     "for tiny, 0 for build: a random drafter proposes tokens the base rejects)"
 )  # fmt: skip
 
@@ -75,7 +75,7 @@ def tiny(
         crosstune model tiny --family gemma4 --assistant BASE --out DRAFTER
     """
     if assistant is not None:
-        return _assistant(family, assistant, out, seed, dtype, 300 if fit_steps is None else fit_steps, force)
+        return _assistant(family, assistant, out, seed, dtype, 150 if fit_steps is None else fit_steps, force)
     _build(family, out, "tiny", None, None, layout, dtype, shards, seed, corpus, force)
 
 
