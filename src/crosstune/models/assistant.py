@@ -8,8 +8,11 @@ head sizes and KV heads are the base's. Its input is [base embedding of the last
 (2 × the base's hidden size, `backbone_hidden_size`), projected to its own smaller hidden size; its output is a token
 and a hidden state projected back to the base's size, fed to its next step.
 
-Built with random weights (transformers' init under `torch.manual_seed(seed)`); `models.drafter_fit` then fits it to
-the base's greedy outputs so its acceptance is measurable.
+Built with transformers' init under `torch.manual_seed(seed)`, except two things that make "the next token repeats
+the last one" its starting guess — a pattern a base's greedy text has (21 % of the tiny base's next tokens) and a
+random drafter can't express: its vocabulary table (the tied lm_head) is the base's scaled embeddings through its own
+input projection (`embed_from_base`), and its layers start as the identity (their post-norms at 0).
+`models.drafter_fit` then fits it to the base's greedy outputs.
 """
 
 from __future__ import annotations
@@ -85,9 +88,37 @@ def build_assistant(base_dir: Path, out_dir: Path, *, seed: int = 0, hidden_size
     config = assistant_config(base_text_config(Path(base_dir)), hidden_size=hidden_size, layers=layers)
     config.dtype = dtype
     torch.manual_seed(seed)
-    model = transformers.Gemma4AssistantForCausalLM(config).to(getattr(torch, dtype)).eval()
+    model = transformers.Gemma4AssistantForCausalLM(config).eval()
     randomise_scales(model)
-    return model
+    embed_from_base(model, Path(base_dir))
+    with torch.no_grad():  # every layer starts as the identity: its post-norms (x * w, unit RMS) at 0
+        for name, param in model.named_parameters():
+            if name.endswith(("post_attention_layernorm.weight", "post_feedforward_layernorm.weight")):
+                param.zero_()
+    return model.to(getattr(torch, dtype))
+
+
+def embed_from_base(model, base_dir: Path) -> None:
+    """The drafter's vocabulary table (tied to its lm_head) = the base's input embeddings, scaled as the base scales
+    them (× sqrt(hidden)), through the token half of the drafter's input projection, at RMS 0.25: the drafter's
+    logits then start out largest for the token it was given."""
+    import torch
+    from safetensors import safe_open
+
+    files = sorted(Path(base_dir).glob("*.safetensors"))
+    for f in files:
+        with safe_open(str(f), "pt") as fh:
+            key = next((k for k in fh.keys() if k.endswith("embed_tokens.weight") and "per_layer" not in k), None)
+            if key is not None:
+                base = fh.get_tensor(key).float()
+                break
+    else:
+        raise InputError(f"{base_dir}: no embed_tokens.weight in its safetensors: not a Gemma 4 checkpoint")
+    d = base.shape[1]
+    with torch.no_grad():
+        table = (base * d**0.5) @ model.pre_projection.weight[:, :d].float().T
+        table = 0.25 * table / table.pow(2).mean().sqrt()  # logits of a few units, not tens
+        model.get_input_embeddings().weight.copy_(table.to(model.dtype))
 
 
 def save_assistant(model, base_dir: Path, out_dir: Path) -> Path:
