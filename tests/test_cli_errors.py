@@ -178,12 +178,20 @@ def _handled_app():
     return handled
 
 
-def test_handler_prints_expected_failures_and_lets_bugs_through():
+def test_handler_prints_every_failure_in_one_line(tmp_path, monkeypatch):
+    """Expected failures are their message; an OSError its path and why; a bug (issue 39: a traceback until then)
+    one line naming the crash file that holds its traceback (tests/test_cli_failures.py has the rest)."""
+    monkeypatch.setenv("CROSSTUNE_CACHE", str(tmp_path))
+    monkeypatch.delenv("CROSSTUNE_DEBUG", raising=False)
     handled = _handled_app()
     result = runner.invoke(handled, ["fail", "expected"])
     assert (result.exit_code, result.output) == (1, "error: x.yaml:3: wrong (do this)\n")
-    assert isinstance(runner.invoke(handled, ["fail", "bug"]).exception, ZeroDivisionError)  # a bug: traceback
-    assert isinstance(runner.invoke(handled, ["fail", "missing"]).exception, FileNotFoundError)
+    bug = runner.invoke(handled, ["fail", "bug"])
+    (crash,) = (tmp_path / "crashes").iterdir()
+    assert bug.exit_code == 1 and bug.output.startswith("error: a bug in crosstune: ZeroDivisionError: a bug; its ")
+    assert f"traceback is in {crash}" in bug.output and "ZeroDivisionError: a bug" in crash.read_text()
+    missing = runner.invoke(handled, ["fail", "missing"])
+    assert (missing.exit_code, missing.output) == (1, "error: f: No such file: check the path\n")
     interrupted = runner.invoke(handled, ["fail", "ctrl-c"])
     assert interrupted.exit_code == 130 and "interrupted" in interrupted.output
 

@@ -189,7 +189,6 @@ PARSE_CALLS = {  # module -> its functions that parse text
 PARSE_MODULES = {"orjson", "ujson", "simplejson", "ruamel", "ruamel.yaml", "json5", "jsonlines"}
 PARSERS_ELSEWHERE = {  # module -> why it may parse without crosstune.untrusted_files
     "untrusted_files.py": "the owner",
-    "servebench/client.py": "an endpoint's SSE chunks, not a file (issue 39 item 6 reworks the client's exchange)",
 }
 
 

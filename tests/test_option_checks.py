@@ -111,6 +111,14 @@ TP = "is not a whole number >= 1 and <= 1,024 (tensor-parallel ranks)"
             "error: --num-requests: 100000000 is not a whole number >= 1 and <= 100,000 (requests per cell)",
         ),
         (
+            ["bench", "serve", "--endpoint", "http://127.0.0.1:9", "--num-requests", "2147483648"],
+            "error: --num-requests: 2147483648 is not a whole number >= 1 and <= 100,000 (requests per cell)",
+        ),
+        (
+            ["model", "build", "--family", "gemma4", "--vocab", "1000000000", "--out", "OUT"],
+            "error: --vocab: 1000000000 is not a whole number >= 16 and <= 10,000,000 (tokens in the vocabulary)",
+        ),
+        (
             ["bench", "serve", "--endpoint", "http://127.0.0.1:9", "--repeats", "100000"],
             "error: --repeats: 100000 is not a whole number >= 1 and <= 100 (runs of the grid)",
         ),
@@ -157,7 +165,18 @@ TP = "is not a whole number >= 1 and <= 1,024 (tensor-parallel ranks)"
             "error: --shots: 4 is not a whole number >= 0 and <= 3 (examples in the prompt)",
         ),
     ],
-    ids=["tp-0", "tp-negative", "num-requests", "repeats", "contexts", "rates", "mfu-nan", "shots"],
+    ids=[
+        "tp-0",
+        "tp-negative",
+        "num-requests",
+        "num-requests-2-31",
+        "vocab",
+        "repeats",
+        "contexts",
+        "rates",
+        "mfu-nan",
+        "shots",
+    ],
 )
 def test_a_number_out_of_bounds_is_refused_before_any_work(tmp_path, args, message):
     """`serve plan --tp 0` became 8 and `--tp -1` said "raise tp"; `bench serve --num-requests 100000000` built the

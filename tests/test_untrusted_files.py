@@ -141,3 +141,31 @@ def test_the_owner_locates_every_refusal():
     with pytest.raises(ValueError, match=r"^f.yaml:2: invalid UTF-8 at byte 3 of the line$"):
         parse_yaml(b"a: 1\nb: \xff\n", "f.yaml")
     assert parse_json('{"a": [1, 2.5, null]}', "f.json") == {"a": [1, 2.5, None]}
+
+
+def test_a_named_pipe_is_refused_without_blocking(tmp_path):
+    """The reader opened a file before it checked it: a FIFO given as a sweep's summary.json (or any file it reads)
+    blocked forever, waiting for a writer. In processes of their own, under a timeout (the old code never returns)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers.paths import REPO
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    fifo = sweep / "summary.json"
+    os.mkfifo(fifo)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    readers = (
+        "import sys\nfrom crosstune import untrusted_files as u\nfor read in (u.read_json, u.read_yaml, u.read_text, "
+        "lambda p: list(u.jsonl_rows(p))):\n    try:\n        read(sys.argv[1])\n    except u.UnreadableFile as e:\n"
+        "        print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", readers, fifo], capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.splitlines() == [f"{fifo}: not a regular file"] * 4, done.stdout + done.stderr
+    command = [sys.executable, "-c", "from crosstune.cli import main; main()", "bench", "compare", sweep, sweep]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        f"error: {fifo}: can't read a bench summary: {fifo}: not a regular file"
+    ]

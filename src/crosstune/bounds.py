@@ -89,6 +89,8 @@ MAX_TP = 1024  # tensor-parallel ranks: more than any node or pod slice holds
 MAX_LAYERS = 1024  # decoder layers: a model build or a plan never goes past its size's, and no Gemma has 100
 MAX_REQUESTS = 100_000  # requests of one bench cell: at a few ms each the longest --cell-timeout would be spent
 MAX_REPEATS = 100  # repeats of a bench grid: each repeats every cell
+DRAFT_TOKENS = Bound(1, 16, "tokens drafted per step (vLLM runs the MTP drafter once per drafted token)")
+FIT_STEPS = Bound(0, 100_000, "steps fitting the drafter (0: left random)")
 
 # "COMMAND --option" (or "--option" for every command with it) -> its bound.
 OPTIONS: dict[str, Bound] = {
@@ -141,6 +143,8 @@ OPTIONS: dict[str, Bound] = {
     "serve plan --dp": Bound(1, MAX_TP, "data-parallel replicas"),
     "serve start --max-model-len": Bound(1, 10_000_000, "tokens"),
     "serve start --kv-cache-gib": Bound(1, 4096, "GiB of KV cache"),
+    "serve plan --draft-tokens": DRAFT_TOKENS,
+    "serve start --draft-tokens": DRAFT_TOKENS,
     "bench serve --max-concurrency": Bound(1, 10_000, "requests in flight"),
     "bench serve --contexts": Bound(1, 10_000_000, "prompt tokens"),  # comma lists: servebench.cli checks each item
     "bench serve --concurrency": Bound(1, 10_000, "requests in flight"),
@@ -158,6 +162,8 @@ OPTIONS: dict[str, Bound] = {
     "bench serve --rate-resolution": Bound(0, 1, "a fraction of the rate", low_open=True),
     "model build --layers": Bound(1, MAX_LAYERS, "decoder layers, at most the size's"),
     "model build --vocab": Bound(16, 10_000_000, "tokens in the vocabulary"),
+    "model tiny --fit-steps": FIT_STEPS,
+    "model build --fit-steps": FIT_STEPS,
 }
 
 

@@ -4,46 +4,105 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import sys
+import time
+import traceback
 
 import typer
 from typer.core import TyperGroup
 
-from crosstune.errors import EXIT_INTERRUPTED, CrosstuneError, Interrupted
+from crosstune.errors import (
+    EXIT_INTERRUPTED,
+    CrosstuneError,
+    Interrupted,
+    link_loop_line,
+    one_line,
+    os_error_line,
+    shown,
+    undecodable_line,
+)
+
+DEBUG = "CROSSTUNE_DEBUG"  # =1: a bug shows its traceback here instead of in a crash file
+_TYPERS_OWN = (typer.Exit, typer.Abort, typer.exceptions.TyperException)  # usage errors (exit 2), chosen exits
 
 
 def _say(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {shown(message)}", err=True)
 
 
 class _ExpectedFailures(TyperGroup):
-    """The one top-level handler: expected failures become one message and an exit status, never a traceback.
-
-    Anything else is a bug and keeps its traceback."""
+    """The one top-level handler: whatever a command raises ends in one line on stderr and an exit status, never a
+    traceback. A CrosstuneError is its message; an OSError (any kind), pathlib's link loop and an undecodable file
+    are `PATH: what failed (why)`; anything else is a bug, said so in one line with where its traceback was written
+    (CROSSTUNE_DEBUG=1: raised, traceback and all). Exit 2 stays typer's, for its own usage errors."""
 
     def invoke(self, ctx: typer.Context):
         try:
             bound_numeric_options(self)
             return super().invoke(ctx)
+        except _TYPERS_OWN:  # typer's usage errors (exit 2), --help, and the exit status a command chose
+            raise
         except Interrupted as e:  # not an error: it says what was kept and how to go on
-            typer.echo(str(e), err=True)
+            typer.echo(shown(str(e)), err=True)
             raise typer.Exit(e.exit_code) from None
         except CrosstuneError as e:
             _say(str(e))
             raise typer.Exit(e.exit_code) from None
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
-            where = e.filename or "the output folder"
-            _say(
-                f"disk full writing {where}: free space there (or point the output elsewhere) and rerun; "
-                "finished outputs and checkpoints are kept and nothing half-written is used (train: add --resume)"
-            )
-            raise typer.Exit(1) from None
         except KeyboardInterrupt:
             # Commands that save progress raise crosstune.errors.Interrupted with what was kept instead.
             typer.echo("\ninterrupted (Ctrl-C)", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as e:
+            line = failure_line(e)
+            if line is None and os.environ.get(DEBUG) == "1":
+                raise
+            _say(line or bug_line(e))
+            raise typer.Exit(1) from None
+
+
+def failure_line(e: Exception) -> str | None:
+    """The one line of a failure that is not a bug: the file system's (the disk full, a name too long, a parent that
+    is a file, a link loop...) and an undecodable file; None for anything else."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        where = one_line(os.fsdecode(e.filename)) if e.filename else "the output folder"
+        return (
+            f"disk full writing {where}: free space there (or point the output elsewhere) and rerun; "
+            "finished outputs and checkpoints are kept and nothing half-written is used (train: add --resume)"
+        )
+    if isinstance(e, OSError):
+        return os_error_line(e)
+    if isinstance(e, RuntimeError) and not isinstance(e, RecursionError):
+        return link_loop_line(e)
+    if isinstance(e, UnicodeDecodeError):
+        return undecodable_line(e)
+    return None
+
+
+def bug_line(e: Exception) -> str:
+    """A bug in one line, its traceback written to a crash file (crosstune's cache, crashes/) named there."""
+    what = one_line(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+    what = what if len(what) <= 300 else what[:300] + "…"
+    try:
+        crash = write_crash(e)
+    except OSError as not_written:
+        where = f"its traceback could not be written ({one_line(str(not_written))}); rerun with {DEBUG}=1 to see it"
+    else:
+        where = f"its traceback is in {crash}: please report it with that file ({DEBUG}=1 shows it here)"
+    return f"a bug in crosstune: {what}; {where}"
+
+
+def write_crash(e: Exception):
+    """The traceback of `e` with the command line and versions, in crosstune's cache under crashes/; its path."""
+    from crosstune import __version__
+    from crosstune.fsutil import cache_home
+
+    folder = cache_home() / "crashes"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    head = f"crosstune {__version__}, Python {sys.version.split()[0]}\ncommand: {' '.join(sys.argv)}\n\n"
+    path.write_text(head + "".join(traceback.format_exception(e)), encoding="utf-8")
+    return path
 
 
 def numeric_options(group, path: tuple[str, ...] = ()):

@@ -41,6 +41,14 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def cache_home() -> Path:
+    """crosstune's cache: $CROSSTUNE_CACHE, else $XDG_CACHE_HOME/crosstune, else ~/.cache/crosstune (pretrained
+    bases under pretrained/, crash reports under crashes/)."""
+    if os.environ.get("CROSSTUNE_CACHE"):
+        return Path(os.environ["CROSSTUNE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "crosstune"
+
+
 # --- permissions --------------------------------------------------------------------------------------------------
 def current_umask() -> int:
     """The process umask (read from /proc without changing it; os.umask round trip elsewhere)."""

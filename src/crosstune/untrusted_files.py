@@ -23,7 +23,7 @@ import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -156,11 +156,24 @@ def read_model_config(model_dir: str | Path) -> dict:
     return read_json(Path(model_dir) / "config.json", "restore it from the model's source (or rebuild a tiny model)")
 
 
+def _open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading when it is a regular file; a folder, a pipe, a socket or a device is refused by name.
+    Opened without blocking, then checked on the open file: opening a named pipe to read waits for a writer, forever
+    when none comes, and a check before the open could be raced."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnreadableFile(path, None, "not a regular file", "not_a_file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _read_bytes(path: Path) -> bytes:
     """The bytes of a regular file of at most MAX_BYTES (a folder, a pipe or a device is refused by name)."""
-    with open(path, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise UnreadableFile(path, None, "not a regular file", "not_a_file")
+    with _open_regular(path) as f:
         data = f.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise UnreadableFile(path, None, f"more than the {MAX_BYTES // MIB} MiB read", "too_large")
@@ -170,8 +183,8 @@ def _read_bytes(path: Path) -> bytes:
 def jsonl_rows(path: str | Path) -> Iterator[tuple[int, Any]]:
     """(line number, value) per line of a JSONL file: the parsed value, None for a blank line, or an UnreadableFile
     for a bad one, which the caller raises or, with --lenient, skips and counts. A line longer than MAX_BYTES is
-    not read into memory."""
-    with open(path, "rb") as f:
+    not read into memory. A folder, a pipe or a device is refused by name before anything is read."""
+    with _open_regular(Path(path)) as f:
         line_no = 0
         while raw := f.readline(MAX_BYTES + 1):
             line_no += 1

@@ -115,6 +115,12 @@ def test_prices_from_recipe_yaml_file_and_missing_price(tmp_path):
         ),
         ("chips:\n  h100: {on_demand: 3, date: 2026}\n", r"chips.h100.date: 2026 is not text \(quote it\)"),
         ("chips:\n  h100: {on_demand: 3, on_demand: 4}\n", r":2: not valid YAML: duplicate key 'on_demand'"),
+        # issue 39: a value of the wrong shape (sorting a number's or mixed keys raised a TypeError in the message)
+        ("42\n", r"expected top-level keys `chips` and/or `targets`, got int 42"),
+        ("[1, a]\n", r"expected top-level keys `chips` and/or `targets`, got list \[1, 'a'\]"),
+        ("1: x\nchips: {}\n", r"expected top-level keys `chips` and/or `targets`, got keys 1, 'chips'"),
+        ("chips: 42\n", r"`chips` must be a mapping of names to price entries, not int 42"),
+        ("targets: [cpu]\n", r"`targets` must be a mapping of names to price entries, not list \['cpu'\]"),
     ],
 )
 def test_bad_prices_file_names_file_and_key(tmp_path, text, message):

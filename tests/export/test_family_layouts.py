@@ -1,5 +1,6 @@
 """Both exports of a run on each tiny Gemma 4 architecture beyond the dense one (tiny-e: per-layer inputs and
-KV-shared layers; tiny-moe: experts beside the dense MLP): the merged model and the PEFT adapter reproduce the run's
+KV-shared layers; tiny-moe: experts beside the dense MLP; tiny-unified: the 12B's gemma4_unified in the hub's
+multimodal layout, its vision embedder copied untouched): the merged model and the PEFT adapter reproduce the run's
 own model — PEFT's logits for a torch run (float64), the tunix model's for a jax run (fp32)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from crosstune.export import export_run, read_peft_adapter
+from crosstune.run.shards import SafetensorsFile
 from tests.helpers.export import assert_logits_close, hf_logits, jax_run, peft_logits, torch_run
 
 # tests/export/test_export.py's and test_jax.py's tolerances (measured there; an adapter moves logits by > 1e-2 x)
@@ -15,9 +17,9 @@ PEFT_RELTOL, JAX_RELTOL = 5e-5, 2e-4
 # transformers runs the experts through torch._grouped_mm, which has no float64: the MoE is compared in fp32, where
 # x·(W + s·BA) and x·W + s·(x·A)·B differ by rounding (measured 3.1e-5 x max|logit| on tiny-moe, 6.3e-6 on tiny-e
 # in float64), so its limit is 3x that; a wrong merge moves logits by > 1e-2 x
-DTYPE = {"tiny-e": "float64", "tiny-moe": "float32"}
-TORCH_RELTOL = {"tiny-e": PEFT_RELTOL, "tiny-moe": 1e-4}
-SIZES = {"tiny-e": "tiny_gemma4_e_dir", "tiny-moe": "tiny_gemma4_moe_dir"}
+DTYPE = {"tiny-e": "float64", "tiny-moe": "float32", "tiny-unified": "float64"}
+TORCH_RELTOL = {"tiny-e": PEFT_RELTOL, "tiny-moe": 1e-4, "tiny-unified": PEFT_RELTOL}
+SIZES = {"tiny-e": "tiny_gemma4_e_dir", "tiny-moe": "tiny_gemma4_moe_dir", "tiny-unified": "tiny_gemma4_unified_dir"}
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -35,8 +37,15 @@ def test_torch_run_exports_reproduce_peft(size, tmp_path, request):
     lora, _ = read_peft_adapter(tmp_path / "out" / "adapter", family="gemma4")
     if size == "tiny-e":  # KV-shared layers 3-5: no k/v LoRA anywhere
         assert not [m for m in lora.modules if m.split(".")[2] in "345" and ("k_proj" in m or "v_proj" in m)]
-    else:  # no tensor of the experts or the router is adapted
+    elif size == "tiny-moe":  # no tensor of the experts or the router is adapted
         assert not [m for m in lora.modules if "experts" in m or "router" in m]
+    else:  # the text backbone only; the merged model keeps the vision embedder's tensors as they were
+        keys = SafetensorsFile(tmp_path / "out" / "adapter" / "adapter_model.safetensors").tensors
+        assert all(k.startswith("base_model.model.model.language_model.layers.") for k in keys)
+        assert len(lora.modules) == 6 * 7 - 1  # no v on the k_eq_v global layer
+        files = [SafetensorsFile(d / "model.safetensors") for d in (base, tmp_path / "out" / "merged")]
+        vision = [n for n in files[0].tensors if "vision_embedder" in n or "embed_vision" in n]
+        assert vision and all(np.array_equal(files[0].read(n), files[1].read(n)) for n in vision)
 
 
 @pytest.mark.parametrize("size", SIZES)

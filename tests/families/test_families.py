@@ -124,7 +124,7 @@ def test_hf_config_roundtrip(name):
 def test_unknown_family_and_size():
     with pytest.raises(KeyError, match="known: gemma3, gemma4"):
         get_family("llama")
-    with pytest.raises(KeyError, match="known: e2b, e4b, 26b-a4b, 31b, tiny"):
+    with pytest.raises(KeyError, match="known: e2b, e4b, 26b-a4b, 12b, 31b, tiny"):
         get_family("gemma4").spec("26b")
 
 

@@ -1,7 +1,9 @@
 """The Gemma 4 family's sizes against the published configs, Tunix 0.1.7's classmethods and transformers' model.
 
 Published values: MaxText's src/maxtext/configs/models/gemma4-{e2b,e4b,26b}.yml (the hub's config.json values),
-Google's model card totals (26B-A4B: 25.2 B parameters, 3.8 B active)."""
+Google's model card totals (26B-A4B: 25.2 B parameters, 3.8 B active). The 12B ("unified"): google/gemma-4-12B-it's
+text config as transformers 5.12.1's gemma4_unified documents it (Gemma4UnifiedTextConfig's fields; built on the
+meta device below); tunix 0.1.7 has no 12B classmethod."""
 
 import dataclasses
 
@@ -18,6 +20,7 @@ PUBLISHED = {
     "e2b": (35, 1536, 6144, 8, 1, 1, 256, 512, 512, False, 5, 256, 20, True, None),
     "e4b": (42, 2560, 10240, 8, 2, 2, 256, 512, 512, False, 6, 256, 18, False, None),
     "26b-a4b": (30, 2816, 2112, 16, 8, 2, 256, 512, 1024, True, 6, 0, 0, False, (128, 8, 704)),
+    "12b": (48, 3840, 15360, 16, 8, 1, 256, 512, 1024, True, 6, 0, 0, False, None),
 }
 
 
@@ -72,10 +75,10 @@ def test_hf_config_maps_to_tunix_classmethod(size):
     assert differ == {}
 
 
-@pytest.mark.parametrize("size", ["e2b", "e4b", "26b-a4b", "tiny-e", "tiny-moe"])
+@pytest.mark.parametrize("size", ["e2b", "e4b", "26b-a4b", "12b", "tiny-e", "tiny-moe", "tiny-unified"])
 def test_transformers_builds_what_the_spec_counts(size):
-    """Gemma4TextConfig from the family's HF config, the model on the meta device (nothing allocated): every
-    parameter's shape and the total are the spec's."""
+    """Gemma4TextConfig (the 12B: Gemma4UnifiedTextConfig) from the family's HF config, the model on the meta device
+    (nothing allocated): every parameter's shape and the total are the spec's."""
     torch = pytest.importorskip("torch")
     import transformers
 
@@ -83,7 +86,7 @@ def test_transformers_builds_what_the_spec_counts(size):
     hf = FAM.hf_config(spec)
     config = transformers.CONFIG_MAPPING[hf.pop("model_type")](**hf)
     with torch.device("meta"):
-        model = transformers.Gemma4ForCausalLM(config)
+        model = getattr(transformers, FAM.hf_arch(spec).causal_lm_class)(config)
     params = {n: tuple(p.shape) for n, p in model.named_parameters()}
     assert sum(torch.Size(s).numel() for s in params.values()) == spec.total_params
     names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
@@ -152,3 +155,42 @@ def test_a_shallow_e_model_keeps_about_its_kv_shared_fraction():
     assert {n: s.kv_shared_layers for n, s in cuts.items()} == {2: 0, 6: 0, 12: 6, 24: 12}
     assert all(kv_sharing_ok(s.layer_types, s.kv_shared_layers) for s in cuts.values())
     assert with_layers(spec, 42) is spec and spec.kv_shared_layers == 18
+
+
+def test_the_12b_is_the_unified_architecture():
+    """11.9 B parameters; transformers' gemma4_unified classes, with the config's defaults where the spec is silent
+    (vocabulary, rope: θ 1e4 sliding, proportional 0.25 with θ 1e6 global, the 5:1 pattern ending global)."""
+    transformers = pytest.importorskip("transformers")
+    spec = FAM.spec("12b")
+    assert spec.unified and round(spec.total_params / 1e9, 1) == 11.9
+    arch = FAM.hf_arch(spec)
+    assert (arch.model_type, arch.multimodal_model) == ("gemma4_unified_text", "Gemma4UnifiedForConditionalGeneration")
+    hf = FAM.hf_config(spec)
+    defaults = transformers.Gemma4UnifiedTextConfig(num_hidden_layers=48)
+    assert hf["vocab_size"] == defaults.vocab_size and hf["rope_parameters"] == defaults.rope_parameters
+    assert hf["layer_types"] == defaults.layer_types and hf["sliding_window"] == defaults.sliding_window
+    assert hf["global_head_dim"] == defaults.global_head_dim
+    assert FAM.spec_from_hf_config(hf, name=spec.name) == spec  # the config reads back as the 12B (unified)
+    assert not FAM.spec_from_hf_config(FAM.hf_config(FAM.spec("31b")), name="31b").unified
+
+
+def test_the_12b_tunix_config_is_the_31b_structure_at_its_dimensions():
+    """Tunix 0.1.7 ships no 12B: crosstune's mapping of its config must be the 31B classmethod's (k_eq_v globals,
+    proportional global rope, 5:1 pattern, softcap) with only the dimensions changed."""
+    pytest.importorskip("tunix")
+    from tunix.models.gemma4 import model as tunix_gemma4
+
+    from crosstune.families.tunix_config import tunix_model_config
+
+    ours = tunix_model_config("gemma4", FAM.hf_config(FAM.spec("12b")))
+    ref = dataclasses.replace(
+        tunix_gemma4.ModelConfig.gemma4_31b(),
+        num_layers=48, embed_dim=3840, hidden_dim=15360, num_heads=16, num_kv_heads=8, num_global_kv_heads=1,
+    )  # fmt: skip
+    assert ours.attention_pattern == tuple(ref.attention_pattern[i % 6] for i in range(48))
+    differ = {
+        f.name: (getattr(ours, f.name), getattr(ref, f.name))
+        for f in dataclasses.fields(ref)
+        if f.name not in ("attention_pattern", "shd_config") and getattr(ours, f.name) != getattr(ref, f.name)
+    }
+    assert differ == {}

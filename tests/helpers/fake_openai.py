@@ -8,7 +8,8 @@ What a request meets is its mode: `mode(body)` when given, else the request's `m
   ignore_eos), short (one token short), cut (drops the connection after two chunks), error (HTTP `error_status`),
   stall (sleeps `stall_s` before the first chunk), truncate (the prompt is cut to 64 tokens, as an over-long prompt
   would be), trickle (one SSE comment byte every 50 ms, never an answer, for up to `stall_s`), flush (every chunk in
-  one write, as a loaded vLLM flushes a whole stream); with `stall_prompts_over`, longer prompts stall like `stall`.
+  one write, as a loaded vLLM flushes a whole stream), raw (HTTP 200 with `raw`: its content type and body, for
+  garbage a client must survive); with `stall_prompts_over`, longer prompts stall like `stall`.
 - In one body: ok (`answer`: a text, or a function of the request giving the text or the whole chat message, as a
   reasoning parser splits it), error (HTTP `error_status` with `error_body`), stall (no answer for `stall_s`),
   trickle (Content-Length 1000, then one body byte every 0.2 s for up to `stall_s`), cut (Content-Length 1000,
@@ -19,14 +20,18 @@ Load and cache, as vLLM has them: with `prefill_s` the server has one prefill sl
 add up): TTFT grows with the request rate past 1 / prefill_s. A prefix cache of `block` -token blocks (vLLM's
 hashing: a block counts only with every block before it) counts prompt tokens queried and hit, as vLLM's
 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` token counters.
-GET /health answers 200; /metrics a vLLM-like TTFT histogram and the prefix-cache counters; /version `version` when
-given; /v1/models lists `served` (each card with `max_model_len`, vLLM's `root` (the folder it serves) and `owned_by`
-when given) or stalls with `models_stall`, and answers 404 without `served`. `die_after` stops the whole server after
-that many requests.
+Speculative decoding: with `draft=[p0, p1, …]` (the acceptance per draft position, k = its length) the server
+counts vLLM's spec_decode counters for every streamed token as an engine with that acceptance would: a request of n
+tokens takes n / (1 + Σp) drafting steps of k proposed tokens, p_i of them accepted at position i.
+GET /health answers `health_status` (200); /metrics a vLLM-like TTFT histogram and the prefix-cache counters;
+/version `version` when given; /v1/models lists `served` (each card with `max_model_len`, vLLM's `root` (the folder
+it serves) and `owned_by` when given) or stalls with `models_stall`, and answers 404 without `served`. `die_after`
+stops the whole server after that many requests.
 As a stand-in hub endpoint (HF_ENDPOINT), GET /api/models/<id>/... and /api/datasets/<id>/... answer a repo named in
 `hub_errors` with the hub's refusal for its code (401 with X-Error-Code GatedRepo, 404 with RepoNotFound), as
 huggingface_hub reads them; every other path 404.
-With `raw` (bytes), every POST is answered 200 with those bytes as they are, streamed or not: the fuzzer's garbage.
+With `raw` (bytes, or (content type, bytes)), every POST is answered 200 with those bytes as they are: garbage a
+client must survive (the bench's tests, the fuzzer).
 Every connection carries one request (HTTP/1.0: a stream ends when the socket closes).
 """
 
@@ -43,7 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ERROR_BODY = json.dumps({"error": {"message": "KV cache exhausted " + "x" * 600, "code": 500}})
 GOOD_DESIGN = "[BEGIN]\nmodule TopModule(input a, input b, output out);\n  assign out = a & b;\nendmodule\n[DONE]"
 ANSWER_TOKENS = 5  # usage.completion_tokens of an answer in one body (fewer when max_tokens asks for fewer)
-MODES = {"ok", "burst", "noeos", "short", "cut", "error", "stall", "truncate", "trickle", "flush", "die"}
+MODES = {"ok", "burst", "noeos", "short", "cut", "error", "stall", "truncate", "trickle", "flush", "die", "raw"}
 
 
 class FakeOpenAI(ThreadingHTTPServer):
@@ -72,7 +77,9 @@ class FakeOpenAI(ThreadingHTTPServer):
         prefill_s: float = 0.0,
         block: int = 16,
         hub_errors: dict[str, str] | None = None,
-        raw: bytes | None = None,
+        draft: list[float] | None = None,
+        raw: bytes | tuple[str, bytes] | None = None,
+        health_status: int = 200,
     ):
         super().__init__(("127.0.0.1", port), Handler)
         self.mode, self.fail_after, self.answer, self.finish_reason = mode, fail_after, answer, finish_reason
@@ -83,7 +90,9 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
         self.prefill_s, self.block = prefill_s, block
         self.hub_errors = hub_errors or {}
-        self.raw = raw
+        self.draft = draft
+        self.spec = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_pos": [0.0] * len(draft or [])}
+        self.raw, self.health_status = raw, health_status
         self.slot_free_at = 0.0  # perf_counter time the prefill slot frees
         self.cached_blocks: set[tuple] = set()
         self.cache_queries = self.cache_hits = 0
@@ -146,7 +155,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         s = self.server
         if self.path == "/health":
-            self._send(200, "")
+            self._send(s.health_status, "")
         elif self.path == "/v1/models" and s.models_stall:
             s.release.wait(s.stall_s)
         elif self.path == "/v1/models" and s.served is not None:
@@ -167,6 +176,13 @@ class Handler(BaseHTTPRequestHandler):
                 "# TYPE vllm:prefix_cache_hits counter\n"
                 f'vllm:prefix_cache_hits_total{{engine="0"}} {s.cache_hits}\n'
             )
+            if s.draft is not None:  # vLLM registers these only with a --speculative-config
+                for name in ("drafts", "draft_tokens", "accepted_tokens"):
+                    text += f"# TYPE vllm:spec_decode_num_{name} counter\n"
+                    text += f'vllm:spec_decode_num_{name}_total{{engine="0"}} {s.spec[name]}\n'
+                text += "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
+                for i, v in enumerate(s.spec["per_pos"]):
+                    text += f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}} {v}\n'
             self._send(200, text)
         elif self.path.startswith(("/api/models/", "/api/datasets/")):
             repo = "/".join(self.path.split("/")[3:5])
@@ -179,6 +195,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, text: str, content_type: str | None = None, headers: dict | None = None) -> None:
         self._send_bytes(status, text.encode(), content_type, headers)
+
+    def _send_raw(self, body: dict) -> None:
+        """HTTP 200 with the server's `raw` answer as it is (a bare answer: SSE when streamed, else JSON)."""
+        raw = self.server.raw if self.server.raw is not None else ("text/event-stream", b"data: [DONE]\n\n")
+        if isinstance(raw, bytes):
+            raw = ("text/event-stream" if body.get("stream") else "application/json", raw)
+        self._send_bytes(200, raw[1], raw[0])
 
     def _send_bytes(self, status: int, body: bytes, content_type: str | None = None, headers: dict | None = None):
         self.send_response(status)
@@ -205,8 +228,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.connection.close()
                 return
             mode = s.mode_of(body, n_seen)
-            if s.raw is not None:
-                self._send_bytes(200, s.raw, "text/event-stream" if body.get("stream") else "application/json")
+            if s.raw is not None or mode == "raw":
+                self._send_raw(body)
             elif mode == "error":
                 self._send(s.error_status, s.error_body, "application/json")
             elif mode == "die":
@@ -321,6 +344,13 @@ class Handler(BaseHTTPRequestHandler):
                 return  # the connection closes without [DONE]
         if buffered:
             self.wfile.write(b"".join(buffered))  # one write: the client sees the whole stream at once
+        if s.draft is not None:
+            with s.lock:
+                steps = sent / (1.0 + sum(s.draft))
+                s.spec["drafts"] += steps
+                s.spec["draft_tokens"] += steps * len(s.draft)
+                s.spec["accepted_tokens"] += steps * sum(s.draft)
+                s.spec["per_pos"] = [a + steps * p for a, p in zip(s.spec["per_pos"], s.draft, strict=True)]
         self._event({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": sent}})
         self.wfile.write(b"data: [DONE]\n\n")
 

@@ -1,6 +1,7 @@
-"""`crosstune model build --family gemma4 --size {e2b,e4b,26b-a4b} --layers 2`: a checkpoint of the size's true
+"""`crosstune model build --family gemma4 --size {e2b,e4b,26b-a4b,12b} --layers 2`: a checkpoint of the size's true
 dimensions (a small vocabulary: the tokenizer of 262,144 entries is the slow part, not what is checked) that
-transformers loads and tunix loads through crosstune's table, with the same logits in fp32."""
+transformers loads and tunix loads through crosstune's table, with the same logits in fp32. The 12B in the hub's
+layout (Gemma4UnifiedForConditionalGeneration), as Google publishes it."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ VOCAB = 2048
 RELTOL = 2e-4
 
 
+LAYOUT = {"12b": "multimodal"}  # the others: causal
+
+
 def _build(size: str, out, corpus) -> None:
     from crosstune.cli import _register, app
 
     _register()
     args = ["model", "build", "--family", "gemma4", "--size", size, "--layers", "2", "--vocab", str(VOCAB),
-            "--out", str(out), "--corpus", str(corpus)]  # fmt: skip
+            "--out", str(out), "--corpus", str(corpus), "--layout", LAYOUT.get(size, "causal")]  # fmt: skip
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, args)
     assert result.exit_code == 0, result.output
 
@@ -50,8 +54,9 @@ def _logits_both(model_dir, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 @pytest.mark.parametrize(
     "size",
-    ["e2b", pytest.param("e4b", marks=pytest.mark.slow), pytest.param("26b-a4b", marks=pytest.mark.slow)],
-)
+    ["e2b", pytest.param("e4b", marks=pytest.mark.slow), pytest.param("26b-a4b", marks=pytest.mark.slow),
+     pytest.param("12b", marks=pytest.mark.slow)],
+)  # fmt: skip
 def test_a_two_layer_build_of_each_size_loads_in_both_stacks(size, tmp_path, synth_corpus_dir):
     pytest.importorskip("tunix")
     from crosstune.families import get_family, model_dir_spec
@@ -64,7 +69,10 @@ def test_a_two_layer_build_of_each_size_loads_in_both_stacks(size, tmp_path, syn
         real.hidden_size, real.attention, real.moe, real.per_layer_input_dim,
     )  # fmt: skip
     assert spec.kv_shared_layers == 0  # two layers can't share K/V the same way on both stacks
-    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    config = json.loads((out / "config.json").read_text())
+    assert config["dtype"] == "bfloat16" and spec.unified == real.unified
+    if size == "12b":
+        assert config["architectures"] == ["Gemma4UnifiedForConditionalGeneration"]
     tokens = np.random.default_rng(0).integers(3, VOCAB, size=(1, 24))
     got, ref = _logits_both(out, tokens)
     assert_logits_close(got, ref, rel=RELTOL)

@@ -49,6 +49,24 @@ def test_the_hub_layout_at_tiny_size(hub_tiny):
     assert layers == set(range(6)) and tensors["model.language_model.embed_tokens.weight"][2] == (1024, 64)
 
 
+def test_the_12b_hub_layout_at_tiny_size(tiny_gemma4_unified_dir):
+    """The 12B's architecture (gemma4_unified) in its hub layout: the decoder under model.language_model., an
+    encoder-free vision embedder beside it (no vision tower), tied head; it reads back as the unified spec."""
+    from crosstune.families import model_dir_spec
+    from crosstune.run.shards import SafetensorsFile
+
+    config = json.loads((tiny_gemma4_unified_dir / "config.json").read_text())
+    assert config["architectures"] == ["Gemma4UnifiedForConditionalGeneration"]
+    assert config["model_type"] == "gemma4_unified" and config["text_config"]["model_type"] == "gemma4_unified_text"
+    tensors = SafetensorsFile(tiny_gemma4_unified_dir / "model.safetensors").tensors
+    prefixes = {n.split(".")[1] for n in tensors}  # the hub's names (transformers' conversion on save)
+    assert prefixes == {"language_model", "vision_embedder", "embed_vision"} and "lm_head.weight" not in tensors
+    assert "model.language_model.layers.5.self_attn.v_proj.weight" not in tensors  # k_eq_v global layer
+    assert tensors["model.language_model.layers.5.self_attn.k_proj.weight"].shape == (64, 64)  # 1 KV head of 64
+    spec = model_dir_spec(tiny_gemma4_unified_dir, "gemma4")
+    assert spec.unified and spec.layer_types == sized_spec("gemma4", "tiny-unified").layer_types
+
+
 def test_sized_spec_two_layers_of_the_31b():
     spec = sized_spec("gemma4", "31b", layers=2)
     assert spec.layer_types == ("sliding", "global") and spec.vocab_size == 262144

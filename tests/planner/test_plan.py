@@ -232,6 +232,17 @@ def test_the_compile_report_sets_planner_and_xla_in_one_unit():
     assert "Per device, GB" in text and f"host peak RSS {bytes_to_gib(3 * GIB):.1f} GiB" in text
 
 
+def test_the_12b_recipes_fit_their_targets():
+    """Gemma 4 12B ("unified"): one H100 in bf16 on torch (base 23.8 GB of 11.9 B parameters), and a v6e-4 at
+    fsdp 2 × tp 2 on jax, where the global layers' single KV head (k_einsum) is kept whole on both tp ranks."""
+    gpu = plan_recipe(load_for_plan(REPO / "recipes" / "gemma4-12b-1xh100.yaml"), backend="torch")
+    assert gpu.ok and gpu.torch_memory.base == pytest.approx(23.8, abs=0.05)
+    assert gpu.torch_memory.total == pytest.approx(39.5, abs=0.1)
+    tpu = plan_recipe(load_for_plan(REPO / "recipes" / "gemma4-12b-tpu-v6e-4.yaml"), backend="jax")
+    assert tpu.ok and tpu.jax_memory.total == pytest.approx(21.1, abs=0.1) and tpu.jax_memory.fits
+    assert tpu.replicated == [f"layers.{i}.attn.k_einsum.w" for i in range(5, 48, 6)]
+
+
 @pytest.mark.parametrize("value", ["~", "[1]", "four"])
 def test_a_planned_value_of_the_wrong_type_is_the_recipe_s_own_refusal(value):
     # the planner explains a wrong mesh; a mesh that is not a number left a pydantic traceback (found by the fuzzer)

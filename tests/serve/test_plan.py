@@ -52,6 +52,8 @@ LAYOUTS = [
     ("gemma4-26b-a4b-2xh100", "2xh100", (1, 2), {(1, 2): 386367, (2, 1): 81162}),
     ("gemma4-e4b-1xh100", "1xh100", (1, 1), {(1, 1): 939121}),
     ("gemma4-e4b-tpu-v6e-4", "tpu-v6e-4", (2, 2), {(1, 4): 798119, (2, 2): 669264, (4, 1): 204497}),
+    ("gemma4-12b-1xh100", "1xh100", (1, 1), {(1, 1): 130593}),
+    ("gemma4-12b-tpu-v6e-4", "tpu-v6e-4", (2, 2), {(1, 4): 209987, (2, 2): 81549, (4, 1): None}),
 ]  # fmt: skip
 
 
@@ -162,6 +164,14 @@ def test_cli_serve_plan_exit_codes():
     assert "LoRA: vLLM-TPU's JAX model path has no LoRA manager" in ok.output
     bad = runner.invoke(app, ["serve", "plan", str(RECIPES / "gemma4-31b-2xh100.yaml"), "--tp", "3"])
     assert bad.exit_code == 1 and "can't serve" in bad.output
+
+
+def test_cli_serve_plan_refuses_an_unknown_kv_cache_dtype_in_one_line():
+    """Issue 39: `--kv-cache-dtype bogus` was a KeyError's traceback; the recipe schema's list is the one answer."""
+    from tests.helpers.serve import cli, one_line_error
+
+    result = cli("serve", "plan", str(RECIPES / "tiny-cpu.yaml"), "--kv-cache-dtype", "bogus")
+    assert one_line_error(result) == "error: --kv-cache-dtype 'bogus': one of auto, fp8"
 
 
 @pytest.mark.parametrize("args", [["--tp", "8"], ["--tp", "3"], ["--target", "2xh100", "--tp", "8"]])

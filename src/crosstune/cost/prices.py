@@ -104,16 +104,24 @@ def load_prices(path: Path | None) -> PriceBook:
         raise CostError(f"{path}: no such prices file")
     raw = read_yaml(path) or {}
     if not isinstance(raw, dict) or set(raw) - {"chips", "targets"}:
-        raise CostError(f"{path}: expected top-level keys `chips` and/or `targets`, got {sorted(raw) if raw else raw}")
+        raise CostError(f"{path}: expected top-level keys `chips` and/or `targets`, got {_shape(raw)}")
     return PriceBook(
         _section(path, raw.get("chips") or {}, "chips", CHIPS),
         _section(path, raw.get("targets") or {}, "targets", HARDWARE),
     )
 
 
+def _shape(value: object) -> str:
+    """What a YAML value is, for a message: a mapping's keys (of any type: sorting mixed keys raised a TypeError
+    inside the message), else its type and value."""
+    if isinstance(value, dict):
+        return "keys " + ", ".join(repr(k) for k in value)
+    return f"{type(value).__name__} {value!r}"[:200]
+
+
 def _section(path: Path, section: object, name: str, known: dict) -> dict[str, dict]:
     if not isinstance(section, dict):
-        raise CostError(f"{path}: `{name}` must be a mapping of names to price entries")
+        raise CostError(f"{path}: `{name}` must be a mapping of names to price entries, not {_shape(section)}")
     out = {}
     for key, entry in section.items():
         where = f"{path}: {name}.{key}"

@@ -42,7 +42,7 @@ def family_of_hf_config(cfg: dict) -> Family:
     """The family whose HF model_type matches a config.json (multimodal configs nest text_config)."""
     model_type = cfg.get("text_config", cfg).get("model_type")
     for fam in FAMILIES.values():
-        if fam.hf_model_type == model_type:
+        if model_type in fam.hf_model_types:
             return fam
     raise KeyError(f"config.json model_type {model_type!r} is not a supported family ({', '.join(FAMILIES)})")
 

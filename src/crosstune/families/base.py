@@ -50,6 +50,18 @@ class ChatFormat:
 
 
 @dataclass(frozen=True)
+class HfArch:
+    """One transformers architecture of a family: the text config's model_type and classes, and the hub
+    checkpoint's multimodal config and model classes (its decoder under `model.language_model.`)."""
+
+    model_type: str
+    causal_lm_class: str  # text-only checkpoints
+    decoder_layer_class: str  # what FSDP wraps and torch.compile compiles
+    multimodal_config: str
+    multimodal_model: str
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     hf_model_type: str
@@ -62,6 +74,24 @@ class Family:
     tunix: TunixTable = field(hash=False, repr=False)  # the one HF <-> Tunix table (families/<name>/tunix.py)
     # text config -> the ModelSpec fields of layouts beyond attention (Gemma 4's per-layer inputs, KV sharing, MoE)
     layout_from_hf: Callable[[dict[str, Any]], dict[str, Any]] = field(default=lambda cfg: {}, hash=False, repr=False)
+    multimodal_config: str = ""  # the hub checkpoints' classes (HfArch)
+    multimodal_model: str = ""
+    # A second architecture with the same decoder layers (Gemma 4 12B's gemma4_unified): specs with `unified` set
+    unified_arch: HfArch | None = None
+
+    @property
+    def hf_model_types(self) -> tuple[str, ...]:
+        """Every text config model_type of the family (a config.json of any of them is this family's)."""
+        return (self.hf_model_type,) + ((self.unified_arch.model_type,) if self.unified_arch else ())
+
+    def hf_arch(self, spec: ModelSpec | None = None) -> HfArch:
+        """The transformers architecture of `spec` (the family's own without a spec or for a spec not `unified`)."""
+        if spec is not None and spec.unified:
+            if self.unified_arch is None:
+                raise ValueError(f"{spec.name}: unified, but {self.name} has no unified architecture")
+            return self.unified_arch
+        return HfArch(self.hf_model_type, self.hf_causal_lm_class, self.decoder_layer_class, self.multimodal_config,
+                      self.multimodal_model)  # fmt: skip
 
     def spec(self, size: str) -> ModelSpec:
         if size not in self.sizes:
@@ -81,8 +111,11 @@ class Family:
     # --- HF config <-> spec -------------------------------------------------------------------
     def spec_from_hf_config(self, cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
         cfg = cfg.get("text_config", cfg)  # multimodal checkpoints nest the decoder config
-        if cfg.get("model_type") not in (self.hf_model_type, None):
-            raise ValueError(f"config model_type {cfg.get('model_type')!r} is not {self.name} ({self.hf_model_type})")
+        if cfg.get("model_type") not in (*self.hf_model_types, None):
+            raise ValueError(
+                f"config model_type {cfg.get('model_type')!r} is not {self.name} ({', '.join(self.hf_model_types)})"
+            )
+        unified = self.unified_arch is not None and cfg.get("model_type") == self.unified_arch.model_type
         layer_types = tuple(HF_LAYER_TYPE[t] for t in cfg["layer_types"])
         return ModelSpec(
             family=self.name,
@@ -98,6 +131,7 @@ class Family:
                 HF_LAYER_TYPE[k]: float(v["rope_theta"]) for k, v in (cfg.get("rope_parameters") or {}).items()
             },
             query_pre_attn_scalar=cfg.get("query_pre_attn_scalar"),
+            unified=unified,
             **self.layout_from_hf(cfg),
         )
 

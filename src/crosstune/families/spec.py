@@ -3,7 +3,8 @@
 Everything that needs a shape (planner, cost model, exporter, tiny models, MFU) asks a `ModelSpec`. Besides the
 dense 31B layout it holds the rest of the Gemma 4 family: per-layer input embeddings and KV-shared layers (E2B,
 E4B: the last `kv_shared_layers` layers reuse the keys and values of an earlier layer and have no k/v projections)
-and the mixture of experts beside the dense MLP (26B-A4B).
+and the mixture of experts beside the dense MLP (26B-A4B). `unified` marks the 12B's transformers architecture
+(`gemma4_unified`): the same decoder layers under other class names.
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ class ModelSpec:
     kv_shared_layers: int = 0  # the last N layers reuse the K/V of an earlier layer of their type
     double_wide_shared_mlp: bool = False  # E2B: the KV-shared layers' MLP is twice as wide
     moe: MoE | None = None  # 26B-A4B: a mixture of experts beside every layer's dense MLP
+    # Gemma 4 12B: the decoder of transformers' "unified" architecture (gemma4_unified: an encoder-free multimodal
+    # model). Same text layers as Gemma 4; other class names and config types (the family's `HfArch`).
+    unified: bool = False
 
     @property
     def num_layers(self) -> int:

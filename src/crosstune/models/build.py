@@ -36,6 +36,10 @@ class ModelOptionError(CrosstuneError):
     """A `crosstune model build` option the build can't take; the message names the option and the choices."""
 
 
+class ShardCountError(ModelOptionError, ValueError):
+    """`--shards N` the model's tensors can't be split into (the command prefixes the option)."""
+
+
 # The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).
 DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
 # Embedding std of the small models (hidden size up to SMALL_HIDDEN): with transformers' 0.02 their tied-embedding
@@ -50,20 +54,24 @@ SMALL_HIDDEN = 128
 ROUTER_STD = 1.0
 # Parameters randomised around their init value by `randomise_scales`: norm weights, the MoE router's scales.
 SCALES = re.compile(r"(?:norm(?:_\d)?\.weight|router\.scale|router\.per_expert_scale)$")
-# The official checkpoints' multimodal classes, with a one-layer vision tower (the rehearsal needs its layout and its
-# tensors beside the language model's, not its size). Media token ids lie past the text vocabulary.
+# The official checkpoints' multimodal configs (the family's `HfArch` names the classes), with a one-layer vision
+# tower or a small encoder-free vision embedder (the rehearsal needs its layout and its tensors beside the language
+# model's, not its size). Media token ids lie past the text vocabulary.
 MULTIMODAL = {
-    "gemma4": {
-        "config": "Gemma4Config",
-        "model": "Gemma4ForConditionalGeneration",
+    "Gemma4Config": {
         "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
                    "num_key_value_heads": 2, "head_dim": 16},
         "media": ("image_token_id", "boi_token_id", "eoi_token_id", "video_token_id"),
         "extra": {"audio_config": None},
     },
-    "gemma3": {
-        "config": "Gemma3Config",
-        "model": "Gemma3ForConditionalGeneration",
+    "Gemma4UnifiedConfig": {  # the 12B: patches -> LN -> Dense -> LN -> +posemb -> LN -> RMSNorm -> Linear
+        "vision": {"patch_size": 4, "pooling_kernel_size": 2, "mm_embed_dim": 32, "mm_posemb_size": 16,
+                   "output_proj_dims": 32},
+        "media": ("image_token_id", "boi_token_id", "eoi_token_id", "video_token_id", "boa_token_id",
+                  "eoa_token_index", "audio_token_id"),
+        "extra": {"audio_config": None},
+    },
+    "Gemma3Config": {
         "vision": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 56, "patch_size": 14,
                    "vision_use_head": False},
@@ -122,6 +130,7 @@ def build_checkpoint(
         raise ValueError(f"layout in {LAYOUTS}, dtype in {DTYPES}, shards >= 1; got {layout!r}, {dtype!r}, {shards}")
     fam = get_family(family)
     spec = sized_spec(family, size, layers, vocab)
+    arch = fam.hf_arch(spec)
     out_dir = Path(out_dir)
 
     say(f"training a {spec.vocab_size:,}-entry tokenizer")
@@ -139,16 +148,16 @@ def build_checkpoint(
     text_class = transformers.CONFIG_MAPPING[hf.pop("model_type")]
     text_config = text_class(**hf)  # layer_types at construction: setting it later leaves derived fields stale
     if layout == "multimodal":
-        mm = MULTIMODAL[fam.name]
+        mm = MULTIMODAL[arch.multimodal_config]
         media = {name: len(tokenizer) + i for i, name in enumerate(mm["media"])}
         text = {k: v for k, v in text_config.to_dict().items() if k != "architectures"}  # the hub's configs: none
-        config = getattr(transformers, mm["config"])(
+        config = getattr(transformers, arch.multimodal_config)(
             text_config=text, vision_config=mm["vision"], **mm["extra"], **media
         )
         config.dtype = dtype
-        model_class = getattr(transformers, mm["model"])
+        model_class = getattr(transformers, arch.multimodal_model)
     else:
-        config, model_class = text_config, getattr(transformers, fam.hf_causal_lm_class)
+        config, model_class = text_config, getattr(transformers, arch.causal_lm_class)
 
     say(f"initialising {spec.name} ({layout}, {dtype})")
     torch.manual_seed(seed)
@@ -213,7 +222,7 @@ def shard_size_for(model, shards: int) -> int:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if count(mid) <= shards else (mid + 1, hi)
     if count(lo) != shards:
-        raise ValueError(
+        raise ShardCountError(
             f"the model's tensors can't be split into exactly {shards} shards (the nearest is {count(lo)})"
         )
     return lo

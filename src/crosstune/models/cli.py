@@ -10,7 +10,15 @@ from rich.table import Table
 
 from crosstune.errors import InputError
 from crosstune.families import get_family
-from crosstune.models.build import DTYPES, LAYOUTS, MODEL, ModelOptionError, build_checkpoint, sized_spec
+from crosstune.models.build import (
+    DTYPES,
+    LAYOUTS,
+    MODEL,
+    ModelOptionError,
+    ShardCountError,
+    build_checkpoint,
+    sized_spec,
+)
 from crosstune.models.tokenizer import corpus_texts
 from crosstune.ownership import check_out, owned_output, write_manifest
 
@@ -35,6 +43,14 @@ LayoutOpt = typer.Option(
     "vision tower (the official checkpoints' layout)"
 )  # fmt: skip
 ShardsOpt = typer.Option(1, "--shards", help="safetensors files (more than 1: with model.safetensors.index.json)")
+AssistantOpt = typer.Option(
+    None, "--assistant", help="build the Gemma 4 MTP drafter (transformers' gemma4_assistant) of the model in this "
+    "folder instead of a model: it reads that base's K/V; served with `serve start --draft`"
+)  # fmt: skip
+FitOpt = typer.Option(
+    None, "--fit-steps", help="with --assistant: steps fitting the drafter to the base's greedy outputs (default: 150 "
+    "for tiny, 0 for build: a random drafter proposes tokens the base rejects)"
+)  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:
@@ -52,6 +68,8 @@ def tiny(
     dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16"),
     shards: int = ShardsOpt,
     force: bool = ForceOpt,
+    assistant: Path | None = AssistantOpt,
+    fit_steps: int | None = FitOpt,
 ) -> None:
     """Build a tiny random-weight Gemma checkpoint (HF layout, fp32 by default) with a locally trained tokenizer.
 
@@ -59,7 +77,13 @@ def tiny(
     multimodal --dtype bfloat16 --shards 2` gives the hub's layout at the same size.
 
     It loads offline with AutoModelForCausalLM and AutoTokenizer; meant for tests and CPU smoke runs.
+
+    `--assistant BASE` builds BASE's MTP drafter instead, fitted to BASE's greedy outputs (~1-2 min):
+
+        crosstune model tiny --family gemma4 --assistant BASE --out DRAFTER
     """
+    if assistant is not None:
+        return _assistant(family, assistant, out, seed, dtype, 150 if fit_steps is None else fit_steps, force)
     _build(family, out, "tiny", None, None, layout, dtype, shards, seed, corpus, force)
 
 
@@ -69,7 +93,7 @@ def build(
     size: str = typer.Option(
         ...,
         "--size",
-        help="A size of the family (gemma4: e2b, e4b, 26b-a4b, 31b, tiny, tiny-e, tiny-moe, small; "
+        help="A size of the family (gemma4: e2b, e4b, 26b-a4b, 12b, 31b, tiny, tiny-e, tiny-moe, tiny-unified, small; "
         "gemma3: 1b ... 27b, tiny).",
     ),  # fmt: skip
     out: Path = OutOpt,
@@ -86,6 +110,8 @@ def build(
     seed: int = SeedOpt,
     corpus: Path | None = CorpusOpt,
     force: bool = ForceOpt,
+    assistant: Path | None = AssistantOpt,
+    fit_steps: int | None = FitOpt,
 ) -> None:
     """Build a random-weight checkpoint of a real size in the hub's layout, with a tokenizer of its vocabulary.
 
@@ -94,9 +120,16 @@ def build(
 
         crosstune model build --family gemma4 --size 31b --layers 2 --layout multimodal --shards 4 --out DIR
 
+    The 12B ("unified") as Google publishes it: Gemma4UnifiedForConditionalGeneration, the decoder under
+    model.language_model. beside a small encoder-free vision embedder (`--size 12b --layout multimodal`).
+
     The tokenizer is trained locally (byte-level BPE, the family's special tokens and chat template); a vocabulary
     larger than the corpus supports learns its extra entries from seeded pseudo-words.
+
+    `--assistant BASE` builds BASE's MTP drafter instead (4 layers, half BASE's hidden size; random unless --fit-steps).
     """
+    if assistant is not None:
+        return _assistant(family, assistant, out, seed, dtype, fit_steps or 0, force)
     _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus, force)
 
 
@@ -139,9 +172,54 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
                 seed=seed, corpus_dir=corpus, say=lambda message: status.update(f"{spec.name}: {message}"),
             )  # fmt: skip
             write_manifest(tmp, MODEL, {"settings": settings})
-    except ValueError as e:  # e.g. a shard count the tensors can't be split into
+    except ShardCountError as e:
         raise ModelOptionError(f"--shards {shards}: {e}") from None
     _report(console, spec, out, layout, dtype, seed)
+
+
+def _assistant(family: str, base: Path, out: Path, seed: int, dtype: str, fit_steps: int, force: bool) -> None:
+    """`--assistant BASE`: BASE's MTP drafter (models.assistant), fitted for `fit_steps` (models.drafter_fit)."""
+    from crosstune.models.assistant import base_text_config, build_assistant, save_assistant
+
+    if family != "gemma4":
+        raise ModelOptionError(f"--assistant: MTP drafters exist for Gemma 4 only, not --family {family}")
+    if dtype not in DTYPES:
+        raise ModelOptionError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
+    if fit_steps < 0:
+        raise ModelOptionError(f"--fit-steps {fit_steps}: 0 (a random drafter) or more")
+    if not (base / "config.json").is_file():
+        raise InputError(f"--assistant {base}: no config.json (give a Gemma 4 model folder: crosstune model tiny)")
+    base_text_config(base)  # refused before any work
+    check_out(out, inputs=[Path.cwd(), base], what="working directory or base model")
+    console = Console()
+    staged = owned_output(out, MODEL, inputs=[Path.cwd(), base], what="base model", overwrite=force, flag="--force")
+    with staged as tmp, console.status("building the drafter") as status:
+        drafter = build_assistant(base, tmp, seed=seed, dtype=dtype)
+        fit = None
+        if fit_steps:
+            import torch
+            import transformers
+
+            from crosstune.models.drafter_fit import fit_drafter
+
+            status.update(f"fitting the drafter to {base.name}'s greedy outputs ({fit_steps} steps)")
+            model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype="float32")
+            fit = fit_drafter(model, drafter.float(), steps=fit_steps, seed=seed)
+            drafter = drafter.to(getattr(torch, dtype))
+        save_assistant(drafter, base, tmp)
+        settings = {"assistant_of": str(base), "seed": seed, "dtype": dtype, "fit_steps": fit_steps}
+        write_manifest(tmp, MODEL, {"settings": settings, "fit": None if fit is None else fit.__dict__})
+    text = drafter.config.get_text_config()
+    console.print(
+        f"[bold]MTP drafter[/bold] of {base} → {out}: {text.num_hidden_layers} layers, hidden {text.hidden_size} "
+        f"(base {drafter.config.backbone_hidden_size}), {sum(p.numel() for p in drafter.parameters()):,} params"
+    )
+    if fit is not None:
+        seen, held = (", ".join(f"{a:.1%}" for a in acc) for acc in (fit.accuracy, fit.held_out))
+        console.print(
+            f"fit: {fit.steps} steps on {fit.sequences} greedy continuations, loss {fit.first_loss:.2f} → "
+            f"{fit.last_loss:.2f}; top-1 = the base's next token, per draft step: fit data {seen}, other prompts {held}"
+        )
 
 
 def _report(console: Console, spec, out: Path, layout: str, dtype: str, seed: int) -> None:

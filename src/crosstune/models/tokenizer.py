@@ -22,6 +22,10 @@ BASE_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
 CORPUS_FIELDS = ("system", "prompt", "response")
 
 
+class CorpusError(InputError, ValueError):
+    """A corpus a tokenizer can't be trained on: a row that is not an object, no text, too little for the vocabulary."""
+
+
 def special_tokens(family_name: str) -> list[str]:
     """The family's special tokens in id order: pad, eos, bos, unk, then its chat control tokens."""
     chat = get_family(family_name).chat
@@ -43,10 +47,10 @@ def corpus_texts(corpus_dir: Path) -> list[str]:
             raise row
         row = {} if row is None else row
         if not isinstance(row, dict):
-            raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+            raise CorpusError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
         texts += [row[k] for k in CORPUS_FIELDS if isinstance(row.get(k), str) and row[k]]
     if not texts:
-        raise ValueError(f"{path}: no {'/'.join(CORPUS_FIELDS)} text to train a tokenizer on")
+        raise CorpusError(f"{path}: no {'/'.join(CORPUS_FIELDS)} text to train a tokenizer on")
     return texts
 
 
@@ -78,7 +82,7 @@ def train_tokenizer(family_name: str, texts: Iterable[str], vocab_size: int | No
     )
     tok.train_from_iterator(texts, trainer)
     if tok.get_vocab_size() != vocab_size:
-        raise ValueError(
+        raise CorpusError(
             f"the corpus only supports {tok.get_vocab_size()} tokens, not {vocab_size}: "
             "train the tokenizer on more text (a larger --corpus)"
         )

@@ -16,12 +16,12 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from crosstune.fsutil import cache_home
 from crosstune.synth.tasks import FAMILIES
 
 # The families the base learns, in registry order: every synthetic family but the four the demo's LoRA teaches and
@@ -74,10 +74,8 @@ class PretrainConfig:
 
 
 def default_cache_root() -> Path:
-    """$CROSSTUNE_CACHE, else $XDG_CACHE_HOME/crosstune, else ~/.cache/crosstune; bases go under pretrained/."""
-    root = os.environ.get("CROSSTUNE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    root = Path(root) if os.environ.get("CROSSTUNE_CACHE") else Path(root) / "crosstune"
-    return root / "pretrained"
+    """Bases go under pretrained/ in crosstune's cache (fsutil.cache_home)."""
+    return cache_home() / "pretrained"
 
 
 def _sha256(path: Path) -> str:

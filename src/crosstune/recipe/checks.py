@@ -49,7 +49,8 @@ def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None,
                     Problem(
                         "model.family",
                         f"{cfg_file} is a {e.found.hf_model_type!r} checkpoint, not {family.name}",
-                        f"set model.family to match the checkpoint (expects model_type {family.hf_model_type!r})",
+                        "set model.family to match the checkpoint (expects model_type "
+                        f"{' or '.join(map(repr, family.hf_model_types))})",
                     )
                 )
                 return None, problems

@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from crosstune.families import get_family
+from crosstune.families import get_family, model_dir_spec
 from crosstune.recipe.hub_ids import hub_dataset_id
+from crosstune.recipe.load import model_path
 from crosstune.recipe.porting import Unmapped, model_ref
 from crosstune.recipe.schema import Recipe
 
@@ -27,7 +28,7 @@ def fsdp_settings(recipe: Recipe) -> dict[str, Any]:
     return {
         "version": 2,
         "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "transformer_layer_cls_to_wrap": [get_family(recipe.model.family).decoder_layer_class],
+        "transformer_layer_cls_to_wrap": [decoder_layer_class(recipe)],
         "reshard_after_forward": True,
         "state_dict_type": "FULL_STATE_DICT",  # LoRA weights and their optimizer state are small
         "activation_checkpointing": recipe.train.gradient_checkpointing,
@@ -35,6 +36,18 @@ def fsdp_settings(recipe: Recipe) -> dict[str, Any]:
         # `layer_scalar` buffers. Each rank reads only its own shard instead (sharded_load.py, after fully_shard).
         "cpu_ram_efficient_loading": False,
     }
+
+
+def decoder_layer_class(recipe: Recipe) -> str:
+    """The checkpoint's decoder layer class (its config.json's architecture; without one at hand, the named size's):
+    accelerate refuses a class name the model lacks, and the 12B's (gemma4_unified) differs from Gemma 4's."""
+    family = get_family(recipe.model.family)
+    folder = model_path(recipe, fetch=False) if recipe.model.path else None
+    if folder is not None and (folder / "config.json").is_file():
+        spec = model_dir_spec(folder, family.name)
+    else:
+        spec = family.sizes.get(recipe.model.size or "")
+    return family.hf_arch(spec).decoder_layer_class
 
 
 def uses_fsdp(recipe: Recipe, world_size: int) -> bool:

@@ -66,7 +66,7 @@ def compare_runs(runs: list[RunSummary]) -> list[Note]:
 # Sweeps: what defines the workload must match (else the numbers measure different things); of what is being
 # compared (the subject) one dimension should differ at a time, else a ratio can't be put down to any of them.
 SWEEP_WORKLOAD = ("output length (tokens)", "api", "tokenizer", "load", "prompt cache")
-SWEEP_SUBJECT = ("hardware", "model", "KV-cache dtype")
+SWEEP_SUBJECT = ("hardware", "model", "KV-cache dtype", "speculative decoding")
 # Recorded only by newer sweeps: unrecorded on every sweep is no news (a warning only when some sweep records it).
 SWEEP_RECENT = ("prompt cache",)
 

@@ -11,6 +11,7 @@ from crosstune.report.comparability import compare_sweeps
 from crosstune.report.document import Chart, Document, Note, Table
 from crosstune.report.pairing import Pairing
 from crosstune.report.sections import num, usd
+from crosstune.report.speculation_section import drafter_cost_table
 from crosstune.run.run_summary import RunSummary
 from crosstune.servebench.summary_cells import Sweep, knee, saturation_point
 
@@ -140,6 +141,8 @@ def serving_section(
     if rows:
         headers = ["sweep", "context", "operating point", "concurrency", "price", "$ / 1M output tokens", "note"]
         section.items.append(Table("Serving cost", headers, rows))
+    if drafter := drafter_cost_table(sweeps, costs):
+        section.items.append(drafter)
     return costs
 
 

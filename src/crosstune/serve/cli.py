@@ -36,6 +36,15 @@ def plan(
     name: str = typer.Option(
         None, "--name", help="served model name (default: the recipe's name on its hardware, else the model folder's)"
     ),
+    draft: str = typer.Option(
+        None,
+        "--draft",
+        help="speculative decoding with a Gemma 4 MTP drafter: `auto` (Google's drafter of this model, e.g. "
+        "google/gemma-4-31B-it-assistant), a hub id, or a drafter folder (crosstune model tiny --assistant)",
+    ),
+    draft_tokens: int = typer.Option(
+        None, "--draft-tokens", help="tokens drafted per step (num_speculative_tokens; default 1, vLLM's advice)"
+    ),
 ) -> None:
     """The exact `vllm serve` command and docker line for a target, every flag explained: every dp × tp layout the
     target allows (heads checked per layer type, weights and KV capacity each), one chosen by a stated rule, and the
@@ -51,12 +60,33 @@ def plan(
     if adapter is not None and not (adapter / "adapter_config.json").is_file():
         raise ServeError(f"--adapter {adapter}: no adapter_config.json (expected a PEFT adapter, e.g. an export's)")
     rank = adapter_rank(adapter) if adapter else None
+    drafter = _drafter(recipe, draft, draft_tokens) if draft is not None else None
     result = serve_plan(
-        recipe, target, tp=tp, dp=dp, kv_dtype=kv_cache_dtype, adapter=adapter, adapter_rank=rank, name=name
+        recipe,
+        target,
+        tp=tp,
+        dp=dp,
+        kv_dtype=kv_cache_dtype,
+        adapter=adapter,
+        adapter_rank=rank,
+        name=name,
+        drafter=drafter,
     )
     render_serve_plan(result, console)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _drafter(recipe, draft: str, tokens: int | None):
+    from crosstune.serve.drafter import resolve
+
+    if tokens is not None and tokens < 1:
+        raise ServeError(f"--draft-tokens {tokens}: draft at least 1 token per step")
+    m = recipe.model
+    try:
+        return resolve(draft, family=m.family, size=m.size, model_path=m.path, tokens=tokens)
+    except ValueError as e:
+        raise ServeError(str(e)) from None
 
 
 @serve_app.command("start")
@@ -82,6 +112,10 @@ def start(
     allow_template_mismatch: bool = typer.Option(
         False, "--allow-template-mismatch", help="serve even if the chat template differs from the training data's"
     ),
+    draft: Path = typer.Option(
+        None, "--draft", help="a Gemma 4 MTP drafter folder (crosstune model tiny --assistant): speculative decoding"
+    ),
+    draft_tokens: int = typer.Option(2, "--draft-tokens", help="tokens drafted per step (num_speculative_tokens)"),
 ) -> None:
     """Start vLLM (CPU build, .venv-serve) in its own process group on a free port; returns when a 1-token
     completion answered by that process succeeded. A failed start shows the log's root cause and its path."""
@@ -109,6 +143,7 @@ def start(
     if adapter is not None and not adapter.is_dir():
         raise ServeError(f"--adapter {adapter}: no such folder (expected a PEFT adapter, e.g. an export's adapter/)")
     check_model_dir(Path(model_dir), adapters=adapter is not None)  # named before any tokenizer is loaded
+    drafter = _start_drafter(Path(model_dir), draft, draft_tokens) if draft is not None else None
     problem = check_template(recipe, model_dir) if recipe is not None else None
     problem = problem or check_trained_template(model_dir, adapter if adapter is not None else model_dir)
     if problem:
@@ -124,9 +159,24 @@ def start(
         max_model_len=max_model_len or 2048,
         kv_cache_gib=kv_cache_gib,
         adapter=adapter,
+        drafter=drafter,
     )
     models = state.model + (f", {state.lora_name}" if state.lora_name else "")
     console.print(f"[green]ready[/green] {state.base_url} (pid {state.pid}, models {models}); log {state.log}")
+
+
+def _start_drafter(model_dir: Path, draft: Path, tokens: int):
+    from crosstune.models.assistant import check_pair
+    from crosstune.serve.drafter import Drafter
+
+    if not (draft / "config.json").is_file():
+        raise ServeError(f"--draft {draft}: no config.json (a drafter folder: crosstune model tiny --assistant BASE)")
+    if tokens < 1:
+        raise ServeError(f"--draft-tokens {tokens}: draft at least 1 token per step")
+    problems = check_pair(model_dir, draft)
+    if problems:
+        raise ServeError(f"--draft {draft} can't draft for {model_dir}: " + "; ".join(problems))
+    return Drafter(str(draft.resolve()), tokens, "given by --draft")
 
 
 @serve_app.command("stop")

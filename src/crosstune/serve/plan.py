@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,13 +15,16 @@ from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
 from crosstune.hub import HubError
 from crosstune.recipe import Recipe, model_path
 from crosstune.recipe.hub_ids import hub_model_id
+from crosstune.recipe.schema import ServeSection
 from crosstune.serve.capacity import Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
-from crosstune.serve.engine import cpu_head_dim_problems, kv_paging, max_lora_rank
+from crosstune.serve.drafter import DRAFT_MOUNT, Drafter, drafter_note, drafter_problems
+from crosstune.serve.engine import ServeError, cpu_head_dim_problems, kv_paging, max_lora_rank
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 from crosstune.units import GIB
 from crosstune.untrusted_files import read_model_config
 
+KV_CACHE_DTYPES = typing.get_args(ServeSection.model_fields["kv_cache_dtype"].annotation)  # the recipe's own list
 _SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
 _MULTI_HOST = ("tpu-v5p-16",)  # vLLM across hosts (Ray) is not planned here
 SERVE_TARGETS = _SEED_TARGETS + tuple(t for t in HARDWARE if t not in _SEED_TARGETS + _MULTI_HOST)
@@ -63,6 +67,7 @@ class ServePlan:
     attention: list[Attention] = field(default_factory=list)  # the backend each layer type gets (serve.support)
     lora: LoraServing | None = None  # whether adapters are served here, on which path, at what cost
     env_why: dict[str, str] = field(default_factory=dict)  # each env variable's reason
+    drafter: Drafter | None = None  # speculative decoding with an MTP drafter (serve.drafter)
 
     @property
     def ok(self) -> bool:
@@ -111,10 +116,12 @@ def serve_plan(
     adapter_rank: int | None = None,
     port: int | None = None,
     name: str | None = None,
+    drafter: Drafter | None = None,
 ) -> ServePlan:
     """The launch plan of `recipe`'s model on `target` (default: the recipe's hardware): every dp × tp layout the
     target allows, one chosen by `layouts.CHOICE_RULE` unless `tp`/`dp` (or the recipe's own
-    serve.tensor_parallel_size on its own hardware) pin it; `name`: the served model name (default: `served_name`)."""
+    serve.tensor_parallel_size on its own hardware) pin it; `name`: the served model name (default: `served_name`);
+    `drafter`: speculative decoding with that MTP drafter (serve.drafter)."""
     target = target or recipe.hardware
     if target not in SERVE_TARGETS:
         raise ValueError(f"unknown serve target {target!r}; known: {', '.join(SERVE_TARGETS)}")
@@ -128,9 +135,10 @@ def serve_plan(
                 raise
     spec = _spec(recipe, model_dir)
     s = recipe.serve
-    notes: list[str] = []
-    blockers: list[str] = []
+    notes, blockers = [], []
     kv_dtype = kv_dtype or s.kv_cache_dtype
+    if kv_dtype not in KV_CACHE_DTYPES:
+        raise ServeError(f"--kv-cache-dtype {kv_dtype!r}: one of {', '.join(KV_CACHE_DTYPES)}")
     weight_dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
     lengths = sorted({c + s.output_tokens for c in s.contexts} | {s.max_model_len})
     paging = kv_paging(hw, sliding_cache=platform != "tpu")
@@ -205,6 +213,10 @@ def serve_plan(
                 f"adapter rank {rank} rounded up to an allowed value (1, 8, 16, 32, 64, 128, 256, 320, 512)",
             ),
         ]
+    if drafter is not None:
+        flags.append(Flag(("--speculative-config", drafter.config()), "speculative decoding with an MTP drafter"))
+        blockers += drafter_problems(hw, adapter is not None)
+        notes.append(drafter_note(hw, drafter))
     plan = ServePlan(
         recipe.name,
         spec,
@@ -227,6 +239,7 @@ def serve_plan(
         attention=attention_backends(spec, hw, allocated[kv_dtype]),
         lora=lora,
         env_why=env_why,
+        drafter=drafter,
     )
     plan.docker = _docker(plan, recipe, port or s.port, adapter, name)
     return plan
@@ -361,6 +374,11 @@ def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, na
     if adapter is not None:  # the adapter is mounted at /adapter and named there
         mounts += f" -v {_host_path(str(adapter))}:/adapter:ro"
         args = [f"{name}-lora=/adapter" if a == f"{name}-lora={adapter}" else a for a in args]
+    if plan.drafter is not None and plan.drafter.local:  # a local drafter folder is mounted at /drafter
+        mounts += f" -v {_host_path(plan.drafter.model)}:{DRAFT_MOUNT}:ro"
+        args = [plan.drafter.config(DRAFT_MOUNT) if a == plan.drafter.config() else a for a in args]
+    elif plan.drafter is not None and CONTAINER_HF_HOME not in mounts:  # a hub-id drafter: the host's hub cache
+        mounts += f' -v "$HOME/.cache/huggingface":{CONTAINER_HF_HOME}'
     if plan.platform == "gpu":
         head = ["docker", "run", "--gpus", "all", "--ipc=host", "-p", f"{port}:{port}"]
     else:  # TPU: host network and devices; XLA's compile cache kept across restarts

@@ -20,10 +20,16 @@ from pathlib import Path
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.serve import proctree
-from crosstune.serve.engine import ServeError, cpu_head_dim_problems, max_lora_rank, require_vllm
+from crosstune.serve.engine import (
+    ServeError,
+    cpu_head_dim_problems,
+    max_lora_rank,
+    require_vllm,
+    unified_import_problem,
+)
 from crosstune.serve.logscan import explain_failure, kv_capacity_in_log
 from crosstune.serve.proctree import ProcId
-from crosstune.untrusted_files import read_json, read_model_config
+from crosstune.untrusted_files import parse_json, read_json, read_model_config
 
 STATE_FILE = "server.json"
 LOG_FILE = "vllm.log"
@@ -60,6 +66,7 @@ class ServerState:
     # The KV cache the server reported allocating (logscan.kv_capacity: tokens, max concurrency, blocks); None when
     # its log said nothing of it. What the plan estimates is checked against this, not against the flag.
     kv_cache: dict | None = None
+    drafter: dict | None = None  # {"model", "tokens"} when it decodes speculatively (serve.drafter)
 
     @property
     def base_url(self) -> str:
@@ -103,15 +110,26 @@ def check_model_dir(model_dir: Path, *, adapters: bool = False) -> None:
 
 
 def vllm_argv(
-    vllm: Path, model_dir: Path, name: str, port: int, *, dtype: str, max_model_len: int, adapters: dict[str, Path]
+    vllm: Path,
+    model_dir: Path,
+    name: str,
+    port: int,
+    *,
+    dtype: str,
+    max_model_len: int,
+    adapters: dict[str, Path],
+    drafter=None,
 ) -> list[str]:
-    """`vllm serve` on 127.0.0.1; `adapters` maps served LoRA names to PEFT adapter directories."""
+    """`vllm serve` on 127.0.0.1; `adapters` maps served LoRA names to PEFT adapter directories; `drafter` (a
+    serve.drafter.Drafter) adds its --speculative-config."""
     argv = [str(vllm), "serve", str(model_dir), "--served-model-name", name, "--dtype", dtype]
     argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1", "--port", str(port)]
     if adapters:
         rank = max(adapter_rank(p) for p in adapters.values())
         argv += ["--enable-lora", "--lora-modules", *(f"{n}={p}" for n, p in adapters.items())]
         argv += ["--max-lora-rank", str(max_lora_rank(rank))]
+    if drafter is not None:
+        argv += ["--speculative-config", drafter.config()]
     return argv
 
 
@@ -156,17 +174,23 @@ def start_server(
     adapter: Path | None = None,
     extra_adapters: dict[str, Path] | None = None,
     ready_timeout_s: float = READY_TIMEOUT_S,
+    drafter=None,
 ) -> ServerState:
     """Start vLLM on 127.0.0.1:`port` and return once a 1-token completion, answered by the process started,
     succeeded. Otherwise ServeError with the log's root cause and path, and everything started is stopped.
-    `adapter` is served as NAME-lora, `extra_adapters` by name; `state_dir` defaults to default_state_dir(port)."""
+    `adapter` is served as NAME-lora, `extra_adapters` by name; `state_dir` defaults to default_state_dir(port);
+    `drafter` (serve.drafter.Drafter): speculative decoding."""
     model_dir = Path(model_dir).resolve()
     check_model_dir(model_dir, adapters=bool(adapter or extra_adapters))
     vllm = require_vllm()
+    if problem := unified_import_problem(_spec_of(model_dir), vllm):
+        raise ServeError(f"{model_dir}: {problem}")
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(port)
     adapters = {f"{name}-lora": Path(adapter).resolve()} if adapter else {}
     adapters.update({n: Path(p).resolve() for n, p in (extra_adapters or {}).items()})
-    argv = vllm_argv(vllm, model_dir, name, port, dtype=dtype, max_model_len=max_model_len, adapters=adapters)
+    argv = vllm_argv(
+        vllm, model_dir, name, port, dtype=dtype, max_model_len=max_model_len, adapters=adapters, drafter=drafter
+    )
     state_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(lock_path(state_dir), f"server state {state_dir}", "another `serve start` is starting it"):
         if (state_dir / STATE_FILE).is_file():
@@ -194,6 +218,7 @@ def start_server(
         state = ServerState(
             proc.pid, port, name, lora_name, str(model_dir), str(log), time.time(), leader.to_json(), log_offset=offset
         )
+        state.drafter = None if drafter is None else {"model": drafter.model, "tokens": drafter.tokens}
         write_state(state_dir, state)
         try:
             wait_ready(state, proc, ready_timeout_s)
@@ -288,10 +313,11 @@ def one_token(state: ServerState, model: str | None = None, timeout: float = 120
     if r.status_code != 200:
         return f"1-token completion answered {r.status_code}: {r.text[:200]}"
     try:
-        usage = r.json().get("usage") or {}
-    except ValueError:
+        usage = parse_json(r.content, "the 1-token completion's answer").get("usage") or {}
+    except (ValueError, AttributeError):  # not JSON (or past the reader's bounds), or not an object
         return f"1-token completion answered non-JSON: {r.text[:200]}"
-    return None if usage.get("completion_tokens") == 1 else f"1-token completion returned usage {usage}"
+    ok = isinstance(usage, dict) and usage.get("completion_tokens") == 1
+    return None if ok else f"1-token completion returned usage {usage}"
 
 
 def wait_ready(state: ServerState, proc: subprocess.Popen | None, timeout_s: float) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from crosstune.servebench import max_rate, prompt_cache
+from crosstune.servebench import max_rate, prompt_cache, speculation
 from crosstune.servebench import slo as slos
 from crosstune.servebench.request_metrics import describe_load
 
@@ -104,6 +104,9 @@ def render_summary(summary: dict, out: Console | None = None) -> None:
     for c in prompt_cache.flagged_cells(summary):
         where = f"context {c['context_len']}, {describe_load(c)}"
         out.print(f"! {where}: {c['prefix_cache']['flag']}", highlight=False)
+    for c in summary["cells"]:  # speculative decoding: the engine's own acceptance counters (servebench.speculation)
+        if text := speculation.line(c):
+            out.print(f"context {c['context_len']}, {describe_load(c)}: {text}", highlight=False)
     for c in summary["cells"]:
         spans = [(k, t) for k, spec in INTERVALS if (t := _interval(c, k, spec))]
         if spans:

@@ -196,7 +196,8 @@ def compare(
     """Two sweeps side by side per (context, level), with B/A ratios; client latencies of bursty cells marked.
 
     Refused (exit 1) when one sweep is cold and the other cached (a --prefix-reuse sweep, or a cold one whose
-    cells hit the prefix cache)."""
+    cells hit the prefix cache), or one ran with a speculative-decoding drafter and the other without."""
+    from crosstune.servebench import speculation
     from crosstune.servebench.prompt_cache import refusal
     from crosstune.servebench.summary import compare_rows, load_summary
 
@@ -204,7 +205,7 @@ def compare(
         sa, sb = load_summary(a), load_summary(b)
     except ValueError as e:
         raise BenchError(str(e)) from None
-    if why := refusal(sa, sb, f"A ({a})", f"B ({b})"):
+    if why := refusal(sa, sb, f"A ({a})", f"B ({b})") or speculation.refusal(sa, sb, f"A ({a})", f"B ({b})"):
         raise BenchError(why)
     rows = compare_rows(sa, sb)
     if not rows:

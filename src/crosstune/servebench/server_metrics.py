@@ -9,6 +9,8 @@ import math
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from crosstune.servebench import speculation
+
 HISTOGRAMS = {
     "ttft": "vllm:time_to_first_token_seconds",
     "itl": "vllm:inter_token_latency_seconds",
@@ -22,11 +24,13 @@ COUNTERS = {
     # prompt tokens looked up in / found in the prefix cache (vLLM v1 token counters): servebench.prompt_cache
     "prefix_cache_queries": "vllm:prefix_cache_queries",
     "prefix_cache_hits": "vllm:prefix_cache_hits",
+    **speculation.COUNTERS,  # registered only when the server drafts (servebench.speculation)
 }
 
 
 def scrape(base_url: str, timeout: float = 10.0) -> dict[str, float] | None:
-    """Flat samples {name{le=...}: value} summed over label sets other than `le`; None when unreachable."""
+    """Flat samples {name|le: value} summed over label sets other than `le` (and a draft `position`, kept as
+    name#k); None when unreachable."""
     try:
         r = httpx.get(base_url.rstrip("/") + "/metrics", timeout=timeout)
     except httpx.HTTPError:
@@ -41,6 +45,7 @@ def parse(text: str) -> dict[str, float]:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             key = s.name + (f"|{s.labels['le']}" if "le" in s.labels else "")
+            key += f"#{s.labels['position']}" if "position" in s.labels else ""
             out[key] = out.get(key, 0.0) + float(s.value)
     return out
 
@@ -100,6 +105,7 @@ def deltas(pairs: list[tuple[dict[str, float] | None, dict[str, float] | None]])
     for short, name in COUNTERS.items():
         key = f"{name}_total"
         out[short] = diff[key] if key in diff else None
+    out["spec_accepted_per_position"] = speculation.per_position(diff)
     return out
 
 

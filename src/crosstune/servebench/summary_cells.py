@@ -9,7 +9,7 @@ from pathlib import Path
 
 from crosstune.bounds import number, whole
 from crosstune.errors import InputError
-from crosstune.servebench import prompt_cache
+from crosstune.servebench import prompt_cache, speculation
 from crosstune.servebench import slo as slos
 
 REQUIRED = ("context_len", "completed", "output_throughput")  # + concurrency, or request_rate for a rate sweep
@@ -28,6 +28,9 @@ class Cell:
     total_token_throughput: float | None
     latency_ms: dict[str, float] = field(default_factory=dict)  # "p99_ttft_ms" -> value
     output_throughput_per_user: float | None = None  # tokens/s one user sees (servebench.pareto); None: not recorded
+    # speculative decoding (servebench.speculation): accepted / proposed draft tokens, 1 + accepted / drafts
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
 
     def latency(self, name: str) -> float | None:
         return self.latency_ms.get(name)
@@ -98,6 +101,8 @@ def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
         "load": "request rate (req/s)" if rates else "concurrent requests",
         # cold, a prefix reuse ratio, or a cold workload the cache served (servebench.prompt_cache)
         "prompt cache": prompt_cache.sweep_kind(raw) if "prompt_cache" in raw else None,
+        # a drafter or none (servebench.speculation): drafted and undrafted sweeps are different configurations
+        "speculative decoding": speculation.sweep_kind(raw),
     }
 
 
@@ -122,6 +127,14 @@ def _cell(path: Path, index: int, row: object) -> Cell:
         k: (None if row.get(k) is None else number(f"{where}.{k}", row[k], low=0))
         for k in ("duration_s", "request_throughput", "total_token_throughput", "output_throughput_per_user")
     }
+    spec = row.get("speculation") or {}
+    if not isinstance(spec, dict):
+        raise InputError(f"{where}.speculation: {spec!r} is not a mapping (servebench.speculation's figures)")
+    drafted = {
+        k: number(f"{where}.speculation.{k}", spec[k], low=0)
+        for k in ("acceptance_rate", "mean_accepted_length")
+        if spec.get(k) is not None
+    }
     return Cell(
         context_len=whole(f"{where}.context_len", row["context_len"], low=1, unit="prompt tokens"),
         concurrency=(
@@ -134,6 +147,7 @@ def _cell(path: Path, index: int, row: object) -> Cell:
         output_throughput=number(f"{where}.output_throughput", row["output_throughput"], low=0, unit="tokens/s"),
         latency_ms=latency,
         **optional,
+        **drafted,
     )
 
 

@@ -24,12 +24,13 @@ from pathlib import Path
 
 import httpx
 
-from crosstune.servebench import max_rate, prompt_cache, repeats, server_metrics
+from crosstune.servebench import max_rate, prompt_cache, repeats, server_metrics, speculation
 from crosstune.servebench.client import RequestRecord, chat_payload, completion_payload, send
 from crosstune.servebench.request_metrics import describe_load, failure_kind, saturation, summarize
 from crosstune.servebench.slo import cell_misses
 from crosstune.servebench.sweep_config import BenchError, SweepConfig, fresh_seed
 from crosstune.servebench.workload import PromptMaker, arrival_times
+from crosstune.untrusted_files import parse_json
 
 ENDPOINT_FAILURES = ("timeout", "refused", "dropped stream", "cut", "not sent")  # the server, not the request
 __all__ = ["BenchError", "SweepConfig", "run_sweep"]  # the config and its error live in sweep_config
@@ -68,8 +69,8 @@ def probe(cfg: SweepConfig, maker: PromptMaker) -> dict:
     if r.status_code != 200:
         return {}  # it answers; a server without /v1/models may still serve completions
     try:
-        cards = [c for c in r.json()["data"] if isinstance(c, dict)]
-    except (ValueError, KeyError, TypeError):
+        cards = [c for c in parse_json(r.content, f"{url} (its answer)")["data"] if isinstance(c, dict)]
+    except (ValueError, KeyError, TypeError):  # not JSON within the reader's bounds, or not a model list
         return {}
     served = [str(c.get("id")) for c in cards]
     card = next((c for c in cards if c.get("id") == cfg.model), None)
@@ -182,11 +183,16 @@ async def run_cell(
 
 
 def _server_down(endpoint: str) -> str | None:
+    """Why the server is gone (None: it answers). GET /health, or /v1/models on a server without that route (404):
+    only a connection that fails or a 5xx answer is a server gone, never a healthy server whose requests failed."""
+    base = endpoint.rstrip("/")
     try:
-        r = httpx.get(endpoint.rstrip("/") + "/health", timeout=5.0)
+        r = httpx.get(base + "/health", timeout=5.0)
+        if r.status_code == 404:
+            r = httpx.get(base + "/v1/models", timeout=5.0)
     except httpx.HTTPError as e:
         return f"{type(e).__name__}: {e}"
-    return None if r.status_code == 200 else f"/health answered {r.status_code}"
+    return None if r.status_code < 500 else f"{r.url.path} answered {r.status_code}"
 
 
 def new_summary(cfg: SweepConfig, model_card: dict | None = None, seed_given: bool = True) -> dict:
@@ -212,6 +218,7 @@ def new_summary(cfg: SweepConfig, model_card: dict | None = None, seed_given: bo
         "repeats": cfg.repeats,
         "server_max_model_len": (model_card or {}).get("max_model_len"),
         "server_kv_cache": cfg.server_kv_cache,
+        "server_drafter": cfg.server_drafter,
         "cells": [],
         "saturation": {},
         "max_rate": None,
@@ -327,6 +334,7 @@ async def _cell(
     cell["load_avg_1m"] = [load0, os.getloadavg()[0]]
     cell["server"] = server_metrics.deltas(server)
     cell["prefix_cache"] = prompt_cache.cell_cache(cell["server"], cfg.prefix_reuse)
+    cell["speculation"] = speculation.cell_speculation(cell["server"], cfg.server_drafter)
     if cfg.repeats > 1:
         cell["repeats"] = runs
         cell["intervals"] = repeats.intervals(runs)
@@ -362,6 +370,7 @@ def cell_line(cell: dict) -> str:
         f"{where_}: {cell['completed']} ok, {cell['failed']} failed, "
         f"{cell['output_throughput']:,.1f} output tok/s in {cell['duration_s']:.1f} s"
     )
+    line += f"; {spec}" if (spec := speculation.line(cell)) else ""
     return line + (f" — {failure_text(cell)}" if cell["failed"] else "")
 
 

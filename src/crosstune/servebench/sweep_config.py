@@ -50,6 +50,7 @@ class SweepConfig:
     label: str | None = None
     target: str | None = None
     server_kv_cache: dict | None = None  # the KV cache the server logged allocating (`serve start` records it)
+    server_drafter: dict | None = None  # {"model", "tokens"}: the server's MTP drafter (`serve start --draft`)
 
     def check(self) -> None:
         """BenchError naming the option of the first value that can't describe a sweep."""

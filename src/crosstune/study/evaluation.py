@@ -12,6 +12,7 @@ from crosstune.fsutil import atomic_write_text
 from crosstune.study.bundle import Output, StudyError
 from crosstune.study.context import BASE, COST, EVAL, EXPORT, FINETUNE, StageResult, StudyContext
 from crosstune.study.serving import Server
+from crosstune.untrusted_files import read_text
 
 LOCAL_CONCURRENCY, ENDPOINT_CONCURRENCY = 1, 8
 
@@ -103,7 +104,7 @@ def _evaluate(s: StudyContext, name: str, server: Server, *, local, revision: st
 
 
 def cost_inputs(s: StudyContext) -> dict[str, Any]:
-    prices = s.prices.read_text() if s.prices else None
+    prices = read_text(s.prices) if s.prices else None  # the bounded reader: a FIFO, a folder, invalid UTF-8 named
     return {"cost": s.section("cost", "hardware"), "prices": prices}
 
 

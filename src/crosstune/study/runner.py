@@ -19,6 +19,7 @@ import yaml
 from rich.console import Console
 
 from crosstune.confinement import remove
+from crosstune.cost.prices import load_prices
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.ownership import check_out, unlisted
@@ -179,6 +180,8 @@ def run_study(
     with_ = tuple(name for name in OPTIONAL_STAGES if name in with_)  # pipeline order, once each
     if prices is not None and not Path(prices).is_file():
         raise StudyError(f"--prices {prices}: no such file (a YAML of price overrides, as `crosstune cost` reads)")
+    if prices is not None:
+        load_prices(prices)  # read and checked before any stage: the cost stage comes last
     recipe = load_study_recipe(recipe_file, bundle, overrides, with_)
     backend = backend or recipe.backend.default
     options = {"with_": with_, "recipe_file": Path(recipe_file), "pretrain_steps": pretrain_steps,

@@ -63,7 +63,7 @@ def sweep(
     cfg = SweepConfig(
         endpoint=state.base_url, model=state.lora_name or state.model, tokenizer=tokenizer, contexts=list(contexts),
         concurrency=list(concurrency), output_len=output_len, num_requests=num_requests, warmup=2, label=label,
-        target=target, preset=preset, server_kv_cache=state.kv_cache,
+        target=target, preset=preset, server_kv_cache=state.kv_cache, server_drafter=state.drafter,
     )  # fmt: skip
     result = run_bench(cfg, out_dir, overwrite=True, progress=lambda line: console.print("   " + line, markup=False))
     render_summary(result.summary, console)

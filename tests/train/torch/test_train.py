@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from crosstune.recipe import load_recipe
 from crosstune.run.metrics import METRIC_DEFINITIONS, read_metrics
 from crosstune.run.records import Mesh, read_run_record
 from tests.helpers.export import assert_logits_close
+from tests.helpers.multimodal import tiny_multimodal_gemma4
 from tests.helpers.paths import HELPERS
 from tests.helpers.ports import free_port
 
@@ -181,30 +181,6 @@ def test_fresh_run_refuses_a_run_dir_with_checkpoints(reference_runs, workspace)
 
 
 # --- the loss TRL computes is the one metrics.py defines ------------------------------------------------------------
-def tiny_multimodal_gemma4(text_dir: Path, out: Path) -> Path:
-    """The tiny Gemma 4 inside a Gemma4ForConditionalGeneration with a 1-layer vision tower (the official
-    checkpoints' layout: model.language_model.*, model.vision_tower.*), same text weights and tokenizer."""
-    from transformers import AutoModelForCausalLM, Gemma4Config, Gemma4ForConditionalGeneration
-
-    text = json.loads((text_dir / "config.json").read_text())
-    for key in ("architectures", "transformers_version", "dtype"):
-        text.pop(key, None)
-    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
-    vision |= {"num_key_value_heads": 2, "head_dim": 16}
-    media = {k: 5000 + i for i, k in enumerate(("image_token_id", "boi_token_id", "eoi_token_id", "video_token_id"))}
-    config = Gemma4Config(text_config=text, vision_config=vision, audio_config=None, **media)  # ids outside vocab
-    torch.manual_seed(0)
-    model = Gemma4ForConditionalGeneration(config).float()
-    text_model = AutoModelForCausalLM.from_pretrained(text_dir, dtype=torch.float32)
-    state = {k.replace("model.", "model.language_model.", 1): v for k, v in text_model.state_dict().items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and all("vision" in k for k in missing)
-    model.save_pretrained(out)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
-        shutil.copy(text_dir / name, out / name)
-    return out
-
-
 def hand_step(model_dir: Path, adapter_dir: Path, rows: list[dict]) -> tuple[float, float, float, int]:
     """Step 1 by hand: every document of the step's rows on its own (no packing, no TRL), cross-entropy summed over
     the labelled tokens (a document's first token has no prediction) -> token-weighted mean, per-micro-batch mean,
@@ -332,64 +308,6 @@ def test_merged_model_equals_base_plus_adapter(reference_runs, tmp_path, family)
         merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()(input_ids=ids).logits
     assert (with_adapter - base_logits).abs().max() > 1e-3  # the adapter changes the model
     assert_logits_close(merged.numpy(), with_adapter.numpy(), rel=RELTOL)
-
-
-# --- configuration ------------------------------------------------------------------------------------------------
-def test_sft_config_is_the_recipe_not_trl_defaults(workspace, tmp_path):
-    """TRL 1.16 defaults that differ from a recipe (gradient checkpointing on, bf16 on, lr 2e-5, logging every 10
-    steps, linear schedule, ...) never leak through."""
-    from trl import SFTConfig
-
-    from crosstune.train.torch.config import sft_config
-
-    _, files = workspace
-    recipe = load_recipe(files["gemma4"], ["train.warmup_steps=3", "train.schedule=cosine", "train.log_every=2"])
-    args = sft_config(recipe, tmp_path, steps=12)
-    t = recipe.train
-    trl = {name: f.default for name, f in SFTConfig.__dataclass_fields__.items()}
-    assert trl["gradient_checkpointing"] and trl["learning_rate"] == 2e-5 and trl["logging_steps"] == 10
-    assert (args.gradient_checkpointing, args.bf16, args.fp16) == (False, False, False)
-    assert (args.learning_rate, args.lr_scheduler_type.value, args.warmup_steps) == (3e-3, "cosine", 3)
-    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (t.adam_beta1, t.adam_beta2, t.adam_eps)
-    assert (args.weight_decay, args.max_grad_norm, args.seed) == (t.weight_decay, t.max_grad_norm, 42)
-    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (1, 2)
-    assert (args.max_steps, args.logging_steps, args.save_steps, args.save_total_limit) == (12, 2, 2, 5)
-    assert (args.packing, args.padding_free, args.max_length, args.completion_only_loss) == (False, True, None, True)
-    assert args.train_sampling_strategy == "sequential" and not args.shuffle_dataset
-    assert args.average_tokens_across_devices and args.report_to == [] and args.use_cpu
-    assert not args.fsdp  # one process
-
-
-def test_accelerate_config_and_launch_commands(workspace, tmp_path):
-    from accelerate.commands.config.config_args import ClusterConfig
-
-    from crosstune.train.torch.launch import accelerate_config, worker_command
-
-    _, files = workspace
-    recipe = load_recipe(
-        files["gemma4"], ["backend.torch.devices=8", "backend.torch.nodes=2", "backend.torch.fsdp=true"]
-    )
-    config = accelerate_config(recipe, node_rank=1, main_address="10.0.0.1:6000")
-    path = tmp_path / "accelerate.yaml"
-    import yaml
-
-    path.write_text(yaml.safe_dump(config))
-    parsed = ClusterConfig.from_yaml_file(path)  # accelerate's own reader accepts every key
-    assert parsed.distributed_type.value == "FSDP" and parsed.num_processes == 16 and parsed.num_machines == 2
-    assert (parsed.machine_rank, parsed.main_process_ip, parsed.main_process_port) == (1, "10.0.0.1", 6000)
-    assert parsed.fsdp_config["fsdp_version"] == 2
-    assert parsed.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] == "Gemma4TextDecoderLayer"
-    assert parsed.fsdp_config["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
-
-    context_file = tmp_path / "run" / "launch" / "context.json"  # the session's RunContext, for the workers
-    context_file.parent.mkdir(parents=True)
-    gpu = worker_command(recipe, context_file, node_rank=1, main_address="10.0.0.1", on_gpu=True)
-    assert gpu[1:4] == ["-m", "accelerate.commands.launch", "--config_file"] and gpu[-1] == str(context_file)
-    assert (tmp_path / "run" / "launch" / "accelerate.yaml").is_file()
-    cpu = worker_command(recipe, context_file, node_rank=0, main_address="h0", on_gpu=False)
-    assert "torch.distributed.run" in cpu and "--nproc-per-node=8" in cpu and "--master-addr=h0" in cpu
-    with pytest.raises(ValueError, match="--main-address"):
-        accelerate_config(recipe)  # two nodes need the address of node 0
 
 
 @pytest.mark.slow

@@ -104,4 +104,6 @@ GEMMA3 = Family(
     attention_from_hf=attention_from_hf,
     build_hf_config=build_hf_config,
     tunix=TUNIX,
+    multimodal_config="Gemma3Config",
+    multimodal_model="Gemma3ForConditionalGeneration",
 )

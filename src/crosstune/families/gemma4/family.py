@@ -1,13 +1,15 @@
-"""Gemma 4 text decoders: sliding and global layers differ in head_dim, KV heads and k_eq_v (31B, 26B-A4B); the
+"""Gemma 4 text decoders: sliding and global layers differ in head_dim, KV heads and k_eq_v (31B, 26B-A4B, 12B); the
 E models (E2B, E4B) add per-layer input embeddings and KV-shared layers; 26B-A4B a mixture of experts beside the
-dense MLP. Dimensions from the published configs (MaxText's gemma4-*.yml, the hub's config.json), checked against
-Tunix 0.1.7's `ModelConfig.gemma4_*` classmethods and transformers' Gemma4TextConfig by tests/families."""
+dense MLP; the 12B is transformers' "unified" architecture (gemma4_unified: an encoder-free multimodal model whose
+decoder is the dense Gemma 4 one under other class names, `UNIFIED`). Dimensions from the published configs
+(MaxText's gemma4-*.yml, the hub's config.json), checked against Tunix 0.1.7's `ModelConfig.gemma4_*` classmethods
+and transformers' Gemma4TextConfig / Gemma4UnifiedTextConfig by tests/families."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from crosstune.families.base import HF_LAYER_TYPE_INV, ChatFormat, Family, gemma_layer_pattern
+from crosstune.families.base import HF_LAYER_TYPE_INV, ChatFormat, Family, HfArch, gemma_layer_pattern
 from crosstune.families.gemma4.tunix import TUNIX
 from crosstune.families.spec import AttentionKind, ModelSpec, MoE
 
@@ -35,6 +37,7 @@ def make_spec(
     kv_shared: int = 0,
     double_wide: bool = False,
     moe: MoE | None = None,
+    unified: bool = False,
 ) -> ModelSpec:
     """A Gemma 4 spec: `every`-th layer global (6: 5 sliding : 1 global; E2B's 5: 4 : 1), the last `kv_shared`
     layers reusing earlier layers' K/V, `per_layer_input` the per-layer embedding width, `moe` the experts."""
@@ -55,8 +58,18 @@ def make_spec(
         kv_shared_layers=kv_shared,
         double_wide_shared_mlp=double_wide,
         moe=moe,
+        unified=unified,
     )
 
+
+# transformers' gemma4_unified (the 12B): its text decoder has Gemma 4's dense layers (no per-layer inputs, no MoE)
+UNIFIED = HfArch(
+    model_type="gemma4_unified_text",
+    causal_lm_class="Gemma4UnifiedForCausalLM",
+    decoder_layer_class="Gemma4UnifiedTextDecoderLayer",
+    multimodal_config="Gemma4UnifiedConfig",
+    multimodal_model="Gemma4UnifiedForConditionalGeneration",
+)
 
 SIZES = {
     # E2B: 4 sliding : 1 global, one KV head everywhere, the last 20 layers KV-shared with a 2x wide MLP
@@ -67,6 +80,9 @@ SIZES = {
     # 26B-A4B: a dense MLP of 2,112 beside 128 experts of 704, 8 per token (~4 B active parameters)
     "26b-a4b": make_spec("gemma-4-26b-a4b", 30, 2816, 2112, 16, 8, 256, 2, 512, 1024, 262144,
                          moe=MoE(num_experts=128, top_k=8, expert_dim=704)),
+    # 12B ("unified"): 16 heads, 8 KV heads on sliding layers, 1 on the k_eq_v global ones (tunix 0.1.7 has no 12B:
+    # its config is the 31B classmethod's structure at these dimensions, tests/families/test_gemma4_unified.py)
+    "12b": make_spec("gemma-4-12b", 48, 3840, 15360, 16, 8, 256, 1, 512, 1024, 262144, unified=True),
     "31b": make_spec("gemma-4-31b", 60, 5376, 21504, 32, 16, 256, 4, 512, 1024, 262144),
     # Tiny test model with every 31B peculiarity: 5:1 pattern, global head_dim 2x sliding, fewer KV heads on
     # global layers (2 -> 1), k_eq_v globals, softcap. KV heads never equal head_dim (a tunix loader hazard);
@@ -85,6 +101,8 @@ SIZES = {
     # The 26B-A4B's architecture at tiny size: 8 experts of width 32, 2 per token, beside a dense MLP of 128.
     "tiny-moe": make_spec("gemma-4-tiny-moe", 6, 64, 128, 4, 2, 32, 1, 64, 32, 1024,
                           moe=MoE(num_experts=8, top_k=2, expert_dim=32)),
+    # The 12B's architecture (gemma4_unified) at tiny size: tiny's layout, as the 12B has the 31B's
+    "tiny-unified": make_spec("gemma-4-tiny-unified", 6, 64, 128, 4, 2, 32, 1, 64, 32, 1024, unified=True),
 }  # fmt: skip
 
 
@@ -124,6 +142,22 @@ def build_hf_config(spec: ModelSpec) -> dict[str, Any]:
     s, g = spec.attention["sliding"], spec.attention["global"]
     if not g.k_eq_v and g.num_kv_heads != s.num_kv_heads:
         raise ValueError("HF Gemma 4 has distinct global KV heads only on k_eq_v layers")
+    if spec.unified:
+        if spec.per_layer_input_dim or spec.moe is not None or spec.double_wide_shared_mlp:
+            raise ValueError(f"{spec.name}: transformers' gemma4_unified has no per-layer inputs, MoE or wide MLP")
+        dense = build_dense_hf_config(spec)
+        absent = ("hidden_size_per_layer_input", "vocab_size_per_layer_input", "enable_moe_block")  # no such fields
+        return {
+            **{k: v for k, v in dense.items() if k not in absent},
+            "model_type": UNIFIED.model_type,
+            "architectures": [UNIFIED.causal_lm_class],
+        }
+    return build_dense_hf_config(spec)
+
+
+def build_dense_hf_config(spec: ModelSpec) -> dict[str, Any]:
+    """The config of Gemma4TextConfig (`build_hf_config` checks the spec)."""
+    s, g = spec.attention["sliding"], spec.attention["global"]
     return {
         "model_type": "gemma4_text",
         "architectures": ["Gemma4ForCausalLM"],
@@ -191,4 +225,7 @@ GEMMA4 = Family(
     build_hf_config=build_hf_config,
     tunix=TUNIX,
     layout_from_hf=layout_from_hf,
+    multimodal_config="Gemma4Config",
+    multimodal_model="Gemma4ForConditionalGeneration",
+    unified_arch=UNIFIED,
 )

@@ -74,7 +74,7 @@ def train_in_process(ctx: RunContext) -> int:
     install_initial_lora(trainer.model, recipe, ctx.spec)  # a resumed run's checkpoint replaces it in train()
     kernels = recipe.train.kernels  # the decoder layers' fast paths (layers.py)
     if kernels.compile:
-        compile_decoder_layers(trainer.model, get_family(recipe.model.family).decoder_layer_class)
+        compile_decoder_layers(trainer.model, get_family(recipe.model.family).hf_arch(ctx.spec).decoder_layer_class)
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     if trainable != layout.params:  # run.json's lora.layout.params counts from the spec: it must be what trains
         raise RuntimeError(f"PEFT trains {trainable} parameters, the {recipe.model.family} spec counts {layout.params}")
