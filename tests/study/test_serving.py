@@ -17,9 +17,8 @@ from tests.helpers.fake_openai import FakeOpenAI
 
 def grid(server: FakeOpenAI, tokenizer, out, model: str = "ok", contexts=(16,)) -> dict:
     kv = {"device": "CPU", "tokens": 316551, "max_concurrency": 309.13, "max_model_len": 1024, "blocks": None}
-    state = SimpleNamespace(
-        base_url=server.url, model=model, lora_name=None, kv_cache=kv, drafter=None
-    )  # as start_server gives
+    # as start_server gives
+    state = SimpleNamespace(base_url=server.url, model=model, lora_name=None, kv_cache=kv, drafter=None)
     console = Console(record=True, width=300)
     return sweep(state, tokenizer, out, console, contexts=list(contexts), concurrency=[1], output_len=8,
                  num_requests=2, label="study", target="cpu")  # fmt: skip

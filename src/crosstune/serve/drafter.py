@@ -105,7 +105,7 @@ def drafter_note(hw: HardwareTarget, drafter: Drafter) -> str:
         "tpu": TPU_SOURCE + "; not run here",
     }[hw.chip.platform]
     return (
-        f"drafter {drafter.model} ({drafter.why}), {drafter.tokens} token(s) per step: {where}. Acceptance was "
-        "trained on the base model's outputs; a fine-tune's moved distribution lowers it (measure with `crosstune "
-        "bench serve`, which records the engine's acceptance counters)"
+        f"drafter {drafter.model} ({drafter.why}), {drafter.tokens} token(s) per step: {where}. It was trained on "
+        "the base model's outputs; serving a fine-tune, measure its acceptance (`crosstune bench serve` records the "
+        "engine's counters per cell)"
     )
