@@ -44,8 +44,9 @@ demo: setup
 test: setup chromium
 	@$(VENV)/bin/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
+# A test marked serve as well (the drafter's vLLM measurement) runs in test-serve, not twice in CI.
 test-slow: setup
-	@$(VENV)/bin/python -m pytest -q -m slow $(PYTEST_ARGS)
+	@$(VENV)/bin/python -m pytest -q -m "slow and not serve" $(PYTEST_ARGS)
 
 # --- the real-dimension rehearsal (issue 21): Gemma 4 31B's true dimensions with 2 layers in the hub's layout,
 # prepare -> train torch -> train jax -> export both -> parity (~15 min, ~15 GB of RAM, ~10 GB of disk). The jax leg's

@@ -80,8 +80,6 @@ def plan(
 def _drafter(recipe, draft: str, tokens: int | None):
     from crosstune.serve.drafter import resolve
 
-    if tokens is not None and tokens < 1:
-        raise ServeError(f"--draft-tokens {tokens}: draft at least 1 token per step")
     m = recipe.model
     try:
         return resolve(draft, family=m.family, size=m.size, model_path=m.path, tokens=tokens)
@@ -115,7 +113,9 @@ def start(
     draft: Path = typer.Option(
         None, "--draft", help="a Gemma 4 MTP drafter folder (crosstune model tiny --assistant): speculative decoding"
     ),
-    draft_tokens: int = typer.Option(2, "--draft-tokens", help="tokens drafted per step (num_speculative_tokens)"),
+    draft_tokens: int = typer.Option(
+        None, "--draft-tokens", help="tokens drafted per step (num_speculative_tokens; default 1, vLLM's advice)"
+    ),
 ) -> None:
     """Start vLLM (CPU build, .venv-serve) in its own process group on a free port; returns when a 1-token
     completion answered by that process succeeded. A failed start shows the log's root cause and its path."""
@@ -165,18 +165,16 @@ def start(
     console.print(f"[green]ready[/green] {state.base_url} (pid {state.pid}, models {models}); log {state.log}")
 
 
-def _start_drafter(model_dir: Path, draft: Path, tokens: int):
+def _start_drafter(model_dir: Path, draft: Path, tokens: int | None):
     from crosstune.models.assistant import check_pair
-    from crosstune.serve.drafter import Drafter
+    from crosstune.serve.drafter import DRAFT_TOKENS, Drafter
 
     if not (draft / "config.json").is_file():
         raise ServeError(f"--draft {draft}: no config.json (a drafter folder: crosstune model tiny --assistant BASE)")
-    if tokens < 1:
-        raise ServeError(f"--draft-tokens {tokens}: draft at least 1 token per step")
     problems = check_pair(model_dir, draft)
     if problems:
         raise ServeError(f"--draft {draft} can't draft for {model_dir}: " + "; ".join(problems))
-    return Drafter(str(draft.resolve()), tokens, "given by --draft")
+    return Drafter(str(draft.resolve()), tokens or DRAFT_TOKENS, "given by --draft")
 
 
 @serve_app.command("stop")
