@@ -74,8 +74,8 @@ clean-venv:
 
 # --- the fuzzer (issue 39): every command with hostile inputs, each in a process under a memory and time limit, over
 # a tree with canaries outside it (tests/fuzz; docs/FAILURE_MODES.md, "The fuzzer"). fuzz-ci: seed 0, 8 cases per
-# command (~3 min on 2 cores); fuzz: FUZZ_SEED and FUZZ_CASES, longer. A failing case prints its reproduction and is
-# kept under FUZZ_KEEP (default /tmp/crosstune-fuzz/seed-SEED).
+# command (~70 s on 2 cores, docs/BENCHMARKS.md); fuzz: FUZZ_SEED (default: the time) and FUZZ_CASES, longer. A
+# failing case prints its reproduction and is kept under FUZZ_KEEP (default /tmp/crosstune-fuzz/seed-SEED).
 .PHONY: fuzz fuzz-ci
 FUZZ_SEED ?= $(shell date +%s)
 FUZZ_CASES ?= 40
