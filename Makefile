@@ -75,17 +75,26 @@ clean-venv:
 
 # --- the fuzzer (issue 39): every command with hostile inputs, each in a process under a memory and time limit, over
 # a tree with canaries outside it (tests/fuzz; docs/FAILURE_MODES.md, "The fuzzer"). fuzz-ci: seed 0, 8 cases per
-# command (~3 min on 2 cores); fuzz: FUZZ_SEED and FUZZ_CASES, longer. A failing case prints its reproduction and is
-# kept under FUZZ_KEEP (default /tmp/crosstune-fuzz/seed-SEED).
+# command (~70 s on 2 cores, docs/BENCHMARKS.md); fuzz: FUZZ_SEED (default: the time) and FUZZ_CASES, longer. A
+# failing case prints its reproduction and is kept under FUZZ_KEEP (default /tmp/crosstune-fuzz/seed-SEED).
 .PHONY: fuzz fuzz-ci
 FUZZ_SEED ?= $(shell date +%s)
 FUZZ_CASES ?= 40
+FUZZ_KEEP ?= /tmp/crosstune-fuzz/seed-$(FUZZ_SEED)
+export FUZZ_SEED FUZZ_CASES
+FUZZ_RUN = rm -f $(FUZZ_KEEP)/outcomes.txt && FUZZ_KEEP=$(FUZZ_KEEP) $(VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	-m fuzz -n $(TEST_WORKERS) --dist load tests/fuzz $(PYTEST_ARGS)
 fuzz-ci: setup
-	@FUZZ_SEED=0 FUZZ_CASES=8 $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m fuzz -n $(TEST_WORKERS) --dist load tests/fuzz $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_SEED=0 FUZZ_CASES=8
 
 fuzz: setup
 	@echo "fuzz: FUZZ_SEED=$(FUZZ_SEED) FUZZ_CASES=$(FUZZ_CASES) per command"
-	@FUZZ_SEED=$(FUZZ_SEED) FUZZ_CASES=$(FUZZ_CASES) $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m fuzz -n $(TEST_WORKERS) --dist load tests/fuzz $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_SEED=$(FUZZ_SEED) FUZZ_CASES=$(FUZZ_CASES)
+
+# one line per case (exit, wall and CPU seconds, the last line of stderr) in $(FUZZ_KEEP)/outcomes.txt
+.PHONY: fuzz-run
+fuzz-run:
+	@$(FUZZ_RUN)
 
 # --- report (crosstune cost / report, issue 14): the report test renders report.html in Debian's chromium ---------
 .PHONY: test-report

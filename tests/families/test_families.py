@@ -163,3 +163,19 @@ def test_model_dir_spec_reads_config_json_once_for_everyone(tmp_path):
     (folder / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(InputError, match=r"config.json: config.json model_type 'llama' is not a supported family"):
         model_dir_spec(folder)
+
+
+@pytest.mark.parametrize("change", [{"layer_types": ["0x10"]}, {"layer_types": 5}, {"hidden_size": "drop"}])
+def test_a_config_json_field_missing_or_of_the_wrong_kind_is_one_line_naming_the_file(tmp_path, change):
+    # a layer type '0x10' was a KeyError traceback from spec_from_hf_config (found by the fuzzer)
+    import json
+
+    from crosstune.errors import InputError
+    from crosstune.families import model_dir_spec
+
+    fam = get_family("gemma4")
+    config = {**fam.hf_config(fam.spec("tiny")), **change}
+    config = {k: v for k, v in config.items() if v != "drop"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: not a gemma4 config crosstune reads \(.+\): restore it"):
+        model_dir_spec(tmp_path)

@@ -57,6 +57,9 @@ SET_KEYS = [
 SET_VALUES = ["[[[[", "{a: 1}", "&a [*a]", "!!python/object/apply:os.system [id]", "[" * 10_000, "{}", "[]", "~"]
 
 
+OUTPUTS = ("user", "link_out_dir", "file", "fifo", "under_a_file")  # what an output path may find in its way
+
+
 @dataclass
 class Case:
     argv: list[str]
@@ -157,13 +160,18 @@ class Ctx:
             found += [(Path(dirpath) / n).relative_to(self.tree).as_posix() for n in names]
         return sorted(f for f in found if self.in_tree(f)) or [rel]
 
-    def out_path(self, rel: str, allowed: tuple[str, ...] = ("user", "link_out_dir", "file", "fifo")) -> list[Path]:
-        """Make what is at an output path hostile: a user's folder, a link to the canaries, a file, a FIFO; the
-        user's files to keep."""
+    def out_path(self, rel: str, allowed: tuple[str, ...] = OUTPUTS) -> list[Path]:
+        """Make what is at an output path hostile: a user's folder, a link to the canaries, a file, a FIFO, under a
+        file; the user's files to keep."""
         how = self.rng.choice(allowed)
         path = self.tree / rel
         path.parent.mkdir(parents=True, exist_ok=True)
+        if how == "under_a_file" and (path.parent == self.tree or any(path.parent.iterdir())):
+            how = "file"  # its folder holds the case's other inputs
         self.note(f"{rel} (the output) is {how}")
+        if how == "under_a_file":  # the folder it goes in is a user's file
+            path.parent.rmdir()
+            return [self.user_file(str(Path(rel).parent))]
         if how == "user":
             return [self.user_file(f"{rel}/{self.rng.choice(['notes.txt', 'summary.json', 'config.json'])}")]
         if how == "file":

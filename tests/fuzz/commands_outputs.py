@@ -119,7 +119,7 @@ def eval_(ctx: Ctx) -> Case:
         lambda: ctx.content("samples.jsonl", "jsonl") if source == "samples" else None,
         lambda: ctx.option(f := ctx.rng.choice(flag_list), EVAL_OPTIONS[f]),
         lambda: ctx.option(f := ctx.rng.choice(flag_list), EVAL_OPTIONS[f]),
-        lambda: protected.extend(ctx.out_path("out/eval", ("user", "link_out_dir", "file"))),
+        lambda: protected.extend(ctx.out_path("out/eval", ("user", "link_out_dir", "file", "under_a_file"))),
     ]
     extra = ctx.mutate(mutations, at_least=0 if reply else 1)
     # 3: the report is written but some samples could not be generated (the endpoint failed them)

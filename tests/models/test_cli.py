@@ -86,3 +86,17 @@ def test_kill_9_during_a_forced_build_leaves_the_earlier_build(tmp_path, synth_c
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".m.tmp-")] != []  # the dead build's temp folder
     assert _cli("--out", str(out), "--corpus", str(synth_corpus_dir), "--force").exit_code == 0  # cleans it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_a_corpus_file_linked_out_of_the_corpus_is_refused_and_never_learned(tmp_path):
+    # `--corpus C` read C/train.jsonl through a link to a file outside: the tokenizer learned it (found by the fuzzer)
+    import pytest
+
+    from crosstune.confinement import ConfinementError
+    from crosstune.models import corpus_texts
+
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "key.jsonl").write_text('{"prompt": "sk-live-0123", "completion": "x"}\n')
+    (tmp_path / "corpus" / "train.jsonl").symlink_to(tmp_path / "key.jsonl")
+    with pytest.raises(ConfinementError, match=r"corpus/train.jsonl leads out of the corpus "):
+        corpus_texts(tmp_path / "corpus")

@@ -68,7 +68,12 @@ def model_dir_spec(model_dir: Path, family: str | None = None) -> ModelSpec:
         raise InputError(f"{cfg_path}: {e.args[0]}") from None
     if family is not None and found.name != family:
         raise FamilyMismatch(f"{cfg_path}: a {found.name} model, not {family}", found)
-    return found.spec_from_hf_config(cfg, name=Path(model_dir).name)
+    try:
+        return found.spec_from_hf_config(cfg, name=Path(model_dir).name)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a field missing or of the wrong type
+        what = f"{e.args[0]!r} missing or unknown" if isinstance(e, KeyError) else str(e)
+        raise InputError(f"{cfg_path}: not a {found.name} config crosstune reads ({what}): restore it from the "
+                         "model's source") from None  # fmt: skip
 
 
 def chat_template(family_name: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from crosstune.confinement import inside
 from crosstune.errors import InputError
 from crosstune.families import chat_template, get_family
 from crosstune.untrusted_files import UnreadableFile, jsonl_rows, read_json
@@ -41,6 +42,7 @@ def corpus_texts(corpus_dir: Path) -> list[str]:
     path = Path(corpus_dir) / "train.jsonl"
     if not path.is_file():
         raise InputError(f"{path} not found: a corpus directory holds train.jsonl (see `crosstune synth`)")
+    inside(corpus_dir, path.absolute(), label="the corpus")  # a link out: its target would be learned and shipped
     texts = []
     for line_no, row in jsonl_rows(path):
         if isinstance(row, UnreadableFile):
