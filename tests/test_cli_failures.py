@@ -196,3 +196,17 @@ def test_a_corpus_error_during_a_model_build_is_not_blamed_on_shards(tmp_path, m
     said = one_line(["model", "tiny", "--family", "gemma4", "--out", tmp_path / "m"])
     assert said.startswith("error: the corpus only supports ") and "--shards" not in said
     assert not (tmp_path / "m").exists()
+
+
+def test_a_bug_under_an_argument_of_undecodable_bytes_still_writes_its_crash_file(tmp_path, crashes):
+    """An argument of bytes that aren't UTF-8 reaches sys.argv as lone surrogates: writing the crash file's command
+    line raised UnicodeEncodeError inside the handler, a bare traceback (found by the fuzzer)."""
+    code = (
+        "import sys; sys.argv = ['crosstune', 'recipe', 'show', 'r.yaml', '--set', 'name=\\udcff']; "
+        "from crosstune import cli\n"
+        "try:\n    {}['missing']\nexcept KeyError as e:\n    print(cli.write_crash(e))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    crash = crashes / done.stdout.strip().rsplit("/", 1)[-1]
+    assert "command: crosstune recipe show r.yaml --set name=\\udcff" in crash.read_text(encoding="utf-8")

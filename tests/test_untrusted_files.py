@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from crosstune.cli import _register, app
 from crosstune.untrusted_files import MAX_DEPTH, MAX_DIGITS, MAX_NODES, parse_json, parse_yaml
 from tests.helpers.data import TINY, write_jsonl, write_recipe
-from tests.helpers.paths import FIXTURES
+from tests.helpers.paths import FIXTURES, RECIPES
 
 _register()
 runner = CliRunner()
@@ -169,3 +169,15 @@ def test_a_named_pipe_is_refused_without_blocking(tmp_path):
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [
         f"error: {fifo}: can't read a bench summary: {fifo}: not a regular file"
     ]
+
+
+def test_a_nul_in_a_recipe_or_a_set_value_is_one_line_naming_its_line(tmp_path):
+    """PyYAML's reader refuses a NUL (or another non-printable character) when the loader is built, before any
+    parse: that ReaderError was outside the reader's YAMLError handling, a crash line (found by the fuzzer)."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(b"name: ok\nlora: {rank: 8}\nmodel: a\x00b\n")
+    assert one_line(["recipe", "show", recipe]) == (
+        f"error: {recipe}:3: error at <root>: not valid YAML: special characters are not allowed (U+0000)"
+    )
+    line = one_line(["recipe", "show", RECIPES / "tiny-cpu.yaml", "--set", "name=a\x07b"])
+    assert "--set 'name=a\\x07b': not valid YAML: special characters are not allowed (U+0007)" in line

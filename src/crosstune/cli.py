@@ -101,7 +101,8 @@ def write_crash(e: Exception):
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     head = f"crosstune {__version__}, Python {sys.version.split()[0]}\ncommand: {' '.join(sys.argv)}\n\n"
-    path.write_text(head + "".join(traceback.format_exception(e)), encoding="utf-8")
+    # an argument of undecodable bytes is a lone surrogate in sys.argv: written escaped, never a second crash
+    path.write_text(head + "".join(traceback.format_exception(e)), encoding="utf-8", errors="backslashreplace")
     return path
 
 

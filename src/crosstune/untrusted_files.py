@@ -308,7 +308,12 @@ def parse_yaml_node(
 ) -> tuple[Any, yaml.Node | None]:
     """(the value, its checked node tree for locating YAML paths) of YAML text from `where`."""
     text = _text(data, where, 1)
-    loader = loader_class(text)
+    try:
+        loader = loader_class(text)  # PyYAML's reader checks the characters here: a NUL raises before any parse
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        reason = f"not valid YAML: {e.reason} (U+{e.character:04X})"
+        raise UnreadableFile(where, line, reason, "bad_yaml") from None
     try:
         root = loader.get_single_node()
         if root is None:
