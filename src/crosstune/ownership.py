@@ -1,9 +1,9 @@
 """The output policy of every command: one manifest shape and one rule.
 
-The rule: a command replaces only files it wrote, which it proves by its manifest; anything else in its way is
-refused before any work, naming the file. A folder swapped into place whole (`owned_output`: data prepare, export,
-bench serve, report, model tiny/build) is in the way entirely; a command that writes its files in place beside
-others' (`owned_files`: the evaluator, whose completion cache grows across reruns) only at the names it writes.
+The rule: a command replaces only files it wrote, which it proves by its manifest (each file listed with its sha256
+and size, unchanged); anything else in its way is refused before any work, naming the file. A folder swapped into
+place whole (`owned_output`: data prepare, export, bench serve, report, model tiny/build) is in the way entirely; a
+command writing beside others' files (`owned_files`: the evaluator and its growing cache) only at its own names.
 
 The shape, one JSON file at the folder's top whose name each command keeps (export_manifest.json, ...):
 
@@ -37,8 +37,6 @@ from crosstune.errors import CrosstuneError
 from crosstune.fsutil import TEMP_WRITER, atomic_write_text, file_sha256, overlap_refusal, staged_dir
 from crosstune.untrusted_files import read_json
 
-# The one rule: a command replaces only files it wrote, which it proves by its manifest (each file listed with its
-# sha256 and size, unchanged); anything else in its way is refused before any work, naming the file.
 MANIFEST_FORMAT = 1
 _SHAPE = ("format", "made_by", "created", "files", "writing")  # the shape's keys; a command adds its own beside them
 _SHOWN = 5  # files named per reason in a refusal
@@ -136,10 +134,8 @@ def restamp(folder: Path, kind: OutputKind, names: Iterable[str]) -> None:
 
 
 def changed(folder: Path, kind: OutputKind, rel: str) -> str | None:
-    """Why the file `rel` in `folder` is not what `kind`'s manifest lists for it (None: it is, or the manifest does
-    not list it or knows it by name only): before a command trusts a file it wrote earlier (`data stats`)."""
-    manifest, _ = read_manifest(Path(folder), kind)
-    entry = (manifest or {}).get("files", {}).get(rel)
+    """Why `rel` in `folder` differs from `kind`'s manifest (None: it doesn't, or is unlisted or listed by name)."""
+    entry = (read_manifest(Path(folder), kind)[0] or {}).get("files", {}).get(rel)
     return None if entry is None else _changed(Path(folder) / rel, entry, kind)
 
 
