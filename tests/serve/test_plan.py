@@ -9,7 +9,7 @@ import pytest
 from crosstune.families import get_family
 from crosstune.recipe import load_recipe
 from crosstune.serve.capacity import kv_bytes_per_token, vllm_tp_layout, vllm_tps
-from crosstune.serve.engine import ServeError, cpu_head_dim_problems, max_lora_rank
+from crosstune.serve.engine import TEXT_ONLY_FLAG, ServeError, cpu_head_dim_problems, max_lora_rank
 from crosstune.serve.layouts import why_not
 from crosstune.serve.plan import serve_plan
 from tests.helpers.paths import RECIPES
@@ -71,6 +71,8 @@ def test_shipped_targets_layouts_and_capacities(name, target, chosen, tokens):
     assert f"vllm/vllm-{'openai' if platform == 'gpu' else 'tpu'}:latest serve /model" in plan.docker
     assert ("--disable_chunked_mm_input" in plan.command()) == (platform == "tpu" and plan.spec.family == "gemma4")
     assert all(f.why for f in plan.flags)  # every flag explained
+    # the hub's checkpoints are multimodal: served for text, every modality's limit 0 (Gemma 4's video too)
+    assert TEXT_ONLY_FLAG in plan.command().split() and "--limit-mm-per-prompt" not in plan.command()
 
 
 def test_31b_on_v6e_8_chooses_dp2_tp4_over_replicating_tp8():
@@ -129,6 +131,7 @@ def test_cpu_plan_and_head_sizes():
     plan = serve_plan(recipe("tiny-cpu"), "cpu", model_dir=Path("/nonexistent"))
     assert plan.ok and plan.docker is None and plan.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert "--dtype float32" in plan.command() and "--host 127.0.0.1" in plan.command()
+    assert TEXT_ONLY_FLAG not in plan.command()  # a tiny model is text-only
     fam = get_family("gemma4")
     assert cpu_head_dim_problems(fam.spec("tiny")) == []
     old_tiny = get_family("gemma4").spec_from_hf_config({**fam.hf_config(fam.spec("tiny")), "head_dim": 16})

@@ -132,3 +132,36 @@ def test_adapters_on_a_mixture_of_experts_are_refused_before_anything_starts(tmp
     assert not (tmp_path / "s").exists()
     state = start_server(tiny_gemma4_moe_dir, tmp_path / "s", name="t", port=free_port(), ready_timeout_s=30)
     assert stop_server(tmp_path / "s") and not group_members(state.pid)
+
+
+def test_a_multimodal_checkpoint_is_served_for_text(tmp_path, tiny_gemma4_dir, tiny_gemma4_unified_dir):
+    """The hub's layout (`...ForConditionalGeneration`) gets vLLM's --language-model-only: without it vLLM 0.32
+    builds the 12B's multimodal processor at start-up and dies on the preprocessor files an export has not."""
+    from crosstune.serve.engine import TEXT_ONLY_FLAG, multimodal_checkpoint
+    from crosstune.serve.process import vllm_argv
+    from crosstune.untrusted_files import read_model_config
+
+    assert multimodal_checkpoint(read_model_config(tiny_gemma4_unified_dir))
+    assert not multimodal_checkpoint(read_model_config(tiny_gemma4_dir))
+    argv = vllm_argv(tmp_path / "vllm", tiny_gemma4_unified_dir, "m", 8123, dtype="float32", max_model_len=256,
+                     adapters={}, text_only=True)  # fmt: skip
+    assert argv.count(TEXT_ONLY_FLAG) == 1 and TEXT_ONLY_FLAG not in vllm_argv(
+        tmp_path / "vllm", tiny_gemma4_dir, "m", 8123, dtype="float32", max_model_len=256, adapters={}
+    )
+
+
+def test_the_12b_is_refused_where_its_torchvision_import_fails(tmp_path, tiny_gemma4_unified_dir, fake_vllm):
+    """A serving environment made before install_serve_env.sh's Fix 4 can't import torchvision, which vLLM's
+    gemma4_unified.py needs: `serve start` says so and what to do before starting anything."""
+    import os
+    from pathlib import Path
+
+    from crosstune.serve.engine import ServeError
+
+    python = Path(os.environ["CROSSTUNE_SERVE_VENV"]) / "bin" / "python"
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torchvision'\" >&2\nexit 1\n")
+    python.chmod(0o755)
+    with pytest.raises(ServeError, match=r"can't import it \(ModuleNotFoundError: No module named 'torchvision'\)\. "
+                                         r"Re-run `make serve-env`"):  # fmt: skip
+        start_server(tiny_gemma4_unified_dir, tmp_path / "s", name="tiny", port=free_port())
+    assert not (tmp_path / "s").exists()

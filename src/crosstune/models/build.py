@@ -65,8 +65,10 @@ MULTIMODAL = {
         "extra": {"audio_config": None},
     },
     "Gemma4UnifiedConfig": {  # the 12B: patches -> LN -> Dense -> LN -> +posemb -> LN -> RMSNorm -> Linear
+        # num_soft_tokens: the hub's config has it (280) and vLLM 0.32 reads it at start-up, text-only serving too;
+        # transformers 5.12-5.19 keep it as an extra field
         "vision": {"patch_size": 4, "pooling_kernel_size": 2, "mm_embed_dim": 32, "mm_posemb_size": 16,
-                   "output_proj_dims": 32},
+                   "output_proj_dims": 32, "num_soft_tokens": 280},
         "media": ("image_token_id", "boi_token_id", "eoi_token_id", "video_token_id", "boa_token_id",
                   "eoa_token_index", "audio_token_id"),
         "extra": {"audio_config": None},

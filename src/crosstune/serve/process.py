@@ -4,8 +4,7 @@ listening socket is traced to it), and a crash detected by process exit or faile
 (vLLM's CPU engine dies on an unsupported head size and the server still exits 0).
 
 `stop_server` signals only processes proven to be the ones started (serve.proctree): the whole tree even when the
-main process was kill -9'd (vLLM's engine core and workers live on), never a stranger that reused a stale PID.
-"""
+main process was kill -9'd (vLLM's engine core and workers live on), never a stranger that reused a stale PID."""
 
 from __future__ import annotations
 
@@ -21,9 +20,11 @@ from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.serve import proctree
 from crosstune.serve.engine import (
+    TEXT_ONLY_FLAG,
     ServeError,
     cpu_head_dim_problems,
     max_lora_rank,
+    multimodal_checkpoint,
     require_vllm,
     unified_import_problem,
 )
@@ -119,11 +120,13 @@ def vllm_argv(
     max_model_len: int,
     adapters: dict[str, Path],
     drafter=None,
+    text_only: bool = False,
 ) -> list[str]:
     """`vllm serve` on 127.0.0.1; `adapters` maps served LoRA names to PEFT adapter directories; `drafter` (a
-    serve.drafter.Drafter) adds its --speculative-config."""
+    serve.drafter.Drafter) adds its --speculative-config; `text_only`: a multimodal checkpoint served for text."""
     argv = [str(vllm), "serve", str(model_dir), "--served-model-name", name, "--dtype", dtype]
     argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1", "--port", str(port)]
+    argv += [TEXT_ONLY_FLAG] if text_only else []
     if adapters:
         rank = max(adapter_rank(p) for p in adapters.values())
         argv += ["--enable-lora", "--lora-modules", *(f"{n}={p}" for n, p in adapters.items())]
@@ -188,9 +191,8 @@ def start_server(
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(port)
     adapters = {f"{name}-lora": Path(adapter).resolve()} if adapter else {}
     adapters.update({n: Path(p).resolve() for n, p in (extra_adapters or {}).items()})
-    argv = vllm_argv(
-        vllm, model_dir, name, port, dtype=dtype, max_model_len=max_model_len, adapters=adapters, drafter=drafter
-    )
+    argv = vllm_argv(vllm, model_dir, name, port, dtype=dtype, max_model_len=max_model_len, adapters=adapters,
+                     drafter=drafter, text_only=multimodal_checkpoint(read_model_config(model_dir)))  # fmt: skip
     state_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(lock_path(state_dir), f"server state {state_dir}", "another `serve start` is starting it"):
         if (state_dir / STATE_FILE).is_file():
