@@ -16,6 +16,7 @@ from tests.helpers.paths import REPO
 G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
 G3 = REPO / "recipes" / "gemma3-27b-tpu-v6e-8.yaml"
 G4_MOE = REPO / "recipes" / "gemma4-26b-a4b-tpu-v5p-8.yaml"
+G4_E4B = REPO / "recipes" / "gemma4-e4b-tpu-v6e-4.yaml"
 TINY = REPO / "recipes" / "tiny-cpu.yaml"
 TINY_ON_V5P = ["--set", "hardware=tpu-v5p-8", "--set", "backend.jax.mesh.fsdp=2", "--set", "backend.jax.mesh.tp=2",
                "--set", "data.max_seq_len=128", "--set", "lora.dropout=0.05"]  # fmt: skip
@@ -137,7 +138,9 @@ def _full_depth(recipe, capfd) -> dict:
 @pytest.mark.tpu_compile
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize(
-    "recipe", [G4, G3, G4_MOE], ids=["gemma4-31b-v5p-8", "gemma3-27b-v6e-8", "gemma4-26b-a4b-v5p-8"]
+    "recipe",
+    [G4, G3, G4_MOE, G4_E4B],
+    ids=["gemma4-31b-v5p-8", "gemma3-27b-v6e-8", "gemma4-26b-a4b-v5p-8", "gemma4-e4b-v6e-4"],
 )
 def test_planner_agrees_with_the_compiler_at_full_depth(recipe, capfd):
     """The shipped TPU recipes compiled at full depth: the step fits its chip's HBM, the planner is within ±10 % of
