@@ -198,8 +198,9 @@ MOE_WINNER_XLA = {6: (2.904, 7.924), 12: (5.439, 11.903), 30: (13.044, 23.892)}
 @pytest.mark.parametrize("layers", sorted(MOE_WINNER_XLA))
 def test_the_moe_planner_matches_xla_with_nothing_recomputed(layers):
     """With nothing recomputed each MoE layer holds its tokens' top-k copies: XLA's temp grows 0.666 GB per layer
-    (6 → 12 → 30 layers), of which 3 × [T·k, D] bf16 = 3 × 0.138 GB. Counting two such copies the planner said
-    −10.3 % at full depth; the arguments (weights, LoRA and AdamW) are exact per layer."""
+    (6 → 12 → 30 layers). Counting two [T·k, D] bf16 copies (0.138 GB each) the planner said −10.3 % at full depth;
+    three (a fit: docs/BENCHMARKS.md has what XLA's buffers hold) agree within 1 %; the arguments (weights, LoRA and
+    AdamW) are exact per layer."""
     from crosstune.planner.compiled import with_layers
 
     recipe = load_for_plan(G4_MOE)

@@ -110,10 +110,10 @@ def _layer_working_set(
     out = 8 * tokens * spec.hidden_size / tp * a + tokens * (2 * qh + 2 * kvh) * k.head_dim * a
     out += mlp_copies * tokens * f * a
     out += 2 * tokens * spec.per_layer_input_dim * a  # the per-layer input's gate and its product
-    if spec.moe is not None:  # each token's top-k copies: gate/up and their product [.., X], and 3 [.., D]: XLA's
-        # remat-off compiles of the 26B-A4B on v5p-8 grow 0.666 GB per layer from 6 to 12 to 30 layers, one
-        # [T·k, D] bf16 (0.138 GB) more than the gathered input and output the planner counted (−10.3 % at full
-        # depth then, +0.5 % now; docs/BENCHMARKS.md)
+    if spec.moe is not None:  # each token's top-k copies: gate/up and their product [.., X], and 3 [.., D], fitted:
+        # XLA's remat-off compiles of the 26B-A4B on v5p-8 grow 0.666 GB per layer (6, 12, 30 layers), one [T·k, D]
+        # bf16 more than 2 (−10.3 % at full depth then, +0.5 % now). Its buffers hold both fsdp rows' token copies
+        # at D and D/tp (docs/BENCHMARKS.md); the third copy stands in for that
         m = spec.moe
         out += tokens * m.top_k * (3 * spec.hidden_size + 3 * _split(m.expert_dim, tp)) * a
         out += tokens * m.num_experts * 4 * 2  # fp32 router scores and probabilities
