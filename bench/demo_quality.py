@@ -37,8 +37,8 @@ def main() -> None:
 
     from crosstune.demo.runner import demo_overrides
     from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN, HELD_OUT_FAMILIES
-    from crosstune.evals import SamplingParams
-    from crosstune.evals.runner import EvalConfig, run_eval
+    from crosstune.evals.runner import run_eval
+    from crosstune.evals.settings import EvalConfig, EvalSettings
     from crosstune.pretrain.base_model import BASE_FAMILIES
     from crosstune.recipe import load_recipe
     from crosstune.recipes import shipped_recipe
@@ -50,11 +50,10 @@ def main() -> None:
         tmp = Path(tmp)
         if args.what == "base":  # seed 777: parameters the base's corpus (seed 1000) drew only by chance
             generate_corpus(tmp / "corpus", n_train=0, n_eval=args.problems, seed=777, families=BASE_FAMILIES)
-            ev = load_recipe(recipe_file).eval  # the demo's evaluation settings (greedy), on the base's families
-            config = EvalConfig(problems=tmp / "corpus" / "eval", out=tmp / "eval", hf_model=args.base.resolve(),
-                                ks=tuple(ev.k), prompt_style=ev.prompt_style, concurrency=1,
-                                sampling=SamplingParams(n=ev.samples, temperature=ev.temperature,
-                                                        max_tokens=ev.max_tokens))  # fmt: skip
+            problems = tmp / "corpus" / "eval"  # the demo's evaluation settings (greedy), on the base's families
+            settings = EvalSettings.resolve(load_recipe(recipe_file).eval, problems=problems)
+            config = EvalConfig(problems=problems, out=tmp / "eval", hf_model=args.base.resolve(), settings=settings,
+                                concurrency=1)  # fmt: skip
             summary = run_eval(config).summary
             print(f"base on its own families: pass@1 {100 * summary['pass_at_k']['1']:.1f} % on "
                   f"{summary['problems']} problems, {categories(summary)}")  # fmt: skip

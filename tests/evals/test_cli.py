@@ -103,12 +103,14 @@ def test_recipe_eval_section_gives_defaults(tmp_path):
 
 def test_library_api_config_in_report_out(tmp_path, capsys):
     """run_eval is a library call: an EvalConfig in, an EvalReport out, nothing printed; errors are EvalError."""
-    from crosstune.evals.runner import EvalConfig, EvalError, run_eval
+    from crosstune.evals.runner import run_eval
+    from crosstune.evals.settings import EvalConfig, EvalError, EvalOptions, EvalSettings
 
     with pytest.raises(EvalError, match="exactly one of"):
         EvalConfig(problems=CHECKOUT, out=tmp_path)
     with pytest.raises(EvalError, match="needs --n >= 10"):
-        EvalConfig(problems=CHECKOUT, out=tmp_path, endpoint="http://x", model="m", ks=(1, 10))
+        settings = EvalSettings.resolve(options=EvalOptions(k=(1, 10)))
+        EvalConfig(problems=CHECKOUT, out=tmp_path, endpoint="http://x", model="m", settings=settings)
     config = EvalConfig(problems=CHECKOUT, out=tmp_path, references_only=True, patterns=("Prob002_and2",))
     phases = []
     report = run_eval(config, on_progress=lambda phase, done, total: phases.append(phase))
@@ -123,7 +125,7 @@ def test_sampling_and_timeout_defaults_are_the_recipes_everywhere(tmp_path):
     Timeouts and EvalConfig, and the command without a recipe, all say the same."""
     from crosstune.evals.generation.cache import SamplingParams
     from crosstune.evals.generation.endpoint import Timeouts
-    from crosstune.evals.runner import EvalConfig
+    from crosstune.evals.settings import EvalConfig
     from crosstune.recipe.schema import EvalSection
 
     section = EvalSection()
@@ -132,7 +134,8 @@ def test_sampling_and_timeout_defaults_are_the_recipes_everywhere(tmp_path):
     assert Timeouts() == Timeouts(section.connect_timeout_s, section.read_timeout_s, section.request_timeout_s)
     assert Timeouts() == Timeouts(10.0, 600.0, 1800.0)
     config = EvalConfig(problems=CHECKOUT, out=tmp_path, endpoint="http://x", model="m")
-    assert (config.ks, config.prompt_style) == ((1, 5), section.prompt_style)
+    assert (config.settings.ks, config.settings.prompt_style) == ((1, 5), section.prompt_style)
+    assert (config.settings.sampling, config.settings.timeouts) == (SamplingParams(), Timeouts())
     options = inspect.signature(eval_command).parameters
     shown = {
         name: options[name].default.help.rsplit("else ", 1)[1]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -132,8 +131,7 @@ def write_demo_evals(root: Path, pass1: dict[str, str], pass5: dict[str, str]) -
     """Evaluation folders of two protocols per model, as the demo wrote them before it ran studies: a greedy pass on
     every held-out problem (n=1, T=0) and a 5-sample pass at T=0.8 on the first few, with the summary fields
     crosstune.evals.runner adds for a local model. `pass1` / `pass5`: model slug -> one code string per problem set."""
-    from crosstune.evals import SamplingParams
-    from crosstune.evals.runner import EvalConfig
+    from crosstune.evals.settings import EvalConfig, EvalOptions, EvalSettings
 
     out = []
     for slug in pass1:
@@ -141,13 +139,20 @@ def write_demo_evals(root: Path, pass1: dict[str, str], pass5: dict[str, str]) -
             problems = [f"fam{i % 4}_{i:03d}" for i in range(len(codes) // n)]
             assert kind == "greedy" or len(problems) == PASS5_PROBLEMS
             scores = [ProblemScore(p, list(codes[i * n : (i + 1) * n])) for i, p in enumerate(problems)]
-            sampling = SamplingParams(n=n, temperature=temperature, top_p=0.95, max_tokens=DEMO_MAX_TOKENS, seed=0)
-            config = EvalConfig(problems=root / "corpus" / "eval", out=root / "eval" / f"{slug}-{kind}",
-                                hf_model=root / "models" / slug, ks=(1, 5) if n >= 5 else (1,),
-                                prompt_style="codev", sampling=sampling)  # fmt: skip
-            extra = {"problems_path": str(config.problems), "task": "spec-to-rtl", "model": str(config.hf_model),
-                     "sampling": asdict(config.sampling), "prompt_style": config.prompt_style,
-                     "shots": config.shots}  # fmt: skip
-            write_reports(config.out, summarize(scores, list(config.ks), "strict", extra), [])
+            options = EvalOptions(samples=n, k=(1, 5) if n >= 5 else (1,), temperature=temperature, top_p=0.95,
+                                  max_tokens=DEMO_MAX_TOKENS, prompt_style="codev")  # fmt: skip
+            config = EvalConfig(
+                problems=root / "corpus" / "eval",
+                out=root / "eval" / f"{slug}-{kind}",
+                hf_model=root / "models" / slug,
+                settings=EvalSettings.resolve(options=options),
+            )
+            extra = {
+                "problems_path": str(config.problems),
+                "task": "spec-to-rtl",
+                "model": str(config.hf_model),
+                **config.summary_fields(),
+            }
+            write_reports(config.out, summarize(scores, list(config.settings.ks), "strict", extra), [])
             out.append(config.out)
     return out

@@ -28,8 +28,8 @@ def overrides(model_dir, corpus_dir, *extra: str) -> list[str]:
     ]
 
 
-def study(bundle, sets, backend="torch", **kwargs):
+def study(bundle, sets, backend="torch", recipe=RECIPES / "tiny-cpu.yaml", **kwargs):
     console = Console(record=True, width=200)
     t0 = time.perf_counter()
-    manifest = run_study(RECIPES / "tiny-cpu.yaml", backend, bundle, overrides=sets, console=console, **kwargs)
+    manifest = run_study(recipe, backend, bundle, overrides=sets, console=console, **kwargs)
     return manifest, console.export_text(), time.perf_counter() - t0

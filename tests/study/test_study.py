@@ -8,12 +8,15 @@ import os
 import shutil
 
 import pytest
+import yaml
 
 from crosstune.errors import InputError, Interrupted
 from crosstune.report.inputs import BUNDLE_MANIFEST, read_inputs
 from crosstune.study import runner
 from crosstune.study.bundle import StudyError, read_manifest
 from crosstune.study.runner import STAGE_NAMES
+from tests.helpers.evals import run as run_eval_command
+from tests.helpers.paths import RECIPES
 from tests.helpers.study import STEPS, overrides, study
 
 
@@ -103,6 +106,30 @@ def test_changed_eval_settings_redo_eval_and_cost_only(torch_bundle, tmp_path):
     redone = [n for n in STAGE_NAMES if manifest["stages"][n]["started"] != first["stages"][n]["started"]]
     assert redone == ["eval"]  # cost reads the run and the sweep, not the evaluation
     assert json.loads((copy / "eval" / "finetune" / "summary.json").read_text())["sampling"]["max_tokens"] == 12
+
+
+def test_eval_and_the_study_sample_a_recipe_s_protocol_alike(torch_bundle, tmp_path):
+    """`crosstune eval RECIPE` and the study's eval stage resolve the recipe's eval settings by one constructor: the
+    protocol's preset (codev-r1-card: T 0.6, top_p 0.95, the codev prompt) under the lines the recipe writes."""
+    bundle, sets, _, _ = torch_bundle
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    recipe = yaml.safe_load((RECIPES / "tiny-cpu.yaml").read_text())
+    problems = next(s.split("=", 1)[1] for s in sets if s.startswith("eval.problems="))
+    recipe["eval"] = {"problems": problems, "protocol": "codev-r1-card", "samples": 1, "k": [1], "max_tokens": 16}
+    recipe_file = tmp_path / "protocol.yaml"
+    recipe_file.write_text(yaml.safe_dump(recipe))
+    manifest, log, _ = study(copy, [s for s in sets if not s.startswith("eval.")], recipe=recipe_file, only=["eval"])
+    assert manifest["stages"]["eval"]["status"] == "done", log
+    result = run_eval_command(str(recipe_file), "--hf-model", str(copy / "export" / "merged"), "--out",
+                              str(tmp_path / "eval"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    studied = json.loads((copy / "eval" / "finetune" / "summary.json").read_text())
+    evaluated = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    for key in ("sampling", "prompt_style", "shots", "protocol"):
+        assert studied[key] == evaluated[key], key
+    assert studied["sampling"] == {"n": 1, "temperature": 0.6, "top_p": 0.95, "max_tokens": 16, "seed": 0}
+    assert studied["prompt_style"] == "codev" and studied["protocol"]["name"] == "codev-r1-card"
 
 
 def repoint(sets: list[str], key: str, value) -> list[str]:

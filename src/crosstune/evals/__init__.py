@@ -1,7 +1,7 @@
 """VerilogEval v2 and RTLLM evaluation with iverilog: problems, prompts, generation (cached; an endpoint or a local
 engine), code extraction, sandboxed simulation, strict and upstream-compatible verdicts, pass@k with intervals,
 named protocols. Three rooms import only downward: problems/ (sets, prompt styles, protocols) ← generation/ ←
-judge/. `crosstune eval` drives it; `runner.run_eval(EvalConfig)` is the library call."""
+judge/. `crosstune eval` drives it; `runner.run_eval(settings.EvalConfig)` is the library call."""
 
 from crosstune.evals.evaluate import EvalReport, evaluate_completions, measure_references
 from crosstune.evals.generation.cache import CompletionCache, SamplingParams, load_samples_file

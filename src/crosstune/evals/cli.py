@@ -11,21 +11,22 @@ from rich.console import Console
 
 from crosstune.errors import InputError
 from crosstune.evals.generation.cache import SamplingParams
-from crosstune.evals.generation.endpoint import Timeouts
 from crosstune.evals.generation.local import DEFAULT_BATCH_SIZE
 from crosstune.evals.judge.sandbox import Limits
 from crosstune.evals.problems.problem_sets import CODE_COMPLETE, RTLLM, SPEC_TO_RTL
-from crosstune.evals.problems.protocols import PROTOCOLS, UnknownProtocol, get_protocol
-from crosstune.evals.runner import (
-    PARTIAL_EXIT_CODE,
+from crosstune.evals.problems.protocols import PROTOCOLS, get_protocol
+from crosstune.evals.runner import PARTIAL_EXIT_CODE, run_eval
+from crosstune.evals.settings import (
+    DEFAULT_SHOTS,
     EvalConfig,
     EvalError,
+    EvalOptions,
+    EvalSettings,
     protocol_tasks,
-    run_eval,
 )
 from crosstune.evals.show import progress_bars, show_report
 from crosstune.recipe import load_recipe, resolve_path
-from crosstune.recipe.schema import EVAL_DEFAULTS, EvalSection
+from crosstune.recipe.schema import EVAL_DEFAULTS
 
 console = Console()
 
@@ -102,7 +103,7 @@ def eval_command(
                                      "Question/Answer) or codev (<think> then ```verilog in <answer>) "
                                      f"[default: recipe, else {EVAL_DEFAULTS.prompt_style}]."),
     shots: int = typer.Option(None, "--shots", help="In-context examples in the prompt (0-3) "
-                              f"[default: protocol, else {EvalConfig.shots}]."),
+                              f"[default: protocol, else {DEFAULT_SHOTS}]."),
     concurrency: int = typer.Option(EvalConfig.concurrency, "--concurrency", help="Parallel requests to "
                                     "the endpoint."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable holding the "
@@ -131,56 +132,26 @@ def eval_command(
                                    "of the local engine (--hf-model)."),
 ) -> None:  # fmt: skip
     """Evaluate Verilog generation on VerilogEval v2 or RTLLM with iverilog (see EVAL_HELP)."""
-    fallback = {**_section_defaults(EVAL_DEFAULTS), "shots": EvalConfig.shots}
-    recipe_set: dict = {}
+    section = None
     if recipe is not None:
-        problems, recipe_set, recipe_protocol = _recipe_defaults(recipe, problems)
-        fallback = {**fallback, **recipe_set}
-        protocol = protocol or recipe_protocol
+        loaded = load_recipe(recipe)
+        section, problems = loaded.eval, problems or resolve_path(loaded, loaded.eval.problems)
     if problems is None:
         raise EvalError("no problems to evaluate: give --problems DIR (or a RECIPE whose eval.problems names one)")
-    if protocol is not None:
-        fallback = {**fallback, **_protocol_defaults(protocol, problems), **recipe_set}  # the recipe's own lines win
-    tasks = [task] if task is not None or protocol is None else _tasks(protocol, problems)
-    n = fallback["n"] if n is None else n
-    ks = _parse_ks(fallback["k"] if k is None else k)
-    if k is None and "k" not in recipe_set and protocol is None:  # the built-in k: only those n samples allow
-        ks = [each for each in ks if each <= n] or [1]
+    options = EvalOptions(
+        protocol=protocol, samples=n, k=None if k is None else _parse_ks(k), temperature=temperature, top_p=top_p,
+        max_tokens=max_tokens, prompt_style=prompt_style, shots=shots, connect_timeout_s=connect_timeout,
+        read_timeout_s=read_timeout, request_timeout_s=request_timeout, seed=seed,
+    )  # fmt: skip
+    settings = EvalSettings.resolve(section, options, problems)
+    tasks = [task] if task is not None or settings.protocol is None else _tasks(settings.protocol, problems)
     _check_paths(out, hf_model)
     config = EvalConfig(
-        problems=problems,
-        out=out,
-        task=tasks[0],
-        patterns=tuple(problem or ()),
-        endpoint=endpoint,
-        model=model,
-        hf_model=hf_model,
-        samples_file=samples_file,
-        references_only=references_only,
-        sampling=SamplingParams(
-            n=n,
-            temperature=fallback["temperature"] if temperature is None else temperature,
-            top_p=fallback["top_p"] if top_p is None else top_p,
-            max_tokens=fallback["max_tokens"] if max_tokens is None else max_tokens,
-            seed=seed,
-        ),
-        ks=tuple(ks),
-        prompt_style=fallback["prompt_style"] if prompt_style is None else prompt_style,
-        shots=fallback["shots"] if shots is None else shots,
-        concurrency=concurrency,
-        api_key=os.environ.get(api_key_env) or None,
-        upstream_compatible=upstream_compatible,
-        workers=workers,
-        limits=Limits(timeout_s=timeout, memory_mib=memory_mib),
-        request_timeouts=Timeouts(
-            connect_s=fallback["connect_timeout"] if connect_timeout is None else connect_timeout,
-            read_s=fallback["read_timeout"] if read_timeout is None else read_timeout,
-            request_s=fallback["request_timeout"] if request_timeout is None else request_timeout,
-        ),
-        retries=retries,
-        protocol=protocol,
-        batch_size=batch_size,
-    )
+        problems=problems, out=out, patterns=tuple(problem or ()), endpoint=endpoint, model=model, hf_model=hf_model,
+        samples_file=samples_file, references_only=references_only, settings=settings, concurrency=concurrency,
+        api_key=os.environ.get(api_key_env) or None, upstream_compatible=upstream_compatible, workers=workers,
+        limits=Limits(timeout_s=timeout, memory_mib=memory_mib), retries=retries, batch_size=batch_size,
+    )  # fmt: skip
     partial = False
     for each in tasks:  # several: a protocol's tasks on one checkout, each into OUT/<task>
         partial |= _run(replace(config, task=each, out=out / each if len(tasks) > 1 and each else out))
@@ -203,39 +174,6 @@ def _check_paths(out: Path, hf_model: Path | None) -> None:
     if hf_model is not None and not any((hf_model / f).is_file() for f in ("config.json", "adapter_config.json")):
         what = "has no config.json" if hf_model.is_dir() else "does not exist"
         raise InputError(f"--hf-model {hf_model} {what}: give a local transformers model folder (an export's merged/)")
-
-
-def _recipe_defaults(recipe_file: Path, problems: Path | None) -> tuple[Path | None, dict, str | None]:
-    """The recipe's eval section as defaults (explicit options still win), and its protocol. With a protocol, only
-    the lines the recipe writes override it; without one, the section's own defaults count too."""
-    recipe = load_recipe(recipe_file)
-    ev = recipe.eval
-    defaults = _section_defaults(ev)
-    fields = {"n": "samples", "connect_timeout": "connect_timeout_s", "read_timeout": "read_timeout_s",
-              "request_timeout": "request_timeout_s"}  # fmt: skip
-    protocol = getattr(ev, "protocol", None)
-    if protocol is not None:
-        written = ev.model_fields_set
-        defaults = {key: value for key, value in defaults.items() if fields.get(key, key) in written}
-    return (problems or resolve_path(recipe, ev.problems)), defaults, protocol
-
-
-def _section_defaults(ev: EvalSection) -> dict:
-    """A recipe's eval section as this command's defaults (EVAL_DEFAULTS: the section's own, without a recipe)."""
-    return {"n": ev.samples, "k": ",".join(str(k) for k in ev.k), "temperature": ev.temperature, "top_p": ev.top_p,
-            "max_tokens": ev.max_tokens, "prompt_style": ev.prompt_style, "connect_timeout": ev.connect_timeout_s,
-            "read_timeout": ev.read_timeout_s, "request_timeout": ev.request_timeout_s}  # fmt: skip
-
-
-def _protocol_defaults(name: str, problems: Path) -> dict:
-    """The protocol's settings as defaults for the problem set at `problems` (its suite decides the sampling)."""
-    from crosstune.evals.problems.problem_sets import suite_of
-
-    try:
-        preset = get_protocol(name).settings(suite_of(problems))
-    except (UnknownProtocol, ValueError) as e:
-        raise EvalError(str(e)) from None
-    return {**preset, "k": ",".join(str(k) for k in preset["k"])}
 
 
 def _tasks(name: str, problems: Path) -> list[str | None]:

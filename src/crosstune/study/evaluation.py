@@ -65,16 +65,14 @@ def run_eval_base(s: StudyContext) -> StageResult:
 
 def _evaluate(s: StudyContext, name: str, server: Server, *, local, revision: str | None) -> StageResult:
     """pass@k of one model into eval/NAME: through `server` when vLLM serves, else `local` by transformers."""
-    from crosstune.evals import SamplingParams
-    from crosstune.evals.generation.endpoint import Timeouts
-    from crosstune.evals.runner import EvalConfig
     from crosstune.evals.runner import run_eval as evaluate
+    from crosstune.evals.settings import EvalConfig, EvalSettings
     from crosstune.evals.show import progress_bars
 
-    ev = s.recipe.eval
-    problems = s.path(ev.problems)
+    problems = s.path(s.recipe.eval.problems)
     if problems is None:
         raise StudyError("eval: the recipe sets no eval.problems (a VerilogEval v2 checkout or a problems.txt folder)")
+    settings = EvalSettings.resolve(s.recipe.eval, problems=problems)  # as `crosstune eval RECIPE` resolves them
     engine = _engine(s)
     if engine["engine"] == "vllm":
         state = server.start()
@@ -82,11 +80,8 @@ def _evaluate(s: StudyContext, name: str, server: Server, *, local, revision: st
     else:
         source = {"hf_model": local, "concurrency": LOCAL_CONCURRENCY}
     config = EvalConfig(
-        problems=problems, out=s.bundle / EVAL / name, ks=tuple(ev.k), prompt_style=ev.prompt_style,
-        sampling=SamplingParams(n=ev.samples, temperature=ev.temperature, top_p=ev.top_p, max_tokens=ev.max_tokens),
-        request_timeouts=Timeouts(ev.connect_timeout_s, ev.read_timeout_s, ev.request_timeout_s),
-        model_revision=revision, **source,
-    )  # fmt: skip
+        problems=problems, out=s.bundle / EVAL / name, settings=settings, model_revision=revision, **source
+    )
     with progress_bars(s.console) as on_progress:
         report = evaluate(config, on_progress)
     summary = report.summary
@@ -95,8 +90,8 @@ def _evaluate(s: StudyContext, name: str, server: Server, *, local, revision: st
     rel = f"{EVAL}/{name}"
     cached = summary.get("generation", {}).get("from_cache", 0)
     return StageResult(
-        f"{summary['problems']} problems × {ev.samples} samples via {engine['engine']} ({cached} from the cache): "
-        f"{passes}",
+        f"{summary['problems']} problems × {settings.sampling.n} samples via {engine['engine']} ({cached} from the "
+        f"cache): {passes}",
         [Output(f"{rel}/summary.json")],
         record={"engine": engine["engine"], "pass_at_k": summary["pass_at_k"]},
         contents={"evals": [rel]},

@@ -12,7 +12,7 @@ from crosstune.evals.generation.cache import SamplingParams
 from crosstune.evals.generation.endpoint import EndpointGenerator
 from crosstune.evals.judge.extract import extract_code
 from crosstune.evals.problems.protocols import PROTOCOLS, get_protocol, protocol_record
-from crosstune.evals.runner import EvalConfig, EvalError, protocol_tasks
+from crosstune.evals.settings import EvalError, EvalOptions, EvalSettings, protocol_tasks
 from crosstune.recipe.schema import EvalSection
 from tests.helpers.evals import echo_answer, run
 from tests.helpers.fake_openai import FakeOpenAI
@@ -46,13 +46,16 @@ def test_record_lists_every_departure_from_the_preset():
     assert protocol_record(None, "rtllm", used) == {"name": "custom", "settings": used}
 
 
-def test_library_config_for_a_protocol_takes_the_suite_from_the_problems(tmp_path):
-    config = EvalConfig.for_protocol("codev-r1", RTLLM_SET, tmp_path, endpoint="http://x", model="m")
-    assert (config.sampling.n, config.sampling.temperature, config.sampling.top_p) == (20, 1.0, 0.95)
-    assert (config.ks, config.prompt_style, config.protocol) == ((1, 5, 10), "codev", "codev-r1")
-    assert EvalConfig.for_protocol("codev-r1", CHECKOUT, tmp_path, endpoint="http://x", model="m").sampling.top_p == 1
+def test_a_protocol_s_settings_take_the_suite_from_the_problems():
+    codev = EvalOptions(protocol="codev-r1")
+    settings = EvalSettings.resolve(options=codev, problems=RTLLM_SET)
+    assert (settings.sampling.n, settings.sampling.temperature, settings.sampling.top_p) == (20, 1.0, 0.95)
+    assert (settings.ks, settings.prompt_style, settings.protocol) == ((1, 5, 10), "codev", "codev-r1")
+    assert EvalSettings.resolve(options=codev, problems=CHECKOUT).sampling.top_p == 1
     with pytest.raises(EvalError, match="unknown protocol"):
-        EvalConfig.for_protocol("nope", CHECKOUT, tmp_path, endpoint="http://x", model="m")
+        EvalSettings.resolve(options=EvalOptions(protocol="nope"), problems=CHECKOUT)
+    with pytest.raises(EvalError, match="no problem set to take its suite from"):
+        EvalSettings.resolve(options=codev)
     assert protocol_tasks("codev-r1", CHECKOUT) == ["spec-to-rtl", "code-complete-iccad2023"]
     assert protocol_tasks("codev-r1", CHECKOUT / "dataset_spec-to-rtl") == [None]
     assert protocol_tasks("codev-r1", RTLLM_SET) == [None]
