@@ -10,7 +10,9 @@ import asyncio
 import json
 
 from crosstune.servebench import prompt_cache
+from crosstune.servebench.summary_cells import read_sweep
 from crosstune.servebench.sweep import SweepConfig, run_sweep
+from crosstune.servebench.sweep_comparison import compare_sweeps
 from crosstune.servebench.workload import PromptMaker
 from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.serve import bench_args, cli, one_line_error
@@ -23,6 +25,11 @@ def sweep(folder, tokenizer, url, **kw):
     return summary, records
 
 
+def workload_errors(*folders) -> list[str]:
+    """What the one comparability rule (bench compare's and the report's) refuses of these sweeps."""
+    return [f.text for f in compare_sweeps([read_sweep(f) for f in folders]) if f.level == "error"]
+
+
 def test_two_sweeps_in_a_row_draw_fresh_seeds_and_different_prompts(tmp_path, tiny_gemma4_dir):
     with FakeOpenAI() as server:
         a, ra = sweep(tmp_path / "a", tiny_gemma4_dir, server.url, num_requests=6, warmup=1)
@@ -32,7 +39,8 @@ def test_two_sweeps_in_a_row_draw_fresh_seeds_and_different_prompts(tmp_path, ti
     for s in (a, b):  # 6 prompts of 40 tokens queried, none of their 2 full blocks seen before
         assert s["cells"][0]["prefix_cache"] == {"workload": "cold", "queries": 240.0, "hits": 0.0, "flag": None,
                                                  "hit_rate": 0.0}  # fmt: skip
-    assert prompt_cache.sweep_kind(b) == "cold" and prompt_cache.refusal(a, b) is None
+    assert prompt_cache.sweep_kind(a) == prompt_cache.sweep_kind(b) == "cold"
+    assert workload_errors(tmp_path / "a", tmp_path / "b") == []
 
 
 def test_a_repeated_seed_against_one_server_is_flagged(tmp_path, tiny_gemma4_dir):
@@ -46,7 +54,8 @@ def test_a_repeated_seed_against_one_server_is_flagged(tmp_path, tiny_gemma4_dir
     assert (cache["queries"], cache["hits"], cache["hit_rate"]) == (160.0, 128.0, 0.8)  # 2 of 2.5 blocks per prompt
     assert cache["flag"].startswith("128 of 160 prompt tokens were prefix-cache hits in a cold workload")
     assert prompt_cache.sweep_kind(again) == "a cold workload served from the cache (1 cell(s), 128 hit tokens)"
-    assert "is a cold workload served from the cache" in prompt_cache.refusal(first, again)
+    [error] = workload_errors(tmp_path / "a", tmp_path / "b")
+    assert "the sweeps differ in prompt cache — a: cold; b: a cold workload served from the cache" in error
 
 
 def test_prefix_reuse_measures_the_cache_at_its_stated_ratio(tmp_path, tiny_gemma4_dir):
@@ -82,7 +91,8 @@ def test_compare_refuses_a_cold_sweep_next_to_a_cached_one(tmp_path, tiny_gemma4
     ok = cli("bench", "compare", str(tmp_path / "cold"), str(tmp_path / "cold2"))
     assert ok.exit_code == 0, ok.output
     line = one_line_error(cli("bench", "compare", str(tmp_path / "cold"), str(tmp_path / "reuse")))
-    assert f"A ({tmp_path / 'cold'}) is a cold sweep, B ({tmp_path / 'reuse'}) is a prefix reuse 0.5 sweep" in line
+    assert f"prompt cache — A ({tmp_path / 'cold'}): cold; B ({tmp_path / 'reuse'}): prefix reuse 0.5" in line
+    assert "compare sweeps of one kind" in line
 
 
 def test_options_are_checked(tmp_path, tiny_gemma4_dir):

@@ -1,5 +1,5 @@
-"""What makes two runs (or two serving sweeps) comparable, and where each records it (evaluations:
-crosstune.report.eval_groups).
+"""What makes two runs (or two serving sweeps: crosstune.servebench.sweep_comparison's rule) comparable, and where
+each records it (evaluations: crosstune.report.eval_groups).
 
 Runs must share the data (prepared data hash), the chat template the data was rendered with (tokenizer hash,
 which covers the template) and the loss convention. The data hash and the loss convention are run.json's (its
@@ -11,13 +11,14 @@ unchecked, never assumed equal.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from crosstune.recipe.schema import SAFE_NAME
 from crosstune.report.document import Note
 from crosstune.run.run_summary import RunSummary
+from crosstune.servebench import sweep_comparison
 from crosstune.servebench.summary_cells import Sweep
+from crosstune.servebench.sweep_comparison import short
 from crosstune.untrusted_files import read_json
 
 
@@ -56,57 +57,13 @@ def compare_runs(runs: list[RunSummary]) -> list[Note]:
         unknown = [r.label for r, v in zip(runs, values, strict=True) if v is None]
         known = {v for v in values if v is not None}
         if len(known) > 1:
-            shown = "; ".join(f"{r.label}: {_short(v, 'hash' in label)}" for r, v in zip(runs, values, strict=True))
+            shown = "; ".join(f"{r.label}: {short(v, 'hash' in label)}" for r, v in zip(runs, values, strict=True))
             notes.append(Note(f"the runs differ in {label} — {shown}", "error"))
         elif unknown:
             notes.append(Note(f"{label} not recorded for {', '.join(unknown)}: comparability unchecked", "warn"))
     return notes
 
 
-# Sweeps: what defines the workload must match (else the numbers measure different things); of what is being
-# compared (the subject) one dimension should differ at a time, else a ratio can't be put down to any of them.
-SWEEP_WORKLOAD = ("output length (tokens)", "api", "tokenizer", "load", "prompt cache")
-SWEEP_SUBJECT = ("hardware", "model", "KV-cache dtype", "speculative decoding")
-# Recorded only by newer sweeps: unrecorded on every sweep is no news (a warning only when some sweep records it).
-SWEEP_RECENT = ("prompt cache",)
-
-
 def compare_sweeps(sweeps: list[Sweep]) -> list[Note]:
-    """Red notes for a differing workload, a warning when several subject dimensions differ at once or a figure is
-    unrecorded, and an info note naming what is compared."""
-    if len(sweeps) < 2:
-        return []
-    notes, subject = [], []
-    for label in SWEEP_WORKLOAD + SWEEP_SUBJECT:
-        values = [s.declared.get(label) for s in sweeps]
-        known = {str(v) for v in values if v is not None}
-        unknown = [s.label for s, v in zip(sweeps, values, strict=True) if v is None]
-        shown = "; ".join(f"{s.label}: {_short(v)}" for s, v in zip(sweeps, values, strict=True))
-        if len(known) > 1 and label in SWEEP_WORKLOAD:
-            notes.append(Note(f"the sweeps differ in {label} — {shown}", "error"))
-        elif len(known) > 1:
-            subject.append((label, shown))
-        if unknown and (known or label not in SWEEP_RECENT):
-            notes.append(Note(f"{label} not recorded for {', '.join(unknown)}: comparability unchecked", "warn"))
-    if len(subject) > 1:
-        names = " and ".join(label for label, _ in subject)
-        details = " / ".join(shown for _, shown in subject)
-        notes.append(
-            Note(f"the sweeps differ in {names} at once: a ratio can't be put down to either ({details})", "warn")
-        )
-    elif subject:
-        notes.append(Note(f"compared: {subject[0][0]} — {subject[0][1]}"))
-    return notes
-
-
-def _short(value: object, hashed: bool = False) -> str:
-    """A value for a message: a hash (`hashed`, or hex digits) cut to its first 12 characters, a long tuple to its
-    length and first items."""
-    text = str(value)
-    if isinstance(value, tuple) and len(value) > 4:
-        text = f"{len(value)} items ({', '.join(map(str, value[:3]))}, …)"
-    long_hash = isinstance(value, str) and len(value) > 16 and (hashed or _HASH.match(value))
-    return text[:12] + "…" if long_hash else text
-
-
-_HASH = re.compile(r"^[0-9a-fA-F]+$")
+    """The sweeps' comparability as the report's notes: servebench's one rule, which `bench compare` applies too."""
+    return [Note(f.text, f.level) for f in sweep_comparison.compare_sweeps(sweeps)]

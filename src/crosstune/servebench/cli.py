@@ -195,18 +195,24 @@ def compare(
 ) -> None:
     """Two sweeps side by side per (context, level), with B/A ratios; client latencies of bursty cells marked.
 
-    Refused (exit 1) when one sweep is cold and the other cached (a --prefix-reuse sweep, or a cold one whose
-    cells hit the prefix cache), or one ran with a speculative-decoding drafter and the other without."""
-    from crosstune.servebench import speculation
-    from crosstune.servebench.prompt_cache import refusal
+    By the report's rule (what is compared is named; several differences at once are a warning): refused (exit 1)
+    when the workloads differ, e.g. one sweep is cold and the other cached (a --prefix-reuse sweep, or a cold one
+    whose cells hit the prefix cache). A sweep with a speculative-decoding drafter against one without is compared."""
+    from dataclasses import replace
+
     from crosstune.servebench.summary import compare_rows, load_summary
+    from crosstune.servebench.summary_cells import read_sweep
+    from crosstune.servebench.sweep_comparison import compare_sweeps
 
     try:
         sa, sb = load_summary(a), load_summary(b)
     except ValueError as e:
         raise BenchError(str(e)) from None
-    if why := refusal(sa, sb, f"A ({a})", f"B ({b})") or speculation.refusal(sa, sb, f"A ({a})", f"B ({b})"):
-        raise BenchError(why)
+    findings = compare_sweeps([replace(read_sweep(a), label=f"A ({a})"), replace(read_sweep(b), label=f"B ({b})")])
+    if errors := [f.text for f in findings if f.level == "error"]:
+        raise BenchError("; ".join(errors))
+    for finding in findings:
+        console.print(finding.text, style="yellow" if finding.level == "warn" else None, highlight=False)
     rows = compare_rows(sa, sb)
     if not rows:
         raise BenchError(f"{a} and {b} share no (context, concurrency/rate) cell")

@@ -5,7 +5,8 @@ A cold sweep draws fresh prompts from a per-run seed (servebench.workload), so n
 `vllm:prefix_cache_hits` still counts hits in one of its cells (a repeated `--seed` against a long-lived server, as
 in vllm #54227: TTFT 49× lower on one cell), that cell measured the cache, and is flagged. A `--prefix-reuse R`
 sweep shares a prefix of R × context tokens between its prompts on purpose: its hits are the measurement. Two
-sweeps are comparable only when they measured the same thing (`refusal`)."""
+sweeps are comparable only when they measured the same thing (`sweep_kind`: a workload dimension of
+servebench.sweep_comparison's rule)."""
 
 from __future__ import annotations
 
@@ -57,22 +58,3 @@ def sweep_kind(summary: Mapping) -> str:
         hits = sum(c["prefix_cache"]["hits"] for c in flagged)
         return f"a cold workload served from the cache ({len(flagged)} cell(s), {hits:,.0f} hit tokens)"
     return COLD
-
-
-def refusal(a: Mapping, b: Mapping, name_a: str = "A", name_b: str = "B") -> str | None:
-    """Why two sweeps can't be set side by side (None: they can): one is cold and the other cached, on purpose or
-    not, or they share prefixes at different ratios."""
-    kind_a, kind_b = sweep_kind(a), sweep_kind(b)
-    if kind_a == kind_b == COLD:
-        return None
-    if kind_a == kind_b and a.get("prefix_reuse"):
-        return None
-    return (
-        f"{name_a} is {_article(kind_a)}, {name_b} is {_article(kind_b)}: their latencies and throughputs measure "
-        "different things (the prefix cache stands in for the hardware); compare sweeps of one kind, and rerun a "
-        "cold sweep that hit the cache without --seed or against a restarted server"
-    )
-
-
-def _article(kind: str) -> str:
-    return f"a {kind} sweep" if kind == COLD or kind.startswith("prefix") else kind

@@ -8,8 +8,9 @@ with a `--speculative-config`):
 Acceptance rate = accepted / proposed; mean accepted length = 1 + accepted / drafts (vLLM's convention: the target's
 own token counts); per position = accepted at k / drafts.
 
-A sweep whose server drafts and one whose server doesn't measure different configurations: `refusal` keeps them apart
-in `bench compare` and the report (as prompt_cache does cold vs cached)."""
+A sweep whose server drafts and one whose server doesn't are two configurations of one workload: `sweep_kind` is a
+subject dimension of servebench.sweep_comparison's rule, so `bench compare` and the report set them side by side,
+naming the difference."""
 
 from __future__ import annotations
 
@@ -62,19 +63,6 @@ def sweep_kind(summary: Mapping) -> str:
 
 def drafted(summary: Mapping) -> bool:
     return sweep_kind(summary) != NONE
-
-
-def refusal(a: Mapping, b: Mapping, name_a: str = "A", name_b: str = "B") -> str | None:
-    """Why two sweeps can't be compared as one configuration (None: they can): one decodes with a drafter and the
-    other without, or with another drafter."""
-    kind_a, kind_b = sweep_kind(a), sweep_kind(b)
-    if kind_a == kind_b:
-        return None
-    return (
-        f"{name_a} ran with {kind_a}, {name_b} with {kind_b}: speculative decoding changes the configuration "
-        "(throughput and latency move with acceptance); compare sweeps with the same drafter, and set drafted vs "
-        "undrafted side by side in the report (`crosstune report`: cost with and without the drafter)"
-    )
 
 
 def line(cell: Mapping) -> str | None:
