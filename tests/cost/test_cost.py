@@ -93,7 +93,7 @@ def test_prices_from_recipe_yaml_file_and_missing_price(tmp_path):
     assert training_cost(run, book).price.per_hour == pytest.approx(0.04)
     assert book.price("2xh100").per_hour == 19.5 and book.price("2xh100", "spot").per_hour == 7.0
     assert book.price("8xh100").per_hour == pytest.approx(8 * 11.06)  # untouched targets keep the catalog price
-    run.recipe["cost"] = {"price_per_hour": 1.25}  # the recipe's own override of its hardware
+    run.recipe.cost.price_per_hour = 1.25  # the recipe's own override of its hardware
     c = training_cost(run, book)
     assert c.price.per_hour == 1.25 and c.price.source == "recipe cost.price_per_hour"
 

@@ -19,6 +19,7 @@ from typing import Literal
 from crosstune.bounds import number
 from crosstune.errors import InputError
 from crosstune.hardware import CHIPS, HARDWARE, get_hardware
+from crosstune.recipe.schema import Recipe
 from crosstune.untrusted_files import read_yaml
 
 
@@ -143,12 +144,8 @@ def _section(path: Path, section: object, name: str, known: dict) -> dict[str, d
     return out
 
 
-def recipe_price_book(book: PriceBook, recipe: dict | None) -> PriceBook:
-    """Apply a resolved recipe's `cost.price_per_hour` (a dict, as stored in a run's recipe.yaml) to its hardware."""
-    if not recipe:
+def recipe_price_book(book: PriceBook, recipe: Recipe | None) -> PriceBook:
+    """Apply a recipe's `cost.price_per_hour` (a run's recipe.yaml; None: the run has none) to its hardware."""
+    if recipe is None or recipe.cost.price_per_hour is None:
         return book
-    per_hour = (recipe.get("cost") or {}).get("price_per_hour")
-    if per_hour is None:
-        return book
-    per_hour = number("recipe cost.price_per_hour", per_hour, low=0, low_open=True, unit="$/hour")
-    return book.with_target_price(recipe.get("hardware", "cpu"), per_hour, "recipe cost.price_per_hour")
+    return book.with_target_price(recipe.hardware, recipe.cost.price_per_hour, "recipe cost.price_per_hour")

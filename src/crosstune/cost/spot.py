@@ -96,9 +96,9 @@ def spot_cost(
     book = recipe_price_book(book, run.recipe)
     restart_s = number("restart seconds", restart_s, low=0, unit="s")
     rate_per_hour = number("preemptions per hour", rate_per_hour, low=0, unit="/h")
-    every = (run.recipe.get("train") or {}).get("checkpoint_every")
-    if not isinstance(every, int) or every < 1:
-        raise CostError(f"{run.path}/recipe.yaml: no train.checkpoint_every: the lost work of a preemption needs it")
+    if run.recipe is None:
+        raise CostError(f"{run.path}/recipe.yaml: missing: the lost work of a preemption needs train.checkpoint_every")
+    every = run.recipe.train.checkpoint_every
     try:
         spot = book.price(target, "spot")
     except InputError:

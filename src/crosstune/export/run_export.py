@@ -70,11 +70,11 @@ def load_run_lora(run_dir: Path, step: int | None = None, base: Path | None = No
 
 def _magnitude_bound(run_dir: Path, step: int | None) -> float:
     """The largest |LoRA value| this run's optimiser can have produced by `step` (crosstune.run.integrity)."""
-    train = read_run_recipe(run_dir).get("train") or {}
-    steps = step or int(train.get("max_steps") or 0)
-    if not train or not steps:
+    recipe = read_run_recipe(run_dir)
+    steps = step or (recipe.train.max_steps if recipe is not None else None)
+    if recipe is None or not steps:
         return UNKNOWN_RECIPE_BOUND
-    return lora_magnitude_bound(train, steps)
+    return lora_magnitude_bound(recipe.train, steps)
 
 
 def write_adapter_dir(run: RunLora, out_dir: Path, layer_prefix: str = "model.layers.") -> dict[str, str]:

@@ -23,11 +23,11 @@ from crosstune.untrusted_files import read_json
 
 
 def prepared_manifest(run: RunSummary) -> dict:
-    data = run.recipe.get("data") or {}
-    name = str(run.recipe.get("name") or run.record.recipe_name)
+    recipe = run.recipe
+    name = recipe.name if recipe else run.record.recipe_name
     # the default layout <output_dir>/data/<name>, only for a name that is one path component (as recipes check)
     default = run.path.resolve().parent / "data" / name if SAFE_NAME.match(name) else None
-    for c in (run.record.data.prepared_dir, data.get("prepared_dir"), default):
+    for c in (run.record.data.prepared_dir, recipe.data.prepared_dir if recipe else None, default):
         # a relative path in a stored recipe is relative to a recipe file that is no longer at hand
         if c and Path(c).is_absolute() and (Path(c) / "manifest.json").is_file():
             path = Path(c) / "manifest.json"

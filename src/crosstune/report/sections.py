@@ -42,9 +42,7 @@ def _optional(value: object) -> str:
 
 def run_attributes(run: RunSummary) -> dict[str, str]:
     """What can differ between two runs, from run.json (its typed record) and recipe.yaml."""
-    record = run.record
-    model = run.recipe.get("model") or {}
-    data = run.recipe.get("data") or {}
+    record, recipe = run.record, run.recipe
     lora = record.lora
     attrs = {
         "backend": run.backend,
@@ -52,10 +50,10 @@ def run_attributes(run: RunSummary) -> dict[str, str]:
         "devices": str(record.devices),
         "mesh (fsdp × tp)": f"{record.mesh.fsdp} × {record.mesh.tp}",
         "platform": record.platform,
-        "model": f"{record.family} {model.get('size', '')}".strip(),
+        "model": f"{record.family} {recipe.model.size if recipe else ''}".strip(),
         "precision": record.precision,
-        "packing": str(data.get("packing", "n/a")),
-        "max_seq_len": str(data.get("max_seq_len", "n/a")),
+        "packing": str(recipe.data.packing) if recipe else "n/a",
+        "max_seq_len": str(recipe.data.max_seq_len) if recipe else "n/a",
         "global batch (rows)": _optional(record.global_batch),
         "gradient accumulation": _optional(record.grad_accumulation),
         "gradient checkpointing": str(record.gradient_checkpointing),

@@ -15,6 +15,7 @@ from pathlib import Path
 from crosstune.confinement import leads_out, relative_name, walk_files
 from crosstune.errors import CrosstuneError
 from crosstune.fsutil import atomic_write_text, file_sha256, say
+from crosstune.recipe.schema import TrainSection
 from crosstune.untrusted_files import read_json
 
 CHECKSUMS = "crosstune_sha256.json"
@@ -75,7 +76,7 @@ def _restore_hint(what: str) -> str:
     return f"restore the {what} from a copy, or use another step (export --step N; for --resume, remove this one)"
 
 
-def lora_magnitude_bound(train: dict, steps: int, init_bound: float = math.sqrt(6)) -> float:
+def lora_magnitude_bound(train: TrainSection, steps: int, init_bound: float = math.sqrt(6)) -> float:
     """The largest |value| a trained LoRA A or B can hold after `steps` optimizer steps of AdamW (both backends).
 
     Adam's per-element step is at most lr · max(1, (1-β1)/√(1-β2)) (Kingma & Ba 2015, §2.1: the effective step is
@@ -83,7 +84,6 @@ def lora_magnitude_bound(train: dict, steps: int, init_bound: float = math.sqrt(
     decay keep the rate at or below `learning_rate`. Initial values: B = 0; A is uniform in ±√(6/fan_in) (Qwix,
     crosstune's shared init) or ±1/√fan_in (PEFT), both ≤ √6 (`init_bound`).
     So |w| ≤ init_bound + steps · lr · max(1, (1-β1)/√(1-β2)); the 6e3 … 7e35 of a flipped byte are far outside."""
-    lr = float(train.get("learning_rate", 1e-4))
-    b1, b2 = float(train.get("adam_beta1", 0.9)), float(train.get("adam_beta2", 0.999))
-    per_step = lr * max(1.0, (1 - b1) / math.sqrt(1 - b2))
+    b1, b2 = train.adam_beta1, train.adam_beta2
+    per_step = train.learning_rate * max(1.0, (1 - b1) / math.sqrt(1 - b2))
     return init_bound + max(1, steps) * per_step

@@ -11,7 +11,6 @@ export, cost and report all come through these, never through a backend's intern
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -56,28 +55,28 @@ def is_run_dir(path: Path) -> bool:
     return (Path(path) / RUN_JSON).is_file()
 
 
-def read_run_recipe(run_dir: Path) -> dict[str, Any]:
-    """recipe.yaml as written by training (a plain dict; {} when the run has none), checked against the recipe
-    schema: a value of the wrong type or out of range is an error naming the file and its YAML path."""
+def read_run_recipe(run_dir: Path) -> Recipe | None:
+    """recipe.yaml as written by training, read into the recipe schema (None when the run has none): a value of the
+    wrong type or out of range is an error naming the file and its YAML path. Its relative paths were relative to a
+    recipe file that is no longer at hand: the recipe is not located (`Recipe.base_dir` None)."""
     path = run_file(run_dir, RECIPE_YAML)
     if not path.is_file():
-        return {}
+        return None
     try:  # PyYAML's safe_dump wrote it: its safe loading is the exact inverse (a quoted "1e5" stays text, ...)
         recipe = read_yaml(path, dumped=True)
     except UnreadableFile as e:
         raise RunDirError(f"{e}; {_RESTORE}") from None
     if recipe is None:
-        return {}
+        return None
     if not isinstance(recipe, dict):
         raise RunDirError(f"{path}: not a YAML mapping; {_RESTORE}")
     try:
-        Recipe.model_validate(recipe, context={RESOLVED: True})
+        return Recipe.model_validate(recipe, context={RESOLVED: True})
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "<root>"
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise RunDirError(f"{path}: {where}: {first['msg']}{more}; {_RESTORE}") from None
-    return recipe
 
 
 def checkpoint_step(name: str) -> int | None:

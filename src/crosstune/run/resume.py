@@ -75,7 +75,8 @@ def check_resume(run_dir: Path, recipe: Recipe, backend: str) -> list[str]:
         raise ResumeError(
             f"{run_dir} was trained by the {record.backend} backend: resume it with --backend {record.backend}"
         )
-    old, new = flatten(before), flatten(recipe.model_dump(mode="json"))
+    old = flatten(before.model_dump(mode="json") if before is not None else {})
+    new = flatten(recipe.model_dump(mode="json"))
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     refused = [k for k in changed if _safe_reason(k, backend) is None]
     if refused:

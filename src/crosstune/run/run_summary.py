@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crosstune.errors import InputError
+from crosstune.recipe.schema import Recipe
 from crosstune.run.layout import METRICS_JSONL, read_run_recipe
 from crosstune.run.metrics import StepMetrics, read_metrics
 from crosstune.run.records import RunRecord, read_run_record
@@ -24,7 +25,7 @@ from crosstune.run.records import RunRecord, read_run_record
 class RunSummary:
     path: Path
     record: RunRecord
-    recipe: dict
+    recipe: Recipe | None  # the run's recipe.yaml (None: the run has none)
     rows: list[StepMetrics]
     steps: int
     step_time_s: float  # Σ over optimizer steps, compile and checkpoint saves excluded where the backend says so
@@ -105,7 +106,7 @@ def read_run(path: Path) -> RunSummary:
     summary = RunSummary(
         path=path,
         record=record,
-        recipe=recipe or {},
+        recipe=recipe,
         rows=rows,
         steps=rows[-1].step,
         step_time_s=time_s,
