@@ -64,7 +64,7 @@ def main() -> None:
         manifest = run_study(recipe_file, "torch", tmp / "bundle", overrides=sets,
                              only=["prepare", "train", "export", "eval"])  # fmt: skip
         summary = json.loads((tmp / "bundle" / "eval" / "finetune" / "summary.json").read_text())
-        print(manifest["stages"]["train"]["note"], f"({time.perf_counter() - start:.0f} s with the evaluation)")
+        print(manifest.stages["train"].note, f"({time.perf_counter() - start:.0f} s with the evaluation)")
         print(f"torch LoRA on the held-out families: pass@1 {100 * summary['pass_at_k']['1']:.1f} % on "
               f"{summary['problems']} problems, {categories(summary)}")  # fmt: skip
 

@@ -47,16 +47,16 @@ def test_the_demo_makes_a_corpus_a_bundle_per_backend_a_report_and_its_manifest(
     out, (result, log, _), _, _ = torch_demo
     assert sorted(p.name for p in out.iterdir()) == ["corpus", "demo.json", "report", "torch"]
     manifest = read_manifest(out / "torch")
-    assert manifest["with"] == ["pretrain", "eval-base"]
-    stages = manifest["stages"]
+    assert manifest.with_ == ["pretrain", "eval-base"]
+    stages = manifest.stages
     assert list(stages) == ["pretrain", "prepare", "plan", "train", "export", "serve", "bench", "eval", "eval-base",
                             "cost"]  # fmt: skip
-    assert {n: s["status"] for n, s in stages.items() if s["status"] != "done"} == {"serve": "skipped",
+    assert {n: s.status for n, s in stages.items() if s.status != "done"} == {"serve": "skipped",
                                                                                       "bench": "skipped"}  # fmt: skip
     run = json.loads((out / "torch" / "runs" / "demo-cpu-torch" / "run.json").read_text())
     assert run["base_model"] == str(out / "torch" / "base") and run["steps"] == 2  # trained on the bundle's base
-    assert stages["pretrain"]["record"]["key"].startswith("gemma4-small-")
-    assert manifest["contents"]["evals"] == ["eval/finetune", "eval/base"]
+    assert stages["pretrain"].record["key"].startswith("gemma4-small-")
+    assert manifest.contents.evals == ["eval/finetune", "eval/base"]
     corpus = json.loads((out / "corpus" / "manifest.json").read_text())
     assert (corpus["n_train"], corpus["n_eval"]) == (8, 4) and corpus["split"]["families"] == list(corpus["families"])
     demo_json = json.loads((out / "demo.json").read_text())
@@ -77,8 +77,8 @@ def test_a_second_demo_resumes_every_stage_and_trains_nothing(torch_demo):
     assert "kept: the same corpus is there" in log
     assert log.count(": up to date (") == len(STAGE_NAMES) - 2 + 2  # pretrain, eval-base too; serve, bench skipped
     assert log.count(": skipped before, nothing changed (") == 2
-    after = read_manifest(out / "torch")["stages"]
-    assert {n: s["started"] for n, s in after.items()} == {n: s["started"] for n, s in before["stages"].items()}
+    after = read_manifest(out / "torch").stages
+    assert {n: s.started for n, s in after.items()} == {n: s.started for n, s in before.stages.items()}
     assert [r["corpus_reused"] for r in json.loads((out / "demo.json").read_text())["runs"]] == [False, True]
     assert [s.summary for s in second.scores] == [s.summary for s in first.scores]
     assert t_second < 0.5 * t_first, (t_first, t_second)
@@ -93,14 +93,14 @@ def test_the_demo_on_both_backends_with_parity_then_a_rerun_that_redoes_nothing(
     out = tmp_path / "demo-out"
     first, _, t_first = demo(out)
     before = {b: read_manifest(out / b) for b in ("torch", "jax")}
-    assert before["torch"]["stages"]["parity"]["record"] == {"ok": True}
-    assert "parity" not in before["jax"]["stages"] and "eval-base" not in before["jax"]["stages"]
+    assert before["torch"].stages["parity"].record == {"ok": True}
+    assert "parity" not in before["jax"].stages and "eval-base" not in before["jax"].stages
     assert [s.label for s in first.scores] == [
         "base (pretrained, never saw these families)", "LoRA fine-tune, torch", "LoRA fine-tune, jax"]  # fmt: skip
     second, log, t_second = demo(out)
     for b in ("torch", "jax"):
-        after = read_manifest(out / b)["stages"]
-        assert {n: s["started"] for n, s in after.items()} == {n: s["started"] for n, s in before[b]["stages"].items()}
+        after = read_manifest(out / b).stages
+        assert {n: s.started for n, s in after.items()} == {n: s.started for n, s in before[b].stages.items()}
     assert "train: up to date (" in log and "redoing" not in log
     assert t_second < 0.25 * t_first, (t_first, t_second)
 
@@ -133,8 +133,8 @@ def test_a_new_base_redoes_pretrain_and_makes_every_stage_that_reads_it_stale(to
     log = console.export_text()
     assert asked == [7] and "pretrain: its inputs changed since it ran: redoing it" in log
     assert (bundle / "base" / "model.safetensors").read_bytes() == (other / "model.safetensors").read_bytes()
-    status = {name: entry["status"] for name, entry in manifest["stages"].items()}
+    status = {name: entry.status for name, entry in manifest.stages.items()}
     assert status == {"pretrain": "done", "prepare": "stale", "plan": "done", "train": "stale", "export": "stale",
                       "serve": "stale", "bench": "stale", "eval": "stale", "eval-base": "stale",
                       "cost": "stale"}  # fmt: skip
-    assert manifest["contents"] == {"runs": [], "evals": [], "sweeps": []}
+    assert manifest.contents.model_dump() == {"runs": [], "evals": [], "sweeps": []}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from crosstune.run.integrity import record_checksums
 from crosstune.study.bundle import new_manifest, write_manifest
+from crosstune.study.bundle_schema import BundleManifest, StageEntry
 
 RUN = "runs/tiny-cpu-torch"
 STUDY = {"recipe": "tiny-cpu", "backend": "torch"}  # the study a bundle made here records
@@ -20,11 +21,16 @@ def checkpoint(run_dir: Path, step: int, complete: bool = True) -> None:
         record_checksums(folder)
 
 
-def bundle(root: Path, stages: dict[str, str], steps: list[int]) -> None:
+def manifest_of(stages: dict[str, str]) -> BundleManifest:
+    """The tiny recipe's torch study's manifest with these stage statuses."""
     manifest = new_manifest(STUDY["recipe"], STUDY["backend"])
-    manifest["stages"] = {name: {"status": status} for name, status in stages.items()}
+    manifest.stages = {name: StageEntry(status=status) for name, status in stages.items()}
+    return manifest
+
+
+def bundle(root: Path, stages: dict[str, str], steps: list[int]) -> None:
     Path(root).mkdir(parents=True, exist_ok=True)
-    write_manifest(root, manifest)
+    write_manifest(root, manifest_of(stages))
     for step in steps:
         checkpoint(Path(root) / RUN, step)
 

@@ -89,9 +89,9 @@ def test_a_submitted_study_runs_on_the_cpu_node_into_a_complete_bundle(uninterru
     assert log.splitlines()[0].startswith(f"attempt 1 of job {job_id} on ")  # written as the attempt starts
     assert log.splitlines()[-1] == f"bundle: {bundle} (attempt 1)"
     manifest = read_manifest(bundle)
-    assert {name: entry["status"] for name, entry in manifest["stages"].items()} == DONE
-    assert manifest["recipe"]["overrides"][-3:] == ["backend.torch.nodes=1", "backend.torch.devices=1", "hardware=cpu"]
-    (host,) = manifest["hosts"].values()
+    assert {name: entry.status for name, entry in manifest.stages.items()} == DONE
+    assert manifest.recipe.overrides[-3:] == ["backend.torch.nodes=1", "backend.torch.devices=1", "hardware=cpu"]
+    (host,) = manifest.hosts.values()
     assert host["cuda"] == [] and host["cluster"]["SLURM_JOB_ID"] == job_id  # ran inside the Slurm job, on CPU
     assert [row.step for row in read_metrics(bundle / RUN)] == list(range(1, STEPS + 1))
 
@@ -125,8 +125,8 @@ def test_requeued_in_training_with_the_node_s_bundle_gone_the_job_resumes_from_t
     assert EVERY <= resumed_from < STEPS and resumed_from % EVERY == 0, second[-3000:]
     assert f"from step {resumed_from}" in second
     assert [row.step for row in read_metrics(run_dir)] == list(range(1, STEPS + 1))
-    assert {name: entry["status"] for name, entry in read_manifest(bundles / BUNDLE)["stages"].items()} == DONE
-    assert read_manifest(bucket / BUNDLE)["stages"]["cost"]["status"] == "done"  # the end reached the bucket too
+    assert {name: entry.status for name, entry in read_manifest(bundles / BUNDLE).stages.items()} == DONE
+    assert read_manifest(bucket / BUNDLE).stages["cost"].status == "done"  # the end reached the bucket too
 
     got = final_lora(run_dir)
     worst = largest_difference(got, final_lora(uninterrupted[2] / RUN))

@@ -15,7 +15,7 @@ from crosstune.confinement import ConfinementError
 from crosstune.run.bucket import BucketError, bundle_copy
 from crosstune.run.layout import checkpoint_step, saved_steps
 from crosstune.study.bundle import StudyError, new_manifest, write_manifest
-from crosstune.study.bundle_schema import BundleError
+from crosstune.study.bundle_schema import BundleError, OutputRecord, StageEntry
 from crosstune.study.recovery import restore_from_bucket
 from tests.helpers.bundles import RUN, STUDY, bundle, checkpoint, tree
 
@@ -74,8 +74,8 @@ def test_a_bucket_copy_that_claims_more_than_it_holds_is_not_pulled_over_a_good_
     remote, local = tmp_path / "bucket" / "bundle", tmp_path / "machine" / "bundle"
     bundle(local, STAGES, [2, 4])
     claimed = new_manifest(STUDY["recipe"], STUDY["backend"])
-    bogus = [{"path": "plan", "sha256": "0" * 64}]
-    claimed["stages"] = {name: {"status": "done", "outputs": bogus} for name in ("prepare", "plan", "train", "export")}
+    bogus = [OutputRecord(path="plan", sha256="0" * 64)]
+    claimed.stages = {name: StageEntry(status="done", outputs=bogus) for name in ("prepare", "plan", "train", "export")}
     remote.mkdir(parents=True)
     write_manifest(remote, claimed)
     _mine(remote, {"plan/plan.json": "{}", "marker": "from the bucket"})
@@ -109,7 +109,7 @@ def test_a_bucket_copy_of_another_study_is_refused_before_anything_is_pulled(tmp
     remote, local = tmp_path / "bucket" / "bundle", tmp_path / "machine" / "bundle"
     remote.mkdir(parents=True)
     other = new_manifest(STUDY["recipe"], "jax")
-    other["stages"] = {"prepare": {"status": "done"}}
+    other.stages = {"prepare": StageEntry(status="done")}
     write_manifest(remote, other)
     (remote / "marker").write_text("from the bucket")
     with pytest.raises(StudyError, match=r"bundle.json is a study of recipe 'tiny-cpu' on jax, not 'tiny-cpu' on "

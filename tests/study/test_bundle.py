@@ -24,7 +24,7 @@ def test_a_users_folder_is_refused_naming_what_it_holds(tmp_path):
 
 def test_its_own_bundle_is_claimed_again_and_a_new_folder_gets_a_new_manifest(tmp_path):
     fresh = open_bundle(tmp_path / "b", "r", "torch")
-    assert (fresh["recipe"], fresh["backend"], fresh["stages"]) == ({"name": "r"}, "torch", {})
+    assert (fresh.recipe.name, fresh.backend, fresh.stages) == ("r", "torch", {})
     (tmp_path / "b").mkdir()
     write_manifest(tmp_path / "b", fresh)
     (tmp_path / "b" / "notes.md").write_text("mine, beside the study's folders")

@@ -61,8 +61,8 @@ def test_a_preempted_study_resumes_from_the_bucket_to_the_uninterrupted_lora(
     proc = _study(backend, bundle, sets, "--bucket", str(bucket))
     kill_9_when(proc, lambda: complete_checkpoint_in(bucket / "bundle" / run_rel))
     in_bucket = read_manifest(bucket / "bundle")
-    assert [in_bucket["stages"][n]["status"] for n in ("prepare", "plan")] == ["done", "done"]  # pushed per stage
-    assert in_bucket["stages"]["train"]["status"] == "running"
+    assert [in_bucket.stages[n].status for n in ("prepare", "plan")] == ["done", "done"]  # pushed per stage
+    assert in_bucket.stages["train"].status == "running"
     shutil.rmtree(bundle)  # the preempted machine's disk is gone
 
     log = _finish(_study(backend, bundle, sets, "--bucket", str(bucket)))
@@ -71,8 +71,8 @@ def test_a_preempted_study_resumes_from_the_bucket_to_the_uninterrupted_lora(
     resumed_from = read_run_record(run_dir).resumed_from_step
     assert EVERY <= resumed_from < STEPS and resumed_from % EVERY == 0, log[-3000:]
     assert [row.step for row in read_metrics(run_dir)] == list(range(1, STEPS + 1))
-    assert read_manifest(bundle)["stages"]["train"]["status"] == "done"
-    assert read_manifest(bucket / "bundle")["stages"]["train"]["status"] == "done"  # the end reached the bucket
+    assert read_manifest(bundle).stages["train"].status == "done"
+    assert read_manifest(bucket / "bundle").stages["train"].status == "done"  # the end reached the bucket
 
     got = final_lora(run_dir)
     worst = largest_difference(got, final_lora(reference / run_rel))

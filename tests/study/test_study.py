@@ -13,7 +13,7 @@ import yaml
 from crosstune.errors import InputError, Interrupted
 from crosstune.report.inputs import BUNDLE_MANIFEST, read_inputs
 from crosstune.study import runner
-from crosstune.study.bundle import StudyError, read_manifest
+from crosstune.study.bundle import StudyError, read_manifest, write_manifest
 from crosstune.study.runner import STAGE_NAMES
 from tests.helpers.evals import run as run_eval_command
 from tests.helpers.paths import RECIPES
@@ -43,26 +43,27 @@ def torch_bundle(tmp_path_factory, tiny_gemma4_dir, synth_corpus_dir):
 
 def test_a_study_makes_a_self_describing_bundle(torch_bundle):
     bundle, _, (manifest, log, _), _ = torch_bundle
-    stages = manifest["stages"]
+    stages = manifest.stages
     assert list(stages) == STAGE_NAMES
-    assert {name: s["status"] for name, s in stages.items()} == {
+    assert {name: s.status for name, s in stages.items()} == {
         "prepare": "done", "plan": "done", "train": "done", "export": "done",
         "serve": "skipped", "bench": "skipped", "eval": "done", "cost": "done",
     }  # fmt: skip
-    assert stages["serve"]["record"]["enable"] == "make serve-env"
-    command = stages["serve"]["record"]["target_plan"]["command"]  # what serves it on the recipe's hardware
+    assert stages["serve"].record["enable"] == "make serve-env"
+    command = stages["serve"].record["target_plan"]["command"]  # what serves it on the recipe's hardware
     assert command.startswith("VLLM_CPU_KVCACHE_SPACE=") and f"vllm serve {bundle / 'export' / 'merged'}" in command
-    layout = stages["serve"]["record"]["target_plan"]["layout"]  # the layout it chose there, and why
+    layout = stages["serve"].record["target_plan"]["layout"]  # the layout it chose there, and why
     assert (layout["data_parallel_size"], layout["tensor_parallel_size"]) == (1, 1) and layout["why"]
     assert "serve: skipped" in log and "`make serve-env` creates it" in log
-    assert stages["train"]["record"] == {"steps": STEPS}
-    assert stages["eval"]["record"]["engine"] == "transformers"
-    assert manifest["contents"] == {"runs": ["runs/tiny-cpu-torch"], "evals": ["eval/finetune"], "sweeps": []}
+    assert stages["train"].record == {"steps": STEPS}
+    assert stages["eval"].record["engine"] == "transformers"
+    assert manifest.contents.model_dump() == {"runs": ["runs/tiny-cpu-torch"], "evals": ["eval/finetune"],
+                                              "sweeps": []}  # fmt: skip
     for entry in stages.values():  # every output is named relative to the bundle and exists there
-        for out in entry.get("outputs", []):
-            assert not out["path"].startswith("/") and (bundle / out["path"]).exists()
-    assert set(manifest["data"]) == {"data_hash", "tokenizer_hash", "chat_template_sha256"}
-    (host,) = manifest["hosts"].values()
+        for out in entry.outputs or []:
+            assert not out.path.startswith("/") and (bundle / out.path).exists()
+    assert set(manifest.data) == {"data_hash", "tokenizer_hash", "chat_template_sha256"}
+    (host,) = manifest.hosts.values()
     assert host["cuda"] == [] and host["tpu"] is None and host["cpu"]["cores"] >= 1
     assert {"crosstune", "torch", "jax", "transformers"} <= set(host["versions"])
     cost = json.loads((bundle / "cost" / "cost.json").read_text())
@@ -74,7 +75,7 @@ def test_a_study_makes_a_self_describing_bundle(torch_bundle):
 def test_a_second_run_skips_every_stage_in_a_fraction_of_the_time(torch_bundle):
     _, _, (first, _, t_first), (second, log, t_second) = torch_bundle
     for name in STAGE_NAMES:
-        assert second["stages"][name]["started"] == first["stages"][name]["started"], name  # not run again
+        assert second.stages[name].started == first.stages[name].started, name  # not run again
     assert log.count(": up to date (") == 6 and log.count(": skipped before, nothing changed (") == 2
     assert t_second < 0.25 * t_first, (t_first, t_second)
 
@@ -103,7 +104,7 @@ def test_changed_eval_settings_redo_eval_and_cost_only(torch_bundle, tmp_path):
     shutil.copytree(bundle, copy)
     manifest, log, _ = study(copy, [*sets, "eval.max_tokens=12"])
     assert "eval: its inputs changed since it ran: redoing it" in log
-    redone = [n for n in STAGE_NAMES if manifest["stages"][n]["started"] != first["stages"][n]["started"]]
+    redone = [n for n in STAGE_NAMES if manifest.stages[n].started != first.stages[n].started]
     assert redone == ["eval"]  # cost reads the run and the sweep, not the evaluation
     assert json.loads((copy / "eval" / "finetune" / "summary.json").read_text())["sampling"]["max_tokens"] == 12
 
@@ -120,7 +121,7 @@ def test_eval_and_the_study_sample_a_recipe_s_protocol_alike(torch_bundle, tmp_p
     recipe_file = tmp_path / "protocol.yaml"
     recipe_file.write_text(yaml.safe_dump(recipe))
     manifest, log, _ = study(copy, [s for s in sets if not s.startswith("eval.")], recipe=recipe_file, only=["eval"])
-    assert manifest["stages"]["eval"]["status"] == "done", log
+    assert manifest.stages["eval"].status == "done", log
     result = run_eval_command(str(recipe_file), "--hf-model", str(copy / "export" / "merged"), "--out",
                               str(tmp_path / "eval"))  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -137,7 +138,7 @@ def repoint(sets: list[str], key: str, value) -> list[str]:
 
 
 def redone(manifest, before) -> list[str]:
-    return [n for n in STAGE_NAMES if manifest["stages"][n].get("started") != before["stages"][n].get("started")]
+    return [n for n in STAGE_NAMES if manifest.stages[n].started != before.stages[n].started]
 
 
 def test_new_weights_at_model_path_redo_train_and_export_on_the_new_base(torch_bundle, tmp_path, tiny_gemma4_dir):
@@ -175,7 +176,7 @@ def test_changed_problem_files_redo_the_evaluation(torch_bundle, tmp_path, synth
     assert "eval: its inputs changed since it ran: redoing it" in log
     assert redone(manifest, before) == ["eval"]
     assert json.loads((copy / "eval" / "finetune" / "summary.json").read_text())["problems"] == 5
-    assert manifest["stages"]["eval"]["note"].startswith("5 problems")
+    assert manifest.stages["eval"].note.startswith("5 problems")
 
 
 def test_redoing_train_makes_every_stage_that_reads_it_stale_until_redone(torch_bundle, tmp_path, monkeypatch):
@@ -188,7 +189,7 @@ def test_redoing_train_makes_every_stage_that_reads_it_stale_until_redone(torch_
     on_disk = {}
 
     def killed(ctx):  # what a kill -9 inside the redone training leaves: the manifest as it is on disk
-        on_disk.update(read_manifest(ctx.bundle))
+        on_disk["manifest"] = read_manifest(ctx.bundle)
         raise KeyboardInterrupt
 
     stages = [runner.Stage(*(killed if f == st.run else f for f in vars(st).values())) if st.name == "train" else st
@@ -197,17 +198,17 @@ def test_redoing_train_makes_every_stage_that_reads_it_stale_until_redone(torch_
     with pytest.raises(Interrupted):
         study(copy, sets, only=["train"])
     later = ["export", "serve", "bench", "eval", "cost"]
-    assert [on_disk["stages"][n]["status"] for n in ["train", *later]] == ["running"] + ["stale"] * 5
-    assert on_disk["contents"] == {"runs": [], "evals": [], "sweeps": []}
+    assert [on_disk["manifest"].stages[n].status for n in ["train", *later]] == ["running"] + ["stale"] * 5
+    assert on_disk["manifest"].contents.model_dump() == {"runs": [], "evals": [], "sweeps": []}
     monkeypatch.undo()
     monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "none"))
 
     manifest, log, _ = study(copy, sets, only=["train"])
     assert "train: continuing where an earlier run stopped (interrupted)" in log
-    assert {n: manifest["stages"][n]["status"] for n in ["plan", "train", *later]} == {
+    assert {n: manifest.stages[n].status for n in ["plan", "train", *later]} == {
         "plan": "done", "train": "done", **dict.fromkeys(later, "stale")}  # fmt: skip
-    assert manifest["stages"]["eval"]["stale"] == "train was redone after it"
-    assert manifest["contents"] == {"runs": ["runs/tiny-cpu-torch"], "evals": [], "sweeps": []}
+    assert manifest.stages["eval"].stale == "train was redone after it"
+    assert manifest.contents.model_dump() == {"runs": ["runs/tiny-cpu-torch"], "evals": [], "sweeps": []}
     inputs = read_inputs([copy])
     assert len(inputs.runs) == 1 and inputs.evals == []  # the old evaluation is not set beside the new run
     write_report([copy], tmp_path / "report")
@@ -218,8 +219,8 @@ def test_redoing_train_makes_every_stage_that_reads_it_stale_until_redone(torch_
     manifest, log, _ = study(copy, sets)
     assert "export: stale (train was redone after it): redoing it" in log
     assert redone(manifest, first) == ["plan", "train", "export", "serve", "bench", "eval", "cost"]
-    assert [manifest["stages"][n]["status"] for n in STAGE_NAMES] == ["done"] * 4 + ["skipped"] * 2 + ["done"] * 2
-    assert manifest["contents"] == {"runs": ["runs/tiny-cpu-torch"], "evals": ["eval/finetune"], "sweeps": []}
+    assert [manifest.stages[n].status for n in STAGE_NAMES] == ["done"] * 4 + ["skipped"] * 2 + ["done"] * 2
+    assert manifest.contents == first.contents
 
 
 def test_a_redo_whose_outputs_come_out_as_recorded_leaves_the_later_stages_up_to_date(torch_bundle, tmp_path):
@@ -231,7 +232,7 @@ def test_a_redo_whose_outputs_come_out_as_recorded_leaves_the_later_stages_up_to
     assert "prepare: redoing it: data changed since the stage wrote it" in log
     assert "train, export, serve, bench, eval, cost: up to date again (prepare's outputs came out as recorded)" in log
     assert redone(manifest, first) == ["prepare"]
-    assert manifest["contents"] == first["contents"]
+    assert manifest.contents == first.contents
 
 
 def test_a_model_path_that_is_gone_is_refused_before_anything_is_cleared(torch_bundle, tmp_path):
@@ -240,7 +241,7 @@ def test_a_model_path_that_is_gone_is_refused_before_anything_is_cleared(torch_b
     shutil.copytree(bundle, copy)  # a bundle copied to a machine without the base model
     with pytest.raises(StudyError, match=f"model.path {tmp_path / 'gone'}: no such file or folder"):
         study(copy, repoint(sets, "model.path", tmp_path / "gone"))
-    assert read_manifest(copy)["stages"] == first["stages"] and (copy / "runs" / "tiny-cpu-torch" / "adapter").is_dir()
+    assert read_manifest(copy).stages == first.stages and (copy / "runs" / "tiny-cpu-torch" / "adapter").is_dir()
 
 
 def test_a_stage_recorded_by_an_older_crosstune_is_redone_saying_why(torch_bundle, tmp_path):
@@ -248,9 +249,9 @@ def test_a_stage_recorded_by_an_older_crosstune_is_redone_saying_why(torch_bundl
     copy = tmp_path / "b"
     shutil.copytree(bundle, copy)
     manifest = read_manifest(copy)
-    manifest["stages"]["plan"].pop("inputs_format")
-    manifest["stages"]["plan"]["inputs"] = "its recipe sections alone"
-    (copy / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
+    manifest.stages["plan"].inputs_format = None
+    manifest.stages["plan"].inputs = "its recipe sections alone"
+    write_manifest(copy, manifest)
     _, log, _ = study(copy, sets, only=["plan"])
     assert "plan: its inputs changed since it ran (recorded by an older crosstune, whose inputs did not" in log
 
@@ -270,8 +271,8 @@ def test_ctrl_c_in_a_stage_leaves_a_bundle_that_resumes(torch_bundle, tmp_path, 
     copy = tmp_path / "b"
     shutil.copytree(bundle, copy)
     manifest = read_manifest(copy)
-    manifest["stages"]["export"]["inputs"] = "an older run's"
-    (copy / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
+    manifest.stages["export"].inputs = "an older run's"
+    write_manifest(copy, manifest)
 
     def interrupt(_ctx):
         raise KeyboardInterrupt
@@ -280,13 +281,13 @@ def test_ctrl_c_in_a_stage_leaves_a_bundle_that_resumes(torch_bundle, tmp_path, 
     monkeypatch.setattr(runner, "STAGES", stages)
     with pytest.raises(Interrupted, match="interrupted \\(Ctrl-C\\) in stage export: finished stages are kept"):
         study(copy, sets)
-    assert read_manifest(copy)["stages"]["export"]["status"] == "interrupted"
+    assert read_manifest(copy).stages["export"].status == "interrupted"
     monkeypatch.undo()
     monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "none"))
     manifest, log, _ = study(copy, sets)
     assert "export: continuing where an earlier run stopped (interrupted)" in log
-    assert manifest["stages"]["export"]["status"] == "done"
-    assert manifest["stages"]["train"]["started"] == first["stages"]["train"]["started"]
+    assert manifest.stages["export"].status == "done"
+    assert manifest.stages["train"].started == first.stages["train"].started
 
 
 def test_stage_selection_and_refusals(torch_bundle, tmp_path):
@@ -338,8 +339,8 @@ def test_a_failing_stage_is_named_and_recorded(torch_bundle, tmp_path, monkeypat
     (tmp_path / "prices.yaml").write_text("chips: {cpu: {on_demand: 0.1, source: a test}}\n")
     with pytest.raises(StudyError, match="stage cost failed: the prices file is unreadable — the finished stages"):
         study(copy, sets, only=["cost"], prices=tmp_path / "prices.yaml")
-    entry = read_manifest(copy)["stages"]["cost"]
-    assert (entry["status"], entry["error"]) == ("failed", "the prices file is unreadable")
+    entry = read_manifest(copy).stages["cost"]
+    assert (entry.status, entry.error) == ("failed", "the prices file is unreadable")
 
 
 def test_the_cost_stage_prices_the_run_at_the_given_rate(torch_bundle, tmp_path):
@@ -378,7 +379,7 @@ def test_a_redo_never_deletes_a_file_the_stage_did_not_write(torch_bundle, tmp_p
     assert notes.read_text() == "mine" and (copy / "export" / "merged").is_dir()  # nothing removed
     notes.unlink()
     manifest, log, _ = study(copy, sets)  # its own files again: up to date
-    assert "export: up to date" in log and "notes.txt" not in str(manifest["stages"]["export"]["wrote"])
+    assert "export: up to date" in log and "notes.txt" not in str(manifest.stages["export"].wrote)
 
 
 def test_eval_base_asks_the_base_through_the_fine_tunes_engine_on_a_server_of_its_own(
@@ -393,14 +394,14 @@ def test_eval_base_asks_the_base_through_the_fine_tunes_engine_on_a_server_of_it
     shutil.copytree(bundle, copy)
     fake_vllm.setenv("FAKE_VLLM_MODE", "ok")
     manifest, log, _ = study(copy, sets, only=["eval-base"], with_=("eval-base",))
-    entry = manifest["stages"]["eval-base"]
-    assert entry["status"] == "done" and entry["record"]["engine"] == "vllm", log
+    entry = manifest.stages["eval-base"]
+    assert entry.status == "done" and entry.record["engine"] == "vllm", log
     assert f"starting vLLM on {tiny_model(sets)}" in log
     summary = json.loads((copy / "eval" / "base" / "summary.json").read_text())
     assert summary["problems"] == 8 and summary["engine"]["kind"] == "endpoint"
     server = copy / "eval" / "base" / "server"
     assert any(server.glob("*.log")) and not (server / STATE_FILE).exists()  # it ran, and stopped with the stage
-    assert manifest["contents"]["evals"] == ["eval/finetune", "eval/base"]
+    assert manifest.contents.evals == ["eval/finetune", "eval/base"]
 
 
 def tiny_model(sets: list[str]) -> str:

@@ -29,11 +29,11 @@ def test_each_backend_makes_a_bundle_and_the_report_sets_them_side_by_side(tmp_p
     done = {}
     for backend in ("torch", "jax"):
         manifest, _, t_first = study(tmp_path / backend, sets, backend=backend)
-        assert [manifest["stages"][n]["status"] for n in STAGE_NAMES] == ["done"] * 4 + ["skipped"] * 2 + ["done"] * 2
+        assert [manifest.stages[n].status for n in STAGE_NAMES] == ["done"] * 4 + ["skipped"] * 2 + ["done"] * 2
         _, log, t_second = study(tmp_path / backend, sets, backend=backend)
         assert log.count(": up to date (") == 6 and t_second < 0.25 * t_first, (backend, t_first, t_second)
         done[backend] = manifest
-    assert done["jax"]["stages"]["prepare"]["record"] == done["torch"]["stages"]["prepare"]["record"]  # same data
+    assert done["jax"].stages["prepare"].record == done["torch"].stages["prepare"].record  # same data
     from crosstune.report.writer import write_report
 
     write_report([tmp_path / "torch", tmp_path / "jax"], tmp_path / "report")
@@ -56,16 +56,16 @@ def test_kill_9_in_the_middle_of_training_then_rerunning_finishes_without_redoin
     run_dir = bundle / "runs" / "tiny-cpu-torch"
     kill_9_when(proc, lambda: run_dir.is_dir() and bool(saved_steps(run_dir)) and saved_steps(run_dir)[0] >= every)
     killed = read_manifest(bundle)
-    assert killed["stages"]["train"]["status"] == "running"  # as the kill left it
-    assert [killed["stages"][n]["status"] for n in ("prepare", "plan")] == ["done", "done"]
+    assert killed.stages["train"].status == "running"  # as the kill left it
+    assert [killed.stages[n].status for n in ("prepare", "plan")] == ["done", "done"]
     kept = saved_steps(run_dir)[-1]
     assert every <= kept < steps
 
     manifest, log, _ = study(bundle, sets)
     for name in ("prepare", "plan"):
-        assert manifest["stages"][name]["started"] == killed["stages"][name]["started"], name
+        assert manifest.stages[name].started == killed.stages[name].started, name
         assert f"{name}: up to date (" in log
     assert "train: continuing where an earlier run stopped (running)" in log
     assert f"resuming {run_dir} from step " in log
-    assert manifest["stages"]["train"]["record"] == {"steps": steps}
-    assert [manifest["stages"][n]["status"] for n in STAGE_NAMES] == ["done"] * 4 + ["skipped"] * 2 + ["done"] * 2
+    assert manifest.stages["train"].record == {"steps": steps}
+    assert [manifest.stages[n].status for n in STAGE_NAMES] == ["done"] * 4 + ["skipped"] * 2 + ["done"] * 2

@@ -87,7 +87,7 @@ def run_demo(
             with_=FIRST_WITH if i == 0 else OTHERS_WITH, pretrain_steps=base_steps, pretrain_cache=cache,
             console=console,
         )  # fmt: skip
-        hosts.append(studied["hosts"][socket.gethostname()])
+        hosts.append(studied.hosts[socket.gethostname()])
     console.rule("[bold]the report (crosstune report)", align="left")
     report = write_report(list(bundles.values()), out / figures.REPORT)
     scores = figures.read_scores(out, tuple(bundles))

@@ -64,7 +64,7 @@ def bundle_contents(bundle: Path) -> dict[str, list[Path]]:
         raise InputError(f"{manifest_path}: no such file: give a study bundle's folder")
     out: dict[str, list[Path]] = {}
     for key in CONTENT_KEYS:
-        paths = [Path(bundle) / rel for rel in manifest["contents"].get(key, [])]
+        paths = [Path(bundle) / rel for rel in getattr(manifest.contents, key)]
         missing = [p for p in paths if not p.exists()]
         if missing:
             raise InputError(f"{manifest_path}: lists {missing[0]}, which is missing: finish the study (rerun it)")

@@ -28,37 +28,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crosstune.confinement import walk_files
 from crosstune.errors import InputError
-from crosstune.fsutil import atomic_write_text, file_sha256
+from crosstune.fsutil import atomic_write_text
 from crosstune.ownership import ResumedKind, claim
-from crosstune.study.bundle_schema import BUNDLE_KIND, BUNDLE_MANIFEST, read_bundle_manifest
+from crosstune.study.bundle_schema import (
+    BUNDLE_MANIFEST,
+    BundleManifest,
+    Contents,
+    OutputRecord,
+    RecipeRef,
+    read_bundle_manifest,
+    tree_sha256,
+)
 
 FORMAT = 1
 RESOLVED_RECIPE = "recipe.resolved.yaml"
-# What a stage's inputs cover. 2: the files it reads by fingerprint (model, problems), not by path, and the outputs
-# of the stages it reads (Stage.reads). A stage recorded under another format is redone, saying why.
-INPUTS_FORMAT = 2
 
 
 class StudyError(InputError):
     """A study that can't go on as asked; the message says which stage, why, and what to do."""
 
 
-def new_manifest(recipe_name: str, backend: str) -> dict[str, Any]:
-    return {
-        "format": FORMAT,
-        "kind": BUNDLE_KIND,
-        "recipe": {"name": recipe_name},
-        "backend": backend,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "hosts": {},
-        "stages": {},
-        "contents": {"runs": [], "evals": [], "sweeps": []},
-    }
+def new_manifest(recipe_name: str, backend: str) -> BundleManifest:
+    created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return BundleManifest(
+        format=FORMAT,
+        recipe=RecipeRef(name=recipe_name),
+        backend=backend,
+        created=created,
+        hosts={},
+        stages={},
+        contents=Contents(),
+    )
 
 
-def read_manifest(bundle: Path) -> dict[str, Any] | None:
+def read_manifest(bundle: Path) -> BundleManifest | None:
     """The bundle's manifest, None when there is none yet; a BundleError naming the field when the file is not one
     (bundle_manifest's schema: the types of every field, paths inside the bundle)."""
     return read_bundle_manifest(bundle)
@@ -68,46 +72,31 @@ def read_manifest(bundle: Path) -> dict[str, Any] | None:
 BUNDLE_FOLDER = ResumedKind("crosstune study", BUNDLE_MANIFEST, "study bundle", read_manifest)
 
 
-def open_bundle(bundle: Path, recipe_name: str, backend: str) -> dict[str, Any]:
+def open_bundle(bundle: Path, recipe_name: str, backend: str) -> BundleManifest:
     """The manifest of the bundle a study of `recipe_name` on `backend` may write into at `bundle`: a new one for a
     new or empty folder, the earlier one of the same study; else a StudyError saying why (a folder that is not a
     bundle: naming what is in it)."""
     manifest = claim(bundle, BUNDLE_FOLDER, error=StudyError)
     if manifest is None:
         return new_manifest(recipe_name, backend)
-    if manifest.get("backend") != backend:
-        raise StudyError(f"{bundle} holds a {manifest.get('backend')} study: give --backend {manifest.get('backend')}"
-                         " or another --out")  # fmt: skip
-    if manifest.get("recipe", {}).get("name") != recipe_name:
-        raise StudyError(f"{bundle} holds a study of recipe {manifest['recipe'].get('name')!r}, not {recipe_name!r}:"
-                         " give another --out")  # fmt: skip
+    if manifest.backend != backend:
+        raise StudyError(f"{bundle} holds a {manifest.backend} study: give --backend {manifest.backend} or another "
+                         "--out")  # fmt: skip
+    if manifest.recipe.name != recipe_name:
+        raise StudyError(f"{bundle} holds a study of recipe {manifest.recipe.name!r}, not {recipe_name!r}: give "
+                         "another --out")  # fmt: skip
     return manifest
 
 
-def write_manifest(bundle: Path, manifest: dict[str, Any]) -> None:
-    atomic_write_text(Path(bundle) / BUNDLE_MANIFEST, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+def write_manifest(bundle: Path, manifest: BundleManifest) -> None:
+    text = json.dumps(manifest.model_dump(mode="json", by_alias=True), indent=2, sort_keys=False)
+    atomic_write_text(Path(bundle) / BUNDLE_MANIFEST, text + "\n")
 
 
 def fingerprint(value: Any) -> str:
     """sha256 of a JSON-able value (sorted keys): a stage's inputs (the files among them already by
     fsutil.files_fingerprint)."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def tree_sha256(path: Path, skip: tuple[str, ...] = ()) -> str:
-    """One sha256 over every file under `path` (relative names and contents; names in `skip` left out). Links are
-    not followed (crosstune.confinement.walk_files): a link, or a folder that is one, adds nothing."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(path)
-    single = path.is_file() and not path.is_symlink()
-    files = [(path.name, path)] if single else sorted(walk_files(path), key=lambda named: Path(named[0]).parts)
-    h = hashlib.sha256()
-    for rel, f in files:
-        if any(part in skip for part in Path(rel).parts):
-            continue
-        h.update(rel.encode() + b"\0" + file_sha256(f).encode() + b"\n")
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -117,17 +106,6 @@ class Output:
     rel: str  # relative to the bundle
     skip: tuple[str, ...] = ()  # names under it that change without changing the output (locks, caches)
 
-    def record(self, bundle: Path) -> dict[str, str]:
-        entry = {"path": self.rel, "sha256": tree_sha256(bundle / self.rel, self.skip)}
-        return entry | ({"skip": list(self.skip)} if self.skip else {})
-
-
-def verify_outputs(bundle: Path, recorded: list[dict]) -> str | None:
-    """None when every recorded output exists with its recorded hash; otherwise the first that doesn't, and why."""
-    for out in recorded:
-        where = bundle / out["path"]
-        if not where.exists():
-            return f"{out['path']} is missing"
-        if tree_sha256(where, tuple(out.get("skip", ()))) != out["sha256"]:
-            return f"{out['path']} changed since the stage wrote it (sha256 differs)"
-    return None
+    def record(self, bundle: Path) -> OutputRecord:
+        return OutputRecord(path=self.rel, sha256=tree_sha256(bundle / self.rel, self.skip),
+                            skip=list(self.skip) if self.skip else None)  # fmt: skip

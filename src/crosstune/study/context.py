@@ -14,6 +14,7 @@ from crosstune.fsutil import files_fingerprint
 from crosstune.recipe import Recipe, load_recipe, model_path, model_snapshot, resolve_path
 from crosstune.run.bucket import BucketCopy
 from crosstune.study.bundle import Output, StudyError
+from crosstune.study.bundle_schema import BundleManifest, OutputRecord
 
 DATA, PLAN, EXPORT, SERVE, BENCH, EVAL, COST = "data", "plan", "export", "serve", "bench", "eval", "cost"
 BASE, PARITY, RUNS = "base", "parity", "runs"
@@ -64,7 +65,7 @@ class StudyContext:
     recipe: Recipe
     backend: str
     console: Console
-    manifest: dict[str, Any]
+    manifest: BundleManifest
     launch: dict[str, Any] = field(default_factory=dict)  # torch several-node options: node_rank, main_address
     prices: Path | None = None
     server: Any = None  # crosstune.study.serving.Server, shared by serve, bench and eval
@@ -151,17 +152,13 @@ class StudyContext:
         snapshot = model_snapshot(self.recipe)
         return {} if snapshot is None else {"model_revision": snapshot.commit}
 
-    def outputs_of(self, stage: str) -> list[dict]:
+    def outputs_of(self, stage: str) -> list[OutputRecord]:
         """The outputs a finished earlier stage recorded (its hashes feed this stage's inputs)."""
-        entry = self.manifest["stages"].get(stage)
-        if entry is None or entry.get("status") not in ("done", "skipped"):
-            state = "never ran" if entry is None else f"is {entry.get('status')}"
-            why = f" ({entry['stale']})" if entry is not None and entry.get("stale") else ""
+        entry = self.manifest.stages.get(stage)
+        if entry is None or not entry.finished:
+            state = "never ran" if entry is None else f"is {entry.status}"
+            why = f" ({entry.stale})" if entry is not None and entry.stale else ""
             raise StudyError(
                 f"stage {stage} {state} in {self.bundle}{why}: run it first (drop --from/--only, or include {stage})"
             )
-        return entry.get("outputs", [])
-
-    def status_of(self, stage: str) -> str | None:
-        entry = self.manifest["stages"].get(stage)
-        return None if entry is None else entry.get("status")
+        return entry.outputs or []

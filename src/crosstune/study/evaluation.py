@@ -33,7 +33,7 @@ def _engine(s: StudyContext) -> dict[str, Any]:
 
 def _export_hash(s: StudyContext) -> str | None:
     """The merged export's sha256 as the export stage recorded it: the evaluated model's revision (cache key)."""
-    return next((o["sha256"] for o in s.outputs_of("export") if o["path"] == EXPORT), None)
+    return next((o.sha256 for o in s.outputs_of("export") if o.path == EXPORT), None)
 
 
 def eval_folders(s: StudyContext) -> list[str]:
@@ -122,7 +122,7 @@ def run_cost(s: StudyContext) -> StageResult:
     except InputError as e:
         record["notes"].append(f"training: {e}")
     summary = s.bundle / "bench" / "summary.json"
-    if s.status_of("bench") == "done" and summary.is_file():
+    if s.manifest.status_of("bench") == "done" and summary.is_file():
         try:
             for sc in serving_costs(read_sweep(summary), book):
                 record["serving"].append(

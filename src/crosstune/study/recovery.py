@@ -14,38 +14,34 @@ claims more than it holds is left where it is."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from crosstune.ownership import claim
 from crosstune.run.bucket import BucketCopy, BucketError, bundle_copy, drop_incomplete_checkpoints
 from crosstune.run.layout import saved_steps
-from crosstune.study.bundle import BUNDLE_FOLDER, StudyError, verify_outputs
-from crosstune.study.bundle_schema import BUNDLE_MANIFEST, parse_manifest
+from crosstune.study.bundle import BUNDLE_FOLDER, StudyError
+from crosstune.study.bundle_schema import BUNDLE_MANIFEST, BundleManifest, parse_manifest
 
-FINISHED = ("done", "skipped")
 FIX = "fix or remove the bucket's copy, or give another --bucket"
 
 
-def progress(manifest: dict[str, Any] | None, steps: list[int]) -> tuple[int, int]:
+def progress(manifest: BundleManifest | None, steps: list[int]) -> tuple[int, int]:
     """(finished stages, last checkpoint step) of a bundle; (-1, -1) when there is no bundle."""
     if manifest is None:
         return (-1, -1)
-    stages = manifest.get("stages") if isinstance(manifest.get("stages"), dict) else {}
-    done = sum(1 for e in stages.values() if isinstance(e, dict) and e.get("status") in FINISHED)
-    return (done, max(steps, default=0))
+    return (sum(1 for e in manifest.stages.values() if e.finished), max(steps, default=0))
 
 
-def _bucket_manifest(copy: BucketCopy, local: Path) -> dict[str, Any] | None:
+def _bucket_manifest(copy: BucketCopy, local: Path) -> BundleManifest | None:
     text = copy.read_text(BUNDLE_MANIFEST)
     return None if text is None else parse_manifest(text, f"{copy.remote}/{BUNDLE_MANIFEST}", local, FIX)
 
 
-def _unproven(staged: Path, manifest: dict[str, Any]) -> list[str]:
+def _unproven(staged: Path, manifest: BundleManifest) -> list[str]:
     """The finished stages of the staged copy whose outputs don't match the sha256 its bundle.json recorded."""
-    finished = {name: entry for name, entry in manifest["stages"].items() if entry["status"] in FINISHED}
-    return [name for name, entry in finished.items() if verify_outputs(staged, entry.get("outputs", [])) is not None]
+    finished = {name: entry for name, entry in manifest.stages.items() if entry.finished}
+    return [name for name, entry in finished.items() if entry.changed_output(staged) is not None]
 
 
 def restore_from_bucket(copy: BucketCopy, run_rel: str, console: Console, *, recipe: str, backend: str) -> None:
@@ -58,9 +54,9 @@ def restore_from_bucket(copy: BucketCopy, run_rel: str, console: Console, *, rec
         console.print(f"bucket: no copy of this bundle in {copy.remote} yet: it is made as the study goes")
         return
     ours = claim(bundle, BUNDLE_FOLDER, error=StudyError)
-    if (theirs["recipe"]["name"], theirs["backend"]) != (recipe, backend):
-        raise StudyError(f"{copy.remote}/{BUNDLE_MANIFEST} is a study of recipe {theirs['recipe']['name']!r} on "
-                         f"{theirs['backend']}, not {recipe!r} on {backend}: another study's copy has this bundle's "
+    if (theirs.recipe.name, theirs.backend) != (recipe, backend):
+        raise StudyError(f"{copy.remote}/{BUNDLE_MANIFEST} is a study of recipe {theirs.recipe.name!r} on "
+                         f"{theirs.backend}, not {recipe!r} on {backend}: another study's copy has this bundle's "
                          "name there; give another --bucket or --out")  # fmt: skip
     ahead, here = progress(theirs, copy.saved_steps(run_rel)), progress(ours, saved_steps(bundle / run_rel))
     if ours is not None and here >= ahead:

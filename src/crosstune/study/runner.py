@@ -26,15 +26,15 @@ from crosstune.ownership import check_out, unlisted
 from crosstune.recipe import recipe_hash
 from crosstune.study import evaluation, recovery, serving, stages
 from crosstune.study.bundle import (
-    INPUTS_FORMAT,
     RESOLVED_RECIPE,
     StudyError,
     fingerprint,
+    new_manifest,
     open_bundle,
     read_manifest,
-    verify_outputs,
     write_manifest,
 )
+from crosstune.study.bundle_schema import CONTENT_KEYS, INPUTS_FORMAT, BundleManifest, Contents, StageEntry
 from crosstune.study.context import (
     BASE,
     BENCH,
@@ -141,14 +141,15 @@ def _process_index(variable: str) -> int:
     return int(value)
 
 
-def _refresh_contents(manifest: dict[str, Any]) -> None:
-    contents: dict[str, list[str]] = {"runs": [], "evals": [], "sweeps": []}
+def _refresh_contents(manifest: BundleManifest) -> None:
+    contents = Contents()
     for name in ALL_STAGES:
-        entry = manifest["stages"].get(name) or {}
-        if entry.get("status") == "done":
-            for key, rels in (entry.get("contents") or {}).items():
-                contents[key] += [r for r in rels if r not in contents[key]]
-    manifest["contents"] = contents
+        entry = manifest.stages.get(name)
+        if entry is not None and entry.status == "done" and entry.contents is not None:
+            for key in CONTENT_KEYS:
+                listed = getattr(contents, key)
+                listed += [r for r in getattr(entry.contents, key) if r not in listed]
+    manifest.contents = contents
 
 
 def run_study(
@@ -166,7 +167,7 @@ def run_study(
     with_: tuple[str, ...] = (),
     pretrain_steps: int | None = None,
     pretrain_cache: Path | None = None,
-) -> dict[str, Any]:
+) -> BundleManifest:
     """Run (or resume) the study of `recipe_file` on `backend` into the bundle `out`; returns the manifest. With
     `bucket`, the bundle has a copy there, pulled first when this machine's is missing or behind, pushed after every
     stage and checkpoint (crosstune.study.recovery). `with_`: the optional stages to run too (OPTIONAL_STAGES);
@@ -187,7 +188,8 @@ def run_study(
     options = {"with_": with_, "recipe_file": Path(recipe_file), "pretrain_steps": pretrain_steps,
                "pretrain_cache": pretrain_cache,
                "overrides": (*(overrides or []), *study_overrides(bundle, with_))}  # fmt: skip
-    preflight = StudyContext(bundle, recipe, backend, console, {"stages": {}}, launch, prices, **options)
+    preflight = StudyContext(bundle, recipe, backend, console, new_manifest(recipe.name, backend), launch, prices,
+                             **options)  # fmt: skip
     if "pretrain" in with_:
         stages.check_pretrain(preflight)
     preflight.check_recipe_paths([st.name for st in chosen], Path(recipe_file))
@@ -195,8 +197,8 @@ def run_study(
     if is_worker(launch):
         if [st.name for st in chosen] != ["train"]:
             raise StudyError("a worker process (node rank or JAX process > 0) only trains its part: give --only train")
-        ctx = StudyContext(bundle, recipe, backend, console, read_manifest(bundle) or {"stages": {}}, launch, prices,
-                           **options)  # fmt: skip
+        manifest = read_manifest(bundle) or new_manifest(recipe.name, backend)
+        ctx = StudyContext(bundle, recipe, backend, console, manifest, launch, prices, **options)
         stages.run_train(ctx)
         return ctx.manifest
     hint = "wait for that study to finish, or give another --out"
@@ -207,10 +209,10 @@ def run_study(
         bundle.mkdir(parents=True, exist_ok=True)
         atomic_write_text(bundle / RESOLVED_RECIPE, yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
         host = describe_machine()
-        manifest["recipe"].update(hash=recipe_hash(recipe), source=str(Path(recipe_file).resolve()),
-                                  resolved=RESOLVED_RECIPE, overrides=list(overrides or []))  # fmt: skip
-        manifest["with"] = list(with_)
-        manifest["hosts"][host["hostname"]] = host
+        manifest.recipe.hash, manifest.recipe.source = recipe_hash(recipe), str(Path(recipe_file).resolve())
+        manifest.recipe.resolved, manifest.recipe.overrides = RESOLVED_RECIPE, list(overrides or [])
+        manifest.with_ = list(with_)
+        manifest.hosts[host["hostname"]] = host
         write_manifest(bundle, manifest)
         console.print(f"study of {recipe.name} ({backend}) on {host['hostname']}: {accelerator_summary(host)}")
         ctx = StudyContext(bundle, recipe, backend, console, manifest, launch, prices, bucket=copy, **options)
@@ -227,62 +229,52 @@ def run_study(
 
 def stage_inputs(ctx: StudyContext, stage: Stage) -> str:
     """The fingerprint of what `stage` depends on: its own inputs and the recorded outputs of the stages it reads."""
-    reads = {name: ctx.outputs_of(name) for name in stage.reads if name not in OPTIONAL_STAGES or name in ctx.with_}
+    reads = {name: [o.model_dump(mode="json") for o in ctx.outputs_of(name)] for name in stage.reads
+             if name not in OPTIONAL_STAGES or name in ctx.with_}  # fmt: skip
     return fingerprint({"format": INPUTS_FORMAT, "reads": reads, **stage.inputs(ctx)})
 
 
-def mark_stale_after(manifest: dict[str, Any], redone: str) -> list[str]:
+def mark_stale_after(manifest: BundleManifest, redone: str) -> list[str]:
     """Mark stale every recorded stage after `redone` that reads it, directly or through another; their names."""
     upstream, marked = {redone}, []
     for st in STAGES[ALL_STAGES.index(redone) + 1 :]:
         if not upstream & set(st.reads):
             continue
         upstream.add(st.name)
-        entry = manifest["stages"].get(st.name)
-        if entry is not None and entry.get("status") != "stale":
-            entry.update(status="stale", stale=f"{redone} was redone after it", was=entry.get("status"))
+        entry = manifest.stages.get(st.name)
+        if entry is not None and entry.status != "stale":
+            entry.was, entry.status, entry.stale = entry.status, "stale", f"{redone} was redone after it"
             marked.append(st.name)
     return marked
 
 
-def _unmark(manifest: dict[str, Any], names: list[str]) -> None:
+def _unmark(manifest: BundleManifest, names: list[str]) -> None:
     """Give stages marked stale by a redo whose outputs came out as recorded before their status back: what they
     read is what they read then."""
     for name in names:
-        entry = manifest["stages"][name]
-        entry["status"] = entry.pop("was")
-        entry.pop("stale", None)
+        entry = manifest.stages[name]
+        entry.status, entry.was, entry.stale = entry.was or "done", None, None
 
 
 def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
     console, manifest, bundle = ctx.console, ctx.manifest, ctx.bundle
     t0 = time.perf_counter()
     inputs = stage_inputs(ctx, stage)
-    entry = manifest["stages"].get(stage.name)
-    before = entry.get("outputs") if entry is not None else None  # what the later stages read, if it finished
-    if entry is not None and entry.get("status") == "stale":
-        console.print(f"{counter} {stage.name}: stale ({entry.get('stale')}): redoing it")
-        _clear(ctx, stage, entry)
-    elif entry is not None and entry.get("inputs") == inputs and entry.get("status") in ("done", "skipped"):
-        problem = verify_outputs(bundle, entry.get("outputs", []))
-        if problem is None:
-            what = "up to date" if entry["status"] == "done" else "skipped before, nothing changed"
+    entry = manifest.stages.get(stage.name)
+    before = entry.outputs if entry is not None else None  # what the later stages read, if it finished
+    if entry is not None:
+        currency = entry.currency(inputs, bundle)
+        if currency.action == "keep":
             took = time.perf_counter() - t0
-            console.print(f"{counter} {stage.name}: {what} ({took:.1f} s) — {entry.get('note', '')}")
+            console.print(f"{counter} {stage.name}: {currency.why} ({took:.1f} s) — {entry.note or ''}")
             return
-        console.print(f"{counter} {stage.name}: redoing it: {problem}")
-        _clear(ctx, stage, entry)
-    elif entry is not None and entry.get("inputs") != inputs:
-        older = "" if entry.get("inputs_format") == INPUTS_FORMAT else (
-            " (recorded by an older crosstune, whose inputs did not fingerprint the files a stage reads)")  # fmt: skip
-        console.print(f"{counter} {stage.name}: its inputs changed since it ran{older}: redoing it")
-        _clear(ctx, stage, entry)
-    elif entry is not None:
-        console.print(f"{counter} {stage.name}: continuing where an earlier run stopped ({entry.get('status')})")
+        console.print(f"{counter} {stage.name}: {currency.why}")
+        if currency.action == "redo":
+            _clear(ctx, stage, entry)
     console.rule(f"{counter} {stage.name}: {stage.title}", align="left")
-    running = {"status": "running", "inputs": inputs, "inputs_format": INPUTS_FORMAT, "host": socket.gethostname(),
-               "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
-    manifest["stages"][stage.name] = running
+    running = StageEntry(status="running", inputs=inputs, inputs_format=INPUTS_FORMAT, host=socket.gethostname(),
+                         pid=os.getpid(), started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))  # fmt: skip
+    manifest.stages[stage.name] = running
     if stale := mark_stale_after(manifest, stage.name):  # written with "running": a kill -9 leaves them stale
         console.print(f"   {', '.join(stale)}: stale until redone (they read what {stage.name} rewrites)")
     _refresh_contents(manifest)
@@ -305,9 +297,10 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
     except BaseException as e:
         _finish(ctx, stage, running, t0, status="failed", error=str(e)[:2000])
         raise
-    running.update(note=result.note, outputs=[o.record(bundle) for o in result.outputs], record=result.record,
-                   contents=result.contents)  # fmt: skip
-    if stale and before is not None and running["outputs"] == before:
+    running.note, running.record = result.note, result.record
+    running.outputs = [o.record(bundle) for o in result.outputs]
+    running.contents = Contents(**result.contents) if result.contents else None
+    if stale and before is not None and _dumped(running.outputs) == _dumped(before):
         _unmark(manifest, stale)
         console.print(f"   {', '.join(stale)}: up to date again ({stage.name}'s outputs came out as recorded)")
     _finish(ctx, stage, running, t0, status=result.status)
@@ -320,11 +313,15 @@ def _written(ctx: StudyContext, stage: Stage) -> list[str]:
     return unlisted(ctx.bundle, stage.folders(ctx), ())
 
 
-def _clear(ctx: StudyContext, stage: Stage, entry: dict[str, Any]) -> None:
+def _dumped(outputs: list) -> list[dict[str, Any]]:
+    return [o.model_dump(mode="json") for o in outputs]
+
+
+def _clear(ctx: StudyContext, stage: Stage, entry: StageEntry) -> None:
     """Remove the stage's folders before a redo; refused, naming the file, when one holds a file the stage did not
     write (crosstune.ownership's rule: a command replaces only what its manifest, here bundle.json's `wrote`, says
     it wrote). A stage recorded before the study listed what it wrote (no `wrote`) is cleared as before."""
-    if "wrote" in entry and (foreign := unlisted(ctx.bundle, stage.folders(ctx), entry["wrote"])):
+    if entry.wrote is not None and (foreign := unlisted(ctx.bundle, stage.folders(ctx), entry.wrote)):
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise StudyError(
             f"stage {stage.name} must be redone, which replaces its folders, but they hold files it did not "
@@ -335,10 +332,12 @@ def _clear(ctx: StudyContext, stage: Stage, entry: dict[str, Any]) -> None:
         remove(where)
 
 
-def _finish(ctx: StudyContext, stage: Stage, entry: dict[str, Any], t0: float, *, status: str, **extra: Any) -> None:
-    entry.update(status=status, seconds=round(time.perf_counter() - t0, 3), wrote=_written(ctx, stage), **extra)
-    entry.pop("pid", None)
-    ctx.manifest["stages"][stage.name] = entry
+def _finish(
+    ctx: StudyContext, stage: Stage, entry: StageEntry, t0: float, *, status: str, error: str | None = None
+) -> None:
+    entry.status, entry.seconds, entry.wrote = status, round(time.perf_counter() - t0, 3), _written(ctx, stage)
+    entry.error, entry.pid = error, None
+    ctx.manifest.stages[stage.name] = entry
     _refresh_contents(ctx.manifest)
     write_manifest(ctx.bundle, ctx.manifest)
     recovery.push_bundle(ctx.bucket, ctx.console)  # the finished stage reaches the bucket (preemption)

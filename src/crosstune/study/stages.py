@@ -86,7 +86,7 @@ def run_prepare(s: StudyContext) -> StageResult:
     m = prepared.manifest
     split = prepared.stats.get("splits", {}).get("train", {})
     hashes = {k: m[k] for k in ("data_hash", "tokenizer_hash", "chat_template_sha256")}
-    s.manifest["data"] = hashes
+    s.manifest.data = hashes
     note = f"{split.get('rows', '?')} rows of {split.get('row_length', prepared.max_seq_len)} tokens"
     if prepared.reused:
         note += " (an up-to-date preparation was already there)"
