@@ -65,7 +65,7 @@ def test_the_demo_makes_a_corpus_a_bundle_per_backend_a_report_and_its_manifest(
     figures = demo_json["figures"]
     assert list(figures) == ["base (pretrained, never saw these families)", "LoRA fine-tune, torch"]
     assert all(f["problems"] == 4 and f["passed"] == round(4 * f["pass_at_k"]["1"]) for f in figures.values())
-    assert demo_json["engines"] == [result.scores[0].summary["engine"]["name"]]  # one engine for both models
+    assert demo_json["engines"] == [result.scores[0].summary.engine.name]  # one engine for both models
     cpu = demo_json["runs"][0]["cpu"]
     assert cpu["model"] and "cpu family" in cpu["id"] and len(cpu["load_avg"]) == 3
     md = (out / "report" / "report.md").read_text()

@@ -13,7 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from crosstune.errors import InputError
-from crosstune.evals.results import evaluation_at
+from crosstune.evals.results import EvalSummary, evaluation_at
 from crosstune.fsutil import atomic_write_text
 from crosstune.ownership import ResumedKind
 from crosstune.study.context import BASE, EVAL, FINETUNE
@@ -58,23 +58,23 @@ class Score:
 
     label: str
     rel: str
-    summary: dict[str, Any]
+    summary: EvalSummary
 
     @property
     def passed(self) -> int | None:
         """Problems passed, when every problem had one sample (greedy): the count behind pass@1."""
-        rows = self.summary.get("per_problem", [])
-        return sum(r["passed"] for r in rows) if rows and all(r["n"] == 1 for r in rows) else None
+        rows = self.summary.per_problem
+        return sum(r.passed or 0 for r in rows) if rows and all(r.n == 1 for r in rows) else None
 
     def cell(self, k: str) -> str:
-        value = self.summary["pass_at_k"].get(k)
+        value = self.summary.pass_at_k.get(k)
         if value is None:
             return "n/a"
-        count = f" ({self.passed}/{self.summary['problems']})" if k == "1" and self.passed is not None else ""
+        count = f" ({self.passed}/{self.summary.problems})" if k == "1" and self.passed is not None else ""
         return f"{100 * value:.1f} %{count}"
 
     def interval(self) -> str:
-        lo, hi = (self.summary.get("pass_at_k_ci") or {}).get("1") or (None, None)
+        lo, hi = (self.summary.pass_at_k_ci or {}).get("1") or (None, None)
         return "n/a" if lo is None else f"{100 * lo:.1f}–{100 * hi:.1f} %"
 
 
@@ -91,25 +91,24 @@ def read_scores(out: Path, backends: tuple[str, ...]) -> list[Score]:
     return scores
 
 
-def _categories(summary: dict[str, Any]) -> str:
+def _categories(summary: EvalSummary) -> str:
     from crosstune.evals.judge.verdict import CATEGORIES
 
-    counts = sorted(summary.get("categories", {}).items(), key=lambda x: -x[1])
+    counts = sorted(summary.categories.items(), key=lambda x: -x[1])
     return ", ".join(f"{CATEGORIES.get(code, code)} {n}" for code, n in counts)
 
 
 def engines(scores: list[Score]) -> list[str]:
     """The engines that generated the evaluations (one, when the comparison is fair)."""
-    return sorted({str((s.summary.get("engine") or {}).get("name")) for s in scores})
+    return sorted({str(s.summary.engine.name if s.summary.engine else None) for s in scores})
 
 
 def scores_table(scores: list[Score]) -> Table:
     first = scores[0].summary
-    sampling = first.get("sampling", {})
-    t = sampling.get("temperature")
-    how = "greedy" if t == 0 else f"{sampling.get('n')} samples at T={t}"
-    ks = list(first["pass_at_k"])
-    table = Table(title=f"Held-out problems: pass@k on {first['problems']} problems ({how})")
+    t, n = (first.sampling.temperature, first.sampling.n) if first.sampling else (None, None)
+    how = "greedy" if t == 0 else f"{n} samples at T={t}"
+    ks = list(first.pass_at_k)
+    table = Table(title=f"Held-out problems: pass@k on {first.problems} problems ({how})")
     for col in ("model", *(f"pass@{k}" for k in ks), "pass@1, 95 % interval", "verdicts (evaluator categories)"):
         table.add_column(col, overflow="fold")
     for s in scores:
@@ -120,8 +119,8 @@ def scores_table(scores: list[Score]) -> Table:
 def as_record(scores: list[Score]) -> dict[str, Any]:
     """The table's numbers, as demo.json keeps them."""
     return {
-        s.label: {"evaluation": s.rel, "problems": s.summary["problems"], "passed": s.passed,
-                  "pass_at_k": s.summary["pass_at_k"], "pass_at_k_ci": s.summary.get("pass_at_k_ci")}
+        s.label: {"evaluation": s.rel, "problems": s.summary.problems, "passed": s.passed,
+                  "pass_at_k": s.summary.pass_at_k, "pass_at_k_ci": s.summary.pass_at_k_ci}
         for s in scores
     }  # fmt: skip
 

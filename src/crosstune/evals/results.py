@@ -1,39 +1,118 @@
-"""Evaluations (the evaluator's summary.json) as the report reads them: `Evaluation`, and `evaluation_at`, the one
-reader of that file, which checks its figures where they enter (`read_evaluation`). Which of them may be set side by
-side: crosstune.report.eval_groups."""
+"""Evaluations (the evaluator's summary.json) as the report and the demo read them: `EvalSummary`, the file read into
+its schema (what crosstune.evals.judge.scoring.summarize and the runner write), `Evaluation`, and `evaluation_at`,
+the one reader of that file, which checks its figures where they enter. Which of them may be set side by side:
+crosstune.report.eval_groups."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from crosstune.errors import InputError
 from crosstune.untrusted_files import read_json
+
+
+def _expect(what: str, ok: Callable[[Any], bool]) -> BeforeValidator:
+    """A figure checked as it enters: refused saying what it should be (`_refusal` quotes the value)."""
+
+    def check(value: Any) -> Any:
+        if not ok(value):
+            raise ValueError(what)
+        return value
+
+    return BeforeValidator(check)
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+Count = Annotated[int, _expect("a whole number >= 0", lambda v: type(v) is int and v >= 0)]
+PassRate = Annotated[
+    float | None, _expect("a pass rate in [0, 1] (or null)", lambda v: v is None or (_number(v) and 0 <= v <= 1))
+]
+Rate = Annotated[float, _expect("a finite number >= 0", lambda v: _number(v) and v >= 0)]
+K = Annotated[str, _expect("a whole number >= 1 (k)", lambda v: isinstance(v, str) and v.isdigit() and int(v) >= 1)]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow")  # what a newer evaluator adds is kept, not refused
+
+
+class ProblemRow(_Record):
+    problem: str
+    n: Count
+    failed: Count = 0
+    passed: Count | None = None
+    pass_at_k: dict[str, PassRate] = Field(default_factory=dict)
+
+
+class Sampling(_Record):
+    """How completions were sampled (generation.cache.SamplingParams); absent for a samples file or references."""
+
+    n: Count | None = None
+    temperature: Rate = 0.0
+    top_p: Rate = 0.0
+    max_tokens: Count | None = None
+
+
+class Engine(_Record):
+    name: str | None = None
+
+
+class ProtocolRecord(_Record):
+    """evals.problems.protocols.protocol_record: the protocol's name, the settings used and any departure."""
+
+    name: str = "?"
+    settings: dict[str, Any] = Field(default_factory=dict)
+    deviations: dict[str, Any] = Field(default_factory=dict)
+
+
+class EvalSummary(_Record):
+    problems: Count
+    samples: Count
+    pass_at_k: Annotated[dict[K, PassRate], Field(min_length=1)]
+    pass_at_k_ci: dict[str, list[float] | None] | None = None
+    pass_at_k_ci_method: dict[str, Any] | None = None
+    mode: str | None = None  # the verdict: strict or upstream_compatible
+    categories: dict[str, Count] = Field(default_factory=dict)
+    per_problem: list[ProblemRow] = Field(default_factory=list)
+    task: str | None = None
+    model: str | None = None
+    sampling: Sampling | None = None
+    prompt_style: str | None = None
+    shots: int | None = None
+    engine: Engine | None = None
+    protocol: ProtocolRecord | None = None
 
 
 @dataclass(frozen=True)
 class Evaluation:
     name: str  # the output folder's name (how the report names it)
     path: Path  # its summary.json
-    summary: dict
+    summary: EvalSummary
 
     @property
     def model(self) -> str:
         """What was evaluated: the summary's `model` (a path or a served name), else the folder's name."""
-        return str(self.summary.get("model") or self.name)
+        return self.summary.model or self.name
 
     @property
     def pass_at_k(self) -> dict[str, float | None]:
-        return self.summary["pass_at_k"]
+        return self.summary.pass_at_k
 
     @property
     def requested_samples(self) -> int:
-        return sum(p["n"] + p.get("failed", 0) for p in self.summary.get("per_problem", []))
+        return sum(p.n + p.failed for p in self.summary.per_problem)
 
     @property
     def failed_samples(self) -> int:
-        return sum(p.get("failed", 0) for p in self.summary.get("per_problem", []))
+        return sum(p.failed for p in self.summary.per_problem)
 
 
 def evaluation_at(path: Path, name: str | None = None) -> Evaluation | None:
@@ -48,52 +127,22 @@ def evaluation_at(path: Path, name: str | None = None) -> Evaluation | None:
         return None
     if not isinstance(summary, dict) or "pass_at_k" not in summary:
         return None
-    return read_evaluation(path, path.parent.name if name is None else name, summary)
+    return Evaluation(path.parent.name if name is None else name, path, read_summary(path, summary))
 
 
-def read_evaluation(path: Path, name: str, summary: dict) -> Evaluation:
-    """An evaluator summary, its figures checked: pass@k in [0, 1] (or null), counts whole numbers >= 0."""
-    where = f"{path}"
+def read_summary(path: Path, data: dict) -> EvalSummary:
+    """An evaluator summary read into its schema, its figures checked: pass@k in [0, 1] (or null), counts whole
+    numbers >= 0; else an InputError naming the file and the field."""
+    try:
+        return EvalSummary.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"{path}: {_refusal(e.errors()[0])}") from None
 
-    def count(value: object, field: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"{where}: {field} is {value!r}, not a whole number >= 0")
 
-    if not isinstance(summary.get("pass_at_k"), dict) or not summary["pass_at_k"]:
-        raise InputError(f"{where}: pass_at_k is {summary.get('pass_at_k')!r}, not a mapping of k to pass rates")
-    for k, value in summary["pass_at_k"].items():
-        if not str(k).isdigit() or int(k) < 1:
-            raise InputError(f"{where}: pass_at_k has the key {k!r}: k is a whole number >= 1")
-        if value is not None and (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or not 0 <= value <= 1
-        ):
-            raise InputError(f"{where}: pass_at_k.{k} is {value!r}, not a pass rate in [0, 1] (or null)")
-    for field in ("problems", "samples"):
-        count(summary.get(field), field)
-    categories = summary.get("categories", {})
-    if not isinstance(categories, dict):
-        raise InputError(f"{where}: categories is {categories!r}, not a mapping of verdict codes to counts")
-    for code, n in categories.items():
-        count(n, f"categories.{code}")
-    per_problem = summary.get("per_problem", [])
-    if not isinstance(per_problem, list):
-        raise InputError(f"{where}: per_problem is not a list")
-    for i, row in enumerate(per_problem):
-        if not isinstance(row, dict) or not isinstance(row.get("problem"), str):
-            raise InputError(f"{where}: per_problem[{i}] is not a mapping with a `problem` name")
-        count(row.get("n"), f"per_problem[{i}].n")
-        count(row.get("failed", 0), f"per_problem[{i}].failed")
-    sampling = summary.get("sampling")
-    if sampling is not None and not isinstance(sampling, dict):
-        raise InputError(f"{where}: sampling is {sampling!r}, not a mapping")
-    for field in ("temperature", "top_p"):
-        value = (sampling or {}).get(field, 0.0)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise InputError(f"{where}: sampling.{field} is {value!r}, not a finite number >= 0")
-    for field in ("n", "max_tokens"):
-        if (sampling or {}).get(field) is not None:
-            count(sampling[field], f"sampling.{field}")
-    return Evaluation(name, path, summary)
+def _refusal(error: dict) -> str:
+    where = ".".join(str(part) for part in error["loc"] if part != "[key]")
+    if error["type"] == "value_error":  # an _expect check: the value and what it should be
+        return f"{where} is {error['input']!r}, not {error['ctx']['error']}"
+    if error["type"] == "missing":
+        return f"{where} is missing"
+    return f"{where} is {error['input']!r}: {error['msg'].lower()}"

@@ -12,40 +12,38 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from crosstune.evals.results import Evaluation
+from crosstune.evals.results import EvalSummary, Evaluation
 from crosstune.report.document import Note
 
 
-def _problems(s: dict) -> tuple:
-    return tuple(sorted(p["problem"] for p in s.get("per_problem", [])))
+def _problems(s: EvalSummary) -> tuple:
+    return tuple(sorted(p.problem for p in s.per_problem))
 
 
-def _samples(s: dict) -> object:
-    sampling = s.get("sampling") or {}
-    if sampling.get("n") is not None:
-        return sampling["n"]
-    requested = {p["n"] + p.get("failed", 0) for p in s.get("per_problem", [])}
+def _samples(s: EvalSummary) -> object:
+    if s.sampling is not None and s.sampling.n is not None:
+        return s.sampling.n
+    requested = {p.n + p.failed for p in s.per_problem}
     return next(iter(requested)) if len(requested) == 1 else tuple(sorted(requested))
 
 
-def _sampling(s: dict) -> object:
-    sampling = s.get("sampling")
-    if not sampling:
+def _sampling(s: EvalSummary) -> object:
+    if s.sampling is None:
         return None  # a samples file or references: nothing says how the designs were sampled
-    if sampling.get("temperature") == 0:
+    if s.sampling.temperature == 0:
         return "greedy"  # top_p and the seed change nothing at temperature 0
-    return f"T={sampling.get('temperature'):g}, top_p={sampling.get('top_p'):g}"
+    return f"T={s.sampling.temperature:g}, top_p={s.sampling.top_p:g}"
 
 
 # (label, what it is in one summary): evaluations are comparable when every value is equal. Extend here.
-PROTOCOL: list[tuple[str, Callable[[dict], object]]] = [
-    ("task", lambda s: s.get("task")),
-    ("verdict", lambda s: s.get("mode")),
+PROTOCOL: list[tuple[str, Callable[[EvalSummary], object]]] = [
+    ("task", lambda s: s.task),
+    ("verdict", lambda s: s.mode),
     ("problem set", _problems),
     ("samples per problem", _samples),
     ("sampling", _sampling),
-    ("max tokens", lambda s: (s.get("sampling") or {}).get("max_tokens")),
-    ("prompt", lambda s: (s.get("prompt_style"), s.get("shots"))),
+    ("max tokens", lambda s: s.sampling.max_tokens if s.sampling is not None else None),
+    ("prompt", lambda s: (s.prompt_style, s.shots)),
 ]
 
 
@@ -65,7 +63,7 @@ class EvalGroup:
         sampling = _sampling(s) or "sampling not recorded"
         n = _samples(s)
         samples = f"{n} sample{'' if n == 1 else 's'} each"
-        return f"{s['problems']} problems × {samples}, {sampling}, {s.get('mode', '?')} verdict"
+        return f"{s.problems} problems × {samples}, {sampling}, {s.mode or '?'} verdict"
 
 
 def eval_groups(evals: list[Evaluation]) -> list[EvalGroup]:

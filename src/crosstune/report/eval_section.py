@@ -28,12 +28,12 @@ def group_ks(group: EvalGroup) -> list[str]:
 # (header, the cell of one evaluation): the columns before the pass@k columns of every table
 EVAL_COLUMNS: list[tuple[str, Callable[[Evaluation], str]]] = [
     ("evaluation", lambda e: e.name),
-    ("model", lambda e: str(e.summary.get("model") or "not recorded")),
-    ("samples judged", lambda e: str(e.summary["samples"])),
+    ("model", lambda e: e.summary.model or "not recorded"),
+    ("samples judged", lambda e: str(e.summary.samples)),
 ]
 
 
-def pairs(evals: list[Evaluation]) -> list[tuple[str, dict]]:
+def pairs(evals: list[Evaluation]) -> list[eval_stats.Named]:
     return [(e.name, e.summary) for e in evals]
 
 
@@ -83,8 +83,8 @@ def eval_section(doc: Document, evals: list[Evaluation]) -> None:
     section.items.append(
         Chart("pass-at-k", "pass@k per protocol", plots.pass_at_k(groups), "pass@k bars per evaluation protocol")
     )
-    codes = [c for c in CATEGORIES if any(e.summary["categories"].get(c) for e in evals)]
-    rows = [[f"{c}: {CATEGORIES[c]}", *[str(e.summary["categories"].get(c, 0)) for e in evals]] for c in codes]
+    codes = [c for c in CATEGORIES if any(e.summary.categories.get(c) for e in evals)]
+    rows = [[f"{c}: {CATEGORIES[c]}", *[str(e.summary.categories.get(c, 0)) for e in evals]] for c in codes]
     section.items.append(Table("Verdicts by category (samples)", ["category", *[e.name for e in evals]], rows))
     section.items.append(
         Chart("verdicts", "Verdicts by category", plots.verdict_shares(evals), "verdict categories per evaluation")

@@ -12,41 +12,42 @@ from __future__ import annotations
 from itertools import combinations
 
 from crosstune.evals.judge.significance import SIGNIFICANCE, paired_permutation_test
+from crosstune.evals.results import EvalSummary
 from crosstune.report.document import Note, Table
 
 NOT_RECORDED = "not recorded"
+Named = tuple[str, EvalSummary]  # an evaluation's name and its summary
 
 
-def engine_of(summary: dict) -> str:
-    engine = summary.get("engine")
-    return str(engine.get("name") or NOT_RECORDED) if isinstance(engine, dict) else NOT_RECORDED
+def engine_of(summary: EvalSummary) -> str:
+    engine = summary.engine
+    return str(engine.name or NOT_RECORDED) if engine is not None else NOT_RECORDED
 
 
-def protocol_of(summary: dict) -> str:
+def protocol_of(summary: EvalSummary) -> str:
     """The protocol's name, with the settings it used (two "custom" protocols differ when their settings do)."""
-    record = summary.get("protocol")
-    if not isinstance(record, dict):
+    record = summary.protocol
+    if record is None:
         return NOT_RECORDED
-    settings = record.get("settings") or {}
-    shown = ", ".join(f"{key} {value}" for key, value in settings.items())
-    departs = " (departs from the preset)" if record.get("deviations") else ""
-    return f"{record.get('name', '?')}{departs}: {shown}" if shown else str(record.get("name", "?"))
+    shown = ", ".join(f"{key} {value}" for key, value in record.settings.items())
+    departs = " (departs from the preset)" if record.deviations else ""
+    return f"{record.name}{departs}: {shown}" if shown else record.name
 
 
-def _problems(summary: dict) -> tuple[str, ...]:
-    return tuple(sorted(p["problem"] for p in summary.get("per_problem", [])))
+def _problems(summary: EvalSummary) -> tuple[str, ...]:
+    return tuple(sorted(p.problem for p in summary.per_problem))
 
 
-def groups(evals: list[tuple[str, dict]]) -> list[list[tuple[str, dict]]]:
+def groups(evals: list[Named]) -> list[list[Named]]:
     """The evaluations that could be compared with each other: same problems, task and verdict mode, in input order
     (evaluations of different problems are compared by no one; comparability.py flags them)."""
-    found: dict[tuple, list[tuple[str, dict]]] = {}
+    found: dict[tuple, list[Named]] = {}
     for name, summary in evals:
-        found.setdefault((_problems(summary), summary.get("task"), summary.get("mode")), []).append((name, summary))
+        found.setdefault((_problems(summary), summary.task, summary.mode), []).append((name, summary))
     return list(found.values())
 
 
-def mismatch_notes(evals: list[tuple[str, dict]]) -> list[Note]:
+def mismatch_notes(evals: list[Named]) -> list[Note]:
     """Per group of evaluations on the same problems: a red note when they come from different engines or were
     sampled under different protocols, else one line naming the engine and protocol they share."""
     notes = []
@@ -68,7 +69,7 @@ def mismatch_notes(evals: list[tuple[str, dict]]) -> list[Note]:
     return notes
 
 
-def not_comparable(evals: list[tuple[str, dict]]) -> bool:
+def not_comparable(evals: list[Named]) -> bool:
     return any(n.level == "error" for n in mismatch_notes(evals))
 
 
@@ -76,42 +77,42 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f} %"
 
 
-def with_interval(summary: dict, k: str) -> str:
-    value = summary.get("pass_at_k", {}).get(k)
-    bounds = (summary.get("pass_at_k_ci") or {}).get(k)
+def with_interval(summary: EvalSummary, k: str) -> str:
+    value = summary.pass_at_k.get(k)
+    bounds = (summary.pass_at_k_ci or {}).get(k)
     if value is None or not bounds:
         return _pct(value)
     return f"{100 * value:.1f} % [{100 * bounds[0]:.1f}, {100 * bounds[1]:.1f}]"
 
 
-def interval_table(evals: list[tuple[str, dict]], flagged: set[int]) -> Table:
-    ks = sorted({k for _, s in evals for k in s.get("pass_at_k", {})}, key=int)
+def interval_table(evals: list[Named], flagged: set[int]) -> Table:
+    ks = sorted({k for _, s in evals for k in s.pass_at_k}, key=int)
     rows = [[name, engine_of(s), protocol_of(s), *[with_interval(s, k) for k in ks]] for name, s in evals]
-    method = next((s.get("pass_at_k_ci_method") for _, s in evals if s.get("pass_at_k_ci_method")), {})
+    method = next((s.pass_at_k_ci_method for _, s in evals if s.pass_at_k_ci_method), {})
     caption = (f"[low, high]: {int(100 * method['level'])} % interval, {method['method']} ({method['resamples']:,} "
                f"resamples, seed {method['seed']})" if method else "no interval recorded")  # fmt: skip
     headers = ["evaluation", "engine", "protocol", *[f"pass@{k}" for k in ks]]
     return Table("pass@k with 95 % intervals, engine and protocol", headers, rows, flagged, caption)
 
 
-def _paired(a: dict, b: dict, k: str) -> tuple[list[float], list[float]] | None:
-    scores_a = {p["problem"]: p["pass_at_k"].get(k) for p in a.get("per_problem", [])}
-    scores_b = {p["problem"]: p["pass_at_k"].get(k) for p in b.get("per_problem", [])}
+def _paired(a: EvalSummary, b: EvalSummary, k: str) -> tuple[list[float], list[float]] | None:
+    scores_a = {p.problem: p.pass_at_k.get(k) for p in a.per_problem}
+    scores_b = {p.problem: p.pass_at_k.get(k) for p in b.per_problem}
     shared = [name for name in sorted(scores_a) if scores_a[name] is not None and scores_b.get(name) is not None]
     if not shared:
         return None
     return [scores_a[n] for n in shared], [scores_b[n] for n in shared]
 
 
-def significance_table(evals: list[tuple[str, dict]]) -> Table | None:
+def significance_table(evals: list[Named]) -> Table | None:
     """Per pair on the same problems, engine, protocol and verdict mode: the paired test for each shared k."""
     rows = []
     for (name_a, a), (name_b, b) in combinations(evals, 2):
-        same = [(_problems(s), s.get("task"), s.get("mode"), engine_of(s), protocol_of(s)) for s in (a, b)]
+        same = [(_problems(s), s.task, s.mode, engine_of(s), protocol_of(s)) for s in (a, b)]
         same = same[0] == same[1]
         if not same or not _problems(a):
             continue
-        for k in sorted(set(a.get("pass_at_k", {})) & set(b.get("pass_at_k", {})), key=int):
+        for k in sorted(set(a.pass_at_k) & set(b.pass_at_k), key=int):
             paired = _paired(a, b, k)
             if paired is None:
                 continue
@@ -131,7 +132,7 @@ def significance_table(evals: list[tuple[str, dict]]) -> Table | None:
     return Table("Is the difference significant?", headers, rows, caption=caption)
 
 
-def uncertainty_items(evals: list[tuple[str, dict]]) -> list:
+def uncertainty_items(evals: list[Named]) -> list:
     """What eval_section adds: the engine/protocol notes, the interval table and the significance table."""
     notes = mismatch_notes(evals)
     flagged = set(range(len(evals))) if any(n.level == "error" for n in notes) else set()

@@ -175,12 +175,12 @@ def verdict_shares(evals: Sequence) -> bytes:
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 1.6 + 0.45 * len(evals)), dpi=DPI)
-    codes = [c for c in CATEGORIES if any(e.summary["categories"].get(c) for e in evals)]
+    codes = [c for c in CATEGORIES if any(e.summary.categories.get(c) for e in evals)]
     names = [text(e.name) for e in evals]
     bottoms = [0.0] * len(evals)
     others = [c for c in PALETTE if c != PASS_COLOUR]
     for i, code in enumerate(codes):
-        shares = [100 * e.summary["categories"].get(code, 0) / max(1, e.summary["samples"]) for e in evals]
+        shares = [100 * e.summary.categories.get(code, 0) / max(1, e.summary.samples) for e in evals]
         fill = PASS_COLOUR if code == "." else others[(i - ("." in codes)) % len(others)]
         short = re.split(r"[:(,]", CATEGORIES[code])[0].strip()
         ax.barh(names, shares, left=bottoms, color=fill, hatch="//" if i > len(others) else None,
