@@ -146,6 +146,9 @@ def serving_costs(
 def what_if_serving(book: PriceBook, target: str, context_len: int, output_tokens_per_s: float) -> ServingCost:
     """Serving cost from an assumed output throughput (marked as an assumption)."""
     number("an assumed output throughput", output_tokens_per_s, low=0, low_open=True, unit="output tokens/s")
-    cell = Cell(context_len, 0, 0, 0, None, None, output_tokens_per_s, None)
+    # an assumption, not a measured cell: no sweep's figures to check (the throughput was, above; the context may be 0)
+    cell = Cell.model_construct(
+        context_len=context_len, concurrency=0, completed=0, output_throughput=output_tokens_per_s
+    )
     made = [f"{output_tokens_per_s:,.0f} output tokens/s on {target} at context {context_len}"]
     return ServingCost(f"what-if · {target}", context_len, "assumed", book.price(target), cell, assumptions=made)

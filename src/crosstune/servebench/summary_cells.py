@@ -4,8 +4,12 @@ Why it is built this way: docs/DESIGN_NOTES.md, "crosstune.servebench.summary_ce
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from crosstune.bounds import number, whole
 from crosstune.errors import InputError
@@ -16,21 +20,47 @@ REQUIRED = ("context_len", "completed", "output_throughput")  # + concurrency, o
 KNEE_FRACTION = 0.95
 
 
-@dataclass(frozen=True)
-class Cell:
-    context_len: int
-    concurrency: float  # the load: concurrent requests, or requests/s for a rate sweep (concurrency null)
-    completed: int
-    failed: int
-    duration_s: float | None
-    request_throughput: float | None
-    output_throughput: float
-    total_token_throughput: float | None
-    latency_ms: dict[str, float] = field(default_factory=dict)  # "p99_ttft_ms" -> value
-    output_throughput_per_user: float | None = None  # tokens/s one user sees (servebench.pareto); None: not recorded
+def _figure(check: Callable[[str, object], object]) -> BeforeValidator:
+    """A figure checked by crosstune.bounds as it enters the model; the refusal names the file, the cell and the key
+    (the validation context's `where`), or the key alone without one."""
+
+    def validate(value: object, info: ValidationInfo) -> object:
+        where = (info.context or {}).get("where")
+        return check(f"{where}.{info.field_name}" if where else str(info.field_name), value)
+
+    return BeforeValidator(validate)
+
+
+def _optional(check: Callable[[str, object], object]) -> BeforeValidator:
+    return _figure(lambda where, value: None if value is None else check(where, value))
+
+
+def _rate(where: str, value: object) -> float:
+    return number(where, value, low=0)
+
+
+def _latencies(where: str, value: object) -> dict[str, float]:
+    return {name: number(f"{where.rsplit('.', 1)[0]}.{name}", v, low=0, unit="ms") for name, v in dict(value).items()}
+
+
+class Cell(BaseModel):
+    """One (context, load) cell of a sweep, its figures checked as they enter (read_sweep)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    context_len: Annotated[int, _figure(lambda w, v: whole(w, v, low=1, unit="prompt tokens"))]
+    concurrency: int | float  # the load: concurrent requests, or requests/s for a rate sweep (concurrency null)
+    completed: Annotated[int, _figure(whole)]
+    failed: Annotated[int, _figure(whole)] = 0
+    duration_s: Annotated[float | None, _optional(_rate)] = None
+    request_throughput: Annotated[float | None, _optional(_rate)] = None
+    output_throughput: Annotated[float, _figure(lambda w, v: number(w, v, low=0, unit="tokens/s"))]
+    total_token_throughput: Annotated[float | None, _optional(_rate)] = None
+    latency_ms: Annotated[dict[str, float], _figure(_latencies)] = Field(default_factory=dict)  # "p99_ttft_ms" -> ms
+    output_throughput_per_user: Annotated[float | None, _optional(_rate)] = None  # tokens/s one user sees (pareto)
     # speculative decoding (servebench.speculation): accepted / proposed draft tokens, 1 + accepted / drafts
-    acceptance_rate: float | None = None
-    mean_accepted_length: float | None = None
+    acceptance_rate: Annotated[float | None, _optional(_rate)] = None
+    mean_accepted_length: Annotated[float | None, _optional(_rate)] = None
 
     def latency(self, name: str) -> float | None:
         return self.latency_ms.get(name)
@@ -120,35 +150,23 @@ def _cell(path: Path, index: int, row: object) -> Cell:
         missing.append("concurrency (or request_rate)")
     if missing:
         raise InputError(f"{where} lacks {', '.join(missing)}")
-    latency = {
-        name: number(f"{where}.{name}", row[name], low=0, unit="ms") for name in slos.NAMES if row.get(name) is not None
-    }
-    optional = {
-        k: (None if row.get(k) is None else number(f"{where}.{k}", row[k], low=0))
-        for k in ("duration_s", "request_throughput", "total_token_throughput", "output_throughput_per_user")
-    }
     spec = row.get("speculation") or {}
     if not isinstance(spec, dict):
         raise InputError(f"{where}.speculation: {spec!r} is not a mapping (servebench.speculation's figures)")
-    drafted = {
-        k: number(f"{where}.speculation.{k}", spec[k], low=0)
-        for k in ("acceptance_rate", "mean_accepted_length")
-        if spec.get(k) is not None
-    }
-    return Cell(
-        context_len=whole(f"{where}.context_len", row["context_len"], low=1, unit="prompt tokens"),
-        concurrency=(
-            number(f"{where}.request_rate", load, low=0, low_open=True, unit="requests/s")
+    load_where = f"{where}.{'request_rate' if rate else 'concurrency'}"
+    figures = {
+        **{k: row.get(k) for k in ("context_len", "completed", "output_throughput", "duration_s",
+                                   "request_throughput", "total_token_throughput", "output_throughput_per_user")},
+        "failed": row.get("failed") or 0,
+        "latency_ms": {name: row[name] for name in slos.NAMES if row.get(name) is not None},
+        "concurrency": (
+            number(load_where, load, low=0, low_open=True, unit="requests/s")
             if rate
-            else whole(f"{where}.concurrency", load, low=1, unit="requests in flight")
+            else whole(load_where, load, low=1, unit="requests in flight")
         ),
-        completed=whole(f"{where}.completed", row["completed"]),
-        failed=whole(f"{where}.failed", row.get("failed") or 0),
-        output_throughput=number(f"{where}.output_throughput", row["output_throughput"], low=0, unit="tokens/s"),
-        latency_ms=latency,
-        **optional,
-        **drafted,
-    )
+        **{k: spec.get(k) for k in ("acceptance_rate", "mean_accepted_length")},
+    }  # fmt: skip
+    return Cell.model_validate(figures, context={"where": where})
 
 
 def saturation_point(sweep: Sweep, context_len: int) -> Cell:
