@@ -36,10 +36,10 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
     from crosstune.demo.runner import demo_overrides
-    from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN, HELD_OUT_FAMILIES
+    from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN, HELD_OUT_KINDS
     from crosstune.evals.runner import run_eval
     from crosstune.evals.settings import EvalConfig, EvalSettings
-    from crosstune.pretrain.base_model import BASE_FAMILIES
+    from crosstune.pretrain.base_model import BASE_KINDS
     from crosstune.recipe import load_recipe
     from crosstune.recipes import shipped_recipe
     from crosstune.study.runner import run_study
@@ -49,7 +49,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-demo-quality-") as tmp:
         tmp = Path(tmp)
         if args.what == "base":  # seed 777: parameters the base's corpus (seed 1000) drew only by chance
-            generate_corpus(tmp / "corpus", n_train=0, n_eval=args.problems, seed=777, families=BASE_FAMILIES)
+            generate_corpus(tmp / "corpus", n_train=0, n_eval=args.problems, seed=777, task_kinds=BASE_KINDS)
             problems = tmp / "corpus" / "eval"  # the demo's evaluation settings (greedy), on the base's families
             settings = EvalSettings.resolve(load_recipe(recipe_file).eval, problems=problems)
             config = EvalConfig(problems=problems, out=tmp / "eval", hf_model=args.base.resolve(), settings=settings,
@@ -58,7 +58,7 @@ def main() -> None:
             print(f"base on its own families: pass@1 {100 * summary['pass_at_k']['1']:.1f} % on "
                   f"{summary['problems']} problems, {categories(summary)}")  # fmt: skip
             return
-        generate_corpus(tmp / "corpus", DEFAULT_TRAIN, DEFAULT_EVAL, 0, families=HELD_OUT_FAMILIES)
+        generate_corpus(tmp / "corpus", DEFAULT_TRAIN, DEFAULT_EVAL, 0, task_kinds=HELD_OUT_KINDS)
         sets = [*demo_overrides(tmp / "corpus", args.steps), f"model.path={args.base.resolve()}", *args.overrides]
         start = time.perf_counter()
         manifest = run_study(recipe_file, "torch", tmp / "bundle", overrides=sets,

@@ -24,7 +24,7 @@ def measure(batch_size: int, n: int, temperature: float, problems: int, threads:
     """In a fresh process: generate n samples per problem with `batch_size`; time, peak RSS and the texts."""
     import torch
 
-    from crosstune.demo.split import HELD_OUT_FAMILIES
+    from crosstune.demo.split import HELD_OUT_KINDS
     from crosstune.evals.generation.cache import CompletionCache, SamplingParams
     from crosstune.evals.generation.generate import generate_completions
     from crosstune.evals.generation.local import TransformersGenerator
@@ -34,7 +34,7 @@ def measure(batch_size: int, n: int, temperature: float, problems: int, threads:
 
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory(prefix="bench-eval-generate-") as tmp:
-        generate_corpus(Path(tmp), n_train=0, n_eval=problems, seed=0, families=HELD_OUT_FAMILIES)
+        generate_corpus(Path(tmp), n_train=0, n_eval=problems, seed=0, task_kinds=HELD_OUT_KINDS)
         chosen = load_problems(Path(tmp) / "eval")
         engine = TransformersGenerator(next(SHIPPED_BASES.iterdir()), batch_size=batch_size)
         params = SamplingParams(n=n, temperature=temperature, top_p=0.95, max_tokens=128, seed=0)

@@ -46,13 +46,13 @@ def main() -> None:
 def recipe_file(root: Path, steps: int) -> Path:
     """The shipped demo recipe on the shipped base and 200 fresh records of the held-out families, prepared."""
     from crosstune.data import prepare_dataset
-    from crosstune.demo.split import HELD_OUT_FAMILIES
+    from crosstune.demo.split import HELD_OUT_KINDS
     from crosstune.pretrain.base_model import pretrained_base
     from crosstune.recipe import load_recipe
     from crosstune.recipes import shipped_recipe
     from crosstune.synth import generate_corpus
 
-    generate_corpus(root / "corpus", n_train=200, n_eval=0, seed=0, families=HELD_OUT_FAMILIES)
+    generate_corpus(root / "corpus", n_train=200, n_eval=0, seed=0, task_kinds=HELD_OUT_KINDS)
     recipe = load_recipe(
         shipped_recipe("demo-cpu.yaml"),
         [

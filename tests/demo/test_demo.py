@@ -63,7 +63,7 @@ def test_the_demo_makes_a_corpus_a_bundle_per_backend_a_report_and_its_manifest(
     assert demo_json["made_by"] == "crosstune demo" and demo_json["bundles"] == {"torch": "torch"}
     assert demo_json["report"] == "report/report.html" and (out / "report" / "report.html").is_file()
     figures = demo_json["figures"]
-    assert list(figures) == ["base (pretrained, never saw these families)", "LoRA fine-tune, torch"]
+    assert list(figures) == ["base (pretrained, never saw these task kinds)", "LoRA fine-tune, torch"]
     assert all(f["problems"] == 4 and f["passed"] == round(4 * f["pass_at_k"]["1"]) for f in figures.values())
     assert demo_json["engines"] == [result.scores[0].summary.engine.name]  # one engine for both models
     cpu = demo_json["runs"][0]["cpu"]
@@ -96,7 +96,7 @@ def test_the_demo_on_both_backends_with_parity_then_a_rerun_that_redoes_nothing(
     assert before["torch"].stages["parity"].record == {"ok": True}
     assert "parity" not in before["jax"].stages and "eval-base" not in before["jax"].stages
     assert [s.label for s in first.scores] == [
-        "base (pretrained, never saw these families)", "LoRA fine-tune, torch", "LoRA fine-tune, jax"]  # fmt: skip
+        "base (pretrained, never saw these task kinds)", "LoRA fine-tune, torch", "LoRA fine-tune, jax"]  # fmt: skip
     second, log, t_second = demo(out)
     for b in ("torch", "jax"):
         after = read_manifest(out / b).stages

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from crosstune.demo.split import HELD_OUT_FAMILIES
+from crosstune.demo.split import HELD_OUT_KINDS
 from crosstune.pretrain.base_model import PretrainConfig, base_recipe, pretrained_base
 from crosstune.recipe import load_recipe
 from crosstune.recipes import shipped_recipe
@@ -16,7 +16,7 @@ def demo_corpus(tmp_path_factory):
     from crosstune.synth import generate_corpus
 
     out = tmp_path_factory.mktemp("demo_corpus")
-    generate_corpus(out, n_train=24, n_eval=0, seed=0, families=HELD_OUT_FAMILIES)
+    generate_corpus(out, n_train=24, n_eval=0, seed=0, task_kinds=HELD_OUT_KINDS)
     return out
 
 

@@ -1,4 +1,4 @@
-"""The demo's honest split: held-out problems share no family with the pretrained base's corpus and no spec text
+"""The demo's honest split: held-out problems share no task kind with the pretrained base's corpus and no spec text
 or parameters with any training record (the base's or the LoRA's)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN, HELD_OUT_FAMILIES, split_record
-from crosstune.pretrain.base_model import BASE_FAMILIES, PretrainConfig
-from crosstune.synth import FAMILY_BY_NAME, build_design, eval_prompt, generate_corpus, param_key
-from crosstune.synth.corpus import select_families
+from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN, HELD_OUT_KINDS, split_record
+from crosstune.pretrain.base_model import BASE_KINDS, PretrainConfig
+from crosstune.synth import TASK_KIND_BY_NAME, build_design, eval_prompt, generate_corpus, param_key
+from crosstune.synth.corpus import select_task_kinds
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +19,8 @@ def corpora(tmp_path_factory) -> tuple[Path, Path]:
     """The demo's own corpora at their default sizes: the base's (pretraining) and the LoRA's with the eval set."""
     root = tmp_path_factory.mktemp("split")
     base = PretrainConfig()
-    generate_corpus(root / "base", n_train=base.n_records, n_eval=0, seed=base.corpus_seed, families=base.families)
-    generate_corpus(root / "lora", n_train=DEFAULT_TRAIN, n_eval=DEFAULT_EVAL, seed=0, families=HELD_OUT_FAMILIES)
+    generate_corpus(root / "base", n_train=base.n_records, n_eval=0, seed=base.corpus_seed, task_kinds=base.task_kinds)
+    generate_corpus(root / "lora", n_train=DEFAULT_TRAIN, n_eval=DEFAULT_EVAL, seed=0, task_kinds=HELD_OUT_KINDS)
     return root / "base", root / "lora"
 
 
@@ -28,20 +28,20 @@ def _records(corpus: Path) -> list[dict]:
     return [json.loads(line) for line in (corpus / "train.jsonl").read_text().splitlines()]
 
 
-UNUSED_FAMILIES = ("sequence_detector",)  # the longest family (~700-token records): in neither corpus
+UNUSED_KINDS = ("sequence_detector",)  # the longest task kind (~700-token records): in neither corpus
 
 
-def test_families_partition_the_registry():
-    assert set(BASE_FAMILIES) | set(HELD_OUT_FAMILIES) | set(UNUSED_FAMILIES) == set(FAMILY_BY_NAME)
-    assert not set(BASE_FAMILIES) & set(HELD_OUT_FAMILIES) and not set(UNUSED_FAMILIES) & set(BASE_FAMILIES)
-    assert list(BASE_FAMILIES) == [f for f in FAMILY_BY_NAME if f in BASE_FAMILIES]  # registry order: the cache key
+def test_task_kinds_partition_the_registry():
+    assert set(BASE_KINDS) | set(HELD_OUT_KINDS) | set(UNUSED_KINDS) == set(TASK_KIND_BY_NAME)
+    assert not set(BASE_KINDS) & set(HELD_OUT_KINDS) and not set(UNUSED_KINDS) & set(BASE_KINDS)
+    assert list(BASE_KINDS) == [f for f in TASK_KIND_BY_NAME if f in BASE_KINDS]  # registry order: the cache key
 
 
-def test_no_eval_problem_family_or_parameters_reach_any_training_record(corpora):
+def test_no_eval_problem_task_kind_or_parameters_reach_any_training_record(corpora):
     base, lora = (json.loads((c / "manifest.json").read_text()) for c in corpora)
-    assert set(base["families"]) == set(BASE_FAMILIES) and {r["family"] for r in base["train"]} == set(BASE_FAMILIES)
+    assert set(base["families"]) == set(BASE_KINDS) and {r["family"] for r in base["train"]} == set(BASE_KINDS)
     assert len(lora["eval"]) == DEFAULT_EVAL >= 50
-    assert {e["family"] for e in lora["eval"]} == set(HELD_OUT_FAMILIES)  # every held-out family is scored
+    assert {e["family"] for e in lora["eval"]} == set(HELD_OUT_KINDS)  # every held-out family is scored
     eval_keys = {param_key(e["family"], e["params"]) for e in lora["eval"]}
     train_keys = {param_key(r["family"], r["params"]) for m in (base, lora) for r in m["train"]}
     assert not eval_keys & train_keys
@@ -72,10 +72,10 @@ def test_the_spec_text_check_catches_a_leaked_problem(corpora):
 
 def test_the_corpus_records_the_split_it_is_held_out_from():
     record = split_record()
-    assert record["families"] == list(HELD_OUT_FAMILIES) and record["base_families"] == list(BASE_FAMILIES)
+    assert record["families"] == list(HELD_OUT_KINDS) and record["base_families"] == list(BASE_KINDS)
     assert record["base_corpus_seed"] == PretrainConfig().corpus_seed != 0  # the demo corpus's seed is 0
 
 
-def test_unknown_family_is_refused():
-    with pytest.raises(ValueError, match=r"unknown task families \['no_such'\]: choose from boolean_function"):
-        select_families(["no_such"])
+def test_an_unknown_task_kind_is_refused():
+    with pytest.raises(ValueError, match=r"unknown task kinds \['no_such'\]: choose from boolean_function"):
+        select_task_kinds(["no_such"])

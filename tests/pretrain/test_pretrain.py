@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from crosstune.demo.split import HELD_OUT_FAMILIES
+from crosstune.demo.split import HELD_OUT_KINDS
 from crosstune.pretrain.base_model import DONE, SHIPPED_BASES, PretrainConfig, pretrained_base
 
 SHIPPED_FILES = (  # what a rebuild must reproduce byte for byte (pretrain.json also holds timings)
@@ -28,7 +28,7 @@ def test_the_base_is_built_once_then_reused_and_rebuilt_when_an_input_changes(tm
     assert len(logs) == 3 and logs[0].startswith(f"pretraining the base into {first}")  # start + steps 1 and 2
     info = json.loads((first / DONE).read_text())
     assert len(info["losses"]) == 2 and sorted(info["families_not_seen"]) == sorted(
-        [*HELD_OUT_FAMILIES, "sequence_detector"]
+        [*HELD_OUT_KINDS, "sequence_detector"]
     )
     cfg = json.loads((first / "config.json").read_text())
     # The small spec keeps the 31B layout: 5 sliding : 1 global, global head_dim 2x, 1 global KV head, k_eq_v.

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from crosstune.synth import FAMILIES, OutputNotEmptyError, generate_corpus, param_key
+from crosstune.synth import TASK_KINDS, OutputNotEmptyError, generate_corpus, param_key
 from crosstune.synth.corpus import SYNTH_OUTPUT, plan_eval, plan_train
 
 N_TRAIN, N_EVAL, SEED = 80, 24, 1234
@@ -70,9 +70,9 @@ def test_different_seed_gives_different_files(corpus: Path, tmp_path: Path) -> N
     assert other["eval/problems.txt"] != _files(corpus)["eval/problems.txt"]
 
 
-def test_at_least_twelve_families_all_present(manifest: dict) -> None:
-    assert len(FAMILIES) >= 12
-    assert set(manifest["families"]) == {f.name for f in FAMILIES}
+def test_at_least_twelve_task_kinds_all_present(manifest: dict) -> None:
+    assert len(TASK_KINDS) >= 12
+    assert set(manifest["families"]) == {f.name for f in TASK_KINDS}
     for name, entry in manifest["families"].items():
         assert entry["train"] >= 1, name
         assert entry["eval"] >= 1, name
@@ -89,7 +89,7 @@ def test_manifest_counts_match_files(corpus: Path, manifest: dict) -> None:
     eval_counts = Counter(e["family"] for e in manifest["eval"])
     for name, entry in manifest["families"].items():
         assert (entry["train"], entry["eval"]) == (train_counts[name], eval_counts[name])
-    # Balanced: family counts differ by at most one.
+    # Balanced: counts per task kind differ by at most one.
     assert max(train_counts.values()) - min(train_counts.values()) <= 1
     for name in problems:
         assert re.fullmatch(r"Prob\d{3}_[a-z0-9_]+", name), name
@@ -154,16 +154,16 @@ def test_train_and_eval_parameters_are_disjoint(manifest: dict) -> None:
 
 
 def test_disjointness_holds_for_a_large_train_set() -> None:
-    # Families with small parameter spaces (decoder, gray code) collide often at this size.
+    # Task kinds with small parameter spaces (decoder, gray code) collide often at this size.
     evals = plan_eval(64, seed=7)
-    eval_keys = {param_key(d.family, d.params) for d in evals}
+    eval_keys = {param_key(d.task_kind, d.params) for d in evals}
     train = plan_train(3000, seed=7, eval_keys=eval_keys)
-    assert not eval_keys & {param_key(t.design.family, t.design.params) for t in train}
+    assert not eval_keys & {param_key(t.design.task_kind, t.design.params) for t in train}
 
 
-def test_exhausted_family_is_a_clear_error() -> None:
+def test_an_exhausted_task_kind_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="ran out of fresh parameter sets"):
-        plan_eval(40 * len(FAMILIES), seed=0)
+        plan_eval(40 * len(TASK_KINDS), seed=0)
 
 
 def test_cli_writes_corpus_and_refuses_non_empty_dir(tmp_path: Path) -> None:
@@ -204,16 +204,16 @@ def test_force_refuses_a_folder_synth_did_not_write(tmp_path: Path) -> None:
 
 def test_reuse_keeps_an_earlier_corpus_of_the_same_arguments_and_redoes_a_changed_one(tmp_path: Path) -> None:
     out = tmp_path / "c"
-    first = generate_corpus(out, 8, 4, 1, families=["mux", "adder"])
+    first = generate_corpus(out, 8, 4, 1, task_kinds=["mux", "adder"])
     stamp = (out / "train.jsonl").stat().st_mtime_ns
-    again = generate_corpus(out, 8, 4, 1, families=["mux", "adder"], reuse=True)
+    again = generate_corpus(out, 8, 4, 1, task_kinds=["mux", "adder"], reuse=True)
     assert again.reused and not first.reused and again.counts == first.counts
     assert (out / "train.jsonl").stat().st_mtime_ns == stamp  # untouched: data preparation's fingerprint holds
     with pytest.raises(OutputNotEmptyError, match="pass --force"):  # other arguments: a new corpus, not a reuse
-        generate_corpus(out, 9, 4, 1, families=["mux", "adder"], reuse=True)
-    redone = generate_corpus(out, 9, 4, 1, families=["mux", "adder"], reuse=True, force=True)
+        generate_corpus(out, 9, 4, 1, task_kinds=["mux", "adder"], reuse=True)
+    redone = generate_corpus(out, 9, 4, 1, task_kinds=["mux", "adder"], reuse=True, force=True)
     assert not redone.reused and len((out / "train.jsonl").read_text().splitlines()) == 9
     (out / "train.jsonl").write_text("edited\n")  # an edited corpus is not synth's to replace, nor to reuse
     with pytest.raises(OutputNotEmptyError, match=r"train.jsonl \(changed since crosstune synth wrote it\)"):
-        generate_corpus(out, 9, 4, 1, families=["mux", "adder"], reuse=True, force=True)
+        generate_corpus(out, 9, 4, 1, task_kinds=["mux", "adder"], reuse=True, force=True)
     assert (out / "train.jsonl").read_text() == "edited\n"

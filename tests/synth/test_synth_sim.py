@@ -13,13 +13,13 @@ from typing import TypeVar
 
 import pytest
 
-from crosstune.synth import FAMILIES, Design, build_design, generate_corpus, render_module, render_testbench
+from crosstune.synth import TASK_KINDS, Design, build_design, generate_corpus, render_module, render_testbench
 from tests.helpers.verilog import HAVE_IVERILOG, SimResult, simulate
 
 pytestmark = pytest.mark.skipif(not HAVE_IVERILOG, reason="needs iverilog and vvp on PATH")
 T = TypeVar("T")
 R = TypeVar("R")
-EXTRA_PER_FAMILY = 8  # parameter sets per family beyond the eval set, for references and mutants
+EXTRA_PER_KIND = 8  # parameter sets per task kind beyond the eval set, for references and mutants
 
 
 def _pmap(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
@@ -38,24 +38,24 @@ def _run(design: Design, top: str) -> SimResult:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("synth-sim") / "corpus"
-    generate_corpus(out, n_train=len(FAMILIES), n_eval=24, seed=99)
+    generate_corpus(out, n_train=len(TASK_KINDS), n_eval=24, seed=99)
     return out
 
 
 @pytest.fixture(scope="module")
 def extra_designs() -> list[Design]:
     designs = []
-    for family in FAMILIES:
-        rng = random.Random(f"sim-test:{family.name}")
-        designs += [family.build(family.sample(rng), rng) for _ in range(EXTRA_PER_FAMILY)]
+    for kind in TASK_KINDS:
+        rng = random.Random(f"sim-test:{kind.name}")
+        designs += [kind.build(kind.sample(rng), rng) for _ in range(EXTRA_PER_KIND)]
     return designs
 
 
 def test_every_eval_reference_passes_its_own_testbench(corpus: Path) -> None:
     eval_dir = corpus / "eval"
     names = (eval_dir / "problems.txt").read_text().splitlines()
-    families = {e["family"] for e in json.loads((corpus / "manifest.json").read_text())["eval"]}
-    assert families == {f.name for f in FAMILIES}
+    kinds = {e["family"] for e in json.loads((corpus / "manifest.json").read_text())["eval"]}
+    assert kinds == {k.name for k in TASK_KINDS}
 
     def run(name: str) -> SimResult:
         ref = (eval_dir / f"{name}_ref.sv").read_text()
@@ -69,7 +69,7 @@ def test_every_eval_reference_passes_its_own_testbench(corpus: Path) -> None:
         assert "TIMEOUT" not in result.sim_log, name
 
 
-def test_references_pass_and_mutants_fail_for_every_family(extra_designs: list[Design]) -> None:
+def test_references_pass_and_mutants_fail_for_every_task_kind(extra_designs: list[Design]) -> None:
     def run(design: Design) -> tuple[SimResult, SimResult]:
         good = _run(design, render_module(design, "TopModule"))
         bad = _run(design, render_module(design, "TopModule", design.mutant_body))
@@ -118,17 +118,17 @@ def test_every_output_is_checked(corpus: Path) -> None:
 def test_training_answers_pass_the_matching_testbench(corpus: Path) -> None:
     manifest = json.loads((corpus / "manifest.json").read_text())
     records = [json.loads(line) for line in (corpus / "train.jsonl").read_text().splitlines()]
-    first_per_family: dict[str, tuple[dict, dict]] = {}
+    first_per_kind: dict[str, tuple[dict, dict]] = {}
     for entry, record in zip(manifest["train"], records, strict=True):
-        first_per_family.setdefault(entry["family"], (entry, record))
-    assert set(first_per_family) == {f.name for f in FAMILIES}
+        first_per_kind.setdefault(entry["family"], (entry, record))
+    assert set(first_per_kind) == {f.name for f in TASK_KINDS}
 
     def run(pair: tuple[dict, dict]) -> SimResult:
         entry, record = pair
         code = re.findall(r"```verilog\n(.*?)```", record["response"], re.DOTALL)[-1]
         return _run(build_design(entry["family"], entry["params"], style_seed=1), _as_top(code))
 
-    pairs = list(first_per_family.values())
+    pairs = list(first_per_kind.values())
     for (entry, _), result in zip(pairs, _pmap(run, pairs), strict=True):
         assert result.compile_log == "", (entry["module"], result.compile_log)
         assert result.passed, (entry["module"], result.sim_log[-1000:])

@@ -80,7 +80,7 @@ class Score:
 
 def read_scores(out: Path, backends: tuple[str, ...]) -> list[Score]:
     """The base (evaluated in the first bundle) and each backend's fine-tune, as the bundles' evaluations hold them."""
-    rows = [("base (pretrained, never saw these families)", f"{backends[0]}/{EVAL}/{BASE}")]
+    rows = [("base (pretrained, never saw these task kinds)", f"{backends[0]}/{EVAL}/{BASE}")]
     rows += [(f"LoRA fine-tune, {b}", f"{b}/{EVAL}/{FINETUNE}") for b in backends]
     scores = []
     for label, rel in rows:

@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from crosstune.demo import figures
-from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN, HELD_OUT_FAMILIES, split_record
+from crosstune.demo.split import DEFAULT_EVAL, DEFAULT_TRAIN, HELD_OUT_KINDS, split_record
 from crosstune.ownership import claim
 from crosstune.recipes import shipped_recipe
 from crosstune.train.backend import BACKENDS
@@ -74,7 +74,7 @@ def run_demo(
     manifest = figures.start_manifest(out, earlier, settings)
 
     console.rule("[bold]the held-out corpus (crosstune synth)", align="left")
-    corpus = generate_corpus(out / figures.CORPUS, n_train, n_eval, seed, families=HELD_OUT_FAMILIES,
+    corpus = generate_corpus(out / figures.CORPUS, n_train, n_eval, seed, task_kinds=HELD_OUT_KINDS,
                              split=split_record(), reuse=True, force=True)  # fmt: skip
     made = "kept: the same corpus is there" if corpus.reused else "written"
     console.print(f"{corpus.n_train} train records, {corpus.n_eval} problems of {', '.join(corpus.counts)}: {made}")

@@ -1,7 +1,7 @@
 """A small base that writes some Verilog: the demo's Gemma 4 ("small" spec, every 31B layout peculiarity kept)
-trained in full, on CPU, on part of the synthetic task families, cached in a content-addressed folder.
+trained in full, on CPU, on part of the synthetic Verilog task kinds, cached in a content-addressed folder.
 
-Only the base families (BASE_FAMILIES) reach the base, neither its tokenizer nor its weights see the
+Only the base's task kinds (BASE_KINDS) reach the base, neither its tokenizer nor its weights see the
 held-out ones: the demo's LoRA teaches those, and its evaluation problems come from them.
 
 Training is a plain torch loop over the project's own prepared rows (`prepare_dataset`, the chat template and
@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from crosstune.fsutil import cache_home
-from crosstune.synth.tasks import FAMILIES
+from crosstune.synth.tasks import TASK_KINDS
 
-# The families the base learns, in registry order: every synthetic family but the four the demo's LoRA teaches and
-# scores (crosstune.demo.split.HELD_OUT_FAMILIES, checked disjoint there) and the longest one (Moore/Mealy FSMs:
+# The task kinds the base learns, in registry order: every synthetic task kind but the four the demo's LoRA teaches and
+# scores (crosstune.demo.split.HELD_OUT_KINDS, checked disjoint there) and the longest one (Moore/Mealy FSMs:
 # ~700-token records, twice the rest). Listed, not derived: they name the shipped base (its cache key).
-BASE_FAMILIES = (
+BASE_KINDS = (
     "boolean_function", "mux", "priority_encoder", "adder", "comparator", "alu", "counter", "clock_divider",
     "shift_register", "edge_detector", "register_file",
 )  # fmt: skip
@@ -58,9 +58,9 @@ BASE_TEXT = (
 class PretrainConfig:
     family: str = "gemma4"
     size: str = "small"
-    families: tuple[str, ...] = BASE_FAMILIES
+    task_kinds: tuple[str, ...] = BASE_KINDS  # the Verilog task kinds of its corpus (family: the Gemma one)
     n_records: int = 2400
-    corpus_seed: int = 1000  # distinct from the demo corpus's seeds, which draw the held-out families
+    corpus_seed: int = 1000  # distinct from the demo corpus's seeds, which draw the held-out task kinds
     seed: int = 0
     steps: int = 1200
     batch_size: int = 8
@@ -82,6 +82,12 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def config_record(config: PretrainConfig) -> dict:
+    """The config as the cache key and pretrain.json record it. Its names are fixed (the shipped base is named by a
+    hash of them): the task kinds are recorded under "families", their name when the base was built."""
+    return {("families" if name == "task_kinds" else name): value for name, value in asdict(config).items()}
+
+
 def cache_key(config: PretrainConfig, corpus_sha256: str) -> str:
     """The folder name: a hash of everything the weights depend on (config, model shape, training text, versions)."""
     import tokenizers
@@ -92,7 +98,7 @@ def cache_key(config: PretrainConfig, corpus_sha256: str) -> str:
 
     family = get_family(config.family)
     inputs = {
-        "config": asdict(config),
+        "config": config_record(config),
         "model": family.hf_config(family.spec(config.size)),
         "corpus_sha256": corpus_sha256,
         "pretrain_version": PRETRAIN_VERSION,
@@ -122,7 +128,9 @@ def pretrained_base(
     cache_root = Path(cache_root or default_cache_root())
     with tempfile.TemporaryDirectory(prefix="crosstune-pretrain-") as tmp:
         corpus = Path(tmp) / "corpus"
-        generate_corpus(corpus, n_train=config.n_records, n_eval=0, seed=config.corpus_seed, families=config.families)
+        generate_corpus(
+            corpus, n_train=config.n_records, n_eval=0, seed=config.corpus_seed, task_kinds=config.task_kinds
+        )
         key = cache_key(config, _sha256(corpus / "train.jsonl"))
         if shipped and (SHIPPED_BASES / key / DONE).is_file():
             return SHIPPED_BASES / key
@@ -234,8 +242,8 @@ def _pretrain(config: PretrainConfig, corpus: Path, work: Path, out: Path, log: 
         if (init / name).is_file():
             (out / name).write_bytes((init / name).read_bytes())
     summary = {
-        "config": asdict(config),
-        "families_not_seen": [f.name for f in FAMILIES if f.name not in config.families],
+        "config": config_record(config),
+        "families_not_seen": [f.name for f in TASK_KINDS if f.name not in config.task_kinds],
         "corpus_sha256": _sha256(corpus / "train.jsonl"),
         "losses": losses,
         "seconds": round(time.perf_counter() - t0, 1),

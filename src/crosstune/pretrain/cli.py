@@ -21,7 +21,7 @@ def pretrain(
         False, "--rebuild", help="Train it even though crosstune ships this base (then compare: the bytes match)."
     ),
 ) -> None:
-    """Pretrain the demo's small Gemma 4 base in full on CPU, on the synthetic families the demo does not hold out.
+    """Pretrain the demo's small Gemma 4 base in full on CPU, on the Verilog task kinds the demo does not hold out.
 
     The result is cached in a content-addressed folder (a hash of the config, the model shape, the training text,
     the library versions and the thread count): a second run with the same inputs returns at once. The default base
@@ -39,7 +39,7 @@ def pretrain(
     info = read_json(base / DONE)
     where = " (shipped with crosstune)" if base.parent == SHIPPED_BASES else ""
     out.print(
-        f"[bold]base[/bold] {base}{where}\n{config.steps} steps on {len(config.families)} families "
+        f"[bold]base[/bold] {base}{where}\n{config.steps} steps on {len(config.task_kinds)} task kinds "
         f"(not seen: {', '.join(info['families_not_seen'])}); loss {info['losses'][0]:.3f} → {info['losses'][-1]:.3f}; "
         f"{info['seconds']:.0f} s when built",
         highlight=False,

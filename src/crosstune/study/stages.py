@@ -40,9 +40,9 @@ def check_pretrain(s: StudyContext) -> None:
 
 def pretrain_inputs(s: StudyContext) -> dict[str, Any]:
     """The pretraining's settings (its cache key hashes them with the library versions; the copy is hashed here)."""
-    from crosstune.pretrain.base_model import PRETRAIN_VERSION
+    from crosstune.pretrain.base_model import PRETRAIN_VERSION, config_record
 
-    return {"config": dataclasses.asdict(pretrain_config(s)), "pretrain_version": PRETRAIN_VERSION}
+    return {"config": config_record(pretrain_config(s)), "pretrain_version": PRETRAIN_VERSION}
 
 
 def run_pretrain(s: StudyContext) -> StageResult:
@@ -57,7 +57,7 @@ def run_pretrain(s: StudyContext) -> StageResult:
     spec = get_family(config.family).spec(config.size)
     source = "shipped with crosstune" if cached.parent == SHIPPED_BASES else f"cached in {cached.parent}"
     losses = f"loss {info['losses'][0]:.2f} → {info['losses'][-1]:.2f}"
-    note = (f"{spec.total_params:,} parameters, {config.steps} steps on {len(config.families)} families ({losses}, "
+    note = (f"{spec.total_params:,} parameters, {config.steps} steps on {len(config.task_kinds)} task kinds ({losses}, "
             f"{info['seconds']:.0f} s when built); {source}")  # fmt: skip
     return StageResult(note, [Output(BASE)], record={"key": cached.name, "source": str(cached)})
 

@@ -1,4 +1,4 @@
-"""Synthetic Verilog corpus: parametrised hardware task families rendered as CodeV-R1 SFT records and
+"""Synthetic Verilog corpus: parametrised hardware task kinds rendered as CodeV-R1 SFT records and
 VerilogEval v2 spec-to-rtl problems, deterministically from a seed."""
 
 from crosstune.synth.corpus import (
@@ -9,19 +9,19 @@ from crosstune.synth.corpus import (
     generate_corpus,
     param_key,
 )
-from crosstune.synth.design import Design, Family, Port, Reset, render_module
+from crosstune.synth.design import Design, Port, Reset, TaskKind, render_module
 from crosstune.synth.prompts import SYSTEM_PROMPT, eval_prompt
-from crosstune.synth.tasks import FAMILIES, FAMILY_BY_NAME
+from crosstune.synth.tasks import TASK_KIND_BY_NAME, TASK_KINDS
 from crosstune.synth.testbench import render_testbench
 
 __all__ = [
-    "FAMILIES",
-    "FAMILY_BY_NAME",
+    "TASK_KINDS",
+    "TASK_KIND_BY_NAME",
     "SYNTH_VERSION",
     "SYSTEM_PROMPT",
     "CorpusSummary",
     "Design",
-    "Family",
+    "TaskKind",
     "OutputNotEmptyError",
     "Port",
     "Reset",

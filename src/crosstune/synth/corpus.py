@@ -11,14 +11,14 @@ from pathlib import Path
 
 from crosstune.errors import CrosstuneError
 from crosstune.ownership import OutputKind, owned_output, read_manifest, verify, write_manifest
-from crosstune.synth.design import Design, Family, Params, render_module
+from crosstune.synth.design import Design, Params, TaskKind, render_module
 from crosstune.synth.prompts import SYSTEM_PROMPT, eval_prompt, train_prompt, train_response
-from crosstune.synth.tasks import FAMILIES, FAMILY_BY_NAME
+from crosstune.synth.tasks import TASK_KIND_BY_NAME, TASK_KINDS
 from crosstune.synth.testbench import render_testbench
 from crosstune.untrusted_files import read_json
 
 SYNTH_VERSION = 1
-MAX_DRAWS = 2000  # draws per record before deciding a family's parameter space is used up
+MAX_DRAWS = 2000  # draws per record before deciding a task kind's parameter space is used up
 TOP_MODULE_SHARE = 0.3  # share of train records whose module is named TopModule, as in the eval set
 # Whose corpus a folder is (crosstune.ownership): hidden, beside manifest.json, which stays byte-identical per seed.
 SYNTH_OUTPUT = OutputKind("crosstune synth", ".crosstune-synth.json")
@@ -29,7 +29,7 @@ class OutputNotEmptyError(CrosstuneError, FileExistsError):
 
 
 class SynthError(CrosstuneError, ValueError):
-    """Counts or task families the generator can't meet; the message says which option to change."""
+    """Counts or task kinds the generator can't meet; the message says which option to change."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class CorpusSummary:
     train_path: Path
     eval_dir: Path
     manifest_path: Path
-    counts: dict[str, tuple[int, int]]  # family -> (train records, eval problems)
+    counts: dict[str, tuple[int, int]]  # task kind -> (train records, eval problems)
     reused: bool = False  # an earlier corpus of the same arguments, unchanged, was kept (generate_corpus's `reuse`)
 
     @property
@@ -51,56 +51,56 @@ class CorpusSummary:
         return sum(e for _, e in self.counts.values())
 
 
-def param_key(family: str, params: Params) -> str:
-    """The identity of a task for train/eval disjointness: family plus functional parameters."""
-    return json.dumps([family, params], sort_keys=True, separators=(",", ":"))
+def param_key(task_kind: str, params: Params) -> str:
+    """The identity of a task for train/eval disjointness: its kind plus functional parameters."""
+    return json.dumps([task_kind, params], sort_keys=True, separators=(",", ":"))
 
 
-def build_design(family: str, params: Params, style_seed: int = 0) -> Design:
+def build_design(task_kind: str, params: Params, style_seed: int = 0) -> Design:
     """Rebuild a design from a manifest entry (the functional behaviour depends only on `params`)."""
-    return FAMILY_BY_NAME[family].build(params, random.Random(style_seed))
+    return TASK_KIND_BY_NAME[task_kind].build(params, random.Random(style_seed))
 
 
-def _draw(family: Family, rng: random.Random, taken: set[str], what: str) -> Params:
+def _draw(kind: TaskKind, rng: random.Random, taken: set[str], what: str) -> Params:
     for _ in range(MAX_DRAWS):
-        params = family.sample(rng)
-        if param_key(family.name, params) not in taken:
+        params = kind.sample(rng)
+        if param_key(kind.name, params) not in taken:
             return params
     raise SynthError(
-        f"family {family.name!r} ran out of fresh parameter sets for {what} after {MAX_DRAWS} draws; "
+        f"task kind {kind.name!r} ran out of fresh parameter sets for {what} after {MAX_DRAWS} draws; "
         "ask for fewer eval problems (--n-eval)"
     )
 
 
-def select_families(names: Sequence[str] | None) -> tuple[Family, ...]:
-    """The named families in registry order (all of them for None); an unknown name is refused."""
+def select_task_kinds(names: Sequence[str] | None) -> tuple[TaskKind, ...]:
+    """The named task kinds in registry order (all of them for None); an unknown name is refused."""
     if names is None:
-        return FAMILIES
-    unknown = sorted(set(names) - set(FAMILY_BY_NAME))
+        return TASK_KINDS
+    unknown = sorted(set(names) - set(TASK_KIND_BY_NAME))
     if unknown or not names:
-        known = ", ".join(FAMILY_BY_NAME)
-        raise SynthError(f"unknown task families {unknown or '(none given)'}: choose from {known}")
-    return tuple(f for f in FAMILIES if f.name in set(names))
+        known = ", ".join(TASK_KIND_BY_NAME)
+        raise SynthError(f"unknown task kinds {unknown or '(none given)'}: choose from {known}")
+    return tuple(f for f in TASK_KINDS if f.name in set(names))
 
 
-def plan_eval(n_eval: int, seed: int, families: tuple[Family, ...] = FAMILIES) -> list[Design]:
-    """Eval problems cycle through the families in registry order, so any n_eval >= len(families) covers all."""
-    rngs = {f.name: random.Random(f"{seed}:eval:{f.name}") for f in families}
+def plan_eval(n_eval: int, seed: int, kinds: tuple[TaskKind, ...] = TASK_KINDS) -> list[Design]:
+    """Eval problems cycle through the task kinds in registry order, so any n_eval >= len(kinds) covers all."""
+    rngs = {k.name: random.Random(f"{seed}:eval:{k.name}") for k in kinds}
     taken: set[str] = set()
     designs = []
     for i in range(n_eval):
-        family = families[i % len(families)]
-        params = _draw(family, rngs[family.name], taken, "eval problems")
-        taken.add(param_key(family.name, params))
-        designs.append(family.build(params, random.Random(f"{seed}:eval-style:{i}")))
+        kind = kinds[i % len(kinds)]
+        params = _draw(kind, rngs[kind.name], taken, "eval problems")
+        taken.add(param_key(kind.name, params))
+        designs.append(kind.build(params, random.Random(f"{seed}:eval-style:{i}")))
     return designs
 
 
-def _train_families(n_train: int, seed: int, families: tuple[Family, ...] = FAMILIES) -> list[Family]:
-    """Balanced family counts (differing by at most one), in a seeded shuffled order."""
+def _train_kinds(n_train: int, seed: int, kinds: tuple[TaskKind, ...] = TASK_KINDS) -> list[TaskKind]:
+    """Balanced counts per task kind (differing by at most one), in a seeded shuffled order."""
     rng = random.Random(f"{seed}:train-order")
-    extra = set(rng.sample(range(len(families)), n_train % len(families)))
-    order = [f for k, f in enumerate(families) for _ in range(n_train // len(families) + (k in extra))]
+    extra = set(rng.sample(range(len(kinds)), n_train % len(kinds)))
+    order = [kind for i, kind in enumerate(kinds) for _ in range(n_train // len(kinds) + (i in extra))]
     rng.shuffle(order)
     return order
 
@@ -113,14 +113,14 @@ class TrainRecord:
 
 
 def plan_train(
-    n_train: int, seed: int, eval_keys: set[str], families: tuple[Family, ...] = FAMILIES
+    n_train: int, seed: int, eval_keys: set[str], kinds: tuple[TaskKind, ...] = TASK_KINDS
 ) -> list[TrainRecord]:
     """Training designs with their JSONL records; parameters used by the eval set are never drawn."""
     out = []
-    for i, family in enumerate(_train_families(n_train, seed, families)):
+    for i, kind in enumerate(_train_kinds(n_train, seed, kinds)):
         rng = random.Random(f"{seed}:train:{i}")
-        params = _draw(family, rng, eval_keys, "training records")
-        design = family.build(params, rng)
+        params = _draw(kind, rng, eval_keys, "training records")
+        design = kind.build(params, rng)
         name = "TopModule" if rng.random() < TOP_MODULE_SHARE else design.slug
         record = {
             "system": SYSTEM_PROMPT,
@@ -131,8 +131,8 @@ def plan_train(
     return out
 
 
-def _earlier(out_dir: Path, settings: dict, chosen: tuple[Family, ...]) -> dict | None:
-    """The manifest.json of the corpus at `out_dir` when synth wrote it with `settings` and `chosen` families and
+def _earlier(out_dir: Path, settings: dict, chosen: tuple[TaskKind, ...]) -> dict | None:
+    """The manifest.json of the corpus at `out_dir` when synth wrote it with `settings` and `chosen` task kinds and
     nothing changed since (every file as its ownership manifest lists it)."""
     if read_manifest(out_dir, SYNTH_OUTPUT)[0] is None or verify(out_dir, SYNTH_OUTPUT):
         return None
@@ -148,15 +148,15 @@ def generate_corpus(
     seed: int,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
-    families: Sequence[str] | None = None,
+    task_kinds: Sequence[str] | None = None,
     split: dict | None = None,
     reuse: bool = False,
 ) -> CorpusSummary:
     """Generate train.jsonl, eval/ and manifest.json under `out_dir`; byte-identical for the same arguments.
 
-    `families` restricts train and eval to those task families (default: all; with all of them the output is the
+    `task_kinds` restricts train and eval to those task kinds (default: all; with all of them the output is the
     same as before the option existed). `split`, when given, is recorded as the manifest's "split" (what the data
-    is held out from, e.g. a base model's families). `progress(1)` is called after each train record and eval problem.
+    is held out from, e.g. a base model's task kinds). `progress(1)` is called after each train record and eval problem.
     The folder is written whole and swapped into place (crosstune.ownership): an existing one is replaced only when
     it is an earlier corpus, unchanged, and `force` is given; anything else in it is refused, naming the files.
     `reuse`: an earlier corpus of the same arguments, unchanged, is kept as it is (its files' times too: data
@@ -165,7 +165,7 @@ def generate_corpus(
     if n_train < 0 or n_eval < 0:
         raise SynthError(f"counts must be >= 0, got n_train={n_train}, n_eval={n_eval}")
     out_dir = Path(out_dir)
-    chosen = select_families(families)
+    chosen = select_task_kinds(task_kinds)
     settings = {"version": SYNTH_VERSION, "seed": seed, "n_train": n_train, "n_eval": n_eval,
                 **({"split": split} if split is not None else {})}  # fmt: skip
     if reuse and out_dir.is_dir() and (earlier := _earlier(out_dir, settings, chosen)) is not None:
@@ -173,9 +173,9 @@ def generate_corpus(
         return CorpusSummary(out_dir, seed, out_dir / "train.jsonl", out_dir / "eval", out_dir / "manifest.json",
                              counts, reused=True)  # fmt: skip
     evals = plan_eval(n_eval, seed, chosen)
-    eval_keys = {param_key(d.family, d.params) for d in evals}
+    eval_keys = {param_key(d.task_kind, d.params) for d in evals}
     train = plan_train(n_train, seed, eval_keys, chosen)
-    overlap = eval_keys & {param_key(t.design.family, t.design.params) for t in train}
+    overlap = eval_keys & {param_key(t.design.task_kind, t.design.params) for t in train}
     if overlap:
         raise RuntimeError(f"train/eval parameter overlap (generator bug): {sorted(overlap)[:3]}")
     with owned_output(out_dir, SYNTH_OUTPUT, overwrite=force, flag="--force", error=OutputNotEmptyError) as tmp:
@@ -193,8 +193,8 @@ def _write(out_dir: Path, settings: dict, train: list[TrainRecord], evals: list[
                 progress(1)
     problems = _write_eval(out_dir / "eval", evals, progress)
 
-    train_counts = Counter(t.design.family for t in train)
-    eval_counts = Counter(d.family for d in evals)
+    train_counts = Counter(t.design.task_kind for t in train)
+    eval_counts = Counter(d.task_kind for d in evals)
     counts = {f.name: (train_counts[f.name], eval_counts[f.name]) for f in chosen}
     manifest = {
         "version": SYNTH_VERSION,
@@ -202,20 +202,23 @@ def _write(out_dir: Path, settings: dict, train: list[TrainRecord], evals: list[
         "seed": settings["seed"],
         "n_train": settings["n_train"],
         "n_eval": settings["n_eval"],
+        # the manifest's key names ("families", "family") are its format's: the Verilog task kinds
         "families": {
             f.name: {"summary": f.summary, "train": counts[f.name][0], "eval": counts[f.name][1]} for f in chosen
         },
         "train": [
             {
                 "index": i,
-                "family": t.design.family,
+                "family": t.design.task_kind,
                 "slug": t.design.slug,
                 "module": t.module,
                 "params": t.design.params,
             }
             for i, t in enumerate(train)
         ],
-        "eval": [{"problem": p, "family": d.family, "params": d.params} for p, d in zip(problems, evals, strict=True)],
+        "eval": [
+            {"problem": p, "family": d.task_kind, "params": d.params} for p, d in zip(problems, evals, strict=True)
+        ],
         **({"split": settings["split"]} if "split" in settings else {}),
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")

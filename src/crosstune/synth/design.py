@@ -38,9 +38,9 @@ class Reset:
 class Design:
     """One task instance. Everything functional derives from `params`; phrasing may vary with a style rng."""
 
-    family: str
+    task_kind: str  # the TaskKind it is an instance of
     params: Params
-    slug: str  # unique per params within a family: eval problem name and default module name
+    slug: str  # unique per params within a task kind: eval problem name and default module name
     title: str  # noun phrase, e.g. "an 8-bit 4-to-1 multiplexer"
     ports: tuple[Port, ...]
     behaviour: tuple[str, ...]  # spec paragraphs; a paragraph containing a newline is kept preformatted
@@ -68,7 +68,9 @@ class Design:
 
 
 @dataclass(frozen=True)
-class Family:
+class TaskKind:
+    """A parametrised hardware task (mux, adder, counter, ...): designs of it differ in their parameters."""
+
     name: str
     summary: str  # one line for --help and the manifest
     sample: Callable[[random.Random], Params]  # draw functional parameters

@@ -67,13 +67,13 @@ def test_the_demo_lora_gives_the_same_bits_on_2_and_8_fake_devices(tmp_path):
     reads 1.8972015 vs 1.8972026 (measured on the demo's own data), which the demo's 180 steps grew into pass@1
     36.7 % vs 46.7 % (the recipe of c3601e4)."""
     from crosstune.data import prepare_dataset
-    from crosstune.demo.split import HELD_OUT_FAMILIES
+    from crosstune.demo.split import HELD_OUT_KINDS
     from crosstune.pretrain.base_model import pretrained_base
     from crosstune.recipe import load_recipe
     from crosstune.recipes import shipped_recipe
     from crosstune.synth import generate_corpus
 
-    generate_corpus(tmp_path / "corpus", n_train=40, n_eval=0, seed=0, families=HELD_OUT_FAMILIES)
+    generate_corpus(tmp_path / "corpus", n_train=40, n_eval=0, seed=0, task_kinds=HELD_OUT_KINDS)
     recipe = load_recipe(
         shipped_recipe("demo-cpu.yaml"),
         [

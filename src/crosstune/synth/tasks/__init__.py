@@ -1,13 +1,13 @@
-"""The registry of task families; the order here fixes how records are assigned, so only append to it."""
+"""The registry of task kinds; the order here fixes how records are assigned, so only append to it."""
 
 from __future__ import annotations
 
-from crosstune.synth.design import Family
+from crosstune.synth.design import TaskKind
 from crosstune.synth.tasks import arith, counters, fsm, logic, routing, storage
 
-FAMILIES: tuple[Family, ...] = (
-    logic.FAMILIES + routing.FAMILIES + arith.FAMILIES + counters.FAMILIES + storage.FAMILIES + fsm.FAMILIES
+TASK_KINDS: tuple[TaskKind, ...] = (
+    logic.TASK_KINDS + routing.TASK_KINDS + arith.TASK_KINDS + counters.TASK_KINDS + storage.TASK_KINDS + fsm.TASK_KINDS
 )
-FAMILY_BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
+TASK_KIND_BY_NAME: dict[str, TaskKind] = {f.name: f for f in TASK_KINDS}
 
-__all__ = ["FAMILIES", "FAMILY_BY_NAME"]
+__all__ = ["TASK_KINDS", "TASK_KIND_BY_NAME"]

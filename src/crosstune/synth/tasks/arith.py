@@ -1,10 +1,10 @@
-"""Arithmetic families: adders/subtractors, magnitude comparators, small ALUs."""
+"""Arithmetic task kinds: adders/subtractors, magnitude comparators, small ALUs."""
 
 from __future__ import annotations
 
 import random
 
-from crosstune.synth.design import Design, Family, Params, Port, bits_word, clog2, lit, zeros
+from crosstune.synth.design import Design, Params, Port, TaskKind, bits_word, clog2, lit, zeros
 
 CARRY_NAMES = {"add": ("sum", "cin", "cout"), "sub": ("diff", "bin", "bout"), "addsub": ("sum", "", "cout")}
 
@@ -74,7 +74,7 @@ def _build_adder(p: Params, rng: random.Random) -> Design:
         + (f" and {cout} is {int(total >= 2**w or total < 0)}." if p["carry_out"] and op != "addsub" else ".")
     )
     return Design(
-        family="adder",
+        task_kind="adder",
         params=p,
         slug=f"{op}_w{w}{flags}",
         title=f"a {w}-bit {'adder-subtractor' if op == 'addsub' else op + 'er' if op == 'add' else 'subtractor'}",
@@ -143,7 +143,7 @@ def _build_cmp(p: Params, rng: random.Random) -> Design:
     kind = "signed two's complement" if signed else "unsigned"
     mx = 2**w - 1
     return Design(
-        family="comparator",
+        task_kind="comparator",
         params=p,
         slug=f"cmp{'s' if signed else 'u'}_w{w}_{p['outputs']}",
         title=f"a {w}-bit {'signed' if signed else 'unsigned'} magnitude comparator",
@@ -218,7 +218,7 @@ def _build_alu(p: Params, rng: random.Random) -> Design:
     swapped = [ops[1], ops[0]] + ops[2:]
     a, b = rng.randrange(2**w), rng.randrange(2**w)
     return Design(
-        family="alu",
+        task_kind="alu",
         params=p,
         slug=f"alu_w{w}_{''.join(ALU_OPS[o][0] for o in ops)}",
         title=f"a {w}-bit ALU with {len(ops)} operations",
@@ -271,8 +271,8 @@ def _alu_ref(op: str, a: int, b: int, w: int) -> int:
     return table[op] & m
 
 
-FAMILIES = (
-    Family("adder", "W-bit adder, subtractor or adder-subtractor with optional carries", _sample_adder, _build_adder),
-    Family("comparator", "signed/unsigned magnitude comparator", _sample_cmp, _build_cmp),
-    Family("alu", "4- or 8-operation ALU with zero flag", _sample_alu, _build_alu),
+TASK_KINDS = (
+    TaskKind("adder", "W-bit adder, subtractor or adder-subtractor with optional carries", _sample_adder, _build_adder),
+    TaskKind("comparator", "signed/unsigned magnitude comparator", _sample_cmp, _build_cmp),
+    TaskKind("alu", "4- or 8-operation ALU with zero flag", _sample_alu, _build_alu),
 )

@@ -1,4 +1,4 @@
-"""Counting families: modulo up/down counters and clock dividers."""
+"""Counting task kinds: modulo up/down counters and clock dividers."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import random
 from crosstune.synth.design import (
     POSEDGE_SENTENCE,
     Design,
-    Family,
     Params,
     Port,
+    TaskKind,
     bits_word,
     clog2,
     lit,
@@ -88,7 +88,7 @@ def _build_counter(p: Params, rng: random.Random) -> Design:
     )
     kind = "asynchronous" if rst.asynchronous else "synchronous"
     return Design(
-        family="counter",
+        task_kind="counter",
         params=p,
         slug=f"count{d}_mod{m}" + ("_en" if ena else "") + reset_suffix(p),
         title=f"a modulo-{m} {'up/down' if d == 'updown' else d} counter" + (" with enable" if ena else ""),
@@ -201,7 +201,7 @@ def _build_divider(p: Params, rng: random.Random) -> Design:
             "Both count and clk_out live in the same clocked block so they reset together.",
         )
     return Design(
-        family="clock_divider",
+        task_kind="clock_divider",
         params=p,
         slug=f"clkdiv{n}_{kind}" + reset_suffix(p),
         title=f"a divide-by-{n} clock divider ({'pulse' if kind == 'tick' else 'square wave'} output)",
@@ -226,12 +226,12 @@ def _build_divider(p: Params, rng: random.Random) -> Design:
     )
 
 
-FAMILIES = (
-    Family(
+TASK_KINDS = (
+    TaskKind(
         "counter",
         "modulo-M up/down/up-down counter, optional enable, sync/async reset",
         _sample_counter,
         _build_counter,
     ),
-    Family("clock_divider", "divide-by-N pulse or 50% duty square wave", _sample_divider, _build_divider),
+    TaskKind("clock_divider", "divide-by-N pulse or 50% duty square wave", _sample_divider, _build_divider),
 )

@@ -7,9 +7,9 @@ import random
 from crosstune.synth.design import (
     POSEDGE_SENTENCE,
     Design,
-    Family,
     Params,
     Port,
+    TaskKind,
     clog2,
     lit,
     reset_from,
@@ -141,7 +141,7 @@ def _build(p: Params, rng: random.Random) -> Design:
     meaning = "; ".join(f"S{k} = '{pattern[:k]}'" if k else "S0 = nothing matched" for k in range(len(table)))
     rows = ", ".join(f"S{k}->(0:S{z}, 1:S{o})" for k, (z, o) in enumerate(table))
     return Design(
-        family="sequence_detector",
+        task_kind="sequence_detector",
         params=p,
         slug=f"seqdet_{pattern}_{p['machine']}" + ("_ovl" if overlap else "") + reset_suffix(p),
         title=f"a {'Moore' if moore else 'Mealy'} FSM that detects the bit sequence {pattern}",
@@ -178,4 +178,4 @@ def _build(p: Params, rng: random.Random) -> Design:
     )
 
 
-FAMILIES = (Family("sequence_detector", "Moore/Mealy FSM detecting a 3-6 bit pattern", _sample, _build),)
+TASK_KINDS = (TaskKind("sequence_detector", "Moore/Mealy FSM detecting a 3-6 bit pattern", _sample, _build),)

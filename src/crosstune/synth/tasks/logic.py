@@ -1,10 +1,10 @@
-"""Bit-level combinational families: Boolean functions, bitwise gates, parity/popcount, Gray code."""
+"""Bit-level combinational task kinds: Boolean functions, bitwise gates, parity/popcount, Gray code."""
 
 from __future__ import annotations
 
 import random
 
-from crosstune.synth.design import Design, Family, Params, Port, bits_word, clog2, lit, zeros
+from crosstune.synth.design import Design, Params, Port, TaskKind, bits_word, clog2, lit, zeros
 
 NAMES = "abcd"
 
@@ -59,7 +59,7 @@ def _build_bool(p: Params, rng: random.Random) -> Design:
     )
     ratio = "most" if len(minterms) > 2 ** (n - 1) else "only some"
     return Design(
-        family="boolean_function",
+        task_kind="boolean_function",
         params=p,
         slug=f"bool{n}_{truth:0{max(1, 2**n // 4)}x}",
         title=f"a {n}-input combinational Boolean function",
@@ -112,7 +112,7 @@ def _build_gate(p: Params, rng: random.Random) -> Design:
 
     vec = f"{w}-bit " if w > 1 else ""
     return Design(
-        family="vector_gate",
+        task_kind="vector_gate",
         params=p,
         slug=f"{op}{n}_w{w}",
         title=f"a {vec}bitwise {n}-input {op.upper()} gate",
@@ -193,7 +193,7 @@ def _build_parity(p: Params, rng: random.Random) -> Design:
         )
         mutant = _parity_body(kind, w, cw, w - 1)
     return Design(
-        family="parity_popcount",
+        task_kind="parity_popcount",
         params=p,
         slug=f"{kind}_w{w}",
         title=title,
@@ -240,7 +240,7 @@ def _build_gray(p: Params, rng: random.Random) -> Design:
         )
         example = f"For example gray = {gray_v:0{w}b} decodes to bin = {v:0{w}b}."
     return Design(
-        family="gray_code",
+        task_kind="gray_code",
         params=p,
         slug=f"{d}_w{w}",
         title=f"a {w}-bit {'binary-to-Gray' if d == 'bin2gray' else 'Gray-to-binary'} converter",
@@ -254,9 +254,9 @@ def _build_gray(p: Params, rng: random.Random) -> Design:
     )
 
 
-FAMILIES = (
-    Family("boolean_function", "2-4 input Boolean function from a truth table", _sample_bool, _build_bool),
-    Family("vector_gate", "bitwise AND/OR/XOR/NAND/NOR/XNOR on W-bit vectors", _sample_gate, _build_gate),
-    Family("parity_popcount", "even/odd parity bit or count of ones/zeros", _sample_parity, _build_parity),
-    Family("gray_code", "binary <-> Gray code converter", _sample_gray, _build_gray),
+TASK_KINDS = (
+    TaskKind("boolean_function", "2-4 input Boolean function from a truth table", _sample_bool, _build_bool),
+    TaskKind("vector_gate", "bitwise AND/OR/XOR/NAND/NOR/XNOR on W-bit vectors", _sample_gate, _build_gate),
+    TaskKind("parity_popcount", "even/odd parity bit or count of ones/zeros", _sample_parity, _build_parity),
+    TaskKind("gray_code", "binary <-> Gray code converter", _sample_gray, _build_gray),
 )

@@ -1,10 +1,10 @@
-"""Selection and encoding families: multiplexers, decoders, priority encoders."""
+"""Selection and encoding task kinds: multiplexers, decoders, priority encoders."""
 
 from __future__ import annotations
 
 import random
 
-from crosstune.synth.design import Design, Family, Params, Port, bits_word, clog2, lit, ones, zeros
+from crosstune.synth.design import Design, Params, Port, TaskKind, bits_word, clog2, lit, ones, zeros
 
 MUX_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32)
 
@@ -53,7 +53,7 @@ def _build_mux(p: Params, rng: random.Random) -> Design:
     )
     vec = f"{w}-bit " if w > 1 else ""
     return Design(
-        family="mux",
+        task_kind="mux",
         params=p,
         slug=f"mux{n}to1_w{w}" + ("" if unused == "none" else f"_{unused}"),
         title=f"a {vec}{n}-to-1 multiplexer",
@@ -106,7 +106,7 @@ def _build_decoder(p: Params, rng: random.Random) -> Design:
     ports.append(Port("out", "output", m, doc=f"{'active-low ' if low else ''}one-hot outputs"))
     suffix = {"none": "", "high": "_en", "low": "_enn"}[enable] + ("_n" if low else "")
     return Design(
-        family="decoder",
+        task_kind="decoder",
         params=p,
         slug=f"dec{n}to{m}{suffix}",
         title=f"a {n}-to-{m} {'active-low ' if low else ''}decoder" + (" with enable" if enable != "none" else ""),
@@ -165,7 +165,7 @@ def _build_prienc(p: Params, rng: random.Random) -> Design:
         else "a for loop that visits the bits in increasing priority order; the last bit that is set wins"
     )
     return Design(
-        family="priority_encoder",
+        task_kind="priority_encoder",
         params=p,
         slug=f"prienc{w}_{prio}",
         title=f"a {w}-bit priority encoder ({prio.upper()} first)",
@@ -193,8 +193,10 @@ def _build_prienc(p: Params, rng: random.Random) -> Design:
     )
 
 
-FAMILIES = (
-    Family("mux", "2..8-way multiplexer, width 1..32, defined unused selects", _sample_mux, _build_mux),
-    Family("decoder", "n-to-2^n decoder with optional enable and active-low outputs", _sample_decoder, _build_decoder),
-    Family("priority_encoder", "MSB- or LSB-first priority encoder with valid", _sample_prienc, _build_prienc),
+TASK_KINDS = (
+    TaskKind("mux", "2..8-way multiplexer, width 1..32, defined unused selects", _sample_mux, _build_mux),
+    TaskKind(
+        "decoder", "n-to-2^n decoder with optional enable and active-low outputs", _sample_decoder, _build_decoder
+    ),
+    TaskKind("priority_encoder", "MSB- or LSB-first priority encoder with valid", _sample_prienc, _build_prienc),
 )

@@ -1,4 +1,4 @@
-"""State-holding families: shift registers, edge detectors, register files."""
+"""State-holding task kinds: shift registers, edge detectors, register files."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import random
 from crosstune.synth.design import (
     POSEDGE_SENTENCE,
     Design,
-    Family,
     Params,
     Port,
     Reset,
+    TaskKind,
     bits_word,
     clog2,
     reset_from,
@@ -79,7 +79,7 @@ def _build_shift(p: Params, rng: random.Random) -> Design:
     spec += [reset_sentence(rst, "clear q to 0"), POSEDGE_SENTENCE]
     concat = f"{{q[{w - 2}:0], sin}}" if d != "right" else f"{{sin, q[{w - 1}:1]}}"
     return Design(
-        family="shift_register",
+        task_kind="shift_register",
         params=p,
         slug=f"shift{d}_w{w}" + ("_load" if p["load"] else "") + ("_en" if p["enable"] else "") + reset_suffix(p),
         title=f"a {w}-bit {'bidirectional' if d == 'bidir' else d + '-shift'} register",
@@ -171,7 +171,7 @@ def _build_edge(p: Params, rng: random.Random) -> Design:
         Port(out, "output", w, is_reg=registered, doc=f"{kind}-edge flags"),
     ]
     return Design(
-        family="edge_detector",
+        task_kind="edge_detector",
         params=p,
         slug=f"{kind}edge_w{w}_{'reg' if registered else 'comb'}" + ("_rst" if p["reset"] else ""),
         title=f"a {w}-bit {kind}-edge detector ({'registered' if registered else 'combinational'} output)",
@@ -266,7 +266,7 @@ def _build_regfile(p: Params, rng: random.Random) -> Design:
         spec.append(reset_sentence(Reset(), "clear every register to 0"))
     spec.append(POSEDGE_SENTENCE)
     return Design(
-        family="register_file",
+        task_kind="register_file",
         params=p,
         slug=f"regfile{n}x{w}_r{reads}" + ("_rst" if p["reset"] else ""),
         title=f"a {n}x{w} register file with {reads} read port{'s' if reads > 1 else ''}",
@@ -290,20 +290,20 @@ def _build_regfile(p: Params, rng: random.Random) -> Design:
     )
 
 
-FAMILIES = (
-    Family(
+TASK_KINDS = (
+    TaskKind(
         "shift_register",
         "left/right/bidirectional shift register with optional load and enable",
         _sample_shift,
         _build_shift,
     ),
-    Family(
+    TaskKind(
         "edge_detector",
         "rising/falling/any-edge detector, registered or combinational output",
         _sample_edge,
         _build_edge,
     ),
-    Family(
+    TaskKind(
         "register_file",
         "N x W register file, 1 write and 1-2 combinational read ports",
         _sample_regfile,
