@@ -105,7 +105,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("crosstune/serve/process.py", "glob"): "crosstune's own serve state folder, one level down",
     ("crosstune/study/stages.py", "copytree"): "copies a pretrain cache entry crosstune wrote itself into the "
     "bundle, swapped into place by staged_dir",
-    ("crosstune/study/stages.py", "glob"): "TOKENIZER_FILES, one-level patterns in the model's folder (a hub "
+    ("crosstune/study/stages.py", "glob"): "TOKENIZER_PATTERNS, one-level patterns in the model's folder (a hub "
     "snapshot is links into its blobs by design), hashed only",
 }
 OWNER = "crosstune/confinement.py"

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from crosstune.cost.prices import CostError, PriceBook
 from crosstune.cost.tco_workload import load_workload
 from crosstune.errors import InputError
+from crosstune.report.inputs import ReportError
 from crosstune.report.writer import write_report
 from tests.helpers.report import (
     DEMO_MAX_TOKENS,
@@ -134,7 +135,7 @@ def test_sweeps_that_name_no_run_are_not_paired_by_position(tmp_path, two_runs):
 def test_the_context_is_one_every_paired_sweep_measured_never_a_silent_other(tmp_path, two_runs):
     jax, torch, jax_sweep, torch_sweep = two_runs
     with pytest.raises(
-        CostError, match=r"--context 999: not measured by every sweep priced \(TPU v6e-8 .*: 1024, 2048"
+        ReportError, match=r"--context 999: not measured by every sweep priced \(TPU v6e-8 .*: 1024, 2048"
     ):
         write_report([jax, torch, jax_sweep, torch_sweep], tmp_path / "out", context=999)
     assert not (tmp_path / "out").exists()

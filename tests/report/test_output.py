@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 import crosstune.report.writer as report_module
-from crosstune.cost.prices import CostError
 from crosstune.errors import InputError
+from crosstune.report.inputs import ReportError
 from crosstune.report.writer import write_report
 from tests.helpers.report import GPU_SWEEP, write_eval, write_run
 
@@ -33,7 +33,7 @@ def test_a_folder_of_user_files_is_refused_and_keeps_them(tmp_path, inputs):
     (out / "report.md").write_text("my notes")
     before = _tree(out)
     with pytest.raises(
-        CostError, match=rf"--out {out} holds files that are not crosstune report's output: charts/figure1.png, "
+        ReportError, match=rf"--out {out} holds files that are not crosstune report's output: charts/figure1.png, "
         rf"report.md \(no \{MANIFEST} lists it\)"
     ):  # fmt: skip
         write_report(inputs, out)

@@ -71,10 +71,10 @@ def gcs_bucket(value: str, what: str = "--bucket") -> str:
 def study_bucket(value: str, what: str = "--bucket") -> str:
     """What `crosstune study --bucket` takes (gs://NAME, s3://NAME or a folder: crosstune.run.bucket), when the
     study keeps the bundle's copy itself (Slurm); else LaunchError."""
-    from crosstune.run.bucket import BucketError, check_bucket
+    from crosstune.run.bucket import BucketError, bucket_location
 
     try:
-        return check_bucket(value)
+        return bucket_location(value)
     except BucketError as e:
         raise LaunchError(str(e).replace("--bucket", what, 1)) from None
 

@@ -28,7 +28,6 @@ ASSISTANT_CLASS = "Gemma4AssistantForCausalLM"
 # Google's drafters: 4 layers (the model card of google/gemma-4-31B-it-assistant and its MLX conversions: 4 layers,
 # hidden 1024 for 31B and 12B). A tiny base's drafter keeps the layer count at half its hidden size.
 ASSISTANT_LAYERS = 4
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
 
 def base_text_config(base_dir: Path) -> dict:
@@ -124,10 +123,12 @@ def embed_from_base(model, base_dir: Path) -> None:
 def save_assistant(model, base_dir: Path, out_dir: Path) -> Path:
     """Write the drafter (safetensors, config.json) and the base's tokenizer files (vLLM reads the target's
     tokenizer; a drafter folder with its own loads on its own in transformers)."""
+    from crosstune.models.tokenizer import TOKENIZER_FILE_NAMES
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
-    for name in TOKENIZER_FILES:
+    for name in TOKENIZER_FILE_NAMES:
         if (Path(base_dir) / name).is_file():
             shutil.copyfile(Path(base_dir) / name, out_dir / name)
     return out_dir

@@ -106,6 +106,11 @@ def train_tokenizer(family_name: str, texts: Iterable[str], vocab_size: int | No
     )
 
 
+# The files a crosstune-built model folder's tokenizer is in (save_tokenizer writes the first three; a folder may hold
+# its chat template beside them): what a folder built from another copies along (a drafter, the pretrained base).
+TOKENIZER_FILE_NAMES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
+
 def save_tokenizer(tokenizer, out_dir: Path) -> list[Path]:
     """Write tokenizer.json, tokenizer_config.json (chat_template inside) and special_tokens_map.json."""
     out_dir = Path(out_dir)

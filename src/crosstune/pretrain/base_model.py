@@ -194,6 +194,7 @@ def _pretrain(config: PretrainConfig, corpus: Path, work: Path, out: Path, log: 
 
     from crosstune.data import prepare_dataset
     from crosstune.models.tiny import build_tiny_model
+    from crosstune.models.tokenizer import TOKENIZER_FILE_NAMES
 
     if config.precision not in ("bf16", "fp32"):
         raise ValueError(f"PretrainConfig.precision is {config.precision!r}: use 'bf16' or 'fp32'")
@@ -238,7 +239,7 @@ def _pretrain(config: PretrainConfig, corpus: Path, work: Path, out: Path, log: 
             log(f"  step {step + 1}/{config.steps}  loss {losses[-1]:.3f}  ({time.perf_counter() - t0:.0f} s)")
 
     model.eval().save_pretrained(out, safe_serialization=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+    for name in TOKENIZER_FILE_NAMES:
         if (init / name).is_file():
             (out / name).write_bytes((init / name).read_bytes())
     summary = {

@@ -18,7 +18,11 @@ from crosstune.servebench.summary import is_sweep_summary
 from crosstune.servebench.summary_cells import Sweep, read_sweep
 from crosstune.study.bundle_schema import BUNDLE_MANIFEST, CONTENT_KEYS, read_bundle_manifest
 
-__all__ = ["BUNDLE_MANIFEST", "Inputs", "bundle_contents", "read_inputs"]  # the file name, from its schema's owner
+__all__ = ["BUNDLE_MANIFEST", "Inputs", "ReportError", "bundle_contents", "read_inputs"]  # BUNDLE_MANIFEST: its owner's
+
+
+class ReportError(InputError):
+    """A report that can't be made as asked (a --pair, a --context, its folder); the message says what to give."""
 
 
 @dataclass
@@ -107,13 +111,12 @@ def read_inputs(paths: list[Path]) -> Inputs:
 
 
 def parse_pairs(items: list[str]) -> list[tuple[Path, Path]]:
-    """`--pair RUN_DIR=SUMMARY` values as (run, sweep) paths; one that is not of that form is a CostError."""
-    from crosstune.cost.prices import CostError
+    """`--pair RUN_DIR=SUMMARY` values as (run, sweep) paths; one that is not of that form is a ReportError."""
 
     pairs = []
     for item in items:
         run, sep, sweep = item.partition("=")
         if not sep or not run or not sweep:
-            raise CostError(f"--pair {item!r}: expected RUN_DIR=SUMMARY (a run directory = a bench summary.json)")
+            raise ReportError(f"--pair {item!r}: expected RUN_DIR=SUMMARY (a run directory = a bench summary.json)")
         pairs.append((Path(run), Path(sweep)))
     return pairs

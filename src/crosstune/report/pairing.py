@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crosstune.cost.prices import CostError
 from crosstune.cost.served_run import declared_run, sweep_serves
 from crosstune.report.document import Note
+from crosstune.report.inputs import ReportError
 from crosstune.run.run_summary import RunSummary
 from crosstune.servebench.summary import summary_file
 from crosstune.servebench.summary_cells import Sweep
@@ -37,9 +37,9 @@ def pair_runs_with_sweeps(
         j = by_sweep.get(found.resolve())
         if i is None or j is None:
             missing = run_path if i is None else sweep_path
-            raise CostError(f"--pair {run_path}={sweep_path}: {missing} is not one of the report's inputs")
+            raise ReportError(f"--pair {run_path}={sweep_path}: {missing} is not one of the report's inputs")
         if sweep_serves(sweeps[j].source, runs[i]) is False:
-            raise CostError(
+            raise ReportError(
                 f"--pair {run_path}={sweep_path}: the sweep declares it served {declared_run(sweeps[j].source)}, "
                 f"not {runs[i].path}"
             )

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from crosstune import ownership
-from crosstune.cost.prices import CostError
+from crosstune.report.inputs import ReportError
 
 MANIFEST = ".crosstune-report.json"
 REPORT = ownership.OutputKind("crosstune report", MANIFEST)
@@ -19,12 +19,12 @@ REPORT = ownership.OutputKind("crosstune report", MANIFEST)
 
 def check_out(out: Path, inputs: list[Path]) -> None:
     """Refuse an --out that names a file, sits under a file, or would replace one of the report's inputs."""
-    ownership.check_out(out, inputs=inputs, what="report's input", error=CostError)
+    ownership.check_out(out, inputs=inputs, what="report's input", error=ReportError)
 
 
 @contextlib.contextmanager
 def report_folder(out: Path, inputs: list[Path]) -> Iterator[Path]:
     """Yield an empty temp folder; when the block succeeds it becomes `out`, with the manifest of its files."""
-    with ownership.owned_output(out, REPORT, inputs=inputs, what="report's input", error=CostError) as tmp:
+    with ownership.owned_output(out, REPORT, inputs=inputs, what="report's input", error=ReportError) as tmp:
         yield tmp
         ownership.write_manifest(tmp, REPORT)

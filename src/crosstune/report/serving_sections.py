@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from crosstune.cost.costs import ServingCost, TrainingCost, serving_costs
-from crosstune.cost.prices import CostError, PriceBook
+from crosstune.cost.prices import PriceBook
 from crosstune.cost.tco import Option, Workload, break_even
 from crosstune.errors import InputError
 from crosstune.report import plots, serving_plots
 from crosstune.report.comparability import compare_sweeps
 from crosstune.report.document import Chart, Document, Note, Table
+from crosstune.report.inputs import ReportError
 from crosstune.report.pairing import Pairing
 from crosstune.report.sections import num, usd
 from crosstune.report.speculation_section import drafter_cost_table
@@ -187,7 +188,7 @@ def tco_context(sweeps: list[Sweep], context: int | None) -> int | None:
         lacking = [s for s in sweeps if context not in s.contexts]
         if lacking:
             measured = "; ".join(f"{s.label}: {', '.join(map(str, s.contexts))}" for s in lacking)
-            raise CostError(
+            raise ReportError(
                 f"--context {context}: not measured by every sweep priced ({measured}); choose one they all measured"
             )
         return context

@@ -165,8 +165,9 @@ class BucketCopy:
         return argv + (["--delete"] if delete else [])
 
 
-def check_bucket(bucket: str) -> str:
-    """`bucket` (stripped) when a bundle's copy can be kept there: gs://NAME[/...], s3://NAME[/...] or a folder.
+def bucket_location(bucket: str) -> str:
+    """The location `bucket` names (stripped), when a bundle's copy can be kept there: gs://NAME[/...], s3://NAME[/...]
+    or a folder.
     Refused: an empty name and a scheme that is not gs:// or s3:// exactly."""
     bucket = bucket.strip()
     if not bucket:
@@ -180,9 +181,9 @@ def check_bucket(bucket: str) -> str:
 
 
 def bundle_copy(bucket: str, bundle: Path) -> BucketCopy:
-    """The copy of the folder `bundle` in `bucket`: BUCKET/<bundle's folder name>. Refused besides check_bucket's: a
+    """The copy of the folder `bundle` in `bucket`: BUCKET/<bundle's folder name>. Refused besides bucket_location's: a
     folder bucket that is, holds or lies inside the bundle (a push would copy the bundle into itself, or prune it)."""
-    bucket = check_bucket(bucket)
+    bucket = bucket_location(bucket)
     if bucket.startswith(SCHEMES):
         return BucketCopy(Path(bundle), f"{bucket.rstrip('/')}/{Path(bundle).name}")
     root, here = Path(bucket).expanduser().resolve(), Path(bundle).resolve()

@@ -96,7 +96,7 @@ def push_bundle(copy: BucketCopy | None, console: Console, *, strict: bool = Fal
         console.print(f"bucket: {copy.remote} not updated ({e}); the next stage's push retries")
 
 
-def check_bucket(bucket: str | None, bundle: Path) -> BucketCopy | None:
+def study_copy(bucket: str | None, bundle: Path) -> BucketCopy | None:
     """The bundle's copy in `bucket` (None without one), checked before any work starts."""
     if bucket is None:
         return None

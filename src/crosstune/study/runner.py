@@ -193,7 +193,7 @@ def run_study(
     if "pretrain" in with_:
         stages.check_pretrain(preflight)
     preflight.check_recipe_paths([st.name for st in chosen], Path(recipe_file))
-    copy = recovery.check_bucket(bucket, bundle)
+    copy = recovery.study_copy(bucket, bundle)
     if is_worker(launch):
         if [st.name for st in chosen] != ["train"]:
             raise StudyError("a worker process (node rank or JAX process > 0) only trains its part: give --only train")

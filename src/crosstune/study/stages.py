@@ -63,7 +63,8 @@ def run_pretrain(s: StudyContext) -> StageResult:
 
 
 # --- prepare ------------------------------------------------------------------------------------------------------
-TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "*.jinja", "vocab.*", "merges.txt")
+# Globs of the files that decide a model folder's tokenizer (a hub snapshot's or a local one's): prepare's inputs.
+TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "*.jinja", "vocab.*", "merges.txt")
 
 
 def prepare_inputs(s: StudyContext) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def prepare_inputs(s: StudyContext) -> dict[str, Any]:
     from crosstune.data.prepared import data_hash, data_settings
 
     model = s.existing(s.model_path, "model.path")
-    files = sorted({f for pattern in TOKENIZER_FILES for f in (model.glob(pattern) if model else ()) if f.is_file()})
+    files = sorted({f for pattern in TOKENIZER_PATTERNS for f in (model.glob(pattern) if model else ()) if f.is_file()})
     return {
         "data_hash": data_hash(data_settings(s.recipe)),
         "tokenizer_files": {f.name: file_sha256(f) for f in files},
