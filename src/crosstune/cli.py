@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import inspect
 import os
 import sys
 import time
@@ -35,7 +36,12 @@ class _ExpectedFailures(TyperGroup):
     """The one top-level handler: whatever a command raises ends in one line on stderr and an exit status, never a
     traceback. A CrosstuneError is its message; an OSError (any kind), pathlib's link loop and an undecodable file
     are `PATH: what failed (why)`; anything else is a bug, said so in one line with where its traceback was written
-    (CROSSTUNE_DEBUG=1: raised, traceback and all). Exit 2 stays typer's, for its own usage errors."""
+    (CROSSTUNE_DEBUG=1: raised, traceback and all). Exit 2 stays typer's, for its own usage errors. It also unwraps
+    every command's help (`unwrap_help`) as the command tree is built."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        unwrap_help(self)
 
     def invoke(self, ctx: typer.Context):
         try:
@@ -59,6 +65,34 @@ class _ExpectedFailures(TyperGroup):
                 raise
             _say(line or bug_line(e))
             raise typer.Exit(1) from None
+
+
+def unwrap_help(group) -> None:
+    """Every help text under `group` as rich should wrap it: rich keeps a docstring's hard line breaks inside a
+    paragraph (typer joins them in the first paragraph only), so a paragraph's lines are joined here, once for every
+    command. Paragraphs (blank lines) and list items (lines opening with "- ") stay apart; a paragraph marked with
+    click's \\b, or whose every line is indented (an example), is kept as written."""
+    if getattr(group, "help", None):
+        group.help = unwrapped(group.help)
+    for command in getattr(group, "commands", {}).values():
+        unwrap_help(command)
+
+
+def unwrapped(text: str) -> str:
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        lines = paragraph.split("\n")
+        if paragraph.startswith("\b") or all(line[:1].isspace() for line in lines):
+            paragraphs.append(paragraph)
+            continue
+        joined: list[str] = []
+        for line in lines:
+            if joined and not line.lstrip().startswith("- "):
+                joined[-1] = f"{joined[-1].rstrip()} {line.strip()}"
+            else:
+                joined.append(line.rstrip())
+        paragraphs.append("\n".join(joined))
+    return "\n\n".join(paragraphs)
 
 
 def failure_line(e: Exception) -> str | None:

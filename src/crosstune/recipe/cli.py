@@ -57,6 +57,25 @@ def show(file: Path = typer.Argument(..., help="recipe YAML file"), overrides: l
     console.print(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False), markup=False, highlight=False)
 
 
+@recipe_app.command("schema")
+def schema(section: str = typer.Argument(None, help="only this top-level section, e.g. train or eval")) -> None:
+    """List every recipe key by its YAML path: its type, default, bounds and what it means, as the schema says."""
+    from rich.table import Table
+
+    from crosstune.recipe.reference import keys, sections
+
+    found = keys(section)
+    if not found:
+        raise InputError(f"no recipe section {section!r}: one of {', '.join(sections())}")
+    table = Table(title=f"recipe keys{f' ({section})' if section else ''}")
+    table.add_column("key", no_wrap=True)
+    for header in ("type", "default", "what it is"):
+        table.add_column(header, overflow="fold")
+    for key in found:
+        table.add_row(key.path, key.kind, key.default, key.about)
+    console.print(table)
+
+
 @recipe_app.command("import")
 def import_(
     config: Path = typer.Argument(..., help="an Axolotl YAML or a `trl sft --config` YAML"),
