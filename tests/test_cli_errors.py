@@ -1,4 +1,4 @@
-"""Expected failures end in one line that says what to do and exit 1: never a traceback (issue 10, item 16)."""
+"""Expected failures end in one line that says what to do and exit 1: never a traceback."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def _handled_app():
 
 
 def test_handler_prints_every_failure_in_one_line(tmp_path, monkeypatch):
-    """Expected failures are their message; an OSError its path and why; a bug (issue 39: a traceback until then)
+    """Expected failures are their message; an OSError its path and why; a bug (a traceback once)
     one line naming the crash file that holds its traceback (tests/test_cli_failures.py has the rest)."""
     monkeypatch.setenv("CROSSTUNE_CACHE", str(tmp_path))
     monkeypatch.delenv("CROSSTUNE_DEBUG", raising=False)

@@ -1,7 +1,7 @@
-"""Whatever a command raises ends in one line on stderr and exit 1 (issue 39, item 5): an OSError of any kind as
-`PATH: what failed (why): what to do`, pathlib's link loop, an undecodable file named; anything else is a bug, said so
-in one line with the crash file that holds its traceback (CROSSTUNE_DEBUG=1: the traceback itself). Exit 2 is left
-to typer's own usage errors."""
+"""Whatever a command raises ends in one line on stderr and exit 1 (crosstune.cli's one handler): an OSError of any
+kind as `PATH: what failed (why): what to do`, pathlib's link loop, an undecodable file named; anything else is a
+bug, said so in one line with the crash file that holds its traceback (CROSSTUNE_DEBUG=1: the traceback itself).
+Exit 2 is left to typer's own usage errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ctrl-C in train and prepare: exit 130 with what was kept and the command that continues (issue 10, item 18)."""
+"""Ctrl-C in train and prepare: exit 130 with what was kept and the command that continues."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One owner per fact (issue 38): each fact below is imported from its one module, and a scan of src/crosstune finds
+"""One owner per fact: each fact below is imported from its one module, and a scan of src/crosstune finds
 no second definition of it."""
 
 from __future__ import annotations

@@ -338,7 +338,7 @@ def other_output_mechanisms(src: Path) -> list[str]:
 
 
 def test_ownership_is_the_one_output_mechanism():
-    """No marker file, no claim function, beside crosstune.ownership (issue 38: there were five)."""
+    """No marker file, no claim function, beside crosstune.ownership (there were five, each its own rule)."""
     assert other_output_mechanisms(REPO / "src") == []
 
 

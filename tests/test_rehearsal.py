@@ -1,4 +1,4 @@
-"""The real-dimension rehearsal (issue 21, item 4): bench/rehearsal.py on Gemma 4 31B's true dimensions with 2
+"""The real-dimension rehearsal: bench/rehearsal.py on Gemma 4 31B's true dimensions with 2
 layers in the hub's layout, prepare -> train torch -> train jax -> export both -> parity. ~15 min and ~15 GB of
 host memory on 2 cores, more on a shared one: too long for the slow suite's share of CI's hour, so its own marker
 (`make test-rehearsal`); on a shared machine run it under `flock /tmp/crosstune-heavy.lock`. REHEARSAL_ARGS adds

@@ -1,4 +1,4 @@
-"""Files parsed within bounds (issue 39, class 3): crosstune.untrusted_files refuses an alias bomb, a recursive alias,
+"""Files parsed within bounds: crosstune.untrusted_files refuses an alias bomb, a recursive alias,
 nesting 10,000 deep, a number of 5,000 digits and a duplicate JSON key, each as one line `FILE:LINE: what is wrong`
 and exit 1 through the commands that read them; with --lenient a data line it refuses is skipped and counted."""
 

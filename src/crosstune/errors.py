@@ -34,6 +34,14 @@ class BatchPlanError(CrosstuneError, ValueError):
 BATCH_HINT = "lower train.per_device_batch_size or train.grad_accumulation, or add training data"
 
 
+def before_epoch(path: object, what: str, fix: str) -> str:
+    """The refusal of an output written before crosstune's format epoch (crosstune.FORMAT_EPOCH): what it is, what to
+    do."""
+    from crosstune import FORMAT_EPOCH
+
+    return f"{path}: {what}, written before crosstune {FORMAT_EPOCH}'s formats and not read by it: {fix}"
+
+
 class InputError(CrosstuneError):
     """A file or folder given to crosstune is missing, unreadable or of the wrong kind."""
 

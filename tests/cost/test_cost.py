@@ -105,7 +105,7 @@ def test_prices_from_recipe_yaml_file_and_missing_price(tmp_path):
         ("targets:\n  2xh100: {on_demand: -3}\n", r"targets.2xh100.on_demand: -3 is not a number > 0 and <= 2000"),
         ("chips:\n  h100: {price: 3}\n", r"chips.h100: expected a mapping with keys"),
         ("gpus: {}\n", r"expected top-level keys `chips` and/or `targets`"),
-        # issue 22: a number that isn't a plausible price (a NaN printed `$nan/h`), a date that isn't text, twice a key
+        # a number that isn't a plausible price (a NaN printed `$nan/h`), a date that isn't text, twice a key
         ("chips:\n  h100: {on_demand: .nan}\n", r"chips.h100.on_demand: nan is not a finite number > 0"),
         ("chips:\n  h100: {on_demand: .inf}\n", r"chips.h100.on_demand: inf is not a finite number > 0"),
         ("chips:\n  h100: {on_demand: '3.5'}\n", r"chips.h100.on_demand: '3.5' is not a number > 0"),
@@ -115,7 +115,7 @@ def test_prices_from_recipe_yaml_file_and_missing_price(tmp_path):
         ),
         ("chips:\n  h100: {on_demand: 3, date: 2026}\n", r"chips.h100.date: 2026 is not text \(quote it\)"),
         ("chips:\n  h100: {on_demand: 3, on_demand: 4}\n", r":2: not valid YAML: duplicate key 'on_demand'"),
-        # issue 39: a value of the wrong shape (sorting a number's or mixed keys raised a TypeError in the message)
+        # a value of the wrong shape (sorting a number's or mixed keys raised a TypeError in the message)
         ("42\n", r"expected top-level keys `chips` and/or `targets`, got int 42"),
         ("[1, a]\n", r"expected top-level keys `chips` and/or `targets`, got list \[1, 'a'\]"),
         ("1: x\nchips: {}\n", r"expected top-level keys `chips` and/or `targets`, got keys 1, 'chips'"),

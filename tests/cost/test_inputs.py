@@ -1,4 +1,4 @@
-"""Numbers that mean what they say, and clean errors (issue 22, items 12, 16, 17): NaN, infinite, negative, absurd
+"""Numbers that mean what they say, and clean errors: NaN, infinite, negative, absurd
 and mistyped values are refused where they enter cost and report — prices, metrics rows, run.json, a run's
 recipe.yaml, sweeps, evaluations, workload files and options — with the file and field named, in one line."""
 

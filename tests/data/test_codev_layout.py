@@ -1,7 +1,7 @@
 """Records in CodeV-R1's SFT layout (tests/fixtures/codev_r1/sft.jsonl: system / prompt / response, responses
 `<think>…</think>` then `<answer>```verilog …```</answer>`, a system prompt asking for those tags; our own text):
 the shipped 31B recipes keep what fits and drop (and count) what doesn't, and a system prompt the targets would
-disobey is reported (issue 21, items 1 and 6)."""
+disobey is reported."""
 
 from __future__ import annotations
 

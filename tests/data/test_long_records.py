@@ -1,4 +1,5 @@
-"""A record far longer than max_seq_len is judged by its character count and never tokenized (issue 10, item 17)."""
+"""A record far longer than max_seq_len is judged by its character count and never tokenized (a huge record
+can't stall preparation)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The prepared folder (crosstune.data.prepared) replaces only an earlier preparation, unchanged: manifest.json is
 its manifest in crosstune.ownership's one shape. A user's file in data.prepared_dir is refused by name, with or
-without --force, before any tokenizing; a preparation written before the shape is still recognised by its layout."""
+without --force, before any tokenizing; a preparation written before the format epoch is not crosstune's to replace."""
 
 from __future__ import annotations
 
@@ -121,17 +121,16 @@ def test_force_replaces_its_own_preparation_and_refuses_one_changed_or_added_to(
                                                                          for i in (1, 2, 3)]  # fmt: skip
 
 
-def test_a_preparation_from_before_the_one_shape_is_replaced_by_its_layout(recipe, tok):
-    """Its manifest.json had no made_by and no files: its files are the layout's names, nothing else."""
+def test_a_preparation_from_before_the_format_epoch_is_not_replaced(recipe, tok):
+    """Its manifest.json had no made_by and no files (before crosstune.FORMAT_EPOCH's one shape): it proves none of
+    the folder's files, so even --force replaces nothing there."""
     first = prepare_dataset(recipe, tokenizer=tok)
     old = {k: v for k, v in first.manifest.items() if k not in ("format", "made_by", "created", "files")}
     (first.path / "manifest.json").write_text(json.dumps(old))
-    (first.path / "mine.csv").write_text("a,b")
-    with pytest.raises(DataError, match=r"mine.csv \(not in its manifest.json\)"):
+    before = _tree(first.path)
+    with pytest.raises(DataError, match=r"holds files that are not crosstune data prepare's output: .*manifest.json"):
         prepare_dataset(recipe, tokenizer=tok, force=True)
-    (first.path / "mine.csv").unlink()
-    assert prepare_dataset(recipe, tokenizer=tok).reused  # still read as it is
-    assert prepare_dataset(recipe, tokenizer=tok, force=True).manifest["made_by"] == "crosstune data prepare"
+    assert _tree(first.path) == before
 
 
 def test_data_stats_rewrites_the_stats_and_the_manifest_follows(recipe, tok, monkeypatch):

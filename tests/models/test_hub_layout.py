@@ -1,4 +1,4 @@
-"""The hub's checkpoint layout at tiny size (issue 21, item 4): `model tiny --layout multimodal --dtype bfloat16
+"""The hub's checkpoint layout at tiny size: `model tiny --layout multimodal --dtype bfloat16
 --shards 2` is Gemma4ForConditionalGeneration with a vision tower, bf16, 2 safetensors shards with an index; both
 backends train on it and both exports come out of each run in the same layout."""
 

@@ -149,7 +149,8 @@ def test_relative_paths_resolve_against_the_recipe_folder_never_the_cwd(tmp_path
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_shipped_recipes_pack(path):
-    """Unpacked rows charge padding to the jax backend only (issue 11): every shipped recipe packs."""
+    """Unpacked rows charge padding to the jax backend only (it has no padding-free path): every shipped recipe
+    packs."""
     recipe = load_recipe(path)
     assert recipe.data.packing
     assert not [p for p in recipe.warnings if p.path == "data.packing"]

@@ -1,5 +1,5 @@
-"""A recipe's numbers have bounds, all from crosstune.bounds.RECIPE (issue 39, class 4): `train.max_steps` of 30
-digits validated and went on to plan a run of 10^29 steps."""
+"""A recipe's numbers have bounds, all from crosstune.bounds.RECIPE, so a typo or a hostile value is a located error
+(a `train.max_steps` of 30 digits validated and went on to plan a run of 10^29 steps)."""
 
 from __future__ import annotations
 

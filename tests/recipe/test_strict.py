@@ -1,4 +1,4 @@
-"""Recipes are parsed strictly (issue 22, item 18): YAML a strict loader refuses is refused, values keep the type
+"""Recipes are parsed strictly: YAML a strict loader refuses is refused, values keep the type
 the user wrote, numbers are finite, one setting has one key, and a name can't point outside its output folder."""
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The report people look at (issue 22, item 19): the compared thing is the colour, legends are readable, ticks sit
+"""The report people look at: the compared thing is the colour, legends are readable, ticks sit
 at the measured values, every colour stands out on white, coinciding loss curves both show, pass@k has a chart,
 report.md renders hostile names as text, and tables printed to a pipe are whole."""
 

@@ -1,4 +1,4 @@
-"""What may be set side by side (issue 22, items 13 and 14): sweeps of different workloads are flagged, TCO pairs a run
+"""What may be set side by side: sweeps of different workloads are flagged, TCO pairs a run
 with the sweep of what it trained (never by position), `--context` is never silently replaced, and evaluations are
 compared within one protocol — the demo's greedy and sampled passes raise no alarm, a real mismatch does."""
 

@@ -1,4 +1,4 @@
-"""`report --out` loses nothing of the user's (issue 22, items 1 and 2): only an earlier report is replaced, whole;
+"""`report --out` loses nothing of the user's: only an earlier report is replaced, whole;
 an --out that is or holds an input, or that names a file, is refused before any work; a failure keeps the old one."""
 
 import json

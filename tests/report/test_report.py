@@ -80,24 +80,22 @@ def test_unrecorded_hashes_are_a_warning_not_a_silent_pass(tmp_path):
 def test_what_each_run_was_comes_from_the_record_never_a_guess(tmp_path):
     """Devices, mesh, global batch and accumulation are run.json's keys, the same for both backends: a global batch
     the recipe's per-device batch × accumulation would not give (train.global_batch_size decided it) is shown as
-    recorded; a run written before the schema (format 1) is read converted, says so, and shows n/a for what it
-    never recorded."""
+    recorded; a run written before the format epoch (run.json format 1) is refused in one line, not guessed at."""
     import json
+
+    from crosstune.run.layout import RunDirError
 
     a = write_run(tmp_path / "a", "jax", "tpu-v5p-8", extra={"global_batch": 16, "grad_accumulation": 8})
     b = write_run(tmp_path / "b", "torch", "2xh100")
-    meta = json.loads((b / "run.json").read_text())
-    old = {k: v for k, v in meta.items() if k not in ("platform", "devices", "processes", "mesh", "details",
-           "compile_time_measure", "loss_convention", "seq_len", "total_steps")}  # fmt: skip
-    old |= {"format": 1, "world_size": 2, "fsdp": True, "compile_time_s": None, "checkpoint_time_s": None}
-    old["lora"] = {k: v for k, v in meta["lora"].items() if k != "layout"}
-    (b / "run.json").write_text(json.dumps(old))
     write_report([a, b], tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| global batch (rows) | 16 | 2 |" in md and "| gradient accumulation | 8 | 1 |" in md
-    assert "| devices | 2 | 2 |" in md and "| mesh (fsdp × tp) | 1 × 2 | 2 × 1 |" in md
-    assert "| platform | cpu | unknown |" in md and "| LoRA layout | 41 modules, " in md and " | n/a |" in md
-    assert "run.json of format 1" in md
+    assert "| devices | 2 | 1 |" in md and "| mesh (fsdp × tp) | 1 × 2 | 1 × 1 |" in md
+    assert "| platform | cpu | cpu |" in md and "| LoRA layout | 41 modules, " in md
+    meta = json.loads((b / "run.json").read_text())
+    (b / "run.json").write_text(json.dumps(meta | {"format": 1}))
+    with pytest.raises(RunDirError, match="run.json of format 1, written before crosstune"):
+        write_report([a, b], tmp_path / "out2")
 
 
 def test_different_eval_problem_sets_are_flagged(tmp_path):
@@ -215,7 +213,7 @@ def test_report_from_real_torch_and_jax_runs(tmp_path, tiny_gemma4_dir, synth_co
     assert "Same data hash, chat-template hash and loss convention across the runs." in md
     assert "NOT COMPARABLE" not in html.read_text()
     assert re.search(r"\| jax · cpu · tiny-cpu-jax \| 4 \| [\d.]+ \| [\d.]+ \(xla\) \| [\d.]+ \| ", md)
-    # issue 29: torch records its compile (here the first step's warm-up) and checkpoint seconds too
+    # torch records its compile (here the first step's warm-up) and checkpoint seconds as jax does
     assert re.search(
         r"\| torch · cpu · tiny-cpu-torch \| 4 \| [\d.]+ \| [\d.]+ \(first-step warm-up\) \| [\d.]+ \| ", md
     )

@@ -135,7 +135,8 @@ def test_both_backends_train_on_lenient_data_and_record_it(lenient_workspace, to
 
 
 def test_runs_and_exports_carry_the_data_template_hash(lenient_workspace, torch_run, jax_run, tmp_path):
-    """Issue 13, item 5: the hash of the chat template the rows were rendered with travels run.json → export."""
+    """What is trained is what is served: the hash of the chat template the rows were rendered with travels run.json
+    → export."""
     from crosstune.export import export_run
 
     root, _, _ = lenient_workspace

@@ -45,7 +45,7 @@ def test_every_metric_field_is_defined():
 def test_rates_mfu_and_hfu_by_hand():
     m = step(1)
     assert m.tokens_per_s == 8 * 3072 / 2.0 and m.trained_tokens_per_s == 4 * 3072 / 2.0
-    # mfu: model FLOPs = forward + backward to activations (2x forward), recompute NOT counted (issue 16)
+    # mfu: model FLOPs = forward + backward to activations (2x forward), recompute NOT counted (that is hfu)
     flops = 8 * 3072 * 2 * G4.forward_flops_per_token(3072)
     assert m.mfu == pytest.approx(flops / (2.0 * 459e12 * 4), rel=1e-12)
     assert step(1, remat=False).mfu == m.mfu  # recompute changes the hardware's work, not the model's

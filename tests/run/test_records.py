@@ -1,6 +1,6 @@
 """run.json's one schema (crosstune.run.records) and metrics.jsonl's (crosstune.run.metrics): a mistyped value is
-refused naming the file and the key; a run written before issue 29 (run.json format 1, `peak_memory_gb`) is read
-with its keys and memory unit converted, and says so once."""
+refused naming the file and the key; a run written before the format epoch (run.json format 1, `peak_memory_gb`) is
+refused naming it."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from crosstune.errors import CrosstuneError
 from crosstune.run.layout import RunDirError
 from crosstune.run.metrics import read_metrics
-from crosstune.run.records import RUN_FORMAT, read_run_record, update_run_record, write_run_record
-from crosstune.units import GIB
+from crosstune.run.records import read_run_record, update_run_record, write_run_record
 from tests.helpers.records import run_record, write_record
 
-# What crosstune wrote before issue 29 (rundir.write_run_metadata + each backend's extras + the session's finalise).
+# What crosstune wrote before its format epoch (rundir.write_run_metadata + each backend's extras + the session's
+# finalise): run.json format 1.
 COMMON_V1 = {
     "format": 1,
     "recipe_name": "tiny-cpu",
@@ -92,51 +92,18 @@ def old_run(tmp_path, meta: dict, peaks: list[float]):
     return run
 
 
-def test_a_format_1_torch_run_is_read_in_todays_keys_and_says_so_once(tmp_path, capsys):
-    run = old_run(tmp_path, TORCH_V1, [7.5, 7.5])
-    record = read_run_record(run)
-    assert (record.format, record.devices, record.processes) == (RUN_FORMAT, 2, 2)
-    assert record.mesh.fsdp == 2 and record.mesh.tp == 1 and record.resumed_from_step == 10
-    assert record.lora.layout.modules == 41 and record.lora.layout.params == 59392
-    assert record.details == {"model_class": "Gemma4ForCausalLM", "peft_target_regex": "^model\\.layers.*$"}
-    assert (record.platform, record.seq_len, record.compile_time_s, record.checkpoint_time_s) == (
-        "unknown",
-        None,
-        None,
-        None,
-    )  # what format 1 never recorded for torch
-    assert record.notes and "format 1" in record.notes[0]
-    read_run_record(run)
-    said = capsys.readouterr().err
-    assert said.count("run.json of format 1") == 1 and str(run / "run.json") in said
-    # its rows: torch wrote max_memory_allocated / 1024^3 (GiB) under peak_memory_gb, so the value stays
-    rows = read_metrics(run)
-    assert [r.peak_memory_gib for r in rows] == [7.5, 7.5] and "unchanged" in rows.notes[0]
-    read_metrics(run)
-    assert capsys.readouterr().err.count("peak_memory_gb") == 1
+def test_a_run_written_before_the_format_epoch_is_refused_naming_it(tmp_path):
+    """run.json of format 1 and unit-less peak_memory_gb rows (development versions before crosstune 0.1.0's format
+    epoch) are not converted: each is one line naming the file, the epoch and what to do."""
+    from crosstune import FORMAT_EPOCH
 
-
-def test_a_format_1_jax_run_on_tpu_has_its_gb_converted_to_gib(tmp_path):
-    """The jax backend divided peak_bytes_in_use by 10^9: 8.0 "GB" is 8e9 bytes = 7.4506 GiB."""
-    run = old_run(tmp_path, JAX_V1, [8.0, None])
-    record = read_run_record(run)
-    assert (record.compile_time_s, record.compile_time_measure, record.lora.layout) == (14.2, "xla", None)
-    assert record.details == {"replicated_tensors": ["layers.5.attn.k_einsum.w"]}
-    rows = read_metrics(run)
-    assert rows[0].peak_memory_gib == pytest.approx(8e9 / GIB, rel=1e-12) and rows[1].peak_memory_gib is None
-    assert "GB (10^9 bytes) on tpu" in rows.notes[0]
-
-
-def test_a_format_1_jax_run_on_cpu_keeps_its_host_rss_figure(tmp_path):
-    run = old_run(tmp_path, JAX_V1 | {"platform": "cpu"}, [1.25])
-    assert read_metrics(run)[0].peak_memory_gib == 1.25  # host RSS: ru_maxrss / 1024^2, GiB already
-
-
-def test_old_rows_without_a_run_json_have_no_memory_figure(tmp_path):
-    run = old_run(tmp_path, TORCH_V1, [7.5])
-    (run / "run.json").unlink()
-    rows = read_metrics(run)
-    assert rows[0].peak_memory_gib is None and "unknown" in rows.notes[0]
+    for old in (TORCH_V1, JAX_V1):
+        run = old_run(tmp_path, old, [7.5, 7.5])
+        epoch = f"written before crosstune {FORMAT_EPOCH}'s formats and not read by it: train the run again"
+        with pytest.raises(RunDirError, match=f"run.json: run.json of format 1, {epoch}"):
+            read_run_record(run)
+        with pytest.raises(CrosstuneError, match=rf"metrics.jsonl:1: a row with peak_memory_gb \(no unit\), {epoch}"):
+            read_metrics(run)
 
 
 @pytest.mark.parametrize(
@@ -149,7 +116,7 @@ def test_old_rows_without_a_run_json_have_no_memory_figure(tmp_path):
         ({"lora": {"rank": 8}}, r"run.json: lora.alpha: field required"),
         ({"world_size": 2}, r"run.json: world_size: extra inputs are not permitted"),
         ({"backend": "tensorflow"}, r"run.json: backend: input should be 'torch' or 'jax'"),
-        ({"format": 3}, r"run.json: format is 3; this crosstune reads run.json formats 1 and 2"),
+        ({"format": 3}, r"run.json: format is 3; this crosstune reads run.json format 2 \(a newer"),
     ],
 )
 def test_a_mistyped_record_is_refused_naming_the_file_and_key(tmp_path, change, message):
@@ -159,12 +126,6 @@ def test_a_mistyped_record_is_refused_naming_the_file_and_key(tmp_path, change, 
     with pytest.raises(RunDirError, match=message) as e:
         read_run_record(tmp_path)
     assert str(tmp_path / "run.json") in str(e.value) and "\n" not in str(e.value)
-
-
-def test_a_format_1_record_with_a_key_it_never_had_is_refused(tmp_path):
-    run = old_run(tmp_path, TORCH_V1 | {"hostname": "x"}, [1.0])
-    with pytest.raises(RunDirError, match=r"run.json: unknown key\(s\) hostname in a run.json of format 1"):
-        read_run_record(run)
 
 
 def test_a_mistyped_metrics_row_is_refused_naming_file_line_and_key(tmp_path):
@@ -187,7 +148,7 @@ def read_metrics_row(tmp_path, row):
 
 
 def test_the_writer_refuses_a_record_missing_what_every_new_run_has(tmp_path):
-    with pytest.raises(ValueError, match=r"missing \['seq_len'\]"):
+    with pytest.raises(ValueError, match=r"seq_len"):
         write_run_record(tmp_path, run_record("torch", seq_len=None))
     write_record(tmp_path, "torch", steps=None)
     updated = update_run_record(tmp_path, steps=7)

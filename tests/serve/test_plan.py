@@ -76,8 +76,9 @@ def test_shipped_targets_layouts_and_capacities(name, target, chosen, tokens):
 
 
 def test_31b_on_v6e_8_chooses_dp2_tp4_over_replicating_tp8():
-    """Issue 32: tp 8 holds the global layers' 4 KV heads twice; dp 2 × tp 4 splits every head group (vLLM's TPU
-    team benchmarks it so). tp 8 holds more tokens per chip (weights split 8 ways), which the reason says."""
+    """The layout rule on v6e-8: tp 8 holds the global layers' 4 KV heads twice; dp 2 × tp 4 splits every head group
+    (vLLM's TPU team benchmarks it so). tp 8 holds more tokens per chip (weights split 8 ways), which the reason
+    says."""
     plan = serve_plan(recipe("gemma4-31b-tpu-v5p-8"), "tpu-v6e-8")
     assert (plan.dp, plan.tp) == (2, 4) and plan.layout.replicated == []
     assert plan.choice == (
@@ -170,7 +171,7 @@ def test_cli_serve_plan_exit_codes():
 
 
 def test_cli_serve_plan_refuses_an_unknown_kv_cache_dtype_in_one_line():
-    """Issue 39: `--kv-cache-dtype bogus` was a KeyError's traceback; the recipe schema's list is the one answer."""
+    """An unknown `--kv-cache-dtype` is one line (it was a KeyError's traceback): the recipe schema's list answers."""
     from tests.helpers.serve import cli, one_line_error
 
     result = cli("serve", "plan", str(RECIPES / "tiny-cpu.yaml"), "--kv-cache-dtype", "bogus")
@@ -179,7 +180,7 @@ def test_cli_serve_plan_refuses_an_unknown_kv_cache_dtype_in_one_line():
 
 @pytest.mark.parametrize("args", [["--tp", "8"], ["--tp", "3"], ["--target", "2xh100", "--tp", "8"]])
 def test_cli_serve_plan_refuses_before_printing_any_command(args):
-    """Issue 21, item 7: a plan that can't serve says so right after the heads table, and prints no `vllm serve`
+    """A plan that can't serve says so right after the heads table, and prints no `vllm serve`
     command, docker line or flag table to copy."""
     from typer.testing import CliRunner
 
@@ -194,7 +195,7 @@ def test_cli_serve_plan_refuses_before_printing_any_command(args):
 
 
 def test_served_model_name_follows_the_target():
-    """Issue 21, item 7: the recipe's name on its own hardware; on another target the model's name (a recipe named
+    """The served model's name: the recipe's on its own hardware; on another target the model's name (a recipe named
     for 2xh100 must not name a TPU server); --name overrides both, the adapter following it."""
     home = serve_plan(recipe("gemma4-31b-2xh100"), "2xh100")
     assert "--served-model-name gemma4-31b-2xh100 " in home.command()

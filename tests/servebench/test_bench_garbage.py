@@ -1,7 +1,8 @@
-"""Garbage from an endpoint is a failed request with its reason, never a half-filled `ok: true` record (issue 39,
-item 6): a stream chunk whose `choices` is not a list, whose `usage` is not an object or whose token counts are not
-counts, text that is not JSON (or past the one reader's bounds), an error object where an answer should be. A sweep
-where nothing succeeded exits 1 with the server's own message; "the server stopped answering" only when it did."""
+"""Garbage from an endpoint is a failed request with its reason, never a half-filled `ok: true` record (the request
+record is the one owner of whether a request counted): a stream chunk whose `choices` is not a list, whose `usage`
+is not an object or whose token counts are not counts, text that is not JSON (or past the one reader's bounds), an
+error object where an answer should be. A sweep where nothing succeeded exits 1 with the server's own message; "the
+server stopped answering" only when it did."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def test_sweep_records_acceptance_per_cell(tmp_path, tiny_gemma4_dir):
         assert s["acceptance_rate"] == pytest.approx(0.45) and s["mean_accepted_length"] == pytest.approx(1.9)
         assert s["acceptance_per_position"] == pytest.approx([0.6, 0.3])
         assert "acceptance 45.0 %" in speculation.line(cell)
-    assert speculation.drafted(summary)
+    assert speculation.sweep_kind(summary) != speculation.NONE
     assert read_sweep(tmp_path).declared["speculative decoding"] == "a drafter (the engine's spec_decode counters)"
 
 
@@ -73,7 +73,7 @@ def test_compare_sets_drafted_against_undrafted_as_the_report_does(tmp_path, tin
         plain, _ = sweep(a, tiny_gemma4_dir, server.url, concurrency=[1], num_requests=2, warmup=0)
     with FakeOpenAI(draft=[0.5]) as server:
         sweep(b, tiny_gemma4_dir, server.url, concurrency=[1], num_requests=2, warmup=0)
-    assert plain["cells"][0]["speculation"] is None and not speculation.drafted(plain)
+    assert plain["cells"][0]["speculation"] is None and speculation.sweep_kind(plain) == speculation.NONE
     assert read_sweep(a).declared["speculative decoding"] == "no drafter"
     if not any(c.name == "export" for c in app.registered_commands):
         _register()

@@ -75,8 +75,8 @@ def test_what_the_tiny_recipe_s_head_says_to_run_makes_every_input(tmp_path, mon
 
 
 def test_a_prices_file_that_can_t_be_read_is_refused_before_anything_runs(tmp_path):
-    """Issue 39: the cost stage read --prices with Path.read_text, so a file not in UTF-8 was a UnicodeDecodeError's
-    traceback after the training; the file is read by the bounded reader, and checked before any stage."""
+    """A --prices file that can't be read is refused before any stage, by the bounded reader (the cost stage read it
+    with Path.read_text: a file not in UTF-8 was a UnicodeDecodeError's traceback after the training)."""
     bundle, prices = tmp_path / "bundle", tmp_path / "prices.yaml"
     prices.write_bytes(b"chips:\n  caf\xe9: {on_demand: 1}\n")
     study = ["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(bundle), "--prices", str(prices)]

@@ -213,10 +213,6 @@ def max_chars_per_token(tokenizer) -> int | None:
     return max(len(entry) for entry in tokenizer.get_vocab())
 
 
-def _failed(value: str | Exception) -> bool:
-    return isinstance(value, Exception)
-
-
 def encoding_mask(enc, spans: list[tuple[int, int]], text_len: int) -> tuple[np.ndarray, int]:
     """`spans_to_mask` for a tokenizers Encoding, reading its offset map at the span edges only (offsets are
     non-decreasing, so the tokens between the first and the last overlapping token all lie inside)."""

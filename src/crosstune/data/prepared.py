@@ -11,8 +11,8 @@ Layout of a prepared directory:
     <split>/lengths.npy                 token length of every record before the length policy (histogram)
 Hashes make a preparation refuse to load once the recipe's data settings, the source files or the tokenizer change.
 manifest.json is also the folder's manifest in crosstune.ownership's one shape (made_by, created, files: sha256 and
-size of every file): a preparation replaces only an earlier one, unchanged. One written before that shape is read
-as crosstune's, its files proven by name (the layout above, from its splits).
+size of every file): a preparation replaces only an earlier one, unchanged. One written before that shape (before
+crosstune.FORMAT_EPOCH) is not crosstune's: prepared again into another folder, or once moved aside.
 """
 
 from __future__ import annotations
@@ -124,19 +124,7 @@ def _flatten(value, prefix: str) -> dict[str, object]:
 LABEL = "data.prepared_dir"  # how refusals name the folder
 
 
-def _legacy(manifest: dict, folder: Path) -> dict | None:
-    """A preparation from before the one shape: its files are the layout's, named from its splits."""
-    if "data_hash" not in manifest or not isinstance(manifest.get("splits"), dict):
-        return None
-    files = ["stats.json", "lengths.png"]
-    for split, info in manifest["splits"].items():
-        shards = range(len(info.get("shard_rows", ())))
-        files += [f"{split}/{s:05d}.{name}.npy" for s in shards for name in ROW_FIELDS]
-        files += [f"{split}/{name}" for name in ("docs.npz", "records.json", "lengths.npy")]
-    return {**manifest, "made_by": PREPARED.made_by, "files": files}
-
-
-PREPARED = ownership.OutputKind("crosstune data prepare", "manifest.json", legacy=_legacy)
+PREPARED = ownership.OutputKind("crosstune data prepare", "manifest.json")
 
 
 def is_preparation(folder: Path) -> bool:

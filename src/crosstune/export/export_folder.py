@@ -2,10 +2,7 @@
 swapped into place when complete) and each folder written carries export_manifest.json: the one manifest shape
 (sha256 and size of every file) with what was exported (`kind`) from which run and step (`source`). `--to both`
 writes adapter/ and merged/, one manifest each. An existing destination is replaced only with `--overwrite`, only
-when it is an earlier export, unchanged and holding nothing else.
-
-Exports written before the shape had a `made_by` (format 1: kind, source, created, files) are read as crosstune
-export's: their files were already listed with sha256 and size."""
+when it is an earlier export, unchanged and holding nothing else."""
 
 from __future__ import annotations
 
@@ -20,11 +17,7 @@ MANIFEST = "export_manifest.json"
 PARTS = ("adapter", "merged")
 
 
-def _legacy(manifest: dict, folder: Path) -> dict | None:
-    return {**manifest, "made_by": EXPORT.made_by} if manifest.get("kind") in PARTS else None
-
-
-EXPORT = ownership.OutputKind("crosstune export", MANIFEST, legacy=_legacy, parts=PARTS)
+EXPORT = ownership.OutputKind("crosstune export", MANIFEST, parts=PARTS)
 
 
 @contextlib.contextmanager

@@ -130,11 +130,3 @@ def significance_table(evals: list[Named]) -> Table | None:
                "(all sign patterns when at most 16 problems differ), two-sided; for 0/1 outcomes (greedy pass@1) it "
                "is the exact McNemar test.")  # fmt: skip
     return Table("Is the difference significant?", headers, rows, caption=caption)
-
-
-def uncertainty_items(evals: list[Named]) -> list:
-    """What eval_section adds: the engine/protocol notes, the interval table and the significance table."""
-    notes = mismatch_notes(evals)
-    flagged = set(range(len(evals))) if any(n.level == "error" for n in notes) else set()
-    significance = significance_table(evals)
-    return [*notes, interval_table(evals, flagged), *([significance] if significance else [])]

@@ -61,7 +61,7 @@ def _add_sweep(found: Inputs, path: Path) -> bool:
 def bundle_contents(bundle: Path) -> dict[str, list[Path]]:
     """{"runs" | "evals" | "sweeps": [absolute paths]} of a study bundle, from its manifest's `contents`; a listed
     folder that is missing (a stage not run yet, or skipped) is an error naming it. The manifest is checked against
-    its schema first (bundle_manifest): every listed path is inside this bundle, never in another one."""
+    its schema first (study/bundle_schema.py): every listed path is inside this bundle, never in another one."""
     manifest_path = Path(bundle) / BUNDLE_MANIFEST
     manifest = read_bundle_manifest(bundle)
     if manifest is None:

@@ -1,8 +1,7 @@
 """The report's output folder: written whole into a temp folder beside it and swapped into place (crosstune.ownership.
 owned_output), with .crosstune-report.json, the one manifest shape (sha256 and size of every file the report
 wrote). An existing folder is replaced only when it is an earlier report holding nothing but the files its
-manifest lists, unchanged; an --out that is or holds an input, or that names a file, is refused before any work.
-Manifests written before the shape ({name: sha256}) are read as they are."""
+manifest lists, unchanged; an --out that is or holds an input, or that names a file, is refused before any work."""
 
 from __future__ import annotations
 

@@ -25,8 +25,6 @@ def num(value: float | None, digits: int = 0) -> str:
 
 def _lora_layout(run: RunSummary) -> str:
     layout = run.record.lora.layout
-    if layout is None:  # a jax run.json of format 1 recorded none
-        return "n/a"
     return f"{layout.modules} modules, {json.dumps(layout.targets_by_layer_type)}"
 
 
@@ -34,10 +32,6 @@ def _compile(run: RunSummary) -> str:
     if run.compile_time_s is None:
         return "n/a"
     return f"{run.compile_time_s:,.1f} ({run.record.compile_time_measure})"
-
-
-def _optional(value: object) -> str:
-    return "n/a" if value is None else str(value)
 
 
 def run_attributes(run: RunSummary) -> dict[str, str]:
@@ -54,8 +48,8 @@ def run_attributes(run: RunSummary) -> dict[str, str]:
         "precision": record.precision,
         "packing": str(recipe.data.packing) if recipe else "n/a",
         "max_seq_len": str(recipe.data.max_seq_len) if recipe else "n/a",
-        "global batch (rows)": _optional(record.global_batch),
-        "gradient accumulation": _optional(record.grad_accumulation),
+        "global batch (rows)": str(record.global_batch),
+        "gradient accumulation": str(record.grad_accumulation),
         "gradient checkpointing": str(record.gradient_checkpointing),
         "LoRA r / alpha / dropout": f"{lora.rank} / {lora.alpha:g} / {lora.dropout:g}",
         "LoRA targets": ",".join(lora.targets),
@@ -138,7 +132,7 @@ def training_section(doc: Document, runs: list[RunSummary], notes: list[Note]) -
         "backward-to-activations, 4N; recomputed activations not counted — metrics.jsonl's hfu counts them) over "
         "the hardware's bf16 peak; n/a on CPU. Compile: kept out of the step times, measured as named (xla: the jax "
         "train step's compilation; torch.compile: dynamo + inductor; first-step warm-up: torch's first step over the "
-        "next steps' mean). n/a timing: the run did not record it (a run.json of format 1, a one-step torch run)."
+        "next steps' mean). n/a timing: the run did not record it (a one-step torch run's warm-up)."
     )
     section.items.append(Table("Per run", headers, rows, caption=caption))
     for r in runs:

@@ -16,14 +16,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from crosstune.errors import CrosstuneError
+from crosstune.errors import CrosstuneError, before_epoch
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import say
 from crosstune.hardware import HardwareTarget, get_hardware
 from crosstune.recipe import Recipe
-from crosstune.run.layout import METRICS_JSONL, RUN_JSON, TENSORBOARD, is_run_dir, run_file
-from crosstune.run.records import RunTimings, read_run_record, record_timings
-from crosstune.units import gb_to_gib
+from crosstune.run.layout import METRICS_JSONL, TENSORBOARD, run_file
+from crosstune.run.records import RunTimings, record_timings
 from crosstune.untrusted_files import UnreadableFile, parse_json
 
 Tokens = Annotated[int, Field(ge=0)]
@@ -68,7 +67,7 @@ class StepMetrics(BaseModel):
     mfu: float | None = Field(
         description="model FLOPs utilisation on real tokens: `tokens` × model FLOPs per token / (step_time_s × peak "
         "bf16 FLOP/s of all devices). Model FLOPs follow the LoRA convention: forward + backward to activations (2× "
-        "forward, '4N'), NOT counting activation recompute (until issue 16 `mfu` counted it); null on CPU"
+        "forward, '4N'), NOT counting activation recompute (hfu counts it); null on CPU"
     )
     mfu_computed: float | None = Field(
         description="as `mfu`, on `computed_tokens` (padding included): the work the chips were given, useful or not"
@@ -200,7 +199,7 @@ class MetricsWriter:
         self._file = self.path.open("a", encoding="utf-8")
 
     def _truncate_after(self, step: int) -> None:
-        kept = [_row_line(m) for m in read_metrics(self.run_dir) if m.step <= step]  # older rows: in today's keys
+        kept = [_row_line(m) for m in read_metrics(self.run_dir) if m.step <= step]
         self.path.write_text("".join(kept))
 
     def write(self, m: StepMetrics) -> None:
@@ -228,29 +227,21 @@ def _row_line(m: StepMetrics) -> str:
     return json.dumps(m.model_dump()) + "\n"  # python mode: a NaN loss stays NaN (JSON mode would write null)
 
 
-class MetricRows(list):
-    """read_metrics' rows, with what the reader converted (`notes`: an older run's memory unit)."""
-
-    notes: list[str]
+LEGACY_MEMORY = "peak_memory_gb"  # before the format epoch: torch wrote GiB under this name, jax 10^9-byte GB off CPU
 
 
-LEGACY_MEMORY = "peak_memory_gb"  # before issue 29: torch wrote GiB under this name, jax 10^9-byte GB off CPU
-_SAID: set[Path] = set()
-
-
-def read_metrics(run_dir: Path) -> MetricRows:
+def read_metrics(run_dir: Path) -> list[StepMetrics]:
     """The run's metrics rows ([] when it has none yet) — the one rule every reader (resume, export, cost, report)
     follows: each row checked against StepMetrics (an error naming file:line and the key); a torn last line (the
-    process died mid-write) dropped, saying so; a row of an older run in today's keys (`legacy_memory`)."""
+    process died mid-write) dropped, saying so; a row of a run before the format epoch refused (crosstune.errors.
+    before_epoch)."""
     path = run_file(run_dir, METRICS_JSONL)
-    rows = MetricRows()
-    rows.notes = []
+    rows: list[StepMetrics] = []
     if not path.exists():
         return rows
     if not path.is_file():  # a FIFO would block the read below forever
         raise CrosstuneError(f"{path}: not a regular file; the run's metrics are a file `crosstune train` writes")
     lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    factor: float | None = None
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -265,30 +256,9 @@ def read_metrics(run_dir: Path) -> MetricRows:
         if not isinstance(row, dict):
             raise CrosstuneError(f"{where}: a metrics row is a JSON object, not {line[:60]!r}")
         if LEGACY_MEMORY in row and "peak_memory_gib" not in row:
-            if not rows.notes:
-                factor, note = legacy_memory(Path(run_dir))
-                rows.notes.append(note)
-                if path.resolve() not in _SAID:
-                    _SAID.add(path.resolve())
-                    say(f"[metrics] {path}: {note}")
-            value = row.pop(LEGACY_MEMORY)
-            row["peak_memory_gib"] = value * factor if isinstance(value, int | float) and factor else None
+            raise CrosstuneError(before_epoch(where, f"a row with {LEGACY_MEMORY} (no unit)", "train the run again"))
         rows.append(_checked_row(row, where))
     return rows
-
-
-def legacy_memory(run_dir: Path) -> tuple[float | None, str]:
-    """(GiB per unit of an older run's `peak_memory_gb`, the sentence saying so): 1 for torch (max_memory_allocated
-    / 1024^3, or host RSS) and for jax on CPU (host RSS in GiB); 10^9 / 2^30 for jax on accelerators (peak bytes /
-    10^9); None when no run.json says which backend wrote the rows."""
-    head = "peak_memory_gb (written before crosstune named the unit) is read as peak_memory_gib"
-    if not is_run_dir(run_dir):
-        return None, f"{head} = n/a: no {RUN_JSON} says which backend wrote it, so its unit is unknown"
-    record = read_run_record(run_dir)
-    if record.backend == "jax" and record.platform != "cpu":
-        return gb_to_gib(1.0), f"{head}: the jax backend wrote GB (10^9 bytes) on {record.platform}, × 10^9/2^30"
-    where = "on CPU (host RSS)" if record.backend == "jax" else "(max_memory_allocated / 1024^3, or host RSS)"
-    return 1.0, f"{head}: the {record.backend} backend wrote GiB {where}, unchanged"
 
 
 def _checked_row(row: dict, where: str) -> StepMetrics:

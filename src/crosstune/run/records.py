@@ -4,22 +4,22 @@ read (`read_run_record`: every reader — resume, export, cost, report, study, d
 Who fills it: the training session writes the record when training starts (crosstune.run.rundir.start_run_record:
 the recipe, the step plan, the data, the LoRA layout from the base's spec, and StackFacts — what only the backend
 knows); the backend's lead process adds its timings when training ends (MetricsWriter.finish); the session adds
-`steps` last. A run.json of format 1 (torch wrote world_size / lora_layout / resumed_from, jax devices / mesh) is
-read with its keys converted, and says so once; the conversion is `_from_format_1`.
+`steps` last. A run.json of an earlier format (1: before one schema for both backends) is refused, naming the format
+epoch (crosstune.FORMAT_EPOCH).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from crosstune.errors import before_epoch
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
-from crosstune.fsutil import atomic_write_text, say
+from crosstune.fsutil import atomic_write_text
 from crosstune.recipe.schema import BackendName
 from crosstune.run.layout import _RESTORE, RUN_JSON, RunDirError, run_file
 from crosstune.untrusted_files import read_json
@@ -58,10 +58,7 @@ class LoraRecord(_Record):
     alpha: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     dropout: Annotated[float, Field(ge=0, lt=1)]
     targets: list[str]
-    layout: LoraLayout | None = Field(
-        description="what the LoRA adapts, from the base's spec (the same on both backends); null: a jax run.json "
-        "of format 1, which recorded none"
-    )
+    layout: LoraLayout = Field(description="what the LoRA adapts, from the base's spec (the same on both backends)")
 
 
 class DataRecord(_Record):
@@ -108,9 +105,9 @@ class RunTimings(_Record):
 
 
 class RunRecord(RunTimings, StackFacts):
-    """<run>/run.json. Null timings and steps: training has not ended (or ran before format 2)."""
+    """<run>/run.json. Null timings and steps: training has not ended."""
 
-    format: Positive = Field(description=f"the schema's version ({RUN_FORMAT}; 1 is read converted)")
+    format: Positive = Field(description=f"the schema's version ({RUN_FORMAT})")
     backend: BackendName
     recipe_name: str
     recipe_hash: str
@@ -125,30 +122,19 @@ class RunRecord(RunTimings, StackFacts):
     lora: LoraRecord
     loss_convention: str = Field(description="the loss every metrics row reports (crosstune.run.metrics)")
     gradient_checkpointing: bool = Field(description="activations recomputed in the backward pass")
-    global_batch: Positive | None = Field(
-        description="rows per optimizer step over all devices (crosstune.train.steps, from train.global_batch_size); "
-        "null: a format-1 run stopped before it finished"
+    global_batch: Positive = Field(
+        description="rows per optimizer step over all devices (crosstune.train.steps, from train.global_batch_size)"
     )
-    grad_accumulation: Positive | None = Field(description="micro-batches per optimizer step (null: as global_batch)")
-    seq_len: Positive | None = Field(description="tokens per prepared row (null: a torch run.json of format 1)")
-    total_steps: Positive | None = Field(description="optimizer steps planned (null: a torch run.json of format 1)")
+    grad_accumulation: Positive = Field(description="micro-batches per optimizer step")
+    seq_len: Positive = Field(description="tokens per prepared row")
+    total_steps: Positive = Field(description="optimizer steps planned")
     resumed_from_step: Count = Field(description="the checkpoint this training started from (0: from the start)")
     steps: Count | None = Field(description="the step the final adapter belongs to (null: training has not ended)")
     data: DataRecord
     versions: dict[str, str]
     created: str
-    _notes: list[str] = PrivateAttr(default_factory=list)
-
-    @property
-    def notes(self) -> list[str]:
-        """What the reader changed to read this record (a format-1 run.json's converted keys), for reports."""
-        return list(self._notes)
 
 
-RUN_FIELD_DEFINITIONS: dict[str, str] = {
-    name: f.description for name, f in RunRecord.model_fields.items() if f.description
-}  # docs/BACKEND_EQUIVALENCE.md lists them
-_NOT_NULL_WHEN_WRITTEN = ("global_batch", "grad_accumulation", "seq_len", "total_steps")
 _HEAD = ("format", "backend", "recipe_name", "recipe_hash", "family", "base_model", "base_model_revision", "dtype",
          "hardware")  # fmt: skip
 _ORDER = (*_HEAD, *(name for name in RunRecord.model_fields if name not in _HEAD))  # run.json's key order
@@ -181,11 +167,10 @@ def lora_layout(spec: ModelSpec, targets: list[str], rank: int) -> LoraLayout:
 # --- writing ------------------------------------------------------------------------------------------------------
 def write_run_record(run_dir: Path, record: RunRecord) -> None:
     """Replace run.json with `record` (atomically: a reader sees the old file or the new one), checked again first:
-    a record built with model_copy, or a field left null that every new run has, is refused here."""
+    a record built with model_copy is refused here."""
     checked = _validated(record.model_dump(), Path(run_dir) / RUN_JSON)
-    missing = [name for name in _NOT_NULL_WHEN_WRITTEN if getattr(checked, name) is None]
-    if checked.format != RUN_FORMAT or checked.lora.layout is None or missing:
-        raise ValueError(f"a run.json of format {RUN_FORMAT} records every field; missing {missing or 'lora.layout'}")
+    if checked.format != RUN_FORMAT:
+        raise ValueError(f"crosstune writes run.json format {RUN_FORMAT}, not {checked.format}")
     data = checked.model_dump(mode="json")
     atomic_write_text(Path(run_dir) / RUN_JSON, json.dumps({k: data[k] for k in _ORDER}, indent=2))
 
@@ -206,7 +191,7 @@ def record_timings(run_dir: Path, timings: RunTimings) -> RunRecord:
 # --- reading ------------------------------------------------------------------------------------------------------
 def read_run_record(run_dir: Path) -> RunRecord:
     """run.json, typed, or an error naming the folder (missing), the file and position (corrupt), or the key whose
-    value has the wrong type or range. Format 1 is converted (and said once per file)."""
+    value has the wrong type or range; one of an earlier format is refused (crosstune.FORMAT_EPOCH)."""
     path = run_file(run_dir, RUN_JSON)
     if not path.is_file():
         raise RunDirError(f"{run_dir}: no {RUN_JSON} — not a crosstune run directory")
@@ -214,16 +199,12 @@ def read_run_record(run_dir: Path) -> RunRecord:
     if not isinstance(raw, dict):
         raise RunDirError(f"{path}: not a JSON object; {_RESTORE}")
     version = raw.get("format")
-    if version == 1:
-        raw, converted = _from_format_1(raw, path)
-        record = _validated(raw, path)
-        record._notes.append(converted)
-        _say_once(path, converted)
-        return record
+    if isinstance(version, int) and not isinstance(version, bool) and version < RUN_FORMAT:
+        raise RunDirError(before_epoch(path, f"run.json of format {version}", "train the run again"))
     if version != RUN_FORMAT:
         raise RunDirError(
-            f"{path}: format is {version!r}; this crosstune reads run.json formats 1 and {RUN_FORMAT} (a newer "
-            "crosstune wrote it: upgrade crosstune)"
+            f"{path}: format is {version!r}; this crosstune reads run.json format {RUN_FORMAT} (a newer crosstune "
+            "wrote it: upgrade crosstune)"
         )
     return _validated(raw, path)
 
@@ -237,62 +218,3 @@ def _validated(raw: dict, path: Path) -> RunRecord:
         got = "" if first["type"] == "missing" else f" (got {first['input']!r})"
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise RunDirError(f"{path}: {key}: {first['msg'].lower()}{got}{more}; {_RESTORE}") from None
-
-
-_SAID: set[Path] = set()
-
-
-def _say_once(path: Path, note: str) -> None:
-    if path.resolve() not in _SAID:
-        _SAID.add(path.resolve())
-        say(f"[run] {path}: {note}")
-
-
-def _from_format_1(raw: dict, path: Path) -> tuple[dict, str]:
-    """A format-1 run.json in today's keys, and the sentence saying what was converted. torch: world_size →
-    devices and processes, fsdp → mesh (fsdp = world size, tp = 1), lora_layout → lora.layout, resumed_from (a
-    checkpoint path) → resumed_from_step, model_class / target_regex → details; jax: replicated_tensors →
-    details. What format 1 never recorded stays null: the platform of a torch run (read as "unknown"), a jax run's
-    LoRA layout, torch's seq_len / total_steps and compile / checkpoint times."""
-    old = dict(raw)
-    torch = old.get("backend") == "torch"
-    out = {k: old.pop(k) for k in list(old) if k in RunRecord.model_fields}
-    out.update(format=RUN_FORMAT, loss_convention=LOSS_CONVENTION)
-    for name in ("global_batch", "grad_accumulation", "seq_len", "total_steps", "steps", "compile_time_s"):
-        out.setdefault(name, None)
-    out.setdefault("checkpoint_time_s", None)
-    out.setdefault("resumed_from_step", 0)
-    out["compile_time_measure"] = "xla" if out["compile_time_s"] is not None and not torch else None
-    lora = dict(out.get("lora") or {})
-    layout = old.pop("lora_layout", None)
-    details: dict[str, Any] = {}
-    if torch:
-        world = old.pop("world_size", 1)
-        fsdp = bool(old.pop("fsdp", False))
-        out.update(devices=world, processes=world, mesh={"fsdp": world if fsdp else 1, "tp": 1})
-        out.setdefault("platform", "unknown")
-        resumed = old.pop("resumed_from", None)
-        found = re.search(r"checkpoint-(\d+)$", resumed or "")
-        out["resumed_from_step"] = int(found.group(1)) if found else 0
-        details["model_class"] = old.pop("model_class", None)
-        if layout:
-            details["peft_target_regex"] = layout.get("target_regex")
-            lora["layout"] = {
-                "modules": layout.get("modules"),
-                "params": layout.get("trainable_params"),
-                "targets_by_layer_type": layout.get("targets_by_layer_type", {}),
-                "skipped_layers": layout.get("skipped_layers", {}),
-                "notes": layout.get("notes", []),
-            }
-    else:
-        details["replicated_tensors"] = old.pop("replicated_tensors", [])
-    lora.setdefault("layout", None)
-    out.update(lora=lora, details=details)
-    if old:  # keys format 1 never had: the file is not one crosstune wrote
-        raise RunDirError(f"{path}: unknown key(s) {', '.join(sorted(old))} in a run.json of format 1; {_RESTORE}")
-    what = "world_size, fsdp, lora_layout, resumed_from" if torch else "replicated_tensors"
-    return (
-        out,
-        f"run.json of format 1 (before crosstune recorded one schema for both backends): read with {what} "
-        "converted to today's keys; what it never recorded is shown as n/a",
-    )

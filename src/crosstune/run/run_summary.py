@@ -3,8 +3,8 @@
 Timing as both backends record it (crosstune.run.records.RunTimings): `step_time_s` per metrics row excludes
 compilation and checkpoint saves, which run.json records once (`compile_time_s`, `checkpoint_time_s`; how the
 compile time was measured: `compile_time_measure`). The torch backend logs a row every `train.log_every` steps whose
-step_time_s is the mean over the steps since the previous row. A figure a run did not record (a run.json of format
-1, a one-step torch run's warm-up) stays None and is named.
+step_time_s is the mean over the steps since the previous row. A figure a run did not record (a one-step torch run's
+warm-up) stays None and is named.
 """
 
 from __future__ import annotations
@@ -115,7 +115,6 @@ def read_run(path: Path) -> RunSummary:
         trained_tokens=trained,
         tokens=tokens,
         extrapolated=extrapolated,
-        notes=[*record.notes, *rows.notes],
     )
     if extrapolated:
         summary.notes.append("metrics logged every k > 1 steps: step time and token totals scale each row by k")

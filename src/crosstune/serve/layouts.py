@@ -51,10 +51,6 @@ class Layout:
         """Every chip of a replica holds its share of the replica's tokens: tokens held by all chips ÷ chips."""
         return self.capacity.kv_tokens // self.tp
 
-    @property
-    def kv_tokens_total(self) -> int:
-        return self.dp * self.capacity.kv_tokens
-
     def sequences_total(self, length: int) -> int:
         return self.dp * self.capacity.sequences[length]
 

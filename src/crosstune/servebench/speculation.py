@@ -61,10 +61,6 @@ def sweep_kind(summary: Mapping) -> str:
     return NONE
 
 
-def drafted(summary: Mapping) -> bool:
-    return sweep_kind(summary) != NONE
-
-
 def line(cell: Mapping) -> str | None:
     """'acceptance 11.6 % (1,234 of 10,640 proposed), mean accepted length 1.23' for a drafted cell."""
     s = cell.get("speculation")

@@ -45,13 +45,13 @@ def load_summary(path: Path) -> dict:
 
 
 def is_sweep_summary(path: Path) -> bool:
-    """Whether `path` (a file or its folder) holds what a sweep writes: a JSON object with `cells` (or an older
-    `results`); the report sorts its inputs by this, then load_summary reads it or says why not."""
+    """Whether `path` (a file or its folder) holds what a sweep writes: a JSON object with `cells`; the report sorts
+    its inputs by this, then load_summary reads it or says why not."""
     try:
         data = _parsed(path)
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and ("cells" in data or "results" in data)
+    return isinstance(data, dict) and "cells" in data
 
 
 _level = load_of

@@ -131,7 +131,7 @@ def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
         "load": "request rate (req/s)" if rates else "concurrent requests",
         # cold, a prefix reuse ratio, or a cold workload the cache served (servebench.prompt_cache)
         "prompt cache": prompt_cache.sweep_kind(raw) if "prompt_cache" in raw else None,
-        # a drafter or none (servebench.speculation): drafted and undrafted sweeps are different configurations
+        # a drafter or none (servebench.speculation): a subject of the comparison (servebench.sweep_comparison)
         "speculative decoding": speculation.sweep_kind(raw),
     }
 
@@ -140,9 +140,6 @@ def _cell(path: Path, index: int, row: object) -> Cell:
     where = f"{path}: cells[{index}]"
     if not isinstance(row, dict):
         raise InputError(f"{where}: not a mapping")
-    row = {**row}
-    row.setdefault("context_len", row.get("input_len"))
-    row.setdefault("duration_s", row.get("duration"))
     missing = [k for k in REQUIRED if row.get(k) is None]
     rate = row.get("concurrency") is None
     load = row.get("request_rate") if rate else row.get("concurrency")

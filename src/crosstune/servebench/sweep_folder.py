@@ -5,8 +5,7 @@ when it ends: finished, aborted or interrupted, so a failing rerun never leaves 
 bench_manifest.json is the one manifest shape (every file the sweep wrote, sha256 and size) with the endpoint, the
 model and whether the sweep is complete; an existing `--out` is replaced only with `--overwrite`, only when it is an
 earlier sweep, unchanged and holding nothing else. An `--out` that is or contains one of the sweep's inputs (the
-tokenizer folder) is refused: replacing it would delete them. Manifests written before the shape (a list of file
-names, `kind` instead of `made_by`) are read, their files proven by name.
+tokenizer folder) is refused: replacing it would delete them.
 """
 
 from __future__ import annotations
@@ -38,12 +37,7 @@ def default_out(model: str, label: str | None = None, root: Path = DEFAULT_ROOT)
     return out
 
 
-def _legacy(manifest: dict, folder: Path) -> dict | None:
-    """A sweep's manifest from before the one shape: {kind, files: [names]} (its files are known by name only)."""
-    return {**manifest, "made_by": KIND} if manifest.get("kind") == KIND else None
-
-
-SWEEP = ownership.OutputKind(KIND, MANIFEST, legacy=_legacy)
+SWEEP = ownership.OutputKind(KIND, MANIFEST)
 
 
 def manifest_fields(summary: dict) -> dict:

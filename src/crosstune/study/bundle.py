@@ -64,7 +64,7 @@ def new_manifest(recipe_name: str, backend: str) -> BundleManifest:
 
 def read_manifest(bundle: Path) -> BundleManifest | None:
     """The bundle's manifest, None when there is none yet; a BundleError naming the field when the file is not one
-    (bundle_manifest's schema: the types of every field, paths inside the bundle)."""
+    (study/bundle_schema.py: the types of every field, paths inside the bundle)."""
     return read_bundle_manifest(bundle)
 
 

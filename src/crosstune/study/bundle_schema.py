@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_serializer
 
@@ -27,7 +27,6 @@ from crosstune.untrusted_files import UnreadableFile, parse_json
 BUNDLE_MANIFEST = "bundle.json"
 BUNDLE_KIND = "crosstune-study"
 StageState = Literal["done", "skipped", "running", "failed", "interrupted", "stale"]
-STAGE_STATES = get_args(StageState)
 FINISHED = ("done", "skipped")
 # What a stage's inputs cover. 2: the files it reads by fingerprint (model, problems), not by path, and the outputs
 # of the stages it reads (Stage.reads). A stage recorded under another format is redone, saying why.
