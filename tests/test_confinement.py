@@ -102,7 +102,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("crosstune/data/sources.py", "glob"): "the user's own data-source pattern; its rows stay on this machine",
     ("crosstune/data/sources.py", "rglob"): "the user's own data folder (a hub snapshot is links into its blobs); "
     "its rows stay on this machine",
-    ("crosstune/serve/process.py", "glob"): "crosstune's own serve state folder, one level down",
+    ("crosstune/serve/state.py", "glob"): "crosstune's own serve state folder, one level down",
     ("crosstune/study/stages.py", "copytree"): "copies a pretrain cache entry crosstune wrote itself into the "
     "bundle, swapped into place by staged_dir",
     ("crosstune/study/stages.py", "glob"): "TOKENIZER_PATTERNS, one-level patterns in the model's folder (a hub "

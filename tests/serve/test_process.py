@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from crosstune.serve.engine import ServeError
-from crosstune.serve.process import read_state, start_server, stop_server
+from crosstune.serve.process import start_server, stop_server
 from crosstune.serve.proctree import group_members
+from crosstune.serve.state import read_state
 from tests.helpers.paths import RECIPES
 from tests.helpers.ports import free_port
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from crosstune.serve.engine import ServeError
-from crosstune.serve.process import read_state, start_server, stop_server
+from crosstune.serve.process import start_server, stop_server
+from crosstune.serve.state import read_state
 from tests.helpers.fake_vllm import KV_LINE, ROOT_CAUSE, stranger_takes_the_port
 from tests.helpers.ports import free_port
 from tests.helpers.serve import cli, one_line_error

@@ -15,7 +15,8 @@ from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
 from crosstune.serve.capacity import capacity
 from crosstune.serve.engine import ServeError, kv_paging, vllm_binary
-from crosstune.serve.process import read_state, start_server, stop_server
+from crosstune.serve.process import start_server, stop_server
+from crosstune.serve.state import read_state
 from tests.helpers.fake_vllm import stranger_takes_the_port
 from tests.helpers.ports import free_port
 

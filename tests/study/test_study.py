@@ -387,7 +387,7 @@ def test_eval_base_asks_the_base_through_the_fine_tunes_engine_on_a_server_of_it
 ):
     """With a serving environment (here a fake vLLM), the base is evaluated through vLLM as the fine-tune is: its own
     server on the base, stopped when the stage ends; its evaluation joins the bundle's contents."""
-    from crosstune.serve.process import STATE_FILE
+    from crosstune.serve.state import STATE_FILE
 
     bundle, sets, _, _ = torch_bundle
     copy = tmp_path / "b"

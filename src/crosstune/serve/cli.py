@@ -185,7 +185,8 @@ def stop(
     """Stop the server: SIGTERM every process of it still proven to be the one started (its tree and process
     group, also after its main process was killed), SIGKILL after 30 s; remove its state file. Without --port or
     --state-dir: the one server recorded in the default state root."""
-    from crosstune.serve.process import default_state_dir, default_state_root, recorded_servers, stop_server
+    from crosstune.serve.process import stop_server
+    from crosstune.serve.state import default_state_dir, default_state_root, recorded_servers
 
     if state_dir is None and port is not None:
         state_dir = default_state_dir(port)

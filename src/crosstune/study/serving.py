@@ -52,7 +52,7 @@ def sweep(
     target: str,
     preset: str | None = None,
 ) -> dict:
-    """The serve grid against a running server (`state`: serve.process.ServerState), as `bench serve` runs it
+    """The serve grid against a running server (`state`: serve.state.ServerState), as `bench serve` runs it
     (servebench.bench.run_bench): summary.json, requests.jsonl, plots and bench_manifest.json in `out_dir` (replacing
     only an earlier sweep), the table printed. BenchError when nothing succeeded, when the sweep was aborted or when a
     cell had no successful request — the cases where `bench serve` exits 1 — and Interrupted on Ctrl-C."""
