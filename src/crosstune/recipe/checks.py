@@ -79,9 +79,24 @@ def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None,
 
 
 def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
-    problems: list[Problem] = []
-    hw = HARDWARE[recipe.hardware]  # the schema rejected unknown names
+    """Every problem of `recipe` that needs more than one field (errors and warnings), in a stable order: the LoRA and
+    data settings, the model's shape (`model_spec`) against the targets and the meshes, the hardware, the training
+    settings, the data sources. `base_dir`: where its relative paths resolve (None: parsed from text alone)."""
+    spec, spec_problems = model_spec(recipe, base_dir)
+    return [
+        *_settings_problems(recipe),
+        *spec_problems,
+        *_target_problems(recipe, spec),
+        *_shape_problems(recipe, spec),
+        *_hardware_problems(recipe),
+        *_training_problems(recipe),
+        *_source_problems(recipe, base_dir),
+    ]
 
+
+def _settings_problems(recipe: Recipe) -> list[Problem]:
+    """The LoRA targets listed once; a reasoning mode the family has; a system prompt its targets agree with."""
+    problems: list[Problem] = []
     if len(set(recipe.lora.targets)) != len(recipe.lora.targets):
         problems.append(Problem("lora.targets", "a target is listed twice", "list each of q k v o gate up down once"))
 
@@ -94,9 +109,12 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
             )
         )
 
-    problems += _prompt_target_problems(recipe)
-    spec, spec_problems = model_spec(recipe, base_dir)
-    problems += spec_problems
+    return problems + _prompt_target_problems(recipe)
+
+
+def _target_problems(recipe: Recipe, spec: ModelSpec | None) -> list[Problem]:
+    """The LoRA targets against the model: experts only on a MoE, k and v together, q k v together when fused."""
+    problems: list[Problem] = []
     targets = set(recipe.lora.targets)
     if EXPERTS_TARGET in targets:
         problems.append(
@@ -126,51 +144,65 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
             )
         )
 
-    mesh = recipe.backend.jax.mesh
-    if spec is not None:
-        tp_issues = spec.tp_problems(mesh.tp)
-        if tp_issues and not recipe.backend.jax.replicate_indivisible_heads:
-            options = ", ".join(str(t) for t in spec.shardable_tps(max(mesh.tp, 8)))
-            problems.append(
-                Problem(
-                    "backend.jax.mesh.tp",
-                    f"tp={mesh.tp} cannot shard {spec.name}: " + "; ".join(tp_issues),
-                    f"use tp in {{{options}}}, or set backend.jax.replicate_indivisible_heads: true "
-                    "(costs memory; see `crosstune plan`)",
-                )
-            )
-        if "v" in recipe.lora.targets and any(a.k_eq_v for a in spec.attention.values()):
-            n = sum(1 for i in range(spec.num_layers) if spec.kind(i).k_eq_v)
-            problems.append(
-                Problem(
-                    "lora.targets",
-                    f"{n} k_eq_v layers have no v_proj: the v target adapts only the other layers",
-                    "values reuse keys there, so the k target covers them",
-                    severity="warning",
-                )
-            )
-        if targets & {"k", "v"} and spec.kv_shared_layers:
-            problems.append(
-                Problem(
-                    "lora.targets",
-                    f"the last {spec.kv_shared_layers} layers are KV-shared (no k/v projections): k and v adapt only "
-                    f"the first {spec.first_kv_shared}",
-                    "those layers attend over the K/V of earlier layers, whose k/v LoRA reaches them",
-                    severity="warning",
-                )
-            )
-        serve_tp = recipe.serve.tensor_parallel_size
-        serve_issues = spec.tp_problems(serve_tp, replicate_kv=True)  # vLLM's rule, as `serve plan` applies it
-        if serve_issues:
-            options = ", ".join(str(t) for t in spec.shardable_tps(max(serve_tp, 8), replicate_kv=True))
-            problems.append(
-                Problem(
-                    "serve.tensor_parallel_size",
-                    f"vLLM can't split {spec.name} over tensor_parallel_size {serve_tp}: " + "; ".join(serve_issues),
-                    f"use one of {{{options}}} (`crosstune serve plan` lists the layouts a target allows)",
-                )
-            )
+    return problems
 
+
+def _shape_problems(recipe: Recipe, spec: ModelSpec | None) -> list[Problem]:
+    """The model's heads against the jax mesh's tp and the serving tp; the targets some layers don't have."""
+    problems: list[Problem] = []
+    if spec is None:
+        return problems
+    mesh, targets = recipe.backend.jax.mesh, set(recipe.lora.targets)
+    tp_issues = spec.tp_problems(mesh.tp)
+    if tp_issues and not recipe.backend.jax.replicate_indivisible_heads:
+        options = ", ".join(str(t) for t in spec.shardable_tps(max(mesh.tp, 8)))
+        problems.append(
+            Problem(
+                "backend.jax.mesh.tp",
+                f"tp={mesh.tp} cannot shard {spec.name}: " + "; ".join(tp_issues),
+                f"use tp in {{{options}}}, or set backend.jax.replicate_indivisible_heads: true "
+                "(costs memory; see `crosstune plan`)",
+            )
+        )
+    if "v" in recipe.lora.targets and any(a.k_eq_v for a in spec.attention.values()):
+        n = sum(1 for i in range(spec.num_layers) if spec.kind(i).k_eq_v)
+        problems.append(
+            Problem(
+                "lora.targets",
+                f"{n} k_eq_v layers have no v_proj: the v target adapts only the other layers",
+                "values reuse keys there, so the k target covers them",
+                severity="warning",
+            )
+        )
+    if targets & {"k", "v"} and spec.kv_shared_layers:
+        problems.append(
+            Problem(
+                "lora.targets",
+                f"the last {spec.kv_shared_layers} layers are KV-shared (no k/v projections): k and v adapt only "
+                f"the first {spec.first_kv_shared}",
+                "those layers attend over the K/V of earlier layers, whose k/v LoRA reaches them",
+                severity="warning",
+            )
+        )
+    serve_tp = recipe.serve.tensor_parallel_size
+    serve_issues = spec.tp_problems(serve_tp, replicate_kv=True)  # vLLM's rule, as `serve plan` applies it
+    if serve_issues:
+        options = ", ".join(str(t) for t in spec.shardable_tps(max(serve_tp, 8), replicate_kv=True))
+        problems.append(
+            Problem(
+                "serve.tensor_parallel_size",
+                f"vLLM can't split {spec.name} over tensor_parallel_size {serve_tp}: " + "; ".join(serve_issues),
+                f"use one of {{{options}}} (`crosstune serve plan` lists the layouts a target allows)",
+            )
+        )
+
+    return problems
+
+
+def _hardware_problems(recipe: Recipe) -> list[Problem]:
+    """The meshes and the serving tp against the hardware target's devices."""
+    problems: list[Problem] = []
+    hw, mesh = HARDWARE[recipe.hardware], recipe.backend.jax.mesh  # the schema rejected unknown hardware names
     if hw.chip.platform != "cpu":
         if mesh.fsdp * mesh.tp != hw.devices and (hw.chip.platform == "tpu" or recipe.backend.default == "jax"):
             problems.append(
@@ -197,6 +229,13 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
                     f"use at most {hw.devices}",
                 )
             )
+    return problems
+
+
+def _training_problems(recipe: Recipe) -> list[Problem]:
+    """Packing (what the backends' throughput compares), the global batch's split, the precision on CPU."""
+    problems: list[Problem] = []
+    hw = HARDWARE[recipe.hardware]
     if not recipe.data.packing:
         problems.append(
             Problem(
@@ -230,6 +269,12 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
             )
         )
 
+    return problems
+
+
+def _source_problems(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
+    """Each data source: a hub dataset in the cache, hub fields only on a hub id, a local path that exists."""
+    problems: list[Problem] = []
     for i, src in enumerate(recipe.data.sources):
         if (repo := hub_dataset_id(src, base_dir)) is not None:
             try:
