@@ -29,7 +29,7 @@ def test_every_help_paragraph_is_one_line_for_rich_to_wrap():
     """Docstrings break their lines at 120 columns; rich kept those breaks inside its own wrapping, so `crosstune
     study --help` broke mid-sentence. Every command's help has them joined as the command tree is built."""
     for path, command in _commands(typer.main.get_command(app)):
-        for paragraph in (command.help or "").split("\n\n"):
+        for paragraph in (command.help or "").partition("\f")[0].split("\n\n"):  # after \f: not shown
             lines = paragraph.split("\n")
             assert all(line.startswith("- ") for line in lines[1:]), (" ".join(path), paragraph)
     result = runner.invoke(app, ["study", "--help"], terminal_width=100)
@@ -44,6 +44,8 @@ def test_a_paragraph_s_line_breaks_are_joined_but_lists_and_examples_are_kept():
     assert unwrapped(text) == (
         "First line goes on.\n\nSecond paragraph.\n\n- one item continued\n- two\n\n    indented example\n    kept"
     )
+    assert unwrapped("Shown\n    here.\n    \f\n    Not shown.") == "Shown here.\f\nNot shown."
+    assert "Over 80 lines" not in runner.invoke(app, ["bench", "serve", "--help"]).output  # after its \f
 
 
 def test_doctor_reports_stacks_and_devices():

@@ -71,7 +71,8 @@ def unwrap_help(group) -> None:
     """Every help text under `group` as rich should wrap it: rich keeps a docstring's hard line breaks inside a
     paragraph (typer joins them in the first paragraph only), so a paragraph's lines are joined here, once for every
     command. Paragraphs (blank lines) and list items (lines opening with "- ") stay apart; a paragraph marked with
-    click's \\b, or whose every line is indented (an example), is kept as written."""
+    click's \\b, or whose every line is indented (an example), is kept as written, and what follows click's \\f
+    (a note for the code's reader) is left as it is for click to drop."""
     if getattr(group, "help", None):
         group.help = unwrapped(group.help)
     for command in getattr(group, "commands", {}).values():
@@ -79,8 +80,9 @@ def unwrap_help(group) -> None:
 
 
 def unwrapped(text: str) -> str:
+    shown, cut, hidden = inspect.cleandoc(text).partition("\f")  # after click's \f: for the code's reader only
     paragraphs = []
-    for paragraph in inspect.cleandoc(text).split("\n\n"):
+    for paragraph in shown.rstrip().split("\n\n"):
         lines = paragraph.split("\n")
         if paragraph.startswith("\b") or all(line[:1].isspace() for line in lines):
             paragraphs.append(paragraph)
@@ -92,7 +94,7 @@ def unwrapped(text: str) -> str:
             else:
                 joined.append(line.rstrip())
         paragraphs.append("\n".join(joined))
-    return "\n\n".join(paragraphs)
+    return "\n\n".join(paragraphs) + cut + hidden
 
 
 def failure_line(e: Exception) -> str | None:

@@ -131,7 +131,8 @@ def eval_command(
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Prompts per generate() call "
                                    "of the local engine (--hf-model)."),
 ) -> None:  # fmt: skip
-    """Evaluate Verilog generation on VerilogEval v2 or RTLLM with iverilog (see EVAL_HELP)."""
+    """Evaluate Verilog generation on VerilogEval v2 or RTLLM with iverilog (see EVAL_HELP). Over 80 lines for its
+    options alone, one typer parameter each; the settings are resolved by evals.settings.EvalSettings.resolve."""
     section = None
     if recipe is not None:
         loaded = load_recipe(recipe)

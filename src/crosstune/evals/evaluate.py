@@ -162,6 +162,35 @@ def evaluate_completions(
     out_dir = Path(out_dir)
     references = measure_references(problems, limits, workers, out_dir / REFERENCE_COUNTS, workroot,
                                     on_progress)  # fmt: skip
+    samples = _samples(problems, completions, ks)
+    outcomes = _judge(problems, samples, references, completions is None, upstream_compatible, limits, workers,
+                      workroot, on_progress)  # fmt: skip
+    mode = "upstream_compatible" if upstream_compatible else "strict"
+    records, scores, failed = _scores(problems, samples, outcomes, failure_reasons, upstream_compatible)
+    extra = {
+        "sandbox": {"landlock_abi": landlock.abi_version(), "limits": asdict(limits)},
+        "iverilog": iverilog_version(),
+        "references_passing": sum(r.strict == PASS for r in references.values()),
+        **(extra_summary or {}),
+    }
+    if completions is not None:
+        requested = sum(len(v) for v in samples.values())
+        extra["generation"] = {"requested": requested, "completed": requested - len(failed), "failed": len(failed),
+                               "failed_samples": failed}  # fmt: skip
+        if from_cache is not None:
+            extra["generation"]["from_cache"] = from_cache
+    summary = summarize(scores, ks, mode, extra)
+    return EvalReport(summary, records, write_reports(out_dir, summary, records))
+
+
+Sample = tuple[str, str, bool] | None  # (the code judged, the extraction rule, interface prepended); None: failed
+
+
+def _samples(
+    problems: Sequence[Problem], completions: Mapping[str, Sequence[str | None]] | None, ks: Sequence[int]
+) -> dict[str, list[Sample]]:
+    """Each problem's samples as designs to judge (the references themselves when `completions` is None), the same
+    count n >= max(ks) for every problem."""
     if completions is None:
         samples = {p.name: [(reference_as_design(p), "reference", False)] for p in problems}
     else:
@@ -176,6 +205,22 @@ def evaluate_completions(
     if len(counts) != 1 or min(ks) < 1 or max(ks) > counts[0]:
         raise ValueError(f"every problem needs the same number of samples n >= max(k) = {max(ks)}; got n in {counts}")
 
+    return samples
+
+
+def _judge(
+    problems: Sequence[Problem],
+    samples: dict[str, list[Sample]],
+    references: dict[str, Outcome],
+    references_only: bool,
+    upstream_compatible: bool,
+    limits: Limits,
+    workers: int,
+    workroot: Path | None,
+    on_progress: Progress | None,
+) -> dict[tuple[str, int], Outcome]:
+    """Each judged sample's outcome by (problem, sample): simulated in parallel, or settled without a simulation
+    (the reference itself, an unfinished thought, a broken reference under the strict rule)."""
     outcomes: dict[tuple[str, int], Outcome] = {}
     jobs, slots = [], []
     for p in problems:
@@ -184,7 +229,7 @@ def evaluate_completions(
             if sample is None:
                 continue  # generation failed: nothing to judge
             code = sample[0]
-            if completions is None:
+            if references_only:
                 outcomes[(p.name, i)] = ref  # the reference run is this sample's run
             elif sample[1] == UNFINISHED:
                 outcomes[(p.name, i)] = Outcome("U", "U", "the thinking never closed: there is no answer to judge")
@@ -201,7 +246,17 @@ def evaluate_completions(
     for slot, outcome in zip(slots, _run_parallel(jobs, limits, workers, workroot, tick), strict=True):
         broken = references[slot[0]].strict != PASS
         outcomes[slot] = replace(outcome, strict="B") if broken else outcome
-    mode = "upstream_compatible" if upstream_compatible else "strict"
+    return outcomes
+
+
+def _scores(
+    problems: Sequence[Problem],
+    samples: dict[str, list[Sample]],
+    outcomes: dict[tuple[str, int], Outcome],
+    failure_reasons: Mapping[tuple[str, int], str],
+    upstream_compatible: bool,
+) -> tuple[list[dict], list[ProblemScore], list[dict]]:
+    """The per-sample records, the per-problem scores (the verdict mode's codes first) and the failed samples."""
     records, scores, failed = [], [], []
     for p in problems:
         score = ProblemScore(p.name, [])
@@ -223,17 +278,4 @@ def evaluate_completions(
             records.append({"problem": p.name, "sample": i, "verdict": primary, "generation": "ok", "rule": rule,
                             "interface_prepended": prepended, **outcome.to_dict()})  # fmt: skip
         scores.append(score)
-    extra = {
-        "sandbox": {"landlock_abi": landlock.abi_version(), "limits": asdict(limits)},
-        "iverilog": iverilog_version(),
-        "references_passing": sum(r.strict == PASS for r in references.values()),
-        **(extra_summary or {}),
-    }
-    if completions is not None:
-        requested = sum(len(v) for v in samples.values())
-        extra["generation"] = {"requested": requested, "completed": requested - len(failed), "failed": len(failed),
-                               "failed_samples": failed}  # fmt: skip
-        if from_cache is not None:
-            extra["generation"]["from_cache"] = from_cache
-    summary = summarize(scores, ks, mode, extra)
-    return EvalReport(summary, records, write_reports(out_dir, summary, records))
+    return records, scores, failed

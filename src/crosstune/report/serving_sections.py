@@ -52,7 +52,24 @@ def serving_section(
     section = doc.section("Serving")
     notes = compare_sweeps(sweeps)
     section.items += notes
-    section.items.append(
+    section.items += _charts(sweeps, book)
+    section.items += _operating_points(sweeps)
+    if len(sweeps) >= 2:
+        table = _compare_table(sweeps[0], sweeps[1])
+        if any(n.level == "error" for n in notes):
+            table.flagged = set(range(len(table.rows)))
+        section.items.append(table)
+    costs, items = _costs(sweeps, book, slo)
+    section.items += items
+    if drafter := drafter_cost_table(sweeps, costs):
+        section.items.append(drafter)
+    return costs
+
+
+def _charts(sweeps: list[Sweep], book: PriceBook) -> list[Chart]:
+    """The sweeps by load, by context length, and their Pareto frontier (per chip and per dollar)."""
+    items: list[Chart] = []
+    items.append(
         Chart(
             "serving",
             "Serving sweeps: one colour per sweep, one column per context length",
@@ -60,7 +77,7 @@ def serving_section(
             "output throughput and TTFT against the load, per context length",
         )
     )
-    section.items.append(
+    items.append(
         Chart(
             "serving-contexts",
             "By context length",
@@ -68,7 +85,7 @@ def serving_section(
             "peak output throughput and unloaded TTFT against the context length",
         )
     )
-    section.items.append(
+    items.append(
         Chart(
             "serving-pareto",
             "Pareto frontier: interactivity against throughput per chip and per dollar",
@@ -77,6 +94,12 @@ def serving_section(
             "cell a point, each sweep's frontier a line",
         )
     )
+    return items
+
+
+def _operating_points(sweeps: list[Sweep]) -> list[Note | Table]:
+    """Per sweep and context: the saturation point, the knee and the latencies at the peak (a warning where none)."""
+    items: list[Note | Table] = []
     rows = []
     for s in sweeps:
         for context in s.contexts:
@@ -84,7 +107,7 @@ def serving_section(
                 sat, k = saturation_point(s, context), knee(s, context)
             except InputError as e:
                 rows.append([s.label, str(context), *["n/a"] * 6, str(sum(c.failed for c in s.at(context)))])
-                section.items.append(Note(str(e), "warn"))
+                items.append(Note(str(e), "warn"))
                 continue
             rows.append(
                 [
@@ -110,12 +133,15 @@ def serving_section(
         "median TPOT at peak (ms)",
         "failed requests",
     ]
-    section.items.append(Table("Operating points per context", headers, rows))
-    if len(sweeps) >= 2:
-        table = _compare_table(sweeps[0], sweeps[1])
-        if any(n.level == "error" for n in notes):
-            table.flagged = set(range(len(table.rows)))
-        section.items.append(table)
+    items.append(Table("Operating points per context", headers, rows))
+    return items
+
+
+def _costs(
+    sweeps: list[Sweep], book: PriceBook, slo: dict[str, float] | None
+) -> tuple[list[list[ServingCost] | None], list[Note | Table]]:
+    """Each sweep's serving cost per context at saturation (and at the SLO's point), and the table of them."""
+    items: list[Note | Table] = []
     costs: list[list[ServingCost] | None] = [None] * len(sweeps)
     rows = []
     for i, s in enumerate(sweeps):
@@ -123,7 +149,7 @@ def serving_section(
             try:
                 found = serving_costs(s, book, slo=policy)
             except InputError as e:
-                section.items.append(Note(f"{s.label}: {e}", "warn"))
+                items.append(Note(f"{s.label}: {e}", "warn"))
                 break
             if policy is None:
                 costs[i] = found
@@ -141,10 +167,8 @@ def serving_section(
                 )
     if rows:
         headers = ["sweep", "context", "operating point", "concurrency", "price", "$ / 1M output tokens", "note"]
-        section.items.append(Table("Serving cost", headers, rows))
-    if drafter := drafter_cost_table(sweeps, costs):
-        section.items.append(drafter)
-    return costs
+        items.append(Table("Serving cost", headers, rows))
+    return costs, items
 
 
 def _compare_table(a: Sweep, b: Sweep) -> Table:

@@ -123,7 +123,9 @@ def bench_serve(
     prefix cache; the server's prefix-cache counters are read per cell and a cold cell with hits is flagged.
 
     Exit 0 when every cell ran and had a successful request; 1 (saying which cell and why) when one had none or
-    the server stopped answering; 130 on Ctrl-C, after writing the finished cells."""
+    the server stopped answering; 130 on Ctrl-C, after writing the finished cells.
+    \f
+    Over 80 lines for its options alone, one typer parameter each; the body parses them into a SweepConfig."""
     from crosstune.servebench.bench import run_bench
     from crosstune.servebench.bench_table import render_summary
     from crosstune.servebench.slo import parse_slo
@@ -134,18 +136,7 @@ def bench_serve(
     if find_max_rate and slo:
         raise BenchError("--find-max-rate names the SLO the search meets: give it there, not also as --slo")
     slo_ms = parse_slo(find_max_rate, "--find-max-rate") if find_max_rate else parse_slo(slo)
-    if preset is not None:
-        from crosstune.servebench.presets import get_preset
-
-        grid = get_preset(preset)
-        given = [o for o, v in (("--contexts", contexts), ("--concurrency", concurrency), ("--output-len", output_len))
-                 if v is not None]  # fmt: skip
-        if given:
-            raise BenchError(f"--preset {preset} sets the grid: drop {', '.join(given)} (or the preset)")
-        contexts, concurrency = ",".join(map(str, grid.contexts)), ",".join(map(str, grid.concurrency))
-        output_len = grid.output_len
-    contexts, concurrency = contexts or "128,512", concurrency or "1,4"
-    output_len = 32 if output_len is None else output_len
+    contexts, concurrency, output_len = _grid(preset, contexts, concurrency, output_len)
     by_rate = bool(rates or find_max_rate)
     cfg = SweepConfig(
         endpoint=endpoint,
@@ -230,6 +221,20 @@ def compare(
             r.get("note") or "",
         )
     console.print(t)
+
+
+def _grid(preset: str | None, contexts: str | None, concurrency: str | None, output_len: int | None):
+    """(contexts, concurrency, output_len) from --preset's grid or the options (defaults 128,512 / 1,4 / 32)."""
+    if preset is not None:
+        from crosstune.servebench.presets import get_preset
+
+        grid = get_preset(preset)
+        given = [o for o, v in (("--contexts", contexts), ("--concurrency", concurrency), ("--output-len", output_len))
+                 if v is not None]  # fmt: skip
+        if given:
+            raise BenchError(f"--preset {preset} sets the grid: drop {', '.join(given)} (or the preset)")
+        return ",".join(map(str, grid.contexts)), ",".join(map(str, grid.concurrency)), grid.output_len
+    return contexts or "128,512", concurrency or "1,4", 32 if output_len is None else output_len
 
 
 def _num(x) -> str:

@@ -95,6 +95,9 @@ def _connections(design: Design, suffix: str | None) -> str:
 
 
 def render_tb(design: Design) -> str:
+    """The `tb` module in VerilogEval v2's layout: stimulus, reference and design side by side, mismatches counted per
+    output on every clock edge. Over 80 lines because it is one template, kept whole so it reads as the Verilog it
+    writes."""
     outs = design.outputs
     fields = "".join(f"\t\tint errors_{p.name};\n\t\tint errortime_{p.name};\n" for p in outs)
     decls = [f"\tlogic {vrange(p.width)}{p.name};" for p in _driven(design)]

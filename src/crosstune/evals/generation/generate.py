@@ -156,12 +156,55 @@ def _ask(
     size = max(1, getattr(backend, "batch_size", 1))
     units = [jobs[i : i + size] for i in range(0, len(jobs), size)]  # a batch: consecutive jobs, in job order
     workers = max(1, min(concurrency, backend.max_concurrency, len(units)))
+    stop = threading.Event()
+    give_up_after = max(3, workers)
+    results = _send(backend, params, units, workers, give_up_after, stop)
+    failures: dict[_Job, str] = {}
+    done, in_a_row = total - len(jobs), 0
+    try:
+        for received in range(1, len(jobs) + 1):
+            job, result = _next_result(results)
+            if isinstance(result, Completion):
+                cache.put(_record(job, backend.model, identity, params, result, backend.engine))
+                done, in_a_row = done + 1, 0
+                if on_progress:
+                    on_progress(done, total)
+                continue
+            if not isinstance(result, GenerationError):
+                raise result
+            failures[job] = str(result)
+            in_a_row = in_a_row + 1 if result.endpoint_trouble else 0
+            if in_a_row >= give_up_after and received < len(jobs):
+                reason = f"not completed: the endpoint failed {in_a_row} samples in a row (last: {result})"
+                stop.set()
+                backend.cancel()
+                for rest in jobs:
+                    if rest not in failures and cache.get(rest.key) is None:
+                        failures[rest] = reason
+                break
+    except BaseException:
+        stop.set()
+        backend.cancel()  # interrupted: cut the requests in flight; the finished ones are cached
+        raise
+    return failures
+
+
+def _send(
+    backend: Generator,
+    params: SamplingParams,
+    units: list[list[_Job]],
+    workers: int,
+    give_up_after: int,
+    stop: threading.Event,
+) -> queue.Queue[tuple[_Job, Completion | BaseException]]:
+    """Start `workers` daemon threads that ask for the `units` (one job, or a batch for a batching backend) until
+    they are done or `stop` is set; every answer (or what was raised) comes back on the returned queue. `stop` is
+    set after `give_up_after` endpoint failures in a row, or on anything but a completion or a GenerationError."""
+    size = max(1, getattr(backend, "batch_size", 1))
     todo: queue.Queue[list[_Job]] = queue.Queue()
     for unit in units:
         todo.put(unit)
     results: queue.Queue[tuple[_Job, Completion | BaseException]] = queue.Queue()
-    stop = threading.Event()
-    give_up_after = max(3, workers)
     # The streak is counted where results are put, under one lock, so a worker never sends another request after
     # the failure that ends the streak (counted only by the main thread, a worker raced it under load).
     streak, streak_lock = [0], threading.Lock()
@@ -192,34 +235,7 @@ def _ask(
 
     for i in range(workers):
         threading.Thread(target=work, name=f"crosstune-eval-request-{i}", daemon=True).start()
-    failures: dict[_Job, str] = {}
-    done, in_a_row = total - len(jobs), 0
-    try:
-        for received in range(1, len(jobs) + 1):
-            job, result = _next_result(results)
-            if isinstance(result, Completion):
-                cache.put(_record(job, backend.model, identity, params, result, backend.engine))
-                done, in_a_row = done + 1, 0
-                if on_progress:
-                    on_progress(done, total)
-                continue
-            if not isinstance(result, GenerationError):
-                raise result
-            failures[job] = str(result)
-            in_a_row = in_a_row + 1 if result.endpoint_trouble else 0
-            if in_a_row >= give_up_after and received < len(jobs):
-                reason = f"not completed: the endpoint failed {in_a_row} samples in a row (last: {result})"
-                stop.set()
-                backend.cancel()
-                for rest in jobs:
-                    if rest not in failures and cache.get(rest.key) is None:
-                        failures[rest] = reason
-                break
-    except BaseException:
-        stop.set()
-        backend.cancel()  # interrupted: cut the requests in flight; the finished ones are cached
-        raise
-    return failures
+    return results
 
 
 def _next_result(results: queue.Queue) -> tuple[_Job, Completion | BaseException]:
