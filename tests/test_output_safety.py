@@ -67,15 +67,18 @@ def test_an_earlier_export_with_a_file_added_or_changed_is_refused_naming_it(run
     assert (out / "adapter" / "adapter_config.json").read_text() == "{}"
 
 
-def test_an_export_written_before_the_one_manifest_shape_is_recognised(run, tmp_path):
-    """Format 1 had kind, source, created and files (sha256, bytes) but no made_by: still crosstune export's."""
+def test_an_export_written_before_the_format_epoch_is_not_replaced(run, tmp_path):
+    """Its manifest (format 1: kind, source, created, files, no made_by) is from before crosstune.FORMAT_EPOCH's one
+    shape: it proves nothing, so even --overwrite replaces nothing there."""
     out = tmp_path / "export"
     export_run(run, "adapter", out)
     manifest = json.loads((out / "export_manifest.json").read_text())
     old = {k: manifest[k] for k in ("format", "kind", "source", "created", "files")}
     (out / "export_manifest.json").write_text(json.dumps(old))
-    export_run(run, "adapter", out, overwrite=True)
-    assert json.loads((out / "export_manifest.json").read_text())["made_by"] == "crosstune export"
+    before = _tree(out)
+    with pytest.raises(ExportError, match="export_manifest.json is not crosstune export's"):
+        export_run(run, "adapter", out, overwrite=True)
+    assert _tree(out) == before
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -103,12 +106,14 @@ def test_damaged_lora_values_are_refused_naming_the_tensor(run, tmp_path, value,
 
 
 def test_magnitude_bound_follows_the_recipe():
+    from crosstune.recipe.schema import TrainSection
     from crosstune.run.integrity import lora_magnitude_bound
 
-    train = {"learning_rate": 1e-3, "adam_beta1": 0.9, "adam_beta2": 0.999}
+    train = TrainSection(learning_rate=1e-3, adam_beta1=0.9, adam_beta2=0.999, max_steps=100)
     # √6 from the initialiser + 100 steps × lr × (1 − 0.9)/√(1 − 0.999) = 2.449 + 0.316
     assert lora_magnitude_bound(train, 100) == pytest.approx(6**0.5 + 100 * 1e-3 * 0.1 / 0.001**0.5)
-    assert lora_magnitude_bound({**train, "adam_beta2": 0.9}, 100) == pytest.approx(6**0.5 + 0.1)  # ratio < 1
+    ratio_below_1 = train.model_copy(update={"adam_beta2": 0.9})
+    assert lora_magnitude_bound(ratio_below_1, 100) == pytest.approx(6**0.5 + 0.1)
 
 
 # --- 11: a killed writer's temp folder is cleaned by the next one -------------------------------------------------
