@@ -175,6 +175,12 @@ def judge_design(
         sim = run_limited(["vvp", "-n", "sim"], work, limits, remaining())
         if sim.limit:
             return _limit_outcome("simulation", sim, start)
+    return _simulated(design, problem, expected_samples, compiled, sim, token, start)
+
+
+def _simulated(design: str, problem: Problem, expected_samples: int | None, compiled, sim, token: str, start: float):
+    """The outcome of a simulation that ran: the strict verdict (read from the lines marked with the run's token,
+    which only the testbench prints) and the upstream one (VerilogEval's, or RTLLM's, on the text as printed)."""
     log = compiled.output + strip_token_lines(sim.output, token)
     strict: Strict
     if problem.suite == "rtllm":
