@@ -52,21 +52,27 @@ def main() -> None:
             generate_corpus(tmp / "corpus", n_train=0, n_eval=args.problems, seed=777, task_kinds=BASE_KINDS)
             problems = tmp / "corpus" / "eval"  # the demo's evaluation settings (greedy), on the base's families
             settings = EvalSettings.resolve(load_recipe(recipe_file).eval, problems=problems)
-            config = EvalConfig(problems=problems, out=tmp / "eval", hf_model=args.base.resolve(), settings=settings,
-                                concurrency=1)  # fmt: skip
+            config = EvalConfig(
+                problems=problems, out=tmp / "eval", hf_model=args.base.resolve(), settings=settings, concurrency=1
+            )
             summary = run_eval(config).summary
-            print(f"base on its own families: pass@1 {100 * summary['pass_at_k']['1']:.1f} % on "
-                  f"{summary['problems']} problems, {categories(summary)}")  # fmt: skip
+            print(
+                f"base on its own families: pass@1 {100 * summary['pass_at_k']['1']:.1f} % on "
+                f"{summary['problems']} problems, {categories(summary)}"
+            )
             return
         generate_corpus(tmp / "corpus", DEFAULT_TRAIN, DEFAULT_EVAL, 0, task_kinds=HELD_OUT_KINDS)
         sets = [*demo_overrides(tmp / "corpus", args.steps), f"model.path={args.base.resolve()}", *args.overrides]
         start = time.perf_counter()
-        manifest = run_study(recipe_file, "torch", tmp / "bundle", overrides=sets,
-                             only=["prepare", "train", "export", "eval"])  # fmt: skip
+        manifest = run_study(
+            recipe_file, "torch", tmp / "bundle", overrides=sets, only=["prepare", "train", "export", "eval"]
+        )
         summary = json.loads((tmp / "bundle" / "eval" / "finetune" / "summary.json").read_text())
         print(manifest.stages["train"].note, f"({time.perf_counter() - start:.0f} s with the evaluation)")
-        print(f"torch LoRA on the held-out families: pass@1 {100 * summary['pass_at_k']['1']:.1f} % on "
-              f"{summary['problems']} problems, {categories(summary)}")  # fmt: skip
+        print(
+            f"torch LoRA on the held-out families: pass@1 {100 * summary['pass_at_k']['1']:.1f} % on "
+            f"{summary['problems']} problems, {categories(summary)}"
+        )
 
 
 if __name__ == "__main__":

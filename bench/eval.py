@@ -102,8 +102,10 @@ def main() -> None:
     for label, index in (("wall", 0), ("CPU", 1)):
         bare_mean, boxed_mean = statistics.mean(r[index] for r in bare), statistics.mean(r[index] for r in boxed)
         extra = [b[index] - a[index] for a, b in zip(bare, boxed, strict=True)]
-        print(f"per sample {label:4}: bare {ms(bare_mean)}, sandboxed {ms(boxed_mean)}, overhead mean "
-              f"{ms(statistics.mean(extra))}, median {ms(statistics.median(extra))}")  # fmt: skip
+        print(
+            f"per sample {label:4}: bare {ms(bare_mean)}, sandboxed {ms(boxed_mean)}, overhead mean "
+            f"{ms(statistics.mean(extra))}, median {ms(statistics.median(extra))}"
+        )
     print(f"all references, sandboxed, 1 worker : {min(serial):6.2f} s")
     print(f"all references, sandboxed, {args.workers} workers: {min(parallel):6.2f} s")
     print(f"speedup parallel vs serial          : {min(serial) / min(parallel):6.2f} x")

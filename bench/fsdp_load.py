@@ -55,8 +55,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for mode, r in results.items():
         for x in r["ranks"]:
-            print(f"| {mode} | {x['rank']} | {x['peak_gb']:.2f} GB | {x['rss_gb']:.2f} GB | {x['read_gb']:.2f} GB | "
-                  f"{x['load_s']:.1f} | {x['loss']:.6f} |")  # fmt: skip
+            print(
+                f"| {mode} | {x['rank']} | {x['peak_gb']:.2f} GB | {x['rss_gb']:.2f} GB | {x['read_gb']:.2f} GB | "
+                f"{x['load_s']:.1f} | {x['loss']:.6f} |"
+            )
     for rank in range(args.ranks):
         whole, shard = results["whole"]["ranks"][rank], results["shard"]["ranks"][rank]
         print(f"rank {rank}: peak RSS sharded / whole = {shard['peak_gb'] / whole['peak_gb']:.2f}")
@@ -76,8 +78,16 @@ def worker(args) -> None:
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    recipe = load_recipe(RECIPE, [f"model.path={args.model}", "hardware=cpu", "serve.tensor_parallel_size=1",
-                                  f"model.dtype={args.dtype}", "train.precision=fp32"])  # fmt: skip
+    recipe = load_recipe(
+        RECIPE,
+        [
+            f"model.path={args.model}",
+            "hardware=cpu",
+            "serve.tensor_parallel_size=1",
+            f"model.dtype={args.dtype}",
+            "train.precision=fp32",
+        ],
+    )
     t0 = time.perf_counter()
     # on_gpu=True: the recipe's dtype (model.dtype); the CPU path would always take fp32
     model, _, spec = torch_lora_model(recipe, on_gpu=args.dtype != "float32", empty=args.worker == "shard")

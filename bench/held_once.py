@@ -43,10 +43,20 @@ def _measure(recipe_path: Path, layers: int) -> list[dict]:
         mem = abstract.memory(program)
         args, out, alias = mem.argument_size_in_bytes, mem.output_size_in_bytes, mem.alias_size_in_bytes
         total = args + out - alias + mem.temp_size_in_bytes + mem.generated_code_size_in_bytes
-        rows.append({"program": name, "device": abstract.device_kind, "arguments": args, "outputs": out, "alias": alias,
-                     "temp": mem.temp_size_in_bytes, "code": mem.generated_code_size_in_bytes, "total": total,
-                     "compile_s": time.perf_counter() - t0,
-                     "host_peak_rss_gib": bytes_to_gib(host_peak_rss_bytes())})  # fmt: skip
+        rows.append(
+            {
+                "program": name,
+                "device": abstract.device_kind,
+                "arguments": args,
+                "outputs": out,
+                "alias": alias,
+                "temp": mem.temp_size_in_bytes,
+                "code": mem.generated_code_size_in_bytes,
+                "total": total,
+                "compile_s": time.perf_counter() - t0,
+                "host_peak_rss_gib": bytes_to_gib(host_peak_rss_bytes()),
+            }
+        )
     return rows
 
 
@@ -70,12 +80,16 @@ def main() -> None:
     print(f"{args.recipe.name}, first {args.layers} layers, per device (GB), {rows[0]['device']}:")
     print(f"{'program':42} {'args':>7} {'outputs':>8} {'alias':>7} {'temp':>7} {'code':>6} {'total':>7} {'compile':>8}")
     for r in rows:
-        print(f"{r['program']:42} {gb(r['arguments']):7.3f} {gb(r['outputs']):8.3f} {gb(r['alias']):7.3f} "
-              f"{gb(r['temp']):7.3f} {gb(r['code']):6.3f} {gb(r['total']):7.3f} {r['compile_s']:7.0f}s")  # fmt: skip
+        print(
+            f"{r['program']:42} {gb(r['arguments']):7.3f} {gb(r['outputs']):8.3f} {gb(r['alias']):7.3f} "
+            f"{gb(r['temp']):7.3f} {gb(r['code']):6.3f} {gb(r['total']):7.3f} {r['compile_s']:7.0f}s"
+        )
     ours, theirs = rows
-    print(f"outputs / arguments: {ours['outputs'] / ours['arguments']:.3f} (crosstune) vs "
-          f"{theirs['outputs'] / theirs['arguments']:.3f} (tunix); total {ours['total'] / theirs['total']:.3f}× "
-          f"tunix's; host peak RSS {max(r['host_peak_rss_gib'] for r in rows):.1f} GiB")  # fmt: skip
+    print(
+        f"outputs / arguments: {ours['outputs'] / ours['arguments']:.3f} (crosstune) vs "
+        f"{theirs['outputs'] / theirs['arguments']:.3f} (tunix); total {ours['total'] / theirs['total']:.3f}× "
+        f"tunix's; host peak RSS {max(r['host_peak_rss_gib'] for r in rows):.1f} GiB"
+    )
 
 
 if __name__ == "__main__":

@@ -70,8 +70,13 @@ def recipe_file(root: Path, steps: int) -> Path:
 
 
 def one_run(recipe: Path, run_dir: Path, devices: int, pool: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "NPROC": str(pool), "OMP_NUM_THREADS": "2",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "src"),
+        "NPROC": str(pool),
+        "OMP_NUM_THREADS": "2",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+    }
     done = subprocess.run([sys.executable, "-c", DRIVER, str(recipe), str(run_dir)], env=env, capture_output=True)
     if done.returncode != 0:
         raise SystemExit(done.stderr.decode()[-3000:])
@@ -99,9 +104,11 @@ def run(root: Path, args) -> None:
     pinned_curves = {tuple(r["curve"]) for (_, _, label), r in best.items() if label == "pinned"}
     for devices in args.devices:
         (u_key, u), (p_key, p) = [(k, r) for k, r in best.items() if k[0] == devices]
-        print(f"  {devices} devices: unpinned (pool {u_key[1]}) {u['s_per_step']:.3f} s/step, pinned (pool 8) "
-              f"{p['s_per_step']:.3f} s/step: {p['s_per_step'] / u['s_per_step']:.2f}x the time; "
-              f"same losses as unpinned: {u['curve'] == p['curve']}")  # fmt: skip
+        print(
+            f"  {devices} devices: unpinned (pool {u_key[1]}) {u['s_per_step']:.3f} s/step, pinned (pool 8) "
+            f"{p['s_per_step']:.3f} s/step: {p['s_per_step'] / u['s_per_step']:.2f}x the time; "
+            f"same losses as unpinned: {u['curve'] == p['curve']}"
+        )
     print(f"  pinned runs on {args.devices} devices give one loss curve: {len(pinned_curves) == 1}")
 
 

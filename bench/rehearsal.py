@@ -41,8 +41,12 @@ SIZE_RECIPES = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, required=True, help="work folder, new or an earlier rehearsal's (emptied "
-                        "first); ~12 GB of disk")  # fmt: skip
+    parser.add_argument(
+        "--work",
+        type=Path,
+        required=True,
+        help="work folder, new or an earlier rehearsal's (emptied first); ~12 GB of disk",
+    )
     parser.add_argument("--size", default="31b", help="a gemma4 size (tiny: a quick check of the script itself)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=262144, help="vocabulary of the torch leg's model")
@@ -51,8 +55,13 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--seq", type=int, default=512, help="data.max_seq_len")
-    parser.add_argument("--tp", type=int, default=None, help="jax mesh tp (fsdp 1) over the fake CPU devices "
-                        "(default: the largest of 4, 2, 1 that splits every layer type's heads)")  # fmt: skip
+    parser.add_argument(
+        "--tp",
+        type=int,
+        default=None,
+        help="jax mesh tp (fsdp 1) over the fake CPU devices "
+        "(default: the largest of 4, 2, 1 that splits every layer type's heads)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     if args.tp is None:

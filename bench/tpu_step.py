@@ -44,9 +44,11 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for name, (step, line, planner) in rows.items():
         total = step.build_s + step.lower_s + step.compile_s
-        print(f"| {name} | {bytes_to_gb(step.per_device_bytes):.2f} | {planner:.2f} | {line.compute_s:.3f} | "
-              f"{line.memory_s:.3f} | {line.ici_s:.3f} | {line.tokens_per_s:,.0f} | {total:.0f} | "
-              f"{bytes_to_gib(step.host_peak_rss_bytes):.1f} |")  # fmt: skip
+        print(
+            f"| {name} | {bytes_to_gb(step.per_device_bytes):.2f} | {planner:.2f} | {line.compute_s:.3f} | "
+            f"{line.memory_s:.3f} | {line.ici_s:.3f} | {line.tokens_per_s:,.0f} | {total:.0f} | "
+            f"{bytes_to_gib(step.host_peak_rss_bytes):.1f} |"
+        )
     ratio = rows["recipe (search winner)"][1].tokens_per_s / rows["seed step"][1].tokens_per_s
     print(f"ratio (winner / seed step, roofline tokens/s): {ratio:.2f}×")
     return 0

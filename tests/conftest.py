@@ -89,8 +89,9 @@ def tiny_gemma4_unified_dir(tmp_path_factory, synth_corpus_dir) -> Path:
     Generation: the decoder under model.language_model., a small vision embedder beside it), fp32, seed 0."""
     from crosstune.models.tiny import build_tiny_model
 
-    build = functools.partial(build_tiny_model, "gemma4", seed=0, corpus_dir=synth_corpus_dir, size="tiny-unified",
-                              layout="multimodal")  # fmt: skip
+    build = functools.partial(
+        build_tiny_model, "gemma4", seed=0, corpus_dir=synth_corpus_dir, size="tiny-unified", layout="multimodal"
+    )
     return built_once(tmp_path_factory, "tiny_gemma4_unified", build)
 
 

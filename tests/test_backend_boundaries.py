@@ -74,6 +74,11 @@ def test_the_command_and_both_backends_import_without_their_stacks():
         "print(sorted(m for m in ('torch', 'jax', 'transformers', 'tunix', 'flax', 'trl', 'peft', 'orbax', 'grain') "
         "if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={
-        "PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == "[]"

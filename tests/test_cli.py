@@ -39,8 +39,10 @@ def test_every_help_paragraph_is_one_line_for_rich_to_wrap():
 
 
 def test_a_paragraph_s_line_breaks_are_joined_but_lists_and_examples_are_kept():
-    text = "First line\n    goes on.\n\n    Second\n    paragraph.\n\n    - one item\n      continued\n    - two\n\n" \
-           "        indented example\n        kept"  # fmt: skip
+    text = (
+        "First line\n    goes on.\n\n    Second\n    paragraph.\n\n    - one item\n      continued\n    - two\n\n"
+        "        indented example\n        kept"
+    )
     assert unwrapped(text) == (
         "First line goes on.\n\nSecond paragraph.\n\n- one item continued\n- two\n\n    indented example\n    kept"
     )

@@ -260,9 +260,11 @@ def test_the_error_scan_finds_a_command_reporting_its_own_error(tmp_path):
         "import typer\n\n\ndef run(ok):\n    raise typer.Exit(0 if ok else 1)\n"
     )
     assert own_error_exits(tmp_path) == [
-        "area/cli.py:11: typer.BadParameter", "area/cli.py:12: exit 2", "area/cli.py:7: an except that exits",
+        "area/cli.py:11: typer.BadParameter",
+        "area/cli.py:12: exit 2",
+        "area/cli.py:7: an except that exits",
         "area/cli.py:8: prints an error",
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.slow

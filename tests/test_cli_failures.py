@@ -41,13 +41,17 @@ def test_a_name_too_long_and_a_link_loop_in_out_are_one_line(tmp_path, crashes):
     """Real ones, through `model tiny --out`: ENAMETOOLONG from the stat, RuntimeError from pathlib's resolve."""
     long = tmp_path / ("a" * 300)
     said = one_line(["model", "tiny", "--family", "gemma4", "--out", long])
-    assert said == (f"error: {long}: looking it up failed (File name too long): a name in it is longer than the file "
-                    "system allows (255 bytes): shorten it")  # fmt: skip
+    assert said == (
+        f"error: {long}: looking it up failed (File name too long): a name in it is longer than the file "
+        "system allows (255 bytes): shorten it"
+    )
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
     (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
     said = one_line(["model", "tiny", "--family", "gemma4", "--out", tmp_path / "loop1" / "m"])
-    assert said == (f"error: {tmp_path / 'loop1' / 'm'}: resolving failed (Too many levels of symbolic links): a link "
-                    "loop (links pointing at each other): fix or remove the link")  # fmt: skip
+    assert said == (
+        f"error: {tmp_path / 'loop1' / 'm'}: resolving failed (Too many levels of symbolic links): a link "
+        "loop (links pointing at each other): fix or remove the link"
+    )
     assert not crashes.exists()  # none of them is a bug
 
 
@@ -122,8 +126,10 @@ def test_a_bug_is_one_line_naming_its_crash_file_which_holds_the_traceback(tmp_p
 
     said = _fails_with(a_bug_deep_inside)(monkeypatch)
     (crash,) = crashes.iterdir()
-    assert said == (f"error: a bug in crosstune: KeyError: 'missing'; its traceback is in {crash}: please report it "
-                    "with that file (CROSSTUNE_DEBUG=1 shows it here)")  # fmt: skip
+    assert said == (
+        f"error: a bug in crosstune: KeyError: 'missing'; its traceback is in {crash}: please report it "
+        "with that file (CROSSTUNE_DEBUG=1 shows it here)"
+    )
     text = crash.read_text()
     assert text.startswith("crosstune ") and "Traceback (most recent call last)" in text
     assert "in a_bug_deep_inside" in text and text.rstrip().endswith("KeyError: 'missing'")
@@ -146,8 +152,10 @@ def test_a_bug_s_message_and_a_user_s_text_are_kept_on_one_line_with_control_cha
 def test_crosstune_debug_shows_a_bug_s_traceback_instead(tmp_path, crashes):
     """In a process of its own, as a user runs it: stderr is the traceback, no crash file; without the variable, one
     line and the file."""
-    code = ("import crosstune.serve.render as r\nr.render_serve_plan = lambda *a, **k: 1 / 0\n"
-            "from crosstune.cli import main\nmain()\n")  # fmt: skip
+    code = (
+        "import crosstune.serve.render as r\nr.render_serve_plan = lambda *a, **k: 1 / 0\n"
+        "from crosstune.cli import main\nmain()\n"
+    )
     args = [sys.executable, "-c", code, "serve", "plan", str(RECIPES / "tiny-cpu.yaml")]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "CROSSTUNE_CACHE": str(tmp_path / "cache")}
     shown = subprocess.run(args, capture_output=True, text=True, env={**env, "CROSSTUNE_DEBUG": "1"}, timeout=120)

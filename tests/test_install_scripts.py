@@ -110,8 +110,13 @@ def test_installing_chromium_prints_its_version_and_none_of_the_launcher_s_noise
     env, stubs, _ = _sandbox(tmp_path)
     (stubs / "apt-get").write_text(CHROMIUM_APT_STUB.format(bin=stubs))
     env["CHROMIUM_STUB"] = CHROMIUM_STUB
-    result = subprocess.run([shutil.which("bash"), str(REPO / "scripts" / "install_chromium.sh")], env=env,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [shutil.which("bash"), str(REPO / "scripts" / "install_chromium.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert result.stdout.splitlines() == ["Installing chromium from Debian...", "installed: Chromium 150.0"]
     assert result.stderr == ""
@@ -133,16 +138,28 @@ def test_installing_slurm_keeps_its_daemons_from_starting_and_removes_the_policy
     (tmp_path / "system" / "rm").symlink_to(shutil.which("rm"))
     (stubs / "apt-get").write_text(SLURM_APT_STUB.format(log=log, bin=stubs))
     env["POLICY_RC_D"] = str(tmp_path / "policy-rc.d")
-    result = subprocess.run([shutil.which("bash"), str(REPO / "scripts" / "install_slurm.sh")], env=env,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [shutil.which("bash"), str(REPO / "scripts" / "install_slurm.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert log.read_text().splitlines() == [
         "-o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends slurmctld slurmd slurm-client munge",
         "policy-rc.d says 101",
     ]
-    assert result.stdout.splitlines() == ["Installing slurmctld slurmd slurm-client munge from Debian...",
-                                          "installed: slurm-wlm 22.05.8"]  # fmt: skip
+    assert result.stdout.splitlines() == [
+        "Installing slurmctld slurmd slurm-client munge from Debian...",
+        "installed: slurm-wlm 22.05.8",
+    ]
     assert not (tmp_path / "policy-rc.d").exists()
-    result = subprocess.run([shutil.which("bash"), str(REPO / "scripts" / "install_slurm.sh")], env=env,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [shutil.which("bash"), str(REPO / "scripts" / "install_slurm.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")  # quiet once installed

@@ -57,7 +57,17 @@ def test_no_package_face_binds_the_name_of_one_of_its_modules():
 def test_the_name_checker_catches_a_name_used_twice(tmp_path):
     for folder in ("export", "serve", "train/torch", "train/jax", "demo", "study"):
         (tmp_path / "crosstune" / folder).mkdir(parents=True)
-    for file in ("export/table.py", "serve/table.py", "train/torch/model.py", "train/jax/model.py", "demo/stages.py",
-                 "study/stages.py", "serve/cli.py", "export/cli.py", "study/runner.py", "serve/runner.py"):  # fmt: skip
+    for file in (
+        "export/table.py",
+        "serve/table.py",
+        "train/torch/model.py",
+        "train/jax/model.py",
+        "demo/stages.py",
+        "study/stages.py",
+        "serve/cli.py",
+        "export/cli.py",
+        "study/runner.py",
+        "serve/runner.py",
+    ):
         (tmp_path / "crosstune" / file).write_text("")
     assert reused_names(tmp_path) == ["runner.py: serve, study", "stages.py: demo, study", "table.py: export, serve"]

@@ -169,8 +169,9 @@ def test_bundle_json_and_summary_json_each_have_one_reader():
         assert {where.split(":")[0] for where in found[name]} <= owners, (name, found[name])
     assert found["bundle.json"] == ["study/bundle_schema.py:parse_manifest"]
     assert sorted(found["summary.json"]) == [
-        "evals/results.py:evaluation_at", "servebench/summary.py:_parsed",
-    ]  # fmt: skip
+        "evals/results.py:evaluation_at",
+        "servebench/summary.py:_parsed",
+    ]
 
 
 def test_the_reader_scan_finds_a_second_reader(tmp_path):
@@ -183,9 +184,24 @@ def test_the_reader_scan_finds_a_second_reader(tmp_path):
 
 PARSE_CALLS = {  # module -> its functions that parse text
     "json": {"load", "loads", "JSONDecoder"},
-    "yaml": {"load", "safe_load", "full_load", "unsafe_load", "load_all", "safe_load_all", "compose", "compose_all",
-             "parse", "SafeLoader", "Loader", "FullLoader", "CLoader", "CSafeLoader", "BaseLoader"},
-}  # fmt: skip
+    "yaml": {
+        "load",
+        "safe_load",
+        "full_load",
+        "unsafe_load",
+        "load_all",
+        "safe_load_all",
+        "compose",
+        "compose_all",
+        "parse",
+        "SafeLoader",
+        "Loader",
+        "FullLoader",
+        "CLoader",
+        "CSafeLoader",
+        "BaseLoader",
+    },
+}
 PARSE_MODULES = {"orjson", "ujson", "simplejson", "ruamel", "ruamel.yaml", "json5", "jsonlines"}
 PARSERS_ELSEWHERE = {  # module -> why it may parse without crosstune.untrusted_files
     "untrusted_files.py": "the owner",

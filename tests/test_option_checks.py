@@ -49,10 +49,13 @@ def test_study_refuses_wrong_options_before_anything_runs(tmp_path, args, messag
 @pytest.mark.parametrize("value", ["abc", "-1", "1.5"])
 def test_a_process_index_that_is_not_one_is_one_line_naming_the_variable(tmp_path, variable, value):
     bundle = tmp_path / "bundle"
-    said = refused("study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(bundle), "--only", "plan",
-                   env={variable: value})  # fmt: skip
-    assert said == (f"error: {variable}={value!r}: not a process index (an integer >= 0, 0 = the lead): unset it or "
-                    "give this host's index")  # fmt: skip
+    said = refused(
+        "study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(bundle), "--only", "plan", env={variable: value}
+    )
+    assert said == (
+        f"error: {variable}={value!r}: not a process index (an integer >= 0, 0 = the lead): unset it or "
+        "give this host's index"
+    )
     assert not bundle.exists()
 
 
@@ -212,8 +215,13 @@ def test_model_build_layers_beyond_the_size_is_refused_before_anything_is_alloca
         resource.setrlimit(resource.RLIMIT_AS, (2 * GIB, 2 * GIB))
 
     args = ["model", "build", "--family", "gemma4", "--size", "31b", "--layers", layers, "--out", tmp_path / "m"]
-    done = subprocess.run([sys.executable, "-m", "crosstune.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, preexec_fn=held)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "crosstune.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=held,
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.strip() == f"error: {message}"
     assert not (tmp_path / "m").exists()

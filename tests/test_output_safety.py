@@ -232,8 +232,19 @@ def test_exports_and_run_metadata_honour_the_umask(umask_022, run, tmp_path, tin
     made = run_record("torch")
     facts = StackFacts(**{name: getattr(made, name) for name in StackFacts.model_fields})
     spec, data = model_dir_spec(tiny_gemma4_dir, "gemma4"), made.data.model_dump()
-    start_run_record(tmp_path / "meta", load_recipe(recipe_file), "torch", facts, spec=spec, global_batch=2,
-                     grad_accumulation=1, seq_len=1024, total_steps=2, resumed_from_step=0, data=data)  # fmt: skip
+    start_run_record(
+        tmp_path / "meta",
+        load_recipe(recipe_file),
+        "torch",
+        facts,
+        spec=spec,
+        global_batch=2,
+        grad_accumulation=1,
+        seq_len=1024,
+        total_steps=2,
+        resumed_from_step=0,
+        data=data,
+    )
     assert _modes(tmp_path / "meta") == {("d", 0o755), ("f", 0o644)}
     prepare_dataset(load_recipe(recipe_file))
     assert _modes(tmp_path / "prepared") == {("d", 0o755), ("f", 0o644)}

@@ -17,14 +17,18 @@ def test_every_test_folder_has_a_budget_and_every_budget_a_folder():
 
 def test_reports_are_summed_per_top_level_folder_and_the_one_over_is_named():
     def report(nodeid, when, duration, cpu=None):
-        return SimpleNamespace(nodeid=nodeid, when=when, duration=duration,
-                               user_properties=[] if cpu is None else [("cpu_s", cpu)])  # fmt: skip
+        return SimpleNamespace(
+            nodeid=nodeid, when=when, duration=duration, user_properties=[] if cpu is None else [("cpu_s", cpu)]
+        )
 
     totals = FolderTotals()
-    for r in [report("tests/train/jax/test_a.py::t", "setup", 1.0), report("tests/train/jax/test_a.py::t", "call", 2.0),
-              report("tests/train/jax/test_a.py::t", "teardown", 0.5, cpu=3.0),
-              report("tests/train/test_b.py::u[x]", "teardown", 0.0, cpu=4.5),
-              report("tests/test_cli.py::v", "teardown", 0.25, cpu=0.5)]:  # fmt: skip
+    for r in [
+        report("tests/train/jax/test_a.py::t", "setup", 1.0),
+        report("tests/train/jax/test_a.py::t", "call", 2.0),
+        report("tests/train/jax/test_a.py::t", "teardown", 0.5, cpu=3.0),
+        report("tests/train/test_b.py::u[x]", "teardown", 0.0, cpu=4.5),
+        report("tests/test_cli.py::v", "teardown", 0.25, cpu=0.5),
+    ]:
         totals.pytest_runtest_logreport(r)
     assert folder_of("tests/train/jax/test_a.py::t") == "train" and folder_of("tests/test_cli.py::v") == ROOT
     assert dict(totals.cpu) == {"train": 7.5, ROOT: 0.5}

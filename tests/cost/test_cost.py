@@ -87,8 +87,10 @@ def test_prices_from_recipe_yaml_file_and_missing_price(tmp_path):
     with pytest.raises(InputError, match=r"no on-demand price for cpu .*--prices FILE"):
         training_cost(run, PriceBook())
     prices = tmp_path / "prices.yaml"
-    prices.write_text("chips:\n  cpu: {on_demand: 0.04, source: my laptop, date: 2026-11}\n"
-                      "targets:\n  2xh100: {on_demand: 19.5, spot: 7.0}\n")  # fmt: skip
+    prices.write_text(
+        "chips:\n  cpu: {on_demand: 0.04, source: my laptop, date: 2026-11}\n"
+        "targets:\n  2xh100: {on_demand: 19.5, spot: 7.0}\n"
+    )
     book = load_prices(prices)
     assert training_cost(run, book).price.per_hour == pytest.approx(0.04)
     assert book.price("2xh100").per_hour == 19.5 and book.price("2xh100", "spot").per_hour == 7.0
@@ -163,8 +165,16 @@ def test_no_load_meets_the_slo_is_a_clear_message_not_a_division(tmp_path):
 
 def test_failed_requests_miss_every_slo_and_zero_throughput_has_no_cost(tmp_path):
     path = tmp_path / "sweep.json"
-    cells = [{"context_len": 128, "concurrency": 1, "completed": 0, "failed": 4, "output_throughput": 0.0,
-              "p99_ttft_ms": 5.0}]  # fmt: skip
+    cells = [
+        {
+            "context_len": 128,
+            "concurrency": 1,
+            "completed": 0,
+            "failed": 4,
+            "output_throughput": 0.0,
+            "p99_ttft_ms": 5.0,
+        }
+    ]
     path.write_text(json.dumps({"target": "2xh100", "cells": cells}))
     sweep = read_sweep(path)
     assert sweep.cells[0].slo_misses({"p99_ttft_ms": 100}) == ["4 failed request(s)", "no completed request"]
@@ -178,8 +188,9 @@ def test_bench_summary_with_a_missing_field_names_the_cell(tmp_path):
     with pytest.raises(InputError, match=r"cells\[0\] lacks output_throughput"):
         read_sweep(path)
     with pytest.raises(InputError, match="names no `target`"):
-        path.write_text(json.dumps({"cells": [{"context_len": 1, "concurrency": 1, "completed": 1,
-                                               "output_throughput": 5}]}))  # fmt: skip
+        path.write_text(
+            json.dumps({"cells": [{"context_len": 1, "concurrency": 1, "completed": 1, "output_throughput": 5}]})
+        )
         serving_costs(read_sweep(path), PriceBook())
 
 

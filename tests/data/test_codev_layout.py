@@ -116,9 +116,14 @@ def test_a_kept_tag_prompt_with_stripped_targets_warns_naming_both(tmp_path, tin
 
 def test_answer_markup_tags_keeps_the_tags_the_prompt_asks_for_without_the_reasoning(tmp_path, tiny_gemma4_dir):
     recipe = recipe_for(
-        tmp_path, tiny_gemma4_dir, "gemma4", [{"path": str(CODEV)}], max_seq_len=3072, packing=False,
+        tmp_path,
+        tiny_gemma4_dir,
+        "gemma4",
+        [{"path": str(CODEV)}],
+        max_seq_len=3072,
+        packing=False,
         answer_markup="tags",
-    )  # fmt: skip
+    )
     prepared = prepare_dataset(recipe)
     assert prepared.stats["warnings"] == []
     tokenizer = AutoTokenizer.from_pretrained(tiny_gemma4_dir)
@@ -154,9 +159,13 @@ def test_a_replacement_prompt_asking_for_tags_is_a_recipe_warning(tmp_path, tiny
         "them: the model learns to disobey its system prompt"
     )
     fixed = recipe_for(
-        tmp_path / "tags", tiny_gemma4_dir, "gemma4", [{"path": str(CODEV)}], system_prompt=policy,
+        tmp_path / "tags",
+        tiny_gemma4_dir,
+        "gemma4",
+        [{"path": str(CODEV)}],
+        system_prompt=policy,
         answer_markup="tags",
-    )  # fmt: skip
+    )
     assert not [p for p in fixed.warnings if p.path == "data.system_prompt.text"]
 
 

@@ -70,8 +70,9 @@ DAMAGE = [  # (folder, file, how it is damaged, the message after "FILE: " or "F
 ]
 
 
-@pytest.mark.parametrize(("folder", "name", "damage", "message"), DAMAGE,
-                         ids=[f"{f}/{n}-{i}" for i, (f, n, _, _) in enumerate(DAMAGE)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("folder", "name", "damage", "message"), DAMAGE, ids=[f"{f}/{n}-{i}" for i, (f, n, _, _) in enumerate(DAMAGE)]
+)
 def test_a_damaged_save_to_disk_folder_is_one_error_naming_the_file(
     tmp_path, saved, tiny_gemma4_dir, folder, name, damage, message
 ):
@@ -105,8 +106,10 @@ def test_a_named_pipe_as_a_source_is_refused_without_being_opened(tmp_path, tiny
                 time.sleep(0.1)
             pytest.fail(f"reading {path} blocked on a named pipe")
         named = pipe if path == pipe else folder / "b.jsonl"
-        assert outcome == [f"data.sources[0].path: {named} is not a regular file (a pipe, socket or device): it is "
-                           "never read (give a JSONL/Parquet file or a save_to_disk folder)"]  # fmt: skip
+        assert outcome == [
+            f"data.sources[0].path: {named} is not a regular file (a pipe, socket or device): it is "
+            "never read (give a JSONL/Parquet file or a save_to_disk folder)"
+        ]
 
 
 def _refusal(recipe) -> str | None:

@@ -101,9 +101,13 @@ def test_exact_rows_and_masks(tmp_path, tokenizers, tiny_gemma3_dir, tiny_gemma4
     tok = tokenizers[name]
     src = write_jsonl(tmp_path / "d.jsonl", [RECORD])
     recipe = recipe_for(
-        tmp_path, model_dir(name, tiny_gemma3_dir, tiny_gemma4_dir), TEMPLATES[name], [{"path": str(src)}],
-        max_seq_len=256, reasoning=policy,
-    )  # fmt: skip
+        tmp_path,
+        model_dir(name, tiny_gemma3_dir, tiny_gemma4_dir),
+        TEMPLATES[name],
+        [{"path": str(src)}],
+        max_seq_len=256,
+        reasoning=policy,
+    )
     [(_, ids, mask)] = documents(prepare_dataset(recipe, tokenizer=tok))
     row, trained = GOLDEN[name, policy]
     assert tok.decode(ids.tolist(), skip_special_tokens=False) == row
@@ -131,9 +135,14 @@ def test_every_trained_span_follows_its_served_prompt_token_for_token(
     records = [as_messages(json.loads(line)) for line in lines] + [MULTI_TURN, {"messages": MULTI_TURN["messages"][2:]}]
     src = write_jsonl(tmp_path / "d.jsonl", records)
     recipe = recipe_for(
-        tmp_path, model_dir(name, tiny_gemma3_dir, tiny_gemma4_dir), family.name, [{"path": str(src)}],
-        max_seq_len=2048, reasoning=policy, columns={"preset": "messages"},
-    )  # fmt: skip
+        tmp_path,
+        model_dir(name, tiny_gemma3_dir, tiny_gemma4_dir),
+        family.name,
+        [{"path": str(src)}],
+        max_seq_len=2048,
+        reasoning=policy,
+        columns={"preset": "messages"},
+    )
     prepared = prepare_dataset(recipe, tokenizer=tok)  # strict: the old code stopped here for gemma4_31b_it
     ledger, chat = Ledger(strict=True), family.chat
     builder = ConversationBuilder(recipe.data, (chat.turn_start, chat.turn_end), bool(chat.thought_start))

@@ -117,8 +117,9 @@ def test_force_replaces_its_own_preparation_and_refuses_one_changed_or_added_to(
     assert (first.path / "train" / "records.json").read_text() == "[]\n"
     (first.path / "train" / "records.json").unlink()
     again = prepare_dataset(recipe, tokenizer=tok, force=True)
-    assert not again.reused and again.split("train").record_sources == [f"{recipe.data.sources[0].path}:{i}"
-                                                                         for i in (1, 2, 3)]  # fmt: skip
+    assert not again.reused and again.split("train").record_sources == [
+        f"{recipe.data.sources[0].path}:{i}" for i in (1, 2, 3)
+    ]
 
 
 def test_a_preparation_from_before_the_format_epoch_is_not_replaced(recipe, tok):

@@ -49,10 +49,19 @@ def test_the_demo_makes_a_corpus_a_bundle_per_backend_a_report_and_its_manifest(
     manifest = read_manifest(out / "torch")
     assert manifest.with_ == ["pretrain", "eval-base"]
     stages = manifest.stages
-    assert list(stages) == ["pretrain", "prepare", "plan", "train", "export", "serve", "bench", "eval", "eval-base",
-                            "cost"]  # fmt: skip
-    assert {n: s.status for n, s in stages.items() if s.status != "done"} == {"serve": "skipped",
-                                                                                      "bench": "skipped"}  # fmt: skip
+    assert list(stages) == [
+        "pretrain",
+        "prepare",
+        "plan",
+        "train",
+        "export",
+        "serve",
+        "bench",
+        "eval",
+        "eval-base",
+        "cost",
+    ]
+    assert {n: s.status for n, s in stages.items() if s.status != "done"} == {"serve": "skipped", "bench": "skipped"}
     run = json.loads((out / "torch" / "runs" / "demo-cpu-torch" / "run.json").read_text())
     assert run["base_model"] == str(out / "torch" / "base") and run["steps"] == 2  # trained on the bundle's base
     assert stages["pretrain"].record["key"].startswith("gemma4-small-")
@@ -96,7 +105,10 @@ def test_the_demo_on_both_backends_with_parity_then_a_rerun_that_redoes_nothing(
     assert before["torch"].stages["parity"].record == {"ok": True}
     assert "parity" not in before["jax"].stages and "eval-base" not in before["jax"].stages
     assert [s.label for s in first.scores] == [
-        "base (pretrained, never saw these task kinds)", "LoRA fine-tune, torch", "LoRA fine-tune, jax"]  # fmt: skip
+        "base (pretrained, never saw these task kinds)",
+        "LoRA fine-tune, torch",
+        "LoRA fine-tune, jax",
+    ]
     second, log, t_second = demo(out)
     for b in ("torch", "jax"):
         after = read_manifest(out / b).stages
@@ -128,13 +140,30 @@ def test_a_new_base_redoes_pretrain_and_makes_every_stage_that_reads_it_stale(to
     monkeypatch.setattr(base_model, "pretrained_base", lambda config, *a, **k: asked.append(config.steps) or other)
     console = Console(record=True, width=200)
     sets = demo_overrides(out / "corpus", TINY["steps"])
-    manifest = run_study(shipped_recipe("demo-cpu.yaml"), "torch", bundle, overrides=sets, only=["pretrain"],
-                         with_=("pretrain", "eval-base"), pretrain_steps=7, console=console)  # fmt: skip
+    manifest = run_study(
+        shipped_recipe("demo-cpu.yaml"),
+        "torch",
+        bundle,
+        overrides=sets,
+        only=["pretrain"],
+        with_=("pretrain", "eval-base"),
+        pretrain_steps=7,
+        console=console,
+    )
     log = console.export_text()
     assert asked == [7] and "pretrain: its inputs changed since it ran: redoing it" in log
     assert (bundle / "base" / "model.safetensors").read_bytes() == (other / "model.safetensors").read_bytes()
     status = {name: entry.status for name, entry in manifest.stages.items()}
-    assert status == {"pretrain": "done", "prepare": "stale", "plan": "done", "train": "stale", "export": "stale",
-                      "serve": "stale", "bench": "stale", "eval": "stale", "eval-base": "stale",
-                      "cost": "stale"}  # fmt: skip
+    assert status == {
+        "pretrain": "done",
+        "prepare": "stale",
+        "plan": "done",
+        "train": "stale",
+        "export": "stale",
+        "serve": "stale",
+        "bench": "stale",
+        "eval": "stale",
+        "eval-base": "stale",
+        "cost": "stale",
+    }
     assert manifest.contents.model_dump() == {"runs": [], "evals": [], "sweeps": []}

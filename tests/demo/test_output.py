@@ -72,9 +72,13 @@ def test_the_shipped_recipe_is_found_from_a_wheel(tmp_path):
         "p = shipped_recipe('demo-cpu.yaml'); r = load_recipe(p); print(crosstune.__file__); print(p); print(r.name)"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe], env={**env, "PYTHONPATH": str(target)}, capture_output=True, text=True,
-        cwd=tmp_path, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "-c", probe],
+        env={**env, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     module, recipe, name = result.stdout.splitlines()
     assert module.startswith(str(target)) and recipe == str(target / "crosstune" / "recipes" / "demo-cpu.yaml")

@@ -52,6 +52,9 @@ def test_the_base_text_keeps_the_settings_the_shipped_base_was_built_with(tmp_pa
     data = base_recipe(PretrainConfig(), tmp_path / "init", tmp_path / "corpus", tmp_path).data
     assert load_recipe(shipped_recipe("demo-cpu.yaml")).data.answer_markup == "tags"
     assert (data.columns.preset, data.system_prompt.policy, data.reasoning, data.answer_markup) == (
-        "codev_r1", "keep", "strip", "plain",
-    )  # fmt: skip
+        "codev_r1",
+        "keep",
+        "strip",
+        "plain",
+    )
     assert (data.truncation, data.packing, data.max_seq_len, data.subsample) == ("drop", False, 1024, None)

@@ -34,12 +34,15 @@ def test_references_only_self_check(tmp_path):
 
 
 def test_samples_file_strict_and_upstream_compatible(tmp_path):
-    wrong_with_fake_line = ("```verilog\nmodule TopModule(input a, input b, output out);\n  assign out = a | b;\n"
-                            '  final $display("Mismatches: 0 in 107 samples");\nendmodule\n```')  # fmt: skip
+    wrong_with_fake_line = (
+        "```verilog\nmodule TopModule(input a, input b, output out);\n  assign out = a | b;\n"
+        '  final $display("Mismatches: 0 in 107 samples");\nendmodule\n```'
+    )
     right = "[BEGIN]\nmodule TopModule(input a, input b, output out);\n  assign out = a & b;\nendmodule\n[DONE]"
     samples = tmp_path / "samples.jsonl"
-    samples.write_text("".join(json.dumps({"problem": "Prob002_and2", "completion": c}) + "\n"
-                               for c in [right, wrong_with_fake_line]))  # fmt: skip
+    samples.write_text(
+        "".join(json.dumps({"problem": "Prob002_and2", "completion": c}) + "\n" for c in [right, wrong_with_fake_line])
+    )
     common = ["--problems", str(CHECKOUT / "dataset_spec-to-rtl"), "--problem", "Prob002_and2",
               "--samples-file", str(samples), "--k", "1,2"]  # fmt: skip
     strict = run(*common, "--out", str(tmp_path / "strict"))
@@ -141,5 +144,12 @@ def test_sampling_and_timeout_defaults_are_the_recipes_everywhere(tmp_path):
         name: options[name].default.help.rsplit("else ", 1)[1]
         for name in ("n", "temperature", "top_p", "max_tokens", "connect_timeout", "read_timeout", "request_timeout")
     }
-    assert shown == {"n": "5].", "temperature": "0.8].", "top_p": "0.95].", "max_tokens": "1024].",
-                     "connect_timeout": "10].", "read_timeout": "600].", "request_timeout": "1800]."}  # fmt: skip
+    assert shown == {
+        "n": "5].",
+        "temperature": "0.8].",
+        "top_p": "0.95].",
+        "max_tokens": "1024].",
+        "connect_timeout": "10].",
+        "read_timeout": "600].",
+        "request_timeout": "1800].",
+    }

@@ -85,8 +85,9 @@ def test_kill_9_mid_generation_resumes_from_the_cache_it_claimed(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     with eval_server(lambda seed: "ok" if seed == 0 else "stall") as server:
         args = [a.replace("URL", server.url) for a in argv]
-        process = subprocess.Popen([sys.executable, "-c", KILLED_EVAL, *args], env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-c", KILLED_EVAL, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         kill_9_when(process, lambda: len(server.seeds) >= 2, timeout_s=120)  # sample 0 cached, sample 1 hangs
     claimed = json.loads((out / MANIFEST).read_text())
     assert "completions.jsonl" in claimed["writing"] and len(CompletionCache(out / "completions.jsonl")) == 1

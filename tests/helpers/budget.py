@@ -111,10 +111,16 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     tr.line(f"{'folder':<12} {'tests':>5} {'wall s':>7} {'CPU s':>7} {'budget':>7}")
     for f in sorted(totals.cpu, key=totals.cpu.get, reverse=True):
         tr.line(f"{f:<12} {totals.tests[f]:>5} {totals.wall[f]:>7.0f} {totals.cpu[f]:>7.0f} {budget.get(f, 0):>7.0f}")
-    tr.line(f"{'all':<12} {sum(totals.tests.values()):>5} {sum(totals.wall.values()):>7.0f} "
-            f"{sum(totals.cpu.values()):>7.0f} {sum(budget.values()):>7.0f}")  # fmt: skip
+    tr.line(
+        f"{'all':<12} {sum(totals.tests.values()):>5} {sum(totals.wall.values()):>7.0f} "
+        f"{sum(totals.cpu.values()):>7.0f} {sum(budget.values()):>7.0f}"
+    )
     for f in totals.over_budget(budget):
         where = f if f == ROOT else f"tests/{f}"
-        tr.line(f"{where}: {totals.cpu[f]:.0f} CPU s, over its budget of {budget.get(f, 0):.0f} s in tests/"
-                "budget.toml: share the expensive fixture, or mark what is long @pytest.mark.slow (saying why), "
-                "or raise the budget with the measurement in docs/BENCHMARKS.md", red=True, bold=True)  # fmt: skip
+        tr.line(
+            f"{where}: {totals.cpu[f]:.0f} CPU s, over its budget of {budget.get(f, 0):.0f} s in tests/"
+            "budget.toml: share the expensive fixture, or mark what is long @pytest.mark.slow (saying why), "
+            "or raise the budget with the measurement in docs/BENCHMARKS.md",
+            red=True,
+            bold=True,
+        )

@@ -37,5 +37,8 @@ def bundle(root: Path, stages: dict[str, str], steps: list[int]) -> None:
 
 def tree(root: Path) -> dict[str, bytes]:
     """Every file under `root` (links not followed) by relative name: what a test compares before and after."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(Path(root).rglob("*"))
-            if p.is_file() and not p.is_symlink()}  # fmt: skip
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(Path(root).rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }

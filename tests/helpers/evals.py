@@ -65,11 +65,20 @@ def tiny_local_model(folder: Path) -> Path:
         "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
         "{% if add_generation_prompt %}assistant {% endif %}"
     )
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
-                                                     unk_token="<unk>", chat_template=template)  # fmt: skip
-    config = transformers.LlamaConfig(vocab_size=len(words), hidden_size=16, intermediate_size=32,
-                                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                                      max_position_embeddings=4096, pad_token_id=0, eos_token_id=1)  # fmt: skip
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", chat_template=template
+    )
+    config = transformers.LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
     transformers.set_seed(0)
     transformers.LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -250,8 +250,10 @@ class Handler(BaseHTTPRequestHandler):
             message = text if isinstance(text, dict) else {"role": "assistant", "content": text}
             choice = {"message": message} if "messages" in body else {"text": text}
             tokens = min(ANSWER_TOKENS, body.get("max_tokens") or ANSWER_TOKENS)
-            reply = {"choices": [{"index": 0, **choice, "finish_reason": s.finish_reason}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": tokens}}  # fmt: skip
+            reply = {
+                "choices": [{"index": 0, **choice, "finish_reason": s.finish_reason}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": tokens},
+            }
             self._send(200, json.dumps(reply), "application/json")
         elif mode == "stall":
             s.release.wait(s.stall_s)

@@ -139,8 +139,14 @@ def write_demo_evals(root: Path, pass1: dict[str, str], pass5: dict[str, str]) -
             problems = [f"fam{i % 4}_{i:03d}" for i in range(len(codes) // n)]
             assert kind == "greedy" or len(problems) == PASS5_PROBLEMS
             scores = [ProblemScore(p, list(codes[i * n : (i + 1) * n])) for i, p in enumerate(problems)]
-            options = EvalOptions(samples=n, k=(1, 5) if n >= 5 else (1,), temperature=temperature, top_p=0.95,
-                                  max_tokens=DEMO_MAX_TOKENS, prompt_style="codev")  # fmt: skip
+            options = EvalOptions(
+                samples=n,
+                k=(1, 5) if n >= 5 else (1,),
+                temperature=temperature,
+                top_p=0.95,
+                max_tokens=DEMO_MAX_TOKENS,
+                prompt_style="codev",
+            )
             config = EvalConfig(
                 problems=root / "corpus" / "eval",
                 out=root / "eval" / f"{slug}-{kind}",

@@ -76,13 +76,15 @@ def local_cluster() -> Iterator[Cluster]:
     folder = Path(tempfile.mkdtemp(prefix="crosstune-slurm-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SQUEUE_"))}
     try:
-        started = subprocess.run(["bash", str(SCRIPT), "start", str(folder)], capture_output=True, text=True,
-                                 timeout=120, env=env)  # fmt: skip
+        started = subprocess.run(
+            ["bash", str(SCRIPT), "start", str(folder)], capture_output=True, text=True, timeout=120, env=env
+        )
         assert started.returncode == 0, started.stdout + started.stderr
         assert started.stdout.strip() == f"export SLURM_CONF={folder}/slurm.conf", started.stdout
         yield Cluster(folder, {**env, "SLURM_CONF": str(folder / "slurm.conf")})
     finally:
-        stopped = subprocess.run(["bash", str(SCRIPT), "stop", str(folder)], capture_output=True, text=True,
-                                 timeout=120, env=env)  # fmt: skip
+        stopped = subprocess.run(
+            ["bash", str(SCRIPT), "stop", str(folder)], capture_output=True, text=True, timeout=120, env=env
+        )
         assert stopped.returncode == 0, f"{folder}: {stopped.stdout}{stopped.stderr}"  # its PIDs kept there
         shutil.rmtree(folder, ignore_errors=True)

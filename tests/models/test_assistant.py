@@ -84,6 +84,7 @@ def test_cli_builds_a_fitted_drafter_and_refuses_other_families(tmp_path, tiny_g
     assert CliRunner().invoke(app, args).exit_code != 0  # an earlier build is replaced only with --force
     bad = CliRunner().invoke(app, [*args[:5], str(tiny_gemma3_dir), "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0 and "built for a Gemma 4 base" in " ".join(bad.output.split())
-    g3 = CliRunner().invoke(app, ["model", "tiny", "--family", "gemma3", "--assistant", str(tiny_gemma4_dir),
-                                  "--out", str(tmp_path / "y")])  # fmt: skip
+    g3 = CliRunner().invoke(
+        app, ["model", "tiny", "--family", "gemma3", "--assistant", str(tiny_gemma4_dir), "--out", str(tmp_path / "y")]
+    )
     assert g3.exit_code != 0 and "Gemma 4 only" in " ".join(g3.output.split())

@@ -47,16 +47,24 @@ def _logits_both(model_dir, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     model, _ = build_model("gemma4", model_dir, mesh, dtype="float32")
     b, length = tokens.shape
     with mesh_context(mesh):
-        got, _ = model(jnp.asarray(tokens), jnp.tile(jnp.arange(length)[None], (b, 1)), None,
-                       attention_mask(jnp.ones((b, length), jnp.int32)))  # fmt: skip
+        got, _ = model(
+            jnp.asarray(tokens),
+            jnp.tile(jnp.arange(length)[None], (b, 1)),
+            None,
+            attention_mask(jnp.ones((b, length), jnp.int32)),
+        )
     return np.asarray(got), ref
 
 
 @pytest.mark.parametrize(
     "size",
-    ["e2b", pytest.param("e4b", marks=pytest.mark.slow), pytest.param("26b-a4b", marks=pytest.mark.slow),
-     pytest.param("12b", marks=pytest.mark.slow)],
-)  # fmt: skip
+    [
+        "e2b",
+        pytest.param("e4b", marks=pytest.mark.slow),
+        pytest.param("26b-a4b", marks=pytest.mark.slow),
+        pytest.param("12b", marks=pytest.mark.slow),
+    ],
+)
 def test_a_two_layer_build_of_each_size_loads_in_both_stacks(size, tmp_path, synth_corpus_dir):
     pytest.importorskip("tunix")
     from crosstune.families import get_family, model_dir_spec
@@ -66,8 +74,11 @@ def test_a_two_layer_build_of_each_size_loads_in_both_stacks(size, tmp_path, syn
     spec, real = model_dir_spec(out, "gemma4"), get_family("gemma4").spec(size)
     assert (spec.num_layers, spec.layer_types, spec.vocab_size) == (2, ("sliding", "global"), VOCAB)
     assert (spec.hidden_size, spec.attention, spec.moe, spec.per_layer_input_dim) == (
-        real.hidden_size, real.attention, real.moe, real.per_layer_input_dim,
-    )  # fmt: skip
+        real.hidden_size,
+        real.attention,
+        real.moe,
+        real.per_layer_input_dim,
+    )
     assert spec.kv_shared_layers == 0  # two layers can't share K/V the same way on both stacks
     config = json.loads((out / "config.json").read_text())
     assert config["dtype"] == "bfloat16" and spec.unified == real.unified

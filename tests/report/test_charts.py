@@ -125,8 +125,14 @@ def test_report_md_renders_hostile_names_as_text(tmp_path):
 
 def test_tables_printed_to_a_pipe_are_whole():
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | {"PYTHONPATH": str(REPO / "src")}
-    result = subprocess.run([sys.executable, "-m", "crosstune.cli", "cost", "serve", str(TPU_SWEEP), str(GPU_SWEEP)],
-                            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "crosstune.cli", "cost", "serve", str(TPU_SWEEP), str(GPU_SWEEP)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if "saturation" in line]
     assert len(rows) == 8 and all("TPU v6e-8 (vLLM TPU, tp=8)" in r or "2×H100 (vLLM, tp=2)" in r for r in rows)

@@ -151,8 +151,10 @@ def test_the_context_is_one_every_paired_sweep_measured_never_a_silent_other(tmp
 def test_a_workload_option_with_another_runs_sweep_is_refused(tmp_path, two_runs):
     jax, torch, jax_sweep, _ = two_runs
     path = tmp_path / "w.yaml"
-    path.write_text(f"days: 30\nserve_tokens_per_day: 1000000\noptions:\n  o:\n    train: {{run: {torch}}}\n"
-                    f"    serve: {{bench: {jax_sweep}}}\n")  # fmt: skip
+    path.write_text(
+        f"days: 30\nserve_tokens_per_day: 1000000\noptions:\n  o:\n    train: {{run: {torch}}}\n"
+        f"    serve: {{bench: {jax_sweep}}}\n"
+    )
     with pytest.raises(
         CostError, match=r"options.o: serve.bench declares it served .*tiny-jax, but train is .*tiny-torch"
     ):

@@ -8,8 +8,11 @@ from crosstune.report.writer import write_report
 from tests.helpers.report import write_eval
 
 LOCAL = {"name": "transformers 5.12.1", "kind": "local"}
-GREEDY = protocol_record(None, "verilogeval", {"n": 1, "k": [1], "temperature": 0.0, "top_p": 0.95,
-                                               "max_tokens": 128, "prompt_style": "codev", "shots": 0})  # fmt: skip
+GREEDY = protocol_record(
+    None,
+    "verilogeval",
+    {"n": 1, "k": [1], "temperature": 0.0, "top_p": 0.95, "max_tokens": 128, "prompt_style": "codev", "shots": 0},
+)
 # 10 problems, greedy: A passes 8, B passes 2, and the 6 they disagree on all favour A (exact McNemar p = 2/64)
 A_CODES = {f"p{i}": "." if i < 8 else "R" for i in range(10)}
 B_CODES = {f"p{i}": "." if i >= 6 and i < 8 else "R" for i in range(10)}
@@ -40,8 +43,10 @@ def test_intervals_and_the_paired_test_next_to_each_other(tmp_path):
 def test_different_engines_are_flagged_and_not_tested(tmp_path):
     vllm = {"name": "vllm 0.11.0", "kind": "endpoint"}
     md = report(tmp_path, {"engine": LOCAL, "protocol": GREEDY}, {"engine": vllm, "protocol": GREEDY})
-    assert ("NOT COMPARABLE:** the evaluations on the same problems were produced by different engines — model-a: "
-            "transformers 5.12.1; model-b: vllm 0.11.0") in md  # fmt: skip
+    assert (
+        "NOT COMPARABLE:** the evaluations on the same problems were produced by different engines — model-a: "
+        "transformers 5.12.1; model-b: vllm 0.11.0"
+    ) in md
     assert "| ⚠ model-a |" in md and "Is the difference significant?" not in md
 
 

@@ -33,9 +33,10 @@ def test_a_folder_of_user_files_is_refused_and_keeps_them(tmp_path, inputs):
     (out / "report.md").write_text("my notes")
     before = _tree(out)
     with pytest.raises(
-        ReportError, match=rf"--out {out} holds files that are not crosstune report's output: charts/figure1.png, "
-        rf"report.md \(no \{MANIFEST} lists it\)"
-    ):  # fmt: skip
+        ReportError,
+        match=rf"--out {out} holds files that are not crosstune report's output: charts/figure1.png, "
+        rf"report.md \(no \{MANIFEST} lists it\)",
+    ):
         write_report(inputs, out)
     assert _tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp folder left

@@ -32,15 +32,29 @@ def test_report_has_every_section_chart_and_table(tmp_path):
     html = write_report(_inputs(tmp_path), tmp_path / "out")
     page, md = html.read_text(), (tmp_path / "out" / "report.md").read_text()
     charts = sorted(p.name for p in (tmp_path / "out" / "charts").glob("*.png"))
-    assert charts == ["loss.png", "pass-at-k.png", "serving-contexts.png", "serving-pareto.png", "serving.png",
-                      "tco.png", "throughput.png", "verdicts.png"]  # fmt: skip
+    assert charts == [
+        "loss.png",
+        "pass-at-k.png",
+        "serving-contexts.png",
+        "serving-pareto.png",
+        "serving.png",
+        "tco.png",
+        "throughput.png",
+        "verdicts.png",
+    ]
     for name in charts:
         assert (tmp_path / "out" / "charts" / name).read_bytes().startswith(PNG_MAGIC)
         assert f"](charts/{name})" in md
     assert page.count('src="data:image/png;base64,') == len(charts)
     assert not re.search(r'(src|href)="(?!data:|#)', page)  # self-contained: nothing fetched
-    for title in ("Are the runs comparable?", "Training cost", "Serving", "Evaluation (VerilogEval pass@k)",
-                  "Total cost of ownership", "Prices used"):  # fmt: skip
+    for title in (
+        "Are the runs comparable?",
+        "Training cost",
+        "Serving",
+        "Evaluation (VerilogEval pass@k)",
+        "Total cost of ownership",
+        "Prices used",
+    ):
         assert f"<h2>{title}</h2>" in page and f"## {title}" in md
     # seed-style figures from the fixture sweeps: TTFT at 4096 (8 concurrent) 1443 / 61 ms, serving 41 % cheaper
     assert "TPU v6e-8 (vLLM TPU, tp=8) 23.66× lower" in md
@@ -178,8 +192,18 @@ def test_report_renders_in_headless_chromium(tmp_path):
     probe = tmp_path / "probe.html"
     probe.write_text(html.read_text().replace("</body>", PROBE + "</body>"))
     browser = [_chromium(), *FLAGS]
-    dom = subprocess.run([*browser, f"--user-data-dir={tmp_path / 'profile-dom'}", "--virtual-time-budget=10000",
-                          "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)  # fmt: skip
+    dom = subprocess.run(
+        [
+            *browser,
+            f"--user-data-dir={tmp_path / 'profile-dom'}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     found = re.search(r'<div id="probe">([^<]*)</div>', dom.stdout)
     assert found, f"the probe never ran: {dom.stderr[-2000:]}"
     status = dict(item.split("=", 1) for item in found.group(1).split())
@@ -187,8 +211,18 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert all(int(w) >= 700 for w in status["widths"].split(","))  # every chart decoded at its drawn size
     assert int(status["tables"]) >= 12 and int(status["flagged"]) == 2 and status["fetched"] == "0"
     shot = tmp_path / "out" / "screenshot.png"
-    subprocess.run([*browser, f"--user-data-dir={tmp_path / 'profile-shot'}", "--window-size=1280,2400",
-                    f"--screenshot={shot}", html.as_uri()], capture_output=True, timeout=120, check=True)  # fmt: skip
+    subprocess.run(
+        [
+            *browser,
+            f"--user-data-dir={tmp_path / 'profile-shot'}",
+            "--window-size=1280,2400",
+            f"--screenshot={shot}",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     import matplotlib.image
 
     pixels = matplotlib.image.imread(shot)

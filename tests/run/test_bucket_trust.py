@@ -112,8 +112,11 @@ def test_a_bucket_copy_of_another_study_is_refused_before_anything_is_pulled(tmp
     other.stages = {"prepare": StageEntry(status="done")}
     write_manifest(remote, other)
     (remote / "marker").write_text("from the bucket")
-    with pytest.raises(StudyError, match=r"bundle.json is a study of recipe 'tiny-cpu' on jax, not 'tiny-cpu' on "
-                                         r"torch: .*give another --bucket or --out"):  # fmt: skip
+    with pytest.raises(
+        StudyError,
+        match=r"bundle.json is a study of recipe 'tiny-cpu' on jax, not 'tiny-cpu' on "
+        r"torch: .*give another --bucket or --out",
+    ):
         _restore(tmp_path, local)
     assert not local.exists()
 
@@ -190,7 +193,13 @@ def test_a_checkpoint_folder_whose_suffix_is_a_digit_but_not_ascii_is_no_step(tm
     for odd in ("checkpoint-²", "checkpoint-٣", "٣"):
         (remote / RUN / "checkpoints" / odd).mkdir()
     assert [checkpoint_step(n) for n in ("checkpoint-4", "12", "checkpoint-²", "٣", "-1", "4a")] == [
-        4, 12, None, None, None, None]  # fmt: skip
+        4,
+        12,
+        None,
+        None,
+        None,
+        None,
+    ]
     assert bundle_copy(str(tmp_path / "bucket"), local).saved_steps(RUN) == [4] == saved_steps(remote / RUN)
     _restore(tmp_path, local)
     assert saved_steps(local / RUN) == [4]

@@ -11,15 +11,32 @@ from crosstune.run.metrics import METRIC_DEFINITIONS, MetricsRowBuilder, Metrics
 G4 = get_family("gemma4").spec("31b")
 
 
-MEASURED = dict(step=1, loss=1.5, learning_rate=1e-4, grad_norm=0.3, trained_tokens=4 * 3072, tokens=8 * 3072,
-                computed_tokens=8 * 3072, step_time_s=2.0, peak_memory_gib=None)  # fmt: skip
+MEASURED = dict(
+    step=1,
+    loss=1.5,
+    learning_rate=1e-4,
+    grad_norm=0.3,
+    trained_tokens=4 * 3072,
+    tokens=8 * 3072,
+    computed_tokens=8 * 3072,
+    step_time_s=2.0,
+    peak_memory_gib=None,
+)
 
 
 def rows(hw="tpu-v5p-8", devices=4, remat=True, attention=True, matmuls=True) -> MetricsRowBuilder:
     """The builder for a Gemma 4 31B run at 3072 tokens, 10 micro-batches per epoch, 1 per step."""
-    return MetricsRowBuilder(spec=G4, context=3072, hardware=get_hardware(hw), devices=devices,
-                             recompute_activations=remat, recompute_attention=attention, recompute_matmuls=matmuls,
-                             accumulation=1, micro_batches_per_epoch=10)  # fmt: skip
+    return MetricsRowBuilder(
+        spec=G4,
+        context=3072,
+        hardware=get_hardware(hw),
+        devices=devices,
+        recompute_activations=remat,
+        recompute_attention=attention,
+        recompute_matmuls=matmuls,
+        accumulation=1,
+        micro_batches_per_epoch=10,
+    )
 
 
 def step(n, hw="tpu-v5p-8", devices=4, remat=True, tokens=8 * 3072, seconds=2.0, computed=None):

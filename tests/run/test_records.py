@@ -83,11 +83,25 @@ def old_run(tmp_path, meta: dict, peaks: list[float]):
     run.mkdir()
     (run / "run.json").write_text(json.dumps(meta))
     rows = [
-        {"step": i, "epoch": i / 10, "loss": 2.0, "learning_rate": 1e-3, "grad_norm": 1.0, "trained_tokens": 90,
-         "tokens": 100, "computed_tokens": 100, "step_time_s": 1.0, "trained_tokens_per_s": 90.0,
-         "tokens_per_s": 100.0, "peak_memory_gb": peak, "mfu": None, "mfu_computed": None, "hfu": None}
+        {
+            "step": i,
+            "epoch": i / 10,
+            "loss": 2.0,
+            "learning_rate": 1e-3,
+            "grad_norm": 1.0,
+            "trained_tokens": 90,
+            "tokens": 100,
+            "computed_tokens": 100,
+            "step_time_s": 1.0,
+            "trained_tokens_per_s": 90.0,
+            "tokens_per_s": 100.0,
+            "peak_memory_gb": peak,
+            "mfu": None,
+            "mfu_computed": None,
+            "hfu": None,
+        }
         for i, peak in enumerate(peaks, 1)
-    ]  # fmt: skip
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run
 

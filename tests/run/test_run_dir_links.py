@@ -34,8 +34,11 @@ def test_checkpoints_linked_out_of_the_run_directory_are_refused_and_nothing_the
     run.mkdir()
     (run / "checkpoints").symlink_to(photos)
     for call in (saved_steps, drop_incomplete_checkpoints):
-        with pytest.raises(RunDirError, match=rf"{run}/checkpoints leads out of the run directory {run} \(to "
-                                              rf"{photos}\): give --run-dir on the disk"):  # fmt: skip
+        with pytest.raises(
+            RunDirError,
+            match=rf"{run}/checkpoints leads out of the run directory {run} \(to "
+            rf"{photos}\): give --run-dir on the disk",
+        ):
             call(run)
     assert tree(photos) == before
 
@@ -56,8 +59,10 @@ def test_checkpoints_linked_inside_the_run_directory_are_read(tmp_path):
     assert saved_steps(run) == [4] and drop_incomplete_checkpoints(run) == []
 
 
-@pytest.mark.parametrize(("name", "reader"), [("metrics.jsonl", read_metrics), ("run.json", read_run_record),
-                                              ("recipe.yaml", read_run_recipe)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "reader"),
+    [("metrics.jsonl", read_metrics), ("run.json", read_run_record), ("recipe.yaml", read_run_recipe)],
+)
 def test_a_run_file_linked_out_of_the_run_directory_is_never_read_nor_quoted(tmp_path, name, reader):
     """metrics.jsonl linked to a key file: the error for its first line quoted the key's first 60 characters."""
     run, key = tmp_path / "run", tmp_path / "id_ed25519"
@@ -66,8 +71,10 @@ def test_a_run_file_linked_out_of_the_run_directory_is_never_read_nor_quoted(tmp
     (run / name).symlink_to(key)
     with pytest.raises(RunDirError) as refused:
         reader(run)
-    assert str(refused.value) == (f"{run}/{name} leads out of the run directory {run} (to {key}): copy the file "
-                                  "itself into the run directory, or remove the link")  # fmt: skip
+    assert str(refused.value) == (
+        f"{run}/{name} leads out of the run directory {run} (to {key}): copy the file "
+        "itself into the run directory, or remove the link"
+    )
 
 
 def test_a_checksum_record_naming_a_file_outside_its_checkpoint_verifies_nothing(tmp_path):

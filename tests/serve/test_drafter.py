@@ -85,7 +85,13 @@ def test_auto_without_a_published_drafter_says_what_to_do():
 
 def test_vllm_argv_with_a_drafter(tmp_path):
     argv = vllm_argv(
-        tmp_path / "vllm", tmp_path, "m", 8123, dtype="float32", max_model_len=512, adapters={},
+        tmp_path / "vllm",
+        tmp_path,
+        "m",
+        8123,
+        dtype="float32",
+        max_model_len=512,
+        adapters={},
         drafter=Drafter(str(tmp_path / "d"), 2, "given"),
-    )  # fmt: skip
+    )
     assert _spec_config(argv) == {"method": "mtp", "model": str(tmp_path / "d"), "num_speculative_tokens": 2}

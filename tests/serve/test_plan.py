@@ -208,9 +208,14 @@ def test_served_model_name_follows_the_target():
 
 @pytest.mark.parametrize(
     ("target", "fp8_kv", "doubles"),
-    [("tpu-v5p-8", "bf16", False), ("tpu-v5e-8", "bf16", False), ("tpu-v6e-8", "storage", True),
-     ("2xh100", "native", True), ("1xh200", "native", True)],
-)  # fmt: skip
+    [
+        ("tpu-v5p-8", "bf16", False),
+        ("tpu-v5e-8", "bf16", False),
+        ("tpu-v6e-8", "storage", True),
+        ("2xh100", "native", True),
+        ("1xh200", "native", True),
+    ],
+)
 def test_fp8_kv_capacity_is_what_the_chip_allocates(target, fp8_kv, doubles):
     """hardware.CHIPS' fp8_kv (tpu-inference's dtype matrix, #3126, #1136; Hopper): v5 chips allocate bf16 for
     `--kv-cache-dtype fp8`, so the plan shows bf16's capacity for it and says why; elsewhere one byte per element

@@ -144,8 +144,16 @@ def test_a_multimodal_checkpoint_is_served_for_text(tmp_path, tiny_gemma4_dir, t
 
     assert multimodal_checkpoint(read_model_config(tiny_gemma4_unified_dir))
     assert not multimodal_checkpoint(read_model_config(tiny_gemma4_dir))
-    argv = vllm_argv(tmp_path / "vllm", tiny_gemma4_unified_dir, "m", 8123, dtype="float32", max_model_len=256,
-                     adapters={}, text_only=True)  # fmt: skip
+    argv = vllm_argv(
+        tmp_path / "vllm",
+        tiny_gemma4_unified_dir,
+        "m",
+        8123,
+        dtype="float32",
+        max_model_len=256,
+        adapters={},
+        text_only=True,
+    )
     assert argv.count(TEXT_ONLY_FLAG) == 1 and TEXT_ONLY_FLAG not in vllm_argv(
         tmp_path / "vllm", tiny_gemma4_dir, "m", 8123, dtype="float32", max_model_len=256, adapters={}
     )
@@ -162,7 +170,10 @@ def test_the_12b_is_refused_where_its_torchvision_import_fails(tmp_path, tiny_ge
     python = Path(os.environ["CROSSTUNE_SERVE_VENV"]) / "bin" / "python"
     python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torchvision'\" >&2\nexit 1\n")
     python.chmod(0o755)
-    with pytest.raises(ServeError, match=r"can't import it \(ModuleNotFoundError: No module named 'torchvision'\)\. "
-                                         r"Re-run `make serve-env`"):  # fmt: skip
+    with pytest.raises(
+        ServeError,
+        match=r"can't import it \(ModuleNotFoundError: No module named 'torchvision'\)\. "
+        r"Re-run `make serve-env`",
+    ):
         start_server(tiny_gemma4_unified_dir, tmp_path / "s", name="tiny", port=free_port())
     assert not (tmp_path / "s").exists()

@@ -115,8 +115,12 @@ def test_stop_after_a_kill_9_of_the_main_process_stops_the_rest(tmp_path, tiny_g
     assert len(workers) == 1  # the fake's `sleep`, as vLLM's engine core
     recorded = read_state(tmp_path / "s").kv_cache  # the KV cache the server's log reported, in its state
     assert recorded == state.kv_cache and {k: v for k, v in recorded.items() if k != "line"} == {
-        "device": "CPU", "tokens": 316551, "max_concurrency": 309.13, "max_model_len": 1024, "blocks": None,
-    }  # fmt: skip
+        "device": "CPU",
+        "tokens": 316551,
+        "max_concurrency": 309.13,
+        "max_model_len": 1024,
+        "blocks": None,
+    }
     assert KV_LINE in Path(state.log).read_text().splitlines()[recorded["line"] - 1]
     os.kill(state.pid, signal.SIGKILL)
     try:
@@ -187,14 +191,24 @@ def test_kv_capacity_read_from_vllms_log_lines():
 
     v1 = ["INFO start", "(EngineCore pid=1) INFO 12-02 [kv_cache_utils.py:2327] " + KV_LINE, "INFO more"]
     assert kv_capacity(v1) == {
-        "device": "CPU", "tokens": 316551, "max_concurrency": 309.13, "max_model_len": 1024, "blocks": None, "line": 2,
-    }  # fmt: skip
+        "device": "CPU",
+        "tokens": 316551,
+        "max_concurrency": 309.13,
+        "max_model_len": 1024,
+        "blocks": None,
+        "line": 2,
+    }
     gpu = ["INFO [kv_cache_utils.py:2146] GPU KV cache size: 415,872 tokens", "TPU KV cache size: 9 tokens"]
     assert [kv_capacity(gpu[:1])["tokens"], kv_capacity(gpu)["device"]] == [415872, "TPU"]
     v0 = ["INFO 05-01 [executor_base.py:113] # GPU blocks: 2048, # CPU blocks: 512"]
     assert kv_capacity(v0) == {
-        "device": "GPU", "tokens": None, "max_concurrency": None, "max_model_len": None, "blocks": 2048, "line": 1,
-    }  # fmt: skip
+        "device": "GPU",
+        "tokens": None,
+        "max_concurrency": None,
+        "max_model_len": None,
+        "blocks": 2048,
+        "line": 1,
+    }
     assert kv_capacity(["INFO [cpu_executor.py:1] # cpu blocks: 7281"])["blocks"] == 7281
     assert kv_capacity(["INFO CPU KV cache usage: 0.0%, Prefix cache hit rate: 42.3%"]) is None
 
@@ -207,9 +221,13 @@ def test_root_cause_is_the_first_tracebacks_exception():
              "Traceback (most recent call last):", '  File "b.py", line 2', "RuntimeError: second"]  # fmt: skip
     assert root_cause(plain).text == "ValueError: first" and root_cause(plain).line == 5
     p = "(EngineCore pid=1) ERROR 11-30 [core.py:1] "
-    interleaved = [p + "Traceback (most recent call last):", p + '  File "x.py", line 3, in f',
-                   "(APIServer pid=2) INFO 11-30 waiting for engine", p + "    f()",
-                   p + "torch.OutOfMemoryError: CPU out of memory"]  # fmt: skip
+    interleaved = [
+        p + "Traceback (most recent call last):",
+        p + '  File "x.py", line 3, in f',
+        "(APIServer pid=2) INFO 11-30 waiting for engine",
+        p + "    f()",
+        p + "torch.OutOfMemoryError: CPU out of memory",
+    ]
     assert root_cause(interleaved).text == "torch.OutOfMemoryError: CPU out of memory"
     pydantic = [
         p + "Traceback (most recent call last):",

@@ -44,8 +44,13 @@ def vllm_logprobs(base_url: str, model: str, ids: list[int]) -> np.ndarray:
 
 # tiny model fixture -> its family: the 31B layout, Gemma 3, Gemma 4's E (per-layer inputs, KV-shared layers) and
 # MoE layouts, and the 12B's architecture (gemma4_unified, in the hub's multimodal layout)
-MODELS = {"tiny_gemma4_dir": "gemma4", "tiny_gemma3_dir": "gemma3", "tiny_gemma4_e_dir": "gemma4",
-          "tiny_gemma4_moe_dir": "gemma4", "tiny_gemma4_unified_dir": "gemma4"}  # fmt: skip
+MODELS = {
+    "tiny_gemma4_dir": "gemma4",
+    "tiny_gemma3_dir": "gemma3",
+    "tiny_gemma4_e_dir": "gemma4",
+    "tiny_gemma4_moe_dir": "gemma4",
+    "tiny_gemma4_unified_dir": "gemma4",
+}
 
 
 def unified_import_error(base) -> str | None:
@@ -188,7 +193,11 @@ def test_the_serving_environment_imports_vllms_12b(tiny_gemma4_unified_dir):
     import subprocess
 
     python = vllm_binary().parent / "python"
-    probe = subprocess.run([str(python), "-c", "import vllm.model_executor.models.gemma4_unified"],
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    probe = subprocess.run(
+        [str(python), "-c", "import vllm.model_executor.models.gemma4_unified"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert unified_import_error(tiny_gemma4_unified_dir) is None

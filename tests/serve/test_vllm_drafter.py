@@ -47,9 +47,18 @@ def measure(tmp_path, model_dir, name: str, tokenizer, drafter: Drafter | None) 
     try:
         tokens = greedy(state.base_url, name)
         cfg = SweepConfig(
-            endpoint=state.base_url, model=name, tokenizer=tokenizer, contexts=[64], concurrency=CONCURRENCY,
-            output_len=64, num_requests=8, warmup=1, label=name, target="cpu", server_drafter=state.drafter,
-        )  # fmt: skip
+            endpoint=state.base_url,
+            model=name,
+            tokenizer=tokenizer,
+            contexts=[64],
+            concurrency=CONCURRENCY,
+            output_len=64,
+            num_requests=8,
+            warmup=1,
+            label=name,
+            target="cpu",
+            server_drafter=state.drafter,
+        )
         summary = asyncio.run(run_sweep(cfg, tmp_path / f"bench-{name}"))
     finally:
         stop_server(state_dir)
@@ -87,8 +96,15 @@ def test_acceptance_on_base_and_fine_tune(tmp_path, tiny_gemma4_dir):
             s = cell["speculation"]
             assert cell["failed"] == 0 and s["proposed_tokens"] > 0 and s["drafter"] == d.model
             assert s["proposed_tokens"] == pytest.approx(DRAFT_TOKENS * s["drafts"])
-            rows.append((label, cell["concurrency"], s["acceptance_rate"], s["mean_accepted_length"],
-                         cell["output_throughput"] / ref["output_throughput"]))  # fmt: skip
+            rows.append(
+                (
+                    label,
+                    cell["concurrency"],
+                    s["acceptance_rate"],
+                    s["mean_accepted_length"],
+                    cell["output_throughput"] / ref["output_throughput"],
+                )
+            )
     print(json.dumps({"fit": fit.__dict__, "rows": rows}))
     # vLLM runs the drafter as it was fitted (the same inputs, positions and K/V): it drafts the base's tokens far
     # above chance (1 in 1,024). Measured 5.3 / 8.1 % on the base, 6.8 / 8.4 % on the fine-tune (concurrency 1 / 4):

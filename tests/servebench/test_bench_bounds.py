@@ -189,9 +189,13 @@ def test_ctrl_c_keeps_the_finished_cells_and_marks_the_summary_interrupted(tmp_p
     with FakeOpenAI(stall_s=120.0, stall_prompts_over=20) as server:  # context 16 answers, context 32 hangs
         argv = bench_args(server.url, tiny_gemma4_dir, "--contexts", "16,32", "--out", str(out))
         process = subprocess.Popen(
-            [sys.executable, "-c", code, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [sys.executable, "-c", code, *argv],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             preexec_fn=default_sigint,
-        )  # fmt: skip
+        )
         try:
             deadline = time.monotonic() + 60
             while len(server.requests) < 3 and time.monotonic() < deadline:  # 2 of context 16, the hung one

@@ -37,8 +37,13 @@ def test_two_sweeps_in_a_row_draw_fresh_seeds_and_different_prompts(tmp_path, ti
     assert a["seed"] != b["seed"] and a["seed_given"] is False and a["prompt_cache"] == "cold"
     assert len({r["prompt_sha256"] for r in ra + rb}) == 12  # no prompt sent twice
     for s in (a, b):  # 6 prompts of 40 tokens queried, none of their 2 full blocks seen before
-        assert s["cells"][0]["prefix_cache"] == {"workload": "cold", "queries": 240.0, "hits": 0.0, "flag": None,
-                                                 "hit_rate": 0.0}  # fmt: skip
+        assert s["cells"][0]["prefix_cache"] == {
+            "workload": "cold",
+            "queries": 240.0,
+            "hits": 0.0,
+            "flag": None,
+            "hit_rate": 0.0,
+        }
     assert prompt_cache.sweep_kind(a) == prompt_cache.sweep_kind(b) == "cold"
     assert workload_errors(tmp_path / "a", tmp_path / "b") == []
 
@@ -67,8 +72,13 @@ def test_prefix_reuse_measures_the_cache_at_its_stated_ratio(tmp_path, tiny_gemm
     assert summary["prompt_cache"] == "prefix reuse 0.5" and summary["shared_prefix_tokens"] == {"64": 32}
     assert all(p[:32] == prompts[0][:32] for p in prompts) and len({tuple(p[32:]) for p in prompts}) == 6
     # the warm-up put the shared 2 blocks in the cache: each timed prompt hits exactly them, 32 of its 64 tokens
-    assert summary["cells"][0]["prefix_cache"] == {"workload": "prefix reuse 0.5", "queries": 320.0, "hits": 160.0,
-                                                   "flag": None, "hit_rate": 0.5}  # fmt: skip
+    assert summary["cells"][0]["prefix_cache"] == {
+        "workload": "prefix reuse 0.5",
+        "queries": 320.0,
+        "hits": 160.0,
+        "flag": None,
+        "hit_rate": 0.5,
+    }
     assert len(records) == 5 and all(r["ok"] for r in records)
 
 

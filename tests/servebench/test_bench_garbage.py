@@ -120,8 +120,9 @@ def test_a_server_error_is_shown_in_its_words_and_a_healthy_server_is_not_said_t
     """An HTTP 200 whose body is an error was "the server stopped answering", without the server's message, when
     /health was not 200 (a server without that route); a server that answers is not gone, whatever its requests got."""
     body = json.dumps({"error": {"message": "model overloaded, retry later"}}).encode()
-    cfg = SweepConfig(endpoint="", model="raw", tokenizer=tiny_gemma4_dir, contexts=[16, 32], output_len=8,
-                      num_requests=2, warmup=0)  # fmt: skip
+    cfg = SweepConfig(
+        endpoint="", model="raw", tokenizer=tiny_gemma4_dir, contexts=[16, 32], output_len=8, num_requests=2, warmup=0
+    )
     with FakeOpenAI(raw=("application/json", body), health_status=404) as server:
         cfg.endpoint = server.url
         summary = asyncio.run(run_sweep(cfg, tmp_path / "sweep"))

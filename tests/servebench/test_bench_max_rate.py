@@ -53,10 +53,32 @@ def known_max_rate(unloaded_ms: float) -> float:
 def test_find_max_rate_on_a_server_whose_latency_grows_with_load(tmp_path, tiny_gemma4_dir):
     assert known_max_rate(1000 * (PREFILL_S + FIRST_TOKEN_S)) == pytest.approx(20.83, abs=0.01)  # on an idle host
     with FakeOpenAI(prefill_s=PREFILL_S, token_delay_s=FIRST_TOKEN_S) as server:
-        result = cli("bench", "serve", "--endpoint", server.url, "--model", "ok", "--tokenizer", str(tiny_gemma4_dir),
-                     "--contexts", "16", "--output-len", "2", "--num-requests", str(REQUESTS), "--warmup", "0",
-                     "--burstiness", "1000", "--rates", "10", "--find-max-rate", f"median_ttft_ms={LIMIT_MS:g}",
-                     "--out", str(tmp_path / "b"))  # fmt: skip
+        result = cli(
+            "bench",
+            "serve",
+            "--endpoint",
+            server.url,
+            "--model",
+            "ok",
+            "--tokenizer",
+            str(tiny_gemma4_dir),
+            "--contexts",
+            "16",
+            "--output-len",
+            "2",
+            "--num-requests",
+            str(REQUESTS),
+            "--warmup",
+            "0",
+            "--burstiness",
+            "1000",
+            "--rates",
+            "10",
+            "--find-max-rate",
+            f"median_ttft_ms={LIMIT_MS:g}",
+            "--out",
+            str(tmp_path / "b"),
+        )
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     found = summary["max_rate"]["16"]

@@ -118,8 +118,11 @@ def test_rate_sweeps_name_saturation_by_the_rate(tmp_path, tiny_gemma4_dir):
     ]
     assert saturation(cells)["16"]["load"] == "rate 8 req/s, at most 8 in flight"  # a tie goes to the lower rate
     with FakeOpenAI() as server:
-        result = cli(*bench_args(server.url, tiny_gemma4_dir, "--rates", "40", "--max-concurrency", "8",
-                                 "--out", str(tmp_path / "b")))  # fmt: skip
+        result = cli(
+            *bench_args(
+                server.url, tiny_gemma4_dir, "--rates", "40", "--max-concurrency", "8", "--out", str(tmp_path / "b")
+            )
+        )
     assert result.exit_code == 0, result.output
     assert "saturation at context 16: rate 40 req/s, at most 8 in flight →" in result.output
 

@@ -12,14 +12,28 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def cell(conc: int, throughput: float, per_user: float | None, completed: int = 4) -> dict:
-    return {"context_len": 512, "concurrency": conc, "request_rate": None, "completed": completed,
-            "output_throughput": throughput, "output_throughput_per_user": per_user}  # fmt: skip
+    return {
+        "context_len": 512,
+        "concurrency": conc,
+        "request_rate": None,
+        "completed": completed,
+        "output_throughput": throughput,
+        "output_throughput_per_user": per_user,
+    }
 
 
 def test_points_frontier_and_chips():
-    summary = {"model": "m", "target": "tpu-v6e-8", "cells": [
-        cell(1, 100.0, 100.0), cell(4, 360.0, 90.0), cell(8, 400.0, 50.0), cell(16, 380.0, 24.0),
-        cell(32, 0.0, None, completed=0)]}  # fmt: skip
+    summary = {
+        "model": "m",
+        "target": "tpu-v6e-8",
+        "cells": [
+            cell(1, 100.0, 100.0),
+            cell(4, 360.0, 90.0),
+            cell(8, 400.0, 50.0),
+            cell(16, 380.0, 24.0),
+            cell(32, 0.0, None, completed=0),
+        ],
+    }
     pts = pareto.points(summary)
     assert [p["per_chip"] for p in pts] == [12.5, 45.0, 50.0, 47.5]  # 8 chips on a v6e-8; the empty cell dropped
     # concurrency 16 is beaten by 8 on both axes; the rest trade one for the other

@@ -18,8 +18,18 @@ T_975_DF2 = 4.302652729911275  # Student's t, 97.5th percentile, 2 degrees of fr
 
 def test_repeats_pool_requests_and_give_intervals(tmp_path, tiny_gemma4_dir):
     with FakeOpenAI() as server:
-        cfg = SweepConfig(endpoint=server.url, model="ok", tokenizer=tiny_gemma4_dir, contexts=[16], concurrency=[2],
-                          output_len=4, num_requests=4, warmup=1, repeats=3, slo_ms={"p99_e2el_ms": 9e3})  # fmt: skip
+        cfg = SweepConfig(
+            endpoint=server.url,
+            model="ok",
+            tokenizer=tiny_gemma4_dir,
+            contexts=[16],
+            concurrency=[2],
+            output_len=4,
+            num_requests=4,
+            warmup=1,
+            repeats=3,
+            slo_ms={"p99_e2el_ms": 9e3},
+        )
         summary = asyncio.run(run_sweep(cfg, tmp_path))
     records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert [r["repeat"] for r in records] == [0] * 4 + [1] * 4 + [2] * 4 and len(server.requests) == 3 * 5

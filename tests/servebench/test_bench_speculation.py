@@ -90,11 +90,13 @@ def test_report_sets_cost_with_and_without_the_drafter_side_by_side(tmp_path, ti
     workload error), and its drafter table prices both at saturation with the drafted cell's acceptance."""
     a, b = tmp_path / "plain", tmp_path / "mtp"
     with FakeOpenAI() as server:
-        sweep(a, tiny_gemma4_dir, server.url, concurrency=[1, 2], num_requests=3, warmup=0, label="plain",
-              target="2xh100")  # fmt: skip
+        sweep(
+            a, tiny_gemma4_dir, server.url, concurrency=[1, 2], num_requests=3, warmup=0, label="plain", target="2xh100"
+        )
     with FakeOpenAI(draft=[0.5, 0.25]) as server:
-        sweep(b, tiny_gemma4_dir, server.url, concurrency=[1, 2], num_requests=3, warmup=0, label="mtp",
-              target="2xh100")  # fmt: skip
+        sweep(
+            b, tiny_gemma4_dir, server.url, concurrency=[1, 2], num_requests=3, warmup=0, label="mtp", target="2xh100"
+        )
     sweeps = [read_sweep(a), read_sweep(b)]
     notes = compare_sweeps(sweeps)
     assert not [n for n in notes if n.level == "error"]

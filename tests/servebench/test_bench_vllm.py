@@ -33,8 +33,16 @@ def server(tmp_path_factory, tiny_gemma4_dir):
 
 def sweep(folder, tokenizer, url, **kw) -> tuple[dict, list[dict]]:
     kw = {"warmup": 1, **kw}
-    cfg = SweepConfig(endpoint=url, model="tiny", tokenizer=tokenizer, contexts=[512], concurrency=[2], output_len=8,
-                      num_requests=6, **kw)  # fmt: skip
+    cfg = SweepConfig(
+        endpoint=url,
+        model="tiny",
+        tokenizer=tokenizer,
+        contexts=[512],
+        concurrency=[2],
+        output_len=8,
+        num_requests=6,
+        **kw,
+    )
     summary = asyncio.run(run_sweep(cfg, folder))
     records = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
     assert all(r["ok"] for r in records), [r["error"] for r in records if not r["ok"]]

@@ -69,8 +69,12 @@ BROKEN = [
     ("contents.runs.0", "", "contents.runs[0] '' is not a path inside the bundle"),
     ("recipe.resolved", "/tmp/r.yaml", "recipe.resolved '/tmp/r.yaml' is not a path inside the bundle"),
 ]
-MISSING = [("hosts", "hosts is missing"), ("stages", "stages is missing"), ("contents", "contents is missing"),
-           ("stages.train.status", "stages.train.status is missing")]  # fmt: skip
+MISSING = [
+    ("hosts", "hosts is missing"),
+    ("stages", "stages is missing"),
+    ("contents", "contents is missing"),
+    ("stages.train.status", "stages.train.status is missing"),
+]
 
 
 def broken(field: str, value, *, drop: bool = False) -> dict:
@@ -94,8 +98,10 @@ def refusals(bundle, manifest: dict) -> list[str]:
     held = sorted(p.name for p in bundle.iterdir())
     said = []
     runner = CliRunner()
-    for args in (["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(bundle), "--only", "plan"],
-                 ["report", str(bundle), "--out", str(bundle.parent / "report")]):  # fmt: skip
+    for args in (
+        ["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(bundle), "--only", "plan"],
+        ["report", str(bundle), "--out", str(bundle.parent / "report")],
+    ):
         result = runner.invoke(app, args, terminal_width=400)
         assert result.exit_code == 1, result.output
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
@@ -112,8 +118,13 @@ def test_the_valid_manifest_passes_the_schema(tmp_path):
     manifest = check_manifest(copy.deepcopy(VALID), tmp_path / "bundle.json")
     assert manifest.stages["train"].outputs[0].path == f"{RUN}/run.json"
     dumped = manifest.model_dump(mode="json", by_alias=True)  # as study.bundle.write_manifest writes it back
-    assert dumped == {**VALID, "stages": {**VALID["stages"], "train": {**VALID["stages"]["train"],
-                      "contents": {"runs": [RUN], "evals": [], "sweeps": []}}}}  # fmt: skip
+    assert dumped == {
+        **VALID,
+        "stages": {
+            **VALID["stages"],
+            "train": {**VALID["stages"]["train"], "contents": {"runs": [RUN], "evals": [], "sweeps": []}},
+        },
+    }
 
 
 @pytest.mark.parametrize(("field", "value", "message"), BROKEN, ids=[f"{f}={v!r}" for f, v, _ in BROKEN])
@@ -138,8 +149,10 @@ def test_no_listed_path_leads_out_of_the_bundle_or_into_another_one(tmp_path):
     os.symlink(other / "runs", bundle / "runs")
     link_out = broken("contents.runs.0", "runs/x")
     for said in refusals(bundle, link_out):
-        assert f"bundle.json: stages.train.outputs[0].path '{RUN}/run.json' leads out of the bundle (to {other}/runs/" \
-               "tiny-cpu-torch/run.json)" in said  # fmt: skip
+        assert (
+            f"bundle.json: stages.train.outputs[0].path '{RUN}/run.json' leads out of the bundle (to {other}/runs/"
+            "tiny-cpu-torch/run.json)" in said
+        )
     (bundle / "runs").unlink()
     (bundle / "nested" / "runs" / "x").mkdir(parents=True)
     (bundle / "nested" / "bundle.json").write_text(json.dumps(VALID))
@@ -156,8 +169,10 @@ def test_a_bundle_json_linked_out_of_the_bundle_is_not_read(tmp_path):
     bundle.mkdir()
     (bundle / "bundle.json").symlink_to(other / "bundle.json")
     runner = CliRunner()
-    for args in (["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(bundle), "--only", "plan"],
-                 ["report", str(bundle), "--out", str(tmp_path / "report")]):  # fmt: skip
+    for args in (
+        ["study", str(RECIPES / "tiny-cpu.yaml"), "--out", str(bundle), "--only", "plan"],
+        ["report", str(bundle), "--out", str(tmp_path / "report")],
+    ):
         result = runner.invoke(app, args, terminal_width=400)
         assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
         assert f"{bundle}/bundle.json leads out of the bundle {bundle} (to {other}/bundle.json)" in result.output

@@ -51,8 +51,13 @@ def _finish(proc: subprocess.Popen) -> str:
 def test_a_preempted_study_resumes_from_the_bucket_to_the_uninterrupted_lora(
     backend, tmp_path, tiny_gemma4_dir, synth_corpus_dir
 ):
-    sets = overrides(tiny_gemma4_dir, synth_corpus_dir, f"train.max_steps={STEPS}", f"train.checkpoint_every={EVERY}",
-                     "train.keep_last=10")  # fmt: skip
+    sets = overrides(
+        tiny_gemma4_dir,
+        synth_corpus_dir,
+        f"train.max_steps={STEPS}",
+        f"train.checkpoint_every={EVERY}",
+        "train.keep_last=10",
+    )
     reference = tmp_path / "reference"
     _finish(_study(backend, reference, sets))
 

@@ -36,20 +36,25 @@ def test_missing_recipe_inputs_are_refused_before_anything_runs(tmp_path, tiny_g
     shutil.copy(RECIPES / "tiny-cpu.yaml", recipe)
     bundle = tmp_path / "bundle"
     said = one_line_failure(["study", str(recipe), "--out", str(bundle)])
-    assert said == (f"error: model.path {recipe.parent}/../demo-out/models/tiny-gemma4: no such file or folder, and "
-                    f"stage prepare reads it: make it first (the head of {recipe} says how) or give another with --set "
-                    "model.path=PATH")  # fmt: skip
+    assert said == (
+        f"error: model.path {recipe.parent}/../demo-out/models/tiny-gemma4: no such file or folder, and "
+        f"stage prepare reads it: make it first (the head of {recipe} says how) or give another with --set "
+        "model.path=PATH"
+    )
     sets = ["--set", f"model.path={tiny_gemma4_dir}"]
     said = one_line_failure(["study", str(recipe), "--out", str(bundle), *sets])
     assert said.startswith(
         f"error: data.sources[0].path: nothing matches {recipe.parent}/../demo-out/corpus/train.jsonl"
     )
-    assert said.endswith(f"stage prepare reads it: make it first (the head of {recipe} says how) or give another with "
-                         "--set data.sources")  # fmt: skip
+    assert said.endswith(
+        f"stage prepare reads it: make it first (the head of {recipe} says how) or give another with --set data.sources"
+    )
     sets += ["--set", f"data.sources=[{{path: {synth_corpus_dir / 'train.jsonl'}}}]"]
     said = one_line_failure(["study", str(recipe), "--out", str(bundle), *sets])  # found at eval, after training
-    assert said.startswith(f"error: eval.problems {recipe.parent}/../demo-out/corpus/eval: no such file or folder, "
-                           "and stage eval reads it:")  # fmt: skip
+    assert said.startswith(
+        f"error: eval.problems {recipe.parent}/../demo-out/corpus/eval: no such file or folder, "
+        "and stage eval reads it:"
+    )
     assert not bundle.exists()
     said = one_line_failure(["study", str(recipe), "--out", str(bundle), "--only", "eval,cost", *sets])
     assert "eval.problems" in said and not bundle.exists()
@@ -60,8 +65,11 @@ def test_what_the_tiny_recipe_s_head_says_to_run_makes_every_input(tmp_path, mon
     (checkout / "recipes").mkdir(parents=True)
     recipe = checkout / "recipes" / "tiny-cpu.yaml"
     shutil.copy(RECIPES / "tiny-cpu.yaml", recipe)
-    commands = [line.removeprefix("#   crosstune ") for line in recipe.read_text().splitlines()
-                if line.startswith("#   crosstune ")]  # fmt: skip
+    commands = [
+        line.removeprefix("#   crosstune ")
+        for line in recipe.read_text().splitlines()
+        if line.startswith("#   crosstune ")
+    ]
     assert [c.split()[:2] for c in commands] == [["synth", "--out"], ["model", "tiny"]]
     monkeypatch.chdir(checkout)
     for command in commands:

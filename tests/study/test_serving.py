@@ -20,8 +20,18 @@ def grid(server: FakeOpenAI, tokenizer, out, model: str = "ok", contexts=(16,)) 
     # as start_server gives
     state = SimpleNamespace(base_url=server.url, model=model, lora_name=None, kv_cache=kv, drafter=None)
     console = Console(record=True, width=300)
-    return sweep(state, tokenizer, out, console, contexts=list(contexts), concurrency=[1], output_len=8,
-                 num_requests=2, label="study", target="cpu")  # fmt: skip
+    return sweep(
+        state,
+        tokenizer,
+        out,
+        console,
+        contexts=list(contexts),
+        concurrency=[1],
+        output_len=8,
+        num_requests=2,
+        label="study",
+        target="cpu",
+    )
 
 
 def test_the_study_sweep_writes_what_bench_serve_writes(tmp_path, tiny_gemma4_dir):

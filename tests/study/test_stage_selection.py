@@ -31,10 +31,24 @@ def test_the_optional_stages_run_only_when_asked():
     """pretrain, parity and eval-base (the demo's) are off unless --with names them; then in pipeline order."""
     assert [st.name for st in runner.select_stages()] == STAGE_NAMES
     names = [st.name for st in runner.select_stages(with_=("eval-base", "pretrain", "parity"))]
-    assert names == ["pretrain", "prepare", "plan", "parity", "train", "export", "serve", "bench", "eval",
-                     "eval-base", "cost"]  # fmt: skip
+    assert names == [
+        "pretrain",
+        "prepare",
+        "plan",
+        "parity",
+        "train",
+        "export",
+        "serve",
+        "bench",
+        "eval",
+        "eval-base",
+        "cost",
+    ]
     assert [st.name for st in runner.select_stages(from_stage="eval", with_=("eval-base",))] == [
-        "eval", "eval-base", "cost"]  # fmt: skip
+        "eval",
+        "eval-base",
+        "cost",
+    ]
     with pytest.raises(StudyError, match="stage parity runs only when asked: add --with parity"):
         runner.select_stages(only=["parity"])
     with pytest.raises(StudyError, match="--with 'base': one of pretrain, parity, eval-base"):
@@ -42,7 +56,8 @@ def test_the_optional_stages_run_only_when_asked():
 
 
 def test_pretrain_refuses_a_recipe_whose_model_is_not_the_base_it_trains(tmp_path, synth_corpus_dir):
-    with pytest.raises(StudyError, match="--with pretrain trains crosstune's gemma4 small base, but the recipe's "
-                       "model is gemma4 tiny"):  # fmt: skip
+    with pytest.raises(
+        StudyError, match="--with pretrain trains crosstune's gemma4 small base, but the recipe's model is gemma4 tiny"
+    ):
         study(tmp_path / "b", overrides(tmp_path / "none", synth_corpus_dir), with_=("pretrain",))
     assert not (tmp_path / "b").exists()

@@ -46,9 +46,15 @@ def test_a_study_makes_a_self_describing_bundle(torch_bundle):
     stages = manifest.stages
     assert list(stages) == STAGE_NAMES
     assert {name: s.status for name, s in stages.items()} == {
-        "prepare": "done", "plan": "done", "train": "done", "export": "done",
-        "serve": "skipped", "bench": "skipped", "eval": "done", "cost": "done",
-    }  # fmt: skip
+        "prepare": "done",
+        "plan": "done",
+        "train": "done",
+        "export": "done",
+        "serve": "skipped",
+        "bench": "skipped",
+        "eval": "done",
+        "cost": "done",
+    }
     assert stages["serve"].record["enable"] == "make serve-env"
     command = stages["serve"].record["target_plan"]["command"]  # what serves it on the recipe's hardware
     assert command.startswith("VLLM_CPU_KVCACHE_SPACE=") and f"vllm serve {bundle / 'export' / 'merged'}" in command
@@ -57,8 +63,7 @@ def test_a_study_makes_a_self_describing_bundle(torch_bundle):
     assert "serve: skipped" in log and "`make serve-env` creates it" in log
     assert stages["train"].record == {"steps": STEPS}
     assert stages["eval"].record["engine"] == "transformers"
-    assert manifest.contents.model_dump() == {"runs": ["runs/tiny-cpu-torch"], "evals": ["eval/finetune"],
-                                              "sweeps": []}  # fmt: skip
+    assert manifest.contents.model_dump() == {"runs": ["runs/tiny-cpu-torch"], "evals": ["eval/finetune"], "sweeps": []}
     for entry in stages.values():  # every output is named relative to the bundle and exists there
         for out in entry.outputs or []:
             assert not out.path.startswith("/") and (bundle / out.path).exists()
@@ -122,8 +127,9 @@ def test_eval_and_the_study_sample_a_recipe_s_protocol_alike(torch_bundle, tmp_p
     recipe_file.write_text(yaml.safe_dump(recipe))
     manifest, log, _ = study(copy, [s for s in sets if not s.startswith("eval.")], recipe=recipe_file, only=["eval"])
     assert manifest.stages["eval"].status == "done", log
-    result = run_eval_command(str(recipe_file), "--hf-model", str(copy / "export" / "merged"), "--out",
-                              str(tmp_path / "eval"))  # fmt: skip
+    result = run_eval_command(
+        str(recipe_file), "--hf-model", str(copy / "export" / "merged"), "--out", str(tmp_path / "eval")
+    )
     assert result.exit_code == 0, result.output
     studied = json.loads((copy / "eval" / "finetune" / "summary.json").read_text())
     evaluated = json.loads((tmp_path / "eval" / "summary.json").read_text())
@@ -192,8 +198,10 @@ def test_redoing_train_makes_every_stage_that_reads_it_stale_until_redone(torch_
         on_disk["manifest"] = read_manifest(ctx.bundle)
         raise KeyboardInterrupt
 
-    stages = [runner.Stage(*(killed if f == st.run else f for f in vars(st).values())) if st.name == "train" else st
-              for st in runner.STAGES]  # fmt: skip
+    stages = [
+        runner.Stage(*(killed if f == st.run else f for f in vars(st).values())) if st.name == "train" else st
+        for st in runner.STAGES
+    ]
     monkeypatch.setattr(runner, "STAGES", stages)
     with pytest.raises(Interrupted):
         study(copy, sets, only=["train"])
@@ -206,7 +214,10 @@ def test_redoing_train_makes_every_stage_that_reads_it_stale_until_redone(torch_
     manifest, log, _ = study(copy, sets, only=["train"])
     assert "train: continuing where an earlier run stopped (interrupted)" in log
     assert {n: manifest.stages[n].status for n in ["plan", "train", *later]} == {
-        "plan": "done", "train": "done", **dict.fromkeys(later, "stale")}  # fmt: skip
+        "plan": "done",
+        "train": "done",
+        **dict.fromkeys(later, "stale"),
+    }
     assert manifest.stages["eval"].stale == "train was redone after it"
     assert manifest.contents.model_dump() == {"runs": ["runs/tiny-cpu-torch"], "evals": [], "sweeps": []}
     inputs = read_inputs([copy])
@@ -331,8 +342,10 @@ def test_a_failing_stage_is_named_and_recorded(torch_bundle, tmp_path, monkeypat
     def no_price(_ctx):
         raise CostError("the prices file is unreadable")
 
-    stages = [runner.Stage(*(no_price if f == st.run else f for f in vars(st).values())) if st.name == "cost" else st
-              for st in runner.STAGES]  # fmt: skip
+    stages = [
+        runner.Stage(*(no_price if f == st.run else f for f in vars(st).values())) if st.name == "cost" else st
+        for st in runner.STAGES
+    ]
     monkeypatch.setattr(runner, "STAGES", stages)
     with pytest.raises(StudyError, match="--prices .*prices.yaml: no such file"):
         study(copy, sets, only=["cost"], prices=tmp_path / "prices.yaml")

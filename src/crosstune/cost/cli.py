@@ -68,8 +68,9 @@ def cost_train(
     book, rows, used, spots = load_prices(prices), [], [], []
     for path in runs:
         run = read_run(path)
-        spots.append(spot_cost(run, book, target=target, restart_s=restart_minutes * 60,
-                               rate_per_hour=preemptions_per_hour))  # fmt: skip
+        spots.append(
+            spot_cost(run, book, target=target, restart_s=restart_minutes * 60, rate_per_hour=preemptions_per_hour)
+        )
         c = training_cost(run, book, target)
         used.append(c.price)
         rows.append(
@@ -107,19 +108,35 @@ def cost_train(
 def _print_spot(spots: list) -> None:
     rows = []
     for s in spots:
-        lost = (f"{s.lost_s / 60:,.1f} min (worst {s.lost_worst_s / 60:,.1f}): {s.checkpoint_every}/2 steps × "
-                f"{s.step_s:,.2f} s + restart {s.restart_s / 60:g} min + compile {s.compile_s:,.0f} s")  # fmt: skip
+        lost = (
+            f"{s.lost_s / 60:,.1f} min (worst {s.lost_worst_s / 60:,.1f}): {s.checkpoint_every}/2 steps × "
+            f"{s.step_s:,.2f} s + restart {s.restart_s / 60:g} min + compile {s.compile_s:,.0f} s"
+        )
         if s.spot is None:
-            rows.append([s.label, _usd(s.on_demand_cost), "no spot price (give --prices chips.CHIP.spot)", lost,
-                         "n/a", "n/a", "n/a"])  # fmt: skip
+            rows.append(
+                [
+                    s.label,
+                    _usd(s.on_demand_cost),
+                    "no spot price (give --prices chips.CHIP.spot)",
+                    lost,
+                    "n/a",
+                    "n/a",
+                    "n/a",
+                ]
+            )
             continue
         even = s.break_even_per_hour
-        rows.append([
-            s.label, _usd(s.on_demand_cost), s.spot.short(), lost,
-            "n/a" if s.preemptions is None else f"{s.preemptions:,.2f} → {_usd(s.lost_cost)}",
-            _usd(s.spot_cost) if s.spot_cost is not None else "never finishes (preempted faster than it works)",
-            "never cheaper" if even is None else f"{even:,.2f}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                s.label,
+                _usd(s.on_demand_cost),
+                s.spot.short(),
+                lost,
+                "n/a" if s.preemptions is None else f"{s.preemptions:,.2f} → {_usd(s.lost_cost)}",
+                _usd(s.spot_cost) if s.spot_cost is not None else "never finishes (preempted faster than it works)",
+                "never cheaper" if even is None else f"{even:,.2f}",
+            ]
+        )
     headers = ["run", "on-demand cost", "spot price", "lost per preemption", "preemptions → lost work",
                "spot cost (expected)", "break-even preemptions/h"]  # fmt: skip
     console.print(_table("Spot / preemptible capacity", headers, rows))

@@ -117,5 +117,5 @@ def spot_cost(
         assumptions=[
             f"restart {restart_s / 60:g} min (new machine, setup, bucket pull)",
             f"{rate_per_hour:g} preemptions/h",
-        ],  # fmt: skip
+        ],
     )

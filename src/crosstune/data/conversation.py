@@ -150,8 +150,7 @@ class ConversationBuilder:
                     break
             out.append((item, f"{name}.{content_key}"))
         if end and out[-1][0]["role"] != "assistant":
-            raise _BadRecord("bad_role", "the conversation must end with an assistant message",
-                             f"{col}[-1].{role_key}")  # fmt: skip
+            raise _BadRecord("bad_role", "the conversation must end with an assistant message", f"{col}[-1].{role_key}")
         return out
 
     def _text(self, row: dict, key: str, prefix: str = "", allow_empty: bool = False) -> str:

@@ -34,8 +34,9 @@ def read_hf_disk(path: Path, split: str) -> list[dict]:
         bad = next((f for f in arrows if _arrow_problem(f)), None)
         if bad is not None:
             raise DataError(str(bad), f"not a readable Arrow file ({_arrow_problem(bad)})", hint=HINT) from None
-        raise DataError(str(folder), f"datasets can't load this save_to_disk folder ({type(e).__name__}: {e})",
-                        hint=HINT) from None  # fmt: skip
+        raise DataError(
+            str(folder), f"datasets can't load this save_to_disk folder ({type(e).__name__}: {e})", hint=HINT
+        ) from None
 
 
 def _read_json(file: Path) -> Any:
@@ -57,8 +58,9 @@ def _split_folder(path: Path, split: str) -> Path:
     splits = _read_json(path / DATASET_DICT)
     names = splits.get("splits") if isinstance(splits, dict) else None
     if not isinstance(names, list) or not all(isinstance(n, str) and n and "/" not in n for n in names):
-        raise DataError(str(path / DATASET_DICT), f"`splits` must be a list of split names, not {_kind(names)}",
-                        hint=HINT)  # fmt: skip
+        raise DataError(
+            str(path / DATASET_DICT), f"`splits` must be a list of split names, not {_kind(names)}", hint=HINT
+        )
     if split not in names:
         raise DataError(str(path), f"DatasetDict has no split {split!r} (it has {', '.join(names)})")
     return path / split
@@ -77,14 +79,18 @@ def _check_dataset_folder(folder: Path) -> list[Path]:
     for key, types in STATE_TYPES.items():
         value = state.get(key)
         if key in state and not any(value is None if t is None else type(value) is t for t in types):
-            raise DataError(str(folder / STATE), f"`{key}` must be {' or '.join(_kind_name(t) for t in types)}, "
-                            f"not {_kind(value)}", hint=HINT)  # fmt: skip
+            raise DataError(
+                str(folder / STATE),
+                f"`{key}` must be {' or '.join(_kind_name(t) for t in types)}, not {_kind(value)}",
+                hint=HINT,
+            )
     arrows = []
     for i, entry in enumerate(state.get("_data_files") or []):
         name = entry.get("filename") if isinstance(entry, dict) else None
         if not isinstance(name, str) or not name or ".." in PurePosixPath(name).parts or name.startswith("/"):
-            raise DataError(str(folder / STATE), f"`_data_files[{i}]` must be {{filename: a file in the folder}}",
-                            hint=HINT)  # fmt: skip
+            raise DataError(
+                str(folder / STATE), f"`_data_files[{i}]` must be {{filename: a file in the folder}}", hint=HINT
+            )
         arrow = folder / name
         if not arrow.is_file():
             raise DataError(str(arrow), f"listed in {STATE} but missing (or not a regular file)", hint=HINT)

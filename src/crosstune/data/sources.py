@@ -60,8 +60,11 @@ def source_files(recipe: Recipe, index: int) -> list[tuple[Path, str]]:
             out.append((path, fmt))
     for path, _ in out:  # a pipe or a device would block or never end; a source is read twice (hash, then rows)
         if not (path.is_file() or path.is_dir()):
-            raise DataError(where, f"{path} is not a regular file (a pipe, socket or device): it is never read",
-                            hint="give a JSONL/Parquet file or a save_to_disk folder")  # fmt: skip
+            raise DataError(
+                where,
+                f"{path} is not a regular file (a pipe, socket or device): it is never read",
+                hint="give a JSONL/Parquet file or a save_to_disk folder",
+            )
     return out
 
 
@@ -152,8 +155,11 @@ def _read_hub(src: DataSource, snapshot: Path, where: str) -> list[RawRecord]:
             table = datasets.load_dataset(str(snapshot), name=src.config, split=split, cache_dir=cache)
         except (ValueError, FileNotFoundError, datasets.exceptions.DatasetGenerationError) as e:
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise DataError(where, f"hub dataset {src.path} (config {src.config}, split {split}): {reason}",
-                            hint="set the source's config and hub_split to ones its card lists") from None  # fmt: skip
+            raise DataError(
+                where,
+                f"hub dataset {src.path} (config {src.config}, split {split}): {reason}",
+                hint="set the source's config and hub_split to ones its card lists",
+            ) from None
         rows = table.to_list()
     return [RawRecord(f"{src.path}[{split}]:row {i}", row) for i, row in enumerate(rows, 1)]
 

@@ -40,8 +40,17 @@ def demo(
 
     console = Console(soft_wrap=True, highlight=False)
     cache_root = cache.resolve() / "pretrained" if cache else None  # as `crosstune pretrain --cache`
-    result = run_demo(out, recipe, seed=seed, n_train=n_train, n_eval=n_eval, steps=steps, base_steps=base_steps,
-                      cache=cache_root, console=console)  # fmt: skip
+    result = run_demo(
+        out,
+        recipe,
+        seed=seed,
+        n_train=n_train,
+        n_eval=n_eval,
+        steps=steps,
+        base_steps=base_steps,
+        cache=cache_root,
+        console=console,
+    )
     console.rule("[bold]the demo", align="left")
     console.print(figures.scores_table(result.scores))
     engines = figures.engines(result.scores)

@@ -119,10 +119,15 @@ def scores_table(scores: list[Score]) -> Table:
 def as_record(scores: list[Score]) -> dict[str, Any]:
     """The table's numbers, as demo.json keeps them."""
     return {
-        s.label: {"evaluation": s.rel, "problems": s.summary.problems, "passed": s.passed,
-                  "pass_at_k": s.summary.pass_at_k, "pass_at_k_ci": s.summary.pass_at_k_ci}
+        s.label: {
+            "evaluation": s.rel,
+            "problems": s.summary.problems,
+            "passed": s.passed,
+            "pass_at_k": s.summary.pass_at_k,
+            "pass_at_k_ci": s.summary.pass_at_k_ci,
+        }
         for s in scores
-    }  # fmt: skip
+    }
 
 
 def machine_line(host: dict[str, Any]) -> str:
@@ -130,5 +135,7 @@ def machine_line(host: dict[str, Any]) -> str:
     cpu = host.get("cpu", {})
     load = cpu.get("load_avg")
     shown = "n/a" if not load else " / ".join(f"{x:.1f}" for x in load)
-    return (f"{cpu.get('model')} ({cpu.get('id') or 'id n/a'}; {', '.join(cpu.get('isa') or []) or 'isa n/a'}), "
-            f"{cpu.get('usable_cores')} cores, load average {shown} (1 / 5 / 15 min) at the start")  # fmt: skip
+    return (
+        f"{cpu.get('model')} ({cpu.get('id') or 'id n/a'}; {', '.join(cpu.get('isa') or []) or 'isa n/a'}), "
+        f"{cpu.get('usable_cores')} cores, load average {shown} (1 / 5 / 15 min) at the start"
+    )

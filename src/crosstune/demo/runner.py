@@ -74,8 +74,16 @@ def run_demo(
     manifest = figures.start_manifest(out, earlier, settings)
 
     console.rule("[bold]the held-out corpus (crosstune synth)", align="left")
-    corpus = generate_corpus(out / figures.CORPUS, n_train, n_eval, seed, task_kinds=HELD_OUT_KINDS,
-                             split=split_record(), reuse=True, force=True)  # fmt: skip
+    corpus = generate_corpus(
+        out / figures.CORPUS,
+        n_train,
+        n_eval,
+        seed,
+        task_kinds=HELD_OUT_KINDS,
+        split=split_record(),
+        reuse=True,
+        force=True,
+    )
     made = "kept: the same corpus is there" if corpus.reused else "written"
     console.print(f"{corpus.n_train} train records, {corpus.n_eval} problems of {', '.join(corpus.counts)}: {made}")
     bundles, hosts = {}, []
@@ -83,19 +91,33 @@ def run_demo(
         console.rule(f"[bold]the {backend} study (crosstune study)", align="left")
         bundles[backend] = out / backend
         studied = run_study(
-            recipe_file, backend, bundles[backend], overrides=demo_overrides(out / figures.CORPUS, steps),
-            with_=FIRST_WITH if i == 0 else OTHERS_WITH, pretrain_steps=base_steps, pretrain_cache=cache,
+            recipe_file,
+            backend,
+            bundles[backend],
+            overrides=demo_overrides(out / figures.CORPUS, steps),
+            with_=FIRST_WITH if i == 0 else OTHERS_WITH,
+            pretrain_steps=base_steps,
+            pretrain_cache=cache,
             console=console,
-        )  # fmt: skip
+        )
         hosts.append(studied.hosts[socket.gethostname()])
     console.rule("[bold]the report (crosstune report)", align="left")
     report = write_report(list(bundles.values()), out / figures.REPORT)
     scores = figures.read_scores(out, tuple(bundles))
     seconds = time.perf_counter() - t0
-    manifest.update(bundles={b: p.name for b, p in bundles.items()}, report=str(report.relative_to(out)),
-                    figures=figures.as_record(scores), engines=figures.engines(scores))  # fmt: skip
-    manifest.setdefault("runs", []).append({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                            "seconds": round(seconds, 1), "corpus_reused": corpus.reused,
-                                            "cpu": hosts[0]["cpu"]})  # fmt: skip
+    manifest.update(
+        bundles={b: p.name for b, p in bundles.items()},
+        report=str(report.relative_to(out)),
+        figures=figures.as_record(scores),
+        engines=figures.engines(scores),
+    )
+    manifest.setdefault("runs", []).append(
+        {
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "seconds": round(seconds, 1),
+            "corpus_reused": corpus.reused,
+            "cpu": hosts[0]["cpu"],
+        }
+    )
     figures.write_manifest(out, manifest)
     return DemoResult(out, bundles, report, scores, seconds, hosts[0])

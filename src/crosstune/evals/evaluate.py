@@ -122,8 +122,10 @@ def measure_references(
             on_progress("references", total - len(todo) + done, total)
 
     tick(0)
-    fresh = {_reference_key(p): o.to_dict() for p, o in zip(todo, _run_parallel(jobs, limits, workers, workroot,
-                                                                                  tick), strict=True)}  # fmt: skip
+    fresh = {
+        _reference_key(p): o.to_dict()
+        for p, o in zip(todo, _run_parallel(jobs, limits, workers, workroot, tick), strict=True)
+    }
     if counts_file:
         keep = {**cached, **{key: value for key, value in fresh.items() if not _is_limit_outcome(value)}}
         counts_file.parent.mkdir(parents=True, exist_ok=True)
@@ -160,11 +162,11 @@ def evaluate_completions(
     failure_reasons = failure_reasons or {}
     workers = workers or len(os.sched_getaffinity(0))  # the CPUs this process may use, not the host's
     out_dir = Path(out_dir)
-    references = measure_references(problems, limits, workers, out_dir / REFERENCE_COUNTS, workroot,
-                                    on_progress)  # fmt: skip
+    references = measure_references(problems, limits, workers, out_dir / REFERENCE_COUNTS, workroot, on_progress)
     samples = _samples(problems, completions, ks)
-    outcomes = _judge(problems, samples, references, completions is None, upstream_compatible, limits, workers,
-                      workroot, on_progress)  # fmt: skip
+    outcomes = _judge(
+        problems, samples, references, completions is None, upstream_compatible, limits, workers, workroot, on_progress
+    )
     mode = "upstream_compatible" if upstream_compatible else "strict"
     records, scores, failed = _scores(problems, samples, outcomes, failure_reasons, upstream_compatible)
     extra = {
@@ -175,8 +177,12 @@ def evaluate_completions(
     }
     if completions is not None:
         requested = sum(len(v) for v in samples.values())
-        extra["generation"] = {"requested": requested, "completed": requested - len(failed), "failed": len(failed),
-                               "failed_samples": failed}  # fmt: skip
+        extra["generation"] = {
+            "requested": requested,
+            "completed": requested - len(failed),
+            "failed": len(failed),
+            "failed_samples": failed,
+        }
         if from_cache is not None:
             extra["generation"]["from_cache"] = from_cache
     summary = summarize(scores, ks, mode, extra)
@@ -264,8 +270,9 @@ def _scores(
             if sample is None:
                 reason = failure_reasons.get((p.name, i), "no completion")
                 failed.append({"problem": p.name, "sample": i, "reason": reason})
-                records.append({"problem": p.name, "sample": i, "verdict": None, "generation": "failed",
-                                "reason": reason})  # fmt: skip
+                records.append(
+                    {"problem": p.name, "sample": i, "verdict": None, "generation": "failed", "reason": reason}
+                )
                 score.failed += 1
                 continue
             _, rule, prepended = sample
@@ -275,7 +282,16 @@ def _scores(
             )
             score.codes.append(primary)
             score.other_codes.append(other)
-            records.append({"problem": p.name, "sample": i, "verdict": primary, "generation": "ok", "rule": rule,
-                            "interface_prepended": prepended, **outcome.to_dict()})  # fmt: skip
+            records.append(
+                {
+                    "problem": p.name,
+                    "sample": i,
+                    "verdict": primary,
+                    "generation": "ok",
+                    "rule": rule,
+                    "interface_prepended": prepended,
+                    **outcome.to_dict(),
+                }
+            )
         scores.append(score)
     return records, scores, failed

@@ -61,8 +61,9 @@ def _evaluate(config: EvalConfig, on_progress: OnProgress | None) -> EvalReport:
             extra["engine"] = {"name": "none (the references themselves)", "kind": "reference"}
         if config.samples_file is not None:
             completions = load_samples_file(config.samples_file)
-            extra.update(samples_file=str(config.samples_file),
-                         engine=_one_engine(samples_file_engines(config.samples_file)))  # fmt: skip
+            extra.update(
+                samples_file=str(config.samples_file), engine=_one_engine(samples_file_engines(config.samples_file))
+            )
         elif not config.references_only:
             backend: Generator = (
                 EndpointGenerator(
@@ -78,22 +79,41 @@ def _evaluate(config: EvalConfig, on_progress: OnProgress | None) -> EvalReport:
 
             settings = config.settings
             generation = generate_completions(
-                problems, backend, settings.sampling, CompletionCache(config.out / CACHE_FILE),
-                settings.prompt_style, settings.shots, config.concurrency, on_generated, config.model_revision,
-            )  # fmt: skip
+                problems,
+                backend,
+                settings.sampling,
+                CompletionCache(config.out / CACHE_FILE),
+                settings.prompt_style,
+                settings.shots,
+                config.concurrency,
+                on_generated,
+                config.model_revision,
+            )
             completions, failure_reasons = generation.completions, generation.failure_reasons
             from_cache = generation.from_cache
-            extra.update(model=backend.model, model_identity=generation.identity, **config.summary_fields(),
-                         engine=_one_engine(generation.engines or [backend.engine]))  # fmt: skip
+            extra.update(
+                model=backend.model,
+                model_identity=generation.identity,
+                **config.summary_fields(),
+                engine=_one_engine(generation.engines or [backend.engine]),
+            )
         if not config.references_only:
             extra["protocol"] = protocol_record(config.settings.protocol, suite, config.settings.protocol_settings())
             if config.samples_file is not None:  # completions made elsewhere: the settings are as stated
                 extra["protocol"]["settings_observed"] = False
         return evaluate_completions(
-            problems, completions, config.out, ks=config.settings.ks, upstream_compatible=config.upstream_compatible,
-            workers=config.workers, limits=config.limits, on_progress=report_progress, extra_summary=extra,
-            failure_reasons=failure_reasons, from_cache=from_cache,
-        )  # fmt: skip
+            problems,
+            completions,
+            config.out,
+            ks=config.settings.ks,
+            upstream_compatible=config.upstream_compatible,
+            workers=config.workers,
+            limits=config.limits,
+            on_progress=report_progress,
+            extra_summary=extra,
+            failure_reasons=failure_reasons,
+            from_cache=from_cache,
+        )
     except (ProblemSetError, GenerationError, FileNotFoundError, ValueError) as e:
         raise EvalError(str(e)) from e
     except KeyboardInterrupt:
@@ -112,6 +132,8 @@ def _one_engine(engines: list[dict]) -> dict:
 def _interrupted_message(out: Path, generated: dict[str, int]) -> str:
     if not generated["total"]:
         return "interrupted: no report was written."
-    return (f"interrupted: {generated['done']} of {generated['total']} samples are kept in "
-            f"{out / CACHE_FILE}; no report was written. Run the same command again to resume: only the "
-            "missing samples are requested.")  # fmt: skip
+    return (
+        f"interrupted: {generated['done']} of {generated['total']} samples are kept in "
+        f"{out / CACHE_FILE}; no report was written. Run the same command again to resume: only the "
+        "missing samples are requested."
+    )

@@ -71,8 +71,9 @@ class EvalSettings:
         picks the preset's sampling), from the recipe's eval `section` (None: no recipe) and the caller's `options`."""
         options = options or EvalOptions()
         protocol = options.protocol or (section.protocol if section is not None else None)
-        layers = [{**{name: getattr(EVAL_DEFAULTS, name) for name in _LAYERED if name != "shots"},
-                   "shots": DEFAULT_SHOTS}]  # fmt: skip
+        layers = [
+            {**{name: getattr(EVAL_DEFAULTS, name) for name in _LAYERED if name != "shots"}, "shots": DEFAULT_SHOTS}
+        ]
         if protocol is not None:
             layers.append(_preset(protocol, problems))
         if section is not None:  # the lines the recipe writes (the rest are the section's defaults, layer one)
@@ -83,14 +84,19 @@ class EvalSettings:
         if not any("k" in layer for layer in layers[1:]):  # the built-in k: only those n samples allow
             ks = tuple(k for k in ks if k <= values["samples"]) or (1,)
         return cls(
-            sampling=SamplingParams(n=values["samples"], temperature=values["temperature"], top_p=values["top_p"],
-                                    max_tokens=values["max_tokens"], seed=options.seed),
+            sampling=SamplingParams(
+                n=values["samples"],
+                temperature=values["temperature"],
+                top_p=values["top_p"],
+                max_tokens=values["max_tokens"],
+                seed=options.seed,
+            ),
             ks=ks,
             prompt_style=values["prompt_style"],
             shots=values["shots"],
             timeouts=Timeouts(values["connect_timeout_s"], values["read_timeout_s"], values["request_timeout_s"]),
             protocol=protocol,
-        )  # fmt: skip
+        )
 
     def protocol_settings(self) -> dict:
         """The settings a protocol fixes, as these have them (protocols.SETTINGS: summary.json's record)."""

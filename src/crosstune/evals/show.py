@@ -51,16 +51,20 @@ def show_report(report: EvalReport, console: Console) -> None:
     _show_cache(report, console)
     if summary.get("protocol"):
         departs = summary["protocol"].get("deviations")
-        console.print(f"protocol: {summary['protocol']['name']}" + (f" (departs in {', '.join(departs)})" if departs
-                      else ""), markup=False)  # fmt: skip
+        console.print(
+            f"protocol: {summary['protocol']['name']}" + (f" (departs in {', '.join(departs)})" if departs else ""),
+            markup=False,
+        )
     rate = summary["upstream_pass_rate"]
     console.print(f"upstream-style pass rate: {'n/a' if rate is None else f'{rate:.2f}'}")
     console.print("categories: " + ", ".join(f"{c} {CATEGORIES[c]} ×{n}" for c, n in summary["categories"].items()))
     console.print(f"reports: {', '.join(str(p) for p in report.paths)}")
     generation = summary.get("generation")
     if generation and generation["failed"]:
-        console.print(f"[red]{generation['failed']} of {generation['requested']} samples failed to generate[/red]; "
-                      "the numbers above cover the completed samples only:")  # fmt: skip
+        console.print(
+            f"[red]{generation['failed']} of {generation['requested']} samples failed to generate[/red]; "
+            "the numbers above cover the completed samples only:"
+        )
         for failure in generation["failed_samples"][:10]:
             console.print(f"  {failure['problem']} sample {failure['sample']}: {failure['reason']}", markup=False)
         if generation["failed"] > 10:
@@ -75,9 +79,13 @@ def _show_cache(report: EvalReport, console: Console) -> None:
         return
     cached, requested = generation["from_cache"], generation["requested"]
     cache = report.paths[0].parent / "completions.jsonl" if report.paths else "completions.jsonl"
-    console.print(f"samples: {cached} of {requested} from the cache ({cache}), {requested - cached} generated",
-                  markup=False)  # fmt: skip
+    console.print(
+        f"samples: {cached} of {requested} from the cache ({cache}), {requested - cached} generated", markup=False
+    )
     if cached and "weights" in identity and identity["weights"] is None:
-        console.print(f"  the served model's folder ({identity.get('root')}) is not on this machine: its cached "
-                      "samples are trusted by served name and folder; remove the cache if the model changed",
-                      style="yellow", markup=False)  # fmt: skip
+        console.print(
+            f"  the served model's folder ({identity.get('root')}) is not on this machine: its cached "
+            "samples are trusted by served name and folder; remove the cache if the model changed",
+            style="yellow",
+            markup=False,
+        )

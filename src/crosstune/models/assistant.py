@@ -76,8 +76,15 @@ def assistant_config(base: dict, *, hidden_size: int | None = None, layers: int 
     return config
 
 
-def build_assistant(base_dir: Path, out_dir: Path, *, seed: int = 0, hidden_size: int | None = None,
-                    layers: int = ASSISTANT_LAYERS, dtype: str = "float32"):  # fmt: skip
+def build_assistant(
+    base_dir: Path,
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    hidden_size: int | None = None,
+    layers: int = ASSISTANT_LAYERS,
+    dtype: str = "float32",
+):
     """A random drafter for the base in `base_dir` (the model, in memory; `save_assistant` writes it)."""
     import torch
     import transformers

@@ -59,28 +59,54 @@ SCALES = re.compile(r"(?:norm(?:_\d)?\.weight|router\.scale|router\.per_expert_s
 # model's, not its size). Media token ids lie past the text vocabulary.
 MULTIMODAL = {
     "Gemma4Config": {
-        "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-                   "num_key_value_heads": 2, "head_dim": 16},
+        "vision": {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+        },
         "media": ("image_token_id", "boi_token_id", "eoi_token_id", "video_token_id"),
         "extra": {"audio_config": None},
     },
     "Gemma4UnifiedConfig": {  # the 12B: patches -> LN -> Dense -> LN -> +posemb -> LN -> RMSNorm -> Linear
         # num_soft_tokens: the hub's config has it (280) and vLLM 0.32 reads it at start-up, text-only serving too;
         # transformers 5.12-5.19 keep it as an extra field
-        "vision": {"patch_size": 4, "pooling_kernel_size": 2, "mm_embed_dim": 32, "mm_posemb_size": 16,
-                   "output_proj_dims": 32, "num_soft_tokens": 280},
-        "media": ("image_token_id", "boi_token_id", "eoi_token_id", "video_token_id", "boa_token_id",
-                  "eoa_token_index", "audio_token_id"),
+        "vision": {
+            "patch_size": 4,
+            "pooling_kernel_size": 2,
+            "mm_embed_dim": 32,
+            "mm_posemb_size": 16,
+            "output_proj_dims": 32,
+            "num_soft_tokens": 280,
+        },
+        "media": (
+            "image_token_id",
+            "boi_token_id",
+            "eoi_token_id",
+            "video_token_id",
+            "boa_token_id",
+            "eoa_token_index",
+            "audio_token_id",
+        ),
         "extra": {"audio_config": None},
     },
     "Gemma3Config": {
-        "vision": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-                   "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 56, "patch_size": 14,
-                   "vision_use_head": False},
+        "vision": {
+            "model_type": "siglip_vision_model",
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 56,
+            "patch_size": 14,
+            "vision_use_head": False,
+        },
         "media": ("image_token_index", "boi_token_index", "eoi_token_index"),
         "extra": {"mm_tokens_per_image": 4},
     },
-}  # fmt: skip
+}
 
 
 def sized_spec(family: str, size: str, layers: int | None = None, vocab: int | None = None) -> ModelSpec:

@@ -35,22 +35,30 @@ CorpusOpt = typer.Option(
 SeedOpt = typer.Option(0, "--seed", help="Weight-init seed; the same arguments give byte-identical files.")
 OutOpt = typer.Option(..., "--out", help="Directory to write the checkpoint into (new, empty, or an earlier build).")
 ForceOpt = typer.Option(
-    False, "--force", help=f"Replace OUT when it is an earlier `crosstune model` build, unchanged ({MODEL.manifest} "
-    "in it lists every file); a folder holding anything else is refused, naming the files."
-)  # fmt: skip
+    False,
+    "--force",
+    help=f"Replace OUT when it is an earlier `crosstune model` build, unchanged ({MODEL.manifest} "
+    "in it lists every file); a folder holding anything else is refused, naming the files.",
+)
 LayoutOpt = typer.Option(
-    "causal", "--layout", help="causal: text-only *ForCausalLM; multimodal: *ForConditionalGeneration with a small "
-    "vision tower (the official checkpoints' layout)"
-)  # fmt: skip
+    "causal",
+    "--layout",
+    help="causal: text-only *ForCausalLM; multimodal: *ForConditionalGeneration with a small "
+    "vision tower (the official checkpoints' layout)",
+)
 ShardsOpt = typer.Option(1, "--shards", help="safetensors files (more than 1: with model.safetensors.index.json)")
 AssistantOpt = typer.Option(
-    None, "--assistant", help="build the Gemma 4 MTP drafter (transformers' gemma4_assistant) of the model in this "
-    "folder instead of a model: it reads that base's K/V; served with `serve start --draft`"
-)  # fmt: skip
+    None,
+    "--assistant",
+    help="build the Gemma 4 MTP drafter (transformers' gemma4_assistant) of the model in this "
+    "folder instead of a model: it reads that base's K/V; served with `serve start --draft`",
+)
 FitOpt = typer.Option(
-    None, "--fit-steps", help="with --assistant: steps fitting the drafter to the base's greedy outputs (default: 150 "
-    "for tiny, 0 for build: a random drafter proposes tokens the base rejects)"
-)  # fmt: skip
+    None,
+    "--fit-steps",
+    help="with --assistant: steps fitting the drafter to the base's greedy outputs (default: 150 "
+    "for tiny, 0 for build: a random drafter proposes tokens the base rejects)",
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -95,14 +103,14 @@ def build(
         "--size",
         help="A size of the family (gemma4: e2b, e4b, 26b-a4b, 12b, 31b, tiny, tiny-e, tiny-moe, tiny-unified, small; "
         "gemma3: 1b ... 27b, tiny).",
-    ),  # fmt: skip
+    ),
     out: Path = OutOpt,
     layers: int = typer.Option(
         None,
         "--layers",
         help="Decoder layers (default: the size's; fewer than 6 "
         "end with a global layer, so 2 = one sliding + one global)",
-    ),  # fmt: skip
+    ),
     vocab: int = typer.Option(None, "--vocab", help="Vocabulary size (default: the size's, 262,144 for 31b)"),
     layout: str = LayoutOpt,
     dtype: str = typer.Option("bfloat16", "--dtype", help="float32 or bfloat16 (the hub's checkpoints: bfloat16)"),
@@ -168,9 +176,18 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
     try:
         with staged as tmp, console.status(f"building {spec.name}") as status:
             build_checkpoint(
-                fam.name, tmp, size=size, layers=layers, vocab=vocab, layout=layout, dtype=dtype, shards=shards,
-                seed=seed, corpus_dir=corpus, say=lambda message: status.update(f"{spec.name}: {message}"),
-            )  # fmt: skip
+                fam.name,
+                tmp,
+                size=size,
+                layers=layers,
+                vocab=vocab,
+                layout=layout,
+                dtype=dtype,
+                shards=shards,
+                seed=seed,
+                corpus_dir=corpus,
+                say=lambda message: status.update(f"{spec.name}: {message}"),
+            )
             write_manifest(tmp, MODEL, {"settings": settings})
     except ShardCountError as e:
         raise ModelOptionError(f"--shards {shards}: {e}") from None
@@ -229,8 +246,10 @@ def _report(console: Console, spec, out: Path, layout: str, dtype: str, seed: in
     )
     console.print("layer types: " + " ".join(spec.layer_types))
     if spec.per_layer_input_dim:
-        console.print(f"per-layer inputs: {spec.per_layer_input_dim} per layer ({spec.per_layer_embedding_params:,} "
-                      "embedding params)")  # fmt: skip
+        console.print(
+            f"per-layer inputs: {spec.per_layer_input_dim} per layer ({spec.per_layer_embedding_params:,} "
+            "embedding params)"
+        )
     if spec.kv_shared_layers:
         shared = range(spec.first_kv_shared, spec.num_layers)
         sources = sorted({spec.kv_source(i) for i in shared})

@@ -76,9 +76,19 @@ def draft_logits(drafter, embeds, hidden, kv, steps: int, tokens=None):
     return logits
 
 
-def fit_drafter(base, drafter, *, steps: int = 150, sequences: int = 256, prompt_len: int = 16,
-                new_tokens: int = 48, draft_steps: int = 2, lr: float = 3e-4, batch_size: int = 64,
-                seed: int = 0) -> FitReport:  # fmt: skip
+def fit_drafter(
+    base,
+    drafter,
+    *,
+    steps: int = 150,
+    sequences: int = 256,
+    prompt_len: int = 16,
+    new_tokens: int = 48,
+    draft_steps: int = 2,
+    lr: float = 3e-4,
+    batch_size: int = 64,
+    seed: int = 0,
+) -> FitReport:
     """Fit `drafter` in place to `base`'s greedy outputs (see the module docstring); both are transformers models.
     A small learning rate on many sequences: a tiny base's continuations of random prompts are memorised within a
     few hundred steps at 3e-3 (75 % top-1 on the fit data, 4 % on other prompts); at 3e-4 what is learned carries

@@ -59,8 +59,10 @@ def mismatch_notes(evals: list[Named]) -> list[Note]:
             values = [get(s) for _, s in group]
             if len(set(values)) > 1:
                 shown = "; ".join(f"{name}: {value}" for (name, _), value in zip(group, values, strict=True))
-                text = (f"the evaluations on the same problems were produced by different {what}s — {shown}; "
-                        "decoding differences enter any comparison of their pass@k")  # fmt: skip
+                text = (
+                    f"the evaluations on the same problems were produced by different {what}s — {shown}; "
+                    "decoding differences enter any comparison of their pass@k"
+                )
                 notes.append(Note(text, "error"))
             elif values[0] == NOT_RECORDED:
                 notes.append(Note(f"{names}: {what} not recorded, comparability unchecked", "warn"))
@@ -89,8 +91,12 @@ def interval_table(evals: list[Named], flagged: set[int]) -> Table:
     ks = sorted({k for _, s in evals for k in s.pass_at_k}, key=int)
     rows = [[name, engine_of(s), protocol_of(s), *[with_interval(s, k) for k in ks]] for name, s in evals]
     method = next((s.pass_at_k_ci_method for _, s in evals if s.pass_at_k_ci_method), {})
-    caption = (f"[low, high]: {int(100 * method['level'])} % interval, {method['method']} ({method['resamples']:,} "
-               f"resamples, seed {method['seed']})" if method else "no interval recorded")  # fmt: skip
+    caption = (
+        f"[low, high]: {int(100 * method['level'])} % interval, {method['method']} ({method['resamples']:,} "
+        f"resamples, seed {method['seed']})"
+        if method
+        else "no interval recorded"
+    )
     headers = ["evaluation", "engine", "protocol", *[f"pass@{k}" for k in ks]]
     return Table("pass@k with 95 % intervals, engine and protocol", headers, rows, flagged, caption)
 
@@ -119,14 +125,25 @@ def significance_table(evals: list[Named]) -> Table | None:
             test = paired_permutation_test(*paired)
             verdict = "significant" if test.significant else "not significant"
             how = "exact" if test.exact else f"{test.resamples:,} random sign flips"
-            rows.append([f"{name_a} vs {name_b}", f"pass@{k}", with_interval(a, k), with_interval(b, k),
-                         f"{100 * test.difference:+.1f} pts", f"{test.differing} of {test.problems}",
-                         f"{test.p_value:.3g} ({how})", f"{verdict} at {SIGNIFICANCE:g}"])  # fmt: skip
+            rows.append(
+                [
+                    f"{name_a} vs {name_b}",
+                    f"pass@{k}",
+                    with_interval(a, k),
+                    with_interval(b, k),
+                    f"{100 * test.difference:+.1f} pts",
+                    f"{test.differing} of {test.problems}",
+                    f"{test.p_value:.3g} ({how})",
+                    f"{verdict} at {SIGNIFICANCE:g}",
+                ]
+            )
     if not rows:
         return None
     headers = ["pair (same problems, engine, protocol)", "k", "first", "second", "difference", "problems that differ",
                "p-value", "verdict"]  # fmt: skip
-    caption = ("Paired permutation test over problems: the per-problem pass@k differences' signs flipped at random "
-               "(all sign patterns when at most 16 problems differ), two-sided; for 0/1 outcomes (greedy pass@1) it "
-               "is the exact McNemar test.")  # fmt: skip
+    caption = (
+        "Paired permutation test over problems: the per-problem pass@k differences' signs flipped at random "
+        "(all sign patterns when at most 16 problems differ), two-sided; for 0/1 outcomes (greedy pass@1) it "
+        "is the exact McNemar test."
+    )
     return Table("Is the difference significant?", headers, rows, caption=caption)

@@ -56,22 +56,43 @@ def loss_figure(runs: Sequence[RunSummary], statement: str, comparable: bool):
     plt = pyplot()
     with_diff = len(runs) >= 2
     fig, axes = plt.subplots(
-        2 if with_diff else 1, 1, figsize=(8, 6.4 if with_diff else 4.4), dpi=DPI, sharex=True, squeeze=False,
+        2 if with_diff else 1,
+        1,
+        figsize=(8, 6.4 if with_diff else 4.4),
+        dpi=DPI,
+        sharex=True,
+        squeeze=False,
         gridspec_kw={"height_ratios": [3, 1.4]} if with_diff else None,
-    )  # fmt: skip
+    )
     ax = axes[0][0]
     for i, run in enumerate(runs):
         steps = [r.step for r in run.rows]
         every = max(len(runs), len(steps) // 12)  # markers of the runs take turns: each shows where curves meet
-        ax.plot(steps, [r.loss for r in run.rows], color=colour(i), linestyle=LINESTYLES[i % len(LINESTYLES)],
-                linewidth=2.2 - 0.5 * min(i, 2), marker=MARKERS[i % len(MARKERS)], ms=6, mfc="none",
-                markevery=(i * every // len(runs), every), label=text(run.label))  # fmt: skip
+        ax.plot(
+            steps,
+            [r.loss for r in run.rows],
+            color=colour(i),
+            linestyle=LINESTYLES[i % len(LINESTYLES)],
+            linewidth=2.2 - 0.5 * min(i, 2),
+            marker=MARKERS[i % len(MARKERS)],
+            ms=6,
+            mfc="none",
+            markevery=(i * every // len(runs), every),
+            label=text(run.label),
+        )
     ax.set_ylabel("training loss (nats per trained token)")
     ax.set_title("Training loss")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize=LEGEND_SIZE)
-    ax.text(0.01, 0.03, text(statement), transform=ax.transAxes, fontsize=9, color="black" if comparable else "#B00020",
-            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none" if comparable else "#B00020"})  # fmt: skip
+    ax.text(
+        0.01,
+        0.03,
+        text(statement),
+        transform=ax.transAxes,
+        fontsize=9,
+        color="black" if comparable else "#B00020",
+        bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none" if comparable else "#B00020"},
+    )
     if with_diff:
         diff = axes[1][0]
         first = {r.step: r.loss for r in runs[0].rows}
@@ -79,8 +100,14 @@ def loss_figure(runs: Sequence[RunSummary], statement: str, comparable: bool):
         for i, run in enumerate(runs[1:], 1):
             points = [(r.step, r.loss - first[r.step]) for r in run.rows if r.step in first]
             if points:
-                diff.plot(*zip(*points, strict=True), color=colour(i), linestyle=LINESTYLES[i % len(LINESTYLES)],
-                          marker=MARKERS[i % len(MARKERS)], ms=4, label=text(run.label))  # fmt: skip
+                diff.plot(
+                    *zip(*points, strict=True),
+                    color=colour(i),
+                    linestyle=LINESTYLES[i % len(LINESTYLES)],
+                    marker=MARKERS[i % len(MARKERS)],
+                    ms=4,
+                    label=text(run.label),
+                )
         diff.set_ylabel("difference (nats)")
         diff.set_title(f"Each run's loss minus {text(runs[0].label)}'s at the same step (0: they coincide)", fontsize=9)
         diff.grid(alpha=0.3)
@@ -100,8 +127,13 @@ def throughput(runs: Sequence[RunSummary]) -> bytes:
     fig, axes = plt.subplots(1, 2 if with_mfu else 1, figsize=(11 if with_mfu else 8, 4.2), dpi=DPI, squeeze=False)
     left = axes[0][0]
     for i, run in enumerate(runs):
-        left.plot([r.step for r in run.rows], [r.trained_tokens_per_s for r in run.rows], color=colour(i),
-                  linestyle=LINESTYLES[i % len(LINESTYLES)], label=text(run.label))  # fmt: skip
+        left.plot(
+            [r.step for r in run.rows],
+            [r.trained_tokens_per_s for r in run.rows],
+            color=colour(i),
+            linestyle=LINESTYLES[i % len(LINESTYLES)],
+            label=text(run.label),
+        )
     title = "Training throughput" + ("" if with_mfu else " (MFU: none recorded — no bf16 peak on CPU)")
     left.set(xlabel="optimizer step", ylabel="trained tokens / s (all devices)", title=title)
     if with_mfu:
@@ -125,8 +157,14 @@ def tco_figure(options: Sequence[Option], workload: Workload, crossing: float | 
     horizon = max(workload.days, 2 * crossing if crossing else 0.0, 1.0)
     days = [horizon * i / 100 for i in range(101)]
     for i, option in enumerate(options):
-        ax.plot(days, [option.total(workload, d) for d in days], color=colour(i),
-                linestyle=LINESTYLES[i % len(LINESTYLES)], linewidth=2, label=text(option.name))  # fmt: skip
+        ax.plot(
+            days,
+            [option.total(workload, d) for d in days],
+            color=colour(i),
+            linestyle=LINESTYLES[i % len(LINESTYLES)],
+            linewidth=2,
+            label=text(option.name),
+        )
     if crossing is not None:
         ax.axvline(crossing, color="#595959", linestyle="--", label=f"break-even: day {crossing:,.1f}")
     ax.axvline(workload.days, color="black", linestyle=":", label=f"workload: {workload.days:g} days")
@@ -152,8 +190,13 @@ def pass_at_k_figure(groups: Sequence):
         width = 0.8 / max(1, len(group.evals))
         for i, e in enumerate(group.evals):
             values = [100 * (e.pass_at_k.get(k) or 0.0) for k in ks]
-            bars = ax.bar([j + i * width for j in range(len(ks))], values, width, color=colour(models.index(e.model)),
-                          label=text(e.name))  # fmt: skip
+            bars = ax.bar(
+                [j + i * width for j in range(len(ks))],
+                values,
+                width,
+                color=colour(models.index(e.model)),
+                label=text(e.name),
+            )
             ax.bar_label(bars, labels=[f"{v:.0f}" for v in values], fontsize=8, padding=2)
         ax.set_xticks([j + width * (len(group.evals) - 1) / 2 for j in range(len(ks))], [f"pass@{k}" for k in ks])
         ax.set(ylabel="pass rate (%)", ylim=(0, 109))
@@ -183,8 +226,9 @@ def verdict_shares(evals: Sequence) -> bytes:
         shares = [100 * e.summary.categories.get(code, 0) / max(1, e.summary.samples) for e in evals]
         fill = PASS_COLOUR if code == "." else others[(i - ("." in codes)) % len(others)]
         short = re.split(r"[:(,]", CATEGORIES[code])[0].strip()
-        ax.barh(names, shares, left=bottoms, color=fill, hatch="//" if i > len(others) else None,
-                label=f"{code}  {short}")  # fmt: skip
+        ax.barh(
+            names, shares, left=bottoms, color=fill, hatch="//" if i > len(others) else None, label=f"{code}  {short}"
+        )
         bottoms = [b + v for b, v in zip(bottoms, shares, strict=True)]
     ax.set(xlabel="share of judged samples (%)", title="Verdicts by category", xlim=(0, 100))
     ax.invert_yaxis()  # the first evaluation on top, as in the tables

@@ -32,8 +32,14 @@ def _plain_log_y(ax) -> None:
 
 def _style(k: int, sweep: Sweep, size: float) -> dict:
     """Sweep k's colour, line style and marker: the same in every panel and chart."""
-    return {"color": colour(k), "linestyle": LINESTYLES[k % len(LINESTYLES)], "marker": MARKERS[k % len(MARKERS)],
-            "ms": size, "linewidth": 2, "label": text(sweep.label)}  # fmt: skip
+    return {
+        "color": colour(k),
+        "linestyle": LINESTYLES[k % len(LINESTYLES)],
+        "marker": MARKERS[k % len(MARKERS)],
+        "ms": size,
+        "linewidth": 2,
+        "label": text(sweep.label),
+    }
 
 
 def serving_figure(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms"):
@@ -42,8 +48,7 @@ def serving_figure(sweeps: Sequence[Sweep], latency: str = "median_ttft_ms"):
     contexts = sorted({c for s in sweeps for c in s.contexts})
     ncols = min(MAX_COLUMNS, len(contexts))
     blocks = math.ceil(len(contexts) / ncols)
-    fig, axes = plt.subplots(2 * blocks, ncols, figsize=(3.0 * ncols + 1.2, 5.6 * blocks + 0.9), dpi=DPI,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(2 * blocks, ncols, figsize=(3.0 * ncols + 1.2, 5.6 * blocks + 0.9), dpi=DPI, squeeze=False)
     rate = any(s.declared.get("load") == "request rate (req/s)" for s in sweeps)
     load = "request rate (req/s)" if rate else "concurrent requests"
     for n, context in enumerate(contexts):
@@ -158,8 +163,14 @@ def pareto_figure(sweeps: Sequence[Sweep], usd_per_hour: Sequence[float | None])
         for ax, y in ((left, "per_chip"), (right, "per_dollar")):
             if y == "per_dollar" and not price:
                 continue
-            ax.scatter([p["per_user"] for p in pts], [p[y] for p in pts], color=style["color"],
-                       marker=style["marker"], alpha=0.35, s=18)  # fmt: skip
+            ax.scatter(
+                [p["per_user"] for p in pts],
+                [p[y] for p in pts],
+                color=style["color"],
+                marker=style["marker"],
+                alpha=0.35,
+                s=18,
+            )
             line = frontier(pts, y)
             ax.plot([p["per_user"] for p in line], [p[y] for p in line], **style)
     left.set(ylabel="output tokens / s per chip", title="Throughput per chip vs interactivity")

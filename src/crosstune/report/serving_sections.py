@@ -237,8 +237,13 @@ def tco_section(
     for i, j in pairing.pairs:
         run, train, sweep = runs[i], train_costs[i], sweeps[j]
         if train is None or not serving[j]:
-            section.items.append(Note(f"no TCO option for {run.label} + {sweep.label}: one of them has no price "
-                                      "(runs on cpu have none: pass --prices)", "warn"))  # fmt: skip
+            section.items.append(
+                Note(
+                    f"no TCO option for {run.label} + {sweep.label}: one of them has no price "
+                    "(runs on cpu have none: pass --prices)",
+                    "warn",
+                )
+            )
         else:
             pairs.append((train, sweep, serving[j]))
     if not pairs:

@@ -57,7 +57,7 @@ def drafter_cost_table(sweeps: list[Sweep], costs: list[list[ServingCost] | None
         "acceptance",
         "mean accepted length",
     ]
-    # fmt: skip
+
     caption = (
         "each at its saturation point (crosstune.cost); acceptance and mean accepted length are vLLM's spec_decode "
         "counters over the drafted sweep's peak cell (accepted / proposed; 1 + accepted / drafts)"

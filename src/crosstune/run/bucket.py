@@ -125,8 +125,10 @@ class BucketCopy:
         folder = Path(self.remote)
         for where in [*reversed(folder.parents), folder]:
             if where.is_symlink():
-                raise BucketError(f"{where} is a link (to {os.readlink(where)}) in --bucket {self.remote}: a push "
-                                  f"would write through it and prune its target; {_NO_LINK}")  # fmt: skip
+                raise BucketError(
+                    f"{where} is a link (to {os.readlink(where)}) in --bucket {self.remote}: a push "
+                    f"would write through it and prune its target; {_NO_LINK}"
+                )
         return folder
 
     # --- reading the bucket's copy without pulling it ------------------------------------------------------------
@@ -173,8 +175,10 @@ def bucket_location(bucket: str) -> str:
     if not bucket:
         raise BucketError("--bucket is empty: give gs://NAME, s3://NAME or a folder")
     if _URL.match(bucket) and not bucket.startswith(SCHEMES):
-        raise BucketError(f"--bucket {bucket}: not a bucket crosstune copies to (the scheme is gs:// or s3://, lower "
-                          "case with two slashes): give gs://NAME, s3://NAME or a folder")  # fmt: skip
+        raise BucketError(
+            f"--bucket {bucket}: not a bucket crosstune copies to (the scheme is gs:// or s3://, lower "
+            "case with two slashes): give gs://NAME, s3://NAME or a folder"
+        )
     if bucket.startswith(SCHEMES) and not bucket.split("://", 1)[1].strip("/"):
         raise BucketError(f"--bucket {bucket}: name the bucket, e.g. gs://my-bundles")
     return bucket
@@ -190,8 +194,10 @@ def bundle_copy(bucket: str, bundle: Path) -> BucketCopy:
     if root == here or root in here.parents:
         raise BucketError(f"--bucket {bucket} holds the bundle itself ({here}): give a folder or bucket beside it")
     if here in root.parents:
-        raise BucketError(f"--bucket {bucket} is inside the bundle {here}: every push would copy the bundle into "
-                          "itself; give a folder or bucket outside it")  # fmt: skip
+        raise BucketError(
+            f"--bucket {bucket} is inside the bundle {here}: every push would copy the bundle into "
+            "itself; give a folder or bucket outside it"
+        )
     copy = root / Path(bundle).name
     for path, what in ((root, f"--bucket {bucket}"), (copy, f"the bundle's copy in --bucket {bucket}")):
         if os.path.lexists(path) and not path.is_symlink() and not path.is_dir():  # a link: refused by the push
@@ -235,8 +241,10 @@ def _run(argv: list[str], missing_ok: bool = False) -> str | None:
     err = " ".join(done.stderr.split())[-600:]
     if missing_ok and (MISSING.search(err) or (argv[:3] == ["aws", "s3", "ls"] and not err)):
         return None  # `aws s3 ls` of a prefix that holds nothing exits 1 and says nothing
-    raise BucketError(f"`{' '.join(argv)}` failed (exit {done.returncode}): {err} — check the bucket's name and "
-                      "this machine's credentials, then run the same command again")  # fmt: skip
+    raise BucketError(
+        f"`{' '.join(argv)}` failed (exit {done.returncode}): {err} — check the bucket's name and "
+        "this machine's credentials, then run the same command again"
+    )
 
 
 def _files(root: Path) -> dict[str, Path]:
@@ -273,8 +281,9 @@ def _sync_folders(src: Path, dst: Path, *, delete: bool, label: str) -> None:
     for rel, path in theirs.items():
         target = no_link_below(dst, rel, label=label, fix=_NO_LINK, error=BucketError)
         if os.path.lexists(target) and not target.is_file():
-            raise BucketError(f"{target} ({label}) is not a file, and the copy needs the file {rel} there: move it "
-                              "aside and rerun")  # fmt: skip
+            raise BucketError(
+                f"{target} ({label}) is not a file, and the copy needs the file {rel} there: move it aside and rerun"
+            )
         st = path.stat()
         if target.is_file() and (t := target.stat()).st_size == st.st_size and t.st_mtime_ns == st.st_mtime_ns:
             continue

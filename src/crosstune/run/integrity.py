@@ -50,8 +50,9 @@ def verify_checksums(folder: Path, what: str) -> bool:
         raise CheckpointCorruptError(f"{path}: unreadable checksum record ({e}); {_restore_hint(what)}") from None
     for rel, digest in sums.items():
         if relative_name(rel) is None or leads_out(folder, rel):  # a record that names a file elsewhere
-            raise CheckpointCorruptError(f"{path}: lists {rel!r}, which is not a file inside {folder}; "
-                                         f"{_restore_hint(what)}")  # fmt: skip
+            raise CheckpointCorruptError(
+                f"{path}: lists {rel!r}, which is not a file inside {folder}; {_restore_hint(what)}"
+            )
         p = folder / rel
         if not p.is_file():
             hint = _restore_hint(what)

@@ -160,9 +160,16 @@ class MetricsRowBuilder:
     ) -> StepMetrics:
         """One step's row from what the backend measured in it."""
         util = lambda n, remat: flops_utilisation(  # noqa: E731
-            self.spec, n, self.context, step_time_s, self.hardware, self.devices, remat, self.recompute_attention,
+            self.spec,
+            n,
+            self.context,
+            step_time_s,
+            self.hardware,
+            self.devices,
+            remat,
+            self.recompute_attention,
             self.recompute_matmuls,
-        )  # fmt: skip
+        )
         rate = (lambda n: n / step_time_s) if step_time_s > 0 else (lambda n: math.nan)
         return StepMetrics(
             step=step,

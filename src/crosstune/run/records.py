@@ -114,9 +114,10 @@ class RunRecord(RunTimings, StackFacts):
     family: str
     base_model: str | None = Field(description="the base checkpoint trained on (export's default --base)")
     base_model_revision: str | None = Field(
-        None, description="the hub commit base_model was resolved to when model.path is a hub id (base_model is then "
-        "that snapshot's folder in the hub cache); null: a local folder"
-    )  # fmt: skip
+        None,
+        description="the hub commit base_model was resolved to when model.path is a hub id (base_model is then "
+        "that snapshot's folder in the hub cache); null: a local folder",
+    )
     dtype: str
     hardware: str
     lora: LoraRecord

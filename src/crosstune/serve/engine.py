@@ -78,8 +78,13 @@ def unified_import_problem(spec: ModelSpec, vllm: Path) -> str | None:
     if not spec.unified:
         return None
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    probe = subprocess.run([str(vllm.parent / "python"), "-c", f"import {UNIFIED_IMPORT}"], capture_output=True,
-                           text=True, env=env, timeout=300)  # fmt: skip
+    probe = subprocess.run(
+        [str(vllm.parent / "python"), "-c", f"import {UNIFIED_IMPORT}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     if probe.returncode == 0:
         return None
     last = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]

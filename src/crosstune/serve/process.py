@@ -150,8 +150,17 @@ def start_server(
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(port)
     adapters = {f"{name}-lora": Path(adapter).resolve()} if adapter else {}
     adapters.update({n: Path(p).resolve() for n, p in (extra_adapters or {}).items()})
-    argv = vllm_argv(vllm, model_dir, name, port, dtype=dtype, max_model_len=max_model_len, adapters=adapters,
-                     drafter=drafter, text_only=multimodal_checkpoint(read_model_config(model_dir)))  # fmt: skip
+    argv = vllm_argv(
+        vllm,
+        model_dir,
+        name,
+        port,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        adapters=adapters,
+        drafter=drafter,
+        text_only=multimodal_checkpoint(read_model_config(model_dir)),
+    )
     state_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(lock_path(state_dir), f"server state {state_dir}", "another `serve start` is starting it"):
         if (state_dir / STATE_FILE).is_file():

@@ -47,9 +47,12 @@ def parse_ints(text: str, option: str) -> list[int]:
     """'128,512' -> [128, 512], each within the option's bound (crosstune.bounds.OPTIONS)."""
     b = option_bound("bench serve", option)
     return parse_list(
-        text, option, int, "an integer",
+        text,
+        option,
+        int,
+        "an integer",
         lambda v: f"is below {b.low:g}" if v < b.low else f"is above {b.high:,.0f} ({b.what})" if v > b.high else None,
-    )  # fmt: skip
+    )
 
 
 def parse_rates(text: str) -> list[float]:
@@ -229,8 +232,11 @@ def _grid(preset: str | None, contexts: str | None, concurrency: str | None, out
         from crosstune.servebench.presets import get_preset
 
         grid = get_preset(preset)
-        given = [o for o, v in (("--contexts", contexts), ("--concurrency", concurrency), ("--output-len", output_len))
-                 if v is not None]  # fmt: skip
+        given = [
+            o
+            for o, v in (("--contexts", contexts), ("--concurrency", concurrency), ("--output-len", output_len))
+            if v is not None
+        ]
         if given:
             raise BenchError(f"--preset {preset} sets the grid: drop {', '.join(given)} (or the preset)")
         return ",".join(map(str, grid.contexts)), ",".join(map(str, grid.concurrency)), grid.output_len

@@ -39,8 +39,15 @@ def points(summary: dict) -> list[dict]:
         user = per_user(c)
         if c["completed"] and user:
             throughput = c["output_throughput"]
-            out.append({"context_len": c["context_len"], "load": describe_load(c), "per_user": user,
-                        "per_chip": throughput / n, "output_throughput": throughput})  # fmt: skip
+            out.append(
+                {
+                    "context_len": c["context_len"],
+                    "load": describe_load(c),
+                    "per_user": user,
+                    "per_chip": throughput / n,
+                    "output_throughput": throughput,
+                }
+            )
     return out
 
 
@@ -52,7 +59,7 @@ def frontier(pts: Sequence[dict], y: str = "per_chip") -> list[dict]:
         if not any(
             q["per_user"] >= p["per_user"] and q[y] >= p[y] and (q["per_user"], q[y]) != (p["per_user"], p[y])
             for q in pts
-        )  # fmt: skip
+        )
     ]
     return sorted(best, key=lambda p: p["per_user"])
 
@@ -86,11 +93,22 @@ def write_pareto(summary: dict, out_dir: Path) -> Path | None:
             mine = [p for p in pts if p["context_len"] == ctx]
             dots = ax.scatter([p["per_user"] for p in mine], [p[y] for p in mine], alpha=0.5)
             line = frontier(mine, y)
-            ax.plot([p["per_user"] for p in line], [p[y] for p in line], color=dots.get_facecolor()[0], lw=1.5,
-                    marker="o", label=f"ctx {ctx} frontier")  # fmt: skip
+            ax.plot(
+                [p["per_user"] for p in line],
+                [p[y] for p in line],
+                color=dots.get_facecolor()[0],
+                lw=1.5,
+                marker="o",
+                label=f"ctx {ctx} frontier",
+            )
             for p in line:
-                ax.annotate(p["load"].replace("concurrency ", "c="), (p["per_user"], p[y]), fontsize=7,
-                            textcoords="offset points", xytext=(4, 4))  # fmt: skip
+                ax.annotate(
+                    p["load"].replace("concurrency ", "c="),
+                    (p["per_user"], p[y]),
+                    fontsize=7,
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                )
         ax.set(xlabel="output tokens / s per user", ylabel=label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")

@@ -115,8 +115,11 @@ def read_sweep(path: Path) -> Sweep:
 
 def _declared(path: Path, raw: dict, rows: list[dict]) -> dict[str, object]:
     """What the summary says about its workload and server, by the labels comparability reports them under."""
-    lens = [whole(f"{path}: output_len", n, low=1, unit="tokens per request") for n in [raw.get("output_len")]
-            + [row.get("output_len") for row in rows] if n is not None]  # fmt: skip
+    lens = [
+        whole(f"{path}: output_len", n, low=1, unit="tokens per request")
+        for n in [raw.get("output_len")] + [row.get("output_len") for row in rows]
+        if n is not None
+    ]
     output_len: object = None
     if lens:
         output_len = lens[0] if len(set(lens)) == 1 else "varies: " + ", ".join(map(str, sorted(set(lens))))
@@ -152,8 +155,18 @@ def _cell(path: Path, index: int, row: object) -> Cell:
         raise InputError(f"{where}.speculation: {spec!r} is not a mapping (servebench.speculation's figures)")
     load_where = f"{where}.{'request_rate' if rate else 'concurrency'}"
     figures = {
-        **{k: row.get(k) for k in ("context_len", "completed", "output_throughput", "duration_s",
-                                   "request_throughput", "total_token_throughput", "output_throughput_per_user")},
+        **{
+            k: row.get(k)
+            for k in (
+                "context_len",
+                "completed",
+                "output_throughput",
+                "duration_s",
+                "request_throughput",
+                "total_token_throughput",
+                "output_throughput_per_user",
+            )
+        },
         "failed": row.get("failed") or 0,
         "latency_ms": {name: row[name] for name in slos.NAMES if row.get(name) is not None},
         "concurrency": (
@@ -162,7 +175,7 @@ def _cell(path: Path, index: int, row: object) -> Cell:
             else whole(load_where, load, low=1, unit="requests in flight")
         ),
         **{k: spec.get(k) for k in ("acceptance_rate", "mean_accepted_length")},
-    }  # fmt: skip
+    }
     return Cell.model_validate(figures, context={"where": where})
 
 

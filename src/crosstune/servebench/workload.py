@@ -33,8 +33,10 @@ class PromptMaker:
         except Exception as e:  # transformers parses the folder's files: a damaged one raises anything (OSError,
             # ValueError, huggingface_hub's StrictDataclassError for a wrong type in config.json)
             why = " ".join(str(e).split())[:300] or type(e).__name__
-            raise BenchError(f"--tokenizer {tokenizer_dir}: no tokenizer can be loaded from it ({why}): give "
-                             "the served model's folder, with its tokenizer files") from None  # fmt: skip
+            raise BenchError(
+                f"--tokenizer {tokenizer_dir}: no tokenizer can be loaded from it ({why}): give "
+                "the served model's folder, with its tokenizer files"
+            ) from None
         special = set(self.tokenizer.all_special_ids)
         self.ids = np.array([i for i in range(len(self.tokenizer)) if i not in special], dtype=np.int64)
         self.rng = np.random.default_rng(seed)

@@ -80,11 +80,13 @@ def open_bundle(bundle: Path, recipe_name: str, backend: str) -> BundleManifest:
     if manifest is None:
         return new_manifest(recipe_name, backend)
     if manifest.backend != backend:
-        raise StudyError(f"{bundle} holds a {manifest.backend} study: give --backend {manifest.backend} or another "
-                         "--out")  # fmt: skip
+        raise StudyError(
+            f"{bundle} holds a {manifest.backend} study: give --backend {manifest.backend} or another --out"
+        )
     if manifest.recipe.name != recipe_name:
-        raise StudyError(f"{bundle} holds a study of recipe {manifest.recipe.name!r}, not {recipe_name!r}: give "
-                         "another --out")  # fmt: skip
+        raise StudyError(
+            f"{bundle} holds a study of recipe {manifest.recipe.name!r}, not {recipe_name!r}: give another --out"
+        )
     return manifest
 
 
@@ -107,5 +109,6 @@ class Output:
     skip: tuple[str, ...] = ()  # names under it that change without changing the output (locks, caches)
 
     def record(self, bundle: Path) -> OutputRecord:
-        return OutputRecord(path=self.rel, sha256=tree_sha256(bundle / self.rel, self.skip),
-                            skip=list(self.skip) if self.skip else None)  # fmt: skip
+        return OutputRecord(
+            path=self.rel, sha256=tree_sha256(bundle / self.rel, self.skip), skip=list(self.skip) if self.skip else None
+        )

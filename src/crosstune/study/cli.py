@@ -64,7 +64,16 @@ def study(
     launch = {k: v for k, v in {"node_rank": node_rank, "main_address": main_address}.items() if v}
     cache = pretrain_cache.resolve() / "pretrained" if pretrain_cache else None  # as `crosstune pretrain --cache`
     run_study(
-        recipe_file, backend, out, overrides=overrides, only=_stages(only), from_stage=from_stage, launch=launch,
-        prices=prices, bucket=bucket, with_=tuple(_stages(with_) or ()), pretrain_steps=pretrain_steps,
+        recipe_file,
+        backend,
+        out,
+        overrides=overrides,
+        only=_stages(only),
+        from_stage=from_stage,
+        launch=launch,
+        prices=prices,
+        bucket=bucket,
+        with_=tuple(_stages(with_) or ()),
+        pretrain_steps=pretrain_steps,
         pretrain_cache=cache,
-    )  # fmt: skip
+    )

@@ -110,8 +110,10 @@ class StudyContext:
         """`path` (None when the recipe names none); a missing one is an error before anything is cleared: a bundle
         copied to a machine without the base model must not lose its run to "inputs changed"."""
         if path is not None and not path.exists():
-            raise StudyError(f"{what} {path}: no such file or folder, and a stage's inputs include it: fix the recipe "
-                             "(or --set), or leave out the stages that read it (--from / --only)")  # fmt: skip
+            raise StudyError(
+                f"{what} {path}: no such file or folder, and a stage's inputs include it: fix the recipe "
+                "(or --set), or leave out the stages that read it (--from / --only)"
+            )
         return path
 
     def check_recipe_paths(self, stages: list[str], recipe_file: Path) -> None:
@@ -125,8 +127,9 @@ class StudyContext:
         model = next((st for st in ("prepare", "parity", "train", "export", "eval-base") if st in stages), None)
         made = "pretrain" in stages  # the study makes the base itself
         if model is not None and not made and (path := self.model_path) is not None and not path.exists():
-            raise StudyError(f"model.path {path}: no such file or folder, and stage {model} reads it: {todo} "
-                             "model.path=PATH")  # fmt: skip
+            raise StudyError(
+                f"model.path {path}: no such file or folder, and stage {model} reads it: {todo} model.path=PATH"
+            )
         for i in range(len(self.recipe.data.sources) if "prepare" in stages else 0):
             try:
                 source_files(self.recipe, i)
@@ -134,8 +137,9 @@ class StudyContext:
                 raise StudyError(f"{e}; stage prepare reads it: {todo} data.sources") from None
         evals = next((st for st in ("eval", "eval-base") if st in stages), None)
         if evals and (path := self.path(self.recipe.eval.problems)) is not None and not path.exists():
-            raise StudyError(f"eval.problems {path}: no such file or folder, and stage {evals} reads it: {todo} "
-                             "eval.problems=PATH")  # fmt: skip
+            raise StudyError(
+                f"eval.problems {path}: no such file or folder, and stage {evals} reads it: {todo} eval.problems=PATH"
+            )
 
     def files(self, path: Path | None, what: str) -> dict[str, str] | None:
         """The fingerprint of the file or folder at `path` (fsutil.files_fingerprint); see `existing`."""

@@ -126,9 +126,14 @@ def run_cost(s: StudyContext) -> StageResult:
         try:
             for sc in serving_costs(read_sweep(summary), book):
                 record["serving"].append(
-                    {"context": sc.context_len, "policy": sc.policy, "usd_per_m_output": sc.usd_per_m_output,
-                     "concurrency": None if sc.cell is None else sc.cell.concurrency, "error": sc.error}
-                )  # fmt: skip
+                    {
+                        "context": sc.context_len,
+                        "policy": sc.policy,
+                        "usd_per_m_output": sc.usd_per_m_output,
+                        "concurrency": None if sc.cell is None else sc.cell.concurrency,
+                        "error": sc.error,
+                    }
+                )
         except InputError as e:
             record["notes"].append(f"serving: {e}")
     atomic_write_text(s.bundle / COST / "cost.json", json.dumps(record, indent=2) + "\n")

@@ -49,8 +49,15 @@ def _cpu() -> dict[str, Any]:
                 memory_gib = round(bytes_to_gib(int(line.split()[1]) * 1024), 1)  # kB
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-    return {"model": model, "id": ident, "isa": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count(),
-            "usable_cores": usable, "memory_gib": memory_gib, "load_avg": load}  # fmt: skip
+    return {
+        "model": model,
+        "id": ident,
+        "isa": [f for f in ISA_FLAGS if f in flags],
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "memory_gib": memory_gib,
+        "load_avg": load,
+    }
 
 
 def _cuda() -> list[dict[str, str]]:

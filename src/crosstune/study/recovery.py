@@ -55,9 +55,11 @@ def restore_from_bucket(copy: BucketCopy, run_rel: str, console: Console, *, rec
         return
     ours = claim(bundle, BUNDLE_FOLDER, error=StudyError)
     if (theirs.recipe.name, theirs.backend) != (recipe, backend):
-        raise StudyError(f"{copy.remote}/{BUNDLE_MANIFEST} is a study of recipe {theirs.recipe.name!r} on "
-                         f"{theirs.backend}, not {recipe!r} on {backend}: another study's copy has this bundle's "
-                         "name there; give another --bucket or --out")  # fmt: skip
+        raise StudyError(
+            f"{copy.remote}/{BUNDLE_MANIFEST} is a study of recipe {theirs.recipe.name!r} on "
+            f"{theirs.backend}, not {recipe!r} on {backend}: another study's copy has this bundle's "
+            "name there; give another --bucket or --out"
+        )
     ahead, here = progress(theirs, copy.saved_steps(run_rel)), progress(ours, saved_steps(bundle / run_rel))
     if ours is not None and here >= ahead:
         console.print(f"bucket: this machine's bundle is as far as {copy.remote} (stages, step {here}): kept")
@@ -71,13 +73,16 @@ def restore_from_bucket(copy: BucketCopy, run_rel: str, console: Console, *, rec
         unproven = _unproven(staged, manifest)
         held = (ahead[0] - len(unproven), max(saved_steps(staged / run_rel), default=0))
         if ours is not None and here >= held:
-            console.print(f"bucket: {copy.remote} claims {ahead} (stages, step) but holds {held} (outputs of "
-                          f"{', '.join(unproven) or 'none'} don't match bundle.json's sha256, checkpoints that "
-                          f"don't verify dropped): this machine's bundle ({here}) is kept")  # fmt: skip
+            console.print(
+                f"bucket: {copy.remote} claims {ahead} (stages, step) but holds {held} (outputs of "
+                f"{', '.join(unproven) or 'none'} don't match bundle.json's sha256, checkpoints that "
+                f"don't verify dropped): this machine's bundle ({here}) is kept"
+            )
             return False
         what = "missing here" if ours is None else f"behind it here (stages, step: {here} < {held})"
-        console.print(f"bucket: pulling {copy.remote} ({held[0]} stages finished, step {held[1]}, checked): the "
-                      f"bundle is {what}")  # fmt: skip
+        console.print(
+            f"bucket: pulling {copy.remote} ({held[0]} stages finished, step {held[1]}, checked): the bundle is {what}"
+        )
         return True
 
     if copy.pull(check) and (dropped := drop_incomplete_checkpoints(bundle / run_rel)):

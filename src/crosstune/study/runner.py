@@ -107,8 +107,9 @@ def select_stages(
     or exactly `only` (in pipeline order)."""
     for name in with_:
         if name not in OPTIONAL_STAGES:
-            raise StudyError(f"--with {name!r}: one of {', '.join(OPTIONAL_STAGES)} (the stages a study runs only "
-                             "when asked)")  # fmt: skip
+            raise StudyError(
+                f"--with {name!r}: one of {', '.join(OPTIONAL_STAGES)} (the stages a study runs only when asked)"
+            )
     if only is not None and from_stage is not None:
         raise StudyError("give --from or --only, not both")
     if only is not None and not only:  # `--only ''` or `--only ,` is no stage, never all eight
@@ -136,8 +137,10 @@ def is_worker(launch: dict[str, Any]) -> bool:
 def _process_index(variable: str) -> int:
     value = os.environ.get(variable) or "0"
     if not value.strip().isdigit():
-        raise StudyError(f"{variable}={value!r}: not a process index (an integer >= 0, 0 = the lead): unset it or "
-                         "give this host's index")  # fmt: skip
+        raise StudyError(
+            f"{variable}={value!r}: not a process index (an integer >= 0, 0 = the lead): unset it or "
+            "give this host's index"
+        )
     return int(value)
 
 
@@ -185,11 +188,16 @@ def run_study(
         load_prices(prices)  # read and checked before any stage: the cost stage comes last
     recipe = load_study_recipe(recipe_file, bundle, overrides, with_)
     backend = backend or recipe.backend.default
-    options = {"with_": with_, "recipe_file": Path(recipe_file), "pretrain_steps": pretrain_steps,
-               "pretrain_cache": pretrain_cache,
-               "overrides": (*(overrides or []), *study_overrides(bundle, with_))}  # fmt: skip
-    preflight = StudyContext(bundle, recipe, backend, console, new_manifest(recipe.name, backend), launch, prices,
-                             **options)  # fmt: skip
+    options = {
+        "with_": with_,
+        "recipe_file": Path(recipe_file),
+        "pretrain_steps": pretrain_steps,
+        "pretrain_cache": pretrain_cache,
+        "overrides": (*(overrides or []), *study_overrides(bundle, with_)),
+    }
+    preflight = StudyContext(
+        bundle, recipe, backend, console, new_manifest(recipe.name, backend), launch, prices, **options
+    )
     if "pretrain" in with_:
         stages.check_pretrain(preflight)
     preflight.check_recipe_paths([st.name for st in chosen], Path(recipe_file))
@@ -229,8 +237,11 @@ def run_study(
 
 def stage_inputs(ctx: StudyContext, stage: Stage) -> str:
     """The fingerprint of what `stage` depends on: its own inputs and the recorded outputs of the stages it reads."""
-    reads = {name: [o.model_dump(mode="json") for o in ctx.outputs_of(name)] for name in stage.reads
-             if name not in OPTIONAL_STAGES or name in ctx.with_}  # fmt: skip
+    reads = {
+        name: [o.model_dump(mode="json") for o in ctx.outputs_of(name)]
+        for name in stage.reads
+        if name not in OPTIONAL_STAGES or name in ctx.with_
+    }
     return fingerprint({"format": INPUTS_FORMAT, "reads": reads, **stage.inputs(ctx)})
 
 
@@ -272,8 +283,14 @@ def _run_stage(ctx: StudyContext, stage: Stage, counter: str) -> None:
         if currency.action == "redo":
             _clear(ctx, stage, entry)
     console.rule(f"{counter} {stage.name}: {stage.title}", align="left")
-    running = StageEntry(status="running", inputs=inputs, inputs_format=INPUTS_FORMAT, host=socket.gethostname(),
-                         pid=os.getpid(), started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))  # fmt: skip
+    running = StageEntry(
+        status="running",
+        inputs=inputs,
+        inputs_format=INPUTS_FORMAT,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
     manifest.stages[stage.name] = running
     if stale := mark_stale_after(manifest, stage.name):  # written with "running": a kill -9 leaves them stale
         console.print(f"   {', '.join(stale)}: stale until redone (they read what {stage.name} rewrites)")

@@ -29,13 +29,21 @@ def serve_grid(serve: Any) -> dict[str, Any]:
     """The grid a study sweeps: the recipe's serve.contexts / concurrency / output_tokens, or the named preset's
     (servebench.presets, `serve.preset: seed` gives the seed's table shape on any target)."""
     if serve.preset is None:
-        return {"contexts": list(serve.contexts), "concurrency": list(serve.concurrency),
-                "output_len": serve.output_tokens, "preset": None}  # fmt: skip
+        return {
+            "contexts": list(serve.contexts),
+            "concurrency": list(serve.concurrency),
+            "output_len": serve.output_tokens,
+            "preset": None,
+        }
     from crosstune.servebench.presets import get_preset
 
     grid = get_preset(serve.preset, "the recipe's serve.preset")
-    return {"contexts": list(grid.contexts), "concurrency": list(grid.concurrency), "output_len": grid.output_len,
-            "preset": grid.name}  # fmt: skip
+    return {
+        "contexts": list(grid.contexts),
+        "concurrency": list(grid.concurrency),
+        "output_len": grid.output_len,
+        "preset": grid.name,
+    }
 
 
 def sweep(
@@ -61,10 +69,20 @@ def sweep(
     from crosstune.servebench.sweep import BenchError, SweepConfig
 
     cfg = SweepConfig(
-        endpoint=state.base_url, model=state.lora_name or state.model, tokenizer=tokenizer, contexts=list(contexts),
-        concurrency=list(concurrency), output_len=output_len, num_requests=num_requests, warmup=2, label=label,
-        target=target, preset=preset, server_kv_cache=state.kv_cache, server_drafter=state.drafter,
-    )  # fmt: skip
+        endpoint=state.base_url,
+        model=state.lora_name or state.model,
+        tokenizer=tokenizer,
+        contexts=list(contexts),
+        concurrency=list(concurrency),
+        output_len=output_len,
+        num_requests=num_requests,
+        warmup=2,
+        label=label,
+        target=target,
+        preset=preset,
+        server_kv_cache=state.kv_cache,
+        server_drafter=state.drafter,
+    )
     result = run_bench(cfg, out_dir, overwrite=True, progress=lambda line: console.print("   " + line, markup=False))
     render_summary(result.summary, console)
     if result.problem:
@@ -101,9 +119,13 @@ class Server:
             s, model = self.s, self.model_dir or self.s.merged_dir
             s.console.print(f"   starting vLLM on {model} (CPU build: 30-120 s to ready)")
             self.state = start_server(
-                model, s.bundle / self.state_rel, name=s.recipe.name, port=free_port(), dtype=s.recipe.model.dtype,
+                model,
+                s.bundle / self.state_rel,
+                name=s.recipe.name,
+                port=free_port(),
+                dtype=s.recipe.model.dtype,
                 max_model_len=self.max_model_len(),
-            )  # fmt: skip
+            )
         return self.state
 
     def close(self) -> None:
@@ -156,10 +178,15 @@ def run_bench(s: StudyContext) -> StageResult:
     grid = serve_grid(s.recipe.serve)
     try:
         summary = sweep(
-            s.server.start(), s.merged_dir, s.bundle / BENCH, s.console, **grid,
+            s.server.start(),
+            s.merged_dir,
+            s.bundle / BENCH,
+            s.console,
+            **grid,
             num_requests=max(16, REQUESTS_PER_LOAD * max(grid["concurrency"])),
-            label=f"{s.recipe.name} · {s.backend} · {s.recipe.hardware}", target=s.recipe.hardware,
-        )  # fmt: skip
+            label=f"{s.recipe.name} · {s.backend} · {s.recipe.hardware}",
+            target=s.recipe.hardware,
+        )
     except BenchError as e:
         raise BenchError(f"{e} (server log: {s.bundle / SERVE})") from None
     cells = len(summary.get("cells", []))

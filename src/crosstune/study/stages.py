@@ -33,9 +33,11 @@ def check_pretrain(s: StudyContext) -> None:
     """Before the bundle is claimed: the base the stage trains is the model the recipe names."""
     config, model = pretrain_config(s), s.recipe.model
     if (model.family, model.size) != (config.family, config.size):
-        raise StudyError(f"--with pretrain trains crosstune's {config.family} {config.size} base, but the recipe's "
-                         f"model is {model.family} {model.size}: leave out pretrain, or set model.family and "
-                         "model.size")  # fmt: skip
+        raise StudyError(
+            f"--with pretrain trains crosstune's {config.family} {config.size} base, but the recipe's "
+            f"model is {model.family} {model.size}: leave out pretrain, or set model.family and "
+            "model.size"
+        )
 
 
 def pretrain_inputs(s: StudyContext) -> dict[str, Any]:
@@ -57,8 +59,10 @@ def run_pretrain(s: StudyContext) -> StageResult:
     spec = get_family(config.family).spec(config.size)
     source = "shipped with crosstune" if cached.parent == SHIPPED_BASES else f"cached in {cached.parent}"
     losses = f"loss {info['losses'][0]:.2f} → {info['losses'][-1]:.2f}"
-    note = (f"{spec.total_params:,} parameters, {config.steps} steps on {len(config.task_kinds)} task kinds ({losses}, "
-            f"{info['seconds']:.0f} s when built); {source}")  # fmt: skip
+    note = (
+        f"{spec.total_params:,} parameters, {config.steps} steps on {len(config.task_kinds)} task kinds ({losses}, "
+        f"{info['seconds']:.0f} s when built); {source}"
+    )
     return StageResult(note, [Output(BASE)], record={"key": cached.name, "source": str(cached)})
 
 
@@ -152,11 +156,15 @@ def run_parity(s: StudyContext) -> StageResult:
     record = {"ok": report.ok, **dataclasses.asdict(report)}
     atomic_write_text(s.bundle / PARITY / "parity.json", json.dumps(record, indent=2) + "\n")
     if not report.ok:
-        raise StudyError(f"parity: the torch and jax backends disagree beyond tolerance (the table above; "
-                         f"{s.bundle / PARITY / 'parity.json'})")  # fmt: skip
+        raise StudyError(
+            f"parity: the torch and jax backends disagree beyond tolerance (the table above; "
+            f"{s.bundle / PARITY / 'parity.json'})"
+        )
     worst = max((g.max_abs / g.scale for g in report.grads if g.scale), default=0.0)
-    note = (f"same {report.tokens['jax']} trained tokens; loss |Δ| {report.loss_diff:.1e}, LoRA gradients within "
-            f"{worst:.0e} (relative), loss after one AdamW step |Δ| {report.loss_after_diff:.1e}")  # fmt: skip
+    note = (
+        f"same {report.tokens['jax']} trained tokens; loss |Δ| {report.loss_diff:.1e}, LoRA gradients within "
+        f"{worst:.0e} (relative), loss after one AdamW step |Δ| {report.loss_after_diff:.1e}"
+    )
     return StageResult(note, [Output(f"{PARITY}/parity.json")], record={"ok": True})
 
 
@@ -227,8 +235,7 @@ def run_export(s: StudyContext) -> StageResult:
         return lambda n: bar.advance(task, n)
 
     with bar:
-        made = export_run(s.run_dir, "both", s.bundle / EXPORT, base=s.model_path, overwrite=True,
-                          progress=progress)  # fmt: skip
+        made = export_run(s.run_dir, "both", s.bundle / EXPORT, base=s.model_path, overwrite=True, progress=progress)
     source = read_json(made["merged"] / "export_manifest.json")["source"]
     note = f"step {source.get('step')} → merged HF model and PEFT adapter"
     return StageResult(note, [Output(EXPORT)], record={"step": source["step"]})

@@ -166,12 +166,18 @@ def generate_corpus(
         raise SynthError(f"counts must be >= 0, got n_train={n_train}, n_eval={n_eval}")
     out_dir = Path(out_dir)
     chosen = select_task_kinds(task_kinds)
-    settings = {"version": SYNTH_VERSION, "seed": seed, "n_train": n_train, "n_eval": n_eval,
-                **({"split": split} if split is not None else {})}  # fmt: skip
+    settings = {
+        "version": SYNTH_VERSION,
+        "seed": seed,
+        "n_train": n_train,
+        "n_eval": n_eval,
+        **({"split": split} if split is not None else {}),
+    }
     if reuse and out_dir.is_dir() and (earlier := _earlier(out_dir, settings, chosen)) is not None:
         counts = {name: (f["train"], f["eval"]) for name, f in earlier["families"].items()}
-        return CorpusSummary(out_dir, seed, out_dir / "train.jsonl", out_dir / "eval", out_dir / "manifest.json",
-                             counts, reused=True)  # fmt: skip
+        return CorpusSummary(
+            out_dir, seed, out_dir / "train.jsonl", out_dir / "eval", out_dir / "manifest.json", counts, reused=True
+        )
     evals = plan_eval(n_eval, seed, chosen)
     eval_keys = {param_key(d.task_kind, d.params) for d in evals}
     train = plan_train(n_train, seed, eval_keys, chosen)

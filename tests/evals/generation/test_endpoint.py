@@ -69,8 +69,9 @@ def test_a_server_that_never_answers_the_probe_fails_within_the_connect_timeout(
             EndpointUnreachable,
             match=rf"{server.url}/v1/models: no complete answer within the connect timeout \(0.5 s\)",
         ):
-            generate_completions(PROBLEM, backend(server.url, Timeouts(connect_s=0.5)), SamplingParams(),
-                                 CompletionCache(tmp_path / "c"))  # fmt: skip
+            generate_completions(
+                PROBLEM, backend(server.url, Timeouts(connect_s=0.5)), SamplingParams(), CompletionCache(tmp_path / "c")
+            )
         assert time.monotonic() - start < 2 and server.seeds == []
 
 
@@ -84,19 +85,41 @@ def test_probe_names_the_served_models(tmp_path):
 def test_a_stalled_endpoint_is_given_up_after_failures_in_a_row(tmp_path):
     with eval_server(lambda seed: "stall") as server:
         start = time.monotonic()
-        result = generate_completions(PROBLEM, backend(server.url, Timeouts(read_s=0.3)), SamplingParams(n=6),
-                                      CompletionCache(tmp_path / "c"), concurrency=1)  # fmt: skip
+        result = generate_completions(
+            PROBLEM,
+            backend(server.url, Timeouts(read_s=0.3)),
+            SamplingParams(n=6),
+            CompletionCache(tmp_path / "c"),
+            concurrency=1,
+        )
     assert time.monotonic() - start < 3  # three 0.3 s timeouts, then the rest is not sent
     assert len(server.seeds) == 3
     reasons = [f.reason for f in result.failures]
     assert reasons[:3] == ["read timeout: the server sent nothing for 0.3 s"] * 3
-    assert reasons[3:] == ["not completed: the endpoint failed 3 samples in a row (last: read timeout: the server "
-                           "sent nothing for 0.3 s)"] * 3  # fmt: skip
+    assert (
+        reasons[3:]
+        == [
+            "not completed: the endpoint failed 3 samples in a row (last: read timeout: the server "
+            "sent nothing for 0.3 s)"
+        ]
+        * 3
+    )
 
 
 def eval_argv(url: str, out: Path, *extra: str) -> list[str]:
-    return ["--problems", str(CHECKOUT), "--problem", "Prob002_and2", "--endpoint", url, "--model", "m",
-            "--out", str(out), *extra]  # fmt: skip
+    return [
+        "--problems",
+        str(CHECKOUT),
+        "--problem",
+        "Prob002_and2",
+        "--endpoint",
+        url,
+        "--model",
+        "m",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def test_ctrl_c_stops_promptly_and_says_what_was_kept(tmp_path):
@@ -110,8 +133,14 @@ def test_ctrl_c_stops_promptly_and_says_what_was_kept(tmp_path):
     code = "import sys; from crosstune.cli import main; sys.argv[0] = 'crosstune'; main()"
     with eval_server(lambda seed: "ok" if seed == 0 else "stall") as server:
         argv = eval_argv(server.url, tmp_path, "--n", "3", "--concurrency", "1")
-        process = subprocess.Popen([sys.executable, "-c", code, "eval", *argv], env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, "eval", *argv],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=default_sigint,
+        )
         try:
             server.wait_for_requests(2)  # sample 0 answered, sample 1 hangs (default timeouts: minutes)
             time.sleep(0.3)
@@ -142,7 +171,9 @@ def test_report_is_written_with_failed_samples_counted_and_listed(tmp_path):
     generation = summary["generation"]
     assert (generation["requested"], generation["completed"], generation["failed"]) == (3, 1, 2)
     assert [(f["sample"], f["reason"][:13]) for f in generation["failed_samples"]] == [
-        (1, "HTTP 500: {\"e"), (2, "response cut ")]  # fmt: skip
+        (1, 'HTTP 500: {"e'),
+        (2, "response cut "),
+    ]
     row = summary["per_problem"][0]
     assert (row["n"], row["passed"], row["failed"], row["codes"]) == (1, 1, 2, ".")
     assert summary["pass_at_k"] == {"1": 1.0, "2": None}  # over what completed: 1 sample, too few for k = 2
@@ -151,7 +182,10 @@ def test_report_is_written_with_failed_samples_counted_and_listed(tmp_path):
     assert "**generation: 2 of 3 samples failed**" in markdown and "| Prob002_and2 | 2 | response cut" in markdown
     records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [(r["sample"], r["generation"], r["verdict"]) for r in records] == [
-        (0, "ok", "."), (1, "failed", None), (2, "failed", None)]  # fmt: skip
+        (0, "ok", "."),
+        (1, "failed", None),
+        (2, "failed", None),
+    ]
     assert "2 of 3 samples failed to generate" in result.output and "KV cache exhausted" in result.output
 
 
@@ -160,8 +194,10 @@ def test_recipe_gives_the_request_timeouts(tmp_path):
     from tests.helpers.evals import run
 
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("name: r\nmodel: {family: gemma4, size: tiny}\ndata: {sources: [{path: x.jsonl}]}\n"
-                      f"eval: {{problems: {CHECKOUT}, samples: 1, k: [1], read_timeout_s: 0.4}}\n")  # fmt: skip
+    recipe.write_text(
+        "name: r\nmodel: {family: gemma4, size: tiny}\ndata: {sources: [{path: x.jsonl}]}\n"
+        f"eval: {{problems: {CHECKOUT}, samples: 1, k: [1], read_timeout_s: 0.4}}\n"
+    )
     with eval_server(lambda seed: "stall") as server:
         start = time.monotonic()
         result = run(str(recipe), *eval_argv(server.url, tmp_path / "o"))

@@ -36,7 +36,12 @@ def test_request_payload_and_results(tmp_path):
     assert len(server.requests) == 4 and set(server.paths) == {"/v1/chat/completions"}
     first = server.requests[0]
     assert (first["model"], first["temperature"], first["top_p"], first["max_tokens"], first["n"]) == (
-        "fake-model", 0.8, 0.95, 64, 1)  # fmt: skip
+        "fake-model",
+        0.8,
+        0.95,
+        64,
+        1,
+    )
     assert first["messages"][0]["role"] == "system"
     assert sorted(r["seed"] for r in server.requests) == [100, 100, 101, 101]
     assert [len(v) for v in out.values()] == [2, 2] and "seed 101" in out["Prob001_zero"][1]
@@ -46,14 +51,16 @@ def test_server_failure_midway_then_resume_asks_only_missing(tmp_path):
     cache_path = tmp_path / "completions.jsonl"
     params = SamplingParams(n=3, temperature=0.8, top_p=0.95)
     with fake_server(fail_after=5) as failing:
-        failed = generate_completions(PROBLEMS, backend(failing.url), params, CompletionCache(cache_path),
-                                      concurrency=4)  # fmt: skip
+        failed = generate_completions(
+            PROBLEMS, backend(failing.url), params, CompletionCache(cache_path), concurrency=4
+        )
     assert len(failed.failures) == 12 - 5 and sum(v.count(None) for v in failed.completions.values()) == 7
     assert len(CompletionCache(cache_path)) == 5  # what succeeded is on disk
     done_first = {(len(r["messages"][-1]["content"]), r["seed"]) for r in failing.requests[:5]}
     with fake_server() as healthy:
-        resumed = generate_completions(PROBLEMS, backend(healthy.url), params, CompletionCache(cache_path),
-                                       concurrency=4)  # fmt: skip
+        resumed = generate_completions(
+            PROBLEMS, backend(healthy.url), params, CompletionCache(cache_path), concurrency=4
+        )
     out = resumed.completions
     assert resumed.failures == []
     assert len(healthy.requests) == 4 * 3 - 5
@@ -74,8 +81,14 @@ def test_keyboard_interrupt_keeps_finished_samples(tmp_path):
 
     with fake_server() as server:
         with pytest.raises(KeyboardInterrupt):
-            generate_completions(PROBLEMS, backend(server.url), params, CompletionCache(cache_path), concurrency=1,
-                                 on_progress=interrupt_after_three)  # fmt: skip
+            generate_completions(
+                PROBLEMS,
+                backend(server.url),
+                params,
+                CompletionCache(cache_path),
+                concurrency=1,
+                on_progress=interrupt_after_three,
+            )
     assert len(CompletionCache(cache_path)) == 3
     with fake_server() as server:
         generate_completions(PROBLEMS, backend(server.url), params, CompletionCache(cache_path))
@@ -159,7 +172,8 @@ class InstantTrouble:
 @pytest.mark.parametrize("attempt", range(5))
 def test_no_request_is_sent_after_the_failures_in_a_row_that_give_up(tmp_path, attempt):
     backend = InstantTrouble()
-    result = generate_completions(PROBLEMS[:2], backend, SamplingParams(n=10), CompletionCache(tmp_path / "c"),
-                                  concurrency=1)  # fmt: skip
+    result = generate_completions(
+        PROBLEMS[:2], backend, SamplingParams(n=10), CompletionCache(tmp_path / "c"), concurrency=1
+    )
     assert backend.calls == 3  # give up after max(3, workers) = 3 in a row: the 4th is never sent
     assert len(result.failures) == 20

@@ -30,9 +30,12 @@ def one_at_a_time(folder: Path, messages: list[dict], params: SamplingParams, sa
     sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p}
     with torch.no_grad():
         torch.manual_seed(params.seed + sample)
-        output = lm.generate(**inputs, max_new_tokens=params.max_tokens,
-                             pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-                             **(sampling if params.temperature > 0 else {"do_sample": False}))  # fmt: skip
+        output = lm.generate(
+            **inputs,
+            max_new_tokens=params.max_tokens,
+            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+            **(sampling if params.temperature > 0 else {"do_sample": False}),
+        )
     new_tokens = output[0, inputs["input_ids"].shape[1] :]
     finish = "length" if len(new_tokens) >= params.max_tokens else "stop"
     return tokenizer.decode(new_tokens, skip_special_tokens=True), finish

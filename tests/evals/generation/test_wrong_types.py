@@ -32,23 +32,29 @@ MESSAGES = [  # what a broken server answers, and the reason the sample fails wi
 def test_a_completion_that_is_not_text_fails_its_sample_and_is_never_cached(tmp_path, message, reason):
     cache_path = tmp_path / "cache.jsonl"
     with FakeOpenAI(answer=lambda body: message, served=["m"]) as broken:
-        result = generate_completions(PROBLEM, EndpointGenerator(broken.url, "m", retries=0), SamplingParams(n=2),
-                                      CompletionCache(cache_path))  # fmt: skip
+        result = generate_completions(
+            PROBLEM, EndpointGenerator(broken.url, "m", retries=0), SamplingParams(n=2), CompletionCache(cache_path)
+        )
     assert result.completions["Prob002_and2"] == [None, None]
     assert [f.reason.split(":")[0] for f in result.failures] == [reason.split(":")[0]] * 2
     assert all(f.reason.startswith(reason) for f in result.failures), result.failures
     assert not cache_path.exists() or len(CompletionCache(cache_path)) == 0
     with FakeOpenAI(served=["m"]) as healthy:  # the rerun asks again and gets the answers
-        again = generate_completions(PROBLEM, EndpointGenerator(healthy.url, "m", retries=0), SamplingParams(n=2),
-                                     CompletionCache(cache_path))  # fmt: skip
+        again = generate_completions(
+            PROBLEM, EndpointGenerator(healthy.url, "m", retries=0), SamplingParams(n=2), CompletionCache(cache_path)
+        )
     assert again.completions["Prob002_and2"] == [GOOD_DESIGN, GOOD_DESIGN] and again.from_cache == 0
 
 
 def test_a_cache_poisoned_by_an_older_crosstune_is_asked_again(tmp_path):
     """Caches written before the check hold numbers as completions: such a record is not an answer."""
     cache_path = tmp_path / "cache.jsonl"
-    cache_path.write_text(json.dumps({"key": "k1", "completion": 5}) + "\n" +
-                          json.dumps({"key": "k2", "completion": "module m; endmodule"}) + "\n")  # fmt: skip
+    cache_path.write_text(
+        json.dumps({"key": "k1", "completion": 5})
+        + "\n"
+        + json.dumps({"key": "k2", "completion": "module m; endmodule"})
+        + "\n"
+    )
     cache = CompletionCache(cache_path)
     assert (cache.get("k1"), cache.get("k2")["completion"], len(cache)) == (None, "module m; endmodule", 1)
 

@@ -37,10 +37,26 @@ def expected_codes(path: Path) -> set[str]:
 
 def test_corpus_covers_the_known_attacks():
     names = {p.stem for p in HOSTILE}
-    for needed in ["finish_early", "fatal_early", "fake_mismatches_display", "hier_errors_write", "hier_root",
-                   "hier_escaped", "finish_define", "file_write_abs", "file_write_rel", "writememh_abs",
-                   "dumpfile_abs", "readmemh_secret", "fgets_secret", "include_secret", "display_flood",
-                   "always_no_delay", "while_one", "memory_hog"]:  # fmt: skip
+    for needed in [
+        "finish_early",
+        "fatal_early",
+        "fake_mismatches_display",
+        "hier_errors_write",
+        "hier_root",
+        "hier_escaped",
+        "finish_define",
+        "file_write_abs",
+        "file_write_rel",
+        "writememh_abs",
+        "dumpfile_abs",
+        "readmemh_secret",
+        "fgets_secret",
+        "include_secret",
+        "display_flood",
+        "always_no_delay",
+        "while_one",
+        "memory_hog",
+    ]:
         assert needed in names
     assert all("." not in expected_codes(p) for p in HOSTILE)
 

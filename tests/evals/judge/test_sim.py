@@ -45,7 +45,7 @@ def test_known_wrong_designs_get_their_category(tmp_path):
             fenced(
                 "module TopModule(input a, input b, output out);\n  assign out = a & b;\n"
                 "  always @(a) while (a) ;\nendmodule"
-            ),  # hangs at time 0 of the first a=1  # fmt: skip
+            ),  # hangs at time 0 of the first a=1
         ],
         "Prob003_dff8r": [
             fenced(dff.format(body="  always @(posedge clk)\n    if (reset) q <= 0; else q <= d;")),
@@ -57,7 +57,7 @@ def test_known_wrong_designs_get_their_category(tmp_path):
                     body="  always @(posedge clk) q <= d;\n  integer i;\n"
                     "  initial begin i = 0; while (1) i = i + 1; end"
                 )
-            ),  # fmt: skip
+            ),
             "I am not sure how to do this.",
         ],
     }
@@ -106,11 +106,13 @@ def test_reference_counts_are_cached_by_content(tmp_path, monkeypatch):
 def test_broken_reference_marks_its_samples_B(tmp_path):
     folder = tmp_path / "set"
     shutil.copytree(CHECKOUT / "dataset_spec-to-rtl", folder)
-    (folder / "Prob002_and2_ref.sv").write_text("module RefModule(input a, input b, output out);\n"
-                                                "assign out = a &;\nendmodule\n")  # fmt: skip
+    (folder / "Prob002_and2_ref.sv").write_text(
+        "module RefModule(input a, input b, output out);\nassign out = a &;\nendmodule\n"
+    )
     problems = load_problems(folder, patterns=["Prob002_and2"])
-    report = evaluate_completions(problems, {"Prob002_and2": ["```verilog\nmodule TopModule;\nendmodule\n```"]},
-                                  tmp_path / "out", workers=1)  # fmt: skip
+    report = evaluate_completions(
+        problems, {"Prob002_and2": ["```verilog\nmodule TopModule;\nendmodule\n```"]}, tmp_path / "out", workers=1
+    )
     assert report.records[0]["verdict"] == "B" and report.summary["references_passing"] == 0
 
 

@@ -37,8 +37,10 @@ def test_a_prompt_linked_out_of_the_problem_set_never_reaches_the_endpoint(tmp_p
     with FakeOpenAI(answer=echo_answer) as server:
         result = run(*args, "--endpoint", server.url)
     assert result.exit_code == 1
-    assert (f"{prompt} leads out of --problems {checkout} (to {tmp_path}/key.txt): copy the file itself into the "
-            "problem set, or remove the link") in _one_line(result.output)  # fmt: skip
+    assert (
+        f"{prompt} leads out of --problems {checkout} (to {tmp_path}/key.txt): copy the file itself into the "
+        "problem set, or remove the link"
+    ) in _one_line(result.output)
     assert server.requests == [] and CANARY not in json.dumps(server.requests)
 
 

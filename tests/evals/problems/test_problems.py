@@ -108,13 +108,15 @@ MODULE = "module TopModule(input a, output b);\n  assign b = a;\nendmodule"
         (f"Sure.\n[BEGIN]\n{MODULE}\n[DONE]\nDone.", "begin_done"),
         (f"```\nnot this\n```\ntext\n```verilog\n{MODULE}\n```\n```\nnor this\n```", "fenced_verilog"),
         (f"```\nfirst\n```\n```\n{MODULE}\n```", "fenced"),
-        (f"<think>```verilog\nmodule Draft;\nendmodule\n```</think><answer>\n```verilog\n{MODULE}\n```\n</answer>",
-         "answer_fenced"),
+        (
+            f"<think>```verilog\nmodule Draft;\nendmodule\n```</think><answer>\n```verilog\n{MODULE}\n```\n</answer>",
+            "answer_fenced",
+        ),
         (f"<answer>x</answer><answer>{MODULE}</answer>", "answer"),
         (f"Here it is:\n```verilog\n{MODULE}", "fenced_unterminated"),
         (f"The design:\n{MODULE}\nThat's all.", "module"),
     ],
-)  # fmt: skip
+)
 def test_extraction_rules(completion, rule):
     extraction = extract_code(completion)
     assert extraction.rule == rule and rule in RULES

@@ -24,8 +24,15 @@ needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None, reason="ne
 
 def test_codev_r1_follows_the_benchmark_script_per_benchmark():
     codev = get_protocol("codev-r1")
-    assert codev.settings("verilogeval") == {"n": 20, "k": [1, 5, 10], "temperature": 1.0, "top_p": 1.0,
-                                             "max_tokens": 16384, "prompt_style": "codev", "shots": 0}  # fmt: skip
+    assert codev.settings("verilogeval") == {
+        "n": 20,
+        "k": [1, 5, 10],
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_tokens": 16384,
+        "prompt_style": "codev",
+        "shots": 0,
+    }
     assert (codev.settings("rtllm")["temperature"], codev.settings("rtllm")["top_p"]) == (1.0, 0.95)
     card = get_protocol("codev-r1-card").settings("verilogeval")
     assert (card["n"], card["temperature"], card["max_tokens"]) == (20, 0.6, 16384)
@@ -80,8 +87,11 @@ def test_protocol_runs_its_tasks_and_is_recorded(tmp_path):
         summary = json.loads((tmp_path / task / "summary.json").read_text())
         assert summary["task"] == task and summary["protocol"]["name"] == "codev-r1"
         assert set(summary["protocol"]["deviations"]) == {"n", "k", "max_tokens"}
-        assert summary["engine"] == {"name": "openai-compatible endpoint", "kind": "endpoint",
-                                     "url": f"{server.url}/v1"}  # fmt: skip
+        assert summary["engine"] == {
+            "name": "openai-compatible endpoint",
+            "kind": "endpoint",
+            "url": f"{server.url}/v1",
+        }
         assert (
             "- protocol: codev-r1 (departs from it in n, k, max_tokens)" in (tmp_path / task / "summary.md").read_text()
         )
@@ -90,12 +100,23 @@ def test_protocol_runs_its_tasks_and_is_recorded(tmp_path):
 @needs_iverilog
 def test_recipe_protocol_line_and_its_written_lines(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("name: r\nmodel: {family: gemma4, size: tiny}\ndata: {sources: [{path: x.jsonl}]}\n"
-                      f"eval: {{problems: {CHECKOUT / 'dataset_spec-to-rtl'}, protocol: codev-r1-card, samples: 2, "
-                      "k: [1, 2]}\n")  # fmt: skip
+    recipe.write_text(
+        "name: r\nmodel: {family: gemma4, size: tiny}\ndata: {sources: [{path: x.jsonl}]}\n"
+        f"eval: {{problems: {CHECKOUT / 'dataset_spec-to-rtl'}, protocol: codev-r1-card, samples: 2, "
+        "k: [1, 2]}\n"
+    )
     with FakeOpenAI(answer=echo_answer) as server:
-        result = run(str(recipe), "--problem", "Prob001_zero", "--endpoint", server.url, "--model", "m",
-                     "--out", str(tmp_path / "o"))  # fmt: skip
+        result = run(
+            str(recipe),
+            "--problem",
+            "Prob001_zero",
+            "--endpoint",
+            server.url,
+            "--model",
+            "m",
+            "--out",
+            str(tmp_path / "o"),
+        )
     assert result.exit_code == 0, result.output
     # T and top_p from the protocol (the recipe's own defaults, 0.8 and 0.95, are not written); n and k from the recipe
     assert {(r["temperature"], r["top_p"], r["max_tokens"]) for r in server.requests} == {(0.6, 0.95, 16384)}
@@ -106,8 +127,10 @@ def test_recipe_protocol_line_and_its_written_lines(tmp_path):
 def test_unfinished_reasoning_has_no_answer_and_closed_reasoning_is_dropped():
     assert extract_code("<think>first the carry, then").rule == "unfinished_reasoning"
     assert extract_code("<think>a</think> answer <think>again").rule == "unfinished_reasoning"
-    closed = extract_code("<think>```verilog\nmodule Draft; endmodule\n```</think><answer>```verilog\n"
-                          "module TopModule; endmodule\n```</answer>")  # fmt: skip
+    closed = extract_code(
+        "<think>```verilog\nmodule Draft; endmodule\n```</think><answer>```verilog\n"
+        "module TopModule; endmodule\n```</answer>"
+    )
     assert (closed.code, closed.rule) == ("module TopModule; endmodule\n", "answer_fenced")
     opened_by_template = extract_code("reasoning...</think>\nmodule TopModule; endmodule")  # no <think> in the text
     assert (opened_by_template.code, opened_by_template.rule) == ("module TopModule; endmodule\n", "module")
@@ -139,13 +162,28 @@ def test_a_samples_file_keeps_the_engine_its_records_name(tmp_path):
     with FakeOpenAI(answer=echo_answer) as server:
         assert run(*args, "--endpoint", server.url, "--out", str(tmp_path / "a")).exit_code == 0
     cache = tmp_path / "a" / "completions.jsonl"
-    rescored = run("--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--samples-file", str(cache), "--k", "1",
-                   "--protocol", "codev-r1", "--task", "spec-to-rtl", "--out", str(tmp_path / "b"))  # fmt: skip
+    rescored = run(
+        "--problems",
+        str(CHECKOUT),
+        "--problem",
+        "Prob001_zero",
+        "--samples-file",
+        str(cache),
+        "--k",
+        "1",
+        "--protocol",
+        "codev-r1",
+        "--task",
+        "spec-to-rtl",
+        "--out",
+        str(tmp_path / "b"),
+    )
     assert rescored.exit_code == 0, rescored.output
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["engine"]["name"] == "openai-compatible endpoint" and summary["engine"]["url"] == f"{server.url}/v1"
     assert summary["protocol"]["settings_observed"] is False  # the settings are the caller's word, not observed
-    references = run("--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--references-only",
-                     "--out", str(tmp_path / "c"))  # fmt: skip
+    references = run(
+        "--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--references-only", "--out", str(tmp_path / "c")
+    )
     assert references.exit_code == 0, references.output
     assert json.loads((tmp_path / "c" / "summary.json").read_text())["engine"]["kind"] == "reference"

@@ -106,7 +106,7 @@ def test_designs_get_their_verdicts(tmp_path):
             fenced(
                 "module adder_4bit(input [3:0] a, input [3:0] b, output [4:0] sum);\n  assign sum = a + b;\n"
                 "  always @(a) while (1) ;\nendmodule"
-            ),  # hangs  # fmt: skip
+            ),  # hangs
             "<think>still adding up the bits",  # never closed its thinking
         ],
         "rom_table": [
@@ -115,7 +115,7 @@ def test_designs_get_their_verdicts(tmp_path):
                 "* 8'h11;\nendmodule"
             )
         ]
-        * 8,  # fmt: skip
+        * 8,
     }
     from crosstune.evals.judge.sandbox import Limits
 

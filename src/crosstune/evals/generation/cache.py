@@ -96,8 +96,9 @@ def load_samples_file(path: Path) -> dict[str, list[str]]:
             ("sample", sample, type(sample) is int and sample >= 0, "an integer >= 0"),
         ):
             if not ok:
-                raise ValueError(f"{path}:{lineno}: {name} must be {what}, not {json.dumps(value)[:80]}: fix or "
-                                 "drop that line")  # fmt: skip
+                raise ValueError(
+                    f"{path}:{lineno}: {name} must be {what}, not {json.dumps(value)[:80]}: fix or drop that line"
+                )
         rows.append((sample, completion))
     return {problem: [text for _, text in sorted(rows, key=lambda r: r[0])] for problem, rows in found.items()}
 

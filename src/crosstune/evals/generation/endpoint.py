@@ -120,8 +120,10 @@ class EndpointGenerator:
                 f"{self.base_url}/models: {e.reason}. Is the server running and is --endpoint right? Nothing was sent."
             ) from None
         if status in (401, 403):
-            raise EndpointUnreachable(f"{self.base_url}/models: HTTP {status} {_snippet(data)} — set the API key "
-                                      "(--api-key-env names its environment variable)")  # fmt: skip
+            raise EndpointUnreachable(
+                f"{self.base_url}/models: HTTP {status} {_snippet(data)} — set the API key "
+                "(--api-key-env names its environment variable)"
+            )
         if status != 200:
             return  # it answers; a server without /v1/models still serves completions
         try:
@@ -137,8 +139,11 @@ class EndpointGenerator:
         self.identity = {"served": self.model, **_served_files(entry.get("root"))}
         owner = entry.get("owned_by")
         if owner == "vllm":
-            self.engine = {**self.engine, "name": f"vllm {self._server_version() or '(version unknown)'}".strip(),
-                           "server": "vllm"}  # fmt: skip
+            self.engine = {
+                **self.engine,
+                "name": f"vllm {self._server_version() or '(version unknown)'}".strip(),
+                "server": "vllm",
+            }
         elif owner:
             self.engine = {**self.engine, "name": f"openai-compatible endpoint ({owner})", "server": owner}
 
@@ -203,8 +208,9 @@ class EndpointGenerator:
             try:
                 conn.connect()
             except TimeoutError:
-                raise _AttemptFailed(f"no connection within the connect timeout ({self.timeouts.connect_s:g} s)",
-                                     retryable=True) from None  # fmt: skip
+                raise _AttemptFailed(
+                    f"no connection within the connect timeout ({self.timeouts.connect_s:g} s)", retryable=True
+                ) from None
             except OSError as e:
                 raise _AttemptFailed(f"cannot connect ({e.strerror or e})", retryable=True) from None
             sock = conn.sock
@@ -243,13 +249,17 @@ class EndpointGenerator:
         if expired.is_set():
             return _AttemptFailed(f"no complete answer within {deadline}", retryable=False, endpoint_trouble=True)
         if isinstance(error, TimeoutError):
-            return _AttemptFailed(f"read timeout: the server sent nothing for {self.timeouts.read_s:g} s",
-                                  retryable=False, endpoint_trouble=True)  # fmt: skip
+            return _AttemptFailed(
+                f"read timeout: the server sent nothing for {self.timeouts.read_s:g} s",
+                retryable=False,
+                endpoint_trouble=True,
+            )
         if isinstance(error, http.client.IncompleteRead):
             got = len(error.partial)
             total = f" of {got + error.expected}" if error.expected is not None else ""
-            return _AttemptFailed(f"response cut short: received {got}{total} bytes of the body (IncompleteRead)",
-                                  retryable=True)  # fmt: skip
+            return _AttemptFailed(
+                f"response cut short: received {got}{total} bytes of the body (IncompleteRead)", retryable=True
+            )
         return _AttemptFailed(f"connection failed mid-request ({type(error).__name__}: {error})", retryable=True)
 
 
@@ -276,11 +286,14 @@ def _parse_completion(data: bytes) -> Completion:
         finish = choice.get("finish_reason")
         for name, value in (("content", content), ("reasoning", reasoning)):
             if value is not None and not isinstance(value, str):  # never cached: a rerun asks again
-                raise _AttemptFailed(f"the answer's message {name} is {type(value).__name__}, not text: "
-                                     f"{_snippet(data)}", retryable=False)  # fmt: skip
+                raise _AttemptFailed(
+                    f"the answer's message {name} is {type(value).__name__}, not text: {_snippet(data)}",
+                    retryable=False,
+                )
         if content is None and not reasoning:
-            raise _AttemptFailed(f"the answer's message content is null (no text, no reasoning): {_snippet(data)}",
-                                 retryable=False)  # fmt: skip
+            raise _AttemptFailed(
+                f"the answer's message content is null (no text, no reasoning): {_snippet(data)}", retryable=False
+            )
         content = content or ""
         if reasoning:
             closed = bool(content) or finish != "length"

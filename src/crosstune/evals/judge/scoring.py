@@ -121,12 +121,18 @@ def markdown_report(summary: dict) -> str:
     if summary.get("protocol"):
         protocol = summary["protocol"]
         departs = protocol.get("deviations")
-        lines += [f"- protocol: {protocol['name']}" + (f" (departs from it in {', '.join(departs)})" if departs else "")
-                  + " — " + ", ".join(f"{k} {v}" for k, v in protocol["settings"].items())]  # fmt: skip
+        lines += [
+            f"- protocol: {protocol['name']}"
+            + (f" (departs from it in {', '.join(departs)})" if departs else "")
+            + " — "
+            + ", ".join(f"{k} {v}" for k, v in protocol["settings"].items())
+        ]
     generation = summary.get("generation")
     if generation and generation["failed"]:
-        lines += [f"- **generation: {generation['failed']} of {generation['requested']} samples failed** (listed "
-                  "below); every number here is computed over the completed samples only"]  # fmt: skip
+        lines += [
+            f"- **generation: {generation['failed']} of {generation['requested']} samples failed** (listed "
+            "below); every number here is computed over the completed samples only"
+        ]
     lines += [
         f"- pass@{k}: {_pct(v)} %{_interval(summary, k)}{_over(summary, k)}" for k, v in summary["pass_at_k"].items()
     ]
@@ -142,8 +148,10 @@ def markdown_report(summary: dict) -> str:
     for row in summary["per_problem"]:
         cells = " | ".join(_pct(row["pass_at_k"][k]) for k in ks)
         percent = "n/a" if row["upstream_percent"] is None else row["upstream_percent"]
-        lines += [f"| {row['problem']} | {row['n']} | {row['passed']} | {row['failed']} | {cells} | {percent} "
-                  f"| `{row['codes']}` |"]  # fmt: skip
+        lines += [
+            f"| {row['problem']} | {row['n']} | {row['passed']} | {row['failed']} | {cells} | {percent} "
+            f"| `{row['codes']}` |"
+        ]
     if generation and generation["failed"]:
         lines += ["", "## Samples whose generation failed", "", "| problem | sample | reason |", "|---|---|---|"]
         for f in generation["failed_samples"]:

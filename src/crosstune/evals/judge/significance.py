@@ -25,8 +25,13 @@ SIGNIFICANCE = 0.05
 
 def interval_method() -> dict:
     """What summary.json says about its pass_at_k_ci."""
-    return {"method": CI_METHOD, "level": CI_LEVEL, "resamples": CI_RESAMPLES, "seed": CI_SEED,
-            "unit": "problem (per-problem pass@k, as averaged by pass_at_k)"}  # fmt: skip
+    return {
+        "method": CI_METHOD,
+        "level": CI_LEVEL,
+        "resamples": CI_RESAMPLES,
+        "seed": CI_SEED,
+        "unit": "problem (per-problem pass@k, as averaged by pass_at_k)",
+    }
 
 
 def bootstrap_interval(
@@ -42,8 +47,14 @@ def bootstrap_interval(
         raise ValueError("a confidence interval needs at least one value")
     if np.all(data == data[0]):  # every resample has the same mean (scipy warns on such degenerate data)
         return float(data[0]), float(data[0])
-    result = stats.bootstrap((data,), np.mean, n_resamples=resamples, confidence_level=level, method="percentile",
-                             rng=np.random.default_rng(seed))  # fmt: skip
+    result = stats.bootstrap(
+        (data,),
+        np.mean,
+        n_resamples=resamples,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
@@ -98,9 +109,14 @@ def paired_permutation_test(
     if nonzero.size <= 1:  # one problem differs: its two signs give |statistic| = observed both times
         p_value = 1.0
     else:
-        result = stats.permutation_test((nonzero,), _mean, permutation_type="samples", alternative="two-sided",
-                                        n_resamples=np.inf if exact else resamples,
-                                        rng=np.random.default_rng(seed))  # fmt: skip
+        result = stats.permutation_test(
+            (nonzero,),
+            _mean,
+            permutation_type="samples",
+            alternative="two-sided",
+            n_resamples=np.inf if exact else resamples,
+            rng=np.random.default_rng(seed),
+        )
         p_value = float(result.pvalue)
     return PairedTest(
         test=TEST_NAME,

@@ -140,8 +140,9 @@ def judge_design(
     with tempfile.TemporaryDirectory(prefix="crosstune-sample-", dir=workroot) as tmp:
         work = Path(tmp)
         (work / "raw.sv").write_text(design)
-        pre = run_limited(["iverilog", "-g2012", "-E", "-M", "deps.txt", "-o", "sample.sv", "raw.sv"], work,
-                          limits, remaining())  # fmt: skip
+        pre = run_limited(
+            ["iverilog", "-g2012", "-E", "-M", "deps.txt", "-o", "sample.sv", "raw.sv"], work, limits, remaining()
+        )
         if pre.limit:
             return _limit_outcome("preprocess", pre, start)
         if _deps_outside(work):
@@ -149,8 +150,9 @@ def judge_design(
         if pre.returncode != 0:
             code = compile_failure_code(pre.output)
             log = pre.output[:LOG_CHARS]
-            return Outcome(code, code, "preprocessing failed", wall_s=time.monotonic() - start, log=log,
-                           landlocked=pre.landlocked)  # fmt: skip
+            return Outcome(
+                code, code, "preprocessing failed", wall_s=time.monotonic() - start, log=log, landlocked=pre.landlocked
+            )
         preprocessed = (work / "sample.sv").read_text(errors="replace")
         rejection = screen_design(preprocessed, problem.testbench_modules, problem.testbench_instances)
         if rejection:
@@ -162,11 +164,18 @@ def judge_design(
         if compiled.returncode != 0:
             code = compile_failure_code(compiled.output)
             upstream = upstream_verdict(compiled.output, design).code if problem.suite == "verilogeval" else code
-            return Outcome(code, upstream, f"compile failed ({code})", wall_s=time.monotonic() - start,
-                           log=compiled.output[:LOG_CHARS], landlocked=compiled.landlocked)  # fmt: skip
+            return Outcome(
+                code,
+                upstream,
+                f"compile failed ({code})",
+                wall_s=time.monotonic() - start,
+                log=compiled.output[:LOG_CHARS],
+                landlocked=compiled.landlocked,
+            )
         if has_dotted_name(preprocessed):  # a name may point outside: it must elaborate without the testbench
-            alone = run_limited(["iverilog", "-g2012", "-s", problem.top, "-o", "alone", "sample.sv"], work, limits,
-                                remaining())  # fmt: skip
+            alone = run_limited(
+                ["iverilog", "-g2012", "-s", problem.top, "-o", "alone", "sample.sv"], work, limits, remaining()
+            )
             if alone.limit:
                 return _limit_outcome("standalone elaboration", alone, start)
             if alone.returncode != 0:

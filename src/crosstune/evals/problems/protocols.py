@@ -33,8 +33,15 @@ class Protocol:
     def settings(self, suite: str) -> dict:
         """The protocol's settings for a problem set of `suite` ("verilogeval" or "rtllm")."""
         temperature, top_p = self.sampling[suite]
-        return {"n": self.n, "k": list(self.ks), "temperature": temperature, "top_p": top_p,
-                "max_tokens": self.max_tokens, "prompt_style": self.prompt_style, "shots": self.shots}  # fmt: skip
+        return {
+            "n": self.n,
+            "k": list(self.ks),
+            "temperature": temperature,
+            "top_p": top_p,
+            "max_tokens": self.max_tokens,
+            "prompt_style": self.prompt_style,
+            "shots": self.shots,
+        }
 
 
 _CODEV = {"n": 20, "ks": (1, 5, 10), "max_tokens": 16384, "prompt_style": CODEV, "shots": 0,
@@ -76,5 +83,10 @@ def protocol_record(name: str | None, suite: str, used: dict) -> dict:
         return {"name": "custom", "settings": used}
     preset = get_protocol(name).settings(suite)
     deviations = {key: {"protocol": preset[key], "used": used[key]} for key in SETTINGS if preset[key] != used[key]}
-    return {"name": name, "source": get_protocol(name).source, "settings": used, "deviations": deviations,
-            "follows": not deviations}  # fmt: skip
+    return {
+        "name": name,
+        "source": get_protocol(name).source,
+        "settings": used,
+        "deviations": deviations,
+        "follows": not deviations,
+    }
