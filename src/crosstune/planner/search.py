@@ -14,7 +14,7 @@ gradient accumulation. Each is priced by the planner first (free). Then, within 
    their memory and roofline are XLA's own, and the winner is the fastest finalist that fits. The screen stops
    early enough to leave the budget for them.
 
-The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`: crosstune.train.jax.compile
+The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`: crosstune.train.jax.aot_process
 in a child process with libtpu); this module only chooses, extrapolates and ranks.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
-from crosstune.planner.compiled import CompiledStep, Roofline, roofline
+from crosstune.planner.aot_report import CompiledStep, Roofline, roofline
 from crosstune.planner.estimate import USABLE_FRACTION, Memory
 from crosstune.recipe import Recipe
 from crosstune.units import GB
@@ -69,7 +69,7 @@ class Candidate:
 
 def candidates(recipe: Recipe, spec: ModelSpec, hw: HardwareTarget, rows_total: int) -> list[Candidate]:
     """Every (remat, attention, rows, mesh) that keeps the global batch (`rows_total` rows per optimizer step, as
-    crosstune.train.steps derives it) on all of the hardware's chips."""
+    crosstune.train.step_plan derives it) on all of the hardware's chips."""
     n = hw.devices
     length = recipe.data.max_seq_len
     attentions = [a for a in ATTENTIONS if a == "dense" or (length % min(512, length) == 0 and length % 128 == 0)]

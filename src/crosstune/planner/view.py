@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from crosstune.planner.compiled import planner_bytes
+from crosstune.planner.aot_report import planner_bytes
 from crosstune.planner.estimate import USABLE_FRACTION, Memory, Plan
 from crosstune.recipe import Recipe
 from crosstune.units import GB, bytes_to_gib
@@ -100,7 +100,7 @@ def _bytes(x: float | int | None) -> str:
 
 
 def render_compiled(report: dict, out: Console | None = None) -> None:
-    """XLA's per-device memory next to the planner's, the compiled cost and the roofline (crosstune.planner.compiled
+    """XLA's per-device memory next to the planner's, the compiled cost and the roofline (crosstune.planner.aot_report
     builds `report`)."""
     out = out or console
     x, p, line, layers = report["xla"], report["planner"], report["roofline"], report["layers"]

@@ -186,7 +186,7 @@ class TrainSection(Section):
 
     def accumulation(self, data_parallel: int) -> int:
         """Micro-batches per optimizer step on `data_parallel` devices: from global_batch_size when set, else
-        grad_accumulation (the step plan's rule, crosstune.train.steps; an export writes it for the user's tool)."""
+        grad_accumulation (the step plan's rule, crosstune.train.step_plan; an export writes it for the user's tool)."""
         if self.global_batch_size is None:
             return self.grad_accumulation
         micro = self.per_device_batch_size * data_parallel

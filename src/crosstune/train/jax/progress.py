@@ -16,7 +16,7 @@ import jax
 from tunix.sft import hooks
 
 from crosstune.run.metrics import StepMetrics, host_peak_rss_bytes
-from crosstune.train.jax.step import last_grad_norm
+from crosstune.train.jax.optimizer import last_grad_norm
 from crosstune.units import bytes_to_gib
 
 COMPILE_EVENTS = (

@@ -1,7 +1,7 @@
 """XLA's word on a recipe's train step, next to the planner's estimate, and the roofline it implies.
 
 `CompiledStep` holds what `crosstune plan --compile` measured: the step compiled ahead of time for the target's TPU
-topology (crosstune.train.jax.compile), XLA's memory_analysis (bytes per device) and cost_analysis (flops and bytes
+topology (crosstune.train.jax.aot_process), XLA's memory_analysis (bytes per device) and cost_analysis (flops and bytes
 accessed per device and micro-step) and the optimized HLO's collectives and Pallas custom calls (crosstune.planner.hlo).
 Here only arithmetic on those numbers: the per-device total, the roofline with three terms per micro-step — compute
 (flops / bf16 peak), HBM (bytes / bandwidth) and ICI (collective bytes / interconnect bandwidth), the step taking
