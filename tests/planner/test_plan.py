@@ -111,7 +111,8 @@ def test_out_of_memory_without_remat():
     recipe = _recipe(G4, "tpu-v6e-8", "backend.jax.mesh.fsdp=8", "backend.jax.mesh.tp=1",
                      "train.gradient_checkpointing=false")  # fmt: skip
     plan = plan_recipe(recipe, backend="jax")
-    assert not plan.ok and "> 90% of 32 GB HBM" in plan.blockers[0] and "activations" in plan.blockers[0]
+    assert not plan.ok and "> the 28.8 GB a program may hold of 32 GB HBM" in plan.blockers[0]  # 90 % of v6e's 32
+    assert "activations" in plan.blockers[0]
 
 
 def test_torch_devices_beyond_the_gpus():

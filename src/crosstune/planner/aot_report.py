@@ -142,6 +142,7 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
     """The object `crosstune plan --compile --json` prints. `plan` is the planner's for the compiled layers."""
     chip = plan.hardware.chip
     hbm = None if chip.hbm_gb is None else round(chip.hbm_gb * GB)
+    usable = None if chip.usable_gb is None else round(chip.usable_gb * GB)
     xla = step.per_device_bytes
     line = roofline(step, chip)
     return {
@@ -153,7 +154,8 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
         "mesh": {"fsdp": plan.jax_mesh[0], "tp": plan.jax_mesh[1]},
         "layers": {"compiled": step.layers, "model": step.model_layers, "full_depth": step.full_depth},
         "hbm_bytes_per_device": hbm,
-        "fits": hbm is None or xla <= hbm,
+        "usable_bytes_per_device": usable,
+        "fits": usable is None or xla <= usable,
         "xla": {
             "per_device_bytes": xla,
             "argument_bytes": step.argument_bytes,

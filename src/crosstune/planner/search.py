@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
 from crosstune.planner.aot_report import CompiledStep, Roofline, roofline
-from crosstune.planner.estimate import USABLE_FRACTION, Memory
+from crosstune.planner.estimate import Memory
 from crosstune.recipe import Recipe
 from crosstune.units import GB
 
@@ -145,7 +145,7 @@ def run_search(
     (two per screened candidate, one per finalist: the screen keeps one for each finalist it could give, up to
     `finalists`)."""
     chip = hw.chip
-    usable = None if chip.hbm_gb is None else USABLE_FRACTION * chip.hbm_gb
+    usable = chip.usable_gb
     p = period(spec)
     depths = (p, 2 * p) if 2 * p < spec.num_layers else (1, 2)
     results = [Result(c, plan_memory(c)) for c in candidates(recipe, spec, hw, rows_total)]
@@ -236,7 +236,7 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
             "error": r.error or None,
             "planner_bytes_per_device": round(r.planner.total * GB),
             "xla_bytes_per_device": None if r.step is None else r.step.per_device_bytes,
-            "fits": r.fits(None if hw.chip.hbm_gb is None else USABLE_FRACTION * hw.chip.hbm_gb),
+            "fits": r.fits(hw.chip.usable_gb),
             "roofline": None if line is None else {
                 "compute_s": line.compute_s, "memory_s": line.memory_s, "ici_s": line.ici_s,
                 "micro_step_s": line.micro_step_s, "step_s": line.step_s, "tokens_per_s": line.tokens_per_s,

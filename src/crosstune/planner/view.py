@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from crosstune.planner.aot_report import planner_bytes
-from crosstune.planner.estimate import USABLE_FRACTION, Memory, Plan
+from crosstune.planner.estimate import Memory, Plan
 from crosstune.recipe import Recipe
 from crosstune.units import GB, bytes_to_gib
 
@@ -51,7 +51,7 @@ def render_plan(plan: Plan, out: Console | None = None) -> None:
         )
     out.print(options)
 
-    memory = Table(title=f"Memory per device, GB (fits: ≤ {USABLE_FRACTION:.0%} of HBM)")
+    memory = Table(title=f"Memory per device, GB (fits: ≤ {_gb(hw.chip.usable_gb)} GB, {hw.chip.usable_source})")
     memory.add_column("")
     columns: list[tuple[str, Memory]] = [(f"jax fsdp={fsdp} tp={tp}", plan.jax_memory)]
     if plan.torch_memory is not None:
@@ -119,6 +119,7 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
     table.add_row("total", _bytes(x["per_device_bytes"]), _bytes(p["per_device_bytes"]),
                   f"planner {p['relative_to_xla']:+.1%} vs XLA")  # fmt: skip
     table.add_row("HBM", _bytes(report["hbm_bytes_per_device"]), "", "")
+    table.add_row("usable", _bytes(report["usable_bytes_per_device"]), "", "what a program may hold")
     table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", "")
     out.print(table)
     kernels = f" + {x['kernel_flops']:.3g} flops, {x['kernel_bytes']:.3g} bytes in Pallas kernels" if x[
@@ -163,7 +164,7 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
     from crosstune.planner.search import pareto
 
     out = out or console
-    usable = None if hw.chip.hbm_gb is None else USABLE_FRACTION * hw.chip.hbm_gb
+    usable = hw.chip.usable_gb
     front = pareto(search.results)
     table = Table(title=f"{recipe.name} on {hw.name}: {search.compiles} compiles (screen at {search.depths[0]} and "
                   f"{search.depths[1]} layers, finalists at full depth)")  # fmt: skip

@@ -21,7 +21,7 @@ from pydantic import (
 
 from crosstune.errors import BatchPlanError
 from crosstune.families.spec import NEUTRAL_TARGETS
-from crosstune.hardware import HARDWARE
+from crosstune.hardware import AUTO, HARDWARE
 from crosstune.recipe.data_schema import (  # noqa: F401 - the data section's classes, re-exported here
     ColumnMapping,
     DataSection,
@@ -356,7 +356,7 @@ class Recipe(Section):
     def _known_hardware(cls, value: str) -> str:
         import difflib
 
-        if value not in HARDWARE:
+        if value not in HARDWARE and value != AUTO:  # auto: resolved by crosstune.recipe.auto_target at load
             close = difflib.get_close_matches(value, HARDWARE, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(HARDWARE)}"
             raise ValueError(f"unknown hardware target {value!r}; {hint}")

@@ -123,7 +123,9 @@ def abstract_model(
         if rule is not None:
             import qwix
 
-            provider = qwix.LoraProvider([rule])
+            from crosstune.train.jax.lora_provider import LoraProvider
+
+            provider = LoraProvider([rule])
             model = nnx.eval_shape(
                 lambda m: qwix.apply_lora_to_model(
                     m, provider, rngs=nnx.Rngs(params=seed, dropout=seed), **m.get_model_input()

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from crosstune.families.lora_layout import fused_block_mask
@@ -26,6 +27,16 @@ def lr_schedule(schedule: str, peak: float, warmup: int, total: int) -> optax.Sc
         "constant": optax.constant_schedule(peak),
     }[schedule]
     return optax.join_schedules([ramp, tail], [warmup]) if ramp else tail
+
+
+def schedule_values(schedule: optax.Schedule, total_steps: int) -> np.ndarray:
+    """The learning rate at optimizer counts 0..total_steps, computed once, on the host's CPU: evaluated eagerly on
+    a TPU, an optax schedule compiles one small program per jnp op it runs (clip, cos, minimum, where, ...) at the
+    first step's metrics and waits on the chip for each (0.7 s of the second step's time on a v5e)."""
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        counts = jnp.arange(total_steps + 1)
+        return np.asarray(jax.jit(jax.vmap(schedule))(counts), dtype=np.float64)
 
 
 class GradNormState(NamedTuple):

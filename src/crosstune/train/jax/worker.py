@@ -83,13 +83,14 @@ class JaxRun:
             sharding_problems,
             spec_problems,
         )
-        from crosstune.train.jax.optimizer import make_optimizer
+        from crosstune.train.jax.optimizer import make_optimizer, schedule_values
         from crosstune.train.jax.trainer import CrosstunePeftTrainer, training_config
 
         r, k, total = self.recipe, self.step_plan.accumulation, self.step_plan.total_steps
         model_dir = model_path(r)  # checked by the session (a hub id: its snapshot)
         model, replicated = build_model(r.model.family, model_dir, self.mesh, **self.settings.kwargs())
-        optimizer, self.schedule = make_optimizer(r.train, total, lora_rank=r.lora.rank)
+        optimizer, schedule = make_optimizer(r.train, total, lora_rank=r.lora.rank)
+        self.learning_rates = schedule_values(schedule, total)  # on the host: no eager op on the chip per step
         checkpoints = (self.run_dir / CHECKPOINTS, r.train.checkpoint_every, r.train.keep_last)
         config = training_config(k, total, checkpoints)
         _configure_orbax()
@@ -227,7 +228,7 @@ class JaxRun:
         return self.rows.row(
             step=step,
             loss=loss,
-            learning_rate=float(self.schedule(step - 1)),  # the optimizer's count is step - 1 when it applies
+            learning_rate=float(self.learning_rates[step - 1]),  # the optimizer's count is step - 1 when it applies
             grad_norm=grad_norm,
             trained_tokens=trained,
             tokens=tokens,
