@@ -49,6 +49,45 @@ def compiled_plan(recipe_file: Path, overrides: list[str], recipe, result, layer
     return compile_report(plan_recipe(recipe, "jax", spec=short), step)
 
 
+def measured_plan(
+    recipe_file: Path, overrides: list[str], layers: int | None, steps: int, profile: Path | None, say
+) -> dict[str, Any]:
+    """`plan --run`: the recipe's jax step timed on the attached devices (its mesh fitted to them, as `hardware:
+    auto` does), beside the planner's time and memory for the same layers there (crosstune.planner.measured); and
+    where the recipe names other hardware, the planner's time for it at full depth, by the same calibration."""
+    from crosstune.planner.measured import MeasuredStep, measured_report
+    from crosstune.planner.timing import predict_step
+    from crosstune.train.parts import measure_step
+
+    recipe = load_for_plan(recipe_file, overrides + ["hardware=auto"])
+    for note in recipe.warnings:
+        if note.path in ("hardware", "backend.jax.mesh"):
+            say(note.message)
+    result = plan_recipe(recipe, "jax")
+    refused = [b for b in result.blockers if b not in result.memory_blockers]
+    if refused:
+        raise PlanError(f"the plan can't run on the attached {recipe.hardware}: " + "; ".join(refused))
+    short = with_layers(result.spec, layers) if layers is not None else result.spec
+    try:
+        step = MeasuredStep.from_dict(measure_step(recipe, layers, steps=steps, profile_dir=profile, say=say))
+    except ValueError as e:
+        raise PlanError(str(e)) from None
+    report = measured_report(plan_recipe(recipe, "jax", spec=short), recipe, step)
+    own = load_for_plan(recipe_file, overrides)
+    if own.hardware != recipe.hardware and HARDWARE[own.hardware].chip.peak_bf16_tflops is not None:
+        target = predict_step(plan_recipe(own, "jax"), own)
+        rows = own.train.per_device_batch_size * own.backend.jax.mesh.fsdp
+        report["recipe_target"] = {
+            "hardware": own.hardware,
+            "mesh": {"fsdp": own.backend.jax.mesh.fsdp, "tp": own.backend.jax.mesh.tp},
+            "layers": plan_recipe(own, "jax").spec.num_layers,
+            "micro_step_s": target.micro_step_s,
+            "tokens_per_s": rows * own.data.max_seq_len / target.micro_step_s,
+            "calibration": target.calibration,
+        }
+    return report
+
+
 def compile_key(recipe_file: Path, overrides: list[str], layers: int | None) -> str:
     """What a compile's result depends on: the recipe as the --set lines resolve it (so a recipe that took a
     candidate's settings finds that candidate's compiles), the depth, and the code of the jax step and of its

@@ -192,3 +192,44 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
         out.print(f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), "
                   f"≤ {w.line.tokens_per_s:,.0f} tokens/s ({w.line.bound}-bound)", highlight=False)  # fmt: skip
         out.print(f"reproduce: crosstune plan RECIPE --compile {sets}", highlight=False)
+
+
+def render_measured(report: dict, out: Console | None = None) -> None:
+    """`plan --run`: what the chip did beside what the planner predicts (crosstune.planner.measured builds
+    `report`)."""
+    out = out or console
+    m, p, layers = report["measured"], report["predicted"], report["layers"]
+    depth = f"{layers['measured']} of {layers['model']} layers"
+    title = f"{report['recipe']} on the attached {report['hardware']} ({report['devices']} × {report['device_kind']}"
+    table = Table(title=f"{title}, {depth}, {report['micro_batch_tokens']:,} tokens per micro-step)")
+    for col in ("", "measured", "planner", "planner / measured"):
+        table.add_column(col, justify="right" if col else "left")
+
+    def ratio(key: str) -> str:
+        value = report[key]
+        return "–" if value is None else f"{value:.2f}"
+
+    predicted_s = p["micro_step_s"]
+    table.add_row("s per micro-step", f"{m['micro_step_s']:.4f}", "–" if predicted_s is None else f"{predicted_s:.4f}",
+                  ratio("time_predicted_over_measured"))  # fmt: skip
+    table.add_row("tokens/s", f"{m['tokens_per_s']:,.0f}", "–" if p["tokens_per_s"] is None else
+                  f"{p['tokens_per_s']:,.0f}", "")  # fmt: skip
+    table.add_row("MFU (4N)", "–" if m["mfu"] is None else f"{m['mfu']:.1%}", "", "")
+    table.add_row("peak HBM, GB", _gb(m["peak_gb"]), _gb(p["planner_gb"]), ratio("memory_predicted_over_measured"))
+    table.add_row("XLA memory_analysis, GB", _gb(report["xla_gb"]), "", "")
+    usable = report["usable_gb"]
+    table.add_row("fits", "ran" if report["ran_within_limit"] else "[red]over XLA's limit[/red]",
+                  ("[green]yes[/green]" if p["fits"] else "[red]no[/red]") + f" (≤ {_gb(usable)} GB)", "")  # fmt: skip
+    table.add_row("compile, s", f"{m['compile_s']:.1f}", "", "lower + XLA")
+    out.print(table)
+    if p["by_kind_s"]:
+        kinds = ", ".join(f"{k} {v:.4f} s" for k, v in p["by_kind_s"].items())
+        out.print(f"planner's micro-step: {kinds} ({p['calibration']})", highlight=False)
+    target = report.get("recipe_target")
+    if target:
+        out.print(
+            f"the recipe's own {target['hardware']} (fsdp {target['mesh']['fsdp']} × tp {target['mesh']['tp']}, "
+            f"{target['layers']} layers), predicted: {target['micro_step_s']:.3f} s per micro-step, "
+            f"{target['tokens_per_s']:,.0f} tokens/s ({target['calibration']})",
+            highlight=False,
+        )

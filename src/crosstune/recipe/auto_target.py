@@ -38,4 +38,9 @@ def resolve_auto(recipe: Recipe, base_dir: Path | None) -> tuple[Recipe, list[Pr
         update["backend"] = recipe.backend.model_copy(update={"jax": jax})
         notes.append(Problem("backend.jax.mesh", f"fsdp × tp {mesh.fsdp} × {mesh.tp} → {fitted.fsdp} × {fitted.tp} "
                              f"for the {target.devices} devices of {target.name}", severity="warning"))  # fmt: skip
+    serve_tp = recipe.serve.tensor_parallel_size
+    if target.chip.platform != "cpu" and serve_tp > target.devices:
+        update["serve"] = recipe.serve.model_copy(update={"tensor_parallel_size": target.devices})
+        notes.append(Problem("serve.tensor_parallel_size", f"{serve_tp} → {target.devices}, the devices of "
+                             f"{target.name}", severity="warning"))  # fmt: skip
     return recipe.model_copy(update=update), notes

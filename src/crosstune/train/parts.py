@@ -9,6 +9,9 @@ itself trains with, so a benchmark measures the real thing.
     compile_step(recipe_file, ...)                    # the jax step compiled ahead of time for a TPU topology (libtpu,
                                                       # in a child process: crosstune.train.jax.aot)
     abstract_train_step(recipe, layers)               # that step from abstract weights, for a program of one's own
+    measure_step(recipe, layers, steps=...)           # the jax step run and timed on the attached devices
+    measure_plain_tunix(recipe, layers, steps=...)    # Tunix's own loop at the same shape, timed the same way
+    splash_attention(q, k, v, segment_ids, window=W)  # the step's attention kernel alone (on a TPU)
 """
 
 from __future__ import annotations
@@ -153,3 +156,27 @@ def abstract_train_step(recipe: Recipe, layers: int | None = None) -> AbstractSt
     _, kind, mesh = topology_mesh(recipe)
     step, trainer, inputs, _, _ = abstract_step(recipe, hf_config(recipe, layers), mesh)
     return AbstractStep(kind, mesh, step, trainer, inputs)
+
+
+def measure_step(recipe: Recipe, layers: int | None = None, **options: Any) -> dict:
+    """The recipe's jax step (its first `layers` decoder layers, or all) built, filled, compiled and timed on the
+    devices this process sees: crosstune.train.jax.measure (options: steps, warmup, profile_dir, say)."""
+    from crosstune.train.jax.measure import measure_step as measure
+
+    return measure(recipe, layers, **options)
+
+
+def measure_plain_tunix(recipe: Recipe, layers: int | None = None, **options: Any) -> dict:
+    """Tunix's own LoRA loop at the recipe's shape, timed as measure_step times crosstune's (the baseline of
+    bench/tpu_chip_step.py): crosstune.train.jax.baseline."""
+    from crosstune.train.jax.baseline import measure_plain_tunix as measure
+
+    return measure(recipe, layers, **options)
+
+
+def splash_attention(q: Any, k: Any, v: Any, segment_ids: Any, *, window: int | None) -> Any:
+    """The step's splash attention (crosstune.train.jax.attention) on one device, compiled for the TPU: q [B, T, N,
+    H], k and v [B, T, K, H], segment_ids [B, T]."""
+    from crosstune.train.jax.attention import splash_attention as attention
+
+    return attention(q, k, v, segment_ids, window=window, interpret=False)

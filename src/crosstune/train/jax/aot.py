@@ -99,9 +99,17 @@ def topology_mesh(recipe: Recipe):
     return name, topo.devices[0].device_kind, mesh
 
 
-def abstract_step(recipe: Recipe, cfg: dict, mesh, *, platform: str = "tpu", total_steps: int = NOMINAL_STEPS):
+def abstract_step(
+    recipe: Recipe,
+    cfg: dict,
+    mesh,
+    *,
+    platform: str = "tpu",
+    total_steps: int = NOMINAL_STEPS,
+    lora_provider: str = "crosstune",
+):
     """(the trainer's HeldOnceStep, the abstract trainer, abstract inputs, tokens per micro-step, accumulation) for
-    the recipe on `mesh`, compute dtype as on `platform`."""
+    the recipe on `mesh`, compute dtype as on `platform` (`lora_provider`: crosstune.train.jax.config's)."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -116,7 +124,7 @@ def abstract_step(recipe: Recipe, cfg: dict, mesh, *, platform: str = "tpu", tot
 
     r = recipe
     fam = get_family(r.model.family)
-    settings = ModelSettings.of(r, platform)
+    settings = ModelSettings.of(r, platform).replace(lora_provider=lora_provider)
     model, _ = abstract_model(r.model.family, cfg, mesh, platform=platform, **settings.kwargs())
     widen_block_lora(model, fam.spec_from_hf_config(cfg), r.lora.targets, r.lora.rank)
     if r.lora.dropout > 0:

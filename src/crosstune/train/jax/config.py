@@ -44,6 +44,9 @@ class ModelSettings:
     lora: LoraSection | None
     seed: int
     attention: str  # "dense" | "splash"
+    # whose LoRA branch: crosstune's (crosstune.train.jax.lora_provider) or Qwix's own, which bench/ measures
+    # the step against
+    lora_provider: str = "crosstune"
 
     @classmethod
     def of(cls, recipe: Recipe, platform: str) -> ModelSettings:

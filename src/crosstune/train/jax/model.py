@@ -106,12 +106,16 @@ def abstract_model(
     seed: int = 0,
     attention: str = "dense",
     platform: str | None = None,
+    lora_provider: str = "crosstune",
 ) -> tuple[nnx.Module, list[Replicated]]:
     """The tunix model of an HF config (a config.json dict) with Qwix LoRA on `lora.targets`, built abstractly:
     every leaf a ShapeDtypeStruct, nothing allocated, shardings fitted to `mesh` (in the variables' metadata).
-    The LoRA leaves have Qwix's own rank-r shapes; `build_model` then installs the run's initial LoRA.
+    The LoRA leaves have Qwix's own rank-r shapes and are float32 (as PEFT keeps them, whatever the base's dtype);
+    `build_model` then installs the run's initial LoRA.
     `remat`: crosstune.train.jax.remat's mode (True = "full"); `attention`: "dense" (tunix's masked attention) or
-    "splash" (crosstune.train.jax.attention), its kernel compiled for `platform` (default: JAX's backend)."""
+    "splash" (crosstune.train.jax.attention), its kernel compiled for `platform` (default: JAX's backend);
+    `lora_provider`: "crosstune" (crosstune.train.jax.lora_provider) or "qwix" (Qwix's own, a benchmark's
+    baseline)."""
     # Built without remat: Qwix creates the LoRA params while tracing a forward pass, and under tunix's nnx.remat
     # (graph_updates=False) the params it creates inside the layers are dropped. Remat is switched on after.
     config = tunix_model_config(family, hf_config, dtype=dtype, compute_dtype=compute_dtype, remat=False)
@@ -125,7 +129,7 @@ def abstract_model(
 
             from crosstune.train.jax.lora_provider import LoraProvider
 
-            provider = LoraProvider([rule])
+            provider = (LoraProvider if lora_provider == "crosstune" else qwix.LoraProvider)([rule])
             model = nnx.eval_shape(
                 lambda m: qwix.apply_lora_to_model(
                     m, provider, rngs=nnx.Rngs(params=seed, dropout=seed), **m.get_model_input()
@@ -134,6 +138,9 @@ def abstract_model(
             )
     if lora is not None:
         _check_lora_modules(model, family, hf_config, lora)
+        for _, node in nnx.iter_graph(model):  # Qwix makes them in the base's dtype; crosstune keeps them fp32
+            if isinstance(node, nnx.LoRAParam):
+                node.value = jax.ShapeDtypeStruct(node.value.shape, jnp.float32)
     apply_remat(model, family, hf_config, remat)
     if attention == "splash":
         from crosstune.train.jax.attention import use_splash
@@ -153,6 +160,7 @@ def build_model(
     lora: LoraSection | None = None,
     seed: int = 0,
     attention: str = "dense",
+    lora_provider: str = "crosstune",
 ) -> tuple[nnx.Module, list[Replicated]]:
     """The tunix model of an HF checkpoint directory, with Qwix LoRA on `lora.targets` when `lora` is given.
 
@@ -173,6 +181,7 @@ def build_model(
         lora=lora,
         seed=seed,
         attention=attention,
+        lora_provider=lora_provider,
     )
     graphdef, lora_state, base_state = nnx.split(model, nnx.LoRAParam, ...)
     host_dtype = np.dtype(jnp.dtype(dtype))

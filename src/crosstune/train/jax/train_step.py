@@ -52,15 +52,16 @@ class HeldOnceStep:
         )
 
     @staticmethod
-    def _args(model, optimizer, inputs) -> tuple:
+    def split_args(model, optimizer, inputs) -> tuple:
+        """The jitted function's arguments: (frozen base, the rest of the model, optimizer state, inputs)."""
         _, frozen, rest = nnx.split(model, FROZEN, ...)
         return frozen, rest, nnx.state(optimizer), inputs
 
     def __call__(self, model: nnx.Module, optimizer: nnx.Optimizer, inputs):
-        out, rest, opt_state = self.jitted_fn(*self._args(model, optimizer, inputs))
+        out, rest, opt_state = self.jitted_fn(*self.split_args(model, optimizer, inputs))
         nnx.update(model, rest)
         nnx.update(optimizer, opt_state)
         return out
 
     def lower(self, model: nnx.Module, optimizer: nnx.Optimizer, inputs) -> jax.stages.Lowered:
-        return self.jitted_fn.lower(*self._args(model, optimizer, inputs))
+        return self.jitted_fn.lower(*self.split_args(model, optimizer, inputs))
