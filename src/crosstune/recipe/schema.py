@@ -224,6 +224,15 @@ class JaxBackendSection(Section):
         "window, skipping the blocks the mask rules out (TPU; on CPU it runs in Pallas interpret mode, for tests "
         "only). Needs data.max_seq_len a multiple of min(512, max_seq_len) and of 128 (crosstune.train.jax.attention)"
     )  # fmt: skip
+    splash_block: Literal[128, 256, 512] = Field(
+        512, description="splash attention's tile (queries and keys per block): the kernel computes every block its "
+        "causal or local mask touches, so a smaller tile wastes less of the sliding layers' window edges and the "
+        "diagonal, at more blocks' overhead (docs/BENCHMARKS.md, \"TPU v5e chip, measured\")"
+    )  # fmt: skip
+    splash_fused_backward: bool = Field(
+        True, description="splash's backward as one pass computing dq with dk and dv (it writes per-block partial "
+        "dq, summed after), or two passes (dq apart)"
+    )  # fmt: skip
     replicate_indivisible_heads: bool = Field(
         False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"
     )

@@ -27,6 +27,7 @@ TENSORBOARD = "tensorboard"
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
 LOSS_PNG = "loss.png"
+XLA_CACHE = "xla-cache"  # jax's persistent compilation cache: a resumed run reuses its compiled step
 LOCK = ".lock"  # flock'ed by the process that trains into the run (crosstune.fsutil.exclusive_lock)
 TORCH_CHECKPOINT_PREFIX = "checkpoint-"  # torch: checkpoints/checkpoint-N; Orbax (jax): checkpoints/N
 
