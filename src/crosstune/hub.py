@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import functools
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune.emit import shell_words
 from crosstune.errors import CrosstuneError
 
 # An owner and a name (huggingface_hub's repo-id rule, minus the bare legacy names a local folder could also be).
@@ -57,7 +57,7 @@ def fetch_command(repo_id: str, kind: str, revision: str | None = None, patterns
         parts += ["--revision", revision]
     for pattern in patterns:  # one --include per pattern: more words after one would read as file names
         parts += ["--include", pattern]
-    return shlex.join(parts)
+    return shell_words(parts)
 
 
 def resolve(repo_id: str, kind: str, revision: str | None = None, *, fetch: bool = True,

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from crosstune.emit import yaml_text
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text
 from crosstune.ownership import OutputRefused, check_out
@@ -73,9 +72,8 @@ def import_config(path: Path, out: Path, *, fmt: str | None = None, hardware: st
         raise ImportRefused(f"--name {name!r}: letters, digits, '.', '_' and '-', starting with a letter or digit")
     recipe = _in_schema_order({"name": name, "description": f"Imported from {path.name} ({fmt})", **port.recipe},
                               Recipe)  # fmt: skip
-    text = _head(f"{IMPORT_HEAD}: {path} ({fmt})", port.unmapped, port.notes) + yaml.safe_dump(
-        recipe, sort_keys=False, allow_unicode=True
-    )
+    head = _head(f"{IMPORT_HEAD}: {path} ({fmt})", port.unmapped, port.notes)
+    text = yaml_text(recipe, head=head, allow_unicode=True)
     try:
         checked = parse_recipe(text, out, base_dir=out.parent)
     except RecipeError as e:  # a mapping crosstune's own checks refuse: say so in the config's terms
@@ -105,13 +103,13 @@ def export_recipe(recipe_file: Path, to: str, overrides: list[str] | None = None
     config, missing = (export_trl if to == "trl" else export_axolotl)(recipe)
     use = "trl sft --config FILE" if to == "trl" else "axolotl train FILE"
     head = f"{EXPORT_HEAD}: the torch leg of {Path(recipe_file).absolute()} (recipe {recipe.name}) for `{use}`"
-    return _head(head, missing, []) + yaml.safe_dump(config, sort_keys=False, allow_unicode=True), missing
+    return yaml_text(config, head=_head(head, missing, []), allow_unicode=True), missing
 
 
-def _head(first: str, unmapped: list[Unmapped], notes: list[str]) -> str:
-    lines = [f"{first}, {time.strftime('%Y-%m-%d')}"]
-    lines += [u.render() for u in unmapped] + [f"note: {n}" for n in notes]
-    return "".join(f"# {line}\n" if i else f"{line}\n" for i, line in enumerate(lines))
+def _head(first: str, unmapped: list[Unmapped], notes: list[str]) -> list[str]:
+    """The head comment's lines (crosstune.emit writes each as one comment line, whatever the config's keys hold)."""
+    notes = [f"note: {n}" for n in notes]
+    return [f"{first.removeprefix('# ')}, {time.strftime('%Y-%m-%d')}", *(u.render() for u in unmapped), *notes]
 
 
 def write_output(out: Path, text: str, head: str, inputs: tuple[Path, ...] = ()) -> Path:
