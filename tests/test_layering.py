@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, str]] = [
     ("bounds", "numbers checked where they enter: type, finite, range"),
     ("confinement", "paths under a root the user named stay in it: no link out, no walk or delete through a link"),
     ("untrusted_files", "every JSON, JSONL and YAML file read, within bounds; each refusal FILE:LINE: what is wrong"),
+    ("model_configs", "a model's config.json and an adapter's adapter_config.json, typed and bounded once"),
     ("emit", "every file written is a serialised value: one emitter per format, no value adds a key or a line"),
     ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
     ("ownership", "the output policy: one manifest shape; a command replaces only files it wrote"),

@@ -151,11 +151,6 @@ def read_text(path: str | Path) -> str:
     return _text(_read_bytes(Path(path)), path, 1)
 
 
-def read_model_config(model_dir: str | Path) -> dict:
-    """An HF model folder's config.json, or an UnreadableFile saying it is corrupt."""
-    return read_json(Path(model_dir) / "config.json", "restore it from the model's source (or rebuild a tiny model)")
-
-
 def _open_regular(path: Path) -> BinaryIO:
     """`path` opened for reading when it is a regular file; a folder, a pipe, a socket or a device is refused by name.
     Opened without blocking, then checked on the open file: opening a named pipe to read waits for a writer, forever

@@ -18,9 +18,10 @@ from crosstune.families import FAMILIES, family_of_hf_config, get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import DTYPE_BYTES, NEUTRAL_TARGETS, ModelSpec
 from crosstune.hardware import HARDWARE
+from crosstune.model_configs import read_model_config
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.units import bytes_to_gb
-from crosstune.untrusted_files import jsonl_rows, read_model_config
+from crosstune.untrusted_files import jsonl_rows
 
 # A size in a hub id's name (google/gemma-4-31B-it, google/gemma-3-27b-it, unsloth/gemma-4-E2B-it-bnb-4bit).
 SIZE_IN_NAME = {

@@ -19,10 +19,10 @@ from crosstune.errors import CrosstuneError
 from crosstune.families import family_of_hf_config, get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
+from crosstune.model_configs import ADAPTER_CONFIG, read_adapter_config, read_model_config
 from crosstune.run.shards import SafetensorsFile, save_numpy_file
-from crosstune.untrusted_files import parse_json, read_json, read_model_config
+from crosstune.untrusted_files import parse_json
 
-ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."
 # Decoder-layer prefixes of the language model: text-only checkpoints, then official multimodal ones.
@@ -137,7 +137,7 @@ def read_peft_adapter(adapter_dir: Path, family: str | None = None) -> tuple[Lor
     for p in (cfg_path, weights_path):
         if not p.is_file():
             raise ExportError(f"{adapter_dir}: no {p.name} (expected a PEFT adapter directory)")
-    cfg = read_json(cfg_path, "restore the adapter folder from its source, or export the run again")
+    cfg = read_adapter_config(adapter_dir)
     if cfg.get("peft_type", "LORA") != "LORA":
         raise ExportError(f"{cfg_path}: peft_type {cfg.get('peft_type')!r}, only LORA adapters can be exported")
     for key, why in _UNSUPPORTED.items():

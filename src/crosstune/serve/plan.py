@@ -13,6 +13,7 @@ from crosstune.emit import shell_word, shell_words
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
 from crosstune.hub import HubError
+from crosstune.model_configs import read_model_config
 from crosstune.recipe import Recipe, model_path
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.recipe.schema import ServeSection
@@ -29,7 +30,6 @@ from crosstune.serve.engine import (
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 from crosstune.units import GIB
-from crosstune.untrusted_files import read_model_config
 
 KV_CACHE_DTYPES = typing.get_args(ServeSection.model_fields["kv_cache_dtype"].annotation)  # the recipe's own list
 _SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
