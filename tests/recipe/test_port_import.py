@@ -99,7 +99,7 @@ def test_family_and_size_come_from_a_cached_config(hub_cache, tiny_gemma4_dir, t
     config = tmp_path / "trl.yaml"
     config.write_text("model_name_or_path: acme/our-model\ndataset_name: acme/data\nuse_peft: true\n")
     recipe = import_config(config, tmp_path / "r.yaml").recipe
-    assert (recipe.model.family, recipe.model.size, recipe.model.path) == ("gemma4", "tiny", "acme/our-model")
+    assert (recipe.model.family, recipe.model.size, recipe.model.path) == ("gemma4", "tiny", "hf://acme/our-model")
     assert recipe.hardware == "cpu"
 
 

@@ -180,7 +180,7 @@ def _same_shape(a: ModelSpec, b: ModelSpec) -> bool:
 
 def set_model(port: Port, model: ModelId) -> None:
     port.set("model.family", model.family)
-    port.set("model.path", model.path)
+    port.set("model.path", hub.hub_ref(model.path) if hub.is_hub_id(model.path) else model.path)
     if model.revision:
         port.set("model.revision", model.revision)
     if model.size:
@@ -315,7 +315,7 @@ def data_path(value: str, config_dir: Path) -> tuple[str, bool]:
     local = p if p.is_absolute() else config_dir / p
     if local.exists() or glob.has_magic(value) or not hub.is_hub_id(value):
         return str(local.resolve()) if local.exists() else str(local), False
-    return value, True
+    return hub.hub_ref(value), True
 
 
 def peek_columns(path: str, is_hub: bool, revision: str | None = None) -> set[str] | None:
