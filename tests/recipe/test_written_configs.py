@@ -46,3 +46,35 @@ def test_a_newline_in_the_recipe_s_file_name_adds_no_key_to_an_exported_config(t
         config = yaml.safe_load(out.read_text())
         assert config.get("push_to_hub") in (None, False) and "hub_model_id" not in config
         assert "\\npush_to_hub: true" in _comment_head(out.read_text())[0]
+
+
+def test_out_is_replaced_only_when_it_is_the_command_s_own_unchanged_and_read_within_bounds(hub_cache, tmp_path):
+    """The one-file rule (crosstune.ownership.FileKind): the last line holds the sha256 of what was written; a head
+    comment proves nothing (any file starting with it was replaced, a user's edits lost), a link is never followed,
+    and a huge file is refused by its size, never read (a 3 GB file was read whole to look at three lines)."""
+    out = tmp_path / "r.yaml"
+
+    def import_to(path):
+        return CliRunner().invoke(app, ["recipe", "import", str(TRL), "--out", str(path)], terminal_width=400)
+
+    assert import_to(out).exit_code == 0 and import_to(out).exit_code == 0  # its own, unchanged: replaced
+    edited = out.read_text().replace("rank: 64", "rank: 32")
+    out.write_text(edited)  # the user's edit
+    done = import_to(out)
+    assert done.exit_code == 1 and "has changed since crosstune recipe import wrote it" in done.output
+    assert out.read_text() == edited
+    head_only = tmp_path / "mine.yaml"
+    head_only.write_text("# crosstune recipe import: a user's recipe that starts like one\nname: mine\n")
+    assert import_to(head_only).exit_code == 1 and head_only.read_text().endswith("name: mine\n")
+    victim = tmp_path / "victim.yaml"
+    victim.write_text(out.read_text())
+    (tmp_path / "link.yaml").symlink_to(victim)
+    done = import_to(tmp_path / "link.yaml")
+    assert done.exit_code == 1 and "exists and is a link" in done.output and victim.read_text() == out.read_text()
+    huge = tmp_path / "huge.yaml"
+    with open(huge, "wb") as f:
+        f.truncate(3 << 30)  # sparse: nothing on disk, 3 GB to a reader
+    done = import_to(huge)
+    assert done.exit_code == 1 and "is 3,221,225,472 bytes, more than any file crosstune recipe import writes" in (
+        " ".join(done.output.split())
+    )

@@ -1,7 +1,8 @@
 """`recipe import` and `recipe export` as library calls: a user's Axolotl or TRL config (read by the one YAML loader,
 crosstune.untrusted_files) to a recipe that validates, and a recipe to a config for the user's own tool. The
-written file opens with a head comment naming what made it and listing what did not carry over; an existing file
-without that head is never replaced."""
+written file opens with a head comment naming what made it and listing what did not carry over, and ends with the
+sha256 of what it wrote (crosstune.ownership's one-file rule): an existing file is replaced only when it is the
+command's own, unchanged."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from typing import Any
 
 from crosstune.emit import yaml_text
 from crosstune.errors import InputError
-from crosstune.fsutil import atomic_write_text
-from crosstune.ownership import OutputRefused, check_out
+from crosstune.ownership import FileKind, check_out, write_owned_file
 from crosstune.recipe.findings import RecipeError
 from crosstune.recipe.from_axolotl import import_axolotl
 from crosstune.recipe.from_trl import import_trl
@@ -28,7 +28,6 @@ from crosstune.untrusted_files import read_yaml
 FORMATS = ("axolotl", "trl")
 IMPORT_HEAD = "# crosstune recipe import"
 EXPORT_HEAD = "# crosstune recipe export"
-HEAD_LINES = 3  # the head comment's line is among a file's first lines
 MAX_CONFIG_BYTES = 1 << 20  # a training config is a few KB: anything past 1 MiB is not one
 
 
@@ -113,11 +112,7 @@ def _head(first: str, unmapped: list[Unmapped], notes: list[str]) -> list[str]:
 
 
 def write_output(out: Path, text: str, head: str, inputs: tuple[Path, ...] = ()) -> Path:
-    """Write `text` to `out`, replacing only a file this command wrote (its head comment says so)."""
-    out = check_out(out, file=True, inputs=inputs, what="input")
-    first = out.read_text(errors="replace").splitlines()[:HEAD_LINES] if out.is_file() else []
-    if out.is_file() and not any(line.startswith(head) for line in first):
-        raise OutputRefused(f"--out {out} exists and is not a file `{head[2:]}` wrote: choose another file name")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, text)
-    return out
+    """Write `text` to `out`, replacing only a file the command `head` names wrote, unchanged (its last line holds the
+    sha256 of the rest: crosstune.ownership.FileKind); never `inputs`."""
+    check_out(out, file=True, inputs=inputs, what="input")
+    return write_owned_file(out, text, FileKind(head.removeprefix("# ")))
