@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, str]] = [
     ("units", "memory units and their conversions: GB (chips' HBM, the planner) and GiB (what runs measure)"),
     ("bounds", "numbers checked where they enter: type, finite, range"),
     ("confinement", "paths under a root the user named stay in it: no link out, no walk or delete through a link"),
+    ("patterns", "user patterns (target regexes, rank_pattern keys) matched under a bound on their work"),
     ("untrusted_files", "every JSON, JSONL and YAML file read, within bounds; each refusal FILE:LINE: what is wrong"),
     ("model_configs", "a model's config.json and an adapter's adapter_config.json, typed and bounded once"),
     ("emit", "every file written is a serialised value: one emitter per format, no value adds a key or a line"),

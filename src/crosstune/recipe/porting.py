@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from crosstune import hub
+from crosstune.confinement import first_files
 from crosstune.errors import CrosstuneError
 from crosstune.families import FAMILIES, family_of_hf_config, get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import DTYPE_BYTES, NEUTRAL_TARGETS, ModelSpec
 from crosstune.hardware import HARDWARE
 from crosstune.model_configs import read_model_config
+from crosstune.patterns import user_pattern
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.units import bytes_to_gb
 from crosstune.untrusted_files import jsonl_rows
@@ -260,12 +262,8 @@ def resolve_targets(port: Port, key: str, value: Any, model: ModelId) -> None:
 
 
 def _matcher(key: str, value: Any):
-    if isinstance(value, str):
-        try:
-            pattern = re.compile(value)
-        except re.error as e:
-            raise ImportRefused(f"{key}: {value!r} is not a regular expression ({e})") from None
-        return lambda name: pattern.fullmatch(name) is not None
+    if isinstance(value, str):  # compiled under a bound on its work (crosstune.patterns)
+        return user_pattern(value, key)
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return lambda name: any(name == v or name.endswith("." + v) for v in value)
     raise ImportRefused(f"{key}: {value!r} is neither a module-name regex nor a list of module names")
@@ -328,7 +326,7 @@ def peek_columns(path: str, is_hub: bool, revision: str | None = None) -> set[st
             return None
     else:
         folder = Path(path)
-    files = [folder] if folder.is_file() else sorted(folder.rglob("*")) if folder.is_dir() else []
+    files = [folder] if folder.is_file() else first_files(folder, hub.files_root(folder)) if folder.is_dir() else []
     for f in files:
         if f.suffix in (".jsonl", ".json") and f.is_file():
             for _, row in jsonl_rows(f):
