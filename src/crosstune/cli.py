@@ -16,11 +16,14 @@ from crosstune.errors import (
     EXIT_INTERRUPTED,
     CrosstuneError,
     Interrupted,
+    disk_full_line,
     link_loop_line,
     one_line,
     os_error_line,
     shown,
     undecodable_line,
+    write_fault_line,
+    written_path,
 )
 
 DEBUG = "CROSSTUNE_DEBUG"  # =1: a bug shows its traceback here instead of in a crash file
@@ -64,12 +67,10 @@ class _ExpectedFailures(TyperGroup):
 def failure_line(e: Exception) -> str | None:
     """The one line of a failure that is not a bug: the file system's (the disk full, a name too long, a parent that
     is a file, a link loop...) and an undecodable file; None for anything else."""
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        where = one_line(os.fsdecode(e.filename)) if e.filename else "the output folder"
-        return (
-            f"disk full writing {where}: free space there (or point the output elsewhere) and rerun; "
-            "finished outputs and checkpoints are kept and nothing half-written is used (train: add --resume)"
-        )
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return disk_full_line(e.filename if e.filename else written_path(e))
+    if (line := write_fault_line(e)) is not None:  # torch's zip writer, safetensors: not OSErrors
+        return line
     if isinstance(e, OSError):
         return os_error_line(e)
     if isinstance(e, RuntimeError) and not isinstance(e, RecursionError):
