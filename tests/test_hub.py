@@ -190,3 +190,17 @@ def test_both_backends_train_a_hub_id_model_and_record_its_commit(cached, tmp_pa
         assert read_run_record(run).base_model_revision == model_commit
         losses[backend] = read_metrics(run)[0].loss
     assert abs(losses["torch"] - losses["jax"]) <= 1e-5, losses
+
+
+def test_a_snapshot_file_linked_out_of_its_repo_is_refused(cached, hub_cache, tmp_path):
+    """Found by the fuzzer (hub-cache #3, seed 0): a snapshot's config.json linked to a file outside the cache was
+    read as the model's config."""
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"model_type": "gemma4"}')
+    model_commit, _, _ = cached
+    config = hub_cache / "models--acme--gemma-4-tiny-it" / "snapshots" / model_commit / "config.json"
+    config.unlink()
+    config.symlink_to(elsewhere)
+    hub._snapshot.cache_clear()
+    with pytest.raises(hub.HubError, match=rf"{config} leads out of the hub cache's model {MODEL}"):
+        hub.resolve(MODEL, "model", fetch=False)

@@ -16,10 +16,12 @@ get access. huggingface_hub does the lookup, the download and the cache layout; 
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune.confinement import inside
 from crosstune.emit import shell_words
 from crosstune.errors import CrosstuneError
 
@@ -67,8 +69,10 @@ def hub_id(value: str | None) -> str | None:
         return None
     repo = value[len(HUB_SCHEME) :]
     if not is_hub_id(repo):
-        raise HubError(f"{value!r} is not a hub id: hf://OWNER/NAME, each part ASCII letters, digits, '-', '_' or '.' "
-                       "(no '--' or '..'), at most 96 characters")  # fmt: skip
+        rule = (
+            "hf://OWNER/NAME, each part ASCII letters, digits, '-', '_' or '.' (no '--' or '..'), at most 96 characters"
+        )
+        raise HubError(f"{value!r} is not a hub id: {rule}")
     return repo
 
 
@@ -123,11 +127,16 @@ def _check_snapshot(folder: Path, repo_id: str, kind: str, revision: str | None,
     where = f"hub {kind} {repo_id}" + (f" at revision {revision}" if revision else "")
     ok = folder.parent == repo / "snapshots" and COMMIT.match(folder.name) is not None
     if ok and not folder.is_symlink() and folder.resolve().parent == (repo / "snapshots").resolve():
+        label, fix = f"the hub cache's {kind} {repo_id}", f"remove {repo} and fetch it again"
+        for _, path in snapshot_files(folder):  # each a link into the repo's blobs, never out of the repo
+            inside(repo, path, label=label, fix=fix, error=HubError)
         return
     ref = repo / "refs" / (revision or "main")
-    raise HubError(f"{where}: the hub cache resolves it to {folder}, not a commit's snapshot of {repo} (is "
-                   f"{ref} damaged?): remove {repo} and fetch it again with "
-                   f"`{fetch_command(repo_id, kind, revision)}`")  # fmt: skip
+    fetch = fetch_command(repo_id, kind, revision)
+    raise HubError(
+        f"{where}: the hub cache resolves it to {folder}, not a commit's snapshot of {repo} (is {ref} "
+        f"damaged?): remove {repo} and fetch it again with `{fetch}`"
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -183,6 +192,16 @@ def cached_model_config(repo_id: str, revision: str | None = None) -> Path | Non
     except HubError:
         return None
     return snap.path if (snap.path / "config.json").is_file() else None
+
+
+def snapshot_files(folder: Path) -> list[tuple[str, Path]]:
+    """(relative name, path) of every entry under a snapshot folder, its file links included (not followed), folder
+    links not entered."""
+    found = []
+    for here, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not (Path(here) / d).is_symlink()]
+        found += [(str((Path(here) / n).relative_to(folder)), Path(here) / n) for n in sorted(files + dirs)]
+    return found
 
 
 def files_root(folder: Path) -> Path:

@@ -23,6 +23,11 @@ def _resolve(base_dir: Path | None, value: str) -> Path | None:
     return None if base_dir is None else base_dir / p
 
 
+def _id_like(path: str) -> bool:
+    """Whether a path that is not there reads like a hub id the user meant (owner/name, no file suffix)."""
+    return hub.is_hub_id(path) and not Path(path).suffix
+
+
 def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None, list[Problem]]:
     """The model's shapes: from the checkpoint's config.json when present, else the named size."""
     family = get_family(recipe.model.family)
@@ -61,7 +66,7 @@ def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None,
                 "model.path",
                 f"no config.json at {cfg_file.parent} (yet)",
                 "point it at an HF model directory; shape checks use model.size until it exists"
-                + (f" (a hub model is written hf://{recipe.model.path})" if hub.is_hub_id(recipe.model.path) else ""),
+                + (f" (a hub model is written hf://{recipe.model.path})" if _id_like(recipe.model.path) else ""),
                 severity="warning",
             )
         )
@@ -245,7 +250,7 @@ def check_recipe(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
                     f"data.sources[{i}].path",
                     f"nothing at {p} (yet)",
                     "a file, glob or save_to_disk dir"
-                    + (f" (a hub dataset is written hf://{src.path})" if hub.is_hub_id(src.path) else ""),
+                    + (f" (a hub dataset is written hf://{src.path})" if _id_like(src.path) else ""),
                     severity="warning",
                 )
             )
