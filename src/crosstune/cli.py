@@ -30,8 +30,8 @@ DEBUG = "CROSSTUNE_DEBUG"  # =1: a bug shows its traceback here instead of in a 
 _TYPERS_OWN = (typer.Exit, typer.Abort, typer.exceptions.TyperException)  # usage errors (exit 2), chosen exits
 
 
-def _say(message: str) -> None:
-    typer.echo(f"error: {shown(message)}", err=True)
+def _say(lines: list[str]) -> None:
+    typer.echo(f"error: {shown(lines)}", err=True)
 
 
 class _ExpectedFailures(TyperGroup):
@@ -47,10 +47,10 @@ class _ExpectedFailures(TyperGroup):
         except _TYPERS_OWN:  # typer's usage errors (exit 2), --help, and the exit status a command chose
             raise
         except Interrupted as e:  # not an error: it says what was kept and how to go on
-            typer.echo(shown(str(e)), err=True)
+            typer.echo(shown(e.lines), err=True)
             raise typer.Exit(e.exit_code) from None
         except CrosstuneError as e:
-            _say(str(e))
+            _say(e.lines)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             # Commands that save progress raise crosstune.errors.Interrupted with what was kept instead.
@@ -60,7 +60,7 @@ class _ExpectedFailures(TyperGroup):
             line = failure_line(e)
             if line is None and os.environ.get(DEBUG) == "1":
                 raise
-            _say(line or bug_line(e))
+            _say([line or bug_line(e)])
             raise typer.Exit(1) from None
 
 

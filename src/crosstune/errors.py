@@ -21,6 +21,12 @@ class CrosstuneError(Exception):
 
     exit_code = 1
 
+    @property
+    def lines(self) -> list[str]:
+        """The message as the handler prints it: one line, whatever a path or value in it holds (a file named with a
+        newline split a refusal in two). A failure that lists several problems gives a line each (RecipeError)."""
+        return [str(self)]
+
 
 class Interrupted(CrosstuneError):
     """Ctrl-C during a long command; the message says what was saved and the command that resumes."""
@@ -45,9 +51,9 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
-def shown(message: str) -> str:
-    """A message as the handler prints it: each of its lines (a recipe's problems are one per line) kept one line."""
-    return "\n".join(one_line(line) for line in message.split("\n"))
+def shown(lines: list[str]) -> str:
+    """A failure's lines (CrosstuneError.lines) as the handler prints them: each kept one line."""
+    return "\n".join(one_line(line) for line in lines)
 
 
 # What a system call failed doing, by the Python function that made it (os, shutil, pathlib, tempfile, open).

@@ -78,3 +78,15 @@ def test_out_is_replaced_only_when_it_is_the_command_s_own_unchanged_and_read_wi
     assert done.exit_code == 1 and "is 3,221,225,472 bytes, more than any file crosstune recipe import writes" in (
         " ".join(done.output.split())
     )
+
+
+def test_a_refusal_naming_a_file_with_a_newline_stays_one_line_per_problem(tmp_path):
+    """Found by the fuzzer (recipe-export, seed 48): a recipe named `r\\npush_to_hub: true\\n.yaml` with a bad value
+    split the refusal over three lines; each problem is one line, the name's newline written as its escape."""
+    recipe = tmp_path / "r\npush_to_hub: true\n.yaml"
+    text = (REPO / "recipes" / "tiny-cpu.yaml").read_text()
+    recipe.write_text(text.replace("learning_rate:", "adam_beta1: {}\n  learning_rate:", 1))
+    done = CliRunner().invoke(app, ["recipe", "export", str(recipe), "--to", "trl"], terminal_width=400)
+    lines = [line for line in done.output.splitlines() if line.strip()]
+    assert done.exit_code == 1 and lines[-1].startswith("error: ") and "r\\npush_to_hub: true\\n.yaml:" in lines[-1]
+    assert "error at train.adam_beta1" in lines[-1]
