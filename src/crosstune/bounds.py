@@ -119,6 +119,7 @@ OPTIONS: dict[str, Bound] = {
     "train --devices": Bound(1, 65_536, "devices of this host"),
     "plan --layers": Bound(1, MAX_LAYERS, "decoder layers"),
     "plan --max-compiles": Bound(3, 1000, "XLA compiles"),
+    "plan --steps": Bound(1, 10_000, "micro-steps timed"),
     "report --days": Bound(0, MAX_DAYS, "days of serving"),
     "report --tokens-per-day": Bound(0, 1e15, "output tokens per day"),
     "report --context": Bound(1, 10_000_000, "tokens"),

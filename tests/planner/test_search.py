@@ -9,7 +9,7 @@ import pytest
 
 from crosstune.hardware import HARDWARE
 from crosstune.planner import plan_recipe
-from crosstune.planner.compiled import CompiledStep
+from crosstune.planner.aot_report import CompiledStep
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.planner.search import Candidate, candidates, extrapolate, period, run_search, search_json
 from crosstune.units import GB

@@ -14,7 +14,7 @@ gradient accumulation. Each is priced by the planner first (free). Then, within 
    their memory and roofline are XLA's own, and the winner is the fastest finalist that fits. The screen stops
    early enough to leave the budget for them.
 
-The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`: crosstune.train.jax.compile
+The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`: crosstune.train.jax.aot_process
 in a child process with libtpu); this module only chooses, extrapolates and ranks.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
-from crosstune.planner.compiled import CompiledStep, Roofline, roofline
-from crosstune.planner.estimate import USABLE_FRACTION, Memory
+from crosstune.planner.aot_report import CompiledStep, Roofline, roofline
+from crosstune.planner.estimate import Memory
 from crosstune.recipe import Recipe
 from crosstune.units import GB
 
@@ -69,7 +69,7 @@ class Candidate:
 
 def candidates(recipe: Recipe, spec: ModelSpec, hw: HardwareTarget, rows_total: int) -> list[Candidate]:
     """Every (remat, attention, rows, mesh) that keeps the global batch (`rows_total` rows per optimizer step, as
-    crosstune.train.steps derives it) on all of the hardware's chips."""
+    crosstune.train.step_plan derives it) on all of the hardware's chips."""
     n = hw.devices
     length = recipe.data.max_seq_len
     attentions = [a for a in ATTENTIONS if a == "dense" or (length % min(512, length) == 0 and length % 128 == 0)]
@@ -145,7 +145,7 @@ def run_search(
     (two per screened candidate, one per finalist: the screen keeps one for each finalist it could give, up to
     `finalists`)."""
     chip = hw.chip
-    usable = None if chip.hbm_gb is None else USABLE_FRACTION * chip.hbm_gb
+    usable = chip.usable_gb
     p = period(spec)
     depths = (p, 2 * p) if 2 * p < spec.num_layers else (1, 2)
     results = [Result(c, plan_memory(c)) for c in candidates(recipe, spec, hw, rows_total)]
@@ -236,7 +236,7 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
             "error": r.error or None,
             "planner_bytes_per_device": round(r.planner.total * GB),
             "xla_bytes_per_device": None if r.step is None else r.step.per_device_bytes,
-            "fits": r.fits(None if hw.chip.hbm_gb is None else USABLE_FRACTION * hw.chip.hbm_gb),
+            "fits": r.fits(hw.chip.usable_gb),
             "roofline": None if line is None else {
                 "compute_s": line.compute_s, "memory_s": line.memory_s, "ici_s": line.ici_s,
                 "micro_step_s": line.micro_step_s, "step_s": line.step_s, "tokens_per_s": line.tokens_per_s,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from crosstune import hub
 from crosstune.bounds import RECIPE
 from crosstune.errors import CrosstuneError
+from crosstune.recipe.auto_target import resolve_auto
 from crosstune.recipe.checks import check_recipe
 from crosstune.recipe.findings import Problem, RecipeError
 from crosstune.recipe.hub_ids import hub_model_id
@@ -159,10 +160,11 @@ def parse_recipe(
 
     if base_dir is None and file:
         base_dir = Path(file).absolute().parent  # not resolve(): recipes/ is a link
+    recipe, resolved = resolve_auto(recipe, base_dir)
     problems = sorted(
         (
             Problem(p.path, p.message, p.hint, _line_for(lines, _path_tuple(p.path)), p.severity)
-            for p in check_recipe(recipe, base_dir)
+            for p in resolved + check_recipe(recipe, base_dir)
         ),
         key=lambda p: p.line or 0,
     )

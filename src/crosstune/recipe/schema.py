@@ -22,7 +22,7 @@ from pydantic import (
 from crosstune import hub
 from crosstune.errors import BatchPlanError
 from crosstune.families.spec import NEUTRAL_TARGETS
-from crosstune.hardware import HARDWARE
+from crosstune.hardware import AUTO, HARDWARE
 from crosstune.recipe.data_schema import (  # noqa: F401 - the data section's classes, re-exported here
     ColumnMapping,
     DataSection,
@@ -191,7 +191,7 @@ class TrainSection(Section):
 
     def accumulation(self, data_parallel: int) -> int:
         """Micro-batches per optimizer step on `data_parallel` devices: from global_batch_size when set, else
-        grad_accumulation (the step plan's rule, crosstune.train.steps; an export writes it for the user's tool)."""
+        grad_accumulation (the step plan's rule, crosstune.train.step_plan; an export writes it for the user's tool)."""
         if self.global_batch_size is None:
             return self.grad_accumulation
         micro = self.per_device_batch_size * data_parallel
@@ -361,7 +361,7 @@ class Recipe(Section):
     def _known_hardware(cls, value: str) -> str:
         import difflib
 
-        if value not in HARDWARE:
+        if value not in HARDWARE and value != AUTO:  # auto: resolved by crosstune.recipe.auto_target at load
             close = difflib.get_close_matches(value, HARDWARE, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(HARDWARE)}"
             raise ValueError(f"unknown hardware target {value!r}; {hint}")

@@ -126,8 +126,8 @@ class RunRecord(RunTimings, StackFacts):
     loss_convention: str = Field(description="the loss every metrics row reports (crosstune.run.metrics)")
     gradient_checkpointing: bool = Field(description="activations recomputed in the backward pass")
     global_batch: Positive | None = Field(
-        description="rows per optimizer step over all devices (crosstune.train.steps, from train.global_batch_size); "
-        "null: a format-1 run stopped before it finished"
+        description="rows per optimizer step over all devices (crosstune.train.step_plan, from "
+        "train.global_batch_size); null: a format-1 run stopped before it finished"
     )
     grad_accumulation: Positive | None = Field(description="micro-batches per optimizer step (null: as global_batch)")
     seq_len: Positive | None = Field(description="tokens per prepared row (null: a torch run.json of format 1)")

@@ -8,7 +8,7 @@ segment ids (0.1.7 is the newest on PyPI). So the attention modules of a built m
 path (`block` without a cache) runs tunix's own projections, norms and RoPE — the lines of tunix 0.1.7's `block`
 before its score einsum, as they are — then the kernel under shard_map over (fsdp rows, tp heads), then tunix's
 output projection. With a cache (decoding) it is tunix's block unchanged. The model then takes the rows' segment
-ids [B, L] where it took the dense [B, L, L] mask (crosstune.train.jax.step.loss_fn passes them).
+ids [B, L] where it took the dense [B, L, L] mask (crosstune.train.jax.loss.loss_fn passes them).
 
 On a CPU the kernel runs in Pallas interpret mode (equivalence tests; far too slow to train with). The kernel's
 work, which XLA's cost_analysis does not count, is counted here from its own block mask (`kernel_work`).

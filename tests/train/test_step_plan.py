@@ -1,10 +1,10 @@
-"""The step plan both backends train by (crosstune.train.steps): one rule, from a global batch size."""
+"""The step plan both backends train by (crosstune.train.step_plan): one rule, from a global batch size."""
 
 import pytest
 
 from crosstune.errors import BatchPlanError
 from crosstune.recipe.schema import TrainSection
-from crosstune.train.steps import plan_steps
+from crosstune.train.step_plan import plan_steps
 
 
 def test_steps_and_batches_from_epochs_or_max_steps():

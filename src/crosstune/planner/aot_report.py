@@ -1,7 +1,7 @@
 """XLA's word on a recipe's train step, next to the planner's estimate, and the roofline it implies.
 
 `CompiledStep` holds what `crosstune plan --compile` measured: the step compiled ahead of time for the target's TPU
-topology (crosstune.train.jax.compile), XLA's memory_analysis (bytes per device) and cost_analysis (flops and bytes
+topology (crosstune.train.jax.aot_process), XLA's memory_analysis (bytes per device) and cost_analysis (flops and bytes
 accessed per device and micro-step) and the optimized HLO's collectives and Pallas custom calls (crosstune.planner.hlo).
 Here only arithmetic on those numbers: the per-device total, the roofline with three terms per micro-step — compute
 (flops / bf16 peak), HBM (bytes / bandwidth) and ICI (collective bytes / interconnect bandwidth), the step taking
@@ -142,6 +142,7 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
     """The object `crosstune plan --compile --json` prints. `plan` is the planner's for the compiled layers."""
     chip = plan.hardware.chip
     hbm = None if chip.hbm_gb is None else round(chip.hbm_gb * GB)
+    usable = None if chip.usable_gb is None else round(chip.usable_gb * GB)
     xla = step.per_device_bytes
     line = roofline(step, chip)
     return {
@@ -153,7 +154,8 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
         "mesh": {"fsdp": plan.jax_mesh[0], "tp": plan.jax_mesh[1]},
         "layers": {"compiled": step.layers, "model": step.model_layers, "full_depth": step.full_depth},
         "hbm_bytes_per_device": hbm,
-        "fits": hbm is None or xla <= hbm,
+        "usable_bytes_per_device": usable,
+        "fits": usable is None or xla <= usable,
         "xla": {
             "per_device_bytes": xla,
             "argument_bytes": step.argument_bytes,

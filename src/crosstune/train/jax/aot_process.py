@@ -18,7 +18,7 @@ from collections import deque
 from pathlib import Path
 
 from crosstune.errors import CrosstuneError
-from crosstune.planner.compiled import CompiledStep
+from crosstune.planner.aot_report import CompiledStep
 from crosstune.untrusted_files import read_json
 
 LIBTPU_REQUIREMENT = "libtpu==0.0.42.*"  # jax 0.10.2's [tpu] extra
@@ -45,7 +45,7 @@ def tpu_compile_env(root: Path | None = None) -> Path:
     if os.environ.get(ENV_VAR):
         return Path(os.environ[ENV_VAR])
     if root is None:
-        here = Path(__file__).resolve().parents[4]  # src/crosstune/train/jax/compile.py -> project root
+        here = Path(__file__).resolve().parents[4]  # src/crosstune/train/jax/aot_process.py -> project root
         root = here if (here / "Makefile").is_file() else Path.cwd()
     return root / ".venv-tpu-compile"
 

@@ -11,7 +11,7 @@ pytest.importorskip("optax")
 def test_attention_mask_is_causal_per_document_without_padding():
     import jax.numpy as jnp
 
-    from crosstune.train.jax.step import attention_mask
+    from crosstune.train.jax.loss import attention_mask
 
     seg = jnp.array([[1, 1, 2, 2, 2, 0]])
     m = np.asarray(attention_mask(seg))[0]
@@ -32,7 +32,7 @@ def _micro(mask_rows: list[list[int]]) -> dict:
 
 def test_loss_weights_make_multisteps_mean_token_weighted():
     """MultiSteps averages k micro-batch losses; weights k/N turn that average into Σ token losses / N."""
-    from crosstune.train.jax.step import optimizer_steps
+    from crosstune.train.jax.batches import optimizer_steps
 
     a = _micro([[0, 1, 1, 1], [0, 0, 0, 1]])  # 4 trained tokens (position 0 is never a target)
     b = _micro([[0, 0, 0, 1], [0, 0, 0, 0]])  # 1 trained token
@@ -45,7 +45,7 @@ def test_loss_weights_make_multisteps_mean_token_weighted():
 
 
 def test_trailing_partial_step_is_dropped():
-    from crosstune.train.jax.step import optimizer_steps
+    from crosstune.train.jax.batches import optimizer_steps
 
     assert len(list(optimizer_steps([_micro([[0, 1]])] * 5, accumulation=2))) == 2
 
@@ -57,7 +57,7 @@ def test_schedules_match_transformers(ours, theirs):
     import torch
     from transformers import get_scheduler
 
-    from crosstune.train.jax.step import lr_schedule
+    from crosstune.train.jax.optimizer import lr_schedule
 
     peak, warmup, total = 1e-3, 5, 40
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
