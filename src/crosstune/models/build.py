@@ -106,7 +106,7 @@ def memory_problem(spec: ModelSpec, dtype: str) -> str | None:
     need, have = build_bytes(spec), available_bytes()
     if have is None or need <= have:
         return None
-    size = f"{spec.name} ({spec.total_params / 1e9:.1f} B parameters)"
+    size = f"{spec.name} ({spec.total_params:,} parameters)"
     free = f"this machine has {bytes_to_gb(have):.1f} GB available"
     return f"{size} needs about {bytes_to_gb(need):.1f} GB to build in {dtype}; {free}"
 
