@@ -36,8 +36,8 @@ def test_patterns_match_as_peft_matches_them():
 
 def test_the_nested_repeat_of_the_report_ends_at_once(hub_cache, tmp_path):
     config = tmp_path / "trl.yaml"
-    config.write_text("model_name_or_path: google/gemma-4-31B-it\ndataset_name: acme/d\nuse_peft: true\n"
-                      "lora_target_modules: '(.*.*)*q_projX'\n")  # fmt: skip
+    lines = ["model_name_or_path: google/gemma-4-31B-it", "dataset_name: acme/d", "use_peft: true"]
+    config.write_text("\n".join([*lines, "lora_target_modules: '(.*.*)*q_projX'"]) + "\n")
     started = time.monotonic()
     with pytest.raises(ImportRefused, match="matches none of gemma4's"):
         import_config(config, tmp_path / "r.yaml")

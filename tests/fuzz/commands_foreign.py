@@ -152,9 +152,10 @@ def recipe_export(ctx: Ctx) -> Case:
     return Case(["recipe", "export", name, "--to", to, "--out", "out.yaml", *extra], timeout_s=60, protected=protected)
 
 
-CONFIG_KEYS = ["hidden_size", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-               "intermediate_size", "num_hidden_layers", "layer_types", "sliding_window", "rope_parameters",
-               "model_type", "text_config", "num_kv_shared_layers", "final_logit_softcapping"]  # fmt: skip
+CONFIG_KEYS = (
+    "hidden_size vocab_size num_attention_heads num_key_value_heads head_dim intermediate_size num_hidden_layers "
+    "layer_types sliding_window rope_parameters model_type text_config num_kv_shared_layers final_logit_softcapping"
+).split()
 
 
 def model_config(ctx: Ctx) -> Case:
@@ -177,8 +178,9 @@ def model_config(ctx: Ctx) -> Case:
     return Case(argv, timeout_s=120)
 
 
-ADAPTER_KEYS = ["r", "lora_alpha", "rank_pattern", "alpha_pattern", "target_modules", "use_rslora", "peft_type",
-                "bias", "base_model_name_or_path"]  # fmt: skip
+ADAPTER_KEYS = (
+    "r lora_alpha rank_pattern alpha_pattern target_modules use_rslora peft_type bias base_model_name_or_path"
+).split()
 
 
 def adapter_config(ctx: Ctx) -> Case:

@@ -22,8 +22,7 @@ def hub_checked(value: str | None, check) -> str | None:
 
 class DataSource(Section):
     omitted_when_none = ("config", "hub_split", "revision")
-    path: str = Field(description="a file, a glob, a datasets.save_to_disk directory, or a hub dataset written "
-                      "hf://OWNER/NAME")  # fmt: skip
+    path: str = Field(description="a file, a glob, a save_to_disk directory, or a hub dataset: hf://OWNER/NAME")
     format: Literal["auto", "jsonl", "parquet", "hf_disk", "hub"] = Field(
         "auto", description="auto: by suffix or folder, and hub for a path written hf://OWNER/NAME (a hub dataset, "
         "read with `datasets` from the hub cache)"
@@ -47,8 +46,10 @@ class DataSource(Section):
     def _hub_fields_for_hub_sources(self) -> DataSource:
         on_hub = hub.hub_id(self.path) is not None
         if self.names_hub_fields and not on_hub:
-            raise ValueError(f"config, hub_split and revision select from a hub dataset, and {self.path!r} is a path: "
-                             "drop them, or write the hub dataset as hf://OWNER/NAME")  # fmt: skip
+            fix = "drop them, or write the hub dataset as hf://OWNER/NAME"
+            raise ValueError(
+                f"config, hub_split and revision select from a hub dataset, and {self.path!r} is a path: {fix}"
+            )
         if on_hub and self.format not in ("auto", "hub"):
             raise ValueError(f"format {self.format!r} reads a local file, and {self.path!r} is a hub dataset")
         if self.format == "hub" and not on_hub:
