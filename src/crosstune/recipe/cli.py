@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-import yaml
 from rich.console import Console
 
+from crosstune.emit import yaml_text
 from crosstune.errors import InputError
 from crosstune.hardware import HARDWARE
 from crosstune.recipe import RecipeError, load_recipe
@@ -54,7 +54,7 @@ def show(file: Path = typer.Argument(..., help="recipe YAML file"), overrides: l
     """Print the resolved recipe: every default filled in, as the stages will read it."""
 
     recipe = load_recipe(file, overrides)
-    console.print(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False), markup=False, highlight=False)
+    console.print(yaml_text(recipe.model_dump(mode="json")), markup=False, highlight=False)
 
 
 @recipe_app.command("import")

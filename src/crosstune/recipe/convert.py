@@ -1,7 +1,8 @@
 """`recipe import` and `recipe export` as library calls: a user's Axolotl or TRL config (read by the one YAML loader,
 crosstune.untrusted_files) to a recipe that validates, and a recipe to a config for the user's own tool. The
-written file opens with a head comment naming what made it and listing what did not carry over; an existing file
-without that head is never replaced."""
+written file opens with a head comment naming what made it and listing what did not carry over, and ends with the
+sha256 of what it wrote (crosstune.ownership's one-file rule): an existing file is replaced only when it is the
+command's own, unchanged."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from crosstune.emit import yaml_text
 from crosstune.errors import InputError
-from crosstune.fsutil import atomic_write_text
-from crosstune.ownership import OutputRefused, check_out
+from crosstune.ownership import FileKind, check_out, write_owned_file
 from crosstune.recipe.findings import RecipeError
 from crosstune.recipe.from_axolotl import import_axolotl
 from crosstune.recipe.from_trl import import_trl
@@ -29,7 +28,6 @@ from crosstune.untrusted_files import read_yaml
 FORMATS = ("axolotl", "trl")
 IMPORT_HEAD = "# crosstune recipe import"
 EXPORT_HEAD = "# crosstune recipe export"
-HEAD_LINES = 3  # the head comment's line is among a file's first lines
 MAX_CONFIG_BYTES = 1 << 20  # a training config is a few KB: anything past 1 MiB is not one
 
 
@@ -73,9 +71,8 @@ def import_config(path: Path, out: Path, *, fmt: str | None = None, hardware: st
         raise ImportRefused(f"--name {name!r}: letters, digits, '.', '_' and '-', starting with a letter or digit")
     recipe = _in_schema_order({"name": name, "description": f"Imported from {path.name} ({fmt})", **port.recipe},
                               Recipe)  # fmt: skip
-    text = _head(f"{IMPORT_HEAD}: {path} ({fmt})", port.unmapped, port.notes) + yaml.safe_dump(
-        recipe, sort_keys=False, allow_unicode=True
-    )
+    head = _head(f"{IMPORT_HEAD}: {path} ({fmt})", port.unmapped, port.notes)
+    text = yaml_text(recipe, head=head, allow_unicode=True)
     try:
         checked = parse_recipe(text, out, base_dir=out.parent)
     except RecipeError as e:  # a mapping crosstune's own checks refuse: say so in the config's terms
@@ -105,21 +102,17 @@ def export_recipe(recipe_file: Path, to: str, overrides: list[str] | None = None
     config, missing = (export_trl if to == "trl" else export_axolotl)(recipe)
     use = "trl sft --config FILE" if to == "trl" else "axolotl train FILE"
     head = f"{EXPORT_HEAD}: the torch leg of {Path(recipe_file).absolute()} (recipe {recipe.name}) for `{use}`"
-    return _head(head, missing, []) + yaml.safe_dump(config, sort_keys=False, allow_unicode=True), missing
+    return yaml_text(config, head=_head(head, missing, []), allow_unicode=True), missing
 
 
-def _head(first: str, unmapped: list[Unmapped], notes: list[str]) -> str:
-    lines = [f"{first}, {time.strftime('%Y-%m-%d')}"]
-    lines += [u.render() for u in unmapped] + [f"note: {n}" for n in notes]
-    return "".join(f"# {line}\n" if i else f"{line}\n" for i, line in enumerate(lines))
+def _head(first: str, unmapped: list[Unmapped], notes: list[str]) -> list[str]:
+    """The head comment's lines (crosstune.emit writes each as one comment line, whatever the config's keys hold)."""
+    notes = [f"note: {n}" for n in notes]
+    return [f"{first.removeprefix('# ')}, {time.strftime('%Y-%m-%d')}", *(u.render() for u in unmapped), *notes]
 
 
 def write_output(out: Path, text: str, head: str, inputs: tuple[Path, ...] = ()) -> Path:
-    """Write `text` to `out`, replacing only a file this command wrote (its head comment says so)."""
-    out = check_out(out, file=True, inputs=inputs, what="input")
-    first = out.read_text(errors="replace").splitlines()[:HEAD_LINES] if out.is_file() else []
-    if out.is_file() and not any(line.startswith(head) for line in first):
-        raise OutputRefused(f"--out {out} exists and is not a file `{head[2:]}` wrote: choose another file name")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, text)
-    return out
+    """Write `text` to `out`, replacing only a file the command `head` names wrote, unchanged (its last line holds the
+    sha256 of the rest: crosstune.ownership.FileKind); never `inputs`."""
+    check_out(out, file=True, inputs=inputs, what="input")
+    return write_owned_file(out, text, FileKind(head.removeprefix("# ")))

@@ -13,14 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from crosstune import hub
+from crosstune.confinement import first_files
 from crosstune.errors import CrosstuneError
 from crosstune.families import FAMILIES, family_of_hf_config, get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import DTYPE_BYTES, NEUTRAL_TARGETS, ModelSpec
 from crosstune.hardware import HARDWARE
+from crosstune.model_configs import read_model_config
+from crosstune.patterns import user_pattern
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.units import bytes_to_gb
-from crosstune.untrusted_files import jsonl_rows, read_model_config
+from crosstune.untrusted_files import jsonl_rows
 
 # A size in a hub id's name (google/gemma-4-31B-it, google/gemma-3-27b-it, unsloth/gemma-4-E2B-it-bnb-4bit).
 SIZE_IN_NAME = {
@@ -179,7 +182,7 @@ def _same_shape(a: ModelSpec, b: ModelSpec) -> bool:
 
 def set_model(port: Port, model: ModelId) -> None:
     port.set("model.family", model.family)
-    port.set("model.path", model.path)
+    port.set("model.path", hub.hub_ref(model.path) if hub.is_hub_id(model.path) else model.path)
     if model.revision:
         port.set("model.revision", model.revision)
     if model.size:
@@ -259,12 +262,8 @@ def resolve_targets(port: Port, key: str, value: Any, model: ModelId) -> None:
 
 
 def _matcher(key: str, value: Any):
-    if isinstance(value, str):
-        try:
-            pattern = re.compile(value)
-        except re.error as e:
-            raise ImportRefused(f"{key}: {value!r} is not a regular expression ({e})") from None
-        return lambda name: pattern.fullmatch(name) is not None
+    if isinstance(value, str):  # compiled under a bound on its work (crosstune.patterns)
+        return user_pattern(value, key)
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return lambda name: any(name == v or name.endswith("." + v) for v in value)
     raise ImportRefused(f"{key}: {value!r} is neither a module-name regex nor a list of module names")
@@ -314,7 +313,7 @@ def data_path(value: str, config_dir: Path) -> tuple[str, bool]:
     local = p if p.is_absolute() else config_dir / p
     if local.exists() or glob.has_magic(value) or not hub.is_hub_id(value):
         return str(local.resolve()) if local.exists() else str(local), False
-    return value, True
+    return hub.hub_ref(value), True
 
 
 def peek_columns(path: str, is_hub: bool, revision: str | None = None) -> set[str] | None:
@@ -327,7 +326,7 @@ def peek_columns(path: str, is_hub: bool, revision: str | None = None) -> set[st
             return None
     else:
         folder = Path(path)
-    files = [folder] if folder.is_file() else sorted(folder.rglob("*")) if folder.is_dir() else []
+    files = [folder] if folder.is_file() else first_files(folder, hub.files_root(folder)) if folder.is_dir() else []
     for f in files:
         if f.suffix in (".jsonl", ".json") and f.is_file():
             for _, row in jsonl_rows(f):

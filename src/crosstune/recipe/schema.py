@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from crosstune import hub
 from crosstune.errors import BatchPlanError
 from crosstune.families.spec import NEUTRAL_TARGETS
 from crosstune.hardware import AUTO, HARDWARE
@@ -28,6 +29,7 @@ from crosstune.recipe.data_schema import (  # noqa: F401 - the data section's cl
     DataSource,
     Subsample,
     SystemPromptPolicy,
+    hub_checked,
 )
 from crosstune.recipe.section import Section, bounded, each
 
@@ -46,10 +48,13 @@ class ModelSection(Section):
     omitted_when_none = ("revision",)
     family: Literal["gemma3", "gemma4"]
     path: str | None = Field(
-        None, description="HF model directory (config.json + safetensors), or a hub id (google/gemma-4-31B-it) "
-        "resolved through the hub cache (crosstune.hub)"
+        None, description="HF model directory (config.json + safetensors), or a hub id written "
+        "hf://OWNER/NAME (hf://google/gemma-4-31B-it) resolved through the hub cache (crosstune.hub)"
     )  # fmt: skip
     revision: str | None = Field(None, description="the hub revision (branch, tag or commit) of a hub-id model.path")
+
+    _path = field_validator("path")(lambda cls, v: hub_checked(v, hub.hub_id))
+    _revision = field_validator("revision")(lambda cls, v: hub_checked(v, hub.check_revision))
     size: str | None = Field(None, description="a known size (e.g. 31b, 27b, tiny) for planning without a checkpoint")
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
     random_init: bool = Field(

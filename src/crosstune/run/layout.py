@@ -53,6 +53,15 @@ def run_file(run_dir: Path, name: str) -> Path:
     return Path(run_dir) / name
 
 
+def saved_lora(run_dir: Path, folder: Path) -> Path:
+    """`folder` (the run's adapter/ or a checkpoint in it), refused (RunDirError naming it) when it or a file in it is
+    a link that leads out of the run directory: an export reads what the run saved, never a file elsewhere."""
+    inside(run_dir, folder, label="the run directory", fix=_NO_LINK_FILE, error=RunDirError)
+    for entry in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else ():
+        inside(run_dir, entry, label="the run directory", fix=_NO_LINK_FILE, error=RunDirError)
+    return Path(folder)
+
+
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / RUN_JSON).is_file()
 
