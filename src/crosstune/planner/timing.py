@@ -14,6 +14,8 @@ Kinds of work, per device and micro-step (rows split over fsdp, heads and widths
   optimizer: HBM bytes counted as `passes` reads/writes of each layer's activation widths (hidden, MLP, attention
   projections, per-layer inputs) per token, `head_passes` of the fp32 logits, and the LoRA state's bytes; rate:
   `hbm` × the chip's HBM bandwidth.
+- moe: a MoE layer's routing (each token's top-k copies sorted, gathered, scattered back): `moe_passes` of those
+  copies' bytes at the same rate; fitted to one measured shape (the MoE's kernels weren't profiled apart).
 Calibrated on a TPU v5e (docs/BENCHMARKS.md, "TPU v5e chip, measured"): the efficiencies are the chip's; on v5p and
 v6e the same fractions of their own peaks and bandwidths are assumed (the same MXU/VPU design, not measured there).
 """
@@ -40,25 +42,42 @@ class Calibration:
     chip: str
     date: str
     command: str
-    matmul: float
+    matmul: float  # the decoder layers' weight matmuls
+    head: float  # the LM head's
+    lora: float  # LoRA's rank-wide matmuls (bound by reading their inputs, counted on their flops)
     attention: dict  # "splash" | "dense" -> fraction of peak on the counted flops
     hbm: float
     passes: float  # elementwise bytes per token and layer, in units of the layer's activation widths
     head_passes: float  # elementwise bytes per token of the LM head, in units of the fp32 vocabulary row
+    # a MoE layer's routing beyond its expert matmuls (sorting, gathering and scattering each token's top-k copies,
+    # the grouped matmul's own overhead), in units of those copies' bytes: a fit to one shape (module docstring)
+    moe_passes: float = 0.0
 
+
+# The 26B-A4B's first 2 layers at 3072 tokens ran 0.1167 s per micro-step on the v5e where the terms above give
+# 0.0836: the rest, 33.1 ms, is its routing, fitted as passes over the token copies (`plan --run` of
+# recipes/gemma4-26b-a4b-tpu-v5p-8.yaml --layers 2; the same step at 4096 tokens checks it: docs/BENCHMARKS.md)
+MOE_PASSES = 22.7
 
 CALIBRATIONS: dict[str, Calibration] = {
     c.chip: c
     for c in (
+        # `crosstune plan recipes/gemma4-31b-tpu-v5p-8.yaml --run --layers 4 --set data.max_seq_len=4096 --profile P`
+        # on the chip (commit 974e99b), split by `python bench/tpu_profile_kinds.py P`: 130.9 ms of LM-head matmuls,
+        # 187.3 of layer matmuls, 25.6 of LoRA matmuls, 19.9 of splash, 29.8 + 10.1 of elementwise fusions at 713
+        # GB/s, of a 403.5 ms micro-step (docs/BENCHMARKS.md, "TPU v5e chip, measured")
         Calibration(
             chip="tpu-v5e",
-            date="uncalibrated",
-            command="none: the roofline (every kind at its peak)",
-            matmul=1.0,
-            attention={"splash": 1.0, "dense": 1.0},
-            hbm=1.0,
-            passes=0.0,
-            head_passes=0.0,
+            date="2026-12-05",
+            command="plan --run --profile of the 31B's first 4 layers at 4096 tokens, bench/tpu_profile_kinds.py",
+            matmul=0.851,
+            head=0.896,
+            lora=0.158,
+            attention={"splash": 0.646, "dense": 0.851},  # dense: not measured, its batched matmuls at `matmul`'s
+            hbm=0.871,
+            passes=14.6,
+            head_passes=1.68,
+            moe_passes=MOE_PASSES,
         ),
     )
 }
@@ -67,17 +86,15 @@ MEASURED_ON = "tpu-v5e"  # the calibration other chips borrow (module docstring)
 
 @dataclass(frozen=True)
 class StepTime:
-    matmul_s: float
-    attention_s: float
-    elementwise_s: float
+    by_kind_s: dict  # kind -> seconds per micro-step (work's kinds)
     calibration: str  # which chip's rates, and whether this chip was measured itself
 
     @property
     def micro_step_s(self) -> float:
-        return self.matmul_s + self.attention_s + self.elementwise_s
+        return sum(self.by_kind_s.values())
 
     def by_kind(self) -> dict[str, float]:
-        return {"matmul": self.matmul_s, "attention": self.attention_s, "elementwise": self.elementwise_s}
+        return dict(self.by_kind_s)
 
 
 def visited_blocks(length: int, window: int | None, block: int) -> int:
@@ -91,8 +108,8 @@ def visited_blocks(length: int, window: int | None, block: int) -> int:
 
 
 def work(plan: Plan, recipe: Recipe) -> dict:
-    """Per-device work of one micro-step of `recipe` on `plan` (its spec's layers): matmul flops, attention flops,
-    elementwise bytes (module docstring)."""
+    """Per-device work of one micro-step of `recipe` on `plan` (its spec's layers), by kind (module docstring):
+    flops for the matmul kinds and attention, HBM bytes for the elementwise kinds."""
     spec, (fsdp, tp), train = plan.spec, plan.jax_mesh, recipe.train
     rows, length, attention = train.per_device_batch_size * fsdp, recipe.data.max_seq_len, recipe.backend.jax.attention
     lora_rank, lora_targets = recipe.lora.rank, tuple(recipe.lora.targets)
@@ -102,14 +119,15 @@ def work(plan: Plan, recipe: Recipe) -> dict:
     remat = train.gradient_checkpointing
     recompute_matmuls = remat and train.kernels.recomputes_matmuls
     d = spec.hidden_size
-    matmul = attention_flops = activation = 0.0
+    matmul = lora = attention_flops = activation = routed = 0.0
     for layer in range(spec.num_layers):
         shapes = spec.projection_shapes(layer)
         forward = 2.0 * sum(o * i for o, i in shapes.values()) + 4.0 * d * spec.per_layer_input_dim
         if spec.moe is not None:
             forward += 2.0 * (spec.moe.num_experts * d + spec.moe.top_k * spec.moe.expert_params(d))
-        lora = sum(6.0 * lora_rank * (shapes[t][0] + shapes[t][1]) for t in lora_targets if t in shapes)
-        matmul += tokens * (forward * (3 if recompute_matmuls else 2) + lora)
+            routed += tokens * spec.moe.top_k * (3 * d + 3 * spec.moe.expert_dim) * a  # each token's k copies
+        matmul += tokens * forward * (3 if recompute_matmuls else 2)
+        lora += tokens * sum(6.0 * lora_rank * (shapes[t][0] + shapes[t][1]) for t in lora_targets if t in shapes)
         kind = spec.kind(layer)
         per_head = 2.0 * kind.head_dim * (block**2 if attention == "splash" else length**2)
         pairs = visited_blocks(length, kind.window, block) if attention == "splash" else 1
@@ -117,12 +135,18 @@ def work(plan: Plan, recipe: Recipe) -> dict:
         attention_flops += rows * kind.num_heads * pairs * per_head * (count + (2 if remat else 0))
         width = d + spec.mlp_dim(layer) + kind.q_dim + 2 * kind.kv_dim + spec.per_layer_input_dim
         activation += tokens * width * a
-    head = tokens * 4.0 * spec.vocab_size * d
     cal = calibration(plan.hardware.chip.name)
-    lora_bytes = 4 * spec.lora_params(lora_rank, lora_targets) * 4  # fp32 params, grads, accumulator, moments
-    elementwise = cal.passes * activation + cal.head_passes * tokens * spec.vocab_size * 4 + lora_bytes
-    return {"matmul": (matmul + head) / devices, "attention": attention_flops / devices,
-            "elementwise": elementwise / devices}  # fmt: skip
+    logits = tokens * spec.vocab_size * 4  # the fp32 logits of one pass over the rows
+    lora_state = 4 * spec.lora_params(lora_rank, lora_targets) * 4  # fp32 params, grads, accumulator, moments
+    return {
+        "matmul": matmul / devices,
+        "head": tokens * 4.0 * spec.vocab_size * d / devices,  # the logits and their gradient (one pass: logits.py)
+        "lora": lora / devices,
+        "attention": attention_flops / devices,
+        "elementwise": (cal.passes * activation + lora_state) / devices,
+        "head_elementwise": cal.head_passes * logits / devices,
+        "moe": cal.moe_passes * routed / devices,
+    }
 
 
 def calibration(chip: str) -> Calibration:
@@ -132,14 +156,18 @@ def calibration(chip: str) -> Calibration:
 
 def predict_step(plan: Plan, recipe: Recipe) -> StepTime:
     """The planner's time for one micro-step of `recipe` (the plan's) on its hardware (`plan.spec`'s layers)."""
-    r, chip = recipe, plan.hardware.chip
-    w = work(plan, r)
+    chip = plan.hardware.chip
     cal = calibration(chip.name)
     peak, bandwidth = chip.peak_bf16_tflops * 1e12, chip.hbm_bandwidth_gbs * GB
+    rate = {
+        "matmul": peak * cal.matmul,
+        "head": peak * cal.head,
+        "lora": peak * cal.lora,
+        "attention": peak * cal.attention[recipe.backend.jax.attention],
+        "elementwise": bandwidth * cal.hbm,
+        "head_elementwise": bandwidth * cal.hbm,
+        "moe": bandwidth * cal.hbm,
+    }
     own = "measured on this chip" if cal.chip == chip.name else f"{cal.chip}'s fractions, assumed"
-    return StepTime(
-        matmul_s=w["matmul"] / (peak * cal.matmul),
-        attention_s=w["attention"] / (peak * cal.attention[r.backend.jax.attention]),
-        elementwise_s=w["elementwise"] / (bandwidth * cal.hbm),
-        calibration=f"{cal.chip}, {cal.date} ({own}): {cal.command}",
-    )
+    seconds = {kind: amount / rate[kind] for kind, amount in work(plan, recipe).items()}
+    return StepTime(seconds, f"{cal.chip}, {cal.date} ({own}): {cal.command}")
