@@ -147,6 +147,12 @@ def search_plan(
     def memory(c: Candidate):
         return plan_recipe(load_for_plan(recipe_file, overrides + c.overrides(recipe)), "jax").jax_memory
 
+    def seconds(c: Candidate) -> float:  # the calibrated micro-step the search ranks by
+        from crosstune.planner.timing import predict_step
+
+        candidate = load_for_plan(recipe_file, overrides + c.overrides(recipe))
+        return predict_step(plan_recipe(candidate, "jax"), candidate).micro_step_s
+
     done = [0]
 
     def compile_one(extra: list[str], depth: int | None) -> CompiledStep:
@@ -160,5 +166,5 @@ def search_plan(
         return step
 
     found = run_search(recipe, spec, hw, rows, memory, compile_one, max_compiles=max_compiles, baseline=baseline,
-                       progress=say)  # fmt: skip
+                       progress=say, plan_time=seconds)  # fmt: skip
     return found, hw

@@ -101,6 +101,15 @@ class Result:
     line: Roofline | None = None
     stage: str = "planned"  # planned | screened | final | failed
     error: str = ""
+    predicted_s: float | None = None  # the planner's calibrated micro-step (crosstune.planner.timing)
+    tokens: int = 0  # per micro-step over the slice
+
+    @property
+    def tokens_per_s(self) -> float:
+        """What the search ranks by: the calibrated prediction where there is one, else the compiled roofline."""
+        if self.predicted_s:
+            return self.tokens / self.predicted_s
+        return self.line.tokens_per_s if self.line is not None else 0.0
 
     @property
     def xla_gb(self) -> float | None:
@@ -140,15 +149,21 @@ def run_search(
     finalists: int = len(REMATS),
     baseline: Candidate | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    plan_time: Callable[[Candidate], float] | None = None,
 ) -> Search:
     """Screen, then compile finalists at full depth (see the module's docstring); at most `max_compiles` compiles
     (two per screened candidate, one per finalist: the screen keeps one for each finalist it could give, up to
-    `finalists`)."""
+    `finalists`). With `plan_time` (the calibrated micro-step of a candidate), candidates are ranked by it; the
+    compiles still decide what fits."""
     chip = hw.chip
     usable = chip.usable_gb
     p = period(spec)
     depths = (p, 2 * p) if 2 * p < spec.num_layers else (1, 2)
-    results = [Result(c, plan_memory(c)) for c in candidates(recipe, spec, hw, rows_total)]
+    length = recipe.data.max_seq_len
+    results = [
+        Result(c, plan_memory(c), predicted_s=plan_time(c) if plan_time else None, tokens=c.rows * c.fsdp * length)
+        for c in candidates(recipe, spec, hw, rows_total)
+    ]
     base = next((r for r in results if r.candidate == baseline), None)
     order = _screen_order(results)
     budget, screened = max_compiles, []
@@ -180,7 +195,7 @@ def run_search(
             continue
         r.line, r.stage = roofline(r.step, chip), "final"
     final = [r for r in results if r.stage == "final" and r.fits(usable)]
-    winner = max(final, key=lambda r: r.line.tokens_per_s, default=None)
+    winner = max(final, key=lambda r: r.tokens_per_s, default=None)
     notes = [] if winner else ["no candidate compiled at full depth fits: no winner (raise --max-compiles)"]
     notes.append(
         f"screened figures are extrapolated from {depths[0]} and {depths[1]} layers: exact per layer for the "
@@ -202,7 +217,7 @@ def pareto(results: list[Result]) -> list[Result]:
 
 def _finalist_order(fitting: list[Result]) -> list[Result]:
     """The fastest screened candidate of each recompute mode (fastest mode first), then the others, fastest first."""
-    fast = sorted(fitting, key=lambda r: -r.line.tokens_per_s)
+    fast = sorted(fitting, key=lambda r: -r.tokens_per_s)
     firsts = [
         next(r for r in fast if r.candidate.remat == mode) for mode in dict.fromkeys(r.candidate.remat for r in fast)
     ]
@@ -242,6 +257,8 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
                 "micro_step_s": line.micro_step_s, "step_s": line.step_s, "tokens_per_s": line.tokens_per_s,
                 "bound": line.bound,
             },
+            "predicted_micro_step_s": r.predicted_s,
+            "predicted_tokens_per_s": r.tokens_per_s if r.predicted_s else None,
             "pareto": r in front,
             "compile_s": None if r.step is None else r.step.build_s + r.step.lower_s + r.step.compile_s,
             "host_peak_rss_bytes": None if r.step is None else r.step.host_peak_rss_bytes,
@@ -263,4 +280,4 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
 
 
 def _rank(r: Result) -> tuple:
-    return ({"final": 0, "screened": 1, "failed": 2}.get(r.stage, 3), -(r.line.tokens_per_s if r.line else 0))
+    return ({"final": 0, "screened": 1, "failed": 2}.get(r.stage, 3), -r.tokens_per_s)

@@ -160,7 +160,8 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
 
 def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> None:
     """`plan --search`'s frontier: every compiled candidate, XLA's memory per chip (full depth, or extrapolated from
-    the screen), the three-term roofline, and the --set lines of the winner (crosstune.planner.search)."""
+    the screen), the three-term roofline, the calibrated prediction it is ranked by, and the --set lines of the
+    winner (crosstune.planner.search)."""
     from crosstune.planner.search import pareto
 
     out = out or console
@@ -168,10 +169,12 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
     front = pareto(search.results)
     table = Table(title=f"{recipe.name} on {hw.name}: {search.compiles} compiles (screen at {search.depths[0]} and "
                   f"{search.depths[1]} layers, finalists at full depth)")  # fmt: skip
-    for col in ("candidate", "stage", "XLA GB/chip", "planner GB/chip", "compute s", "HBM s", "ICI s", "tokens/s", ""):
+    columns = ("candidate", "stage", "XLA GB/chip", "planner GB/chip", "compute s", "HBM s", "ICI s", "roofline tok/s",
+               "predicted tok/s", "")  # fmt: skip
+    for col in columns:
         table.add_column(col, justify="left" if col in ("candidate", "stage", "") else "right")
     ranked = sorted((r for r in search.results if r.step is not None or r.error), key=lambda r: (
-        {"final": 0, "screened": 1}.get(r.stage, 2), -(r.line.tokens_per_s if r.line else 0)))  # fmt: skip
+        {"final": 0, "screened": 1}.get(r.stage, 2), -r.tokens_per_s))  # fmt: skip
     for r in ranked:
         line = r.line
         mark = " ◀ winner" if r is search.winner else (" frontier" if r in front else "")
@@ -181,7 +184,8 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
         stage = r.stage + ("" if not r.error else f": {r.error[:60]}")
         cells = ("–",) * 4 if line is None else (f"{line.compute_s:.3f}", f"{line.memory_s:.3f}", f"{line.ici_s:.3f}",
                                                  f"{line.tokens_per_s:,.0f}")  # fmt: skip
-        table.add_row(r.candidate.label, stage, gb, f"{r.planner.total:,.1f}", *cells, mark)
+        predicted = "–" if not r.predicted_s else f"{r.tokens_per_s:,.0f}"
+        table.add_row(r.candidate.label, stage, gb, f"{r.planner.total:,.1f}", *cells, predicted, mark)
     out.print(table)
     out.print(f"{len(search.results) - len(ranked)} more candidates priced by the planner only", highlight=False)
     for note in search.notes:
@@ -189,8 +193,10 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
     if search.winner is not None:
         w = search.winner
         sets = " ".join(f"--set {s}" for s in w.candidate.overrides(recipe))
+        speed = f"{w.tokens_per_s:,.0f} tokens/s predicted (calibrated)" if w.predicted_s else "–"
         out.print(f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), "
-                  f"≤ {w.line.tokens_per_s:,.0f} tokens/s ({w.line.bound}-bound)", highlight=False)  # fmt: skip
+                  f"{speed}, ≤ {w.line.tokens_per_s:,.0f} by the roofline ({w.line.bound}-bound)",
+                  highlight=False)  # fmt: skip
         out.print(f"reproduce: crosstune plan RECIPE --compile {sets}", highlight=False)
 
 
