@@ -69,6 +69,8 @@ lock:
 	/tmp/crosstune-lock/bin/pip install -q -r requirements.in
 	{ head -2 requirements.lock; echo "torch==2.13.0"; /tmp/crosstune-lock/bin/pip freeze | grep -vE '^(torch|crosstune)=='; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
+	$(VENV)/bin/python -c "from pathlib import Path; from crosstune.launch.job_spec import JAX_LOCK, jax_lock_text; \
+	  Path(JAX_LOCK).write_text(jax_lock_text(Path('requirements.lock').read_text()))"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -21,6 +21,11 @@ JAX_VERSION = "0.10.2"
 # (the lock's pin) is its CUDA 13.0 build on Linux x86_64, as vLLM's own GPU wheels pin it: JAX's CUDA plugin for the
 # same CUDA major shares its libraries. jax[tpu] brings libtpu from PyPI (requirements-tpu-compile.txt's version).
 ACCELERATOR_PACKAGES = {("tpu", "jax"): [f"jax[tpu]=={JAX_VERSION}"], ("gpu", "jax"): [f"jax[cuda13]=={JAX_VERSION}"]}
+# The torch stack: what the jax backend never imports. A TPU host's training venv is the lock without it
+# (requirements-jax.lock, `make lock` writes it: jax_lock_text), so no CUDA torch (~3.5 GB from PyPI) is installed
+# where no GPU is.
+TORCH_STACK = ("torch", "trl", "peft", "accelerate")
+JAX_LOCK = "requirements-jax.lock"
 # The serving venv's Python per platform: vllm-tpu's wheels are for CPython 3.12 only (on 3.11 the resolver would
 # pick an older release); vLLM's GPU wheels are abi3.
 SERVE_PYTHON = {"tpu": "3.12", "gpu": "3.11"}
@@ -106,7 +111,7 @@ def install_steps(job: Job) -> list[str]:
     steps = [
         "python3 -m pip install -q --user uv",  # a Python 3.11 venv whatever the image's Python is
         "python3 -m uv venv --python 3.11 .venv",
-        "python3 -m uv pip install --python .venv/bin/python -r requirements.lock",
+        f"python3 -m uv pip install --python .venv/bin/python -r {lock_file(job.target.chip.platform, job.backend)}",
     ]
     if extra := accelerator_packages(job.target.chip.platform, job.backend):
         steps.append(shell_line("python3 -m uv pip install --python .venv/bin/python {extra}", extra=extra))
@@ -117,6 +122,19 @@ def install_steps(job: Job) -> list[str]:
         "(command -v iverilog >/dev/null || { sudo apt-get update -q && sudo apt-get install -y -q iverilog; })",
     ]
     return steps
+
+
+def lock_file(platform: str, backend: str) -> str:
+    """The pins the job's training venv installs: the jax backend on a TPU has no use for the torch stack."""
+    return JAX_LOCK if (platform, backend) == ("tpu", "jax") else "requirements.lock"
+
+
+def jax_lock_text(lock: str) -> str:
+    """requirements-jax.lock's text from requirements.lock's: every pin but the torch stack's."""
+    head = [f"# requirements.lock without {', '.join(TORCH_STACK)} (crosstune.launch.job_spec.TORCH_STACK): what a",
+            "# TPU host's jax training venv installs. 'make lock' regenerates it; do not edit."]  # fmt: skip
+    pins = [line for line in lock.splitlines() if line and not line.startswith("#")]
+    return "\n".join(head + [p for p in pins if p.split("==")[0].lower() not in TORCH_STACK]) + "\n"
 
 
 def accelerator_packages(platform: str, backend: str) -> list[str]:
