@@ -84,10 +84,7 @@ _NO_PRICE = "no sourced price: give one with --prices FILE or the recipe's cost.
 # (v5e), read 2026-12 (the older pages' 4800 / 3584 / 1600 Gbps are the same links counted in one direction)
 ICI_SOURCE = "cloud.google.com/tpu/docs/v5p, /v6e, /v5e: system architecture, key specifications"
 
-V5E_MEASURED = (
-    "jax.devices()[0].memory_stats()['bytes_limit'] on a TPU v5e chip, 2026-12-05 (docs/BENCHMARKS.md, "
-    '"TPU v5e chip, measured")'
-)
+V5E_MEASURED = "memory_stats()['bytes_limit'] read on a v5e chip, 2026-12-05 (docs/BENCHMARKS.md)"
 
 CHIPS: dict[str, Chip] = {
     c.name: c
