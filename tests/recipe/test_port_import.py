@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
 from crosstune.errors import InputError
+from crosstune.families import identity
 from crosstune.planner import plan_recipe
 from crosstune.recipe import load_recipe
 from crosstune.recipe.convert import import_config
@@ -115,7 +116,7 @@ def test_another_family_is_refused_by_name(hub_cache, tmp_path):
     config.write_text(f"base_model: {local}\nadapter: lora\nlearning_rate: 1.0e-4\ndatasets: []\n")
     with pytest.raises(ImportRefused) as e:
         import_config(config, tmp_path / "r.yaml")
-    assert str(e.value) == f"base_model: {local} is a 'qwen2' model; crosstune trains gemma3, gemma4 (Gemma 3, Gemma 4)"
+    assert str(e.value) == f"base_model: {local} is a 'qwen2' model: {identity.TRAINED}"
 
 
 @pytest.mark.parametrize(

@@ -178,7 +178,7 @@ def _dataset(port: Port, key: str, entry: Any, config_dir: Path) -> tuple[dict, 
         port.miss(f"{key}.type", f"{kind}: crosstune reads conversations (type chat_template)", "data.columns")
         return None
     files = entry.pop("data_files", None)
-    path, is_hub = data_path(files if isinstance(files, str) else entry["path"], config_dir)
+    path, is_hub = data_path(key, files if isinstance(files, str) else entry["path"], config_dir)
     entry.pop("path")
     src: dict[str, Any] = {"path": path}
     if entry.get("ds_type") in ("json", "parquet") and not is_hub:

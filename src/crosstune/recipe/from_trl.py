@@ -134,7 +134,7 @@ def _data(port: Port, take: Keys, source: Path) -> None:
         if take("dataset_name"):
             port.ignore("dataset_name", "TRL reads `datasets` when both are given, and so does the import")
     elif take("dataset_name"):
-        path, is_hub = data_path(take("dataset_name"), source.parent)
+        path, is_hub = data_path("dataset_name", take("dataset_name"), source.parent)
         src = {"path": path, **({"config": take("dataset_config")} if take("dataset_config") else {})}
         if is_hub and take("dataset_train_split") != "train":
             src["hub_split"] = take("dataset_train_split")
@@ -180,8 +180,8 @@ def _mixture_entry(port: Port, i: int, entry: Any, config_dir: Path) -> tuple[di
         files = entry["data_files"]
         if not isinstance(files, str):
             raise ImportRefused(f"{key}.data_files: one file or glob per entry (give each its own entry)")
-        return {"path": data_path(files, config_dir)[0]}, False
-    path, is_hub = data_path(entry["path"], config_dir)
+        return {"path": data_path(f"{key}.data_files", files, config_dir)[0]}, False
+    path, is_hub = data_path(f"{key}.path", entry["path"], config_dir)
     src: dict[str, Any] = {"path": path}
     if entry.get("name"):
         src["config"] = entry["name"]

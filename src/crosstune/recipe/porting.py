@@ -14,7 +14,7 @@ from typing import Any
 
 from crosstune import hub
 from crosstune.errors import CrosstuneError
-from crosstune.families import FAMILIES, family_of_hf_config, get_family
+from crosstune.families import FAMILIES, get_family, identity, model_dir_spec
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import DTYPE_BYTES, NEUTRAL_TARGETS, ModelSpec
 from crosstune.hardware import HARDWARE
@@ -22,15 +22,10 @@ from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.units import bytes_to_gb
 from crosstune.untrusted_files import jsonl_rows, read_model_config
 
-# A size in a hub id's name (google/gemma-4-31B-it, google/gemma-3-27b-it, unsloth/gemma-4-E2B-it-bnb-4bit).
-SIZE_IN_NAME = {
-    "gemma4": re.compile(r"gemma-?4-(e2b|e4b|26b-a4b|31b)(?![a-z0-9])", re.I),
-    "gemma3": re.compile(r"gemma-?3-(1b|4b|12b|27b)(?![a-z0-9])", re.I),
-}
-FAMILY_IN_NAME = {"gemma4": re.compile(r"gemma-?4(?![0-9])", re.I), "gemma3": re.compile(r"gemma-?3(?![0-9])", re.I)}
 # QLoRA's base: NF4 weights (4 bits) with double-quantized block scales (0.127 bits per weight: the QLoRA paper's
 # figure) in every decoder-layer linear; embeddings and norms stay in bf16.
 QLORA_BITS = 4.127
+HUB_PART = 96  # characters of a hub id's owner or name (huggingface_hub's rule)
 
 
 class ImportRefused(CrosstuneError):
@@ -128,47 +123,76 @@ class ModelId:
     family: str
     size: str | None  # a known size of the family, when the id or config says which
     spec: ModelSpec | None  # the model's shapes: its config when at hand, else the size's
+    notes: list[str] = field(default_factory=list, compare=False)  # what the identification assumed
 
 
 def identify_model(value: str, revision: str | None, config_dir: Path, key: str) -> ModelId:
     """The family and size of the model a config names (`key`): a local folder (relative to the config's folder)
-    with its config.json, or a hub id from its cached config or, uncached, its name. A model of another family is
-    refused by name."""
+    with its config.json, or a hub id from its cached config or, uncached, its name (crosstune.families.identity).
+    Anything else (another model line, a pre-quantized checkpoint, a name crosstune doesn't know) is refused in one
+    line saying what it is."""
     local = Path(value).expanduser()
     local = local if local.is_absolute() else config_dir / local
-    folder = None
+    folder, is_hub = None, False
     if (local / "config.json").is_file() and revision is None:
         folder, value = local, str(local.resolve())
-    elif hub.is_hub_id(value):
-        folder = hub.cached_model_config(value, revision)
+    elif foreign_hub_id(key, value):
+        folder, is_hub = hub.cached_model_config(value, revision), True
     elif local.exists():
         raise ImportRefused(f"{key}: {local} has no config.json: point it at a Hugging Face model folder")
     else:
         raise ImportRefused(f"{key}: {value!r} is neither a model folder ({local}) nor a hub id (owner/name)")
-    if folder is not None:
-        cfg = read_model_config(folder)
-        try:
-            family = family_of_hf_config(cfg)
-        except KeyError:
-            model_type = cfg.get("text_config", cfg).get("model_type")
+    named = identity.by_name(value) if is_hub else None
+    if folder is None:
+        if named is None:
             raise ImportRefused(
-                f"{key}: {value} is a {model_type!r} model; crosstune trains {', '.join(FAMILIES)} (Gemma 3, Gemma 4)"
-            ) from None
-        spec = family.spec_from_hf_config(cfg, name=Path(value).name)
-        size = next((n for n, s in family.sizes.items() if _same_shape(s, spec)), None)
-        return ModelId(value, revision, family.name, size, spec)
-    for name, pattern in SIZE_IN_NAME.items():
-        if found := pattern.search(value):
-            size = found.group(1).lower()
-            return ModelId(value, revision, name, size, get_family(name).spec(size))
-    for name, pattern in FAMILY_IN_NAME.items():
-        if pattern.search(value):
-            return ModelId(value, revision, name, None, None)
-    raise ImportRefused(
-        f"{key}: {value} is not a Gemma 3 or Gemma 4 model by its name, and its config.json is not in the hub cache "
-        f"to say otherwise: crosstune trains {', '.join(FAMILIES)}; to check the config, fetch it with "
-        f"`{hub.fetch_command(value, 'model', revision, hub.CONFIG_FILES)}`"
-    )
+                f"{key}: {value} is not a Gemma 3 or Gemma 4 model by its name, and its config.json is not in the hub "
+                f"cache to say otherwise: {identity.TRAINED}; to check the config, fetch it with "
+                f"`{hub.fetch_command(value, 'model', revision, hub.CONFIG_FILES)}`"
+            )
+        _refuse_unless_trainable(key, value, named)
+        spec = get_family(named.family).spec(named.size) if named.size else None
+        return ModelId(value, revision, named.family, named.size, spec)
+    found = identity.by_config(read_model_config(folder), FAMILIES)
+    _refuse_unless_trainable(key, value, found)
+    spec = model_dir_spec(folder, found.family)
+    family = get_family(found.family)
+    size = next((n for n, s in family.sizes.items() if _same_shape(s, spec)), None)
+    model = ModelId(value, revision, family.name, size, spec)
+    if named is not None and (named.family, named.size) != (model.family, model.size) and named.size is not None:
+        model.notes.append(
+            f"{key}: {value}'s name says {named.what}, its config.json a {family.name} "
+            f"{size or 'of a size crosstune has no spec for'}: the config's dimensions are used"
+        )
+    return model
+
+
+def _refuse_unless_trainable(key: str, value: str, found: identity.Identity) -> None:
+    if found.family is None:
+        why = f" ({found.refused})" if found.refused else ""
+        raise ImportRefused(f"{key}: {value} is {found.what}{why}: {identity.TRAINED}")
+    if found.refused:
+        raise ImportRefused(f"{key}: {value} is {found.refused}")
+
+
+def foreign_hub_id(key: str, value: str) -> bool:
+    """Whether a foreign config's `value` names a hub id (owner/name): one that has the shape but breaks the
+    hub's rule (ASCII letters, digits, '-', '_', '.'; at most 96 characters a part) is refused by name."""
+    if hub.is_hub_id(value):
+        parts = value.split("/")
+        odd = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in "-_./"))})
+        if odd:
+            raise ImportRefused(
+                f"{key}: {value!r} is not a hub id: the hub's ids are ASCII letters, digits, '-', '_' "
+                f"and '.' (this one has {', '.join(map(repr, odd))})"
+            )
+        if max(len(p) for p in parts) > HUB_PART:
+            raise ImportRefused(
+                f"{key}: {value[:40]!r}... is not a hub id: an owner or name has at most {HUB_PART} "
+                f"characters (this one {max(len(p) for p in parts):,})"
+            )
+        return True
+    return False
 
 
 def _same_shape(a: ModelSpec, b: ModelSpec) -> bool:
@@ -182,6 +206,7 @@ def set_model(port: Port, model: ModelId) -> None:
     port.set("model.path", model.path)
     if model.revision:
         port.set("model.revision", model.revision)
+    port.notes += model.notes
     if model.size:
         port.set("model.size", model.size)
     elif model.spec is None:
@@ -307,12 +332,12 @@ def fit_batch(port: Port) -> None:
 
 
 # --- data ---------------------------------------------------------------------------------------------------------
-def data_path(value: str, config_dir: Path) -> tuple[str, bool]:
+def data_path(key: str, value: str, config_dir: Path) -> tuple[str, bool]:
     """(the path a recipe source writes, whether it is a hub id): a local file, glob or folder (absolute, read
     against the config's folder as the tool run from there would), else a hub dataset id."""
     p = Path(value).expanduser()
     local = p if p.is_absolute() else config_dir / p
-    if local.exists() or glob.has_magic(value) or not hub.is_hub_id(value):
+    if local.exists() or glob.has_magic(value) or not foreign_hub_id(key, value):
         return str(local.resolve()) if local.exists() else str(local), False
     return value, True
 
