@@ -109,7 +109,8 @@ def export_trl(recipe: Recipe) -> tuple[dict[str, Any], list[Unmapped]]:
     # one regex (a one-item list is a regex to TRL): the language model's decoder layers only
     out["lora_target_modules"] = [get_family(m.family).peft_target_regex(list(lora.targets))]
     out["datasets"] = _datasets(recipe, missing)
-    out.update(max_length=d.max_seq_len, packing=d.packing, padding_free=True)
+    # padding-free rows without packing: TRL 1.16 refuses to start while max_length is set (unpacked rows are padded)
+    out.update(max_length=d.max_seq_len, packing=d.packing, padding_free=d.packing)
     out.update(_mask(recipe, missing))
     out.update(training_arguments(recipe, world, on_gpu=True))
     out.update({"max_steps": t.max_steps} if t.max_steps else {"num_train_epochs": t.epochs})
