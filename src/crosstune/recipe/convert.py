@@ -5,8 +5,11 @@ without that head is never replaced."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,20 +20,54 @@ from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text
 from crosstune.ownership import OutputRefused, check_out
 from crosstune.recipe.findings import RecipeError
-from crosstune.recipe.from_axolotl import import_axolotl
-from crosstune.recipe.from_trl import import_trl
-from crosstune.recipe.load import load_recipe, parse_recipe
-from crosstune.recipe.porting import ImportRefused, Port, Unmapped
+from crosstune.recipe.load import line_map, load_recipe, parse_recipe
+from crosstune.recipe.porting import axolotl_keys, llamafactory_keys, trl_keys
+from crosstune.recipe.porting.from_axolotl import import_axolotl
+from crosstune.recipe.porting.from_llamafactory import import_llamafactory
+from crosstune.recipe.porting.from_trl import import_trl
+from crosstune.recipe.porting.port import ImportRefused, Keys, Port, Unmapped
+from crosstune.recipe.porting.target import ImportOptions
+from crosstune.recipe.porting.to_axolotl import export_axolotl
+from crosstune.recipe.porting.to_llamafactory import DATASET_PREFIX, export_llamafactory
+from crosstune.recipe.porting.to_trl import export_trl
+from crosstune.recipe.porting.typed import Source
 from crosstune.recipe.schema import SAFE_NAME, Recipe
-from crosstune.recipe.to_axolotl import export_axolotl
-from crosstune.recipe.trl_format import export_trl
-from crosstune.untrusted_files import read_yaml
+from crosstune.untrusted_files import parse_yaml_node, read_json, read_text
 
-FORMATS = ("axolotl", "trl")
+
+@dataclass(frozen=True)
+class Format:
+    """A tool's config format: its one key table, its importer and exporter, and the command that runs a file."""
+
+    keys: dict
+    importer: Callable[[Keys, Path, ImportOptions], Port]
+    exporter: Callable[[Recipe, Path | None], tuple[dict[str, Any], list[Unmapped], dict[Path, str]]]
+    command: str
+
+
+def _llamafactory(recipe: Recipe, out: Path | None) -> tuple[dict[str, Any], list[Unmapped], dict[Path, str]]:
+    """LLaMA-Factory names its data only in a dataset_info.json: written in a folder beside the config."""
+    if out is None:
+        raise InputError(
+            "--to llamafactory writes two files, the config and the dataset_info.json its dataset names "
+            "resolve through: give --out FILE"
+        )
+    folder = out.absolute().parent / f"{out.stem}-data"
+    config, missing, info = export_llamafactory(recipe, folder)
+    return config, missing, {folder / llamafactory_keys.DATASET_INFO: json.dumps(info, indent=2) + "\n"}
+
+
+FORMATS = {
+    "axolotl": Format(axolotl_keys.KEYS, import_axolotl, lambda r, out: (*export_axolotl(r), {}),
+                      "axolotl train FILE"),
+    "trl": Format(trl_keys.KEYS, import_trl, lambda r, out: (*export_trl(r), {}), "trl sft --config FILE"),
+    "llamafactory": Format(llamafactory_keys.KEYS, import_llamafactory, _llamafactory, "llamafactory-cli train FILE"),
+}  # fmt: skip
 IMPORT_HEAD = "# crosstune recipe import"
 EXPORT_HEAD = "# crosstune recipe export"
 HEAD_LINES = 3  # the head comment's line is among a file's first lines
 MAX_CONFIG_BYTES = 1 << 20  # a training config is a few KB: anything past 1 MiB is not one
+DROPPED = "not mapped: "  # how an imported recipe's head lists what the import did not carry
 
 
 @dataclass
@@ -40,39 +77,58 @@ class Imported:
     port: Port
 
 
-def read_config(path: Path) -> dict[str, Any]:
-    """A user's YAML config through crosstune's one YAML loader; a wrong file is one InputError naming it."""
+def read_config(path: Path) -> tuple[dict[str, Any], Source]:
+    """A user's YAML config through crosstune's one YAML loader, with the line of each key; a wrong file is one
+    InputError naming it."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such config file")
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise InputError(f"{path}: {path.stat().st_size:,} bytes is not a training config (at most 1 MiB)")
-    data = read_yaml(path)
+    data, root = parse_yaml_node(read_text(path), path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: a config is a YAML mapping of keys (base_model: ..., model_name_or_path: ...)")
-    return data
+    return data, Source(path, line_map(root))
 
 
 def detect_format(cfg: dict[str, Any], path: Path) -> str:
+    """Axolotl names its model base_model; LLaMA-Factory and TRL model_name_or_path, LLaMA-Factory with keys of its
+    own beside it (its fine-tuning type, stage, template, cutoff length, LoRA rank or targets)."""
     if "base_model" in cfg:
         return "axolotl"
     if "model_name_or_path" in cfg:
-        return "trl"
-    raise ImportRefused(f"{path}: neither Axolotl's base_model nor TRL's model_name_or_path: give --from axolotl|trl")
+        return "llamafactory" if any(k in cfg for k in llamafactory_keys.OWN) else "trl"
+    raise ImportRefused(
+        f"{path}: neither Axolotl's base_model nor model_name_or_path (TRL, LLaMA-Factory): give "
+        f"--from {'|'.join(FORMATS)}"
+    )
 
 
-def import_config(path: Path, out: Path, *, fmt: str | None = None, hardware: str | None = None,
-                  name: str | None = None) -> Imported:  # fmt: skip
-    """The recipe the config at `path` describes, validated as `out` would be (nothing is written here)."""
+def import_config(
+    path: Path,
+    out: Path,
+    *,
+    fmt: str | None = None,
+    hardware: str | None = None,
+    source_devices: int | None = None,
+    global_batch: int | None = None,
+    name: str | None = None,
+) -> Imported:
+    """The recipe the config at `path` describes, validated as `out` would be (nothing is written here): for the
+    `hardware` target, the source's global batch over `source_devices` (where the config doesn't say) or
+    `global_batch` itself."""
     path, out = Path(path).absolute(), Path(out).absolute()
-    cfg = read_config(path)
+    cfg, source = read_config(path)
     fmt = fmt or detect_format(cfg, path)
-    port = (import_axolotl if fmt == "axolotl" else import_trl)(cfg, path, hardware)
+    form = FORMATS[fmt]
+    options = ImportOptions(hardware, source_devices, global_batch)
+    port = form.importer(Keys(cfg, form.keys, source), path, options)
     name = name or re.sub(r"[^A-Za-z0-9._-]", "-", out.stem).lstrip("._-") or "imported"
     if not SAFE_NAME.fullmatch(name):
         raise ImportRefused(f"--name {name!r}: letters, digits, '.', '_' and '-', starting with a letter or digit")
-    recipe = _in_schema_order({"name": name, "description": f"Imported from {path.name} ({fmt})", **port.recipe},
-                              Recipe)  # fmt: skip
+    recipe = _in_schema_order(
+        {"name": name, "description": f"Imported from {path.name} ({fmt})", **port.recipe}, Recipe
+    )
     text = _head(f"{IMPORT_HEAD}: {path} ({fmt})", port.unmapped, port.notes) + yaml.safe_dump(
         recipe, sort_keys=False, allow_unicode=True
     )
@@ -99,13 +155,31 @@ def _section_model(info: Any) -> Any:
     return None
 
 
-def export_recipe(recipe_file: Path, to: str, overrides: list[str] | None = None) -> tuple[str, list[Unmapped]]:
-    """The recipe's torch leg as a `to` config (YAML text with its head comment) and what it can't carry."""
+def export_recipe(
+    recipe_file: Path, to: str, overrides: list[str] | None = None, out: Path | None = None
+) -> tuple[str, list[Unmapped], dict[Path, str]]:
+    """The recipe's torch leg as a `to` config (YAML text with its head comment, to be written at `out`), what it
+    can't carry, and the files the config names beside it (LLaMA-Factory's dataset_info.json); a recipe `recipe
+    import` wrote also restates what that import did not carry (the run differs from its source there)."""
     recipe = load_recipe(recipe_file, overrides)
-    config, missing = (export_trl if to == "trl" else export_axolotl)(recipe)
-    use = "trl sft --config FILE" if to == "trl" else "axolotl train FILE"
-    head = f"{EXPORT_HEAD}: the torch leg of {Path(recipe_file).absolute()} (recipe {recipe.name}) for `{use}`"
-    return _head(head, missing, []) + yaml.safe_dump(config, sort_keys=False, allow_unicode=True), missing
+    form = FORMATS[to]
+    config, missing, files = form.exporter(recipe, out)
+    source, dropped = import_drops(Path(recipe_file))
+    missing = missing + [Unmapped(f"the import of {source}", line) for line in dropped]
+    head = f"{EXPORT_HEAD}: the torch leg of {Path(recipe_file).absolute()} (recipe {recipe.name}) for `{form.command}`"
+    return _head(head, missing, []) + yaml.safe_dump(config, sort_keys=False, allow_unicode=True), missing, files
+
+
+def import_drops(recipe_file: Path) -> tuple[str, list[str]]:
+    """(the config a recipe was imported from, what that import did not carry): the head comment `recipe import`
+    wrote, read back; nothing for a recipe it did not write."""
+    lines = read_text(recipe_file).splitlines()
+    if not lines or not lines[0].startswith(f"{IMPORT_HEAD}: "):
+        return "", []
+    source = lines[0].removeprefix(f"{IMPORT_HEAD}: ").rsplit(", ", 1)[0]
+    head = list(itertools.takewhile(lambda line: line.startswith("# "), lines[1:]))
+    head = [line.removeprefix("# ") for line in head]
+    return source, [line.removeprefix(DROPPED) for line in head if line.startswith(DROPPED)]
 
 
 def _head(first: str, unmapped: list[Unmapped], notes: list[str]) -> str:
@@ -123,3 +197,24 @@ def write_output(out: Path, text: str, head: str, inputs: tuple[Path, ...] = ())
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, text)
     return out
+
+
+def write_companions(files: dict[Path, str], inputs: tuple[Path, ...] = (), *, dry: bool = False) -> list[Path]:
+    """Write the files an exported config names beside it (LLaMA-Factory's dataset_info.json), replacing only one this
+    command wrote: every dataset it defines carries the export's prefix. `dry`: only check (before any writing)."""
+    written = []
+    for path, text in files.items():
+        path = check_out(path, file=True, inputs=inputs, what="input")
+        if path.exists():
+            found = read_json(path) if path.is_file() else None
+            if not isinstance(found, dict) or not all(str(k).startswith(DATASET_PREFIX) for k in found):
+                raise OutputRefused(
+                    f"{path} exists and is not a file `crosstune recipe export` wrote (its datasets are "
+                    f"not all named {DATASET_PREFIX}...): move it, or choose another --out"
+                )
+        if dry:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+        written.append(path)
+    return written

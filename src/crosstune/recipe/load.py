@@ -21,7 +21,7 @@ from crosstune.recipe.schema import Recipe
 from crosstune.untrusted_files import UnreadableFile, parse_yaml, parse_yaml_node, read_text
 
 
-def _line_map(root: yaml.Node | None) -> dict[tuple, int]:
+def line_map(root: yaml.Node | None) -> dict[tuple, int]:
     """YAML path (tuple of keys/indices) -> 1-based line, from the composed node tree (checked within bounds by
     crosstune.untrusted_files: its aliases expand to a bounded number of nodes)."""
     lines: dict[tuple, int] = {}
@@ -108,6 +108,8 @@ _SAME_SETTING = {
     ("train", "epochs"): "max_steps",
     ("train", "global_batch_size"): "grad_accumulation",
     ("train", "grad_accumulation"): "global_batch_size",
+    ("train", "warmup_steps"): "warmup_ratio",
+    ("train", "warmup_ratio"): "warmup_steps",
 }
 
 
@@ -139,7 +141,7 @@ def parse_recipe(
         data, root = parse_yaml_node(text, file or "<recipe>")
     except UnreadableFile as e:
         raise RecipeError(file, [Problem("", e.reason, line=e.line)]) from None
-    lines = _line_map(root)
+    lines = line_map(root)
     if not isinstance(data, dict):
         raise RecipeError(file, [Problem("", "a recipe is a YAML mapping (name:, model:, data:, ...)", line=1)])
     for assignment in overrides or []:

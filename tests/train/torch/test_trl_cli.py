@@ -98,16 +98,22 @@ def trl_trained_tokens(config: Path) -> tuple[int, list[int]]:
     from trl import SFTTrainer, get_dataset, get_peft_config
     from trl.scripts.sft import make_parser
 
-    _, args, model_args, mixture = make_parser().parse_args_and_config(["--config", str(config)],
-                                                                       fail_with_unknown_args=True)  # fmt: skip
-    trainer = SFTTrainer(model=model_args.model_name_or_path, args=args, train_dataset=get_dataset(mixture)["train"],
-                         peft_config=get_peft_config(model_args))  # fmt: skip
+    _, args, model_args, mixture = make_parser().parse_args_and_config(
+        ["--config", str(config)], fail_with_unknown_args=True
+    )
+    trainer = SFTTrainer(
+        model=model_args.model_name_or_path,
+        args=args,
+        train_dataset=get_dataset(mixture)["train"],
+        peft_config=get_peft_config(model_args),
+    )
     rows = trainer.train_dataset
     return sum(sum(label != -100 for label in r["labels"]) for r in rows), [len(r["seq_lengths"]) for r in rows]
 
 
-def test_crosstune_s_torch_leg_against_trl_s_own_cli(hub_cache, tiny_gemma4_dir, synth_corpus_dir, tmp_path,
-                                                     monkeypatch):  # fmt: skip
+def test_crosstune_s_torch_leg_against_trl_s_own_cli(
+    hub_cache, tiny_gemma4_dir, synth_corpus_dir, tmp_path, monkeypatch
+):
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -125,8 +131,11 @@ def test_crosstune_s_torch_leg_against_trl_s_own_cli(hub_cache, tiny_gemma4_dir,
 
     log = tmp_path / "trl.log"
     with open(log, "w") as out:  # TRL's CLI in its own process while crosstune trains in this one
-        trl = subprocess.Popen([str(Path(sys.executable).parent / "trl"), "sft", "--config", str(config)],
-                               stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        trl = subprocess.Popen(
+            [str(Path(sys.executable).parent / "trl"), "sft", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             recipe = load_recipe(tmp_path / "recipe.yaml")
             assert model_path(recipe) == base
@@ -148,8 +157,10 @@ def test_crosstune_s_torch_leg_against_trl_s_own_cli(hub_cache, tiny_gemma4_dir,
     # TRL's loss = crosstune's over its tokens, plus the base model's cross-entropy on the newlines, over both counts
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     with torch.no_grad():
-        newline_ce = sum(float(torch.nn.functional.cross_entropy(model(torch.tensor([i])).logits[0, -2:-1],
-                                                                 torch.tensor([newline]))) for i in ids)  # fmt: skip
+        newline_ce = sum(
+            float(torch.nn.functional.cross_entropy(model(torch.tensor([i])).logits[0, -2:-1], torch.tensor([newline])))
+            for i in ids
+        )
     expected = (ours.loss * ours.trained_tokens + newline_ce) / trained
     tolerance = math.sqrt(1024 * ours.tokens) * UNIT_ROUNDOFF * expected
     assert abs(theirs["loss"] - expected) <= tolerance, (theirs["loss"], expected, tolerance)
@@ -162,8 +173,9 @@ def test_crosstune_s_torch_leg_against_trl_s_own_cli(hub_cache, tiny_gemma4_dir,
     assert (trl_config["r"], trl_config["lora_alpha"]) == (8, 16)
 
 
-def test_an_unpacked_recipe_s_export_trains_under_trl_s_cli(hub_cache, tiny_gemma4_dir, synth_corpus_dir, tmp_path,
-                                                            monkeypatch):  # fmt: skip
+def test_an_unpacked_recipe_s_export_trains_under_trl_s_cli(
+    hub_cache, tiny_gemma4_dir, synth_corpus_dir, tmp_path, monkeypatch
+):
     """TRL's default `packing: false`, as the TRL-format Gemma configs people share keep it: the export must not ask
     for padding-free rows without packing (TRL 1.16 refuses that pair at start, with max_length set). TRL keeps one
     conversation per row, each whole (shorter than max_length), and trains its step."""
@@ -181,8 +193,12 @@ def test_an_unpacked_recipe_s_export_trains_under_trl_s_cli(hub_cache, tiny_gemm
     written = yaml.safe_load(config.read_text())
     assert (written["packing"], written.get("padding_free", False), written["max_length"]) == (False, False, ROW)
 
-    run = subprocess.run([str(Path(sys.executable).parent / "trl"), "sft", "--config", str(config)],
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "trl"), "sft", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     state = json.loads((tmp_path / "port-trl" / "checkpoint-1" / "trainer_state.json").read_text())
     assert state["global_step"] == 1 and math.isfinite(state["log_history"][0]["loss"])
@@ -194,8 +210,13 @@ def trl_row_lengths(config: Path) -> list[int]:
     from trl import SFTTrainer, get_dataset, get_peft_config
     from trl.scripts.sft import make_parser
 
-    _, args, model_args, mixture = make_parser().parse_args_and_config(["--config", str(config)],
-                                                                       fail_with_unknown_args=True)  # fmt: skip
-    trainer = SFTTrainer(model=model_args.model_name_or_path, args=args, train_dataset=get_dataset(mixture)["train"],
-                         peft_config=get_peft_config(model_args))  # fmt: skip
+    _, args, model_args, mixture = make_parser().parse_args_and_config(
+        ["--config", str(config)], fail_with_unknown_args=True
+    )
+    trainer = SFTTrainer(
+        model=model_args.model_name_or_path,
+        args=args,
+        train_dataset=get_dataset(mixture)["train"],
+        peft_config=get_peft_config(model_args),
+    )
     return [len(r["input_ids"]) for r in trainer.train_dataset]

@@ -1,0 +1,56 @@
+"""The data a foreign config names: a local file, glob or folder (read against the config's folder, as the tool run
+from there would) or a hub dataset id, and a peek at its first record's columns to tell the tools' formats apart."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+from crosstune import hub
+from crosstune.recipe.porting.port import Port
+from crosstune.recipe.porting.typed import foreign_hub_id
+from crosstune.untrusted_files import jsonl_rows
+
+# Columns of images, audio or video: crosstune trains text (a vision config imports, then fails at `data prepare`)
+MEDIA_COLUMNS = ("images", "image", "audios", "audio", "videos", "video")
+TEXT_ONLY = "crosstune trains text: images, audio and video are not read"
+
+
+def text_only(port: Port, key: str, columns: set[str] | None) -> None:
+    """A source whose first record has media columns is listed (up front, for --strict) rather than imported."""
+    media = sorted(set(columns or ()) & set(MEDIA_COLUMNS))
+    if media:
+        port.miss(key, f"the data has {', '.join(media)} columns: {TEXT_ONLY}", "a text-only copy of the data")
+
+
+def data_path(key: str, value: str, config_dir: Path) -> tuple[str, bool]:
+    """(the path a recipe source writes, whether it is a hub id): a local file, glob or folder (absolute, read
+    against the config's folder as the tool run from there would), else a hub dataset id."""
+    p = Path(value).expanduser()
+    local = p if p.is_absolute() else config_dir / p
+    if local.exists() or glob.has_magic(value) or not foreign_hub_id(key, value):
+        return str(local.resolve()) if local.exists() else str(local), False
+    return value, True
+
+
+def peek_columns(path: str, is_hub: bool, revision: str | None = None) -> set[str] | None:
+    """The column names of a source's first data file (a hub dataset's when cached), to tell TRL's dataset
+    formats apart; None when nothing is at hand to read."""
+    if is_hub:
+        try:
+            folder = hub.resolve(path, "dataset", revision, fetch=False).path
+        except hub.HubError:
+            return None
+    else:
+        folder = Path(path)
+    files = [folder] if folder.is_file() else sorted(folder.rglob("*")) if folder.is_dir() else []
+    for f in files:
+        if f.suffix in (".jsonl", ".json") and f.is_file():
+            for _, row in jsonl_rows(f):
+                if row is not None:
+                    return set(row) if isinstance(row, dict) else None
+        if f.suffix == ".parquet" and f.is_file():
+            import pyarrow.parquet as pq
+
+            return set(pq.read_schema(f).names)
+    return None
