@@ -118,6 +118,13 @@ def import_(
         markup=False,
         highlight=False,
     )
+    if done.recipe.eval.problems is None:
+        console.print(
+            "  the study skips its eval stage until the recipe names problems: add --set eval.problems=PATH (a "
+            "VerilogEval v2 checkout or a problems.txt folder) to that command, or eval.problems to the recipe",
+            markup=False,
+            highlight=False,
+        )
 
 
 @recipe_app.command("export")
