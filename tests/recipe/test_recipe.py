@@ -208,3 +208,18 @@ def test_serve_tp_uses_vllms_head_rule():
             "layers (10) not divisible by tp=3; 4 KV heads on global layers (10) not divisible by tp=3",
         )
     ]
+
+
+def test_one_rule_resolves_a_recipe_s_paths_wherever_they_are_read(tmp_path):
+    """An exported config, the recipe checks, the hub-id rule and the stages resolve a relative path the same way:
+    against the recipe file's folder (crosstune.recipe.paths); a recipe from no file has nothing there."""
+    from crosstune.recipe.hub_ids import hub_model_id
+    from crosstune.recipe.paths import UnlocatedRecipeError, recipe_path
+
+    (tmp_path / "acme" / "model").mkdir(parents=True)
+    assert recipe_path("acme/model", tmp_path) == tmp_path / "acme" / "model"
+    assert recipe_path("~/x", None) == Path("~/x").expanduser()
+    with pytest.raises(UnlocatedRecipeError):
+        recipe_path("acme/model", None)
+    assert hub_model_id("acme/model", None, tmp_path) is None  # a folder there wins over the hub id
+    assert hub_model_id("acme/model", None, None) == "acme/model"  # from no file: nothing on disk to win

@@ -8,13 +8,15 @@ from pathlib import Path
 
 from crosstune.hub import is_hub_id
 from crosstune.recipe.data_schema import DataSource
+from crosstune.recipe.paths import UnlocatedRecipeError, recipe_path
 
 
 def _on_disk(value: str, base_dir: Path | None) -> bool:
-    p = Path(value).expanduser()
-    if p.is_absolute():
-        return p.exists()
-    return base_dir is not None and (base_dir / p).exists()
+    """Something at the recipe path `value` (a recipe from no file has nothing on disk at a relative path)."""
+    try:
+        return recipe_path(value, base_dir).exists()
+    except UnlocatedRecipeError:
+        return False
 
 
 def hub_model_id(path: str | None, revision: str | None, base_dir: Path | None) -> str | None:

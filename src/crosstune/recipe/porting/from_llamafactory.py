@@ -19,7 +19,7 @@ from crosstune.recipe.porting.llamafactory_keys import (
     OTHER_METHODS,
     SHAREGPT,
 )
-from crosstune.recipe.porting.named_data import TEXT_ONLY, data_path, peek_columns, text_only
+from crosstune.recipe.porting.named_data import TEXT_ONLY, config_path, data_path, peek_columns, text_only
 from crosstune.recipe.porting.named_model import (
     ModelId,
     identify_model,
@@ -215,8 +215,7 @@ def _dataset(port: Port, name: str, dataset_dir: str, source: Path) -> tuple[dic
     if dataset_dir == ONLINE:
         path, _ = data_path(key, name, source.parent)
         return {"path": path}, _alpaca(port, key, {}, None)
-    folder = Path(dataset_dir).expanduser()
-    folder = folder if folder.is_absolute() else source.parent / folder
+    folder = config_path(dataset_dir, source.parent)
     info_file = folder / DATASET_INFO
     if not info_file.is_file():
         raise ImportRefused(

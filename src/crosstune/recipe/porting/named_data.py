@@ -23,11 +23,16 @@ def text_only(port: Port, key: str, columns: set[str] | None) -> None:
         port.miss(key, f"the data has {', '.join(media)} columns: {TEXT_ONLY}", "a text-only copy of the data")
 
 
-def data_path(key: str, value: str, config_dir: Path) -> tuple[str, bool]:
-    """(the path a recipe source writes, whether it is a hub id): a local file, glob or folder (absolute, read
-    against the config's folder as the tool run from there would), else a hub dataset id."""
+def config_path(value: str, config_dir: Path) -> Path:
+    """A path a foreign config names, read against the config's folder (as its tool run from there would)."""
     p = Path(value).expanduser()
-    local = p if p.is_absolute() else config_dir / p
+    return p if p.is_absolute() else config_dir / p
+
+
+def data_path(key: str, value: str, config_dir: Path) -> tuple[str, bool]:
+    """(the path a recipe source writes, whether it is a hub id): a local file, glob or folder (config_path), else a
+    hub dataset id."""
+    local = config_path(value, config_dir)
     if local.exists() or glob.has_magic(value) or not foreign_hub_id(key, value):
         return str(local.resolve()) if local.exists() else str(local), False
     return value, True

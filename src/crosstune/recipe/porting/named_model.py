@@ -15,6 +15,8 @@ from crosstune.families import FAMILIES, get_family, identity, model_dir_spec
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import DTYPE_BYTES, NEUTRAL_TARGETS, ModelSpec
 from crosstune.recipe.hub_ids import hub_model_id
+from crosstune.recipe.load import resolve_path
+from crosstune.recipe.porting.named_data import config_path
 from crosstune.recipe.porting.port import ImportRefused, Port
 from crosstune.recipe.porting.typed import foreign_hub_id
 from crosstune.units import bytes_to_gb
@@ -40,8 +42,7 @@ def identify_model(value: str, revision: str | None, config_dir: Path, key: str)
     with its config.json, or a hub id from its cached config or, uncached, its name (crosstune.families.identity).
     Anything else (another model line, a pre-quantized checkpoint, a name crosstune doesn't know) is refused in one
     line saying what it is."""
-    local = Path(value).expanduser()
-    local = local if local.is_absolute() else config_dir / local
+    local = config_path(value, config_dir)
     folder, is_hub = None, False
     if (local / "config.json").is_file() and revision is None:
         folder, value = local, str(local.resolve())
@@ -149,8 +150,7 @@ def model_ref(recipe: Any) -> str:
     repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)
     if repo is not None or recipe.model.path is None:
         return repo or f"<a {recipe.model.family} {recipe.model.size} checkpoint: set model.path>"
-    p = Path(recipe.model.path).expanduser()
-    return str(p if p.is_absolute() or recipe.base_dir is None else (recipe.base_dir / p).resolve())
+    return str(resolve_path(recipe, recipe.model.path))
 
 
 # --- LoRA targets -------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from crosstune.hardware import HARDWARE, HardwareTarget
+from crosstune.recipe.porting.named_data import config_path
 from crosstune.recipe.porting.named_model import ModelId
 from crosstune.recipe.porting.port import ImportRefused, Port
 from crosstune.untrusted_files import read_json
@@ -108,8 +109,7 @@ def deepspeed_devices(value: Any, config_dir: Path, key: str) -> tuple[int | Non
     gradient_accumulation_steps, when all three are numbers there (DeepSpeed's own rule; "auto" says nothing)."""
     config = value if isinstance(value, dict) else None
     if isinstance(value, str):
-        path = Path(value).expanduser()
-        path = path if path.is_absolute() else config_dir / path
+        path = config_path(value, config_dir)
         if not path.is_file():
             return None, f"{key} {value}: not at hand to read the batch arithmetic from"
         config = read_json(path)

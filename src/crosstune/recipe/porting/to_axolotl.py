@@ -105,7 +105,7 @@ def _datasets(recipe: Recipe, missing: list[Unmapped]) -> list[dict[str, Any]]:
             entry.update({"revision": src.revision} if src.revision else {})
             out.append({**entry, **base})
             continue
-        p = resolve_path(recipe, src.path).resolve()
+        p = resolve_path(recipe, src.path)
         fmt = {"jsonl": ".jsonl", "parquet": ".parquet"}.get(src.format, p.suffix)
         if fmt not in LOCAL_TYPES:
             missing.append(

@@ -131,7 +131,7 @@ def _datasets(recipe: Recipe, missing: list[Unmapped]) -> dict[str, Any]:
                     )
                 )
         else:
-            path = resolve_path(recipe, src.path).resolve()
+            path = resolve_path(recipe, src.path)
             if path.suffix not in FILE_FORMATS or src.format == "hf_disk":
                 missing.append(
                     Unmapped(

@@ -85,7 +85,7 @@ def _datasets(recipe: Recipe, missing: list[Unmapped]) -> list[dict[str, Any]]:
                 )
             out.append(entry)
             continue
-        p = resolve_path(recipe, src.path).resolve()
+        p = resolve_path(recipe, src.path)
         fmt = src.format if src.format != "auto" else SUFFIX_FORMATS.get(p.suffix, "hf_disk" if p.suffix == "" else "?")
         if fmt not in TABLE_BUILDERS:
             missing.append(
