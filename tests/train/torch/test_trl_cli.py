@@ -92,9 +92,9 @@ def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
         return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - safe_open has no iteration
 
 
-def trl_trained_tokens(config: Path) -> tuple[int, list[int]]:
-    """(trained tokens, conversations per row) of the exported config's data as TRL prepares it: TRL's own parser
-    (every key must be TRL's) and SFTTrainer's dataset preparation."""
+def trl_rows(config: Path) -> list[dict]:
+    """The rows TRL prepares from the exported config's data: TRL's own parser (every key must be TRL's) and
+    SFTTrainer's dataset preparation."""
     from trl import SFTTrainer, get_dataset, get_peft_config
     from trl.scripts.sft import make_parser
 
@@ -107,7 +107,12 @@ def trl_trained_tokens(config: Path) -> tuple[int, list[int]]:
         train_dataset=get_dataset(mixture)["train"],
         peft_config=get_peft_config(model_args),
     )
-    rows = trainer.train_dataset
+    return list(trainer.train_dataset)
+
+
+def trl_trained_tokens(config: Path) -> tuple[int, list[int]]:
+    """(trained tokens, conversations per row) of the exported config's data as TRL prepares it."""
+    rows = trl_rows(config)
     return sum(sum(label != -100 for label in r["labels"]) for r in rows), [len(r["seq_lengths"]) for r in rows]
 
 
@@ -202,21 +207,4 @@ def test_an_unpacked_recipe_s_export_trains_under_trl_s_cli(
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     state = json.loads((tmp_path / "port-trl" / "checkpoint-1" / "trainer_state.json").read_text())
     assert state["global_step"] == 1 and math.isfinite(state["log_history"][0]["loss"])
-    assert sorted(trl_row_lengths(config)) == sorted(len(i) for i in ids)  # one whole conversation per row
-
-
-def trl_row_lengths(config: Path) -> list[int]:
-    """The token count of each row TRL's SFTTrainer prepares from the exported config's data."""
-    from trl import SFTTrainer, get_dataset, get_peft_config
-    from trl.scripts.sft import make_parser
-
-    _, args, model_args, mixture = make_parser().parse_args_and_config(
-        ["--config", str(config)], fail_with_unknown_args=True
-    )
-    trainer = SFTTrainer(
-        model=model_args.model_name_or_path,
-        args=args,
-        train_dataset=get_dataset(mixture)["train"],
-        peft_config=get_peft_config(model_args),
-    )
-    return [len(r["input_ids"]) for r in trainer.train_dataset]
+    assert sorted(len(r["input_ids"]) for r in trl_rows(config)) == sorted(len(i) for i in ids)  # one per row

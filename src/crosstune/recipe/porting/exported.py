@@ -1,10 +1,51 @@
-"""What every export says it can't carry, in the words of the tool it writes for: crosstune's data policies (a
-rewritten system prompt or reasoning, dropped over-long examples, a subsample) that the tools' trainers don't have."""
+"""What every export shares: the training sources it can name, LoRA's alpha as the whole number the tools take, and
+what it says it can't carry, in the words of the tool it writes for (crosstune's data policies — a rewritten system
+prompt or reasoning, dropped over-long examples, a subsample — that the tools' trainers don't have)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from crosstune.recipe.data_schema import DataSource
+from crosstune.recipe.hub_ids import hub_dataset_id
+from crosstune.recipe.load import resolve_path
 from crosstune.recipe.porting.port import Unmapped
 from crosstune.recipe.schema import Recipe
+
+
+@dataclass(frozen=True)
+class TrainSource:
+    """A training source as an export names it: its hub id, or its files' path (one of the two)."""
+
+    key: str  # data.sources[i]
+    source: DataSource
+    repo: str | None
+    path: Path | None
+
+
+def train_sources(recipe: Recipe, missing: list[Unmapped], tool_eval: str) -> Iterator[TrainSource]:
+    """The recipe's training sources; an eval source is listed (`tool_eval`: the tool's nearest setting)."""
+    for i, src in enumerate(recipe.data.sources):
+        key = f"data.sources[{i}]"
+        if src.split != "train":
+            missing.append(Unmapped(key, "an eval source: the export trains only", tool_eval))
+            continue
+        repo = hub_dataset_id(src, recipe.base_dir)
+        yield TrainSource(key, src, repo, None if repo is not None else resolve_path(recipe, src.path))
+
+
+def whole_alpha(recipe: Recipe, tool: str, missing: list[Unmapped]) -> int:
+    """lora.alpha as the tools' lora_alpha, a whole number (a fraction rounded, said so)."""
+    alpha = recipe.lora.alpha
+    if alpha != round(alpha):
+        missing.append(
+            Unmapped(
+                "lora.alpha", f"{tool}'s lora_alpha is a whole number, {alpha:g} is not", f"lora_alpha {round(alpha)}"
+            )
+        )
+    return round(alpha)
 
 
 def data_not_carried(recipe: Recipe, tool: str, *, cuts: str | None, subsample: str) -> list[Unmapped]:

@@ -21,7 +21,14 @@ from crosstune.recipe.porting.named_data import TEXT_ONLY, data_path
 from crosstune.recipe.porting.named_model import identify_model, qlora_line, resolve_targets, set_alpha, set_model
 from crosstune.recipe.porting.port import ImportRefused, Keys, Port
 from crosstune.recipe.porting.target import Batch, ImportOptions, deepspeed_devices, set_batch, set_hardware
-from crosstune.recipe.porting.training import set_adamw, set_every, set_fsdp_recompute, set_length, set_schedule
+from crosstune.recipe.porting.training import (
+    set_adamw,
+    set_every,
+    set_fsdp_recompute,
+    set_held_out,
+    set_length,
+    set_schedule,
+)
 from crosstune.recipe.training_arguments import attention_of
 
 KNOWN_TEMPLATES = {"gemma3": ("tokenizer_default", "gemma3", "gemma"), "gemma4": ("tokenizer_default", "gemma4")}
@@ -223,15 +230,7 @@ def _training(port: Port, take: Keys) -> None:
     _warmup(port, take, steps)
     if take("batch_size"):
         port.miss("batch_size", "Axolotl's total batch: crosstune derives it", "train.global_batch_size")
-    if take("val_set_size"):
-        size = take("val_set_size")
-        held = f"{size:.0%} of the rows" if size < 1 else f"{size:g} rows"
-        port.miss(
-            "val_set_size",
-            f"a held-out split: Axolotl trains on the rest of the data, {held} set aside for "
-            "its evaluation; crosstune trains on every row",
-            "data.subsample (a smaller training set)",
-        )
+    set_held_out(port, take, "val_set_size", "Axolotl")
     bf16 = take("bf16")
     port.set("train.precision", "fp32" if bf16 is False and not take("fp16") else "bf16")
     if take("fp16"):

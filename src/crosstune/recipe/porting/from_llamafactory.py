@@ -22,15 +22,14 @@ from crosstune.recipe.porting.llamafactory_keys import (
 from crosstune.recipe.porting.named_data import TEXT_ONLY, config_path, data_path, peek_columns, text_only
 from crosstune.recipe.porting.named_model import (
     ModelId,
-    identify_model,
+    hf_model,
     qlora_line,
     resolve_targets,
     set_alpha,
-    set_model,
 )
 from crosstune.recipe.porting.port import ImportRefused, Keys, Port
-from crosstune.recipe.porting.target import Batch, ImportOptions, deepspeed_devices, set_batch, set_hardware
-from crosstune.recipe.porting.training import trainer_settings
+from crosstune.recipe.porting.target import ImportOptions, deepspeed_devices, set_hardware
+from crosstune.recipe.porting.training import set_held_out, trainer_batch, trainer_settings
 from crosstune.recipe.porting.typed import Key, Source, mapping, typed_config
 from crosstune.untrusted_files import read_json
 
@@ -54,12 +53,7 @@ def import_llamafactory(take: Keys, source: Path, options: ImportOptions) -> Por
             f"{source}: finetuning_type {take('finetuning_type')} (not LoRA): crosstune trains LoRA; "
             "set finetuning_type: lora"
         )
-    name = take("model_name_or_path")
-    if name is None:
-        raise ImportRefused(f"{source}: model_name_or_path is missing: name the model (a hub id or a folder)")
-    revision = take("model_revision")
-    model = identify_model(name, None if revision == "main" else revision, source.parent, "model_name_or_path")
-    set_model(port, model)
+    model = hf_model(port, take, source)
     port.set("model.dtype", "bfloat16")
     take.direct(port)
     _method(port, take, model)
@@ -71,17 +65,7 @@ def import_llamafactory(take: Keys, source: Path, options: ImportOptions) -> Por
     )
     port.set("train.precision", "bf16" if take("bf16") else "fp32")  # neither bf16 nor fp16: fp32, as it trains
     devices = deepspeed_devices(take("deepspeed"), source.parent, "deepspeed") if take("deepspeed") else (None, "")
-    set_batch(
-        port,
-        Batch(
-            take("per_device_train_batch_size"),
-            "per_device_train_batch_size",
-            take("gradient_accumulation_steps"),
-            "gradient_accumulation_steps",
-            *devices,
-        ),
-        options,
-    )
+    trainer_batch(port, take, options, devices)
     take.rest(port)
     return port
 
@@ -192,15 +176,7 @@ def _data(port: Port, take: Keys, source: Path, family: str) -> None:
             f"{take('max_samples')}: the first rows of each dataset",
             "data.subsample (a seeded sample of them all)",
         )
-    if take("val_size"):
-        size = take("val_size")
-        held = f"{size:.0%} of the rows" if size < 1 else f"{size:g} rows"
-        port.miss(
-            "val_size",
-            f"a held-out split: LLaMA-Factory trains on the rest of the data, {held} set aside for "
-            "its evaluation; crosstune trains on every row",
-            "data.subsample (a smaller training set)",
-        )
+    set_held_out(port, take, "val_size", "LLaMA-Factory")
     for key in ("streaming", "interleave_probs"):
         if take(key):
             port.miss(key, "how LLaMA-Factory streams or mixes its datasets", "data.sources (read whole, in order)")

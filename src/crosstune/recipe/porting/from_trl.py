@@ -9,10 +9,10 @@ from typing import Any
 
 from crosstune.families.spec import EXPERTS_REFUSED
 from crosstune.recipe.porting.named_data import data_path, peek_columns, text_only
-from crosstune.recipe.porting.named_model import identify_model, qlora_line, resolve_targets, set_alpha, set_model
+from crosstune.recipe.porting.named_model import hf_model, qlora_line, resolve_targets, set_alpha
 from crosstune.recipe.porting.port import ImportRefused, Keys, Port
-from crosstune.recipe.porting.target import Batch, ImportOptions, deepspeed_devices, set_batch, set_hardware
-from crosstune.recipe.porting.training import trainer_settings
+from crosstune.recipe.porting.target import ImportOptions, deepspeed_devices, set_hardware
+from crosstune.recipe.porting.training import trainer_batch, trainer_settings
 from crosstune.recipe.training_arguments import attention_of
 
 
@@ -24,12 +24,7 @@ def import_trl(take: Keys, source: Path, options: ImportOptions) -> Port:
             f"{source}: use_peft is false (a full fine-tune): crosstune trains LoRA; set use_peft: "
             "true and the lora_* keys"
         )
-    name = take("model_name_or_path")
-    if name is None:
-        raise ImportRefused(f"{source}: model_name_or_path is missing: name the model (a hub id or a folder)")
-    revision = take("model_revision")
-    model = identify_model(name, None if revision == "main" else revision, source.parent, "model_name_or_path")
-    set_model(port, model)
+    model = hf_model(port, take, source)
     take.direct(port)
     _model_keys(port, take, model)
     _data(port, take, source)
@@ -37,17 +32,7 @@ def import_trl(take: Keys, source: Path, options: ImportOptions) -> Port:
     trainer_settings(port, take, recompute=take("gradient_checkpointing"))
     bf16 = take("bf16")  # None: TRL turns bf16 on unless fp16 is
     port.set("train.precision", "fp32" if bf16 is False and not take("fp16") else "bf16")
-    set_batch(
-        port,
-        Batch(
-            take("per_device_train_batch_size"),
-            "per_device_train_batch_size",
-            take("gradient_accumulation_steps"),
-            "gradient_accumulation_steps",
-            *_devices(take, source.parent),
-        ),
-        options,
-    )
+    trainer_batch(port, take, options, _devices(take, source.parent))
     take.rest(port)
     return port
 

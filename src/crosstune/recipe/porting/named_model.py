@@ -17,7 +17,7 @@ from crosstune.families.spec import DTYPE_BYTES, NEUTRAL_TARGETS, ModelSpec
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.porting.named_data import config_path
-from crosstune.recipe.porting.port import ImportRefused, Port
+from crosstune.recipe.porting.port import ImportRefused, Keys, Port
 from crosstune.recipe.porting.typed import foreign_hub_id
 from crosstune.units import bytes_to_gb
 from crosstune.untrusted_files import read_model_config
@@ -93,6 +93,17 @@ def _same_shape(a: ModelSpec, b: ModelSpec) -> bool:
         b.layer_types,
         b.attention,
     )
+
+
+def hf_model(port: Port, take: Keys, source: Path) -> ModelId:
+    """The model of a config in transformers' ModelArguments names (TRL, LLaMA-Factory), set in the recipe."""
+    name = take("model_name_or_path")
+    if name is None:
+        raise ImportRefused(f"{source}: model_name_or_path is missing: name the model (a hub id or a folder)")
+    revision = take("model_revision")
+    model = identify_model(name, None if revision == "main" else revision, source.parent, "model_name_or_path")
+    set_model(port, model)
+    return model
 
 
 def set_model(port: Port, model: ModelId) -> None:

@@ -7,10 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from crosstune.families import get_family
-from crosstune.recipe.hub_ids import hub_dataset_id
-from crosstune.recipe.load import resolve_path
 from crosstune.recipe.porting.axolotl_keys import CCE_PLUGIN, KEYS
-from crosstune.recipe.porting.exported import data_not_carried, kernels_not_carried
+from crosstune.recipe.porting.exported import data_not_carried, kernels_not_carried, train_sources, whole_alpha
 from crosstune.recipe.porting.named_model import model_ref
 from crosstune.recipe.porting.port import Unmapped
 from crosstune.recipe.porting.typed import in_table_order
@@ -28,17 +26,9 @@ def export_axolotl(recipe: Recipe) -> tuple[dict[str, Any], list[Unmapped]]:
     world = recipe.backend.torch.devices * recipe.backend.torch.nodes
     shared = training_arguments(recipe, world, on_gpu=True)
     out: dict[str, Any] = {row.name: recipe_value(recipe, row.recipe) for row in KEYS.values() if row.recipe}
-    out.update(base_model=model_ref(recipe), adapter="lora", lora_alpha=round(lora.alpha))
+    out.update(base_model=model_ref(recipe), adapter="lora", lora_alpha=whole_alpha(recipe, "Axolotl", missing))
     if m.revision:
         out["revision_of_model"] = m.revision
-    if lora.alpha != round(lora.alpha):
-        missing.append(
-            Unmapped(
-                "lora.alpha",
-                f"Axolotl's lora_alpha is a whole number, {lora.alpha:g} is not",
-                f"lora_alpha {round(lora.alpha)}",
-            )
-        )
     out["lora_target_modules"] = family.peft_target_regex(list(lora.targets))  # a string: one regex
     out.update(chat_template="tokenizer_default", eot_tokens=[family.chat.turn_end])
     out["datasets"] = _datasets(recipe, missing)
@@ -94,25 +84,21 @@ def _datasets(recipe: Recipe, missing: list[Unmapped]) -> list[dict[str, Any]]:
             "message_property_mappings": {"role": role, "content": content}, "roles_to_train": ["assistant"],
             "train_on_eos": "turn"}  # fmt: skip
     out = []
-    for i, src in enumerate(recipe.data.sources):
-        key = f"data.sources[{i}]"
-        if src.split != "train":
-            missing.append(Unmapped(key, "an eval source: the export trains only", "Axolotl's test_datasets"))
-            continue
-        if (repo := hub_dataset_id(src, recipe.base_dir)) is not None:
-            entry: dict[str, Any] = {"path": repo, **({"name": src.config} if src.config else {})}
+    for s in train_sources(recipe, missing, "Axolotl's test_datasets"):
+        src = s.source
+        if s.repo is not None:
+            entry: dict[str, Any] = {"path": s.repo, **({"name": src.config} if src.config else {})}
             entry.update({"split": src.hub_split} if src.hub_split else {})
             entry.update({"revision": src.revision} if src.revision else {})
             out.append({**entry, **base})
             continue
-        p = resolve_path(recipe, src.path)
-        fmt = {"jsonl": ".jsonl", "parquet": ".parquet"}.get(src.format, p.suffix)
+        fmt = {"jsonl": ".jsonl", "parquet": ".parquet"}.get(src.format, s.path.suffix)
         if fmt not in LOCAL_TYPES:
             missing.append(
                 Unmapped(
-                    key, f"{src.path}: Axolotl reads JSON(L) or Parquet files here", "convert it to JSONL or Parquet"
+                    s.key, f"{src.path}: Axolotl reads JSON(L) or Parquet files here", "convert it to JSONL or Parquet"
                 )
             )
             continue
-        out.append({"path": str(p), "ds_type": LOCAL_TYPES[fmt], **base})
+        out.append({"path": str(s.path), "ds_type": LOCAL_TYPES[fmt], **base})
     return out

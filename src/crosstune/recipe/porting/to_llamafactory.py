@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from crosstune.families.base import HF_TARGET_MODULES
-from crosstune.recipe.hub_ids import hub_dataset_id
-from crosstune.recipe.load import resolve_path
-from crosstune.recipe.porting.exported import data_not_carried, kernels_not_carried
+from crosstune.recipe.porting.exported import data_not_carried, kernels_not_carried, train_sources, whole_alpha
 from crosstune.recipe.porting.from_llamafactory import GEMMA4_TEMPLATE, TEMPLATES
 from crosstune.recipe.porting.llamafactory_keys import ALPACA, KEYS, SHAREGPT
 from crosstune.recipe.porting.named_model import model_ref
@@ -36,15 +34,7 @@ def export_llamafactory(recipe: Recipe, dataset_dir: Path) -> tuple[dict[str, An
     out.update(model_name_or_path=model_ref(recipe), stage="sft", do_train=True, finetuning_type="lora")
     if m.revision:
         out["model_revision"] = m.revision
-    out["lora_alpha"] = round(lora.alpha)
-    if lora.alpha != round(lora.alpha):
-        missing.append(
-            Unmapped(
-                "lora.alpha",
-                f"LLaMA-Factory's lora_alpha is a whole number, {lora.alpha:g} is not",
-                f"lora_alpha {round(lora.alpha)}",
-            )
-        )
+    out["lora_alpha"] = whole_alpha(recipe, "LLaMA-Factory", missing)
     # leaf names, matched at the end of a module's name (LLaMA-Factory keeps them off the vision tower)
     out["lora_target"] = ",".join(HF_TARGET_MODULES[target].rsplit(".", 1)[1] for target in lora.targets)
     info = _datasets(recipe, missing)
@@ -116,32 +106,30 @@ def _datasets(recipe: Recipe, missing: list[Unmapped]) -> dict[str, Any]:
         layout = {"columns": {k: v for k, v in columns.items() if v and ALPACA.get(k) != v}}
         layout["columns"]["query"] = ""  # no input column: the instruction is the whole prompt
     out = {}
-    for i, src in enumerate(recipe.data.sources):
-        key = f"data.sources[{i}]"
-        if src.split != "train":
-            missing.append(Unmapped(key, "an eval source: the export trains only", "LLaMA-Factory's eval_dataset"))
-            continue
-        if (repo := hub_dataset_id(src, recipe.base_dir)) is not None:
-            entry: dict[str, Any] = {"hf_hub_url": repo, **({"subset": src.config} if src.config else {})}
+    for i, s in enumerate(train_sources(recipe, missing, "LLaMA-Factory's eval_dataset")):
+        src = s.source
+        if s.repo is not None:
+            entry: dict[str, Any] = {"hf_hub_url": s.repo, **({"subset": src.config} if src.config else {})}
             entry.update({"split": src.hub_split} if src.hub_split else {})
             if src.revision:
                 missing.append(
                     Unmapped(
-                        f"{key}.revision", "dataset_info.json takes no revision", "pin the data by a commit-named copy"
+                        f"{s.key}.revision",
+                        "dataset_info.json takes no revision",
+                        "pin the data by a commit-named copy",
                     )
                 )
+        elif s.path.suffix not in FILE_FORMATS or src.format == "hf_disk":
+            missing.append(
+                Unmapped(
+                    s.key,
+                    f"{src.path}: LLaMA-Factory reads JSON Lines or Parquet files here",
+                    "convert it to JSONL or Parquet",
+                )
+            )
+            continue
         else:
-            path = resolve_path(recipe, src.path)
-            if path.suffix not in FILE_FORMATS or src.format == "hf_disk":
-                missing.append(
-                    Unmapped(
-                        key,
-                        f"{src.path}: LLaMA-Factory reads JSON Lines or Parquet files here",
-                        "convert it to JSONL or Parquet",
-                    )
-                )
-                continue
-            entry = {"file_name": str(path)}  # absolute: os.path.join(dataset_dir, it) is itself
+            entry = {"file_name": str(s.path)}  # absolute: os.path.join(dataset_dir, it) is itself
         out[f"{DATASET_PREFIX}{recipe.name}_{i}"] = {**entry, **layout}
     return out
 

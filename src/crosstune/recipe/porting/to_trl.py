@@ -9,9 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from crosstune.families import get_family
-from crosstune.recipe.hub_ids import hub_dataset_id
-from crosstune.recipe.load import resolve_path
-from crosstune.recipe.porting.exported import data_not_carried, kernels_not_carried
+from crosstune.recipe.porting.exported import data_not_carried, kernels_not_carried, train_sources, whole_alpha
 from crosstune.recipe.porting.named_model import model_ref
 from crosstune.recipe.porting.port import Unmapped
 from crosstune.recipe.porting.trl_keys import KEYS
@@ -32,15 +30,7 @@ def export_trl(recipe: Recipe) -> tuple[dict[str, Any], list[Unmapped]]:
     if m.revision:
         out["model_revision"] = m.revision
     out.update(dtype=m.dtype, attn_implementation=ATTENTION[k.attention], use_peft=True, lora_r=lora.rank)
-    out["lora_alpha"] = round(lora.alpha)
-    if lora.alpha != round(lora.alpha):
-        missing.append(
-            Unmapped(
-                "lora.alpha",
-                f"TRL's lora_alpha is a whole number, {lora.alpha:g} is not",
-                f"lora_alpha {round(lora.alpha)}",
-            )
-        )
+    out["lora_alpha"] = whole_alpha(recipe, "TRL", missing)
     out["lora_dropout"] = lora.dropout
     # one regex (a one-item list is a regex to TRL): the language model's decoder layers only
     out["lora_target_modules"] = [get_family(m.family).peft_target_regex(list(lora.targets))]
@@ -68,28 +58,26 @@ def export_trl(recipe: Recipe) -> tuple[dict[str, Any], list[Unmapped]]:
 def _datasets(recipe: Recipe, missing: list[Unmapped]) -> list[dict[str, Any]]:
     """DatasetMixtureConfig entries (`load_dataset` arguments) for the training sources."""
     out = []
-    for i, src in enumerate(recipe.data.sources):
-        key = f"data.sources[{i}]"
-        if src.split != "train":
-            missing.append(Unmapped(key, "an eval source: the export trains only", "TRL's eval_dataset"))
-            continue
-        if (repo := hub_dataset_id(src, recipe.base_dir)) is not None:
-            entry = {"path": repo, **({"name": src.config} if src.config else {}), "split": src.hub_split or "train"}
-            if src.revision:
+    for s in train_sources(recipe, missing, "TRL's eval_dataset"):
+        if s.repo is not None:
+            name = {"name": s.source.config} if s.source.config else {}
+            out.append({"path": s.repo, **name, "split": s.source.hub_split or "train"})
+            if s.source.revision:
                 missing.append(
                     Unmapped(
-                        f"{key}.revision",
+                        f"{s.key}.revision",
                         "TRL's dataset entries take no revision",
                         "pin the data by a commit-named copy",
                     )
                 )
-            out.append(entry)
             continue
-        p = resolve_path(recipe, src.path)
-        fmt = src.format if src.format != "auto" else SUFFIX_FORMATS.get(p.suffix, "hf_disk" if p.suffix == "" else "?")
+        p, fmt = s.path, s.source.format
+        fmt = fmt if fmt != "auto" else SUFFIX_FORMATS.get(p.suffix, "hf_disk" if p.suffix == "" else "?")
         if fmt not in TABLE_BUILDERS:
             missing.append(
-                Unmapped(key, f"{src.path}: `load_dataset` reads no {fmt} source", "convert it to JSONL or Parquet")
+                Unmapped(
+                    s.key, f"{s.source.path}: `load_dataset` reads no {fmt} source", "convert it to JSONL or Parquet"
+                )
             )
             continue
         out.append({"path": TABLE_BUILDERS[fmt], "data_files": str(p), "split": "train"})

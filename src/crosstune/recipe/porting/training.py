@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from crosstune.recipe.porting.port import Keys, Port
+from crosstune.recipe.porting.target import Batch, ImportOptions, set_batch
 from crosstune.recipe.training_arguments import ADAMW, NO_WARMUP_SCHEDULE, schedule_of
 
 
@@ -73,6 +74,31 @@ def set_every(port: Port, take: Keys, key: str, path: str) -> None:
         port.set(path, int(value))
     else:
         port.miss(key, f"{value:g}: a fraction of the run's steps; crosstune counts whole steps", path)
+
+
+def set_held_out(port: Port, take: Keys, key: str, tool: str) -> None:
+    """A held-out split (a fraction of the rows, or a count) the tool evaluates on and never trains."""
+    size = take(key)
+    if size:
+        held = f"{size:.0%} of the rows" if size < 1 else f"{size:g} rows"
+        port.miss(
+            key,
+            f"a held-out split: {tool} trains on the rest of the data, {held} set aside for its "
+            "evaluation; crosstune trains on every row",
+            "data.subsample (a smaller training set)",
+        )
+
+
+def trainer_batch(port: Port, take: Keys, options: ImportOptions, devices: tuple[int | None, str]) -> None:
+    """train.global_batch_size from TrainingArguments' batch keys and the devices the config names."""
+    batch = Batch(
+        take("per_device_train_batch_size"),
+        "per_device_train_batch_size",
+        take("gradient_accumulation_steps"),
+        "gradient_accumulation_steps",
+        *devices,
+    )
+    set_batch(port, batch, options)
 
 
 def set_adamw(port: Port, take: Keys, key: str) -> None:
