@@ -37,8 +37,10 @@ PARALLEL = ("dp_shard_size", "dp_replicate_size", "tensor_parallel_size", "conte
 
 _LOGS = "where and how Axolotl logs, saves and publishes; crosstune writes its run directory"
 _EVALS = "evaluation during training; crosstune's eval stage scores pass@k after it"
-_LOADER = ("loader classes, padding and worker settings crosstune's legs settle themselves (LoRA freezes the base; "
-           "rows are packed or padding-free)")  # fmt: skip
+_LOADER = (
+    "loader classes, padding and worker settings crosstune's legs settle themselves (LoRA freezes the base; "
+    "rows are packed or padding-free)"
+)
 DEVICES = Bound(1, 65_536, "devices")
 
 DATASET = table(

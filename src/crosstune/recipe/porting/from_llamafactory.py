@@ -35,9 +35,11 @@ from crosstune.untrusted_files import read_json
 
 # LLaMA-Factory's chat templates of the families crosstune trains, and what its gemma4 template adds
 TEMPLATES = {"gemma3": "gemma3", "gemma4": "gemma4"}
-GEMMA4_TEMPLATE = ("LLaMA-Factory's gemma4 template opens every example with a system turn that switches thinking on "
-                   "(<|think|>) and, without a system prompt in the data, its default one ('You are a helpful "
-                   "assistant.'): crosstune renders the model's own template")  # fmt: skip
+GEMMA4_TEMPLATE = (
+    "LLaMA-Factory's gemma4 template opens every example with a system turn that switches thinking on "
+    "(<|think|>) and, without a system prompt in the data, its default one ('You are a helpful "
+    "assistant.'): crosstune renders the model's own template"
+)
 # Columns crosstune's presets name, to write the preset rather than its names (a round trip gives the recipe back)
 PRESETS = {"codev_r1": ("system", "prompt", "response"), "qa": (None, "question", "answer"),
            "prompt_completion": (None, "prompt", "completion")}  # fmt: skip
