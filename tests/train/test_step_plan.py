@@ -35,8 +35,8 @@ def test_a_global_batch_moves_between_backends_unchanged():
 def test_a_warm_up_ratio_is_steps_of_the_run_for_both_backends():
     """train.warmup_ratio becomes ceil(ratio × the run's steps) once the step plan knows them (transformers' rule):
     the one number the torch backend's SFTConfig and the jax backend's schedule both take."""
-    from crosstune.train.jax.step import make_optimizer
-    from crosstune.train.steps import warmup_steps
+    from crosstune.train.jax.optimizer import make_optimizer
+    from crosstune.train.step_plan import warmup_steps
 
     train = TrainSection(max_steps=12, learning_rate=1e-3, warmup_ratio=0.1, schedule="constant")
     assert [warmup_steps(train, n) for n in (12, 10, 1)] == [2, 1, 1]

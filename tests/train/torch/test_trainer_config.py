@@ -48,8 +48,8 @@ def test_sft_config_is_the_recipe_not_trl_defaults(recipe_path, tmp_path):
 
 
 def test_a_warm_up_ratio_is_this_run_s_steps(recipe_path, tmp_path):
-    """train.warmup_ratio reaches TRL as whole warm-up steps of this run (crosstune.train.steps.warmup_steps, the jax
-    schedule's too): ceil(0.25 × 10) = 3."""
+    """train.warmup_ratio reaches TRL as whole warm-up steps of this run (crosstune.train.step_plan.warmup_steps,
+    the jax schedule's too): ceil(0.25 × 10) = 3."""
     from crosstune.train.torch.config import sft_config
 
     recipe = load_recipe(recipe_path, [*AS_TRAINED, "train.warmup_ratio=0.25"])
