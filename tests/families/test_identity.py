@@ -22,3 +22,13 @@ def test_a_name_is_matched_piece_by_piece():
     assert identity.by_name("acme/gemma-4b") is None  # neither Gemma 4 nor a size
     assert identity.by_name("acme/megagemma-3-4b") is None
     assert identity.by_name("acme/gemma-4-fine-tune") == identity.Identity("Gemma 4", "gemma4", None)
+
+
+def test_a_config_json_says_what_the_model_is():
+    assert identity.by_config({"model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text"}}, FAMILIES) == (
+        identity.Identity("Gemma 3n", refused="config.json's model_type is 'gemma3n_text'")
+    )
+    assert identity.by_config({"model_type": "qwen2"}, FAMILIES) == identity.Identity("a 'qwen2' model")
+    assert identity.by_config([1, 2], FAMILIES).family is None  # not an object: refused, never an AttributeError
+    medgemma = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}}
+    assert identity.by_config(medgemma, FAMILIES) == identity.Identity("Gemma 3", "gemma3")

@@ -94,9 +94,11 @@ def by_name(repo_id: str) -> Identity | None:
     return Identity(what, release.family, size)
 
 
-def by_config(cfg: dict[str, Any], families: dict[str, Family]) -> Identity:
+def by_config(cfg: Any, families: dict[str, Family]) -> Identity:
     """The model a config.json describes by its model_type and quantization (the size is the caller's: it compares
     dimensions). `families`: crosstune's, by name."""
+    if not isinstance(cfg, dict):
+        return Identity("a folder whose config.json is not a JSON object of settings")
     text = cfg.get("text_config")
     text = text if isinstance(text, dict) else cfg
     model_type = text.get("model_type")
