@@ -1,7 +1,7 @@
-"""`recipe import` and `recipe export` as library calls: a user's Axolotl or TRL config (read by the one YAML loader,
-crosstune.untrusted_files) to a recipe that validates, and a recipe to a config for the user's own tool. The
-written file opens with a head comment naming what made it and listing what did not carry over; an existing file
-without that head is never replaced."""
+"""`recipe import` and `recipe export` as library calls: a user's Axolotl, TRL or LLaMA-Factory config (read by the
+one YAML loader, crosstune.untrusted_files, then through its format's key table: crosstune.recipe.porting) to a
+recipe that validates, and a recipe to a config for the user's own tool. The written file opens with a head comment
+naming what made it and listing what did not carry over; an existing file without that head is never replaced."""
 
 from __future__ import annotations
 
