@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from crosstune.hardware import HARDWARE
-from crosstune.planner.timing import SPLASH_BLOCK, SPLASH_MATMULS, visited_blocks
+from crosstune.planner.timing import SPLASH_MATMULS, visited_blocks
 from crosstune.train.parts import splash_attention
 
 TOKENS = 4096  # one 4096-token row
@@ -71,7 +71,7 @@ def main() -> int:
             return jnp.sum(splash_attention(q, k, k, segments, window=window).astype(jnp.float32))
 
         s = _time(jax.jit(jax.grad(loss, argnums=(0, 1))), q, k)
-        flops = heads * visited_blocks(TOKENS, window) * SPLASH_MATMULS * 2 * SPLASH_BLOCK**2 * hd
+        flops = heads * visited_blocks(TOKENS, window, 512) * SPLASH_MATMULS[True] * 2 * 512**2 * hd
         out["attention"][name] = {"s": s, "tflops": flops / s / 1e12, "of_peak": flops / s / peak}
         print(f"splash {name} fwd+bwd: {flops / s / 1e12:.1f} TFLOP/s ({flops / s / peak:.1%})")
     x = jax.random.normal(key, (TOKENS * 2, F), jnp.bfloat16)

@@ -164,7 +164,8 @@ OPTIONS: dict[str, Bound] = {
     "bench serve --max-rate-steps": Bound(1, 100, "rates tried"),
     "bench serve --rate-resolution": Bound(0, 1, "a fraction of the rate", low_open=True),
     "model build --layers": Bound(1, MAX_LAYERS, "decoder layers, at most the size's"),
-    "model build --vocab": Bound(16, 10_000_000, "tokens in the vocabulary"),
+    # at most Gemma's own: a tokenizer of that many tokens is trained for the build, and 10,000,000 ran > 90 s, > 4 GiB
+    "model build --vocab": Bound(16, 262_144, "tokens in the vocabulary, at most Gemma's 262,144"),
     "model tiny --fit-steps": FIT_STEPS,
     "model build --fit-steps": FIT_STEPS,
 }

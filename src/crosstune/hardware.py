@@ -234,14 +234,16 @@ def target_for(chip: str, chips: int) -> HardwareTarget:
 
 
 def attached_target() -> HardwareTarget:
-    """The target of the accelerators this process sees: TPU_ACCELERATOR_TYPE where the TPU runtime sets it (a TPU
-    VM's or GKE pod's whole slice, read without opening a device, as jax.distributed needs), else JAX's devices
-    (one host), else CUDA's GPUs through torch, else the CPU."""
+    """The target of the accelerators this process sees: on a TPU slice of several hosts, TPU_ACCELERATOR_TYPE (the
+    whole slice, read without opening a device, as jax.distributed needs); on one host JAX's devices (a machine may
+    show fewer chips than its host's accelerator type: a one-chip sandbox on a v5litepod-4 host says v5litepod-4),
+    else CUDA's GPUs through torch, else the CPU."""
     import os
 
     accelerator = os.environ.get("TPU_ACCELERATOR_TYPE", "")
     generation, _, count = accelerator.rpartition("-")
-    if generation in TPU_GENERATIONS and count.isdigit():
+    hosts = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]
+    if generation in TPU_GENERATIONS and count.isdigit() and len(hosts) > 1:
         chip = TPU_GENERATIONS[generation]
         return target_for(chip, int(count) // (2 if chip in COUNTS_TENSORCORES else 1))
     try:

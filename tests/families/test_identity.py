@@ -22,6 +22,9 @@ def test_a_name_is_matched_piece_by_piece():
     assert identity.by_name("acme/gemma-4b") is None  # neither Gemma 4 nor a size
     assert identity.by_name("acme/megagemma-3-4b") is None
     assert identity.by_name("acme/gemma-4-fine-tune") == identity.Identity("Gemma 4", "gemma4", None)
+    # a recipe writes a hub id hf://OWNER/NAME (crosstune.hub): the same model by the same name
+    assert identity.by_name("hf://google/gemma-4-12B-it") == identity.by_name("google/gemma-4-12B-it")
+    assert identity.by_name("hf://google/gemma-4-12B-it") == identity.Identity("Gemma 4 12B", "gemma4", "12b")
 
 
 def test_a_config_json_says_what_the_model_is():

@@ -277,7 +277,7 @@ def test_a_skypilot_spot_study_is_a_managed_job_that_recovers_and_keeps_its_bund
     assert data["resources"]["use_spot"] is True
     assert data["resources"]["job_recovery"] == {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 0}
     assert (
-        '--out "$HOME/crosstune-bundles/' in data["run"] and " --bucket /crosstune-bucket || status=$?" in data["run"]
+        '--out "$HOME/crosstune-bundles"/' in data["run"] and " --bucket /crosstune-bucket || status=$?" in data["run"]
     )
     assert "cp -a" not in data["run"]  # the study keeps the copy itself, after every stage and checkpoint
     assert "# Launch: sky jobs launch -n " in spot.read_text()

@@ -18,10 +18,11 @@ TINY = paths.RECIPES / "tiny-cpu.yaml"  # mesh fsdp 1 × tp 2; the tiny Gemma 4 
     [("v5litepod-1", "tpu-v5e-1", (1, 1)), ("v5litepod-4", "tpu-v5e-4", (2, 2)), ("v6e-1", "tpu-v6e-1", (1, 1)),
      ("v5p-8", "tpu-v5p-8", (2, 2)), ("v6e-8", "tpu-v6e-8", (4, 2))],
 )  # fmt: skip
-def test_the_tpu_runtime_s_accelerator_type_names_the_target_and_the_mesh_follows(
-    monkeypatch, accelerator, target, mesh
-):
+def test_a_slice_s_accelerator_type_names_the_target_and_the_mesh_follows(monkeypatch, accelerator, target, mesh):
+    """On a slice of several hosts the TPU runtime's TPU_ACCELERATOR_TYPE names the whole slice (read before
+    jax.distributed opens any device)."""
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", accelerator)
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "w0,w1")
     recipe = load_recipe(TINY, ["hardware=auto"])
     m = recipe.backend.jax.mesh
     assert (recipe.hardware, (m.fsdp, m.tp)) == (target, mesh)
@@ -31,8 +32,11 @@ def test_the_tpu_runtime_s_accelerator_type_names_the_target_and_the_mesh_follow
     assert said.get("backend.jax.mesh", fitted).startswith(fitted) and ("backend.jax.mesh" in said) == (mesh != (1, 2))
 
 
-def test_on_this_cpu_auto_is_cpu_and_the_mesh_stays(monkeypatch):
-    monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
+def test_on_one_host_auto_is_what_jax_sees_whatever_the_host_s_accelerator_type(monkeypatch):
+    """A one-chip sandbox of a v5litepod-4 host says v5litepod-4 and shows one chip: on one host JAX's devices
+    decide (here: this CPU, the mesh kept)."""
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "localhost")
     recipe = load_recipe(TINY, ["hardware=auto"])
     assert recipe.hardware == "cpu" and (recipe.backend.jax.mesh.fsdp, recipe.backend.jax.mesh.tp) == (1, 2)
 
@@ -53,6 +57,7 @@ def test_a_slice_the_catalog_lacks_is_refused_by_name(monkeypatch):
     with pytest.raises(NoTarget, match=r"3 × tpu-v5e would be 'tpu-v5e-3'.*known: tpu-v5e-1, tpu-v5e-4, tpu-v5e-8"):
         target_for("tpu-v5e", 3)
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-16")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "w0,w1,w2,w3")
     with pytest.raises(NoTarget, match="tpu-v5e-16"):
         attached_target()
 

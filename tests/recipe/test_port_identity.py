@@ -46,7 +46,7 @@ def refusal(tmp_path, model: str) -> str:
 )
 def test_a_name_gives_the_family_and_size_it_says(model, family, size, hub_cache, tmp_path):
     recipe = imported(tmp_path, model).recipe
-    assert (recipe.model.family, recipe.model.size, recipe.model.path) == (family, size, model)
+    assert (recipe.model.family, recipe.model.size, recipe.model.path) == (family, size, f"hf://{model}")
 
 
 def test_the_12b_by_hub_id_plans_on_its_own_dimensions(hub_cache, tmp_path):
@@ -121,7 +121,7 @@ def test_a_cached_config_decides_over_the_name(hub_cache, tiny_gemma4_dir, tmp_p
 @pytest.mark.parametrize(
     "model, why",
     [
-        ("acme/" + "m" * 97, "is not a hub id: an owner or name has at most 96 characters (this one 97)"),
+        ("acme/" + "m" * 97, "is not a hub id: a hub id has at most 96 characters (this one 102)"),
         (
             "acme/gémma-3-4b",
             "is not a hub id: the hub's ids are ASCII letters, digits, '-', '_' and '.' (this one has 'é')",

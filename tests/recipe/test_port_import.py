@@ -101,7 +101,7 @@ def test_family_and_size_come_from_a_cached_config(hub_cache, tiny_gemma4_dir, t
     config = tmp_path / "trl.yaml"
     config.write_text("model_name_or_path: acme/our-model\ndataset_name: acme/data\nuse_peft: true\n")
     recipe = import_config(config, tmp_path / "r.yaml").recipe
-    assert (recipe.model.family, recipe.model.size, recipe.model.path) == ("gemma4", "tiny", "acme/our-model")
+    assert (recipe.model.family, recipe.model.size, recipe.model.path) == ("gemma4", "tiny", "hf://acme/our-model")
     assert recipe.hardware == "cpu"
 
 
@@ -178,7 +178,7 @@ def test_the_cli_writes_the_recipe_and_strict_writes_nothing(hub_cache, tmp_path
     mine = tmp_path / "mine.yaml"
     mine.write_text("name: mine\n")
     refused = CliRunner().invoke(app, ["recipe", "import", str(qlora), "--out", str(mine)], terminal_width=400)
-    assert refused.exit_code == 1 and "is not a file `crosstune recipe import` wrote" in refused.output
+    assert refused.exit_code == 1 and "is not a file crosstune recipe import wrote" in refused.output
     assert mine.read_text() == "name: mine\n"
 
 

@@ -140,7 +140,7 @@ description: Imported from port.yaml (llamafactory)
 model: {family: gemma4, path: @MODEL@, size: tiny, dtype: bfloat16}
 lora: {rank: 8, alpha: 16.0, dropout: 0.05, targets: [q, k, v, o]}
 data:
-  sources: [{path: @DATA@}, {path: acme/verilog-chat, config: codev, hub_split: "train[:10%]"}]
+  sources: [{path: @DATA@}, {path: "hf://acme/verilog-chat", config: codev, hub_split: "train[:10%]"}]
   columns: {preset: messages}
   reasoning: keep_inline
   max_seq_len: 1024
@@ -201,10 +201,19 @@ def test_import_of_an_export_gives_the_recipe_back(hub_cache, tiny_gemma4_dir, t
     assert back.port.tool == "llamafactory" and [u.key for u in back.port.differences] == ["template"]
     assert "# not mapped: template: LLaMA-Factory's gemma4 template opens every example" in out.read_text()
     assert back.recipe.model_dump() == load_recipe(recipe_file).model_dump()
-    # the file beside it is replaced only when this export wrote it; printing needs the file's folder
+    # the folder beside it is the export's own by its manifest (each file's sha256): replaced when unchanged, and
+    # refused, before either file is written, once a file in it is edited or not the export's
+    export = ["recipe", "export", str(recipe_file), "--to", "llamafactory", "--out", str(out)]
+    assert CliRunner().invoke(app, export).exit_code == 0
+    config = out.read_text()
     info_file.write_text('{"mine": {"file_name": "x.json"}}')
-    again = CliRunner().invoke(app, ["recipe", "export", str(recipe_file), "--to", "llamafactory", "--out", str(out)])
-    assert again.exit_code == 1 and "is not a file `crosstune recipe export` wrote" in again.output
-    assert info_file.read_text() == '{"mine": {"file_name": "x.json"}}'
+    again = CliRunner().invoke(app, export, terminal_width=400)
+    assert again.exit_code == 1 and "dataset_info.json (changed since crosstune recipe export wrote it)" in again.output
+    assert info_file.read_text() == '{"mine": {"file_name": "x.json"}}' and out.read_text() == config
+    info_file.unlink()
+    (info_file.parent / "notes.txt").write_text("mine")
+    again = CliRunner().invoke(app, export, terminal_width=400)
+    assert again.exit_code == 1 and "notes.txt (not in its crosstune_export.json)" in again.output
+    assert (info_file.parent / "notes.txt").read_text() == "mine"
     with pytest.raises(CrosstuneError, match="--to llamafactory writes two files"):
         export_recipe(recipe_file, "llamafactory")

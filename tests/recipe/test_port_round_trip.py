@@ -41,7 +41,7 @@ description: Imported from port.yaml (trl)
 model: {family: gemma4, path: @MODEL@, size: tiny, dtype: bfloat16}
 lora: {rank: 8, alpha: 16.0, dropout: 0.05, targets: [q, k, v, o, gate, up, down]}
 data:
-  sources: [{path: @DATA@}, {path: acme/verilog-sft, config: codev, hub_split: "train[:10%]"}]
+  sources: [{path: @DATA@}, {path: "hf://acme/verilog-sft", config: codev, hub_split: "train[:10%]"}]
   columns: {preset: prompt_completion}
   reasoning: keep_inline
   max_seq_len: 1024
@@ -57,7 +57,7 @@ lora: {rank: 16, alpha: 32.0, dropout: 0.0, targets: [q, k, v, o]}
 data:
   sources:
     - {path: @DATA@}
-    - {path: acme/verilog-chat, config: codev, hub_split: "train[:10%]", revision: v2}
+    - {path: "hf://acme/verilog-chat", config: codev, hub_split: "train[:10%]", revision: v2}
   columns: {preset: messages, messages: conversations, message_role: from, message_content: value}
   reasoning: keep_inline
   max_seq_len: 2048

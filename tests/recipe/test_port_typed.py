@@ -55,6 +55,23 @@ def refusal(tmp_path, text: str) -> str:
             "lora_dropout: 1.5\n",
             "CONFIG:7: lora_dropout: 1.5 is not a number (LoRA dropout probability: at least 0, less than 1)",
         ),
+        # the fuzzer's findings left for issue 49 (docs/BENCHMARKS.md, seed 48: recipe-import #9, #36, #38): a
+        # mapping or a string at lora_dropout ended as "a bug in crosstune"
+        (
+            "axolotl",
+            "lora_dropout: {}\n",
+            "CONFIG:7: lora_dropout: {} is not a number (LoRA dropout probability: at least 0, less than 1)",
+        ),
+        (
+            "axolotl",
+            "lora_dropout: ../../..\n",
+            "CONFIG:7: lora_dropout: '../../..' is not a number (LoRA dropout probability: at least 0, less than 1)",
+        ),
+        (
+            "axolotl",
+            "lora_dropout: acme/gemmä\n",
+            "CONFIG:7: lora_dropout: 'acme/gemmä' is not a number (LoRA dropout probability: at least 0, less than 1)",
+        ),
         (
             "axolotl",
             "chat_template: 5\n",
@@ -182,3 +199,17 @@ def test_a_foreign_value_error_is_an_input_error():
     from crosstune.errors import InputError
 
     assert issubclass(ForeignValueError, InputError)
+
+
+def test_a_wrong_value_deep_in_a_dataset_definition_is_named_at_its_path(hub_cache, tmp_path):
+    """LLaMA-Factory's dataset_info.json is typed like the config: a wrong value inside an entry's own mapping is named
+    at its whole path (found by the fuzzer's LLaMA-Factory cases, which named the entry instead)."""
+    (tmp_path / "data").mkdir()
+    info = tmp_path / "data" / "dataset_info.json"
+    config = "model_name_or_path: google/gemma-3-4b-it\nfinetuning_type: lora\ndataset: d\n"
+    for columns, said in (
+        ('["x"]', "d.columns: ['x'] is not a mapping of keys"),
+        ('{"prompt": 5}', "d.columns.prompt: 5 is not text (quote it if YAML reads it as a number or a switch)"),
+    ):
+        info.write_text(f'{{"d": {{"file_name": "train.jsonl", "columns": {columns}}}}}')
+        assert refusal(tmp_path, config) == f"{info}: {said}"

@@ -211,8 +211,9 @@ def test_serve_tp_uses_vllms_head_rule():
 
 
 def test_one_rule_resolves_a_recipe_s_paths_wherever_they_are_read(tmp_path):
-    """An exported config, the recipe checks, the hub-id rule and the stages resolve a relative path the same way:
-    against the recipe file's folder (crosstune.recipe.paths); a recipe from no file has nothing there."""
+    """An exported config, the recipe checks and the stages resolve a relative path the same way: against the recipe
+    file's folder (crosstune.recipe.paths); a recipe from no file has nothing there. Whether a path is a hub id is
+    its text alone (hf://OWNER/NAME), never what is on disk."""
     from crosstune.recipe.hub_ids import hub_model_id
     from crosstune.recipe.paths import UnlocatedRecipeError, recipe_path
 
@@ -221,5 +222,8 @@ def test_one_rule_resolves_a_recipe_s_paths_wherever_they_are_read(tmp_path):
     assert recipe_path("~/x", None) == Path("~/x").expanduser()
     with pytest.raises(UnlocatedRecipeError):
         recipe_path("acme/model", None)
-    assert hub_model_id("acme/model", None, tmp_path) is None  # a folder there wins over the hub id
-    assert hub_model_id("acme/model", None, None) == "acme/model"  # from no file: nothing on disk to win
+    # the hub-id rule is the text (crosstune.hub): a path is a path, on disk or not; hf://OWNER/NAME is a hub id
+    assert hub_model_id("acme/model", None, tmp_path) is None and hub_model_id("acme/model", None, None) is None
+    assert (
+        hub_model_id("hf://acme/model", None, tmp_path) == hub_model_id("hf://acme/model", None, None) == "acme/model"
+    )

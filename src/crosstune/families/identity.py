@@ -79,7 +79,8 @@ class Identity:
 
 
 def by_name(repo_id: str) -> Identity | None:
-    """The model a hub id names by its name alone (None: no Gemma release crosstune knows of)."""
+    """The model a hub id names by its name alone (None: no Gemma release crosstune knows of): a foreign config's
+    OWNER/NAME or a recipe's hf://OWNER/NAME (crosstune.hub's spelling), the same name either way."""
     name = repo_id.rsplit("/", 1)[-1]
     release, found = next(((r, m) for r in RELEASES if (m := r.match(name))), (None, None))
     if release is None or found is None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from crosstune.emit import Raw, shell_line, yaml_text
 from crosstune.errors import InputError
 from crosstune.hardware import HardwareTarget, get_hardware
 from crosstune.recipe import Recipe, load_recipe, recipe_hash
@@ -66,13 +64,13 @@ class Job:
     def labels(self) -> dict[str, str]:
         return {"CROSSTUNE_RECIPE_HASH": self.recipe_hash, "CROSSTUNE_VERSION": self.version}
 
-    def study(self, out: str, *extra: str, exe: str = ".venv/bin/crosstune") -> str:
-        """The `crosstune study` command line for this job. `out` is the bundle's path where the job runs, a shell
-        word inserted as is (it may hold "$VARIABLES"); everything else is quoted."""
+    def study(self, out: Raw, *extra: str, exe: str = ".venv/bin/crosstune") -> Raw:
+        """The `crosstune study` command line for this job (crosstune.emit's shell line). `out` is the bundle's path
+        where the job runs, shell crosstune wrote (it may hold "$VARIABLES"); every other word is a quoted value."""
         argv = [exe, "study", str(self.recipe_file), "--backend", self.backend]
         for item in self.overrides:
             argv += ["--set", item]
-        return f"{shlex.join([*argv, *extra])} --out {out}"
+        return Raw(shell_line("{argv} --out {out}", argv=[*argv, *extra], out=out))
 
 
 def make_job(recipe_file: Path, target: str | None, backend: str | None, overrides: list[str] | None) -> Job:
@@ -97,21 +95,10 @@ def make_job(recipe_file: Path, target: str | None, backend: str | None, overrid
     return Job(Path(recipe_file), recipe, hw, backend, bundle, overrides)
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (setup and run scripts) as YAML literal blocks, as people write them; no anchors."""
-
-    def ignore_aliases(self, data) -> bool:
-        return True
-
-
-_Dumper.add_representer(
-    str,
-    lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None),
-)
-
-
-def to_yaml(data: dict) -> str:
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=1000)
+def to_yaml(data: dict, head: list[str]) -> str:
+    """A YAML spec under its head comment (crosstune.emit): setup and run scripts as literal blocks, as people
+    write them, and no line folded."""
+    return yaml_text(data, head=head, blocks=True, width=1000)
 
 
 def install_steps(job: Job) -> list[str]:
@@ -122,7 +109,7 @@ def install_steps(job: Job) -> list[str]:
         "python3 -m uv pip install --python .venv/bin/python -r requirements.lock",
     ]
     if extra := accelerator_packages(job.target.chip.platform, job.backend):
-        steps.append(f"python3 -m uv pip install --python .venv/bin/python {shlex.join(extra)}")
+        steps.append(shell_line("python3 -m uv pip install --python .venv/bin/python {extra}", extra=extra))
     steps += serving_steps(job)
     steps += [
         "python3 -m uv pip install --python .venv/bin/python --no-deps -e .",

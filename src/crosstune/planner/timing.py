@@ -8,7 +8,7 @@ Kinds of work, per device and micro-step (rows split over fsdp, heads and widths
   input and A, B); the LM head forward and its gradient (crosstune.train.jax.logits computes both in one pass);
   the MoE's experts. Rate: `matmul` × the chip's bf16 peak.
 - attention: what the kernel computes. Splash visits the (q block, kv block) pairs its causal or local mask keeps
-  (SPLASH_BLOCK, as crosstune.train.jax.attention tiles), 2 matmuls forward and 5 in its fused backward per pair;
+  (backend.jax.splash_block), 2 matmuls forward and 5 in its fused backward per pair (7 in two passes);
   dense attention computes all L² scores (2 forward, 4 backward). Rate: `attention[kind]` × peak.
 - elementwise: norms, RoPE, GeGLU, softcaps, residuals, casts, LoRA's dropout and scaling, the loss's softmax, the
   optimizer: HBM bytes counted as `passes` reads/writes of each layer's activation widths (hidden, MLP, attention
@@ -25,9 +25,11 @@ from dataclasses import dataclass
 
 from crosstune.planner.estimate import Plan
 from crosstune.recipe import Recipe
+from crosstune.units import GB
 
-SPLASH_BLOCK = 512  # crosstune.train.jax.attention.BLOCK (a test keeps the two equal)
-SPLASH_MATMULS = 2 + 5  # forward q·kᵀ, p·v; the fused backward's five (train/jax/attention.MATMULS)
+# matmuls per visited block pair (crosstune.train.jax.attention.MATMULS): forward q·kᵀ, p·v; the fused backward's
+# five, or the unfused dkv's four and dq's three
+SPLASH_MATMULS = {True: 2 + 5, False: 2 + 4 + 3}
 DENSE_MATMULS = 2 + 4
 
 
@@ -78,7 +80,7 @@ class StepTime:
         return {"matmul": self.matmul_s, "attention": self.attention_s, "elementwise": self.elementwise_s}
 
 
-def visited_blocks(length: int, window: int | None, block: int = SPLASH_BLOCK) -> int:
+def visited_blocks(length: int, window: int | None, block: int) -> int:
     """(q block, kv block) pairs a causal (within `window` tokens back, when given) splash mask keeps."""
     b = min(block, length)
     n = length // b
@@ -94,6 +96,7 @@ def work(plan: Plan, recipe: Recipe) -> dict:
     spec, (fsdp, tp), train = plan.spec, plan.jax_mesh, recipe.train
     rows, length, attention = train.per_device_batch_size * fsdp, recipe.data.max_seq_len, recipe.backend.jax.attention
     lora_rank, lora_targets = recipe.lora.rank, tuple(recipe.lora.targets)
+    block, fused = min(recipe.backend.jax.splash_block, length), recipe.backend.jax.splash_fused_backward
     devices, tokens = fsdp * tp, rows * length
     a = 2 if train.precision == "bf16" else 4
     remat = train.gradient_checkpointing
@@ -108,9 +111,9 @@ def work(plan: Plan, recipe: Recipe) -> dict:
         lora = sum(6.0 * lora_rank * (shapes[t][0] + shapes[t][1]) for t in lora_targets if t in shapes)
         matmul += tokens * (forward * (3 if recompute_matmuls else 2) + lora)
         kind = spec.kind(layer)
-        per_head = 2.0 * kind.head_dim * (SPLASH_BLOCK**2 if attention == "splash" else length**2)
-        pairs = visited_blocks(length, kind.window) if attention == "splash" else 1
-        count = SPLASH_MATMULS if attention == "splash" else DENSE_MATMULS
+        per_head = 2.0 * kind.head_dim * (block**2 if attention == "splash" else length**2)
+        pairs = visited_blocks(length, kind.window, block) if attention == "splash" else 1
+        count = SPLASH_MATMULS[fused] if attention == "splash" else DENSE_MATMULS
         attention_flops += rows * kind.num_heads * pairs * per_head * (count + (2 if remat else 0))
         width = d + spec.mlp_dim(layer) + kind.q_dim + 2 * kind.kv_dim + spec.per_layer_input_dim
         activation += tokens * width * a
@@ -132,7 +135,7 @@ def predict_step(plan: Plan, recipe: Recipe) -> StepTime:
     r, chip = recipe, plan.hardware.chip
     w = work(plan, r)
     cal = calibration(chip.name)
-    peak, bandwidth = chip.peak_bf16_tflops * 1e12, chip.hbm_bandwidth_gbs * 1e9
+    peak, bandwidth = chip.peak_bf16_tflops * 1e12, chip.hbm_bandwidth_gbs * GB
     own = "measured on this chip" if cal.chip == chip.name else f"{cal.chip}'s fractions, assumed"
     return StepTime(
         matmul_s=w["matmul"] / (peak * cal.matmul),

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-import yaml
 from rich.console import Console
 
+from crosstune.emit import yaml_text
 from crosstune.errors import InputError
 from crosstune.hardware import HARDWARE
 from crosstune.recipe import RecipeError, load_recipe
@@ -54,7 +54,7 @@ def show(file: Path = typer.Argument(..., help="recipe YAML file"), overrides: l
     """Print the resolved recipe: every default filled in, as the stages will read it."""
 
     recipe = load_recipe(file, overrides)
-    console.print(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False), markup=False, highlight=False)
+    console.print(yaml_text(recipe.model_dump(mode="json")), markup=False, highlight=False)
 
 
 @recipe_app.command("import")
@@ -142,7 +142,14 @@ def export(
     """The recipe's torch leg as a config for your own tool, so the GPU side runs with the tool you trust; what the
     tool can't say is listed at the file's head. `recipe import` of the file gives the recipe back."""
     from crosstune.ownership import check_out
-    from crosstune.recipe.convert import EXPORT_HEAD, FORMATS, export_recipe, write_companions, write_output
+    from crosstune.recipe.convert import (
+        EXPORT_HEAD,
+        FORMATS,
+        companion_refusal,
+        export_recipe,
+        write_companions,
+        write_output,
+    )
 
     if to not in FORMATS:
         raise InputError(f"--to {to!r}: one of {', '.join(FORMATS)}")
@@ -152,7 +159,7 @@ def export(
     if out is None:
         console.print(text, markup=False, highlight=False, end="")
         return
-    write_companions(files, inputs=(recipe_file,), dry=True)  # refused before either file is written
+    companion_refusal(files, inputs=(recipe_file,))  # refused before either file is written
     written = write_output(out, text, EXPORT_HEAD, inputs=(recipe_file,))
     beside = write_companions(files, inputs=(recipe_file,))
     for u in missing:

@@ -1,12 +1,14 @@
 """`recipe import` and `recipe export` as library calls: a user's Axolotl, TRL or LLaMA-Factory config (read by the
 one YAML loader, crosstune.untrusted_files, then through its format's key table: crosstune.recipe.porting) to a
-recipe that validates, and a recipe to a config for the user's own tool. The written file opens with a head comment
-naming what made it and listing what did not carry over; an existing file without that head is never replaced."""
+recipe that validates, and a recipe to a config for the user's own tool. Every file is a serialised value
+(crosstune.emit): the YAML opens with a head comment naming what made it and listing what did not carry over, and
+ends with the sha256 of what it wrote (crosstune.ownership's one-file rule, FileKind): an existing file is replaced
+only when it is the command's own, unchanged. LLaMA-Factory's dataset_info.json goes in a folder beside the config,
+owned by its manifest (crosstune.ownership's folder rule)."""
 
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import time
 from collections.abc import Callable
@@ -14,11 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from crosstune.emit import json_text, yaml_text
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text
-from crosstune.ownership import OutputRefused, check_out
+from crosstune.ownership import (
+    FileKind,
+    OutputKind,
+    OutputRefused,
+    check_out,
+    owned_output,
+    refusal,
+    write_manifest,
+    write_owned_file,
+)
 from crosstune.recipe.findings import RecipeError
 from crosstune.recipe.load import line_map, load_recipe, parse_recipe
 from crosstune.recipe.porting import axolotl_keys, llamafactory_keys, trl_keys
@@ -28,11 +38,11 @@ from crosstune.recipe.porting.from_trl import import_trl
 from crosstune.recipe.porting.port import ImportRefused, Keys, Port, Unmapped
 from crosstune.recipe.porting.target import ImportOptions
 from crosstune.recipe.porting.to_axolotl import export_axolotl
-from crosstune.recipe.porting.to_llamafactory import DATASET_PREFIX, export_llamafactory
+from crosstune.recipe.porting.to_llamafactory import export_llamafactory
 from crosstune.recipe.porting.to_trl import export_trl
 from crosstune.recipe.porting.typed import Source
 from crosstune.recipe.schema import SAFE_NAME, Recipe
-from crosstune.untrusted_files import parse_yaml_node, read_json, read_text
+from crosstune.untrusted_files import parse_yaml_node, read_text
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,7 @@ def _llamafactory(recipe: Recipe, out: Path | None) -> tuple[dict[str, Any], lis
         )
     folder = out.absolute().parent / f"{out.stem}-data"
     config, missing, info = export_llamafactory(recipe, folder)
-    return config, missing, {folder / llamafactory_keys.DATASET_INFO: json.dumps(info, indent=2) + "\n"}
+    return config, missing, {folder / llamafactory_keys.DATASET_INFO: json_text(info)}
 
 
 FORMATS = {
@@ -65,9 +75,11 @@ FORMATS = {
 }  # fmt: skip
 IMPORT_HEAD = "# crosstune recipe import"
 EXPORT_HEAD = "# crosstune recipe export"
-HEAD_LINES = 3  # the head comment's line is among a file's first lines
 MAX_CONFIG_BYTES = 1 << 20  # a training config is a few KB: anything past 1 MiB is not one
 DROPPED = "not mapped: "  # how an imported recipe's head lists what the import did not carry
+# The folder an export writes beside its config (LLaMA-Factory's dataset_dir, `--out`'s stem + "-data"): its manifest
+COMPANIONS = OutputKind("crosstune recipe export", "crosstune_export.json")
+COMPANION_LABEL = "dataset folder"
 
 
 @dataclass
@@ -129,9 +141,8 @@ def import_config(
     recipe = _in_schema_order(
         {"name": name, "description": f"Imported from {path.name} ({fmt})", **port.recipe}, Recipe
     )
-    text = _head(f"{IMPORT_HEAD}: {path} ({fmt})", port.unmapped, port.notes) + yaml.safe_dump(
-        recipe, sort_keys=False, allow_unicode=True
-    )
+    head = _head(f"{IMPORT_HEAD}: {path} ({fmt})", port.unmapped, port.notes)
+    text = yaml_text(recipe, head=head, allow_unicode=True)
     try:
         checked = parse_recipe(text, out, base_dir=out.parent)
     except RecipeError as e:  # a mapping crosstune's own checks refuse: say so in the config's terms
@@ -167,7 +178,7 @@ def export_recipe(
     source, dropped = import_drops(Path(recipe_file))
     missing = missing + [Unmapped(f"the import of {source}", line) for line in dropped]
     head = f"{EXPORT_HEAD}: the torch leg of {Path(recipe_file).absolute()} (recipe {recipe.name}) for `{form.command}`"
-    return _head(head, missing, []) + yaml.safe_dump(config, sort_keys=False, allow_unicode=True), missing, files
+    return yaml_text(config, head=_head(head, missing, []), allow_unicode=True), missing, files
 
 
 def import_drops(recipe_file: Path) -> tuple[str, list[str]]:
@@ -182,39 +193,40 @@ def import_drops(recipe_file: Path) -> tuple[str, list[str]]:
     return source, [line.removeprefix(DROPPED) for line in head if line.startswith(DROPPED)]
 
 
-def _head(first: str, unmapped: list[Unmapped], notes: list[str]) -> str:
-    lines = [f"{first}, {time.strftime('%Y-%m-%d')}"]
-    lines += [u.render() for u in unmapped] + [f"note: {n}" for n in notes]
-    return "".join(f"# {line}\n" if i else f"{line}\n" for i, line in enumerate(lines))
+def _head(first: str, unmapped: list[Unmapped], notes: list[str]) -> list[str]:
+    """The head comment's lines (crosstune.emit writes each as one comment line, whatever the config's keys hold)."""
+    notes = [f"note: {n}" for n in notes]
+    return [f"{first.removeprefix('# ')}, {time.strftime('%Y-%m-%d')}", *(u.render() for u in unmapped), *notes]
 
 
 def write_output(out: Path, text: str, head: str, inputs: tuple[Path, ...] = ()) -> Path:
-    """Write `text` to `out`, replacing only a file this command wrote (its head comment says so)."""
-    out = check_out(out, file=True, inputs=inputs, what="input")
-    first = out.read_text(errors="replace").splitlines()[:HEAD_LINES] if out.is_file() else []
-    if out.is_file() and not any(line.startswith(head) for line in first):
-        raise OutputRefused(f"--out {out} exists and is not a file `{head[2:]}` wrote: choose another file name")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, text)
-    return out
+    """Write `text` to `out`, replacing only a file the command `head` names wrote, unchanged (its last line holds the
+    sha256 of the rest: crosstune.ownership.FileKind); never `inputs`."""
+    check_out(out, file=True, inputs=inputs, what="input")
+    return write_owned_file(out, text, FileKind(head.removeprefix("# ")))
 
 
-def write_companions(files: dict[Path, str], inputs: tuple[Path, ...] = (), *, dry: bool = False) -> list[Path]:
-    """Write the files an exported config names beside it (LLaMA-Factory's dataset_info.json), replacing only one this
-    command wrote: every dataset it defines carries the export's prefix. `dry`: only check (before any writing)."""
+def companion_refusal(files: dict[Path, str], inputs: tuple[Path, ...] = ()) -> None:
+    """OutputRefused, before anything is written, when write_companions could not write `files`."""
+    for folder in {path.parent for path in files}:
+        folder = check_out(folder, inputs=inputs, what="input", label=COMPANION_LABEL)
+        if folder.is_dir() and any(folder.iterdir()) and (why := refusal(folder, COMPANIONS, COMPANION_LABEL)):
+            raise OutputRefused(f"{why} (the folder is named after --out)")
+
+
+def write_companions(files: dict[Path, str], inputs: tuple[Path, ...] = ()) -> list[Path]:
+    """Write the files an exported config names beside it (LLaMA-Factory's dataset_info.json, text from
+    crosstune.emit): their folder is the export's own output, swapped into place whole with its manifest listing
+    each file's sha256 (crosstune.ownership.owned_output); an existing folder is replaced only when it holds this
+    command's files, unchanged."""
     written = []
+    folders: dict[Path, dict[str, str]] = {}
     for path, text in files.items():
-        path = check_out(path, file=True, inputs=inputs, what="input")
-        if path.exists():
-            found = read_json(path) if path.is_file() else None
-            if not isinstance(found, dict) or not all(str(k).startswith(DATASET_PREFIX) for k in found):
-                raise OutputRefused(
-                    f"{path} exists and is not a file `crosstune recipe export` wrote (its datasets are "
-                    f"not all named {DATASET_PREFIX}...): move it, or choose another --out"
-                )
-        if dry:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, text)
-        written.append(path)
+        folders.setdefault(path.parent, {})[path.name] = text
+    for folder, named in folders.items():
+        with owned_output(folder, COMPANIONS, inputs=inputs, what="input", label=COMPANION_LABEL) as tmp:
+            for name, text in named.items():
+                atomic_write_text(tmp / name, text)
+            write_manifest(tmp, COMPANIONS)
+        written += [folder.absolute() / name for name in named]
     return written

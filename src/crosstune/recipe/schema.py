@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from crosstune import hub
 from crosstune.errors import BatchPlanError
 from crosstune.families.spec import NEUTRAL_TARGETS
 from crosstune.hardware import AUTO, HARDWARE
@@ -28,6 +29,7 @@ from crosstune.recipe.data_schema import (  # noqa: F401 - the data section's cl
     DataSource,
     Subsample,
     SystemPromptPolicy,
+    hub_checked,
 )
 from crosstune.recipe.section import Section, bounded, each
 
@@ -46,10 +48,13 @@ class ModelSection(Section):
     omitted_when_none = ("revision",)
     family: Literal["gemma3", "gemma4"]
     path: str | None = Field(
-        None, description="HF model directory (config.json + safetensors), or a hub id (google/gemma-4-31B-it) "
-        "resolved through the hub cache (crosstune.hub)"
+        None, description="HF model directory (config.json + safetensors), or a hub id written "
+        "hf://OWNER/NAME (hf://google/gemma-4-31B-it) resolved through the hub cache (crosstune.hub)"
     )  # fmt: skip
     revision: str | None = Field(None, description="the hub revision (branch, tag or commit) of a hub-id model.path")
+
+    _path = field_validator("path")(lambda cls, v: hub_checked(v, hub.hub_id))
+    _revision = field_validator("revision")(lambda cls, v: hub_checked(v, hub.check_revision))
     size: str | None = Field(None, description="a known size (e.g. 31b, 27b, tiny) for planning without a checkpoint")
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
     random_init: bool = Field(
@@ -233,6 +238,15 @@ class JaxBackendSection(Section):
         "band on local layers); splash: jax's Pallas splash kernel with the packed rows' segment ids and the local "
         "window, skipping the blocks the mask rules out (TPU; on CPU it runs in Pallas interpret mode, for tests "
         "only). Needs data.max_seq_len a multiple of min(512, max_seq_len) and of 128 (crosstune.train.jax.attention)"
+    )  # fmt: skip
+    splash_block: Literal[128, 256, 512] = Field(
+        512, description="splash attention's tile (queries and keys per block): the kernel computes every block its "
+        "causal or local mask touches, so a smaller tile wastes less of the sliding layers' window edges and the "
+        "diagonal, at more blocks' overhead (docs/BENCHMARKS.md, \"TPU v5e chip, measured\")"
+    )  # fmt: skip
+    splash_fused_backward: bool = Field(
+        True, description="splash's backward as one pass computing dq with dk and dv (it writes per-block partial "
+        "dq, summed after), or two passes (dq apart)"
     )  # fmt: skip
     replicate_indivisible_heads: bool = Field(
         False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"

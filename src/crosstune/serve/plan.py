@@ -5,14 +5,15 @@ tensor parallelism checked the way vLLM checks it, and a KV-cache capacity estim
 from __future__ import annotations
 
 import math
-import shlex
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crosstune.emit import shell_word, shell_words
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
 from crosstune.hub import HubError
+from crosstune.model_configs import read_model_config
 from crosstune.recipe import Recipe, model_path
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.recipe.schema import ServeSection
@@ -29,7 +30,6 @@ from crosstune.serve.engine import (
 from crosstune.serve.layouts import Layout, choose_layout, layout, target_layouts, why_not
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 from crosstune.units import GIB
-from crosstune.untrusted_files import read_model_config
 
 KV_CACHE_DTYPES = typing.get_args(ServeSection.model_fields["kv_cache_dtype"].annotation)  # the recipe's own list
 _SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
@@ -88,8 +88,8 @@ class ServePlan:
         return [vllm, "serve", model or self.model_dir, *(a for f in self.flags for a in f.args)]
 
     def command(self) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv())
+        env = " ".join(f"{k}={shell_word(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shell_words(self.argv())
 
 
 def _spec(recipe: Recipe, model_dir: Path | None) -> ModelSpec:
@@ -360,7 +360,7 @@ def _flags(
 
 def _host_path(path: str) -> str:
     """A host path for a shell line: `~/x` becomes "$HOME/x" (expanded on the machine that runs it)."""
-    return f'"$HOME/{path[2:]}"' if path.startswith("~/") else shlex.quote(path)
+    return f'"$HOME/{path[2:]}"' if path.startswith("~/") else shell_word(path)
 
 
 def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, name: str) -> str | None:
@@ -396,4 +396,4 @@ def _docker(plan: ServePlan, recipe: Recipe, port: int, adapter: Path | None, na
     for k, v in plan.env.items():  # the engine's own settings travel into the container
         head += ["-e", f"{k}={v}"]
     tail = ["--entrypoint", "vllm", IMAGES[plan.platform], "serve", served, *args]
-    return f"{shlex.join(head)} {mounts} {shlex.join(tail)}"
+    return f"{shell_words(head)} {mounts} {shell_words(tail)}"

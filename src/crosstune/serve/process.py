@@ -18,6 +18,7 @@ from pathlib import Path
 
 from crosstune.errors import InputError
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
+from crosstune.model_configs import read_adapter_config, read_model_config
 from crosstune.serve import proctree
 from crosstune.serve.engine import (
     TEXT_ONLY_FLAG,
@@ -30,7 +31,7 @@ from crosstune.serve.engine import (
 )
 from crosstune.serve.logscan import explain_failure, kv_capacity_in_log
 from crosstune.serve.proctree import ProcId
-from crosstune.untrusted_files import parse_json, read_json, read_model_config
+from crosstune.untrusted_files import parse_json, read_json
 
 STATE_FILE = "server.json"
 LOG_FILE = "vllm.log"
@@ -143,10 +144,7 @@ def adapter_rank(adapter: Path) -> int:
         raise ServeError(
             f"{adapter}: no adapter_config.json (expected a PEFT adapter folder, e.g. an export's adapter)"
         )
-    rank = read_json(path, "export the adapter again").get("r")
-    if not isinstance(rank, int) or rank < 1:
-        raise ServeError(f"{path}: `r` is {rank!r}, not a positive integer LoRA rank")
-    return rank
+    return read_adapter_config(adapter)["r"]
 
 
 def check_port_free(port: int) -> None:

@@ -16,11 +16,11 @@ def test_the_ahead_of_time_step_is_the_training_step(tiny_gemma4_dir, synth_corp
     import jax
     from flax import nnx
 
+    from crosstune.model_configs import read_model_config
     from crosstune.train.jax.aot import abstract_step
     from crosstune.train.jax.lora import param_name
     from crosstune.train.jax.model import mesh_context
     from crosstune.train.session import TrainingSession
-    from crosstune.untrusted_files import read_model_config
 
     recipe = tiny_recipe(
         tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4", "backend.jax.mesh.fsdp=2", "backend.jax.mesh.tp=2",

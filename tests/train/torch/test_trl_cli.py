@@ -43,7 +43,7 @@ ROW = 2048  # tokens per packed row: every conversation below fits one
 RECIPE = f"""\
 name: port
 output_dir: runs
-model: {{family: gemma4, path: {MODEL}, dtype: float32}}
+model: {{family: gemma4, path: "hf://{MODEL}", dtype: float32}}
 lora: {{rank: 8, alpha: 16.0, dropout: 0.0}}
 data:
   sources: [{{path: data.jsonl}}]

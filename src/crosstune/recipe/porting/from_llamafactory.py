@@ -211,13 +211,12 @@ def _dataset(port: Port, name: str, dataset_dir: str, source: Path) -> tuple[dic
     if entry.get("ranking"):
         raise ImportRefused(f"{key}: a preference dataset (ranking: true): crosstune trains supervised fine-tuning")
     if entry.get("hf_hub_url"):
-        path, _ = data_path(key, entry["hf_hub_url"], source.parent)
+        path, is_hub = data_path(key, entry["hf_hub_url"], source.parent)
         src: dict[str, Any] = {"path": path}
         src.update({"config": entry["subset"]} if entry.get("subset") else {})
         src.update({"hub_split": entry["split"]} if entry.get("split", "train") != "train" else {})
         if entry.get("folder"):
             port.miss(f"{key}: folder", f"{entry['folder']}: a folder of the hub repo", "a hub config (subset)")
-        is_hub = True
     elif entry.get("file_name"):
         path, is_hub = data_path(key, str(folder / entry["file_name"]), source.parent)
         _refuse_json_array(key, Path(path))

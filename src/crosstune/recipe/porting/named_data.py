@@ -1,5 +1,6 @@
 """The data a foreign config names: a local file, glob or folder (read against the config's folder, as the tool run
-from there would) or a hub dataset id, and a peek at its first record's columns to tell the tools' formats apart."""
+from there would) or a hub dataset id (written hf://OWNER/NAME in the recipe: crosstune.hub's rule), and a peek at
+its first record's columns to tell the tools' formats apart (bounded, entering no link: confinement.first_files)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import glob
 from pathlib import Path
 
 from crosstune import hub
+from crosstune.confinement import first_files
 from crosstune.recipe.porting.port import Port
 from crosstune.recipe.porting.typed import foreign_hub_id
 from crosstune.untrusted_files import jsonl_rows
@@ -31,11 +33,11 @@ def config_path(value: str, config_dir: Path) -> Path:
 
 def data_path(key: str, value: str, config_dir: Path) -> tuple[str, bool]:
     """(the path a recipe source writes, whether it is a hub id): a local file, glob or folder (config_path), else a
-    hub dataset id."""
+    hub dataset id, written hf://OWNER/NAME."""
     local = config_path(value, config_dir)
     if local.exists() or glob.has_magic(value) or not foreign_hub_id(key, value):
         return str(local.resolve()) if local.exists() else str(local), False
-    return value, True
+    return hub.hub_ref(value), True
 
 
 def peek_columns(path: str, is_hub: bool, revision: str | None = None) -> set[str] | None:
@@ -48,7 +50,7 @@ def peek_columns(path: str, is_hub: bool, revision: str | None = None) -> set[st
             return None
     else:
         folder = Path(path)
-    files = [folder] if folder.is_file() else sorted(folder.rglob("*")) if folder.is_dir() else []
+    files = [folder] if folder.is_file() else first_files(folder, hub.files_root(folder)) if folder.is_dir() else []
     for f in files:
         if f.suffix in (".jsonl", ".json") and f.is_file():
             for _, row in jsonl_rows(f):

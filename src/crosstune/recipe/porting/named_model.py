@@ -5,7 +5,6 @@ export names the model."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,14 @@ from crosstune import hub
 from crosstune.families import FAMILIES, get_family, identity, model_dir_spec
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import DTYPE_BYTES, NEUTRAL_TARGETS, ModelSpec
+from crosstune.model_configs import read_model_config
+from crosstune.patterns import user_pattern
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.recipe.load import resolve_path
 from crosstune.recipe.porting.named_data import config_path
 from crosstune.recipe.porting.port import ImportRefused, Keys, Port
 from crosstune.recipe.porting.typed import foreign_hub_id
 from crosstune.units import bytes_to_gb
-from crosstune.untrusted_files import read_model_config
 
 # QLoRA's base: NF4 weights (4 bits) with double-quantized block scales (0.127 bits per weight: the QLoRA paper's
 # figure) in every decoder-layer linear; embeddings and norms stay in bf16.
@@ -29,7 +29,7 @@ QLORA_BITS = 4.127
 
 @dataclass(frozen=True)
 class ModelId:
-    path: str  # what model.path says: a local folder (absolute) or a hub id
+    path: str  # what model.path says: a local folder (absolute) or a hub id, written hf://OWNER/NAME (crosstune.hub)
     revision: str | None
     family: str
     size: str | None  # a known size of the family, when the id or config says which
@@ -53,6 +53,7 @@ def identify_model(value: str, revision: str | None, config_dir: Path, key: str)
     else:
         raise ImportRefused(f"{key}: {value!r} is neither a model folder ({local}) nor a hub id (owner/name)")
     named = identity.by_name(value) if is_hub else None
+    path = hub.hub_ref(value) if is_hub else value  # the recipe's spelling: a hub id is hf://OWNER/NAME
     if folder is None:
         if named is None:
             raise ImportRefused(
@@ -62,13 +63,13 @@ def identify_model(value: str, revision: str | None, config_dir: Path, key: str)
             )
         _refuse_unless_trainable(key, value, named)
         spec = get_family(named.family).spec(named.size) if named.size else None
-        return ModelId(value, revision, named.family, named.size, spec)
+        return ModelId(path, revision, named.family, named.size, spec)
     found = identity.by_config(read_model_config(folder), FAMILIES)
     _refuse_unless_trainable(key, value, found)
     spec = model_dir_spec(folder, found.family)
     family = get_family(found.family)
     size = next((n for n, s in family.sizes.items() if _same_shape(s, spec)), None)
-    model = ModelId(value, revision, family.name, size, spec)
+    model = ModelId(path, revision, family.name, size, spec)
     if named is not None and (named.family, named.size) != (model.family, model.size) and named.size is not None:
         model.notes.append(
             f"{key}: {value}'s name says {named.what}, its config.json a {family.name} "
@@ -220,12 +221,8 @@ def resolve_targets(port: Port, key: str, value: Any, model: ModelId) -> None:
 
 
 def _matcher(key: str, value: Any):
-    if isinstance(value, str):
-        try:
-            pattern = re.compile(value)
-        except re.error as e:
-            raise ImportRefused(f"{key}: {value!r} is not a regular expression ({e})") from None
-        return lambda name: pattern.fullmatch(name) is not None
+    if isinstance(value, str):  # matched whole under a bound on its work (crosstune.patterns)
+        return user_pattern(value, key)
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return lambda name: any(name == v or name.endswith("." + v) for v in value)
     raise ImportRefused(f"{key}: {value!r} is neither a module-name regex nor a list of module names")

@@ -19,7 +19,7 @@ from crosstune.recipe.porting.typed import in_table_order
 from crosstune.recipe.schema import Recipe
 from crosstune.recipe.training_arguments import recipe_value, training_arguments
 
-DATASET_PREFIX = "crosstune_"  # the names this export defines in dataset_info.json (how it knows the file is its own)
+DATASET_PREFIX = "crosstune_"  # the names this export defines in dataset_info.json
 FILE_FORMATS = {".jsonl", ".json", ".parquet"}  # local files LLaMA-Factory and crosstune both read
 FLASH_ATTN = {"sdpa": "sdpa", "eager": "disabled"}  # train.kernels.attention -> flash_attn
 

@@ -23,7 +23,10 @@ from crosstune.errors import InputError, one_line
 
 MAX_TEXT = 4096  # characters of one text value (a path, an id, a template name): PATH_MAX
 MAX_ITEMS = 1000  # items of one list (target modules, datasets, plugins)
-HUB_PART = 96  # characters of a hub id's owner or name (huggingface_hub's rule)
+HUB_ID_MAX = 96  # characters of a hub id, owner/name (huggingface_hub's rule, crosstune.hub.HUB_ID)
+# An owner/name in any letters and of any length: what a foreign config means as a hub id, checked against the hub's
+# rule (crosstune.hub.is_hub_id) to refuse it by name rather than read it as a path
+ID_SHAPE = re.compile(r"\A[^\W_](?:[\w-]|\.(?!\.))*/\w(?:[\w-]|\.(?!\.))*\Z")
 SWITCH_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 _DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
@@ -224,10 +227,13 @@ def _nested(value: Any, key: Key) -> Any:
             if sub is None or v is None:
                 typed[k] = v
                 continue
+            at = (*(() if i is None else (i,)), k)
             try:
                 typed[k] = _typed(v, sub)
             except _Wrong as e:
-                raise _WrongAt((*(() if i is None else (i,)), k), v, e.expected) from None
+                raise _WrongAt(at, v, e.expected) from None
+            except _WrongAt as e:  # deeper down (a mapping's own mapping): located at its whole path
+                raise _WrongAt((*at, *e.path), e.value, e.expected) from None
         out.append(typed)
     return out if key.kind is entries else out[0]
 
@@ -254,20 +260,22 @@ def _shown(value: Any) -> str:
 
 
 def foreign_hub_id(key: str, value: str) -> bool:
-    """Whether a foreign config's `value` names a hub id (owner/name): one that has the shape but breaks the
-    hub's rule (ASCII letters, digits, '-', '_', '.'; at most 96 characters a part) is refused by name."""
+    """Whether a foreign config's `value` names a hub id (owner/name: the tools read a name that is no folder as one;
+    the recipe writes it hf://OWNER/NAME, crosstune.hub's rule). A value of that shape the hub can't have (letters
+    that are not ASCII, more than 96 characters: huggingface_hub's rule) is refused by name, never sent on."""
     if hub.is_hub_id(value):
-        parts = value.split("/")
-        odd = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in "-_./"))})
-        if odd:
-            raise ForeignValueError(
-                f"{key}: {value!r} is not a hub id: the hub's ids are ASCII letters, digits, '-', '_' "
-                f"and '.' (this one has {', '.join(map(repr, odd))})"
-            )
-        if max(len(p) for p in parts) > HUB_PART:
-            raise ForeignValueError(
-                f"{key}: {value[:40]!r}... is not a hub id: an owner or name has at most {HUB_PART} "
-                f"characters (this one {max(len(p) for p in parts):,})"
-            )
         return True
+    if not ID_SHAPE.match(value) or "--" in value:
+        return False
+    odd = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in "-_./"))})
+    if odd:
+        raise ForeignValueError(
+            f"{key}: {value!r} is not a hub id: the hub's ids are ASCII letters, digits, '-', '_' "
+            f"and '.' (this one has {', '.join(map(repr, odd))})"
+        )
+    if len(value) > HUB_ID_MAX:
+        raise ForeignValueError(
+            f"{key}: {value[:40]!r}... is not a hub id: a hub id has at most {HUB_ID_MAX} characters (this one "
+            f"{len(value):,})"
+        )
     return False

@@ -24,6 +24,7 @@ from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
 from crosstune.hub import HubError
+from crosstune.model_configs import read_model_config
 from crosstune.planner.aot_report import with_layers
 from crosstune.planner.hlo import parse_collectives
 from crosstune.planner.planned_recipe import load_for_plan
@@ -31,7 +32,6 @@ from crosstune.recipe import Recipe, model_path
 from crosstune.run.metrics import host_peak_rss_bytes
 from crosstune.train.step_plan import accumulation
 from crosstune.units import bytes_to_gib
-from crosstune.untrusted_files import read_model_config
 
 NOMINAL_STEPS = 1000  # the schedule's length only sets constants in the program: sizes and costs don't depend on it
 

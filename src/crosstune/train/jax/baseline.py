@@ -8,12 +8,13 @@ the recipe's accumulation. Weights are made on the devices as crosstune.train.ja
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
 from crosstune.families import get_family
 from crosstune.recipe import Recipe
-from crosstune.train.jax.measure import _say, fill_program, synthetic_batch
+from crosstune.train.jax.measure import _say, fill, synthetic_batch
 
 
 def measure_plain_tunix(
@@ -59,12 +60,12 @@ def measure_plain_tunix(
         state = nnx.state(model)
         shardings = nnx.get_named_sharding(state, mesh)
         abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
-        nnx.update(model, fill_program(abstract, seed=r.train.seed)())
+        nnx.update(model, fill(abstract, seed=r.train.seed))
         if r.lora.dropout > 0:
             model.set_attributes(qwix_rngs=nnx.Rngs(dropout=r.train.seed))
         tx = optax.adamw(r.train.learning_rate, weight_decay=r.train.weight_decay)
         config = peft_trainer.TrainingConfig(
-            eval_every_n_steps=10**9, max_steps=None, gradient_accumulation_steps=k if k > 1 else None
+            eval_every_n_steps=sys.maxsize, max_steps=None, gradient_accumulation_steps=k if k > 1 else None
         )
         trainer = peft_trainer.PeftTrainer(model, tx, config)
 

@@ -5,7 +5,9 @@ probe, `plan --compile` (the step compiled for a TPU topology) and `plan --run` 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from crosstune.recipe.schema import LoraSection, Recipe, TrainSection
@@ -44,6 +46,8 @@ class ModelSettings:
     lora: LoraSection | None
     seed: int
     attention: str  # "dense" | "splash"
+    splash_block: int = 512  # splash's tile and backward (crosstune.train.jax.attention.make_kernel)
+    splash_fused_backward: bool = True
     # whose LoRA branch: crosstune's (crosstune.train.jax.lora_provider) or Qwix's own, which bench/ measures
     # the step against
     lora_provider: str = "crosstune"
@@ -57,6 +61,8 @@ class ModelSettings:
             lora=recipe.lora,
             seed=recipe.train.seed,
             attention=recipe.backend.jax.attention,
+            splash_block=recipe.backend.jax.splash_block,
+            splash_fused_backward=recipe.backend.jax.splash_fused_backward,
         )
 
     def replace(self, **changes: Any) -> ModelSettings:
@@ -64,3 +70,20 @@ class ModelSettings:
 
     def kwargs(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"lora": self.lora}  # asdict would turn the section into a dict
+
+
+CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"  # jax's own variable: a study points every stage at its bundle's folder
+
+
+def use_compile_cache(default: Path) -> Path:
+    """Keep every XLA program this process compiles in jax's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR
+    where set (a study's bundle), else `default` (the run's own folder); a restart loads the train step from there
+    instead of compiling it again. Returns the folder."""
+    import jax
+
+    folder = Path(os.environ.get(CACHE_ENV) or default)
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the step, not every small program
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder

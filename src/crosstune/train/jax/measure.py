@@ -13,6 +13,7 @@ the causal/local mask alone, and the loss's values don't touch the speed.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -24,6 +25,8 @@ import numpy as np
 from crosstune.families import get_family
 from crosstune.recipe import Recipe
 
+# `plan --run`'s compiled steps, reused by the next run of the same shape ($JAX_COMPILATION_CACHE_DIR where set)
+COMPILE_CACHE = Path.home() / ".cache" / "crosstune" / "xla"
 DOCUMENT_TOKENS = 512  # the synthetic rows' document length: packed rows of documents, segment ids as packing gives
 
 
@@ -31,33 +34,39 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def fill_program(abstract, zero: bool = False, seed: int = 0):
-    """One jitted program that makes every leaf of `abstract` (ShapeDtypeStructs carrying their shardings) on its
-    devices: floats spread over ±0.02 (a sine of the element's index: no random-number program to compile and run
-    per tensor), or 0 with `zero` (optimizer state); integers 0; PRNG keys from `seed`. Returns a function of no
-    arguments giving the filled tree."""
+def fill(abstract, zero: bool = False, seed: int = 0):
+    """Every leaf of `abstract` (ShapeDtypeStructs carrying their shardings) made on its devices: floats spread over
+    ±0.02 (a sine of the element's index), or 0 with `zero` (optimizer state); integers 0; PRNG keys from `seed`.
+    One small program per distinct (shape, dtype, sharding), compiled once and reused by every layer."""
     import jax
     import jax.numpy as jnp
 
     leaves, treedef = jax.tree.flatten(abstract)
-    shardings = jax.tree.unflatten(treedef, [leaf.sharding for leaf in leaves])
+    made = []
+    for i, leaf in enumerate(leaves):
+        key = jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+        made.append(_filler(leaf.shape, leaf.dtype, leaf.sharding, zero, seed + i if key else 0)())
+    return jax.tree.unflatten(treedef, made)
 
-    def make():
-        out = []
-        for i, leaf in enumerate(leaves):
-            if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-                base = jax.random.key(seed + i)
-                out.append(jax.random.split(base, leaf.shape) if leaf.shape else base)
-            elif jnp.issubdtype(leaf.dtype, jnp.floating) and not zero:
-                index = jax.lax.broadcasted_iota(jnp.float32, leaf.shape, len(leaf.shape) - 1) if leaf.shape else 0.0
-                for axis in range(len(leaf.shape) - 1):
-                    index = index * 1.618034 + jax.lax.broadcasted_iota(jnp.float32, leaf.shape, axis)
-                out.append((0.02 * jnp.sin(index * 12.9898 + i)).astype(leaf.dtype))
-            else:
-                out.append(jnp.zeros(leaf.shape, leaf.dtype))
-        return jax.tree.unflatten(treedef, out)
 
-    return jax.jit(make, out_shardings=shardings)
+@functools.cache
+def _filler(shape, dtype, sharding, zero: bool, seed: int):
+    import jax
+    import jax.numpy as jnp
+
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        return jax.jit(lambda: jax.random.split(jax.random.key(seed), shape) if shape else jax.random.key(seed),
+                       out_shardings=sharding)  # fmt: skip
+    if zero or not jnp.issubdtype(dtype, jnp.floating):
+        return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
+
+    def sine():
+        index = jax.lax.broadcasted_iota(jnp.float32, shape, len(shape) - 1) if shape else jnp.float32(0)
+        for axis in range(len(shape) - 1):
+            index = index * 1.618034 + jax.lax.broadcasted_iota(jnp.float32, shape, axis)
+        return (0.02 * jnp.sin(index * 12.9898)).astype(dtype)
+
+    return jax.jit(sine, out_shardings=sharding)
 
 
 def synthetic_batch(rows: int, length: int, vocab: int, accumulation: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -95,9 +104,11 @@ def measure_step(
     import jax
 
     from crosstune.train.jax.aot import abstract_step, hf_config
+    from crosstune.train.jax.config import use_compile_cache
     from crosstune.train.jax.model import make_mesh, mesh_context
     from crosstune.train.jax.progress import device_peak_bytes
 
+    use_compile_cache(COMPILE_CACHE)
     fam = get_family(recipe.model.family)
     model_layers = fam.spec_from_hf_config(hf_config(recipe, None)).num_layers
     cfg = hf_config(recipe, layers)
@@ -116,8 +127,8 @@ def measure_step(
         frozen, rest, opt_state, _ = step.split_args(trainer.model, trainer.optimizer, abstract_inputs)
         t1 = time.perf_counter()
         say(f"[2/4] making the weights on the devices ({t1 - t0:.0f} s so far)")
-        frozen, rest = fill_program((frozen, rest), seed=recipe.train.seed)()
-        opt_state = fill_program(opt_state, zero=True)()
+        frozen, rest = fill((frozen, rest), seed=recipe.train.seed)
+        opt_state = fill(opt_state, zero=True)
         jax.block_until_ready((frozen, rest, opt_state))
         host = synthetic_batch(*next(iter(abstract_inputs.values())).shape, spec.vocab_size, k, recipe.train.seed)
         inputs = {name: jax.device_put(host[name], abstract_inputs[name].sharding) for name in abstract_inputs}

@@ -105,6 +105,8 @@ def abstract_model(
     lora: LoraSection | None = None,
     seed: int = 0,
     attention: str = "dense",
+    splash_block: int = 512,
+    splash_fused_backward: bool = True,
     platform: str | None = None,
     lora_provider: str = "crosstune",
 ) -> tuple[nnx.Module, list[Replicated]]:
@@ -145,7 +147,8 @@ def abstract_model(
     if attention == "splash":
         from crosstune.train.jax.attention import use_splash
 
-        use_splash(model, interpret=(platform or jax.default_backend()) != "tpu")
+        use_splash(model, interpret=(platform or jax.default_backend()) != "tpu", block=splash_block,
+                   fused=splash_fused_backward)  # fmt: skip
     return model, fit_shardings(model, mesh)
 
 
@@ -160,6 +163,8 @@ def build_model(
     lora: LoraSection | None = None,
     seed: int = 0,
     attention: str = "dense",
+    splash_block: int = 512,
+    splash_fused_backward: bool = True,
     lora_provider: str = "crosstune",
 ) -> tuple[nnx.Module, list[Replicated]]:
     """The tunix model of an HF checkpoint directory, with Qwix LoRA on `lora.targets` when `lora` is given.
@@ -181,6 +186,8 @@ def build_model(
         lora=lora,
         seed=seed,
         attention=attention,
+        splash_block=splash_block,
+        splash_fused_backward=splash_fused_backward,
         lora_provider=lora_provider,
     )
     graphdef, lora_state, base_state = nnx.split(model, nnx.LoRAParam, ...)

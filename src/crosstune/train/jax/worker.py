@@ -21,7 +21,7 @@ import numpy as np
 from crosstune.planner import plan_recipe
 from crosstune.recipe import model_path
 from crosstune.run.integrity import record_checksums, verify_saved
-from crosstune.run.layout import CHECKPOINTS, saved_steps, step_folders
+from crosstune.run.layout import CHECKPOINTS, XLA_CACHE, saved_steps, step_folders
 from crosstune.run.lora_weights import LoraWeights
 from crosstune.run.metrics import MetricsWriter
 from crosstune.run.records import Mesh, RunTimings, StackFacts
@@ -49,7 +49,7 @@ class JaxRun:
         """Check the plan, build mesh, data loader, model + LoRA and the trainer, and stay inside the mesh context."""
         import jax
 
-        from crosstune.train.jax.config import ModelSettings
+        from crosstune.train.jax.config import ModelSettings, use_compile_cache
         from crosstune.train.jax.model import make_mesh, mesh_context
 
         r = self.recipe
@@ -64,6 +64,7 @@ class JaxRun:
             )
         self.rows = self.context.metrics_row_builder(devices=fsdp * tp)  # the one builder of metrics rows
         self.settings = ModelSettings.of(r, jax.devices()[0].platform)
+        use_compile_cache(self.run_dir / XLA_CACHE)
         if self.context.resume_from:  # --resume restores the latest step: check its bytes first
             verify_saved(step_folders(self.run_dir)[self.context.resume_from], "checkpoint", "resume")
         self.dataset = train_dataset(r, self.step_plan, self.prepared)
