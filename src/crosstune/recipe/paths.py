@@ -1,7 +1,8 @@
 """The one rule for a path written in a recipe: `~` expanded, an absolute path as it is, a relative one against the
 recipe file's folder (`Recipe.base_dir`), never the working directory; a relative path in a recipe that came from no
-file is an UnlocatedRecipeError. A caller that only asks whether something is on disk (a check of a recipe text, the
-hub-id rule) catches that error, and says so where it does."""
+file is an UnlocatedRecipeError. A caller that only asks whether something is on disk (a check of a recipe text)
+catches that error, and says so where it does. Whether a path is a hub id is not asked of the disk at all: it is
+what is written, hf://OWNER/NAME (crosstune.hub, crosstune.recipe.hub_ids)."""
 
 from __future__ import annotations
 
