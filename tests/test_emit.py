@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crosstune.emit import Raw, comment_lines, shell_line, shell_words, yaml_text
+from crosstune.emit import Raw, comment_lines, json_text, shell_line, shell_words, yaml_text
 from crosstune.emit.yaml_emitter import EmitError, check_round_trip
 from crosstune.untrusted_files import DumpedLoader, parse_yaml, parse_yaml_node
 from tests.helpers.paths import REPO
@@ -107,6 +107,19 @@ def test_a_shell_value_is_one_word_on_one_line_and_runs_nothing(tmp_path):
 def test_a_shell_template_is_one_line():
     with pytest.raises(ValueError, match="one line"):
         shell_line("a\n{b}", b="c")
+
+
+def test_a_json_value_reads_back_as_itself_and_what_json_can_t_hold_is_refused():
+    """The JSON emitter (LLaMA-Factory's dataset_info.json): a key or value with a newline, a quote or U+2028 is one
+    string of one entry; NaN, a key that is not a string and a type JSON lacks are EmitError, nothing written."""
+    import json
+
+    value = {'a\n"b": 1, "c': ["x\u2028y", "}"], "ok": {"n": 1.5, "t": True, "z": None}}
+    text = json_text(value)
+    assert json.loads(text) == value and text.endswith("}\n") and "\u2028" not in text
+    for bad in ({"x": float("nan")}, {1: "a"}, {"x": (1, 2)}, {"x": object()}):
+        with pytest.raises(EmitError):
+            json_text(bad)
 
 
 def emitters_outside(root: Path) -> list[str]:

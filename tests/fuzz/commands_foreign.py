@@ -1,8 +1,8 @@
 """Case generators of the foreign formats (issue 48, class 8): Axolotl, TRL and LLaMA-Factory configs through
-`recipe import` (a black box: a LLaMA-Factory config is refused by name or read as another tool's), a recipe through
-`recipe export`, a hub cache laid out by huggingface_hub with hostile refs and links, a model folder's config.json and
-an adapter's adapter_config.json with hostile values (newlines, huge and negative numbers, wrong types, pathological
-regexes, paths), each read by the commands that read them."""
+`recipe import` (a black box; a LLaMA-Factory config beside the dataset_info.json its `dataset:` resolves through), a
+recipe through `recipe export` to each of the three, a hub cache laid out by huggingface_hub with hostile refs and
+links, a model folder's config.json and an adapter's adapter_config.json with hostile values (newlines, huge and
+negative numbers, wrong types, pathological regexes, paths), each read by the commands that read them."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ FOREIGN = [
     "refs/../../x",
     "$(touch PWNED)",
 ]
+DATASET_INFO_KEYS = ["file_name", "hf_hub_url", "formatting", "columns", "tags", "subset", "split", "num_samples"]
 HOSTILE_KEYS = ["my_key\noutput_dir: /tmp/elsewhere", "a: b", "#", "- x", "\u2028", "x" * 500]
 TOOLS = {
     "axolotl": {
@@ -65,7 +66,7 @@ TOOLS = {
         "num_train_epochs": 1,
         "output_dir": "out",
     },
-    "llama_factory": {  # LLaMA-Factory's documented LoRA keys
+    "llamafactory": {  # LLaMA-Factory's documented LoRA keys (its dataset named in data/dataset_info.json)
         "model_name_or_path": "google/gemma-3-4b-it",
         "stage": "sft",
         "do_train": True,
@@ -121,12 +122,17 @@ def recipe_import(ctx: Ctx) -> Case:
         _change(ctx, doc, list(TOOLS[tool]))
     _dump(ctx, doc, "config.yaml", "yaml")
     ctx.note(f"a {tool} config")
+    if tool == "llamafactory":  # the definition its `dataset:` name resolves through, hostile at times
+        info = {"file_name": "train.jsonl", "columns": {"prompt": "prompt", "response": "response"}}
+        if ctx.chance(0.5):
+            _change(ctx, info, DATASET_INFO_KEYS)
+        _dump(ctx, {"alpaca_en_demo": info}, "data/dataset_info.json", "json")
     protected: list = []
     mutations = [
         lambda: ctx.content("config.yaml", "yaml"),
         lambda: ctx.entry("data/train.jsonl"),
         lambda: protected.extend(ctx.out_path("recipe.yaml", ("user", "file", "fifo"))),
-        lambda: ["--from", ctx.rng.choice(["axolotl", "trl", "llama_factory", "x\ny"])],
+        lambda: ["--from", ctx.rng.choice(["axolotl", "trl", "llamafactory", "x\ny"])],
         lambda: ["--hardware", ctx.rng.choice(["tpu-v5p-8", "2xh100", "cpu", "$(id)"])],
         lambda: ["--name", hostile.string(ctx.rng)],
     ]
@@ -148,7 +154,7 @@ def recipe_export(ctx: Ctx) -> Case:
         lambda: protected.extend(ctx.out_path("out.yaml", ("user", "file", "fifo"))),
     ]
     extra = ctx.mutate(mutations, 0, 2)
-    to = ctx.rng.choice(["trl", "axolotl", "llama_factory"])
+    to = ctx.rng.choice(["trl", "axolotl", "llamafactory"])
     return Case(["recipe", "export", name, "--to", to, "--out", "out.yaml", *extra], timeout_s=60, protected=protected)
 
 

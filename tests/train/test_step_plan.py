@@ -30,3 +30,16 @@ def test_a_global_batch_moves_between_backends_unchanged():
         plan_steps(train, 100, data_parallel=3)
     without = TrainSection(per_device_batch_size=1, grad_accumulation=3)
     assert plan_steps(without, 100, data_parallel=2).global_batch == 6  # per-device batch × devices × accumulation
+
+
+def test_a_warm_up_ratio_is_steps_of_the_run_for_both_backends():
+    """train.warmup_ratio becomes ceil(ratio × the run's steps) once the step plan knows them (transformers' rule):
+    the one number the torch backend's SFTConfig and the jax backend's schedule both take."""
+    from crosstune.train.jax.optimizer import make_optimizer
+    from crosstune.train.step_plan import warmup_steps
+
+    train = TrainSection(max_steps=12, learning_rate=1e-3, warmup_ratio=0.1, schedule="constant")
+    assert [warmup_steps(train, n) for n in (12, 10, 1)] == [2, 1, 1]
+    assert warmup_steps(TrainSection(max_steps=12, warmup_steps=3), 12) == 3
+    _, schedule = make_optimizer(train, total_steps=12)
+    assert [float(schedule(s)) for s in (0, 1, 2, 5)] == pytest.approx([0.0, 5e-4, 1e-3, 1e-3])

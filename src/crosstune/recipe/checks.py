@@ -12,15 +12,17 @@ from crosstune.families.spec import EXPERTS_REFUSED, EXPERTS_TARGET, ModelSpec
 from crosstune.hardware import HARDWARE
 from crosstune.recipe.findings import Problem
 from crosstune.recipe.hub_ids import hub_dataset_id, hub_model_id
+from crosstune.recipe.paths import UnlocatedRecipeError, recipe_path
 from crosstune.recipe.schema import Recipe
 
 
 def _resolve(base_dir: Path | None, value: str) -> Path | None:
-    """A recipe path; None when it is relative and the recipe has no folder (parsed from text alone)."""
-    p = Path(value).expanduser()
-    if p.is_absolute():
-        return p
-    return None if base_dir is None else base_dir / p
+    """A recipe path; None when it is relative and the recipe has no folder (parsed from text alone: nothing on disk
+    to check yet)."""
+    try:
+        return recipe_path(value, base_dir)
+    except UnlocatedRecipeError:
+        return None
 
 
 def _id_like(path: str) -> bool:

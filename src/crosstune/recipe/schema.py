@@ -132,11 +132,16 @@ class KernelsSection(Section):
 
 
 class TrainSection(Section):
+    omitted_when_none = ("warmup_ratio",)
     epochs: float | None = bounded("train.epochs", 1.0)
     max_steps: int | None = bounded("train.max_steps", None)
     learning_rate: float = bounded("train.learning_rate", 1e-4)
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     warmup_steps: int = bounded("train.warmup_steps", 0)
+    warmup_ratio: float | None = bounded(
+        "train.warmup_ratio", None, description="warm-up as a fraction of the run's optimizer steps: ceil(ratio × "
+        "steps) once the step plan knows them (transformers' rule; both backends, and both exports write it)"
+    )  # fmt: skip
     weight_decay: float = bounded("train.weight_decay", 0.0)
     adam_beta1: float = bounded("train.adam_beta1", 0.9)
     adam_beta2: float = bounded("train.adam_beta2", 0.999)
@@ -179,6 +184,11 @@ class TrainSection(Section):
             raise ValueError(
                 f"epochs ({self.epochs:g}) and max_steps ({self.max_steps}) both set the run's length: keep one "
                 "(a --set of one replaces the file's other)"
+            )
+        if "warmup_ratio" in given and self.warmup_ratio is not None and "warmup_steps" in given:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) and warmup_ratio ({self.warmup_ratio:g}) both set the warm-up: "
+                "keep one (a --set of one replaces the file's other)"
             )
         if self.epochs is None and self.max_steps is None:
             raise ValueError("the run has no length: give train.epochs or train.max_steps")

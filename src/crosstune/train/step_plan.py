@@ -57,6 +57,14 @@ def plan_steps(train: TrainSection, n_rows: int, data_parallel: int, processes: 
     return StepPlan(micro, local, k, total, max(1, math.ceil(total * k / per_epoch)), per_epoch)
 
 
+def warmup_steps(train: TrainSection, total_steps: int) -> int:
+    """The schedule's warm-up steps: train.warmup_ratio of the run's steps (rounded up: transformers' rule), else
+    train.warmup_steps. Both backends' schedules take it from here."""
+    if train.warmup_ratio is not None:
+        return math.ceil(train.warmup_ratio * total_steps)
+    return train.warmup_steps
+
+
 def constant_step(recipe: Recipe) -> TrainSection:
     """The recipe's optimizer settings at a constant peak learning rate (no warmup: one probed step moves)."""
-    return recipe.train.model_copy(update={"schedule": "constant", "warmup_steps": 0})
+    return recipe.train.model_copy(update={"schedule": "constant", "warmup_steps": 0, "warmup_ratio": None})

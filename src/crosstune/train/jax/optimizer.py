@@ -13,6 +13,7 @@ import optax
 from crosstune.families.lora_layout import fused_block_mask
 from crosstune.recipe.schema import TrainSection
 from crosstune.train.jax.lora import LORA_PARAM, param_name
+from crosstune.train.step_plan import warmup_steps
 
 
 def lr_schedule(schedule: str, peak: float, warmup: int, total: int) -> optax.Schedule:
@@ -84,7 +85,7 @@ def make_optimizer(
     """AdamW with the recipe's schedule and hyper-parameters, gradient clipping, and the grad-norm recorder; with
     `lora_rank`, block LoRAs of fused einsums first get their off-diagonal gradients zeroed (so the recorded norm
     is that of the parameters PEFT has)."""
-    schedule = lr_schedule(train.schedule, train.learning_rate, train.warmup_steps, total_steps)
+    schedule = lr_schedule(train.schedule, train.learning_rate, warmup_steps(train, total_steps), total_steps)
     parts = [] if lora_rank is None else [keep_block_lora_diagonal(lora_rank)]
     parts.append(record_grad_norm())
     if train.max_grad_norm:

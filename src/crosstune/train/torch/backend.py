@@ -50,7 +50,7 @@ class TorchBackend:
         import torch
 
         from crosstune.families import get_family
-        from crosstune.recipe.trl_format import trains_in_bf16, uses_fsdp
+        from crosstune.recipe.training_arguments import trains_in_bf16, uses_fsdp
         from crosstune.train.torch.config import parallelism
         from crosstune.train.torch.model import SHARDING_DEVICES
 

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from crosstune.emit import yaml_text
 from crosstune.recipe import Recipe
-from crosstune.recipe.trl_format import fsdp_settings
+from crosstune.recipe.training_arguments import fsdp_settings
 from crosstune.run.metrics import read_metrics
 from crosstune.train.backend import RunContext
 from crosstune.train.torch.config import parallelism

@@ -1,74 +1,45 @@
-"""`recipe import --from axolotl`: an Axolotl YAML (its documented keys: docs/config-reference.qmd, datasets of
-`type: chat_template`) as a crosstune recipe. Every key is mapped, listed as not mapped (why, and the nearest
-crosstune setting) or as ignored (logging and the like); a key the file leaves out counts at Axolotl's default
-(AXOLOTL_DEFAULTS: sequence_len 512, no packing, no recompute, LoRA dropout 0, warm-up min(3 % of the steps, 100))."""
+"""`recipe import --from axolotl`: an Axolotl YAML as a crosstune recipe, through Axolotl's key table
+(crosstune.recipe.porting.axolotl_keys): every key mapped, listed as not mapped (why, and the nearest crosstune
+setting) or as ignored (logging and the like); a key the file leaves out counts at Axolotl's default."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from crosstune.families import get_family
 from crosstune.families.spec import EXPERTS_REFUSED
-from crosstune.recipe.porting import (
-    ImportRefused,
-    Keys,
-    Port,
-    data_path,
-    fit_batch,
-    identify_model,
-    qlora_line,
-    resolve_targets,
-    set_hardware,
-    set_model,
+from crosstune.recipe.porting.axolotl_keys import (
+    ATTENTION_SWITCHES,
+    CCE_PLUGIN,
+    KERNELS,
+    LIGER,
+    MULTIMODAL,
+    OTHER_ATTENTION,
 )
+from crosstune.recipe.porting.named_data import TEXT_ONLY, data_path
+from crosstune.recipe.porting.named_model import identify_model, qlora_line, resolve_targets, set_alpha, set_model
+from crosstune.recipe.porting.port import ImportRefused, Keys, Port
+from crosstune.recipe.porting.target import Batch, ImportOptions, deepspeed_devices, set_batch, set_hardware
+from crosstune.recipe.porting.training import (
+    set_adamw,
+    set_every,
+    set_fsdp_recompute,
+    set_held_out,
+    set_length,
+    set_schedule,
+)
+from crosstune.recipe.training_arguments import attention_of
 
-AXOLOTL_DEFAULTS: dict[str, Any] = {
-    "sequence_len": 512, "sample_packing": False, "micro_batch_size": 1, "gradient_accumulation_steps": 1,
-    "num_epochs": 1.0, "lr_scheduler": "cosine", "optimizer": "adamw_torch_fused", "weight_decay": 0.0,
-    "lora_dropout": 0.0, "train_on_inputs": False, "bf16": "auto", "gradient_checkpointing": False,
-    "max_grad_norm": 1.0, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8, "seed": 42,
-    "excess_length_strategy": "drop", "chat_template": "tokenizer_default",
-}  # fmt: skip
-SCHEDULES = {"cosine": "cosine", "linear": "linear", "constant": "constant", "constant_with_warmup": "constant"}
-ADAMW = ("adamw_torch", "adamw_torch_fused", "adamw_hf")
-ATTENTION = {"sdp_attention": "sdpa", "eager_attention": "eager", "flex_attention": "flex"}  # bool switches
-ATTN_IMPLEMENTATION = {"sdpa": "sdpa", "eager": "eager", "flex_attention": "flex"}
-CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 KNOWN_TEMPLATES = {"gemma3": ("tokenizer_default", "gemma3", "gemma"), "gemma4": ("tokenizer_default", "gemma4")}
-DIRECT = {
-    "lora_r": "lora.rank", "lora_dropout": "lora.dropout", "sequence_len": "data.max_seq_len",
-    "sample_packing": "data.packing", "micro_batch_size": "train.per_device_batch_size",
-    "learning_rate": "train.learning_rate", "weight_decay": "train.weight_decay", "adam_beta1": "train.adam_beta1",
-    "adam_beta2": "train.adam_beta2", "adam_epsilon": "train.adam_eps", "seed": "train.seed",
-    "logging_steps": "train.log_every", "save_steps": "train.checkpoint_every", "save_total_limit": "train.keep_last",
-    "torch_compile": "train.kernels.compile",
-}  # fmt: skip
-_LOGGING = ("output_dir", "hub_model_id", "hub_strategy", "push_dataset_to_hub", "use_tensorboard", "debug",
-            "dataset_prepared_path", "dataset_processes", "strict", "save_first_step", "resume_from_checkpoint",
-            "auto_resume_from_checkpoints", "local_rank", "saves_per_epoch", "save_strategy")  # fmt: skip
-IGNORED = {
-    **dict.fromkeys(_LOGGING, "where and how Axolotl logs, saves and publishes; crosstune writes its run directory"),
-    **dict.fromkeys(("val_set_size", "test_datasets", "evals_per_epoch", "eval_steps", "eval_table_size",
-                     "eval_max_new_tokens", "eval_batch_size", "eval_sample_packing", "early_stopping_patience",
-                     "eval_strategy"), "evaluation during training; crosstune's eval stage scores pass@k"),
-    **dict.fromkeys(("model_type", "tokenizer_type", "processor_type", "base_model_config", "tokenizer_config",
-                     "trust_remote_code", "tokenizer_use_fast", "tokenizer_legacy", "freeze_mm_modules",
-                     "unfrozen_parameters", "ddp_find_unused_parameters", "pad_to_sequence_len", "group_by_length",
-                     "gradient_checkpointing_kwargs", "dataloader_num_workers", "dataloader_pin_memory",
-                     "dataloader_prefetch_factor", "remove_unused_columns", "skip_prepare_dataset"),
-                    "loader classes, padding and worker settings crosstune's legs settle themselves (LoRA freezes "
-                    "the base; rows are packed or padding-free)"),
-    "bnb_config_kwargs": "part of the 4-bit base (load_in_4bit, adapter qlora)",
-}  # fmt: skip
+AXOLOTL_MIN_WARMUP = 2  # Axolotl turns a warm-up of one step into two
 
 
-def import_axolotl(cfg: dict[str, Any], source: Path, hardware: str | None) -> Port:
+def import_axolotl(take: Keys, source: Path, options: ImportOptions) -> Port:
     """The recipe an Axolotl config describes (Port.recipe) and what did not carry over."""
-    port, take = Port(source, "axolotl"), Keys(cfg, AXOLOTL_DEFAULTS)
+    port = Port(source, "axolotl")
     name = take("base_model")
-    if not isinstance(name, str):
+    if name is None:
         raise ImportRefused(f"{source}: base_model is missing: name the model (a hub id or a folder)")
     model = identify_model(name, take("revision_of_model"), source.parent, "base_model")
     set_model(port, model)
@@ -77,34 +48,50 @@ def import_axolotl(cfg: dict[str, Any], source: Path, hardware: str | None) -> P
     if adapter not in ("lora", "qlora"):
         what = "a full fine-tune (no adapter)" if adapter is None else f"adapter {adapter!r}"
         raise ImportRefused(f"{source}: {what}: crosstune trains LoRA; set adapter: lora")
-    if adapter == "qlora" or take("load_in_4bit"):
+    if take("load_in_4bit") or adapter == "qlora":
         qlora_line(port, "adapter: qlora" if adapter == "qlora" else "load_in_4bit", model)
-        take("load_in_4bit")
     if take("load_in_8bit"):
         port.miss("load_in_8bit", "an 8-bit base (bitsandbytes LLM.int8)", "LoRA on a bf16 base")
+    take.direct(port)
     _lora(port, take, model)
+    _media(port, take)
     _data(port, take, source, model.family)
-    set_hardware(port, hardware, model)
+    set_hardware(port, options.hardware, model)
     _training(port, take)
-    fit_batch(port)
+    set_batch(
+        port,
+        Batch(
+            take("micro_batch_size"),
+            "micro_batch_size",
+            take("gradient_accumulation_steps"),
+            "gradient_accumulation_steps",
+            *_devices(take, source.parent),
+        ),
+        options,
+    )
     _kernels(port, take)
-    take.rest(port, IGNORED)
+    take.rest(port)
     return port
 
 
+def _devices(take: Keys, config_dir: Path) -> tuple[int | None, str]:
+    """The GPUs an Axolotl config trains on, where it says: its data-parallel sizes (dp_shard_size: FSDP's shards,
+    dp_replicate_size: its replicas), else its DeepSpeed config's batch arithmetic."""
+    shard, replicate = take("dp_shard_size"), take("dp_replicate_size")
+    if shard is not None or replicate is not None:
+        named = " × ".join(f"{k} {v}" for k, v in (("dp_shard_size", shard), ("dp_replicate_size", replicate)) if v)
+        return (shard or 1) * (replicate or 1), f"{named} in the config"
+    if take("deepspeed") is not None:
+        return deepspeed_devices(take("deepspeed"), config_dir, "deepspeed")
+    return None, ""
+
+
 def _lora(port: Port, take: Keys, model) -> None:
-    if take("lora_r") is not None:
-        port.set("lora.rank", take("lora_r"))
-    port.set("lora.dropout", float(take("lora_dropout")))
-    if take("lora_r") is None:
-        port.set("lora.rank", 8)
+    if not take.has("lora_r"):
         port.notes.append("lora.rank 8: no lora_r, so PEFT's default")
-    alpha = take("lora_alpha") if take("lora_alpha") is not None else port.get("lora.rank")
-    if take("peft_use_rslora"):  # rsLoRA scales B·A by alpha/√r; crosstune by alpha/r: the same scale, rewritten
-        r = port.get("lora.rank")
-        port.notes.append(f"peft_use_rslora: scale alpha/√r = {alpha}/√{r}, written as lora.alpha {alpha * r**0.5:g}")
-        alpha = alpha * math.sqrt(r)
-    port.set("lora.alpha", float(alpha))
+    rank = take("lora_r")
+    alpha = take("lora_alpha") if take("lora_alpha") is not None else rank
+    set_alpha(port, alpha, rank, "peft_use_rslora" if take("peft_use_rslora") else None)
     if take("lora_target_linear"):
         resolve_targets(port, "lora_target_linear", "all-linear", model)
         take("lora_target_modules")
@@ -125,6 +112,13 @@ def _lora(port: Port, take: Keys, model) -> None:
             port.miss(key, f"{why}: crosstune trains plain LoRA from its own initial draw", "lora")
 
 
+def _media(port: Port, take: Keys) -> None:
+    """A vision or audio config: said up front (and --strict refuses it) rather than failing at `data prepare`."""
+    for key in MULTIMODAL:
+        if take(key):
+            port.miss(key, f"a vision or audio setting: {TEXT_ONLY}", "a text-only config of the same model")
+
+
 def _data(port: Port, take: Keys, source: Path, family: str) -> None:
     entries = take("datasets")
     if not isinstance(entries, list) or not entries:
@@ -136,8 +130,11 @@ def _data(port: Port, take: Keys, source: Path, family: str) -> None:
             continue
         src, cols = found
         if columns not in (None, cols):
-            port.miss(f"datasets[{i}]", f"columns {cols} differ from datasets[0]'s {columns}: one mapping reads every "
-                      "source", "a copy of the data in the first source's columns")  # fmt: skip
+            port.miss(
+                f"datasets[{i}]",
+                f"columns {cols} differ from datasets[0]'s {columns}: one mapping reads every source",
+                "a copy of the data in the first source's columns",
+            )
             continue
         sources.append(src)
         columns = cols
@@ -148,8 +145,12 @@ def _data(port: Port, take: Keys, source: Path, family: str) -> None:
     port.set("data.reasoning", "keep_inline")  # Axolotl trains the text as written
     template = take("chat_template")
     if template not in KNOWN_TEMPLATES[family] or take("chat_template_jinja"):
-        port.miss("chat_template", f"{take('chat_template_jinja') and 'jinja' or template}: crosstune renders with the "
-                  "model's own template (what is trained is what is served)", f"the {family} template")  # fmt: skip
+        port.miss(
+            "chat_template",
+            f"{take('chat_template_jinja') and 'jinja' or template}: crosstune renders with the "
+            "model's own template (what is trained is what is served)",
+            f"the {family} template",
+        )
     eot = take("eot_tokens")
     turn_end = get_family(family).chat.turn_end
     if eot is not None and list(eot) != [turn_end]:
@@ -158,8 +159,6 @@ def _data(port: Port, take: Keys, source: Path, family: str) -> None:
         for key in ("special_tokens", "tokens", "added_tokens_overrides"):
             if take(key):
                 port.miss(key, "tokens added or renamed: crosstune trains the checkpoint's vocabulary", "")
-    port.set("data.max_seq_len", take("sequence_len"))
-    port.set("data.packing", bool(take("sample_packing")))
     strategy = take("excess_length_strategy")
     port.set("data.truncation", "truncate" if strategy == "truncate" else "drop")
     if strategy not in ("drop", "truncate"):
@@ -178,7 +177,7 @@ def _dataset(port: Port, key: str, entry: Any, config_dir: Path) -> tuple[dict, 
         port.miss(f"{key}.type", f"{kind}: crosstune reads conversations (type chat_template)", "data.columns")
         return None
     files = entry.pop("data_files", None)
-    path, is_hub = data_path(files if isinstance(files, str) else entry["path"], config_dir)
+    path, is_hub = data_path(key, files if isinstance(files, str) else entry["path"], config_dir)
     entry.pop("path")
     src: dict[str, Any] = {"path": path}
     if entry.get("ds_type") in ("json", "parquet") and not is_hub:
@@ -199,8 +198,12 @@ def _dataset(port: Port, key: str, entry: Any, config_dir: Path) -> tuple[dict, 
     columns.update({"message_role": role} if role != "role" else {})
     columns.update({"message_content": content} if content != "content" else {})
     if set(mapping) - {"role", "content"}:
-        port.miss(f"{key}.message_property_mappings", f"{sorted(set(mapping) - {'role', 'content'})}: crosstune "
-                  "reads a message's role and content (and reasoning)", "message_role, message_content")  # fmt: skip
+        port.miss(
+            f"{key}.message_property_mappings",
+            f"{sorted(set(mapping) - {'role', 'content'})}: crosstune "
+            "reads a message's role and content (and reasoning)",
+            "message_role, message_content",
+        )
     trained = entry.pop("roles_to_train", ["assistant"])
     if sorted({"gpt": "assistant"}.get(r, r) for r in trained or []) != ["assistant"]:
         port.miss(f"{key}.roles_to_train", f"{trained}: crosstune trains the assistant's messages", "assistant")
@@ -214,92 +217,81 @@ def _dataset(port: Port, key: str, entry: Any, config_dir: Path) -> tuple[dict, 
 
 
 def _training(port: Port, take: Keys) -> None:
-    for key in ("micro_batch_size", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "seed"):
-        port.set(DIRECT[key], take(key))
-    lr = take("learning_rate")
-    if lr is None:
+    if take("learning_rate") is None:
         raise ImportRefused(f"{port.source}: learning_rate is missing (Axolotl requires it)")
-    port.set("train.learning_rate", float(lr))  # Axolotl also takes it as a string
     port.set("train.max_grad_norm", take("max_grad_norm") or None)
-    for key in ("logging_steps", "save_steps", "save_total_limit"):
-        if isinstance(take(key), int):
-            port.set(DIRECT[key], take(key))
-    steps, epochs = take("max_steps"), take("num_epochs")
-    if steps:
-        port.set("train.max_steps", steps)
-        if "num_epochs" in take.given:
-            port.ignore("num_epochs", "max_steps sets the run's length (it precedes num_epochs in Axolotl too)")
-    else:
-        port.set("train.epochs", float(epochs))
-    schedule = take("lr_scheduler")
-    port.set("train.schedule", SCHEDULES.get(schedule, "cosine"))
-    if schedule not in SCHEDULES:
-        port.miss("lr_scheduler", f"{schedule}: not a schedule crosstune runs", "train.schedule cosine")
+    set_every(port, take, "logging_steps", "train.log_every")
+    set_every(port, take, "save_steps", "train.checkpoint_every")
+    steps = set_length(port, take, "max_steps", "num_epochs")
+    set_schedule(port, take, "lr_scheduler")
     for key in ("cosine_min_lr_ratio", "cosine_constant_lr_ratio", "optim_args", "lr_groups"):
         if take(key) is not None:
             port.miss(key, "a schedule or optimizer refinement crosstune's AdamW does not take", "train")
     _warmup(port, take, steps)
-    gpus = port.get("backend.torch.devices", 1)  # the target's GPUs (--hardware), else one
-    batch = take("micro_batch_size") * take("gradient_accumulation_steps") * gpus
-    port.set("train.global_batch_size", batch)
-    port.notes.append(f"train.global_batch_size {batch}: micro_batch_size × gradient_accumulation_steps × {gpus} "
-                      f"GPU{'s' if gpus > 1 else ''} (rows per optimizer step)")  # fmt: skip
     if take("batch_size"):
         port.miss("batch_size", "Axolotl's total batch: crosstune derives it", "train.global_batch_size")
+    set_held_out(port, take, "val_set_size", "Axolotl")
     bf16 = take("bf16")
     port.set("train.precision", "fp32" if bf16 is False and not take("fp16") else "bf16")
     if take("fp16"):
         port.miss("fp16", "float16 autocast", "train.precision bf16")
-    if take("optimizer") not in ADAMW:
-        port.miss("optimizer", f"{take('optimizer')}: crosstune's optimizer is AdamW with fp32 state (both backends)",
-                  "AdamW (train.adam_*)")  # fmt: skip
+    set_adamw(port, take, "optimizer")
     recompute = take("gradient_checkpointing")
-    port.set("train.gradient_checkpointing", bool(recompute))
+    if any([take("fsdp"), take("fsdp_config"), take("fsdp_version")]):
+        port.set("backend.torch.fsdp", True)
+    set_fsdp_recompute(port, take, bool(recompute))
     if isinstance(recompute, str) or take("activation_offloading"):
         key = "activation_offloading" if take("activation_offloading") else "gradient_checkpointing"
         port.miss(key, "activations offloaded to host memory", "train.gradient_checkpointing (recompute)")
-    if any([take("fsdp"), take("fsdp_config"), take("fsdp_version")]):
-        port.set("backend.torch.fsdp", True)
     if take("tf32"):
         port.miss("tf32", "TF32 matmuls for the fp32 ops of a GPU run", "train.precision (bf16 matmuls)")
     for key in ("deepspeed", "sequence_parallel_degree", "context_parallel_size", "tensor_parallel_size"):
-        if take(key):
+        if take(key) and (key == "deepspeed" or take(key) > 1):
             port.miss(key, "a parallelism crosstune's torch leg does not run", "backend.torch.fsdp (FSDP2)")
 
 
 def _warmup(port: Port, take: Keys, steps: int | None) -> None:
     """Axolotl's warm-up: warmup_steps, else int(warmup_ratio × steps), else min(int(3 % of the steps), 100); a
-    warm-up of 1 step becomes 2."""
+    warm-up of 1 step becomes 2. With the steps unknown until the data is prepared, a ratio stays a ratio
+    (train.warmup_ratio: crosstune rounds ratio × steps up where Axolotl rounds down)."""
     given, ratio = take("warmup_steps"), take("warmup_ratio")
     if given is not None:
-        port.set("train.warmup_steps", 2 if given == 1 else given)
+        port.set("train.warmup_steps", AXOLOTL_MIN_WARMUP if given == 1 else given)
         return
     if steps:
         n = int(ratio * steps) if ratio is not None else min(int(0.03 * steps), 100)
-        port.set("train.warmup_steps", 2 if n == 1 else n)
+        port.set("train.warmup_steps", AXOLOTL_MIN_WARMUP if n == 1 else n)
         return
-    what = (
-        f"warmup_ratio {ratio}" if ratio is not None else "no warm-up key: Axolotl warms up min(3 % of the steps, 100)"
-    )
-    port.miss("warmup_ratio" if ratio is not None else "warmup_steps", f"{what}; crosstune counts warm-up in steps, "
-              "known once the data is prepared", "train.warmup_steps (the ratio × the steps `crosstune train` "
-              "reports)")  # fmt: skip
+    port.set("train.warmup_ratio", ratio if ratio is not None else 0.03)
+    if ratio is not None:
+        port.notes.append(
+            f"train.warmup_ratio {ratio:g}: ceil({ratio:g} × steps), where Axolotl rounds down (one step more at most)"
+        )
+    else:
+        port.notes.append(
+            "train.warmup_ratio 0.03: Axolotl's default warm-up without warmup_steps or warmup_ratio, "
+            "min(3 % of the steps, 100): over 3,333 steps crosstune's warms up longer"
+        )
 
 
 def _kernels(port: Port, take: Keys) -> None:
     attention = take("attn_implementation")
-    switches = [name for name in ("flash_attention", *ATTENTION, "xformers_attention") if take(name)]
-    chosen = ATTN_IMPLEMENTATION.get(attention) if attention else ATTENTION.get(switches[0]) if switches else "sdpa"
+    switches = [name for name in (OTHER_ATTENTION[0], *ATTENTION_SWITCHES, OTHER_ATTENTION[1]) if take(name)]
+    chosen = attention_of(attention) if attention else ATTENTION_SWITCHES.get(switches[0]) if switches else "sdpa"
     port.set("train.kernels.attention", chosen or "sdpa")
     if chosen is None:
         key = "attn_implementation" if attention else switches[0]
-        port.miss(key, f"{attention or key}: not a kernel crosstune's torch leg switches to",
-                  "train.kernels.attention sdpa (flex: FlexAttention with document masks)")  # fmt: skip
+        port.miss(
+            key,
+            f"{attention or key}: not a kernel crosstune's torch leg switches to",
+            "train.kernels.attention sdpa (flex: FlexAttention with document masks)",
+        )
     if take("gemma4_hybrid_attn_impl"):
-        port.miss("gemma4_hybrid_attn_impl", "flash-attention on sliding layers, SDPA on global ones",
-                  "train.kernels.attention")  # fmt: skip
-    if take("torch_compile"):
-        port.set("train.kernels.compile", True)
+        port.miss(
+            "gemma4_hybrid_attn_impl",
+            "flash-attention on sliding layers, SDPA on global ones",
+            "train.kernels.attention",
+        )
     plugins = take("plugins") or []
     cce = take("cut_cross_entropy")  # read even when the plugin already says it
     if CCE_PLUGIN in plugins or cce:
@@ -308,12 +300,14 @@ def _kernels(port: Port, take: Keys) -> None:
     for plugin in plugins:
         if plugin != CCE_PLUGIN and "liger" not in plugin.lower():
             port.miss(f"plugins: {plugin}", "an Axolotl integration crosstune does not run", "train.kernels")
-    liger = sorted(k for k in take.given if k.startswith("liger_") and take(k))
+    liger = sorted(k for k in LIGER if take(k))
     if liger:
-        port.miss(", ".join(liger), "Liger's Triton kernels (norms, RoPE, GLU, fused linear cross-entropy)",
-                  "train.kernels.compile (torch.compile fuses norms, RoPE and GLU); train.kernels.loss cce for the "
-                  "fused loss")  # fmt: skip
-    for key in ("lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel", "fused_attn_kernel", "use_kernels",
-                "use_scattermoe", "experts_implementation", "quantize_moe_experts"):  # fmt: skip
+        port.miss(
+            ", ".join(liger),
+            "Liger's Triton kernels (norms, RoPE, GLU, fused linear cross-entropy)",
+            "train.kernels.compile (torch.compile fuses norms, RoPE and GLU); train.kernels.loss cce for the "
+            "fused loss",
+        )
+    for key in (*KERNELS, "experts_implementation", "quantize_moe_experts"):
         if take(key):
             port.miss(key, "an Axolotl kernel of its own", "train.kernels.compile")
