@@ -69,9 +69,23 @@ lock:
 	/tmp/crosstune-lock/bin/pip install -q -r requirements.in
 	{ head -2 requirements.lock; echo "torch==2.13.0"; /tmp/crosstune-lock/bin/pip freeze | grep -vE '^(torch|crosstune)=='; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
+	$(VENV)/bin/python -c "from pathlib import Path; from crosstune.launch.job_spec import JAX_LOCK, jax_lock_text; \
+	  Path(JAX_LOCK).write_text(jax_lock_text(Path('requirements.lock').read_text()))"
 
 clean-venv:
 	rm -rf $(VENV)
+
+# --- on a TPU chip: `make test-tpu` runs the tests marked tpu in one process (one program at a time can hold a
+# chip; skipped without one, never in CI). Their tiny model and corpus are built where torch is (make tpu-fixtures)
+# and carried to the TPU host, which needs no torch.
+.PHONY: test-tpu tpu-fixtures
+TPU_FIXTURES ?= /tmp/crosstune-tpu-fixtures
+tpu-fixtures: setup
+	@test -f $(TPU_FIXTURES)/model/config.json || $(VENV)/bin/crosstune model tiny --family gemma4 --out $(TPU_FIXTURES)/model
+	@test -f $(TPU_FIXTURES)/corpus/train.jsonl || $(VENV)/bin/crosstune synth --out $(TPU_FIXTURES)/corpus --n 64 --seed 0
+
+test-tpu:
+	@CROSSTUNE_TPU_FIXTURES=$(TPU_FIXTURES) $(VENV)/bin/python -m pytest -q -p no:xdist -p no:cacheprovider -m tpu tests/train/jax/test_tpu.py $(PYTEST_ARGS)
 
 # --- the fuzzer (issue 39): every command with hostile inputs, each in a process under a memory and time limit, over
 # a tree with canaries outside it (tests/fuzz; docs/FAILURE_MODES.md, "The fuzzer"). fuzz-ci: seed 0, 8 cases per

@@ -27,7 +27,7 @@ def _measure(recipe_path: Path, layers: int) -> list[dict]:
 
     from crosstune.planner.planned_recipe import load_for_plan
     from crosstune.run.metrics import host_peak_rss_bytes
-    from crosstune.train.tpu_compile import abstract_train_step
+    from crosstune.train.parts import abstract_train_step
     from crosstune.units import bytes_to_gib
 
     abstract = abstract_train_step(load_for_plan(recipe_path), layers)
@@ -69,7 +69,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(_measure(args.recipe, args.layers)))
         return
-    from crosstune.train.tpu_compile import tpu_child_env
+    from crosstune.train.parts import tpu_child_env
     from crosstune.units import bytes_to_gb as gb
 
     cmd = [sys.executable, __file__, "--child", "--recipe", str(args.recipe), "--layers", str(args.layers)]

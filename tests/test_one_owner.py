@@ -118,12 +118,12 @@ def test_the_memory_units_are_defined_once():
     """crosstune.units owns GB (10^9: chips' HBM, the planner) and GiB (2^30: what runs measure, vLLM): no module
     defines a unit again or writes a factor inline (serve's engine once compared `hbm_gb * 1e9` with `70 * 1024**3`);
     the planner, the serve plan and the metrics import them."""
-    from crosstune.planner import compiled, estimate
+    from crosstune.planner import aot_report, estimate
     from crosstune.serve import capacity, engine
     from crosstune.units import GB, GIB, gb_to_gib
 
     assert (GB, GIB) == (10**9, 2**30) and gb_to_gib(1) == 10**9 / 2**30
-    assert estimate.GB is compiled.GB is GB and capacity.GIB is GIB
+    assert estimate.GB is aot_report.GB is GB and capacity.GIB is GIB
     assert memory_unit_definitions() == []
     h100 = dataclasses.replace(HARDWARE["1xh100"].chip, hbm_gb=80.0)  # 74.5 GiB: vLLM's "big GPU" (>= 70 GiB)
     assert engine.default_batched_tokens(dataclasses.replace(HARDWARE["1xh100"], chip=h100)) == 8192

@@ -119,7 +119,8 @@ TP = "is not a whole number >= 1 and <= 1,024 (tensor-parallel ranks)"
         ),
         (
             ["model", "build", "--family", "gemma4", "--vocab", "1000000000", "--out", "OUT"],
-            "error: --vocab: 1000000000 is not a whole number >= 16 and <= 10,000,000 (tokens in the vocabulary)",
+            "error: --vocab: 1000000000 is not a whole number >= 16 and <= 262,144 (tokens in the vocabulary, at most "
+            "Gemma's 262,144)",
         ),
         (
             ["bench", "serve", "--endpoint", "http://127.0.0.1:9", "--repeats", "100000"],
@@ -225,3 +226,22 @@ def test_model_build_layers_beyond_the_size_is_refused_before_anything_is_alloca
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.strip() == f"error: {message}"
     assert not (tmp_path / "m").exists()
+
+
+def test_model_build_of_a_size_this_machine_can_t_hold_is_refused_before_anything_is_allocated(tmp_path, monkeypatch):
+    """`--size 31b` without --layers allocated 62 GB (bf16; 123 GB in float32) without asking the machine."""
+    from typer.testing import CliRunner
+
+    from crosstune.cli import _register, app
+    from crosstune.models import build
+
+    _register()
+    monkeypatch.setattr(build, "available_bytes", lambda: 24 << 30)
+    out = tmp_path / "m"
+    done = CliRunner().invoke(app, ["model", "build", "--family", "gemma4", "--size", "31b", "--out", str(out)])
+    line = " ".join(done.output.split())
+    assert done.exit_code == 1, done.output
+    assert "gemma-4-31b (30,697,345,280 parameters) needs about 122.8 GB to build in bfloat16" in line
+    assert "this machine has 25.8 GB available: give --layers (e.g. --layers 2: " in line
+    assert not out.exists()
+    assert build.memory_problem(build.sized_spec("gemma4", "31b", layers=2), "float32") is None

@@ -308,14 +308,14 @@ KINDS = ("OutputKind", "ResumedKind")
 
 
 def other_output_mechanisms(src: Path) -> list[str]:
-    """file:line: what, for every output rule outside crosstune/ownership.py: a function whose name says it claims
+    """file:line: what, for every output rule outside crosstune/ownership/: a function whose name says it claims
     a folder, a constant named a marker, or a `.crosstune-*` file name that is not a manifest given to ownership
     (OutputKind / ResumedKind). fsutil's temp-folder record is the swap's own (who may clean a dead writer's temp
     folder), not an output's proof."""
     found = []
     for path in sorted((src / "crosstune").rglob("*.py")):
         rel = path.relative_to(src).as_posix()
-        if rel == "crosstune/ownership.py":
+        if rel.startswith("crosstune/ownership/"):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         values = {t.id: n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)

@@ -17,19 +17,22 @@ from crosstune.errors import (
     EXIT_INTERRUPTED,
     CrosstuneError,
     Interrupted,
+    disk_full_line,
     link_loop_line,
     one_line,
     os_error_line,
     shown,
     undecodable_line,
+    write_fault_line,
+    written_path,
 )
 
 DEBUG = "CROSSTUNE_DEBUG"  # =1: a bug shows its traceback here instead of in a crash file
 _TYPERS_OWN = (typer.Exit, typer.Abort, typer.exceptions.TyperException)  # usage errors (exit 2), chosen exits
 
 
-def _say(message: str) -> None:
-    typer.echo(f"error: {shown(message)}", err=True)
+def _say(lines: list[str]) -> None:
+    typer.echo(f"error: {shown(lines)}", err=True)
 
 
 class _ExpectedFailures(TyperGroup):
@@ -50,10 +53,10 @@ class _ExpectedFailures(TyperGroup):
         except _TYPERS_OWN:  # typer's usage errors (exit 2), --help, and the exit status a command chose
             raise
         except Interrupted as e:  # not an error: it says what was kept and how to go on
-            typer.echo(shown(str(e)), err=True)
+            typer.echo(shown(e.lines), err=True)
             raise typer.Exit(e.exit_code) from None
         except CrosstuneError as e:
-            _say(str(e))
+            _say(e.lines)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             # Commands that save progress raise crosstune.errors.Interrupted with what was kept instead.
@@ -63,7 +66,7 @@ class _ExpectedFailures(TyperGroup):
             line = failure_line(e)
             if line is None and os.environ.get(DEBUG) == "1":
                 raise
-            _say(line or bug_line(e))
+            _say([line or bug_line(e)])
             raise typer.Exit(1) from None
 
 
@@ -100,12 +103,10 @@ def unwrapped(text: str) -> str:
 def failure_line(e: Exception) -> str | None:
     """The one line of a failure that is not a bug: the file system's (the disk full, a name too long, a parent that
     is a file, a link loop...) and an undecodable file; None for anything else."""
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        where = one_line(os.fsdecode(e.filename)) if e.filename else "the output folder"
-        return (
-            f"disk full writing {where}: free space there (or point the output elsewhere) and rerun; "
-            "finished outputs and checkpoints are kept and nothing half-written is used (train: add --resume)"
-        )
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return disk_full_line(e.filename if e.filename else written_path(e))
+    if (line := write_fault_line(e)) is not None:  # torch's zip writer, safetensors: not OSErrors
+        return line
     if isinstance(e, OSError):
         return os_error_line(e)
     if isinstance(e, RuntimeError) and not isinstance(e, RecursionError):

@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from crosstune.errors import CrosstuneError
 
 LINK_FIX = "copy the file itself into it, or remove the link"
+MAX_PEEK = 10_000  # entries a peek into a folder looks at before it gives up (first_files)
 
 
 class ConfinementError(CrosstuneError):
@@ -99,6 +100,28 @@ def listing(folder: Path) -> list[str]:
         found += [(here / name).as_posix() for name in files]
         found += [(here / name).as_posix() for name in dirs if (Path(root) / name).is_symlink()]
     return sorted(found)
+
+
+def first_files(folder: Path, root: Path | None = None, limit: int = MAX_PEEK) -> Iterator[Path]:
+    """The regular files under `folder`, top-down and sorted within each folder, stopping after `limit` entries
+    seen: a peek at what a folder holds (a data folder's first file), which a folder named "/" must not turn into a
+    walk of the whole file system. Folder links are never entered; a file link is yielded only when it resolves
+    inside `root` (a hub snapshot's files are links into its repo's blobs), else skipped."""
+    inside = Path(root).resolve() if root is not None else None
+    seen = 0
+    for here, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not (Path(here) / d).is_symlink())
+        for name in sorted(files):
+            path = Path(here) / name
+            seen += 1
+            if seen > limit:
+                return
+            linked_inside = inside is not None and path.is_symlink() and path.resolve().is_relative_to(inside)
+            if (linked_inside or not path.is_symlink()) and path.is_file():
+                yield path
+        seen += len(dirs)
+        if seen > limit:
+            return
 
 
 def walk_files(folder: Path) -> Iterator[tuple[str, Path]]:

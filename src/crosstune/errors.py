@@ -8,6 +8,7 @@ import io
 import linecache
 import os
 import re
+import shutil
 import traceback
 from pathlib import PurePath
 from types import FrameType, TracebackType
@@ -19,6 +20,12 @@ class CrosstuneError(Exception):
     """An expected failure. The message says what was wrong, where (file:line, YAML path, tensor) and what to do."""
 
     exit_code = 1
+
+    @property
+    def lines(self) -> list[str]:
+        """The message as the handler prints it: one line, whatever a path or value in it holds (a file named with a
+        newline split a refusal in two). A failure that lists several problems gives a line each (RecipeError)."""
+        return [str(self)]
 
 
 class Interrupted(CrosstuneError):
@@ -52,9 +59,9 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
-def shown(message: str) -> str:
-    """A message as the handler prints it: each of its lines (a recipe's problems are one per line) kept one line."""
-    return "\n".join(one_line(line) for line in message.split("\n"))
+def shown(lines: list[str]) -> str:
+    """A failure's lines (CrosstuneError.lines) as the handler prints them: each kept one line."""
+    return "\n".join(one_line(line) for line in lines)
 
 
 # What a system call failed doing, by the Python function that made it (os, shutil, pathlib, tempfile, open).
@@ -115,6 +122,63 @@ def os_error_line(e: OSError, doing: str | None = None) -> str:
     hint = _HINTS.get(e.errno) if e.errno is not None else None
     failed = f"{doing} failed ({reason})" if doing else reason
     return f"{head}{failed}" + (f": {hint}" if hint else "")
+
+
+# Writers that fail as something other than an OSError: torch's zip writer (torch.save: a RuntimeError "[enforce fail
+# at inline_container.cc:…] … file write failed" or "unexpected pos"), safetensors (a SafetensorError "Error while
+# serializing: I/O error: No space left on device (os error 28)")
+_WRITERS = (
+    ("torch's zip writer", re.compile(r"inline_container\.cc|PytorchStreamWriter")),
+    ("safetensors", re.compile(r"Error while serializing: .*(I/O error|IoError)")),
+)
+_NO_SPACE = re.compile(r"No space left on device|os error 28\b|StorageFull|Disk quota exceeded|os error 122\b")
+_WRITTEN = ("f", "filename", "path", "file", "save_directory", "output_dir", "dest", "target")  # a writer's target
+FULL_BELOW = 64 << 20  # bytes free under which a failed write is taken for a full disk
+
+
+def disk_full_line(where: object | None) -> str:
+    """The one line of a full disk (or quota): the path being written, what to do, what is kept."""
+    place = one_line(os.fsdecode(where)) if where is not None else "the output folder"
+    return (
+        f"disk full writing {place}: free space there (or point the output elsewhere) and rerun; "
+        "finished outputs and checkpoints are kept and nothing half-written is used (train: add --resume)"
+    )
+
+
+def written_path(e: BaseException) -> object | None:
+    """The path a failed write was writing, read off the traceback (innermost frame first): a writer's argument
+    (torch.save's `f`, safetensors' `filename`, a path an os call was given), a path or an open file's name."""
+    for frame, _ in reversed(list(traceback.walk_tb(e.__traceback__))):
+        for name in _WRITTEN:
+            value = frame.f_locals.get(name)
+            value = getattr(value, "name", None) if isinstance(value, io.IOBase) else value
+            if isinstance(value, str | os.PathLike) and str(value):
+                return value
+    return None
+
+
+def _free_bytes(path: object) -> int | None:
+    folder = os.path.dirname(os.path.abspath(os.fsdecode(path)))
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def write_fault_line(e: BaseException) -> str | None:
+    """The one line of a write that failed as another exception than an OSError (torch's zip writer, safetensors):
+    a full disk when the writer says so or the disk holding the path has less than FULL_BELOW free, else the failed
+    write; both name the path. None for any other exception."""
+    who = next((name for name, pattern in _WRITERS if pattern.search(str(e))), None)
+    if who is None:
+        return None
+    where = written_path(e)
+    free = _free_bytes(where) if where is not None else None
+    if _NO_SPACE.search(str(e)) or (free is not None and free < FULL_BELOW):
+        return disk_full_line(where)
+    place = one_line(os.fsdecode(where)) if where is not None else "a file"
+    reason = one_line(str(e).strip())[:200]
+    return f"{place}: writing failed ({who}: {reason}): check the disk holding it (space, quota, errors) and rerun"
 
 
 def link_loop_line(e: RuntimeError) -> str | None:

@@ -11,6 +11,7 @@ The output policy built on it (one manifest shape, one rule for every command's 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -19,6 +20,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -220,26 +222,59 @@ def file_sha256(path: Path) -> str:
 
 
 # --- one writer at a time -----------------------------------------------------------------------------------------
+LOCKS_ENV = "CROSSTUNE_LOCKS"  # moves the folder of private locks
+
+
+def private_locks() -> Path:
+    """This user's folder of locks, private to them (crosstune's per-user state): $CROSSTUNE_LOCKS, else
+    $XDG_RUNTIME_DIR/crosstune-locks, else crosstune-locks-UID in the temp folder; made mode 0700, and refused unless
+    it is a real folder (no link), owned by this user and closed to everyone else. A shared folder of predictable
+    names let another user of a login node plant a link where a lock would be opened, and the opening truncated the
+    link's target."""
+    if os.environ.get(LOCKS_ENV):
+        folder = Path(os.environ[LOCKS_ENV])
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "crosstune-locks"
+    else:
+        folder = Path(tempfile.gettempdir()) / f"crosstune-locks-{os.geteuid()}"
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700, parents=True)
+    st = folder.lstat()
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+        return folder
+    kind = f"owned by uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}"
+    kind = "a link" if stat.S_ISLNK(st.st_mode) else kind if stat.S_ISDIR(st.st_mode) else "not a folder"
+    what_to_do = f"remove it (or set {LOCKS_ENV} to a folder of yours) and rerun"
+    raise CrosstuneError(f"{folder}: crosstune's private lock folder is {kind}, not this user's alone: {what_to_do}")
+
+
 def lock_path(target: Path) -> Path:
     """A lock file for a `target` that may not exist yet, outside it (a failed run then leaves nothing beside it):
-    in the temp folder, named by the target's absolute path. One host's processes see it."""
+    in this user's private lock folder, named by the target's absolute path. One host's processes see it."""
     key = hashlib.sha256(str(Path(target).resolve()).encode()).hexdigest()[:24]
-    folder = Path(tempfile.gettempdir()) / "crosstune-locks"
-    if not folder.is_dir():
-        folder.mkdir(exist_ok=True)
-        with contextlib.suppress(OSError):
-            os.chmod(folder, 0o1777)  # shared like /tmp itself: every user's runs lock here
-    return folder / f"{Path(target).name}-{key}.lock"
+    return private_locks() / f"{Path(target).name[:100]}-{key}.lock"
 
 
 @contextlib.contextmanager
 def exclusive_lock(lock_file: Path, what: str, hint: str) -> Iterator[None]:
     """Hold an exclusive flock on `lock_file` for the block. The kernel drops it when the process dies (kill -9
-    included), so a lock is never stale. Held elsewhere: LockedError naming the holder's PID and host."""
+    included), so a lock is never stale. Held elsewhere: LockedError naming the holder's PID and host. The file is
+    opened without following a link (O_NOFOLLOW) and must be a regular file of this user's; it is written only once
+    the lock is held."""
     lock_file = Path(lock_file)
     lock_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
     try:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        why = "is a link; a lock is never opened through one: remove the link and rerun"
+        raise CrosstuneError(f"{lock_file}: the lock of {what} {why}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            why = "is not a regular file of this user's: remove it and rerun"
+            raise CrosstuneError(f"{lock_file}: the lock of {what} {why}")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

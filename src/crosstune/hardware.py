@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from crosstune.units import GB
+
+# Where a chip's XLA limit was not read on the chip: the share of its published HBM a program is taken to have
+ASSUMED_USABLE = 0.9
+
 
 @dataclass(frozen=True)
 class Chip:
@@ -29,6 +34,23 @@ class Chip:
     # What vLLM allocates for `--kv-cache-dtype fp8` on this chip (FP8_KV: its meaning; FP8_KV_SOURCE: why)
     fp8_kv: str = "unverified"
     compute_capability: int | None = None  # GPUs: CUDA SM (90 Hopper, 80 Ampere): which attention kernels exist
+    # What XLA lets a program hold on one chip (`memory_stats()["bytes_limit"]` on the chip itself), where measured:
+    # the fit verdict's limit (usable_gb). None: not measured; ASSUMED_USABLE of hbm_gb then
+    xla_bytes_limit: int | None = None
+    xla_limit_source: str = ""
+
+    @property
+    def usable_gb(self) -> float | None:
+        """What a program may hold per chip, GB: XLA's measured limit, else ASSUMED_USABLE of the published HBM."""
+        if self.xla_bytes_limit is not None:
+            return self.xla_bytes_limit / GB
+        return None if self.hbm_gb is None else ASSUMED_USABLE * self.hbm_gb
+
+    @property
+    def usable_source(self) -> str:
+        if self.xla_bytes_limit is not None:
+            return f"XLA's limit on the chip ({self.xla_limit_source})"
+        return f"{ASSUMED_USABLE:.0%} of the published HBM (runtime, compiler scratch, fragmentation; not measured)"
 
 
 # `--kv-cache-dtype fp8` per chip generation, from the engines' own matrices (docs/REAL_HARDWARE.md, "KV-cache dtype"):
@@ -62,6 +84,8 @@ _NO_PRICE = "no sourced price: give one with --prices FILE or the recipe's cost.
 # (v5e), read 2026-12 (the older pages' 4800 / 3584 / 1600 Gbps are the same links counted in one direction)
 ICI_SOURCE = "cloud.google.com/tpu/docs/v5p, /v6e, /v5e: system architecture, key specifications"
 
+V5E_MEASURED = "memory_stats()['bytes_limit'] read on a v5e chip, 2026-12-05 (docs/BENCHMARKS.md)"
+
 CHIPS: dict[str, Chip] = {
     c.name: c
     for c in (
@@ -92,7 +116,20 @@ CHIPS: dict[str, Chip] = {
             ici_bandwidth_gbs=800.0,
             fp8_kv="storage",
         ),
-        Chip("tpu-v5e", "tpu", 197.0, 16.0, 819.0, None, None, _NO_PRICE, ici_bandwidth_gbs=400.0, fp8_kv="bf16"),
+        Chip(
+            "tpu-v5e",
+            "tpu",
+            197.0,
+            16.0,
+            819.0,
+            None,
+            None,
+            _NO_PRICE,
+            ici_bandwidth_gbs=400.0,
+            fp8_kv="bf16",
+            xla_bytes_limit=16_909_336_064,
+            xla_limit_source=V5E_MEASURED,
+        ),
         # SXM; 1979 is sparse
         Chip(
             "h100",
@@ -150,7 +187,10 @@ HARDWARE: dict[str, HardwareTarget] = {
         HardwareTarget("tpu-v5p-16", CHIPS["tpu-v5p"], 8, "2 hosts", ("v5p:2x2x2", (2, 2, 1))),
         HardwareTarget("tpu-v6e-4", CHIPS["tpu-v6e"], 4, "", ("v6e:2x2", (2, 2, 1))),
         HardwareTarget("tpu-v6e-8", CHIPS["tpu-v6e"], 8, "v6e-8 counts chips: 8 chips", ("v6e:2x4", (2, 4, 1))),
-        HardwareTarget("tpu-v5e-8", CHIPS["tpu-v5e"], 8, "", ("v5e:2x4", (2, 4, 1))),
+        HardwareTarget("tpu-v5e-1", CHIPS["tpu-v5e"], 1, "one chip (v5litepod-1)", ("v5e:1x1", (1, 1, 1))),
+        HardwareTarget("tpu-v5e-4", CHIPS["tpu-v5e"], 4, "one host (v5litepod-4)", ("v5e:2x2", (2, 2, 1))),
+        HardwareTarget("tpu-v5e-8", CHIPS["tpu-v5e"], 8, "one host (v5litepod-8)", ("v5e:2x4", (2, 4, 1))),
+        HardwareTarget("tpu-v6e-1", CHIPS["tpu-v6e"], 1, "one chip", ("v6e:1x1", (1, 1, 1))),
         HardwareTarget("1xh100", CHIPS["h100"], 1),
         HardwareTarget("2xh100", CHIPS["h100"], 2),
         HardwareTarget("8xh100", CHIPS["h100"], 8),
@@ -160,6 +200,79 @@ HARDWARE: dict[str, HardwareTarget] = {
         HardwareTarget("8xa100", CHIPS["a100"], 8),
     )
 }
+
+
+AUTO = "auto"  # a recipe's `hardware: auto`: the target of the devices this process sees (attached_target)
+# TPU_ACCELERATOR_TYPE's generation prefixes (Cloud TPU VMs and GKE set it: v5litepod-8, v6e-8, v5p-8) and jax's
+# device_kind for each, -> the catalog's chip
+TPU_GENERATIONS = {"v5litepod": "tpu-v5e", "v5e": "tpu-v5e", "v6e": "tpu-v6e", "v5p": "tpu-v5p"}
+TPU_KINDS = {"TPU v5 lite": "tpu-v5e", "TPU v6 lite": "tpu-v6e", "TPU v5": "tpu-v5p", "TPU v5p": "tpu-v5p"}
+COUNTS_TENSORCORES = {"tpu-v5p"}  # v5p-N names TensorCores: N / 2 chips
+
+
+class NoTarget(ValueError):
+    """The attached devices match no hardware target of the catalog; the message names them."""
+
+
+def target_for(chip: str, chips: int) -> HardwareTarget:
+    """The catalog's target of `chips` chips of `chip` (a CHIPS name); NoTarget naming the known ones otherwise."""
+    if CHIPS[chip].platform == "tpu":
+        name = f"{chip}-{chips * (2 if chip in COUNTS_TENSORCORES else 1)}"
+    elif CHIPS[chip].platform == "gpu":
+        name = f"{chips}x{chip}"
+    else:
+        name = "cpu"
+    if name not in HARDWARE:
+        known = ", ".join(h.name for h in HARDWARE.values() if h.chip.name == chip) or "none"
+        raise NoTarget(
+            f"{chips} × {chip} would be {name!r}, which the catalog lacks (crosstune.hardware); known: {known}"
+        )
+    return HARDWARE[name]
+
+
+def attached_target() -> HardwareTarget:
+    """The target of the accelerators this process sees: on a TPU slice of several hosts, TPU_ACCELERATOR_TYPE (the
+    whole slice, read without opening a device, as jax.distributed needs); on one host JAX's devices (a machine may
+    show fewer chips than its host's accelerator type: a one-chip sandbox on a v5litepod-4 host says v5litepod-4),
+    else CUDA's GPUs through torch, else the CPU."""
+    import os
+
+    accelerator = os.environ.get("TPU_ACCELERATOR_TYPE", "")
+    generation, _, count = accelerator.rpartition("-")
+    hosts = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]
+    if generation in TPU_GENERATIONS and count.isdigit() and len(hosts) > 1:
+        chip = TPU_GENERATIONS[generation]
+        return target_for(chip, int(count) // (2 if chip in COUNTS_TENSORCORES else 1))
+    try:
+        import jax
+    except ImportError:
+        jax = None
+    if jax is not None:
+        devices = jax.devices()
+        kind = devices[0].device_kind
+        if devices[0].platform == "tpu":
+            if kind not in TPU_KINDS:
+                raise NoTarget(f"{len(devices)} × {kind!r}: a TPU crosstune's catalog lacks ({', '.join(TPU_KINDS)})")
+            return target_for(TPU_KINDS[kind], len(devices))
+        if devices[0].platform == "gpu":
+            return target_for(_gpu_chip(kind), len(devices))
+    try:
+        import torch
+    except ImportError:
+        return HARDWARE["cpu"]
+    if torch.cuda.is_available():
+        return target_for(_gpu_chip(torch.cuda.get_device_name(0)), torch.cuda.device_count())
+    return HARDWARE["cpu"]
+
+
+def _gpu_chip(name: str) -> str:
+    """A CUDA device name ("NVIDIA H100 80GB HBM3") -> the catalog's chip."""
+    for chip in (c for c in CHIPS.values() if c.platform == "gpu"):
+        if chip.name in name.lower().replace(" ", ""):
+            return chip.name
+    raise NoTarget(
+        f"GPU {name!r}: crosstune's catalog knows {', '.join(c.name for c in CHIPS.values() if c.platform == 'gpu')}"
+    )
 
 
 def get_hardware(name: str) -> HardwareTarget:

@@ -1,6 +1,11 @@
-"""Models and datasets named by hub id (`google/gemma-4-31B-it`), resolved through huggingface_hub's own cache.
+"""Models and datasets named by hub id (`hf://google/gemma-4-31B-it`), resolved through huggingface_hub's own cache.
 
-A recipe's `model.path` or a data source's `path` may be a hub id instead of a folder. It resolves to the snapshot
+A recipe's `model.path` or a data source's `path` may be a hub id instead of a folder, and the one rule is what is
+written: `hf://OWNER/NAME` (huggingface_hub's own URL scheme, HfFileSystem's) is a hub id, anything else a path. A
+path that does not exist is refused as a path, never sent to the hub, where whoever owns that name would supply the
+model or data. A revision is a commit hash or a ref name (`main`, `v1.0`, `refs/pr/3`), checked before the hub cache
+is asked; the folder the cache resolves it to must be a commit's snapshot of that repo (a `refs/main` holding a path
+loaded any folder and recorded its name as the commit). It resolves to the snapshot
 folder of the hub cache (HF_HUB_CACHE, else HF_HOME/hub): `snapshots/<commit>/`, whose name is the commit recorded
 in run.json and the study bundle. Only the files a run needs are fetched (a model's config, tokenizer and
 safetensors; a dataset's data files and card). Offline (HF_HUB_OFFLINE=1) a cached id resolves and an uncached one is
@@ -11,15 +16,24 @@ get access. huggingface_hub does the lookup, the download and the cache layout; 
 from __future__ import annotations
 
 import functools
+import os
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune.confinement import inside
+from crosstune.emit import shell_words
 from crosstune.errors import CrosstuneError
 
-# An owner and a name (huggingface_hub's repo-id rule, minus the bare legacy names a local folder could also be).
-HUB_ID = re.compile(r"\A[A-Za-z0-9](?:[\w-]|\.(?!\.))*/[A-Za-z0-9_](?:[\w-]|\.(?!\.))*\Z")
+HUB_SCHEME = "hf://"  # what makes a recipe's path a hub id
+# An owner and a name (huggingface_hub's repo-id rule, validate_repo_id: ASCII letters, digits, '-', '_', '.', no
+# '--' or '..', at most 96 characters; minus the bare legacy names without an owner).
+HUB_ID = re.compile(r"\A(?=.{3,96}\Z)[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.))*/[A-Za-z0-9_](?:[A-Za-z0-9_-]|\.(?!\.))*\Z")
+COMMIT = re.compile(r"\A[0-9a-f]{40}\Z")  # a snapshot folder's name: the commit's sha1
+# A branch or tag (git check-ref-format's rules that matter here: no '..', no '//', no leading '/' or '-', no '.lock'
+# at the end) or a pull request's ref, refs/pr/N; at most 255 characters
+REVISION = re.compile(r"\A(?!.*\.\.)(?!.*//)(?!.*\.lock\Z)(?!.*/\Z)[A-Za-z0-9_][A-Za-z0-9_./-]{0,254}\Z")
+REVISION_RULE = "a commit hash or a branch, tag or refs/pr/N name (letters, digits, '.', '_', '-', '/'; no '..')"
 # What a run reads of a model repo: the config, the tokenizer with its chat template, the weights (huggingface_hub's
 # patterns are fnmatch: `*` crosses folders). Not the original/ or *.bin copies of the weights some repos carry.
 MODEL_FILES = ("*.json", "*.jinja", "tokenizer.model", "*.safetensors")
@@ -44,8 +58,34 @@ class Snapshot:
 
 
 def is_hub_id(value: str) -> bool:
-    """Whether `value` has the shape of a hub id (owner/name); a folder at that path takes precedence (callers)."""
+    """Whether `value` has the shape of a bare hub id (owner/name), as a foreign tool's config names one."""
     return bool(HUB_ID.match(value)) and "--" not in value
+
+
+def hub_id(value: str | None) -> str | None:
+    """The hub id a recipe value names (`hf://OWNER/NAME` -> OWNER/NAME), None for a path; HubError when it is written
+    as a hub id but is not one."""
+    if value is None or not value.startswith(HUB_SCHEME):
+        return None
+    repo = value[len(HUB_SCHEME) :]
+    if not is_hub_id(repo):
+        rule = (
+            "hf://OWNER/NAME, each part ASCII letters, digits, '-', '_' or '.' (no '--' or '..'), at most 96 characters"
+        )
+        raise HubError(f"{value!r} is not a hub id: {rule}")
+    return repo
+
+
+def hub_ref(repo_id: str) -> str:
+    """How a recipe names the hub id `repo_id`."""
+    return HUB_SCHEME + repo_id
+
+
+def check_revision(revision: str | None) -> str | None:
+    """`revision` when it is a commit hash or a ref name; HubError otherwise (before anything reads the cache)."""
+    if revision is not None and not REVISION.match(revision):
+        raise HubError(f"revision {revision!r}: not {REVISION_RULE}")
+    return revision
 
 
 def fetch_command(repo_id: str, kind: str, revision: str | None = None, patterns: tuple[str, ...] = ()) -> str:
@@ -57,7 +97,7 @@ def fetch_command(repo_id: str, kind: str, revision: str | None = None, patterns
         parts += ["--revision", revision]
     for pattern in patterns:  # one --include per pattern: more words after one would read as file names
         parts += ["--include", pattern]
-    return shlex.join(parts)
+    return shell_words(parts)
 
 
 def resolve(repo_id: str, kind: str, revision: str | None = None, *, fetch: bool = True,
@@ -70,9 +110,33 @@ def resolve(repo_id: str, kind: str, revision: str | None = None, *, fetch: bool
     from huggingface_hub import constants
 
     patterns = patterns if patterns is not None else (MODEL_FILES if kind == "model" else DATASET_FILES)
+    repo_id = repo_id.removeprefix(HUB_SCHEME)
+    if not is_hub_id(repo_id):
+        raise HubError(f"{repo_id!r} is not a hub id (OWNER/NAME, ASCII, at most 96 characters)")
+    check_revision(revision)
     online = fetch and not constants.HF_HUB_OFFLINE
-    folder = _snapshot(repo_id, kind, revision, online, patterns, constants.HF_HUB_CACHE)
-    return Snapshot(repo_id, kind, Path(folder), Path(folder).name)
+    folder = Path(_snapshot(repo_id, kind, revision, online, patterns, constants.HF_HUB_CACHE))
+    _check_snapshot(folder, repo_id, kind, revision, Path(constants.HF_HUB_CACHE))
+    return Snapshot(repo_id, kind, folder, folder.name)
+
+
+def _check_snapshot(folder: Path, repo_id: str, kind: str, revision: str | None, cache: Path) -> None:
+    """HubError unless `folder` is a commit's snapshot folder of `repo_id` in the cache (CACHE/KINDs--OWNER--NAME/
+    snapshots/COMMIT, no link on the way): huggingface_hub joins what a ref file holds onto snapshots/."""
+    repo = cache / f"{kind}s--{repo_id.replace('/', '--')}"
+    where = f"hub {kind} {repo_id}" + (f" at revision {revision}" if revision else "")
+    ok = folder.parent == repo / "snapshots" and COMMIT.match(folder.name) is not None
+    if ok and not folder.is_symlink() and folder.resolve().parent == (repo / "snapshots").resolve():
+        label, fix = f"the hub cache's {kind} {repo_id}", f"remove {repo} and fetch it again"
+        for _, path in snapshot_files(folder):  # each a link into the repo's blobs, never out of the repo
+            inside(repo, path, label=label, fix=fix, error=HubError)
+        return
+    ref = repo / "refs" / (revision or "main")
+    fetch = fetch_command(repo_id, kind, revision)
+    raise HubError(
+        f"{where}: the hub cache resolves it to {folder}, not a commit's snapshot of {repo} (is {ref} "
+        f"damaged?): remove {repo} and fetch it again with `{fetch}`"
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -128,6 +192,16 @@ def cached_model_config(repo_id: str, revision: str | None = None) -> Path | Non
     except HubError:
         return None
     return snap.path if (snap.path / "config.json").is_file() else None
+
+
+def snapshot_files(folder: Path) -> list[tuple[str, Path]]:
+    """(relative name, path) of every entry under a snapshot folder, its file links included (not followed), folder
+    links not entered."""
+    found = []
+    for here, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not (Path(here) / d).is_symlink()]
+        found += [(str((Path(here) / n).relative_to(folder)), Path(here) / n) for n in sorted(files + dirs)]
+    return found
 
 
 def files_root(folder: Path) -> Path:

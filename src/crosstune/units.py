@@ -5,7 +5,8 @@ suffix, the words after the number):
 - GB: what chips publish (crosstune.hardware `hbm_gb`, bandwidths in GB/s), so the planner's estimates, XLA's
   compiled figures set against them (`crosstune plan`, --compile, --search) and the bench tables beside them.
 - GiB: what a run measures (metrics.jsonl `peak_memory_gib`: torch's max_memory_allocated, jax's
-  peak_bytes_in_use, host RSS) and what vLLM sizes its KV cache in (`serve plan`, VLLM_CPU_KVCACHE_SPACE).
+  peak_bytes_in_use + peak_bytes_reserved, host RSS) and what vLLM sizes its KV cache in (`serve plan`,
+  VLLM_CPU_KVCACHE_SPACE).
 A figure set beside one of the other unit is converted first (`gb_to_gib`): never 10^9 against 2^30.
 """
 

@@ -151,11 +151,6 @@ def read_text(path: str | Path) -> str:
     return _text(_read_bytes(Path(path)), path, 1)
 
 
-def read_model_config(model_dir: str | Path) -> dict:
-    """An HF model folder's config.json, or an UnreadableFile saying it is corrupt."""
-    return read_json(Path(model_dir) / "config.json", "restore it from the model's source (or rebuild a tiny model)")
-
-
 def _open_regular(path: Path) -> BinaryIO:
     """`path` opened for reading when it is a regular file; a folder, a pipe, a socket or a device is refused by name.
     Opened without blocking, then checked on the open file: opening a named pipe to read waits for a writer, forever
@@ -200,7 +195,9 @@ def jsonl_rows(path: str | Path) -> Iterator[tuple[int, Any]]:
                 yield line_no, e
 
 
-_RESOLVERS = [
+# YAML 1.2's core schema: (tag, the plain scalars it resolves, their first characters); crosstune.emit quotes a
+# string any of these would read as another type
+YAML12_RESOLVERS = [
     ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
     ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
@@ -254,7 +251,7 @@ class StrictLoader(yaml.SafeLoader):
         return super().construct_yaml_float(node)
 
 
-for _tag, _pattern, _first in _RESOLVERS:
+for _tag, _pattern, _first in YAML12_RESOLVERS:
     StrictLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
 StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
 StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)

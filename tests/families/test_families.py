@@ -177,5 +177,6 @@ def test_a_config_json_field_missing_or_of_the_wrong_kind_is_one_line_naming_the
     config = {**fam.hf_config(fam.spec("tiny")), **change}
     config = {k: v for k, v in config.items() if v != "drop"}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(InputError, match=r"config.json: not a gemma4 config crosstune reads \(.+\): restore it"):
+    expected = r"config.json: (layer_types|not a gemma4 config crosstune reads \().+: restore it"
+    with pytest.raises(InputError, match=expected):
         model_dir_spec(tmp_path)

@@ -148,7 +148,7 @@ def test_a_shallow_e_model_keeps_about_its_kv_shared_fraction():
     6-11 take the K/V of layers 4 and 5, as in both stacks). Keeping 18 made every cut under 19 layers
     invalid, so no shallow screen of an E model compiled."""
     from crosstune.families.gemma4.tunix import kv_sharing_ok
-    from crosstune.planner.compiled import with_layers
+    from crosstune.planner.aot_report import with_layers
 
     spec = FAM.spec("e4b")
     cuts = {layers: with_layers(spec, layers) for layers in (2, 6, 12, 24)}

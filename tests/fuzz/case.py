@@ -68,6 +68,7 @@ class Case:
     reply: bytes | None = None  # the fake endpoint's raw answer to every POST (None: a good answer)
     garbage: bool = False  # no request can succeed on `reply`: exit 0 would be garbage counted as an answer
     protected: list[Path] = field(default_factory=list)  # a user's files in the tree that must stay as they are
+    env: dict[str, str] = field(default_factory=dict)  # for the command; @CASE@ is the case's folder
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.fuzz import commands_foreign as f
 from tests.fuzz import commands_inputs as i
 from tests.fuzz import commands_outputs as o
 
@@ -22,4 +23,9 @@ COMMANDS = {
     "launch": i.launch,
     "model-tiny": i.model_tiny,
     "model-build": i.model_build,
+    "recipe-import": f.recipe_import,
+    "recipe-export": f.recipe_export,
+    "model-config": f.model_config,
+    "adapter-config": f.adapter_config,
+    "hub-cache": f.hub_cache,
 }

@@ -37,12 +37,42 @@ class Outcome:
     cpu_s: float | None = None  # user + system of the command and its children (None: killed before it said)
 
 
+# Linux capabilities (linux/capability.h): root's override of file permissions, dropped for the command
+_CAP_VERSION_3, _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 0x20080522, 1, 2
+
+
+def drop_permission_override() -> None:
+    """Make file permissions bind this process even as root: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from its
+    effective and permitted sets (capset(2)). The fuzzer's cases live in a folder nobody may list (mode 0311, session.
+    py), so a command walking "/" or ".." can't reach another case's canaries; without this, root reads any folder.
+    A process without them (not root) has nothing to drop."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = Header(_CAP_VERSION_3, 0), (Data * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    mask = ~((1 << _CAP_DAC_OVERRIDE) | (1 << _CAP_DAC_READ_SEARCH)) & 0xFFFFFFFF
+    data[0].effective &= mask
+    data[0].permitted &= mask
+    data[0].inheritable &= mask
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 def _limit_self() -> None:
-    """In the child, before crosstune runs: a process group of its own (killed whole at the wall limit) and the
-    address-space limit."""
+    """In the child, before crosstune runs: a process group of its own (killed whole at the wall limit), the
+    address-space limit, and file permissions that bind it (drop_permission_override)."""
     os.setsid()
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    drop_permission_override()
 
 
 def _forked_main(argv: list[str], cwd: str, out: str, err: str, env: dict[str, str]) -> None:
@@ -53,6 +83,10 @@ def _forked_main(argv: list[str], cwd: str, out: str, err: str, env: dict[str, s
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.environ.update(env)
+    if "HF_HUB_CACHE" in env:  # huggingface_hub read it when the forkserver imported it: as a fresh process would
+        from huggingface_hub import constants
+
+        constants.HF_HUB_CACHE = env["HF_HUB_CACHE"]
     os.chdir(cwd)
     sys.argv = [str(CROSSTUNE), *argv]
     code = 1

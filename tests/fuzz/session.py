@@ -5,12 +5,20 @@ The seed: FUZZ_SEED (0 in CI); a case's inputs are a function of (seed, command,
 reruns the same whatever ran before it. FUZZ_CASES cases per command (8 in CI). A failing case's folder is kept
 under FUZZ_KEEP (default /tmp/crosstune-fuzz/seed-SEED/COMMAND-CASE: tree, canaries and a copy of the world, with
 REPRO.txt); a passing case's is removed.
+
+Isolation, so that a verdict is the case's own, alone or beside others: every case runs in its own folder under
+FUZZ_KEEP/cases, a folder no one may list (mode 0311: enter a name you know, list nothing) with a random name of its
+own, and its command runs with file permissions binding it even as root (harness.drop_permission_override). A
+command that walks "/" or "../.." (another case's hostile input, or any process of the machine) can't reach a case's
+canaries; only the links the case itself put in its tree lead there. A failing case is kept where it ran, and
+FUZZ_KEEP/COMMAND-CASE links to it.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import secrets
 import shlex
 import shutil
 from pathlib import Path
@@ -46,10 +54,18 @@ def _fresh(folder: Path) -> None:
     folder.mkdir(parents=True)
 
 
+def _unlisted_cases() -> Path:
+    """FUZZ_KEEP/cases: enter-only (0311), so nothing lists the cases in it."""
+    cases = KEEP / "cases"
+    cases.mkdir(parents=True, exist_ok=True)
+    cases.chmod(0o311)
+    return cases
+
+
 def run_case(command: str, number: int, world: Path, runner: Runner, endpoint: FakeOpenAI) -> list[str]:
     """Build, run and judge one case; the failure report (empty: it passed, and its folder is gone)."""
     rng = random.Random(f"{SEED}:{command}:{number}")
-    case_dir = KEEP / f"{command}-{number}"
+    case_dir = _unlisted_cases() / f"{command}-{number}-{secrets.token_hex(8)}"
     _fresh(case_dir)
     (case_dir / "tree").mkdir()
     (case_dir / "world").symlink_to(world)
@@ -61,7 +77,9 @@ def run_case(command: str, number: int, world: Path, runner: Runner, endpoint: F
     protected = {p: p.read_bytes() for p in case.protected}
     before, digest_before = canaries.snapshot(), canaries.digest()
     endpoint.raw, endpoint.requests[:] = case.reply, []
-    outcome = runner.run(case.argv, ctx.tree, case_dir, case.timeout_s, {"CROSSTUNE_CACHE": str(case_dir / "cache")})
+    env = {k: v.replace("@CASE@", str(case_dir)) for k, v in case.env.items()}
+    env["CROSSTUNE_CACHE"] = str(case_dir / "cache")
+    outcome = runner.run(case.argv, ctx.tree, case_dir, case.timeout_s, env)
     after = canaries.snapshot()
     problems = ending_problems(outcome, case.codes, case.timeout_s)
     if case.garbage and outcome.code == 0:
@@ -80,6 +98,13 @@ def run_case(command: str, number: int, world: Path, runner: Runner, endpoint: F
     if not problems:
         shutil.rmtree(case_dir)
         return []
+    named = KEEP / f"{command}-{number}"  # where a person finds it: a link into the unlisted folder
+    if named.is_symlink() or named.is_file():
+        named.unlink()
+    elif named.is_dir():
+        _fresh(named)
+        named.rmdir()
+    named.symlink_to(case_dir)
     (case_dir / "world").unlink()
     shutil.copytree(world, case_dir / "world", symlinks=True)  # the kept folder reproduces on its own
     line = f"cd {shell_word(str(ctx.tree))} && {CROSSTUNE} {' '.join(shell_word(a) for a in case.argv)}"

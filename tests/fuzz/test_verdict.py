@@ -108,3 +108,48 @@ def test_hostile_inputs_are_a_function_of_the_seed(tmp_path):
 def test_a_reproduction_line_quotes_what_a_shell_would_mangle():
     assert shell_word("a b") == "'a b'" and shell_word("plain") == "plain"
     assert shell_word("a\nb") == "$'a\\x0ab'" and shell_word("\udcff") == "$'\\xff'"
+
+
+def _walk_everything(root: str) -> None:
+    """What a hostile case's command may do (`--problems /`): read every folder and file it can reach."""
+    import os
+
+    from tests.fuzz.harness import drop_permission_override
+
+    drop_permission_override()
+    for here, _, files in os.walk(root):
+        for name in files:
+            try:
+                with open(os.path.join(here, name), "rb") as f:
+                    f.read(1)
+            except OSError:
+                pass
+
+
+def test_another_case_walking_everything_reaches_no_case_s_canaries(tmp_path):
+    """Verdicts reproduce alone and in parallel: a case's folder sits in an unlisted folder (0311) and every command
+    runs with file permissions binding it even as root, so another case's walk of the whole tree (it listed and read
+    4 of 11 failing cases' canaries, which then passed alone) reaches none of them."""
+    cases = tmp_path / "cases"
+    cases.mkdir(mode=0o311)
+    cases.chmod(0o311)
+    case = cases / "eval-3-0123456789abcdef"
+    canaries = Canaries(case / "canary", "CANARY0123")
+    canaries.make({"secret.txt": "TOKEN\n", "folder/inner.txt": "TOKEN\n"})
+    canaries.age()
+    try:
+        problems = _problems(canaries, lambda: _in_a_child(_walk_everything, str(tmp_path)))
+        assert problems == []
+        # the control: the same walk with root's override (a process the fuzzer did not start) reads them
+        assert _problems(canaries, lambda: [open(p, "rb").read() for p in case.rglob("*.txt")]) != []
+    finally:
+        cases.chmod(0o755)
+
+
+def _in_a_child(target, *args) -> None:
+    import multiprocessing
+
+    child = multiprocessing.get_context("fork").Process(target=target, args=args)
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0

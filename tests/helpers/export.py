@@ -120,8 +120,8 @@ def jax_lora_model(family: str, base: Path, rank: int, alpha: float, targets=TAR
 def jax_logits(model, mesh, tokens=TOKENS) -> np.ndarray:
     import jax.numpy as jnp
 
+    from crosstune.train.jax.loss import attention_mask
     from crosstune.train.jax.model import mesh_context
-    from crosstune.train.jax.step import attention_mask
 
     b, length = tokens.shape
     positions = np.tile(np.arange(length, dtype=np.int32), (b, 1))
@@ -137,7 +137,7 @@ def jax_logits(model, mesh, tokens=TOKENS) -> np.ndarray:
 
 def randomize_lora(model, seed: int, rank: int) -> None:
     """Non-zero A and B everywhere (B is zero after init), except the off-diagonal blocks of fused k/v block LoRAs,
-    which training keeps at zero (crosstune.train.jax.step.keep_block_lora_diagonal)."""
+    which training keeps at zero (crosstune.train.jax.optimizer.keep_block_lora_diagonal)."""
     import jax
     from flax import nnx
 

@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from crosstune.launch.job_spec import JAX_VERSION, SERVE_PYTHON, accelerator_packages, serving_package
+from crosstune.launch.job_spec import (
+    JAX_LOCK,
+    JAX_VERSION,
+    SERVE_PYTHON,
+    TORCH_STACK,
+    accelerator_packages,
+    jax_lock_text,
+    lock_file,
+    serving_package,
+)
 from crosstune.serve.engine import VLLM_VERSION
 from tests.helpers.launch_specs import resolving_pip
 from tests.helpers.paths import REPO
@@ -36,17 +45,17 @@ class InstallSet:
     name: str
     requirements: list[str]
     python: str
-    with_lock: bool  # installed into the training venv on top of the lock (else: a venv of its own)
+    lock: Path | None  # the training venv's pins the set is installed over (None: a venv of its own)
 
 
 SETS = [
-    InstallSet("tpu", accelerator_packages("tpu", "jax"), "3.11", True),
+    InstallSet("tpu", accelerator_packages("tpu", "jax"), "3.11", REPO / lock_file("tpu", "jax")),
     # the torch backend's GPU set is the lock alone (PyPI's torch is the CUDA build): inside this one
-    InstallSet("gpu", accelerator_packages("gpu", "jax"), "3.11", True),
-    InstallSet("serve-tpu", [serving_package("tpu")], SERVE_PYTHON["tpu"], False),
-    InstallSet("serve-gpu", [serving_package("gpu")], SERVE_PYTHON["gpu"], False),
+    InstallSet("gpu", accelerator_packages("gpu", "jax"), "3.11", REPO / lock_file("gpu", "jax")),
+    InstallSet("serve-tpu", [serving_package("tpu")], SERVE_PYTHON["tpu"], None),
+    InstallSet("serve-gpu", [serving_package("gpu")], SERVE_PYTHON["gpu"], None),
 ]
-CONFLICT = InstallSet("control", ["jax[tpu]==0.10.1"], "3.11", True)  # the lock pins jax 0.10.2
+CONFLICT = InstallSet("control", ["jax[tpu]==0.10.1"], "3.11", LOCK)  # the lock pins jax 0.10.2
 
 
 def pip_argv(pip: list[str], chosen: InstallSet, folder: Path) -> list[str]:
@@ -57,7 +66,7 @@ def pip_argv(pip: list[str], chosen: InstallSet, folder: Path) -> list[str]:
     else:
         argv += ["--python-version", chosen.python, "--only-binary", ":all:"]
         argv += [a for tag in MANYLINUX_2_35 for a in ("--platform", tag)]
-    return argv + (["-r", str(LOCK)] if chosen.with_lock else []) + chosen.requirements
+    return argv + (["-r", str(chosen.lock)] if chosen.lock else []) + chosen.requirements
 
 
 def resolve_all(sets: list[InstallSet], tmp_path: Path) -> dict[str, tuple[int, str, dict]]:
@@ -120,7 +129,9 @@ def test_every_install_set_the_specs_write_resolves_against_the_lock_and_a_confl
     lock = locked()
     got = {name: versions(report) for name, (_, _, report) in results.items() if name != "control"}
     for name in ("tpu", "gpu"):  # installed over the lock: every locked version stays
-        assert {k: got[name][k]["version"] for k in lock} == lock, name
+        pinned = {k: v for k, v in lock.items() if name == "gpu" or k not in TORCH_STACK}
+        assert {k: got[name][k]["version"] for k in pinned} == pinned, name
+    assert not set(got["tpu"]) & set(TORCH_STACK)  # a TPU host installs no torch
     tpu_compile = (REPO / "requirements-tpu-compile.txt").read_text().split("==")[1].strip()
     assert fnmatch.fnmatch(got["tpu"]["libtpu"]["version"], tpu_compile)  # the libtpu `make tpu-compile-env` holds
     torch = got["gpu"]["torch"]
@@ -132,12 +143,19 @@ def test_every_install_set_the_specs_write_resolves_against_the_lock_and_a_confl
     assert got["serve-tpu"]["vllm-tpu"]["version"] == VLLM_VERSION
 
 
+def test_the_jax_lock_is_the_lock_without_the_torch_stack():
+    """requirements-jax.lock is what `make lock` writes from requirements.lock (jax_lock_text), not a second list."""
+    assert (REPO / JAX_LOCK).read_text() == jax_lock_text(LOCK.read_text())
+    assert "torch==" not in (REPO / JAX_LOCK).read_text() and "jax==" in (REPO / JAX_LOCK).read_text()
+
+
 def test_the_tpu_image_installs_what_the_specs_install():
     """docker/Dockerfile.tpu (GKE's image) names the same packages, the same serving Python and no other index."""
     dockerfile = (REPO / "docker" / "Dockerfile.tpu").read_text()
     for requirement in [*accelerator_packages("tpu", "jax"), serving_package("tpu")]:
         assert f'"{requirement}"' in dockerfile
     assert f"--python {SERVE_PYTHON['tpu']} .venv-serve" in dockerfile
+    assert f"-r {lock_file('tpu', 'jax')}" in dockerfile
     assert f".installed-vllm-tpu-{VLLM_VERSION}" in dockerfile
     commands = "\n".join(line for line in dockerfile.splitlines() if not line.startswith("#"))
     assert not re.search(r"(-f|--find-links|--index-url|--extra-index-url) ", commands)  # PyPI alone

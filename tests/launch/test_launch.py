@@ -32,7 +32,8 @@ def test_skypilot_specs_for_tpu_v5p_8_and_2xh100_are_accepted_by_skypilot_s_own_
         data = yaml.safe_load(text)
         assert re.match(r"# crosstune \S+: `crosstune study` of \S+ \(recipe hash [0-9a-f]{16}\)", text)
         assert data["envs"]["CROSSTUNE_RECIPE_HASH"] in text.splitlines()[0] and data["envs"]["CROSSTUNE_VERSION"]
-        assert "python3 -m uv pip install --python .venv/bin/python -r requirements.lock" in data["setup"]
+        lock = "requirements-jax.lock" if target.startswith("tpu") else "requirements.lock"  # no torch on a TPU host
+        assert f"python3 -m uv pip install --python .venv/bin/python -r {lock}\n" in data["setup"]
         assert wheel in data["setup"]
         assert not re.search(r"(-f|--find-links|--index-url|--extra-index-url) ", data["setup"])  # PyPI alone
         backend = "jax" if target.startswith("tpu") else "torch"
@@ -277,7 +278,7 @@ def test_a_skypilot_spot_study_is_a_managed_job_that_recovers_and_keeps_its_bund
     assert data["resources"]["use_spot"] is True
     assert data["resources"]["job_recovery"] == {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 0}
     assert (
-        '--out "$HOME/crosstune-bundles/' in data["run"] and " --bucket /crosstune-bucket || status=$?" in data["run"]
+        '--out "$HOME/crosstune-bundles"/' in data["run"] and " --bucket /crosstune-bucket || status=$?" in data["run"]
     )
     assert "cp -a" not in data["run"]  # the study keeps the copy itself, after every stage and checkpoint
     assert "# Launch: sky jobs launch -n " in spot.read_text()

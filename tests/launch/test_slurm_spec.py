@@ -119,3 +119,32 @@ def test_the_docs_try_the_slurm_path_with_the_script_the_test_uses():
     for command in ("bash scripts/install_slurm.sh", "scripts/slurm_local.sh start", "scripts/slurm_local.sh stop",
                     "--on slurm --target cpu"):  # fmt: skip
         assert command in doc
+
+
+def test_a_hostile_set_value_and_bucket_are_each_one_word_of_every_study_line(tmp_path):
+    """crosstune.emit's shell line: a --set value with a newline and command syntax, and a bucket folder named with
+    them, reach each study call as the word they are; bash runs nothing else (no PWNED file)."""
+    value = "description=x\n$(touch PWNED) `touch PWNED`; touch PWNED 'q' \"d\""
+    bucket = str(tmp_path / "b\n$(touch PWNED)")
+    script = tmp_path / "study.sbatch"
+    launch(
+        H100,
+        "--on",
+        "slurm",
+        "--target",
+        "8xh100",
+        "--nodes",
+        "2",
+        "--set",
+        value,
+        "--bucket",
+        bucket,
+        "--out",
+        str(script),
+    )
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    done, calls = run_script(tmp_path, script)
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 4 and all(argv[argv.index("--set") + 1] == value for _, *argv in calls)
+    assert all(argv[argv.index("--bucket") + 1] == bucket for _, *argv in calls)
+    assert not list(tmp_path.rglob("PWNED"))

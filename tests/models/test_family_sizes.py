@@ -36,8 +36,8 @@ def _logits_both(model_dir, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     import torch
     import transformers
 
+    from crosstune.train.jax.loss import attention_mask
     from crosstune.train.jax.model import build_model, make_mesh, mesh_context
-    from crosstune.train.jax.step import attention_mask
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     with torch.no_grad():

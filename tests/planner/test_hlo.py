@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from crosstune.hardware import CHIPS
-from crosstune.planner.compiled import CompiledStep, roofline
+from crosstune.planner.aot_report import CompiledStep, roofline
 from crosstune.planner.hlo import group_size, parse_collectives
 
 # ruff: noqa: E501 (HLO lines are kept whole, as XLA prints them)

@@ -9,7 +9,7 @@ import pytest
 
 from crosstune.hardware import HARDWARE
 from crosstune.planner import plan_recipe
-from crosstune.planner.compiled import CompiledStep
+from crosstune.planner.aot_report import CompiledStep
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.planner.search import Candidate, candidates, extrapolate, period, run_search, search_json
 from crosstune.units import GB
@@ -119,3 +119,24 @@ def test_the_finalists_are_the_fastest_of_each_recompute_mode():
     final = [r for r in search.results if r.stage == "final"]
     assert [r.candidate.remat for r in final] == [None, "dots", "full"] and search.compiles == len(calls) == 9
     assert search.winner.candidate.remat == "dots"  # none does not fit at full depth; dots is faster than full
+
+
+def test_the_search_ranks_by_the_calibrated_time_where_it_has_one():
+    """The stand-in compiler's roofline says dots is faster than full (2.2 vs 2.9 e12 flops per layer); a calibrated
+    time that says full is faster (as a chip can: the roofline counts flops at peak) decides the winner among what
+    fits, and the JSON carries it."""
+    recipe = load_for_plan(G4)
+    spec = plan_recipe(recipe, "jax").spec
+    calls = []
+
+    def memory(c):
+        return plan_recipe(load_for_plan(G4, c.overrides(recipe)), "jax").jax_memory
+
+    def seconds(c):
+        return {None: 0.5, "dots": 0.9, "full": 0.7}[c.remat]
+
+    hw = HARDWARE["tpu-v5p-8"]
+    search = run_search(recipe, spec, hw, 8, memory, _fake_compiler(calls), max_compiles=9, plan_time=seconds)
+    assert search.winner.candidate.remat == "full"  # none does not fit at full depth
+    assert search.winner.tokens_per_s == pytest.approx(search.winner.tokens / 0.7)
+    assert search_json(search, recipe, hw)["winner"]["predicted_micro_step_s"] == 0.7

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
 from crosstune.errors import InputError
+from crosstune.families import identity
 from crosstune.planner import plan_recipe
 from crosstune.recipe import load_recipe
 from crosstune.recipe.convert import import_config
@@ -25,12 +26,13 @@ ALL7 = ["q", "k", "v", "o", "gate", "up", "down"]
 QLORA_31B = "QLoRA's 4-bit NF4 base (bitsandbytes): `crosstune plan` holds gemma-4-31b's base in bf16, 61.4 GB"
 # fixture: (hardware, the keys listed as not mapped, targets, jax mesh (fsdp, tp), a few mapped values)
 CASES = {
-    "axolotl/gemma3-27b-lora.yaml": ("tpu-v6e-8", ["tf32"], ALL7, (1, 8),
+    "axolotl/gemma3-27b-lora.yaml": ("tpu-v6e-8", ["val_set_size", "tf32"], ALL7, (1, 8),
                                      {"train.max_steps": 1250, "train.warmup_steps": 100, "data.max_seq_len": 4096}),
-    "axolotl/gemma3-27b-qlora.yaml": ("tpu-v6e-8", ["adapter: qlora", "lora_target_modules", "warmup_ratio",
+    "axolotl/gemma3-27b-qlora.yaml": ("tpu-v6e-8", ["adapter: qlora", "lora_target_modules", "val_set_size",
                                       "optimizer", "tf32", "flash_attention"], ["q", "k", "v", "o"], (1, 8),
-                                      {"lora.alpha": 16.0, "data.columns.message_role": "from"}),
-    "axolotl/gemma4-31b-qlora.yaml": ("tpu-v5p-8", ["adapter: qlora", "optim_args", "warmup_ratio", "optimizer",
+                                      {"lora.alpha": 16.0, "data.columns.message_role": "from",
+                                       "train.warmup_ratio": 0.1}),
+    "axolotl/gemma4-31b-qlora.yaml": ("tpu-v5p-8", ["adapter: qlora", "optim_args", "val_set_size", "optimizer",
                                       "activation_offloading", "tf32", "attn_implementation",
                                       "gemma4_hybrid_attn_impl", "liger_glu_activation, liger_layer_norm, "
                                       "liger_rms_norm"], ALL7, (1, 4),
@@ -39,17 +41,17 @@ CASES = {
     "axolotl/gemma4-31b-lora-fsdp.yaml": ("tpu-v5p-8", [], ALL7, (1, 4),
                                           {"backend.torch.fsdp": True, "data.sources[0].config": "codev"}),
     "axolotl/gemma4-26b-a4b-moe-qlora.yaml": ("tpu-v5p-8", ["adapter: qlora", "lora_target_parameters",
-                                              "warmup_ratio", "optimizer", "activation_offloading", "tf32",
+                                              "val_set_size", "optimizer", "activation_offloading", "tf32",
                                               "attn_implementation", "gemma4_hybrid_attn_impl",
                                               "plugins: axolotl.integrations.kernels.KernelsPlugin",
                                               "liger_glu_activation, liger_rms_norm", "lora_mlp_kernel",
                                               "lora_qkv_kernel", "lora_o_kernel", "use_kernels", "use_scattermoe",
                                               "experts_implementation", "quantize_moe_experts"], ALL7, (2, 2),
                                               {"model.size": "26b-a4b", "train.kernels.compile": True}),
-    "axolotl/gemma4-e2b-lora.yaml": ("tpu-v6e-4", [], ALL7, (1, 4),
+    "axolotl/gemma4-e2b-lora.yaml": ("tpu-v6e-4", ["processor_type", "freeze_mm_modules"], ALL7, (1, 4),
                                      {"model.size": "e2b", "train.warmup_steps": 20, "train.max_steps": 200}),
     "trl/gemma3-27b-lora.yaml": ("tpu-v6e-8", [], ALL7, (1, 8),
-                                 {"train.warmup_steps": 30, "train.kernels.attention": "eager"}),
+                                 {"train.warmup_ratio": 0.03, "train.kernels.attention": "eager"}),
     "trl/gemma3-27b-qlora.yaml": ("tpu-v6e-8", ["load_in_4bit", "lora_target_modules", "optim", "use_liger_kernel"],
                                   ["q", "k", "v"], (1, 8),
                                   {"train.schedule": "linear", "data.packing": False, "lora.dropout": 0.05}),
@@ -99,7 +101,7 @@ def test_family_and_size_come_from_a_cached_config(hub_cache, tiny_gemma4_dir, t
     config = tmp_path / "trl.yaml"
     config.write_text("model_name_or_path: acme/our-model\ndataset_name: acme/data\nuse_peft: true\n")
     recipe = import_config(config, tmp_path / "r.yaml").recipe
-    assert (recipe.model.family, recipe.model.size, recipe.model.path) == ("gemma4", "tiny", "acme/our-model")
+    assert (recipe.model.family, recipe.model.size, recipe.model.path) == ("gemma4", "tiny", "hf://acme/our-model")
     assert recipe.hardware == "cpu"
 
 
@@ -115,7 +117,7 @@ def test_another_family_is_refused_by_name(hub_cache, tmp_path):
     config.write_text(f"base_model: {local}\nadapter: lora\nlearning_rate: 1.0e-4\ndatasets: []\n")
     with pytest.raises(ImportRefused) as e:
         import_config(config, tmp_path / "r.yaml")
-    assert str(e.value) == f"base_model: {local} is a 'qwen2' model; crosstune trains gemma3, gemma4 (Gemma 3, Gemma 4)"
+    assert str(e.value) == f"base_model: {local} is a 'qwen2' model: {identity.TRAINED}"
 
 
 @pytest.mark.parametrize(
@@ -128,8 +130,11 @@ def test_another_family_is_refused_by_name(hub_cache, tmp_path):
 )
 def test_what_can_t_be_trained_is_refused_in_one_line(lines, refusal, hub_cache, tmp_path):
     config = tmp_path / "trl.yaml"
-    config.write_text(f"model_name_or_path: google/gemma-4-31B-it\ndataset_name: acme/d\nuse_peft: true\n{lines}\n"
-                      .replace("use_peft: true\nuse_peft: false", "use_peft: false"))  # fmt: skip
+    config.write_text(
+        f"model_name_or_path: google/gemma-4-31B-it\ndataset_name: acme/d\nuse_peft: true\n{lines}\n".replace(
+            "use_peft: true\nuse_peft: false", "use_peft: false"
+        )
+    )
     with pytest.raises(ImportRefused) as e:
         import_config(config, tmp_path / "r.yaml")
     assert refusal in str(e.value) and "\n" not in str(e.value)
@@ -137,8 +142,10 @@ def test_what_can_t_be_trained_is_refused_in_one_line(lines, refusal, hub_cache,
 
 def test_every_key_is_accounted_for(hub_cache, tmp_path):
     config = tmp_path / "trl.yaml"
-    config.write_text("model_name_or_path: google/gemma-4-31B-it\ndataset_name: acme/d\nuse_peft: true\n"
-                      "report_to: wandb\nneftune_noise_alpha: 5\nmy_own_key: 3\nwandb_project: x\n")  # fmt: skip
+    config.write_text(
+        "model_name_or_path: google/gemma-4-31B-it\ndataset_name: acme/d\nuse_peft: true\n"
+        "report_to: wandb\nneftune_noise_alpha: 5\nmy_own_key: 3\nwandb_project: x\n"
+    )
     port = import_config(config, tmp_path / "r.yaml").port
     lines = [u.render() for u in port.unmapped]
     assert "not mapped: neftune_noise_alpha: no crosstune equivalent" in lines
@@ -150,14 +157,16 @@ def test_every_key_is_accounted_for(hub_cache, tmp_path):
 def test_the_cli_writes_the_recipe_and_strict_writes_nothing(hub_cache, tmp_path):
     out = tmp_path / "gemma4-31b.yaml"
     qlora = PORTS / "axolotl/gemma4-31b-qlora.yaml"
-    result = CliRunner().invoke(app, ["recipe", "import", str(qlora), "--out", str(out), "--strict"],
-                                terminal_width=400)  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["recipe", "import", str(qlora), "--out", str(out), "--strict"], terminal_width=400
+    )
     assert result.exit_code == 1 and not out.exists(), result.output
-    assert "9 key(s) not mapped, 5 ignored; --strict: nothing written" in result.output
-    result = CliRunner().invoke(app, ["recipe", "import", str(qlora), "--out", str(out), "--hardware", "tpu-v5p-8"],
-                                terminal_width=400)  # fmt: skip
+    assert "9 key(s) not mapped, 4 ignored; --strict: nothing written" in result.output
+    result = CliRunner().invoke(
+        app, ["recipe", "import", str(qlora), "--out", str(out), "--hardware", "tpu-v5p-8"], terminal_width=400
+    )
     assert result.exit_code == 0, result.output
-    assert f"wrote {out}: recipe 'gemma4-31b' from {qlora} (axolotl), 9 key(s) not mapped, 5 ignored" in result.output
+    assert f"wrote {out}: recipe 'gemma4-31b' from {qlora} (axolotl), 9 key(s) not mapped, 4 ignored" in result.output
     assert f"next: crosstune plan {out}   then   crosstune study {out} --backend jax --out BUNDLE" in result.output
     head = out.read_text().splitlines()
     assert head[0].startswith(f"# crosstune recipe import: {qlora} (axolotl)")
@@ -169,7 +178,7 @@ def test_the_cli_writes_the_recipe_and_strict_writes_nothing(hub_cache, tmp_path
     mine = tmp_path / "mine.yaml"
     mine.write_text("name: mine\n")
     refused = CliRunner().invoke(app, ["recipe", "import", str(qlora), "--out", str(mine)], terminal_width=400)
-    assert refused.exit_code == 1 and "is not a file `crosstune recipe import` wrote" in refused.output
+    assert refused.exit_code == 1 and "is not a file crosstune recipe import wrote" in refused.output
     assert mine.read_text() == "name: mine\n"
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from crosstune.recipe import load_recipe
 from crosstune.recipe.convert import export_recipe, import_config
-from crosstune.recipe.from_trl import TRL_DEFAULTS
+from crosstune.recipe.porting.trl_keys import KEYS as TRL_KEYS
 
 TRAIN = """\
 train:
@@ -41,7 +41,7 @@ description: Imported from port.yaml (trl)
 model: {family: gemma4, path: @MODEL@, size: tiny, dtype: bfloat16}
 lora: {rank: 8, alpha: 16.0, dropout: 0.05, targets: [q, k, v, o, gate, up, down]}
 data:
-  sources: [{path: @DATA@}, {path: acme/verilog-sft, config: codev, hub_split: "train[:10%]"}]
+  sources: [{path: @DATA@}, {path: "hf://acme/verilog-sft", config: codev, hub_split: "train[:10%]"}]
   columns: {preset: prompt_completion}
   reasoning: keep_inline
   max_seq_len: 1024
@@ -57,7 +57,7 @@ lora: {rank: 16, alpha: 32.0, dropout: 0.0, targets: [q, k, v, o]}
 data:
   sources:
     - {path: @DATA@}
-    - {path: acme/verilog-chat, config: codev, hub_split: "train[:10%]", revision: v2}
+    - {path: "hf://acme/verilog-chat", config: codev, hub_split: "train[:10%]", revision: v2}
   columns: {preset: messages, messages: conversations, message_role: from, message_content: value}
   reasoning: keep_inline
   max_seq_len: 2048
@@ -79,7 +79,7 @@ def test_import_of_an_export_gives_the_recipe_back(tool, hub_cache, tiny_gemma4_
     recipe_file = tmp_path / "port.yaml"
     recipe_file.write_text(port_recipe(tool, tiny_gemma4_dir, data))
     original = load_recipe(recipe_file)
-    text, missing = export_recipe(recipe_file, tool)
+    text, missing, _ = export_recipe(recipe_file, tool)
     assert missing == [], [u.render() for u in missing]  # a recipe of portable settings carries whole
     exported = tmp_path / tool / "port.yaml"
     exported.parent.mkdir()
@@ -92,11 +92,13 @@ def test_import_of_an_export_gives_the_recipe_back(tool, hub_cache, tiny_gemma4_
 def test_what_a_tool_can_t_say_is_listed(tmp_path):
     from tests.helpers.paths import RECIPES as SHIPPED
 
-    text, missing = export_recipe(SHIPPED / "gemma4-31b-tpu-v5p-8.yaml", "trl")
+    text, missing, _ = export_recipe(SHIPPED / "gemma4-31b-tpu-v5p-8.yaml", "trl")
     assert [u.key for u in missing] == ["data.columns", "data.reasoning", "data.truncation", "data.subsample"]
     assert text.splitlines()[0].startswith("# crosstune recipe export: the torch leg of ")
-    assert "# not mapped: data.columns: preset codev_r1 (system: system, prompt: prompt, response: response): TRL " \
-           "reads a `messages` column or `prompt`/`completion` columns" in text  # fmt: skip
+    assert (
+        "# not mapped: data.columns: preset codev_r1 (system: system, prompt: prompt, response: response): TRL "
+        "reads a `messages` column or `prompt`/`completion` columns" in text
+    )
 
 
 def test_the_exported_trl_config_is_one_trl_s_parser_accepts(tmp_path, tiny_gemma4_dir):
@@ -109,9 +111,12 @@ def test_the_exported_trl_config_is_one_trl_s_parser_accepts(tmp_path, tiny_gemm
     recipe_file.write_text(port_recipe("trl", tiny_gemma4_dir, data))
     config = tmp_path / "trl.yaml"
     config.write_text(export_recipe(recipe_file, "trl", ["train.precision=fp32"])[0])  # no GPU here for bf16
-    # every key is one of TRL's own (fail_with_unknown_args), with the value TRL reads back
-    script, training, model, mixture = make_parser().parse_args_and_config(["--config", str(config)],
-                                                                           fail_with_unknown_args=True)  # fmt: skip
+    # every key is one of TRL's own, with the value TRL reads back, but accelerate's num_processes, which TRL's CLI
+    # passes on to its launch
+    script, training, model, mixture, launch = make_parser().parse_args_and_config(
+        ["--config", str(config)], return_remaining_strings=True
+    )
+    assert launch == ["--num_processes", "2"]
     written = yaml.safe_load(config.read_text())
     assert (model.lora_r, model.lora_alpha, model.dtype) == (8, 16, "bfloat16")
     assert model.lora_target_modules == written["lora_target_modules"][0]  # a one-item list: one regex to TRL
@@ -122,8 +127,16 @@ def test_the_exported_trl_config_is_one_trl_s_parser_accepts(tmp_path, tiny_gemm
 
 
 def test_the_trl_defaults_the_import_assumes_are_trl_s():
+    """Every row of TRL's key table that is a field of TRL's dataclasses (not an accelerate launch argument, not an
+    older name) has TRL's default."""
     pytest.importorskip("trl")
     from trl import ModelConfig, ScriptArguments, SFTConfig
 
-    defaults = {f.name: f.default for cls in (SFTConfig, ModelConfig, ScriptArguments) for f in dataclasses.fields(cls)}
-    assert {key: defaults[key] for key in TRL_DEFAULTS} == TRL_DEFAULTS
+    fields = {f.name: f for cls in (SFTConfig, ModelConfig, ScriptArguments) for f in dataclasses.fields(cls)}
+    defaults = {
+        k: f.default if f.default is not dataclasses.MISSING else f.default_factory() for k, f in fields.items()
+    }
+    rows = {k: row.default for k, row in TRL_KEYS.items() if k in fields and not row.ignored}
+    assert {k: defaults[k] for k in rows} == rows
+    others = {k for k, row in TRL_KEYS.items() if k not in fields and not row.alias_of and not row.ignored}
+    assert len(rows) > 50 and others == {"num_processes", "accelerate_config", "datasets"}

@@ -209,3 +209,22 @@ def test_serve_tp_uses_vllms_head_rule():
             "layers (10) not divisible by tp=3; 4 KV heads on global layers (10) not divisible by tp=3",
         )
     ]
+
+
+def test_one_rule_resolves_a_recipe_s_paths_wherever_they_are_read(tmp_path):
+    """An exported config, the recipe checks and the stages resolve a relative path the same way: against the recipe
+    file's folder (crosstune.recipe.paths); a recipe from no file has nothing there. Whether a path is a hub id is
+    its text alone (hf://OWNER/NAME), never what is on disk."""
+    from crosstune.recipe.hub_ids import hub_model_id
+    from crosstune.recipe.paths import UnlocatedRecipeError, recipe_path
+
+    (tmp_path / "acme" / "model").mkdir(parents=True)
+    assert recipe_path("acme/model", tmp_path) == tmp_path / "acme" / "model"
+    assert recipe_path("~/x", None) == Path("~/x").expanduser()
+    with pytest.raises(UnlocatedRecipeError):
+        recipe_path("acme/model", None)
+    # the hub-id rule is the text (crosstune.hub): a path is a path, on disk or not; hf://OWNER/NAME is a hub id
+    assert hub_model_id("acme/model", None, tmp_path) is None and hub_model_id("acme/model", None, None) is None
+    assert (
+        hub_model_id("hf://acme/model", None, tmp_path) == hub_model_id("hf://acme/model", None, None) == "acme/model"
+    )

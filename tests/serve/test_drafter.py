@@ -30,9 +30,9 @@ def _spec_config(argv: list[str]) -> dict:
     [
         ("gemma4", "31b", None, "google/gemma-4-31B-it-assistant"),
         ("gemma4", "26b-a4b", None, "google/gemma-4-26B-A4B-it-assistant"),
-        ("gemma4", None, "google/gemma-4-E4B-it", "google/gemma-4-E4B-it-assistant"),
+        ("gemma4", None, "hf://google/gemma-4-E4B-it", "google/gemma-4-E4B-it-assistant"),
         ("gemma4", "tiny", None, None),
-        ("gemma3", "27b", "google/gemma-3-27b-it", None),
+        ("gemma3", "27b", "hf://google/gemma-3-27b-it", None),
     ],
 )
 def test_published_drafters(family, size, path, want):
@@ -95,3 +95,26 @@ def test_vllm_argv_with_a_drafter(tmp_path):
         drafter=Drafter(str(tmp_path / "d"), 2, "given"),
     )
     assert _spec_config(argv) == {"method": "mtp", "model": str(tmp_path / "d"), "num_speculative_tokens": 2}
+
+
+def test_draft_is_a_drafter_folder_by_its_absolute_path_or_a_hub_id_and_nothing_else(tmp_path, monkeypatch):
+    """A bare name was mounted as it was (`-v name:/drafter`), which Docker reads as a named volume: now a folder is
+    a drafter's (its config.json says gemma4_assistant) and mounted by its absolute path, a hub id is hf://OWNER/NAME,
+    and anything else is refused."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "drafter"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma4_assistant"}))
+    given = resolve("drafter", family="gemma4", size="31b", model_path=None, tokens=None)
+    assert given.model == str(folder) and given.local
+    plan = serve_plan(recipe("gemma4-31b-2xh100"), "2xh100", drafter=given)
+    assert f"-v {folder}:/drafter:ro" in plan.docker
+    hub = resolve("hf://google/gemma-4-31B-it-assistant", family="gemma4", size="31b", model_path=None, tokens=None)
+    assert hub.model == "google/gemma-4-31B-it-assistant" and not hub.local
+    refused = {"name": "neither a drafter folder", "google/gemma-4-31B-it": "neither a", "hf://a/b/c": "not a hub id"}
+    for name, why in refused.items():
+        with pytest.raises(ValueError, match=why):
+            resolve(name, family="gemma4", size="31b", model_path=None, tokens=None)
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma4_text"}))
+    with pytest.raises(ValueError, match="a 'gemma4_text' model, not a Gemma 4 MTP drafter"):
+        resolve("drafter", family="gemma4", size="31b", model_path=None, tokens=None)

@@ -138,9 +138,9 @@ def test_adapters_on_a_mixture_of_experts_are_refused_before_anything_starts(tmp
 def test_a_multimodal_checkpoint_is_served_for_text(tmp_path, tiny_gemma4_dir, tiny_gemma4_unified_dir):
     """The hub's layout (`...ForConditionalGeneration`) gets vLLM's --language-model-only: without it vLLM 0.32
     builds the 12B's multimodal processor at start-up and dies on the preprocessor files an export has not."""
+    from crosstune.model_configs import read_model_config
     from crosstune.serve.engine import TEXT_ONLY_FLAG, multimodal_checkpoint
     from crosstune.serve.process import vllm_argv
-    from crosstune.untrusted_files import read_model_config
 
     assert multimodal_checkpoint(read_model_config(tiny_gemma4_unified_dir))
     assert not multimodal_checkpoint(read_model_config(tiny_gemma4_dir))

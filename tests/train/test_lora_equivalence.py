@@ -86,7 +86,7 @@ def test_optimizer_keeps_block_lora_diagonal():
     """Off-diagonal blocks of a fused k/v LoRA B get no gradient (they would couple k's A to v's output)."""
     import jax.numpy as jnp
 
-    from crosstune.train.jax.step import keep_block_lora_diagonal
+    from crosstune.train.jax.optimizer import keep_block_lora_diagonal
 
     r = 2
     grads = {
@@ -155,8 +155,8 @@ def test_jax_activation_recompute_keeps_the_lora(tmp_path, tiny_gemma4_dir, synt
     import jax.numpy as jnp
     from flax import nnx
 
+    from crosstune.train.jax.loss import loss_fn
     from crosstune.train.jax.model import build_model, lora_modules, make_mesh, mesh_context
-    from crosstune.train.jax.step import loss_fn
 
     recipe = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4")
     mesh = make_mesh(1, 1)

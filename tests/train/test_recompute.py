@@ -19,7 +19,7 @@ def _train(**kernels) -> TrainSection:
 
 def test_jax_modes():
     pytest.importorskip("tunix")
-    from crosstune.train.jax.remat import remat_mode
+    from crosstune.train.jax.config import remat_mode
 
     assert remat_mode(TrainSection(gradient_checkpointing=False)) is None
     assert remat_mode(_train()) == "full" and remat_mode(_train(recompute="dots")) == "dots"

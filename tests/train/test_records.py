@@ -80,7 +80,7 @@ def test_peak_memory_is_gib_on_both_backends(monkeypatch):
 
 
 def test_the_record_takes_the_global_batch_from_the_step_plan(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
-    """train.global_batch_size decides the rows per step (crosstune.train.steps): the session records the plan's
+    """train.global_batch_size decides the rows per step (crosstune.train.step_plan): the session records the plan's
     figures as training starts, before any step (timings and steps still null)."""
     from crosstune.train.session import TrainingSession
 
@@ -141,7 +141,7 @@ def test_the_row_builder_takes_every_run_fact_from_the_recipe():
     from crosstune.hardware import get_hardware
     from crosstune.recipe import load_recipe
     from crosstune.train.backend import RunContext
-    from crosstune.train.steps import StepPlan
+    from crosstune.train.step_plan import StepPlan
     from tests.helpers.paths import REPO
 
     spec = get_family("gemma4").spec("31b")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import typer
@@ -21,6 +20,7 @@ from crosstune.data.prepared import (
     tokenizer_hash,
 )
 from crosstune.data.stats import dropped_examples, save_stats, skipped_examples, stats_table, summary_line
+from crosstune.emit import shell_words
 from crosstune.errors import Interrupted
 from crosstune.recipe import RecipeError, load_recipe
 
@@ -120,4 +120,4 @@ def _interrupted(recipe: Path, overrides: list[str], lenient: bool, force: bool)
     except RecipeError:
         return KeyboardInterrupt()
     kept = "the earlier preparation there is unchanged" if (where / "manifest.json").is_file() else "nothing is kept"
-    return Interrupted(f"interrupted (Ctrl-C): nothing was written to {where} ({kept}); rerun: {shlex.join(again)}")
+    return Interrupted(f"interrupted (Ctrl-C): nothing was written to {where} ({kept}); rerun: {shell_words(again)}")

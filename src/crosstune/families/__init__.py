@@ -14,7 +14,7 @@ from pathlib import Path
 from crosstune.errors import InputError
 from crosstune.families.base import Family
 from crosstune.families.spec import NEUTRAL_TARGETS, AttentionKind, ModelSpec
-from crosstune.untrusted_files import read_model_config
+from crosstune.model_configs import read_model_config
 
 
 def _discover() -> dict[str, Family]:

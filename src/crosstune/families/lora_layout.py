@@ -129,20 +129,22 @@ def _off_diagonal(b: np.ndarray, rank: int) -> np.ndarray:
     return b * (1.0 - _diagonal(b.shape, rank))
 
 
-def _diagonal(b_shape: tuple[int, ...], rank: int) -> np.ndarray:
-    mask = np.zeros(b_shape, dtype=np.float32)
-    for j in range(b_shape[1]):
-        mask[j * rank : (j + 1) * rank, j] = 1.0
-    return mask
+def _diagonal(b_shape: tuple[int, ...], rank: int, xp=np):
+    """1 on component j's own `rank` rows of a block B (c·r, c, ...), 0 elsewhere, B's shape; `xp`: numpy, or
+    jax.numpy inside a traced step (built from iotas: no B-sized constant in the program)."""
+    rows, comps = xp.arange(b_shape[0])[:, None] // rank, xp.arange(b_shape[1])[None, :]
+    mask = (rows == comps).astype(xp.float32).reshape(tuple(b_shape[:2]) + (1,) * (len(b_shape) - 2))
+    return xp.broadcast_to(mask, tuple(b_shape))
 
 
-def fused_block_mask(module: str, b_shape: tuple[int, ...], rank: int) -> np.ndarray | None:
+def fused_block_mask(module: str, b_shape: tuple[int, ...], rank: int, xp=np):
     """For a fused einsum's block LoRA B (rank c·r), a 0/1 mask that is 0 on the off-diagonal blocks (component j's
-    rank rows feeding another component): multiply B's gradient by it. None when B is an ordinary rank-r LoRA."""
+    rank rows feeding another component): multiply B's gradient by it (`xp` as in _diagonal). None when B is an
+    ordinary rank-r LoRA."""
     if module not in FUSED or b_shape[0] == rank:
         return None
     if b_shape[0] != rank * len(FUSED[module]):
         raise LoraLayoutError(
             f"{module}: B of rank {b_shape[0]} is neither rank {rank} nor a {len(FUSED[module])}-block"
         )
-    return _diagonal(b_shape, rank)
+    return _diagonal(b_shape, rank, xp)

@@ -15,7 +15,7 @@ from crosstune.errors import InputError
 from crosstune.families import family_of_hf_config
 from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_layout import heads_to_tunix, mlp_to_tunix, o_to_tunix
-from crosstune.untrusted_files import read_model_config
+from crosstune.model_configs import read_model_config
 
 PREFIXES = ("model.language_model.", "language_model.model.", "model.", "")
 

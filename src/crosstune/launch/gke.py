@@ -20,10 +20,10 @@ to fix). `--spot` puts the slice on a Spot TPU node pool (cloud.google.com/gke-s
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from crosstune.emit import Raw, shell_word
 from crosstune.launch.job_spec import Job, LaunchError, to_yaml
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -114,7 +114,7 @@ def jobset(
 ) -> dict[str, Any]:
     sl = tpu_slice(job)
     volume, pod_annotations = _volume(bucket, pvc)
-    out = shlex.quote(f"{BUNDLES}/{job.bundle}")  # a shell word in the container's script
+    out = Raw(shell_word(f"{BUNDLES}/{job.bundle}"))  # a shell word in the container's script
     exe = "crosstune"  # on the image's PATH (docker/Dockerfile.tpu)
     prepare = "\n".join(["set -euo pipefail", job.study(out, "--only", "prepare,plan", exe=exe)])
     host0 = '[ "${TPU_WORKER_ID:-${JOB_COMPLETION_INDEX:-0}}" = 0 ]'
@@ -160,10 +160,10 @@ def jobset(
 
 def render(job: Job, **kwargs: Any) -> str:
     sl = tpu_slice(job)
-    head = (
-        f"# crosstune {job.version}: `crosstune study` of {job.recipe.name} (recipe hash {job.recipe_hash}) on a GKE "
-        f"{job.target.name} slice ({sl.hosts} host(s) × {sl.chips_per_host} chips, topology {sl.topology}).\n"
-        "# Needs the JobSet controller on the cluster and a TPU node pool of that topology. Submit: kubectl apply -f "
-        "THIS_FILE\n"
-    )
-    return head + to_yaml(jobset(job, **kwargs))
+    head = [
+        f"crosstune {job.version}: `crosstune study` of {job.recipe.name} (recipe hash {job.recipe_hash}) on a GKE "
+        f"{job.target.name} slice ({sl.hosts} host(s) × {sl.chips_per_host} chips, topology {sl.topology}).",
+        "Needs the JobSet controller on the cluster and a TPU node pool of that topology. Submit: kubectl apply -f "
+        "THIS_FILE",
+    ]
+    return to_yaml(jobset(job, **kwargs), head)

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from crosstune.emit import Raw, shell_line, yaml_text
 from crosstune.errors import InputError
 from crosstune.hardware import HardwareTarget, get_hardware
 from crosstune.recipe import Recipe, load_recipe, recipe_hash
@@ -23,6 +21,11 @@ JAX_VERSION = "0.10.2"
 # (the lock's pin) is its CUDA 13.0 build on Linux x86_64, as vLLM's own GPU wheels pin it: JAX's CUDA plugin for the
 # same CUDA major shares its libraries. jax[tpu] brings libtpu from PyPI (requirements-tpu-compile.txt's version).
 ACCELERATOR_PACKAGES = {("tpu", "jax"): [f"jax[tpu]=={JAX_VERSION}"], ("gpu", "jax"): [f"jax[cuda13]=={JAX_VERSION}"]}
+# The torch stack: what the jax backend never imports. A TPU host's training venv is the lock without it
+# (requirements-jax.lock, `make lock` writes it: jax_lock_text), so no CUDA torch (~3.5 GB from PyPI) is installed
+# where no GPU is.
+TORCH_STACK = ("torch", "trl", "peft", "accelerate")
+JAX_LOCK = "requirements-jax.lock"
 # The serving venv's Python per platform: vllm-tpu's wheels are for CPython 3.12 only (on 3.11 the resolver would
 # pick an older release); vLLM's GPU wheels are abi3.
 SERVE_PYTHON = {"tpu": "3.12", "gpu": "3.11"}
@@ -66,13 +69,13 @@ class Job:
     def labels(self) -> dict[str, str]:
         return {"CROSSTUNE_RECIPE_HASH": self.recipe_hash, "CROSSTUNE_VERSION": self.version}
 
-    def study(self, out: str, *extra: str, exe: str = ".venv/bin/crosstune") -> str:
-        """The `crosstune study` command line for this job. `out` is the bundle's path where the job runs, a shell
-        word inserted as is (it may hold "$VARIABLES"); everything else is quoted."""
+    def study(self, out: Raw, *extra: str, exe: str = ".venv/bin/crosstune") -> Raw:
+        """The `crosstune study` command line for this job (crosstune.emit's shell line). `out` is the bundle's path
+        where the job runs, shell crosstune wrote (it may hold "$VARIABLES"); every other word is a quoted value."""
         argv = [exe, "study", str(self.recipe_file), "--backend", self.backend]
         for item in self.overrides:
             argv += ["--set", item]
-        return f"{shlex.join([*argv, *extra])} --out {out}"
+        return Raw(shell_line("{argv} --out {out}", argv=[*argv, *extra], out=out))
 
 
 def make_job(recipe_file: Path, target: str | None, backend: str | None, overrides: list[str] | None) -> Job:
@@ -97,21 +100,10 @@ def make_job(recipe_file: Path, target: str | None, backend: str | None, overrid
     return Job(Path(recipe_file), recipe, hw, backend, bundle, overrides)
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (setup and run scripts) as YAML literal blocks, as people write them; no anchors."""
-
-    def ignore_aliases(self, data) -> bool:
-        return True
-
-
-_Dumper.add_representer(
-    str,
-    lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None),
-)
-
-
-def to_yaml(data: dict) -> str:
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=1000)
+def to_yaml(data: dict, head: list[str]) -> str:
+    """A YAML spec under its head comment (crosstune.emit): setup and run scripts as literal blocks, as people
+    write them, and no line folded."""
+    return yaml_text(data, head=head, blocks=True, width=1000)
 
 
 def install_steps(job: Job) -> list[str]:
@@ -119,10 +111,10 @@ def install_steps(job: Job) -> list[str]:
     steps = [
         "python3 -m pip install -q --user uv",  # a Python 3.11 venv whatever the image's Python is
         "python3 -m uv venv --python 3.11 .venv",
-        "python3 -m uv pip install --python .venv/bin/python -r requirements.lock",
+        f"python3 -m uv pip install --python .venv/bin/python -r {lock_file(job.target.chip.platform, job.backend)}",
     ]
     if extra := accelerator_packages(job.target.chip.platform, job.backend):
-        steps.append(f"python3 -m uv pip install --python .venv/bin/python {shlex.join(extra)}")
+        steps.append(shell_line("python3 -m uv pip install --python .venv/bin/python {extra}", extra=extra))
     steps += serving_steps(job)
     steps += [
         "python3 -m uv pip install --python .venv/bin/python --no-deps -e .",
@@ -130,6 +122,19 @@ def install_steps(job: Job) -> list[str]:
         "(command -v iverilog >/dev/null || { sudo apt-get update -q && sudo apt-get install -y -q iverilog; })",
     ]
     return steps
+
+
+def lock_file(platform: str, backend: str) -> str:
+    """The pins the job's training venv installs: the jax backend on a TPU has no use for the torch stack."""
+    return JAX_LOCK if (platform, backend) == ("tpu", "jax") else "requirements.lock"
+
+
+def jax_lock_text(lock: str) -> str:
+    """requirements-jax.lock's text from requirements.lock's: every pin but the torch stack's."""
+    head = [f"# requirements.lock without {', '.join(TORCH_STACK)} (crosstune.launch.job_spec.TORCH_STACK): what a",
+            "# TPU host's jax training venv installs. 'make lock' regenerates it; do not edit."]  # fmt: skip
+    pins = [line for line in lock.splitlines() if line and not line.startswith("#")]
+    return "\n".join(head + [p for p in pins if p.split("==")[0].lower() not in TORCH_STACK]) + "\n"
 
 
 def accelerator_packages(platform: str, backend: str) -> list[str]:

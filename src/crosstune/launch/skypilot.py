@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from crosstune.emit import Raw, shell_line
 from crosstune.launch.job_spec import Job, LaunchError, install_steps, to_yaml
 
 TPU_RUNTIME = {"tpu-v5p": "v2-alpha-tpuv5", "tpu-v6e": "v2-alpha-tpuv6e", "tpu-v5e": "v2-alpha-tpuv5-lite"}
@@ -63,7 +64,7 @@ def skypilot_task(job: Job, bucket: str | None = None, spot: bool = False) -> di
     if accel_args:
         resources["accelerator_args"] = accel_args
     resources.update(recovery(bucket, spot))
-    bundle = f'"{LOCAL_BUNDLES}/{job.bundle}"'
+    bundle = Raw(shell_line('"{local}"/{bundle}', local=Raw(LOCAL_BUNDLES), bundle=job.bundle))
     run = ["set -euo pipefail", f"mkdir -p {LOCAL_BUNDLES}"]
     if bucket:  # the study pushes the bundle to the mount as it goes, and a new cluster pulls it first
         run.append(f"status=0; {job.study(bundle)} --bucket {BUCKET_MOUNT} || status=$?")
@@ -88,9 +89,9 @@ def skypilot_task(job: Job, bucket: str | None = None, spot: bool = False) -> di
 def render(job: Job, bucket: str | None = None, spot: bool = False) -> str:
     submit = " ".join(submit_argv(bucket)[:-2])
     capacity = " on spot capacity" if spot else ""
-    head = (
-        f"# crosstune {job.version}: `crosstune study` of {job.recipe.name} (recipe hash {job.recipe_hash}) on "
-        f"{job.target.name}{capacity} with the {job.backend} backend.\n# Launch: {submit} {job.name} THIS_FILE "
-        "(from the crosstune checkout: it is the workdir).\n"
-    )
-    return head + to_yaml(skypilot_task(job, bucket, spot))
+    head = [
+        f"crosstune {job.version}: `crosstune study` of {job.recipe.name} (recipe hash {job.recipe_hash}) on "
+        f"{job.target.name}{capacity} with the {job.backend} backend.",
+        f"Launch: {submit} {job.name} THIS_FILE (from the crosstune checkout: it is the workdir).",
+    ]
+    return to_yaml(skypilot_task(job, bucket, spot), head)

@@ -17,8 +17,7 @@ each attempt writes its number when it starts.
 
 from __future__ import annotations
 
-import shlex
-
+from crosstune.emit import Raw, comment_lines, shell_line
 from crosstune.launch.job_spec import STUDY_PORT, Job, LaunchError
 
 SBATCH_DIRECTIVES = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "exclusive", "output", "time",
@@ -51,14 +50,14 @@ def render(job: Job, *, nodes: int = 1, time_limit: str | None = None, bucket: s
     check(job, nodes)
     on_gpu = job.target.chip.platform == "gpu"
     where = f"{nodes} node(s) × {job.target.devices} {job.target.chip.name.upper()}" if on_gpu else "one CPU node"
-    keep = f" --bucket {shlex.quote(bucket)}" if bucket else ""  # the study pushes to it and pulls from it
+    keep = ["--bucket", bucket] if bucket else []  # the study pushes to it and pulls from it
 
-    def study(*extra: str) -> str:
-        return job.study('"$BUNDLE"', *extra) + keep
+    def study(*extra: str) -> Raw:
+        return job.study(Raw('"$BUNDLE"'), *extra, *keep)
 
     train = study("--only", "train")
     if job.backend == "torch" and nodes > 1:  # node i starts its workers and meets node 0 at the rendezvous
-        train += f' --node-rank "$SLURM_NODEID" --main-address "$MAIN:{STUDY_PORT}"'
+        train = Raw(f'{train} --node-rank "$SLURM_NODEID" --main-address "$MAIN:{STUDY_PORT}"')
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job.name}",
@@ -66,21 +65,25 @@ def render(job: Job, *, nodes: int = 1, time_limit: str | None = None, bucket: s
         *RECOVERY,
         f"#SBATCH --output={job.name}-%j.out",
         *([f"#SBATCH --time={time_limit}"] if time_limit else []),
-        f"# crosstune {job.version}: `crosstune study` of {job.recipe.name} (recipe hash {job.recipe_hash}) on "
-        f"{where}, {job.backend} backend" + (" (FSDP2 across nodes)." if nodes > 1 else "."),
-        "# Submit from the crosstune checkout on the shared filesystem: sbatch THIS_FILE",
+        comment_lines(
+            [
+                f"crosstune {job.version}: `crosstune study` of {job.recipe.name} (recipe hash {job.recipe_hash}) on "
+                f"{where}, {job.backend} backend" + (" (FSDP2 across nodes)." if nodes > 1 else "."),
+                "Submit from the crosstune checkout on the shared filesystem: sbatch THIS_FILE",
+            ]
+        ).rstrip("\n"),
         "set -euo pipefail",
         f'echo "attempt {ATTEMPT} of job ${{SLURM_JOB_ID:-?}} on $(hostname), $(date -u +%FT%TZ)"',
         'cd "${CROSSTUNE_HOME:-$SLURM_SUBMIT_DIR}"',
-        *(f"export {k}={shlex.quote(v)}" for k, v in job.labels().items()),
+        *(shell_line("export {name}={value}", name=Raw(k), value=v) for k, v in job.labels().items()),
         "export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false",
-        f'BUNDLE="${{CROSSTUNE_BUNDLES:-$PWD/bundles}}/{job.bundle}"',
+        shell_line('BUNDLE="${{CROSSTUNE_BUNDLES:-$PWD/bundles}}"/{bundle}', bundle=job.bundle),
         'MAIN=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         "export BUNDLE MAIN  # srun passes the environment to every node's task",
         "# 1. the data prepared once and the plan checked, on the first node",
         f'srun --nodes=1 --ntasks=1 -w "$MAIN" {study("--only", "prepare,plan")}',
         f"# 2. training on every node, {job.target.devices} GPU(s) each" if on_gpu else "# 2. training",
-        f"srun --nodes={nodes} --ntasks-per-node=1 bash -c {shlex.quote(train)}",
+        shell_line("srun --nodes={nodes} --ntasks-per-node=1 bash -c {train}", nodes=Raw(str(nodes)), train=str(train)),
         "# 3. export, serve, bench, eval and cost on the first node",
         f'srun --nodes=1 --ntasks=1 -w "$MAIN" {study("--from", "export")}',
         f'echo "bundle: $BUNDLE (attempt {ATTEMPT})"',

@@ -21,13 +21,15 @@ import shutil
 from pathlib import Path
 
 from crosstune.errors import InputError
-from crosstune.untrusted_files import read_model_config
+from crosstune.model_configs import read_model_config
 
 ASSISTANT_TYPE = "gemma4_assistant"
 ASSISTANT_CLASS = "Gemma4AssistantForCausalLM"
 # Google's drafters: 4 layers (the model card of google/gemma-4-31B-it-assistant and its MLX conversions: 4 layers,
 # hidden 1024 for 31B and 12B). A tiny base's drafter keeps the layer count at half its hidden size.
 ASSISTANT_LAYERS = 4
+# what the drafter's config takes from its base's (model_configs.TextConfig types and bounds each)
+ASSISTANT_READS = ("hidden_size", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim")
 
 
 def base_text_config(base_dir: Path) -> dict:
@@ -41,6 +43,9 @@ def base_text_config(base_dir: Path) -> dict:
             f"{base_dir}/config.json: a {kind!r} model; an MTP drafter is built for a Gemma 4 base "
             "(model_type gemma4_text, or gemma4 with a text_config)"
         )
+    if missing := [k for k in ASSISTANT_READS if text.get(k) is None]:
+        what = f"no {', '.join(missing)}: a drafter is built from the base's sizes"
+        raise InputError(f"{base_dir}/config.json: {what}; restore the config from the model's source")
     if text.get("enable_moe_block"):
         raise InputError(f"{base_dir}/config.json: a mixture-of-experts base; build the drafter of a dense Gemma 4")
     return text

@@ -21,9 +21,10 @@ from crosstune import ownership
 from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.families.base import gemma_layer_pattern
-from crosstune.families.spec import ModelSpec
+from crosstune.families.spec import DTYPE_BYTES, ModelSpec
 from crosstune.models.tokenizer import corpus_texts, save_tokenizer, train_tokenizer
 from crosstune.synth import generate_corpus
+from crosstune.units import bytes_to_gb
 
 # `crosstune model tiny|build` proves a folder its own by this manifest (hidden: an export copies a base's other
 # files, never its hidden ones); it replaces nothing else.
@@ -107,6 +108,33 @@ MULTIMODAL = {
         "extra": {"mm_tokens_per_image": 4},
     },
 }
+
+
+def build_bytes(spec: ModelSpec) -> int:
+    """The memory a build of `spec` holds at its peak: transformers initialises every weight in float32, and the cast
+    to `dtype` goes a parameter at a time."""
+    return spec.total_params * DTYPE_BYTES["float32"]
+
+
+def available_bytes() -> int | None:
+    """This machine's available memory (/proc/meminfo's MemAvailable; None where it can't be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_problem(spec: ModelSpec, dtype: str) -> str | None:
+    """Why this machine can't hold a build of `spec` in `dtype` (None: it can, or its memory can't be read)."""
+    need, have = build_bytes(spec), available_bytes()
+    if have is None or need <= have:
+        return None
+    size = f"{spec.name} ({spec.total_params:,} parameters)"
+    free = f"this machine has {bytes_to_gb(have):.1f} GB available"
+    return f"{size} needs about {bytes_to_gb(need):.1f} GB to build in {dtype}; {free}"
 
 
 def sized_spec(family: str, size: str, layers: int | None = None, vocab: int | None = None) -> ModelSpec:

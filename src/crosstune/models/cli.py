@@ -17,6 +17,7 @@ from crosstune.models.build import (
     ModelOptionError,
     ShardCountError,
     build_checkpoint,
+    memory_problem,
     sized_spec,
 )
 from crosstune.models.tokenizer import corpus_texts
@@ -169,6 +170,8 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
 
     hf_logging.disable_progress_bar()
     spec = sized_spec(fam.name, size, layers, vocab)
+    if problem := memory_problem(spec, dtype):  # before anything is allocated: the 31B's 62 GB was allocated blind
+        raise ModelOptionError(f"{problem}: give --layers (e.g. --layers 2: the size's true dimensions, few layers)")
     settings = {"family": fam.name, "size": size, "layers": layers, "vocab": vocab, "layout": layout, "dtype": dtype,
                 "shards": shards, "seed": seed, "corpus": None if corpus is None else str(corpus)}  # fmt: skip
     # Built beside OUT and swapped in at the end: a failed build leaves OUT as it was; refused before any work.

@@ -36,8 +36,20 @@ def plan(
     layers: int = typer.Option(
         None,
         "--layers",
-        help="with --compile: only the first N decoder layers (a quick smoke check; memory is then not the model's)",
-    ),  # fmt: skip
+        help="with --compile or --run: only the first N decoder layers (memory and time are then those layers')",
+    ),
+    run: bool = typer.Option(
+        False,
+        "--run",
+        help="run the jax train step on the attached TPU and time it (weights made on the chip, a synthetic "
+        "packed batch; the mesh fitted to the attached chips as `hardware: auto` does): step time, tokens/s, MFU, "
+        "peak HBM and compile time measured, beside the planner's time and memory for the same layers, and the "
+        "planner's time for the recipe's own hardware",
+    ),
+    steps: int = typer.Option(8, "--steps", help="with --run: micro-steps timed (after 2 warm-up steps)"),
+    profile: Path = typer.Option(
+        None, "--profile", help="with --run: a JAX profiler trace of two timed steps into this folder (XProf)"
+    ),
     search: bool = typer.Option(
         False,
         "--search",
@@ -70,11 +82,17 @@ def plan(
 
     if backend is not None and backend not in BACKEND_NAMES:  # else the recipe's backend was planned, and "plan ok"
         raise CrosstuneError(f"--backend {backend!r}: one of {', '.join(BACKEND_NAMES)}")
-    if layers is not None and not compile_:
-        raise CrosstuneError("--layers goes with --compile: add --compile, or leave out --layers")
-    if search and (compile_ or layers is not None):
-        raise CrosstuneError("--search compiles by itself: leave out --compile and --layers")
+    if layers is not None and not (compile_ or run):
+        raise CrosstuneError("--layers goes with --compile or --run: add one, or leave out --layers")
+    if search and (compile_ or run or layers is not None):
+        raise CrosstuneError("--search compiles by itself: leave out --compile, --run and --layers")
+    if run and compile_:
+        raise CrosstuneError("--run compiles on the chip itself: leave out --compile")
+    if (steps != 8 or profile is not None) and not run:
+        raise CrosstuneError("--steps and --profile go with --run")
     overrides = list(overrides or [])
+    if run:
+        raise typer.Exit(_run(recipe_file, overrides, layers, steps, profile, as_json))
     recipe = load_for_plan(recipe_file, overrides)
     if search:
         raise typer.Exit(_search(recipe_file, overrides, recipe, max_compiles, as_json, cache))
@@ -97,6 +115,20 @@ def plan(
         render_plan(result, console)
         render_compiled(report, console)
     raise typer.Exit(0 if report["fits"] else 1)
+
+
+def _run(recipe_file: Path, overrides: list[str], layers, steps: int, profile, as_json: bool) -> int:
+    """`plan --run`, its progress on stderr; the work is crosstune.plan.driver.measured_plan."""
+    from crosstune.plan.driver import measured_plan
+    from crosstune.planner.view import render_measured
+
+    report = measured_plan(recipe_file, overrides, layers, steps, profile, say=lambda line: err.print(
+        f"[cyan]{line}[/cyan]", highlight=False))  # fmt: skip
+    if as_json:
+        print(json.dumps(report, indent=1))
+    else:
+        render_measured(report, console)
+    return 0
 
 
 def _search(recipe_file: Path, overrides: list[str], recipe, max_compiles: int, as_json: bool, cache) -> int:

@@ -1,5 +1,5 @@
 """What `crosstune plan` does beyond the planner's estimate: the recipe's jax step compiled for its TPU topology
-(crosstune.train.jax.compile, in a child process with libtpu) and set against the planner, and the search over
+(crosstune.train.jax.aot_process, in a child process with libtpu) and set against the planner, and the search over
 remat, attention, rows and meshes (crosstune.planner.search) with its compile cache.
 
 A mesh the planner refuses (heads tp can't split, device count) is refused before compiling; a memory verdict is
@@ -17,7 +17,7 @@ from typing import Any
 from crosstune.errors import CrosstuneError
 from crosstune.hardware import HARDWARE, HardwareTarget
 from crosstune.planner import plan_recipe
-from crosstune.planner.compiled import CompiledStep, compile_report, with_layers
+from crosstune.planner.aot_report import CompiledStep, compile_report, with_layers
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.planner.search import Candidate, Search, run_search
 from crosstune.untrusted_files import read_json
@@ -38,7 +38,7 @@ def tpu_hardware(recipe, what: str) -> HardwareTarget:
 
 def compiled_plan(recipe_file: Path, overrides: list[str], recipe, result, layers: int | None) -> dict[str, Any]:
     """XLA's verdict on the recipe's jax step (its first `layers` decoder layers, or all) beside the planner's."""
-    from crosstune.train.tpu_compile import compile_step
+    from crosstune.train.parts import compile_step
 
     hw = tpu_hardware(recipe, "--compile")
     short = with_layers(result.spec, layers) if layers is not None else result.spec
@@ -49,11 +49,50 @@ def compiled_plan(recipe_file: Path, overrides: list[str], recipe, result, layer
     return compile_report(plan_recipe(recipe, "jax", spec=short), step)
 
 
+def measured_plan(
+    recipe_file: Path, overrides: list[str], layers: int | None, steps: int, profile: Path | None, say
+) -> dict[str, Any]:
+    """`plan --run`: the recipe's jax step timed on the attached devices (its mesh fitted to them, as `hardware:
+    auto` does), beside the planner's time and memory for the same layers there (crosstune.planner.measured); and
+    where the recipe names other hardware, the planner's time for it at full depth, by the same calibration."""
+    from crosstune.planner.measured import MeasuredStep, measured_report
+    from crosstune.planner.timing import predict_step
+    from crosstune.train.parts import measure_step
+
+    recipe = load_for_plan(recipe_file, overrides + ["hardware=auto"])
+    for note in recipe.warnings:
+        if note.path in ("hardware", "backend.jax.mesh"):
+            say(note.message)
+    result = plan_recipe(recipe, "jax")
+    refused = [b for b in result.blockers if b not in result.memory_blockers]
+    if refused:
+        raise PlanError(f"the plan can't run on the attached {recipe.hardware}: " + "; ".join(refused))
+    short = with_layers(result.spec, layers) if layers is not None else result.spec
+    try:
+        step = MeasuredStep.from_dict(measure_step(recipe, layers, steps=steps, profile_dir=profile, say=say))
+    except ValueError as e:
+        raise PlanError(str(e)) from None
+    report = measured_report(plan_recipe(recipe, "jax", spec=short), recipe, step)
+    own = load_for_plan(recipe_file, overrides)
+    if own.hardware != recipe.hardware and HARDWARE[own.hardware].chip.peak_bf16_tflops is not None:
+        target = predict_step(plan_recipe(own, "jax"), own)
+        rows = own.train.per_device_batch_size * own.backend.jax.mesh.fsdp
+        report["recipe_target"] = {
+            "hardware": own.hardware,
+            "mesh": {"fsdp": own.backend.jax.mesh.fsdp, "tp": own.backend.jax.mesh.tp},
+            "layers": plan_recipe(own, "jax").spec.num_layers,
+            "micro_step_s": target.micro_step_s,
+            "tokens_per_s": rows * own.data.max_seq_len / target.micro_step_s,
+            "calibration": target.calibration,
+        }
+    return report
+
+
 def compile_key(recipe_file: Path, overrides: list[str], layers: int | None) -> str:
     """What a compile's result depends on: the recipe as the --set lines resolve it (so a recipe that took a
     candidate's settings finds that candidate's compiles), the depth, and the code of the jax step and of its
-    analysis (crosstune.train.tpu_compile.step_code_files)."""
-    from crosstune.train.tpu_compile import step_code_files
+    analysis (crosstune.train.parts.step_code_files)."""
+    from crosstune.train.parts import step_code_files
 
     code = step_code_files()
     resolved = load_for_plan(recipe_file, overrides).model_dump(mode="json")
@@ -69,7 +108,7 @@ def cached_compile(
     compile is kept as <cache>/<compile_key>.json and reused while its key holds (`plan --search --cache`,
     bench/tpu_step.py)."""
     from crosstune.fsutil import atomic_write_text
-    from crosstune.train.tpu_compile import compile_step
+    from crosstune.train.parts import compile_step
 
     kept = None if cache is None else cache / f"{compile_key(recipe_file, overrides, layers)}.json"
     if kept is not None and kept.is_file():
@@ -94,8 +133,8 @@ def search_plan(
     """`plan --search`: crosstune.planner.search with the compiler in a child process; `status` gets what is being
     compiled, `say` the search's own lines. With `cache`, each compile's CompiledStep is kept as
     <cache>/<compile_key>.json and reused."""
-    from crosstune.train.steps import accumulation
-    from crosstune.train.tpu_compile import find_libtpu, remat_mode
+    from crosstune.train.parts import find_libtpu, remat_mode
+    from crosstune.train.step_plan import accumulation
 
     hw = tpu_hardware(recipe, "--search")
     find_libtpu()
@@ -107,6 +146,12 @@ def search_plan(
 
     def memory(c: Candidate):
         return plan_recipe(load_for_plan(recipe_file, overrides + c.overrides(recipe)), "jax").jax_memory
+
+    def seconds(c: Candidate) -> float:  # the calibrated micro-step the search ranks by
+        from crosstune.planner.timing import predict_step
+
+        candidate = load_for_plan(recipe_file, overrides + c.overrides(recipe))
+        return predict_step(plan_recipe(candidate, "jax"), candidate).micro_step_s
 
     done = [0]
 
@@ -121,5 +166,5 @@ def search_plan(
         return step
 
     found = run_search(recipe, spec, hw, rows, memory, compile_one, max_compiles=max_compiles, baseline=baseline,
-                       progress=say)  # fmt: skip
+                       progress=say, plan_time=seconds)  # fmt: skip
     return found, hw

@@ -15,7 +15,6 @@ from crosstune.planner.tensors import fitted, per_device_elements, trained_lora_
 from crosstune.recipe import Recipe, model_path
 from crosstune.units import GB
 
-USABLE_FRACTION = 0.9
 JAX_LOGITS_CHUNK = 512  # crosstune.train.jax.logits.CHUNK (a test keeps the two equal)
 
 # The tunix experts' weights (families/gemma4/tunix.py: [E, 2, X, D] gate/up and [E, X, D] down per MoE layer), and
@@ -35,6 +34,7 @@ class Memory:
     activations_remat: float
     logits: float
     hbm: float | None
+    usable: float | None  # what a program may hold (crosstune.hardware.Chip.usable_gb)
     activations_selective: float | None = None  # torch only: remat + the kept attention outputs
     gathered: float = 0.0  # jax with fsdp > 1: the decoder layers' weights all-gathered over fsdp, held to backward
 
@@ -44,7 +44,7 @@ class Memory:
 
     @property
     def fits(self) -> bool:
-        return self.hbm is None or self.total <= USABLE_FRACTION * self.hbm
+        return self.usable is None or self.total <= self.usable
 
 
 @dataclass
@@ -215,9 +215,8 @@ def memory(
         lora_targets = tuple(recipe.lora.targets)
         acts = sum(_saved_matmuls(spec, i, b, seq, a, tp, lora_targets) for i in range(spec.num_layers)) + residual
         acts += max(working) + mask
-    hbm = hw.chip.hbm_gb
     return Memory(
-        base / GB, lora / GB, acts / GB, no_remat / GB, remat / GB, logits / GB, hbm,
+        base / GB, lora / GB, acts / GB, no_remat / GB, remat / GB, logits / GB, hw.chip.hbm_gb, hw.chip.usable_gb,
         None if selective is None else selective / GB, gathered / GB,
     )  # fmt: skip
 
@@ -326,7 +325,7 @@ def _torch_blockers(plan: Plan, recipe: Recipe) -> None:
 
 def _oom(mem: Memory, unit: str) -> str:
     return (
-        f"estimated {mem.total:.1f} GB per {unit} > {USABLE_FRACTION:.0%} of {mem.hbm:.0f} GB HBM "
+        f"estimated {mem.total:.1f} GB per {unit} > the {mem.usable:.1f} GB a program may hold of {mem.hbm:.0f} GB HBM "
         f"(base {mem.base:.1f}, LoRA+optimizer {mem.lora:.1f}, "
         + (f"fsdp-gathered layers {mem.gathered:.1f}, " if mem.gathered else "")
         + f"activations {mem.activations:.1f}, "

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from crosstune.recipe import Problem, Recipe, RecipeError, load_recipe
+from crosstune.recipe.auto_target import resolve_auto
 from crosstune.recipe.checks import check_recipe
 from crosstune.untrusted_files import parse_yaml, read_yaml
 
@@ -39,5 +40,6 @@ def load_for_plan(path: Path, overrides: list[str] | None = None) -> Recipe:
         recipe = Recipe.model_validate(data)
     except ValidationError:  # a planned value of the wrong type (`tp: ~`): the plan has nothing to explain
         raise refused from None
-    problems: list[Problem] = check_recipe(recipe, base_dir)
+    recipe, resolved = resolve_auto(recipe, base_dir)
+    problems: list[Problem] = resolved + check_recipe(recipe, base_dir)
     return recipe.located(base_dir, [p for p in problems if p.path not in PLANNED_PATHS])

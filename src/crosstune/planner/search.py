@@ -14,7 +14,7 @@ gradient accumulation. Each is priced by the planner first (free). Then, within 
    their memory and roofline are XLA's own, and the winner is the fastest finalist that fits. The screen stops
    early enough to leave the budget for them.
 
-The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`: crosstune.train.jax.compile
+The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`: crosstune.train.jax.aot_process
 in a child process with libtpu); this module only chooses, extrapolates and ranks.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
-from crosstune.planner.compiled import CompiledStep, Roofline, roofline
-from crosstune.planner.estimate import USABLE_FRACTION, Memory
+from crosstune.planner.aot_report import CompiledStep, Roofline, roofline
+from crosstune.planner.estimate import Memory
 from crosstune.recipe import Recipe
 from crosstune.units import GB
 
@@ -69,7 +69,7 @@ class Candidate:
 
 def candidates(recipe: Recipe, spec: ModelSpec, hw: HardwareTarget, rows_total: int) -> list[Candidate]:
     """Every (remat, attention, rows, mesh) that keeps the global batch (`rows_total` rows per optimizer step, as
-    crosstune.train.steps derives it) on all of the hardware's chips."""
+    crosstune.train.step_plan derives it) on all of the hardware's chips."""
     n = hw.devices
     length = recipe.data.max_seq_len
     attentions = [a for a in ATTENTIONS if a == "dense" or (length % min(512, length) == 0 and length % 128 == 0)]
@@ -101,6 +101,15 @@ class Result:
     line: Roofline | None = None
     stage: str = "planned"  # planned | screened | final | failed
     error: str = ""
+    predicted_s: float | None = None  # the planner's calibrated micro-step (crosstune.planner.timing)
+    tokens: int = 0  # per micro-step over the slice
+
+    @property
+    def tokens_per_s(self) -> float:
+        """What the search ranks by: the calibrated prediction where there is one, else the compiled roofline."""
+        if self.predicted_s:
+            return self.tokens / self.predicted_s
+        return self.line.tokens_per_s if self.line is not None else 0.0
 
     @property
     def xla_gb(self) -> float | None:
@@ -140,15 +149,21 @@ def run_search(
     finalists: int = len(REMATS),
     baseline: Candidate | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    plan_time: Callable[[Candidate], float] | None = None,
 ) -> Search:
     """Screen, then compile finalists at full depth (see the module's docstring); at most `max_compiles` compiles
     (two per screened candidate, one per finalist: the screen keeps one for each finalist it could give, up to
-    `finalists`)."""
+    `finalists`). With `plan_time` (the calibrated micro-step of a candidate), candidates are ranked by it; the
+    compiles still decide what fits."""
     chip = hw.chip
-    usable = None if chip.hbm_gb is None else USABLE_FRACTION * chip.hbm_gb
+    usable = chip.usable_gb
     p = period(spec)
     depths = (p, 2 * p) if 2 * p < spec.num_layers else (1, 2)
-    results = [Result(c, plan_memory(c)) for c in candidates(recipe, spec, hw, rows_total)]
+    length = recipe.data.max_seq_len
+    results = [
+        Result(c, plan_memory(c), predicted_s=plan_time(c) if plan_time else None, tokens=c.rows * c.fsdp * length)
+        for c in candidates(recipe, spec, hw, rows_total)
+    ]
     base = next((r for r in results if r.candidate == baseline), None)
     order = _screen_order(results)
     budget, screened = max_compiles, []
@@ -180,7 +195,7 @@ def run_search(
             continue
         r.line, r.stage = roofline(r.step, chip), "final"
     final = [r for r in results if r.stage == "final" and r.fits(usable)]
-    winner = max(final, key=lambda r: r.line.tokens_per_s, default=None)
+    winner = max(final, key=lambda r: r.tokens_per_s, default=None)
     notes = [] if winner else ["no candidate compiled at full depth fits: no winner (raise --max-compiles)"]
     notes.append(
         f"screened figures are extrapolated from {depths[0]} and {depths[1]} layers: exact per layer for the "
@@ -202,7 +217,7 @@ def pareto(results: list[Result]) -> list[Result]:
 
 def _finalist_order(fitting: list[Result]) -> list[Result]:
     """The fastest screened candidate of each recompute mode (fastest mode first), then the others, fastest first."""
-    fast = sorted(fitting, key=lambda r: -r.line.tokens_per_s)
+    fast = sorted(fitting, key=lambda r: -r.tokens_per_s)
     firsts = [
         next(r for r in fast if r.candidate.remat == mode) for mode in dict.fromkeys(r.candidate.remat for r in fast)
     ]
@@ -236,12 +251,14 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
             "error": r.error or None,
             "planner_bytes_per_device": round(r.planner.total * GB),
             "xla_bytes_per_device": None if r.step is None else r.step.per_device_bytes,
-            "fits": r.fits(None if hw.chip.hbm_gb is None else USABLE_FRACTION * hw.chip.hbm_gb),
+            "fits": r.fits(hw.chip.usable_gb),
             "roofline": None if line is None else {
                 "compute_s": line.compute_s, "memory_s": line.memory_s, "ici_s": line.ici_s,
                 "micro_step_s": line.micro_step_s, "step_s": line.step_s, "tokens_per_s": line.tokens_per_s,
                 "bound": line.bound,
             },
+            "predicted_micro_step_s": r.predicted_s,
+            "predicted_tokens_per_s": r.tokens_per_s if r.predicted_s else None,
             "pareto": r in front,
             "compile_s": None if r.step is None else r.step.build_s + r.step.lower_s + r.step.compile_s,
             "host_peak_rss_bytes": None if r.step is None else r.step.host_peak_rss_bytes,
@@ -263,4 +280,4 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
 
 
 def _rank(r: Result) -> tuple:
-    return ({"final": 0, "screened": 1, "failed": 2}.get(r.stage, 3), -(r.line.tokens_per_s if r.line else 0))
+    return ({"final": 0, "screened": 1, "failed": 2}.get(r.stage, 3), -r.tokens_per_s)

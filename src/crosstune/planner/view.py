@@ -7,8 +7,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from crosstune.planner.compiled import planner_bytes
-from crosstune.planner.estimate import USABLE_FRACTION, Memory, Plan
+from crosstune.planner.aot_report import planner_bytes
+from crosstune.planner.estimate import Memory, Plan
 from crosstune.recipe import Recipe
 from crosstune.units import GB, bytes_to_gib
 
@@ -51,7 +51,7 @@ def render_plan(plan: Plan, out: Console | None = None) -> None:
         )
     out.print(options)
 
-    memory = Table(title=f"Memory per device, GB (fits: ≤ {USABLE_FRACTION:.0%} of HBM)")
+    memory = Table(title=f"Memory per device, GB (fits: ≤ {_gb(hw.chip.usable_gb)} GB, {hw.chip.usable_source})")
     memory.add_column("")
     columns: list[tuple[str, Memory]] = [(f"jax fsdp={fsdp} tp={tp}", plan.jax_memory)]
     if plan.torch_memory is not None:
@@ -100,7 +100,7 @@ def _bytes(x: float | int | None) -> str:
 
 
 def render_compiled(report: dict, out: Console | None = None) -> None:
-    """XLA's per-device memory next to the planner's, the compiled cost and the roofline (crosstune.planner.compiled
+    """XLA's per-device memory next to the planner's, the compiled cost and the roofline (crosstune.planner.aot_report
     builds `report`)."""
     out = out or console
     x, p, line, layers = report["xla"], report["planner"], report["roofline"], report["layers"]
@@ -119,6 +119,7 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
     table.add_row("total", _bytes(x["per_device_bytes"]), _bytes(p["per_device_bytes"]),
                   f"planner {p['relative_to_xla']:+.1%} vs XLA")  # fmt: skip
     table.add_row("HBM", _bytes(report["hbm_bytes_per_device"]), "", "")
+    table.add_row("usable", _bytes(report["usable_bytes_per_device"]), "", "what a program may hold")
     table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", "")
     out.print(table)
     kernels = f" + {x['kernel_flops']:.3g} flops, {x['kernel_bytes']:.3g} bytes in Pallas kernels" if x[
@@ -159,18 +160,21 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
 
 def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> None:
     """`plan --search`'s frontier: every compiled candidate, XLA's memory per chip (full depth, or extrapolated from
-    the screen), the three-term roofline, and the --set lines of the winner (crosstune.planner.search)."""
+    the screen), the three-term roofline, the calibrated prediction it is ranked by, and the --set lines of the
+    winner (crosstune.planner.search)."""
     from crosstune.planner.search import pareto
 
     out = out or console
-    usable = None if hw.chip.hbm_gb is None else USABLE_FRACTION * hw.chip.hbm_gb
+    usable = hw.chip.usable_gb
     front = pareto(search.results)
     table = Table(title=f"{recipe.name} on {hw.name}: {search.compiles} compiles (screen at {search.depths[0]} and "
                   f"{search.depths[1]} layers, finalists at full depth)")  # fmt: skip
-    for col in ("candidate", "stage", "XLA GB/chip", "planner GB/chip", "compute s", "HBM s", "ICI s", "tokens/s", ""):
+    columns = ("candidate", "stage", "XLA GB/chip", "planner GB/chip", "compute s", "HBM s", "ICI s", "roofline tok/s",
+               "predicted tok/s", "")  # fmt: skip
+    for col in columns:
         table.add_column(col, justify="left" if col in ("candidate", "stage", "") else "right")
     ranked = sorted((r for r in search.results if r.step is not None or r.error), key=lambda r: (
-        {"final": 0, "screened": 1}.get(r.stage, 2), -(r.line.tokens_per_s if r.line else 0)))  # fmt: skip
+        {"final": 0, "screened": 1}.get(r.stage, 2), -r.tokens_per_s))  # fmt: skip
     for r in ranked:
         line = r.line
         mark = " ◀ winner" if r is search.winner else (" frontier" if r in front else "")
@@ -180,7 +184,8 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
         stage = r.stage + ("" if not r.error else f": {r.error[:60]}")
         cells = ("–",) * 4 if line is None else (f"{line.compute_s:.3f}", f"{line.memory_s:.3f}", f"{line.ici_s:.3f}",
                                                  f"{line.tokens_per_s:,.0f}")  # fmt: skip
-        table.add_row(r.candidate.label, stage, gb, f"{r.planner.total:,.1f}", *cells, mark)
+        predicted = "–" if not r.predicted_s else f"{r.tokens_per_s:,.0f}"
+        table.add_row(r.candidate.label, stage, gb, f"{r.planner.total:,.1f}", *cells, predicted, mark)
     out.print(table)
     out.print(f"{len(search.results) - len(ranked)} more candidates priced by the planner only", highlight=False)
     for note in search.notes:
@@ -188,6 +193,49 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
     if search.winner is not None:
         w = search.winner
         sets = " ".join(f"--set {s}" for s in w.candidate.overrides(recipe))
+        speed = f"{w.tokens_per_s:,.0f} tokens/s predicted (calibrated)" if w.predicted_s else "–"
         out.print(f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), "
-                  f"≤ {w.line.tokens_per_s:,.0f} tokens/s ({w.line.bound}-bound)", highlight=False)  # fmt: skip
+                  f"{speed}, ≤ {w.line.tokens_per_s:,.0f} by the roofline ({w.line.bound}-bound)",
+                  highlight=False)  # fmt: skip
         out.print(f"reproduce: crosstune plan RECIPE --compile {sets}", highlight=False)
+
+
+def render_measured(report: dict, out: Console | None = None) -> None:
+    """`plan --run`: what the chip did beside what the planner predicts (crosstune.planner.measured builds
+    `report`)."""
+    out = out or console
+    m, p, layers = report["measured"], report["predicted"], report["layers"]
+    depth = f"{layers['measured']} of {layers['model']} layers"
+    title = f"{report['recipe']} on the attached {report['hardware']} ({report['devices']} × {report['device_kind']}"
+    table = Table(title=f"{title}, {depth}, {report['micro_batch_tokens']:,} tokens per micro-step)")
+    for col in ("", "measured", "planner", "planner / measured"):
+        table.add_column(col, justify="right" if col else "left")
+
+    def ratio(key: str) -> str:
+        value = report[key]
+        return "–" if value is None else f"{value:.2f}"
+
+    predicted_s = p["micro_step_s"]
+    table.add_row("s per micro-step", f"{m['micro_step_s']:.4f}", "–" if predicted_s is None else f"{predicted_s:.4f}",
+                  ratio("time_predicted_over_measured"))  # fmt: skip
+    table.add_row("tokens/s", f"{m['tokens_per_s']:,.0f}", "–" if p["tokens_per_s"] is None else
+                  f"{p['tokens_per_s']:,.0f}", "")  # fmt: skip
+    table.add_row("MFU (4N)", "–" if m["mfu"] is None else f"{m['mfu']:.1%}", "", "")
+    table.add_row("peak HBM, GB", _gb(m["peak_gb"]), _gb(p["planner_gb"]), ratio("memory_predicted_over_measured"))
+    table.add_row("XLA memory_analysis, GB", _gb(report["xla_gb"]), "", "")
+    usable = report["usable_gb"]
+    table.add_row("fits", "ran" if report["ran_within_limit"] else "[red]over XLA's limit[/red]",
+                  ("[green]yes[/green]" if p["fits"] else "[red]no[/red]") + f" (≤ {_gb(usable)} GB)", "")  # fmt: skip
+    table.add_row("compile, s", f"{m['compile_s']:.1f}", "", "lower + XLA")
+    out.print(table)
+    if p["by_kind_s"]:
+        kinds = ", ".join(f"{k} {v:.4f} s" for k, v in p["by_kind_s"].items())
+        out.print(f"planner's micro-step: {kinds} ({p['calibration']})", highlight=False)
+    target = report.get("recipe_target")
+    if target:
+        out.print(
+            f"the recipe's own {target['hardware']} (fsdp {target['mesh']['fsdp']} × tp {target['mesh']['tp']}, "
+            f"{target['layers']} layers), predicted: {target['micro_step_s']:.3f} s per micro-step, "
+            f"{target['tokens_per_s']:,.0f} tokens/s ({target['calibration']})",
+            highlight=False,
+        )

@@ -2,7 +2,6 @@
 
 from crosstune.recipe.findings import Problem, RecipeError
 from crosstune.recipe.load import (
-    UnlocatedRecipeError,
     load_recipe,
     model_path,
     model_snapshot,
@@ -10,6 +9,7 @@ from crosstune.recipe.load import (
     recipe_hash,
     resolve_path,
 )
+from crosstune.recipe.paths import UnlocatedRecipeError
 from crosstune.recipe.schema import Recipe
 
 __all__ = [

@@ -12,15 +12,22 @@ from crosstune.families.spec import EXPERTS_REFUSED, EXPERTS_TARGET, ModelSpec
 from crosstune.hardware import HARDWARE
 from crosstune.recipe.findings import Problem
 from crosstune.recipe.hub_ids import hub_dataset_id, hub_model_id
+from crosstune.recipe.paths import UnlocatedRecipeError, recipe_path
 from crosstune.recipe.schema import Recipe
 
 
 def _resolve(base_dir: Path | None, value: str) -> Path | None:
-    """A recipe path; None when it is relative and the recipe has no folder (parsed from text alone)."""
-    p = Path(value).expanduser()
-    if p.is_absolute():
-        return p
-    return None if base_dir is None else base_dir / p
+    """A recipe path; None when it is relative and the recipe has no folder (parsed from text alone: nothing on disk
+    to check yet)."""
+    try:
+        return recipe_path(value, base_dir)
+    except UnlocatedRecipeError:
+        return None
+
+
+def _id_like(path: str) -> bool:
+    """Whether a path that is not there reads like a hub id the user meant (owner/name, no file suffix)."""
+    return hub.is_hub_id(path) and not Path(path).suffix
 
 
 def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None, list[Problem]]:
@@ -37,8 +44,8 @@ def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None,
                                     f"fetch it with `{get}`; shape checks use model.size until then",
                                     severity="warning"))  # fmt: skip
     elif revision is not None:
-        why = f"a hub revision, but model.path {recipe.model.path!r} is not a hub id (owner/name)"
-        problems.append(Problem("model.revision", why, "drop model.revision, or name the model by its hub id"))
+        why = f"a hub revision, but model.path {recipe.model.path!r} is a path"
+        problems.append(Problem("model.revision", why, "drop model.revision, or write the hub id as hf://OWNER/NAME"))
     if model_dir is not None:
         cfg_file = model_dir / "config.json"
         if cfg_file.is_file():
@@ -60,7 +67,8 @@ def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None,
             Problem(
                 "model.path",
                 f"no config.json at {cfg_file.parent} (yet)",
-                "point it at an HF model directory; shape checks use model.size until it exists",
+                "point it at an HF model directory; shape checks use model.size until it exists"
+                + (f" (a hub model is written hf://{recipe.model.path})" if _id_like(recipe.model.path) else ""),
                 severity="warning",
             )
         )
@@ -282,17 +290,14 @@ def _source_problems(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
             except hub.HubError as e:
                 problems.append(Problem(f"data.sources[{i}].path", str(e), severity="warning"))
             continue
-        if src.names_hub_fields:
-            why = f"config, hub_split and revision select from a hub dataset, but {src.path!r} is on disk"
-            problems.append(Problem(f"data.sources[{i}]", why, "drop them, or name a hub dataset id"))
-            continue
         p = _resolve(base_dir, src.path)
         if p is not None and not (p.exists() or glob.glob(str(p))):
             problems.append(
                 Problem(
                     f"data.sources[{i}].path",
                     f"nothing at {p} (yet)",
-                    "a file, glob or save_to_disk dir",
+                    "a file, glob or save_to_disk dir"
+                    + (f" (a hub dataset is written hf://{src.path})" if _id_like(src.path) else ""),
                     severity="warning",
                 )
             )

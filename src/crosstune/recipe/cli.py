@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-import yaml
 from rich.console import Console
 
+from crosstune.emit import yaml_text
 from crosstune.errors import InputError
 from crosstune.hardware import HARDWARE
 from crosstune.recipe import RecipeError, load_recipe
 
 recipe_app = typer.Typer(
-    help="Validate and inspect recipes (the YAML that drives every stage); import an Axolotl or TRL config, export "
-    "the torch leg back to one.",
+    help="Validate and inspect recipes (the YAML that drives every stage); import an Axolotl, TRL or LLaMA-Factory "
+    "config, export the torch leg back to one.",
     no_args_is_help=True,
 )
 console = Console(soft_wrap=True)
@@ -54,7 +54,7 @@ def show(file: Path = typer.Argument(..., help="recipe YAML file"), overrides: l
     """Print the resolved recipe: every default filled in, as the stages will read it."""
 
     recipe = load_recipe(file, overrides)
-    console.print(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False), markup=False, highlight=False)
+    console.print(yaml_text(recipe.model_dump(mode="json")), markup=False, highlight=False)
 
 
 @recipe_app.command("schema")
@@ -78,15 +78,26 @@ def schema(section: str = typer.Argument(None, help="only this top-level section
 
 @recipe_app.command("import")
 def import_(
-    config: Path = typer.Argument(..., help="an Axolotl YAML or a `trl sft --config` YAML"),
+    config: Path = typer.Argument(..., help="an Axolotl YAML, a `trl sft --config` YAML or a LLaMA-Factory YAML"),
     out: Path = typer.Option(..., "--out", help="the recipe file to write (replaces only a recipe `import` wrote)"),
-    fmt: str | None = typer.Option(None, "--from", help="axolotl or trl (default: told by the keys)"),
+    fmt: str | None = typer.Option(None, "--from", help="axolotl, trl or llamafactory (default: told by the keys)"),
     hardware: str | None = typer.Option(
         None,
         "--hardware",
         help="the target the study runs on (tpu-v5p-8, 2xh100, ...): a TPU gets the jax "
         "backend on a mesh of its chips, a GPU box the torch backend; default cpu",
-    ),  # fmt: skip
+    ),
+    source_devices: int | None = typer.Option(
+        None,
+        "--source-devices",
+        help="the GPUs the config trained on, where it doesn't say (its global batch is "
+        "rows per device × accumulation × these); default: what the config says, else 1",
+    ),
+    global_batch: int | None = typer.Option(
+        None,
+        "--global-batch",
+        help="rows per optimizer step, instead of the config's (a multiple of the target's data-parallel devices)",
+    ),
     name: str | None = typer.Option(None, "--name", help="the recipe's name (default: the --out file's stem)"),
     strict: bool = typer.Option(False, "--strict", help="exit 1, writing nothing, when any key was not mapped"),
 ) -> None:
@@ -101,7 +112,9 @@ def import_(
     if hardware is not None and hardware not in HARDWARE:
         raise InputError(f"--hardware {hardware!r}: a named target ({', '.join(HARDWARE)})")
     check_out(out, file=True, inputs=(config,))  # before any work
-    done = import_config(config, out, fmt=fmt, hardware=hardware, name=name)
+    done = import_config(
+        config, out, fmt=fmt, hardware=hardware, source_devices=source_devices, global_batch=global_batch, name=name
+    )
     port = done.port
     for line in [u.render() for u in port.unmapped] + [f"note: {n}" for n in port.notes]:
         console.print("  " + line, markup=False, highlight=False)
@@ -111,36 +124,68 @@ def import_(
         console.print(f"[red]✗[/red] {config} ({port.tool}): {summary}; --strict: nothing written")
         raise typer.Exit(1)
     written = write_output(out, done.text, IMPORT_HEAD, inputs=(config,))
-    console.print(f"[green]✓[/green] wrote {written}: recipe {done.recipe.name!r} from {config} ({port.tool}), "
-                  f"{summary}; it validates", highlight=False)  # fmt: skip
+    console.print(
+        f"[green]✓[/green] wrote {written}: recipe {done.recipe.name!r} from {config} ({port.tool}), "
+        f"{summary}; it validates",
+        highlight=False,
+    )
     for p in done.recipe.warnings:
         console.print("  " + p.render(written), markup=False, highlight=False)
-    console.print(f"next: crosstune plan {written}   then   crosstune study {written} --backend "
-                  f"{done.recipe.backend.default} --out BUNDLE", markup=False, highlight=False)  # fmt: skip
+    console.print(
+        f"next: crosstune plan {written}   then   crosstune study {written} --backend "
+        f"{done.recipe.backend.default} --out BUNDLE",
+        markup=False,
+        highlight=False,
+    )
+    if done.recipe.eval.problems is None:
+        console.print(
+            "  the study skips its eval stage until the recipe names problems: add --set eval.problems=PATH (a "
+            "VerilogEval v2 checkout or a problems.txt folder) to that command, or eval.problems to the recipe",
+            markup=False,
+            highlight=False,
+        )
 
 
 @recipe_app.command("export")
 def export(
     recipe_file: Path = typer.Argument(..., help="recipe YAML file"),
-    to: str = typer.Option(..., "--to", help="trl (for `trl sft --config`) or axolotl (for `axolotl train`)"),
+    to: str = typer.Option(
+        ...,
+        "--to",
+        help="trl (for `trl sft --config`), axolotl (for `axolotl train`) or llamafactory (for "
+        "`llamafactory-cli train`, with its dataset_info.json beside the file)",
+    ),
     out: Path | None = typer.Option(None, "--out", help="the config file to write (default: print it)"),
     overrides: list[str] = OverrideOpt,
 ) -> None:
     """The recipe's torch leg as a config for your own tool, so the GPU side runs with the tool you trust; what the
     tool can't say is listed at the file's head. `recipe import` of the file gives the recipe back."""
     from crosstune.ownership import check_out
-    from crosstune.recipe.convert import EXPORT_HEAD, FORMATS, export_recipe, write_output
+    from crosstune.recipe.convert import (
+        EXPORT_HEAD,
+        FORMATS,
+        companion_refusal,
+        export_recipe,
+        write_companions,
+        write_output,
+    )
 
     if to not in FORMATS:
         raise InputError(f"--to {to!r}: one of {', '.join(FORMATS)}")
     if out is not None:
         check_out(out, file=True, inputs=(recipe_file,))  # before any work
-    text, missing = export_recipe(recipe_file, to, overrides)
+    text, missing, files = export_recipe(recipe_file, to, overrides, out)
     if out is None:
         console.print(text, markup=False, highlight=False, end="")
         return
+    companion_refusal(files, inputs=(recipe_file,))  # refused before either file is written
     written = write_output(out, text, EXPORT_HEAD, inputs=(recipe_file,))
+    beside = write_companions(files, inputs=(recipe_file,))
     for u in missing:
         console.print("  " + u.render(), markup=False, highlight=False)
-    console.print(f"[green]✓[/green] wrote {written}: the torch leg of {recipe_file} for {to}, "
-                  f"{len(missing)} setting(s) not carried", highlight=False)  # fmt: skip
+    also = "".join(f" and {p}" for p in beside)
+    console.print(
+        f"[green]✓[/green] wrote {written}{also}: the torch leg of {recipe_file} for {to}, "
+        f"{len(missing)} setting(s) not carried",
+        highlight=False,
+    )

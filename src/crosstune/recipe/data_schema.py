@@ -5,17 +5,27 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from crosstune import hub
 from crosstune.recipe.section import Section, bounded
+
+
+def hub_checked(value: str | None, check) -> str | None:
+    """`value` through crosstune.hub's `check` (hub_id, check_revision), its HubError a ValueError for pydantic."""
+    try:
+        check(value)
+    except hub.HubError as e:
+        raise ValueError(str(e)) from None
+    return value
 
 
 class DataSource(Section):
     omitted_when_none = ("config", "hub_split", "revision")
-    path: str = Field(description="a file, a glob, a datasets.save_to_disk directory, or a hub dataset id")
+    path: str = Field(description="a file, a glob, a save_to_disk directory, or a hub dataset: hf://OWNER/NAME")
     format: Literal["auto", "jsonl", "parquet", "hf_disk", "hub"] = Field(
-        "auto", description="auto: by suffix or folder; a path that is nothing on disk but has a hub id's shape "
-        "(owner/name) is a hub dataset, read with `datasets` from the hub cache"
+        "auto", description="auto: by suffix or folder, and hub for a path written hf://OWNER/NAME (a hub dataset, "
+        "read with `datasets` from the hub cache)"
     )  # fmt: skip
     split: Literal["train", "eval"] = Field("train", description="what crosstune uses the records for")
     config: str | None = Field(None, description="hub datasets: the configuration (subset) to read")
@@ -25,15 +35,25 @@ class DataSource(Section):
     )  # fmt: skip
     revision: str | None = Field(None, description="hub datasets: a branch, tag or commit")
 
+    _path = field_validator("path")(lambda cls, v: hub_checked(v, hub.hub_id))
+    _revision = field_validator("revision")(lambda cls, v: hub_checked(v, hub.check_revision))
+
     @property
     def names_hub_fields(self) -> bool:
         return any(v is not None for v in (self.config, self.hub_split, self.revision))
 
     @model_validator(mode="after")
     def _hub_fields_for_hub_sources(self) -> DataSource:
-        if self.names_hub_fields and self.format not in ("auto", "hub"):
-            raise ValueError(f"config, hub_split and revision select from a hub dataset; format {self.format!r} "
-                             "reads a local file: drop them or set format hub")  # fmt: skip
+        on_hub = hub.hub_id(self.path) is not None
+        if self.names_hub_fields and not on_hub:
+            fix = "drop them, or write the hub dataset as hf://OWNER/NAME"
+            raise ValueError(
+                f"config, hub_split and revision select from a hub dataset, and {self.path!r} is a path: {fix}"
+            )
+        if on_hub and self.format not in ("auto", "hub"):
+            raise ValueError(f"format {self.format!r} reads a local file, and {self.path!r} is a hub dataset")
+        if self.format == "hub" and not on_hub:
+            raise ValueError(f"format hub reads a hub dataset: write it as hf://OWNER/NAME, not {self.path!r}")
         return self
 
 

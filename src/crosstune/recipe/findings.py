@@ -30,3 +30,7 @@ class RecipeError(CrosstuneError):
     def __init__(self, file: str | Path | None, problems: list[Problem]):
         self.file, self.problems = file, problems
         super().__init__("\n".join(p.render(file) for p in problems))
+
+    @property
+    def lines(self) -> list[str]:
+        return [p.render(self.file) for p in self.problems]  # a problem a line, each kept one by the handler

@@ -1,33 +1,21 @@
-"""Which recipe paths name hub ids: `model.path` and a data source's `path` may be a folder or file, or an owner/name
-id of the hub (crosstune.hub resolves it). Something on disk at that path wins; a revision (or a hub dataset's
-config or split) says hub."""
+"""Which recipe paths name hub ids: `model.path` and a data source's `path` are paths unless written
+`hf://OWNER/NAME` (crosstune.hub's one rule); what is on disk never decides, so a relative path that does not exist
+is refused as a path instead of being sent to the hub."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from crosstune.hub import is_hub_id
+from crosstune.hub import hub_id
 from crosstune.recipe.data_schema import DataSource
 
 
-def _on_disk(value: str, base_dir: Path | None) -> bool:
-    p = Path(value).expanduser()
-    if p.is_absolute():
-        return p.exists()
-    return base_dir is not None and (base_dir / p).exists()
-
-
 def hub_model_id(path: str | None, revision: str | None, base_dir: Path | None) -> str | None:
-    """`model.path` when it names a hub model (None: a local folder, or unset)."""
-    if path is None or not is_hub_id(path):
-        return None
-    return path if revision is not None or not _on_disk(path, base_dir) else None
+    """`model.path`'s hub id when it is written hf://OWNER/NAME (None: a local folder, or unset). The revision and the
+    recipe's folder decide nothing: the rule is the text."""
+    return hub_id(path)
 
 
 def hub_dataset_id(source: DataSource, base_dir: Path | None) -> str | None:
-    """A data source's path when it names a hub dataset (None: files on disk)."""
-    if source.format == "hub":
-        return source.path
-    if source.format != "auto" or not is_hub_id(source.path):
-        return None
-    return source.path if source.names_hub_fields or not _on_disk(source.path, base_dir) else None
+    """A data source's hub id when its path is written hf://OWNER/NAME (None: files on disk)."""
+    return hub_id(source.path)

@@ -12,15 +12,16 @@ from pydantic import BaseModel, ValidationError
 
 from crosstune import hub
 from crosstune.bounds import RECIPE
-from crosstune.errors import CrosstuneError
+from crosstune.recipe.auto_target import resolve_auto
 from crosstune.recipe.checks import check_recipe
 from crosstune.recipe.findings import Problem, RecipeError
 from crosstune.recipe.hub_ids import hub_model_id
+from crosstune.recipe.paths import recipe_path
 from crosstune.recipe.schema import Recipe
 from crosstune.untrusted_files import UnreadableFile, parse_yaml, parse_yaml_node, read_text
 
 
-def _line_map(root: yaml.Node | None) -> dict[tuple, int]:
+def line_map(root: yaml.Node | None) -> dict[tuple, int]:
     """YAML path (tuple of keys/indices) -> 1-based line, from the composed node tree (checked within bounds by
     crosstune.untrusted_files: its aliases expand to a bounded number of nodes)."""
     lines: dict[tuple, int] = {}
@@ -107,6 +108,8 @@ _SAME_SETTING = {
     ("train", "epochs"): "max_steps",
     ("train", "global_batch_size"): "grad_accumulation",
     ("train", "grad_accumulation"): "global_batch_size",
+    ("train", "warmup_steps"): "warmup_ratio",
+    ("train", "warmup_ratio"): "warmup_steps",
 }
 
 
@@ -138,7 +141,7 @@ def parse_recipe(
         data, root = parse_yaml_node(text, file or "<recipe>")
     except UnreadableFile as e:
         raise RecipeError(file, [Problem("", e.reason, line=e.line)]) from None
-    lines = _line_map(root)
+    lines = line_map(root)
     if not isinstance(data, dict):
         raise RecipeError(file, [Problem("", "a recipe is a YAML mapping (name:, model:, data:, ...)", line=1)])
     for assignment in overrides or []:
@@ -159,10 +162,11 @@ def parse_recipe(
 
     if base_dir is None and file:
         base_dir = Path(file).absolute().parent  # not resolve(): recipes/ is a link
+    recipe, resolved = resolve_auto(recipe, base_dir)
     problems = sorted(
         (
             Problem(p.path, p.message, p.hint, _line_for(lines, _path_tuple(p.path)), p.severity)
-            for p in check_recipe(recipe, base_dir)
+            for p in resolved + check_recipe(recipe, base_dir)
         ),
         key=lambda p: p.line or 0,
     )
@@ -198,23 +202,9 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     return parse_recipe(text, path, overrides)
 
 
-class UnlocatedRecipeError(CrosstuneError, ValueError):
-    """A relative path in a recipe that was not loaded from a file, so nothing says what it is relative to."""
-
-
 def resolve_path(recipe: Recipe, value: str | None) -> Path | None:
-    """A path from the recipe, relative to the recipe file's directory (`Recipe.base_dir`)."""
-    if value is None:
-        return None
-    p = Path(value).expanduser()
-    if p.is_absolute():
-        return p
-    if recipe.base_dir is None:
-        raise UnlocatedRecipeError(
-            f"recipe {recipe.name!r}: relative path {value!r} but the recipe was not loaded from a file: "
-            "load it with load_recipe(FILE), give parse_recipe a base_dir, or use an absolute path"
-        )
-    return recipe.base_dir / p
+    """A path from the recipe, relative to the recipe file's directory (crosstune.recipe.paths: the one rule)."""
+    return None if value is None else recipe_path(value, recipe.base_dir, recipe.name)
 
 
 def model_snapshot(recipe: Recipe, *, fetch: bool = True) -> hub.Snapshot | None:

@@ -19,15 +19,17 @@ from pydantic import (
     model_validator,
 )
 
+from crosstune import hub
 from crosstune.errors import BatchPlanError
 from crosstune.families.spec import NEUTRAL_TARGETS
-from crosstune.hardware import HARDWARE
+from crosstune.hardware import AUTO, HARDWARE
 from crosstune.recipe.data_schema import (  # noqa: F401 - the data section's classes, re-exported here
     ColumnMapping,
     DataSection,
     DataSource,
     Subsample,
     SystemPromptPolicy,
+    hub_checked,
 )
 from crosstune.recipe.section import Section, bounded, each
 
@@ -46,10 +48,13 @@ class ModelSection(Section):
     omitted_when_none = ("revision",)
     family: Literal["gemma3", "gemma4"]
     path: str | None = Field(
-        None, description="HF model directory (config.json + safetensors), or a hub id (google/gemma-4-31B-it) "
-        "resolved through the hub cache (crosstune.hub)"
+        None, description="HF model directory (config.json + safetensors), or a hub id written "
+        "hf://OWNER/NAME (hf://google/gemma-4-31B-it) resolved through the hub cache (crosstune.hub)"
     )  # fmt: skip
     revision: str | None = Field(None, description="the hub revision (branch, tag or commit) of a hub-id model.path")
+
+    _path = field_validator("path")(lambda cls, v: hub_checked(v, hub.hub_id))
+    _revision = field_validator("revision")(lambda cls, v: hub_checked(v, hub.check_revision))
     size: str | None = Field(None, description="a known size (e.g. 31b, 27b, tiny) for planning without a checkpoint")
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
     random_init: bool = Field(
@@ -127,11 +132,16 @@ class KernelsSection(Section):
 
 
 class TrainSection(Section):
+    omitted_when_none = ("warmup_ratio",)
     epochs: float | None = bounded("train.epochs", 1.0)
     max_steps: int | None = bounded("train.max_steps", None)
     learning_rate: float = bounded("train.learning_rate", 1e-4)
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     warmup_steps: int = bounded("train.warmup_steps", 0)
+    warmup_ratio: float | None = bounded(
+        "train.warmup_ratio", None, description="warm-up as a fraction of the run's optimizer steps: ceil(ratio × "
+        "steps) once the step plan knows them (transformers' rule; both backends, and both exports write it)"
+    )  # fmt: skip
     weight_decay: float = bounded("train.weight_decay", 0.0)
     adam_beta1: float = bounded("train.adam_beta1", 0.9)
     adam_beta2: float = bounded("train.adam_beta2", 0.999)
@@ -175,6 +185,11 @@ class TrainSection(Section):
                 f"epochs ({self.epochs:g}) and max_steps ({self.max_steps}) both set the run's length: keep one "
                 "(a --set of one replaces the file's other)"
             )
+        if "warmup_ratio" in given and self.warmup_ratio is not None and "warmup_steps" in given:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) and warmup_ratio ({self.warmup_ratio:g}) both set the warm-up: "
+                "keep one (a --set of one replaces the file's other)"
+            )
         if self.epochs is None and self.max_steps is None:
             raise ValueError("the run has no length: give train.epochs or train.max_steps")
         if self.global_batch_size is not None and "grad_accumulation" in given:
@@ -186,7 +201,7 @@ class TrainSection(Section):
 
     def accumulation(self, data_parallel: int) -> int:
         """Micro-batches per optimizer step on `data_parallel` devices: from global_batch_size when set, else
-        grad_accumulation (the step plan's rule, crosstune.train.steps; an export writes it for the user's tool)."""
+        grad_accumulation (the step plan's rule, crosstune.train.step_plan; an export writes it for the user's tool)."""
         if self.global_batch_size is None:
             return self.grad_accumulation
         micro = self.per_device_batch_size * data_parallel
@@ -223,6 +238,15 @@ class JaxBackendSection(Section):
         "band on local layers); splash: jax's Pallas splash kernel with the packed rows' segment ids and the local "
         "window, skipping the blocks the mask rules out (TPU; on CPU it runs in Pallas interpret mode, for tests "
         "only). Needs data.max_seq_len a multiple of min(512, max_seq_len) and of 128 (crosstune.train.jax.attention)"
+    )  # fmt: skip
+    splash_block: Literal[128, 256, 512] = Field(
+        512, description="splash attention's tile (queries and keys per block): the kernel computes every block its "
+        "causal or local mask touches, so a smaller tile wastes less of the sliding layers' window edges and the "
+        "diagonal, at more blocks' overhead (docs/BENCHMARKS.md, \"TPU v5e chip, measured\")"
+    )  # fmt: skip
+    splash_fused_backward: bool = Field(
+        True, description="splash's backward as one pass computing dq with dk and dv (it writes per-block partial "
+        "dq, summed after), or two passes (dq apart)"
     )  # fmt: skip
     replicate_indivisible_heads: bool = Field(
         False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"
@@ -356,7 +380,7 @@ class Recipe(Section):
     def _known_hardware(cls, value: str) -> str:
         import difflib
 
-        if value not in HARDWARE:
+        if value not in HARDWARE and value != AUTO:  # auto: resolved by crosstune.recipe.auto_target at load
             close = difflib.get_close_matches(value, HARDWARE, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(HARDWARE)}"
             raise ValueError(f"unknown hardware target {value!r}; {hint}")

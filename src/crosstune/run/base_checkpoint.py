@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune.model_configs import read_model_config
 from crosstune.run.lora_weights import LAYER_PREFIXES, ExportError
 from crosstune.run.shards import SafetensorsFile, ShardError
-from crosstune.untrusted_files import read_json, read_model_config
+from crosstune.untrusted_files import read_json
 
 INDEX = "model.safetensors.index.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")

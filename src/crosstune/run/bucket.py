@@ -19,6 +19,7 @@ exactly, and a bucket that is, holds or lies inside the bundle is refused.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -291,6 +292,13 @@ def _sync_folders(src: Path, dst: Path, *, delete: bool, label: str) -> None:
         # a short name of its own: `.NAME.copying` of a 250-byte NAME is longer than a file name may be
         key = hashlib.sha256(os.fsencode(target.name)).hexdigest()[:16]
         tmp = target.with_name(f".{key}.copying")
-        shutil.copyfile(path, tmp)  # the bytes and the mtime only: object-store mounts refuse modes and xattrs
+        try:
+            shutil.copyfile(path, tmp)  # the bytes and the mtime only: object-store mounts refuse modes and xattrs
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            what_to_do = "free space there, or give another --bucket; this machine's bundle is whole"
+            raise BucketError(f"{label} at {dst} is on a full disk (writing {rel}): {what_to_do}") from None
         os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
         os.replace(tmp, target)

@@ -26,6 +26,7 @@ TENSORBOARD = "tensorboard"
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
 LOSS_PNG = "loss.png"
+XLA_CACHE = "xla-cache"  # jax's persistent compilation cache: a resumed run reuses its compiled step
 LOCK = ".lock"  # flock'ed by the process that trains into the run (crosstune.fsutil.exclusive_lock)
 TORCH_CHECKPOINT_PREFIX = "checkpoint-"  # torch: checkpoints/checkpoint-N; Orbax (jax): checkpoints/N
 
@@ -49,6 +50,15 @@ def run_file(run_dir: Path, name: str) -> Path:
     file elsewhere."""
     inside(run_dir, name, label="the run directory", fix=_NO_LINK_FILE, error=RunDirError)
     return Path(run_dir) / name
+
+
+def saved_lora(run_dir: Path, folder: Path) -> Path:
+    """`folder` (the run's adapter/ or a checkpoint in it), refused (RunDirError naming it) when it or a file in it is
+    a link that leads out of the run directory: an export reads what the run saved, never a file elsewhere."""
+    inside(run_dir, folder, label="the run directory", fix=_NO_LINK_FILE, error=RunDirError)
+    for entry in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else ():
+        inside(run_dir, entry, label="the run directory", fix=_NO_LINK_FILE, error=RunDirError)
+    return Path(folder)
 
 
 def is_run_dir(path: Path) -> bool:

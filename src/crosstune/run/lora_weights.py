@@ -19,10 +19,11 @@ from crosstune.errors import CrosstuneError
 from crosstune.families import family_of_hf_config, get_family
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
+from crosstune.model_configs import ADAPTER_CONFIG, read_adapter_config, read_model_config
+from crosstune.patterns import user_pattern
 from crosstune.run.shards import SafetensorsFile, save_numpy_file
-from crosstune.untrusted_files import parse_json, read_json, read_model_config
+from crosstune.untrusted_files import parse_json
 
-ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."
 # Decoder-layer prefixes of the language model: text-only checkpoints, then official multimodal ones.
@@ -118,10 +119,11 @@ def text_module_name(name: str) -> str:
     raise ExportError(f"{name}: not under a language-model decoder prefix ({', '.join(LAYER_PREFIXES)})")
 
 
-def _pattern_value(patterns: dict, name: str, default):
-    """PEFT's rank_pattern/alpha_pattern lookup (peft.utils.other.get_pattern_key)."""
+def _pattern_value(patterns: dict, name: str, default, where: str):
+    """PEFT's rank_pattern/alpha_pattern lookup (peft.utils.other.get_pattern_key), each key a user pattern matched
+    under a bound on its work (crosstune.patterns)."""
     for key, value in patterns.items():
-        if re.match(rf"(.*\.)?({key})$", name):
+        if user_pattern(key, f"{where}: {key!r}", suffix=True)(name):
             return value
     return default
 
@@ -137,7 +139,7 @@ def read_peft_adapter(adapter_dir: Path, family: str | None = None) -> tuple[Lor
     for p in (cfg_path, weights_path):
         if not p.is_file():
             raise ExportError(f"{adapter_dir}: no {p.name} (expected a PEFT adapter directory)")
-    cfg = read_json(cfg_path, "restore the adapter folder from its source, or export the run again")
+    cfg = read_adapter_config(adapter_dir)
     if cfg.get("peft_type", "LORA") != "LORA":
         raise ExportError(f"{cfg_path}: peft_type {cfg.get('peft_type')!r}, only LORA adapters can be exported")
     for key, why in _UNSUPPORTED.items():
@@ -173,8 +175,8 @@ def read_peft_adapter(adapter_dir: Path, family: str | None = None) -> tuple[Lor
             missing = ({"A", "B"} - set(ab)).pop()
             raise ExportError(f"{weights_path}: {name} has no lora_{missing} (an adapter needs both)")
         a, b = ab["A"].astype(np.float32), ab["B"].astype(np.float32)
-        r_m = _pattern_value(cfg.get("rank_pattern") or {}, stored[name], rank)
-        alpha_m = _pattern_value(cfg.get("alpha_pattern") or {}, stored[name], alpha)
+        r_m = _pattern_value(cfg.get("rank_pattern") or {}, stored[name], rank, f"{cfg_path}: rank_pattern")
+        alpha_m = _pattern_value(cfg.get("alpha_pattern") or {}, stored[name], alpha, f"{cfg_path}: alpha_pattern")
         if a.shape[0] != r_m:
             raise ExportError(f"{weights_path}: {name}.lora_A has rank {a.shape[0]}, adapter_config says {r_m}")
         s_m = float(alpha_m) / (np.sqrt(r_m) if cfg.get("use_rslora") else r_m)

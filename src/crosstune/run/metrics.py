@@ -62,7 +62,8 @@ class StepMetrics(BaseModel):
     tokens_per_s: float = Field(description="tokens / step_time_s, summed over all devices")
     peak_memory_gib: Annotated[float, Field(ge=0)] | None = Field(
         description="peak accelerator memory of the busiest local device, in GiB (2^30 bytes; torch: "
-        "max_memory_allocated, jax: peak_bytes_in_use); the process's peak RSS on CPU"
+        "max_memory_allocated, jax: peak_bytes_in_use + peak_bytes_reserved, the step's temporaries included); the "
+        "process's peak RSS on CPU"
     )
     mfu: float | None = Field(
         description="model FLOPs utilisation on real tokens: `tokens` × model FLOPs per token / (step_time_s × peak "

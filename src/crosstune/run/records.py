@@ -124,7 +124,7 @@ class RunRecord(RunTimings, StackFacts):
     loss_convention: str = Field(description="the loss every metrics row reports (crosstune.run.metrics)")
     gradient_checkpointing: bool = Field(description="activations recomputed in the backward pass")
     global_batch: Positive = Field(
-        description="rows per optimizer step over all devices (crosstune.train.steps, from train.global_batch_size)"
+        description="rows per optimizer step over all devices (crosstune.train.step_plan, from train.global_batch_size)"
     )
     grad_accumulation: Positive = Field(description="micro-batches per optimizer step")
     seq_len: Positive = Field(description="tokens per prepared row")

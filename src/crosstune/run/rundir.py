@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from crosstune.emit import yaml_text
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text, exclusive_lock, say
 from crosstune.ownership import ResumedKind, claim
@@ -145,6 +144,6 @@ def start_run_record(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **dict(facts),
     )
-    atomic_write_text(run_dir / RECIPE_YAML, yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
+    atomic_write_text(run_dir / RECIPE_YAML, yaml_text(recipe.model_dump(mode="json")))
     write_run_record(run_dir, record)
     return record

@@ -23,7 +23,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune import hub
 from crosstune.hardware import HardwareTarget
+from crosstune.model_configs import read_model_config
+from crosstune.models.assistant import ASSISTANT_TYPE
 
 METHOD = "mtp"
 DRAFT_TOKENS = 1  # vLLM's mtp.md: "A small value like 1 is a good default to start with"
@@ -66,17 +69,18 @@ def published_drafter(family: str, size: str | None, model_path: str | None) -> 
     else by the recipe's family size; None for Gemma 3 and sizes without one (tiny, small)."""
     if family != "gemma4":
         return None
-    if model_path and model_path.startswith("google/gemma-4-") and model_path.endswith("-it"):
-        return model_path + ASSISTANT_SUFFIX
+    repo = hub.hub_id(model_path) if model_path else None
+    if repo and repo.startswith("google/gemma-4-") and repo.endswith("-it"):
+        return repo + ASSISTANT_SUFFIX
     return PUBLISHED.get(size or "")
 
 
 def resolve(draft: str, *, family: str, size: str | None, model_path: str | None, tokens: int | None) -> Drafter:
-    """`--draft auto` (the model's published drafter) or a hub id / drafter folder as given; ValueError when `auto`
-    finds none."""
+    """`--draft auto` (the model's published drafter), a hub id (hf://OWNER/NAME) or a drafter folder; ValueError
+    when `auto` finds none or `draft` is neither."""
     n = tokens or DRAFT_TOKENS
     if draft != "auto":
-        return Drafter(draft, n, "given by --draft")
+        return given_drafter(draft, n)
     found = published_drafter(family, size, model_path)
     if found is None:
         raise ValueError(
@@ -85,6 +89,31 @@ def resolve(draft: str, *, family: str, size: str | None, model_path: str | None
             "BASE` or pass its folder"
         )
     return Drafter(found, n, f"Google's drafter for this model ({MTP_DOC})")
+
+
+def given_drafter(draft: str, tokens: int) -> Drafter:
+    """`--draft` as given: a hub id written hf://OWNER/NAME (crosstune.hub's rule), or a folder holding a Gemma 4 MTP
+    drafter's config.json, by its absolute path; anything else is refused. A bare name was mounted as it was
+    (`-v NAME:/drafter`), which Docker reads as a named volume."""
+    try:
+        repo = hub.hub_id(draft)
+    except hub.HubError as e:
+        raise ValueError(f"--draft {e}") from None
+    if repo is not None:
+        return Drafter(repo, tokens, "given by --draft")
+    folder = Path(draft).expanduser().absolute()
+    if not (folder / "config.json").is_file():
+        build = "build one with `crosstune model tiny --assistant BASE`"
+        raise ValueError(
+            f"--draft {draft!r}: neither a drafter folder (no config.json at {folder}) nor a hub id "
+            f"(hf://OWNER/NAME); {build}"
+        )
+    kind = read_model_config(folder).get("model_type")
+    if kind not in (ASSISTANT_TYPE, "gemma4_unified_assistant"):
+        raise ValueError(
+            f"--draft {folder}: its config.json is a {kind!r} model, not a Gemma 4 MTP drafter ({ASSISTANT_TYPE})"
+        )
+    return Drafter(str(folder), tokens, "given by --draft")
 
 
 def drafter_problems(hw: HardwareTarget, adapter: bool) -> list[str]:

@@ -61,7 +61,7 @@ TEXT_ONLY_FLAG = "--language-model-only"
 
 
 def multimodal_checkpoint(config: dict) -> bool:
-    """Whether a checkpoint's config.json (as read by untrusted_files.read_model_config) is an image(+audio)-text
+    """Whether a checkpoint's config.json (as read by model_configs.read_model_config) is an image(+audio)-text
     model's (`...ForConditionalGeneration`); a text-only export has no encoder."""
     return any("ConditionalGeneration" in a for a in config.get("architectures") or [])
 

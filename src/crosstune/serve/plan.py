@@ -6,15 +6,16 @@ tensor parallelism checked the way vLLM checks it, and a KV-cache capacity estim
 from __future__ import annotations
 
 import math
-import shlex
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crosstune.emit import shell_word, shell_words
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import FP8_KV, FP8_KV_SOURCE, HARDWARE, HardwareTarget
 from crosstune.hub import HubError
+from crosstune.model_configs import read_model_config
 from crosstune.recipe import Recipe, model_path
 from crosstune.recipe.hub_ids import hub_model_id
 from crosstune.recipe.schema import ServeSection
@@ -25,7 +26,6 @@ from crosstune.serve.layouts import Layout, choose_layout, layout, target_layout
 from crosstune.serve.support import Attention, LoraServing, attention_backends, lora_serving
 from crosstune.serve.vllm_args import Flag, adapter_flags, docker_line, serve_flags
 from crosstune.units import GIB
-from crosstune.untrusted_files import read_model_config
 
 KV_CACHE_DTYPES = typing.get_args(ServeSection.model_fields["kv_cache_dtype"].annotation)  # the recipe's own list
 _SEED_TARGETS = ("2xh100", "1xh200", "tpu-v6e-8", "tpu-v5p-8", "cpu")
@@ -74,8 +74,8 @@ class ServePlan:
         return [vllm, "serve", model or self.model_dir, *(a for f in self.flags for a in f.args)]
 
     def command(self) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv())
+        env = " ".join(f"{k}={shell_word(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shell_words(self.argv())
 
 
 def _spec(recipe: Recipe, model_dir: Path | None) -> ModelSpec:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from crosstune.errors import InputError
 from crosstune.fsutil import exclusive_lock, lock_path
+from crosstune.model_configs import read_adapter_config, read_model_config
 from crosstune.serve import proctree
 from crosstune.serve.engine import (
     TEXT_ONLY_FLAG,
@@ -31,7 +32,6 @@ from crosstune.serve.logscan import kv_capacity_in_log
 from crosstune.serve.proctree import ProcId
 from crosstune.serve.readiness import wait_ready
 from crosstune.serve.state import LOG_FILE, STATE_FILE, ServerState, default_state_dir, read_state, write_state
-from crosstune.untrusted_files import read_json, read_model_config
 
 READY_TIMEOUT_S = 300.0  # 30-120 s to /health on 2 loaded cores, plus the first request's compile
 
@@ -102,10 +102,7 @@ def adapter_rank(adapter: Path) -> int:
         raise ServeError(
             f"{adapter}: no adapter_config.json (expected a PEFT adapter folder, e.g. an export's adapter)"
         )
-    rank = read_json(path, "export the adapter again").get("r")
-    if not isinstance(rank, int) or rank < 1:
-        raise ServeError(f"{path}: `r` is {rank!r}, not a positive integer LoRA rank")
-    return rank
+    return read_adapter_config(adapter)["r"]
 
 
 def check_port_free(port: int) -> None:

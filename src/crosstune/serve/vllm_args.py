@@ -4,10 +4,10 @@ passed as environment). serve.plan decides the layout and capacity; this module 
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstune.emit import shell_word, shell_words
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 from crosstune.recipe.hub_ids import hub_model_id
@@ -102,7 +102,7 @@ def adapter_flags(name: str, adapter: Path, rank: int) -> list[Flag]:
 
 def _host_path(path: str) -> str:
     """A host path for a shell line: `~/x` becomes "$HOME/x" (expanded on the machine that runs it)."""
-    return f'"$HOME/{path[2:]}"' if path.startswith("~/") else shlex.quote(path)
+    return f'"$HOME/{path[2:]}"' if path.startswith("~/") else shell_word(path)
 
 
 def docker_line(
@@ -150,4 +150,4 @@ def docker_line(
     for k, v in env.items():  # the engine's own settings travel into the container
         head += ["-e", f"{k}={v}"]
     tail = ["--entrypoint", "vllm", IMAGES[platform], "serve", served, *args]
-    return f"{shlex.join(head)} {mounts} {shlex.join(tail)}"
+    return f"{shell_words(head)} {mounts} {shell_words(tail)}"

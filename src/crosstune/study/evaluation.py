@@ -15,6 +15,8 @@ from crosstune.study.serving import Server
 from crosstune.untrusted_files import read_text
 
 LOCAL_CONCURRENCY, ENDPOINT_CONCURRENCY = 1, 8
+NO_PROBLEMS = ("no eval.problems in the recipe, so nothing to score: set it to a VerilogEval v2 checkout or a "
+               "problems.txt folder (--set eval.problems=PATH) and run the study again to evaluate")  # fmt: skip
 
 
 def eval_inputs(s: StudyContext) -> dict[str, Any]:
@@ -70,8 +72,8 @@ def _evaluate(s: StudyContext, name: str, server: Server, *, local, revision: st
     from crosstune.evals.show import progress_bars
 
     problems = s.path(s.recipe.eval.problems)
-    if problems is None:
-        raise StudyError("eval: the recipe sets no eval.problems (a VerilogEval v2 checkout or a problems.txt folder)")
+    if problems is None:  # never fail after the training a user paid for: say what evaluating needs
+        return StageResult(NO_PROBLEMS, status="skipped")
     settings = EvalSettings.resolve(s.recipe.eval, problems=problems)  # as `crosstune eval RECIPE` resolves them
     engine = _engine(s)
     if engine["engine"] == "vllm":

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
 from crosstune.confinement import remove
 from crosstune.cost.prices import load_prices
+from crosstune.emit import yaml_text
 from crosstune.errors import CrosstuneError, Interrupted
 from crosstune.fsutil import atomic_write_text, exclusive_lock, lock_path
 from crosstune.ownership import check_out, unlisted
@@ -215,7 +215,7 @@ def run_study(
             recovery.restore_from_bucket(copy, run_rel(recipe, backend), console, recipe=recipe.name, backend=backend)
         manifest = open_bundle(bundle, recipe.name, backend)
         bundle.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(bundle / RESOLVED_RECIPE, yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
+        atomic_write_text(bundle / RESOLVED_RECIPE, yaml_text(recipe.model_dump(mode="json")))
         host = describe_machine()
         manifest.recipe.hash, manifest.recipe.source = recipe_hash(recipe), str(Path(recipe_file).resolve())
         manifest.recipe.resolved, manifest.recipe.overrides = RESOLVED_RECIPE, list(overrides or [])

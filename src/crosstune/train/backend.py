@@ -31,7 +31,7 @@ from crosstune.run.bucket import BucketCopy
 from crosstune.run.lora_weights import LoraWeights
 from crosstune.run.metrics import MetricsRowBuilder
 from crosstune.run.records import RunRecord, StackFacts
-from crosstune.train.steps import StepPlan
+from crosstune.train.step_plan import StepPlan
 from crosstune.untrusted_files import parse_json
 
 # backend name (crosstune.recipe.schema.BACKEND_NAMES) -> "module:class": train/<name>/backend.py's <Name>Backend;
@@ -50,7 +50,7 @@ class RunContext:
 
     recipe: Recipe
     run_dir: Path  # absolute, claimed by the session
-    plan: StepPlan  # rows per step, accumulation, steps (crosstune.train.steps)
+    plan: StepPlan  # rows per step, accumulation, steps (crosstune.train.step_plan)
     spec: ModelSpec  # the base checkpoint's shapes
     prepared: PreparedDataset  # the one prepared dataset, checked against the recipe and tokenizer
     data: dict[str, Any]  # its provenance, for run.json

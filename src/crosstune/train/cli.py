@@ -56,7 +56,7 @@ def train(
 
 def interrupted_message(run_dir: Path, checkpoint_every: int, resume: list[str]) -> str:
     """What Ctrl-C left behind and the command that continues."""
-    import shlex
+    from crosstune.emit import shell_words
 
     steps = saved_steps(run_dir)
     kept = (
@@ -64,4 +64,4 @@ def interrupted_message(run_dir: Path, checkpoint_every: int, resume: list[str])
         if steps
         else f"no checkpoint was saved yet (one every {checkpoint_every} steps): --resume starts from step 0"
     )
-    return f"interrupted (Ctrl-C): {kept}; resume with: {shlex.join(resume)}"
+    return f"interrupted (Ctrl-C): {kept}; resume with: {shell_words(resume)}"

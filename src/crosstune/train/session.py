@@ -48,7 +48,7 @@ from crosstune.train.backend import (
     TrainResult,
     get_backend,
 )
-from crosstune.train.steps import plan_steps
+from crosstune.train.step_plan import plan_steps
 
 
 class TrainingSession:

@@ -27,7 +27,7 @@ UNALIASED = 64 * 1024
 
 
 def _libtpu():
-    from crosstune.train.jax.compile import LibtpuMissing, find_libtpu
+    from crosstune.train.jax.aot_process import LibtpuMissing, find_libtpu
 
     try:
         return find_libtpu()
@@ -50,7 +50,7 @@ def test_missing_libtpu_says_how_to_install_it(tmp_path):
 
 
 def test_the_pin_is_the_one_the_make_target_installs():
-    from crosstune.train.jax.compile import LIBTPU_REQUIREMENT
+    from crosstune.train.jax.aot_process import LIBTPU_REQUIREMENT
 
     assert (REPO / "requirements-tpu-compile.txt").read_text().split() == [LIBTPU_REQUIREMENT]
 

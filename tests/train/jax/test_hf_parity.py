@@ -27,8 +27,8 @@ def _hf_logits(model_dir, tokens: np.ndarray) -> np.ndarray:
 def _tunix_logits(family: str, model_dir, tokens: np.ndarray, fsdp: int, tp: int) -> tuple[np.ndarray, list]:
     import jax.numpy as jnp
 
+    from crosstune.train.jax.loss import attention_mask
     from crosstune.train.jax.model import build_model, make_mesh, mesh_context
-    from crosstune.train.jax.step import attention_mask
 
     mesh = make_mesh(fsdp, tp)
     model, replicated = build_model(family, model_dir, mesh, dtype="float32")

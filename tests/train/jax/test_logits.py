@@ -32,7 +32,7 @@ def test_chunked_losses_and_gradient_equal_the_full_logits(softcap):
     import jax.numpy as jnp
 
     from crosstune.train.jax.logits import token_losses
-    from crosstune.train.jax.step import token_losses as full_losses
+    from crosstune.train.jax.loss import token_losses as full_losses
 
     model = _model(softcap)
     rng = np.random.default_rng(1)

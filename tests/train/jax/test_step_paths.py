@@ -88,8 +88,8 @@ def _loss_and_grads(model, inputs, mesh):
     import jax
     from flax import nnx
 
+    from crosstune.train.jax.loss import loss_fn
     from crosstune.train.jax.model import mesh_context
-    from crosstune.train.jax.step import loss_fn
 
     with mesh_context(mesh):
         fn = nnx.jit(nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.LoRAParam)))
@@ -103,8 +103,8 @@ def _reference(model, inputs, mesh):
     import jax.numpy as jnp
     from flax import nnx
 
+    from crosstune.train.jax.loss import attention_mask, token_losses
     from crosstune.train.jax.model import mesh_context
-    from crosstune.train.jax.step import attention_mask, token_losses
 
     def loss(model, input_tokens, input_mask, positions, segment_ids, loss_weight):
         logits, _ = model(input_tokens, positions, None, attention_mask(segment_ids))

@@ -65,7 +65,7 @@ def _held_once(trainer, batch):
     whole base: the 31B's numbers are in docs/BENCHMARKS.md.) Returns the base's state."""
     from flax import nnx
 
-    from crosstune.train.jax.trainer import FROZEN
+    from crosstune.train.jax.train_step import FROZEN
 
     train_step, _ = trainer.jit_train_and_eval_step()
     mem = train_step.func.lower(trainer.model, trainer.optimizer, batch).compile().memory_analysis()
@@ -91,9 +91,9 @@ def test_train_on_2x4_mesh_with_indivisible_kv_heads(work, tiny_gemma4_dir, synt
     from crosstune.planner import plan_recipe, replicated_tensors
     from crosstune.run.metrics import METRIC_DEFINITIONS, read_metrics
     from crosstune.run.records import Mesh, read_run_record
+    from crosstune.train.jax.batches import optimizer_steps
     from crosstune.train.jax.model import optimizer_sharding_mismatches, sharding_problems, spec_problems
-    from crosstune.train.jax.step import optimizer_steps
-    from crosstune.train.jax.trainer import FROZEN
+    from crosstune.train.jax.train_step import FROZEN
     from crosstune.train.session import TrainingSession
 
     mesh_args = ("backend.jax.mesh.fsdp=2", "backend.jax.mesh.tp=4")

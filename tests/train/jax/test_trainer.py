@@ -16,11 +16,11 @@ def test_the_ahead_of_time_step_is_the_training_step(tiny_gemma4_dir, synth_corp
     import jax
     from flax import nnx
 
+    from crosstune.model_configs import read_model_config
     from crosstune.train.jax.aot import abstract_step
     from crosstune.train.jax.lora import param_name
     from crosstune.train.jax.model import mesh_context
     from crosstune.train.session import TrainingSession
-    from crosstune.untrusted_files import read_model_config
 
     recipe = tiny_recipe(
         tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4", "backend.jax.mesh.fsdp=2", "backend.jax.mesh.tp=2",
@@ -30,7 +30,7 @@ def test_the_ahead_of_time_step_is_the_training_step(tiny_gemma4_dir, synth_corp
     session = TrainingSession(recipe, "jax", tmp_path / "run", progress=False)
     with session.started() as backend:
         real = backend.run
-        assert real.compute_dtype == "bfloat16" and real.facts().precision == "bf16"  # the recipe's, on CPU
+        assert real.settings.compute_dtype == "bfloat16" and real.facts().precision == "bf16"  # the recipe's, on CPU
         batch = next(real.micro_batches(0))
         with mesh_context(real.mesh):
             trained = real.trainer.held_once_step().lower(real.trainer.model, real.trainer.optimizer, batch)
@@ -56,8 +56,9 @@ def test_cpu_compute_dtype_is_the_recipe_s(tiny_gemma4_dir, synth_corpus_dir, tm
     import jax.numpy as jnp
     from flax import nnx
 
-    from crosstune.train.jax.model import build_model, compute_dtype, make_mesh, mesh_context
-    from crosstune.train.jax.step import attention_mask
+    from crosstune.train.jax.config import compute_dtype
+    from crosstune.train.jax.loss import attention_mask
+    from crosstune.train.jax.model import build_model, make_mesh, mesh_context
 
     default = tiny_recipe(tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4")
     assert default.backend.jax.cpu_compute_dtype == "float32" and compute_dtype(default, "cpu") == "float32"

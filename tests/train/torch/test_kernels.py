@@ -16,7 +16,7 @@ from crosstune.recipe import load_recipe
 
 def make_trainer(recipe, run_dir: Path):
     from crosstune.data import torch_dataset, training_data
-    from crosstune.train.steps import plan_steps
+    from crosstune.train.step_plan import plan_steps
     from crosstune.train.torch.callbacks import CrosstuneSFTTrainer
     from crosstune.train.torch.config import sft_config
     from crosstune.train.torch.kernels import kernel_trainer_class

@@ -47,6 +47,16 @@ def test_sft_config_is_the_recipe_not_trl_defaults(recipe_path, tmp_path):
     assert not args.fsdp  # one process
 
 
+def test_a_warm_up_ratio_is_this_run_s_steps(recipe_path, tmp_path):
+    """train.warmup_ratio reaches TRL as whole warm-up steps of this run (crosstune.train.step_plan.warmup_steps,
+    the jax schedule's too): ceil(0.25 × 10) = 3."""
+    from crosstune.train.torch.config import sft_config
+
+    recipe = load_recipe(recipe_path, [*AS_TRAINED, "train.warmup_ratio=0.25"])
+    args = sft_config(recipe, tmp_path, steps=10)
+    assert (args.warmup_steps, args.get_warmup_steps(10)) == (3, 3)
+
+
 def test_accelerate_config_and_launch_commands(recipe_path, tmp_path):
     from accelerate.commands.config.config_args import ClusterConfig
 

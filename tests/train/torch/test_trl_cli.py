@@ -1,4 +1,5 @@
-"""crosstune's torch backend is TRL underneath; this shows it. One recipe on the tiny Gemma 4 (named by hub id, read
+"""crosstune's torch backend is TRL underneath; this shows it, and that every exported TRL config starts under TRL's own
+CLI, packed or not. One recipe on the tiny Gemma 4 (named by hub id, read
 from a hub-layout cache) trains with `crosstune train --backend torch`, and its `recipe export --to trl` config
 trains with TRL's own CLI, `trl sft --config`, at the same time in another process. Compared: the tokens of step 1,
 the trained tokens, the first step's loss and the LoRA's shapes and targets.
@@ -26,6 +27,7 @@ import sys
 from pathlib import Path
 
 import torch
+import yaml
 from safetensors import safe_open
 
 from crosstune.recipe import load_recipe, model_path
@@ -41,7 +43,7 @@ ROW = 2048  # tokens per packed row: every conversation below fits one
 RECIPE = f"""\
 name: port
 output_dir: runs
-model: {{family: gemma4, path: {MODEL}, dtype: float32}}
+model: {{family: gemma4, path: "hf://{MODEL}", dtype: float32}}
 lora: {{rank: 8, alpha: 16.0, dropout: 0.0}}
 data:
   sources: [{{path: data.jsonl}}]
@@ -90,22 +92,33 @@ def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
         return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - safe_open has no iteration
 
 
-def trl_trained_tokens(config: Path) -> tuple[int, list[int]]:
-    """(trained tokens, conversations per row) of the exported config's data as TRL prepares it: TRL's own parser
-    (every key must be TRL's) and SFTTrainer's dataset preparation."""
+def trl_rows(config: Path) -> list[dict]:
+    """The rows TRL prepares from the exported config's data: TRL's own parser (every key must be TRL's) and
+    SFTTrainer's dataset preparation."""
     from trl import SFTTrainer, get_dataset, get_peft_config
     from trl.scripts.sft import make_parser
 
-    _, args, model_args, mixture = make_parser().parse_args_and_config(["--config", str(config)],
-                                                                       fail_with_unknown_args=True)  # fmt: skip
-    trainer = SFTTrainer(model=model_args.model_name_or_path, args=args, train_dataset=get_dataset(mixture)["train"],
-                         peft_config=get_peft_config(model_args))  # fmt: skip
-    rows = trainer.train_dataset
+    _, args, model_args, mixture = make_parser().parse_args_and_config(
+        ["--config", str(config)], fail_with_unknown_args=True
+    )
+    trainer = SFTTrainer(
+        model=model_args.model_name_or_path,
+        args=args,
+        train_dataset=get_dataset(mixture)["train"],
+        peft_config=get_peft_config(model_args),
+    )
+    return list(trainer.train_dataset)
+
+
+def trl_trained_tokens(config: Path) -> tuple[int, list[int]]:
+    """(trained tokens, conversations per row) of the exported config's data as TRL prepares it."""
+    rows = trl_rows(config)
     return sum(sum(label != -100 for label in r["labels"]) for r in rows), [len(r["seq_lengths"]) for r in rows]
 
 
-def test_crosstune_s_torch_leg_against_trl_s_own_cli(hub_cache, tiny_gemma4_dir, synth_corpus_dir, tmp_path,
-                                                     monkeypatch):  # fmt: skip
+def test_crosstune_s_torch_leg_against_trl_s_own_cli(
+    hub_cache, tiny_gemma4_dir, synth_corpus_dir, tmp_path, monkeypatch
+):
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -123,8 +136,11 @@ def test_crosstune_s_torch_leg_against_trl_s_own_cli(hub_cache, tiny_gemma4_dir,
 
     log = tmp_path / "trl.log"
     with open(log, "w") as out:  # TRL's CLI in its own process while crosstune trains in this one
-        trl = subprocess.Popen([str(Path(sys.executable).parent / "trl"), "sft", "--config", str(config)],
-                               stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        trl = subprocess.Popen(
+            [str(Path(sys.executable).parent / "trl"), "sft", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             recipe = load_recipe(tmp_path / "recipe.yaml")
             assert model_path(recipe) == base
@@ -146,8 +162,10 @@ def test_crosstune_s_torch_leg_against_trl_s_own_cli(hub_cache, tiny_gemma4_dir,
     # TRL's loss = crosstune's over its tokens, plus the base model's cross-entropy on the newlines, over both counts
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     with torch.no_grad():
-        newline_ce = sum(float(torch.nn.functional.cross_entropy(model(torch.tensor([i])).logits[0, -2:-1],
-                                                                 torch.tensor([newline]))) for i in ids)  # fmt: skip
+        newline_ce = sum(
+            float(torch.nn.functional.cross_entropy(model(torch.tensor([i])).logits[0, -2:-1], torch.tensor([newline])))
+            for i in ids
+        )
     expected = (ours.loss * ours.trained_tokens + newline_ce) / trained
     tolerance = math.sqrt(1024 * ours.tokens) * UNIT_ROUNDOFF * expected
     assert abs(theirs["loss"] - expected) <= tolerance, (theirs["loss"], expected, tolerance)
@@ -158,3 +176,35 @@ def test_crosstune_s_torch_leg_against_trl_s_own_cli(hub_cache, tiny_gemma4_dir,
     assert ours_lora == theirs_lora and len(ours_lora) == 2 * read_run_record(tmp_path / "run").lora.layout.modules
     trl_config = json.loads((tmp_path / "port-trl" / "adapter_config.json").read_text())
     assert (trl_config["r"], trl_config["lora_alpha"]) == (8, 16)
+
+
+def test_an_unpacked_recipe_s_export_trains_under_trl_s_cli(
+    hub_cache, tiny_gemma4_dir, synth_corpus_dir, tmp_path, monkeypatch
+):
+    """TRL's default `packing: false`, as the TRL-format Gemma configs people share keep it: the export must not ask
+    for padding-free rows without packing (TRL 1.16 refuses that pair at start, with max_length set). TRL keeps one
+    conversation per row, each whole (shorter than max_length), and trains its step."""
+    from transformers import AutoTokenizer
+
+    commit = put_in_hub_cache(hub_cache, MODEL, tiny_gemma4_dir)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    base = hub_cache / f"models--{MODEL.replace('/', '--')}" / "snapshots" / commit
+    ids = conversations(synth_corpus_dir, AutoTokenizer.from_pretrained(base), tmp_path / "data.jsonl")
+    (tmp_path / "recipe.yaml").write_text(RECIPE.replace("packing: true", "packing: false"))
+    config = tmp_path / "trl.yaml"
+    config.write_text(export_recipe(tmp_path / "recipe.yaml", "trl")[0])
+    written = yaml.safe_load(config.read_text())
+    assert (written["packing"], written.get("padding_free", False), written["max_length"]) == (False, False, ROW)
+
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "trl"), "sft", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    state = json.loads((tmp_path / "port-trl" / "checkpoint-1" / "trainer_state.json").read_text())
+    assert state["global_step"] == 1 and math.isfinite(state["log_history"][0]["loss"])
+    assert sorted(len(r["input_ids"]) for r in trl_rows(config)) == sorted(len(i) for i in ids)  # one per row

@@ -1,5 +1,5 @@
 """Compile a recipe's real train step for its TPU topology on a machine without a TPU (`crosstune plan --compile`
-starts this module in a process of its own, with libtpu on its path: crosstune.train.jax.compile).
+starts this module in a process of its own, with libtpu on its path: crosstune.train.jax.aot_process).
 
 The same code path `crosstune train --backend jax` runs, built abstractly: the tunix model of the family's config
 (model.path's config.json, else model.size) with Qwix LoRA, the run's block-LoRA shapes, remat, the recipe's
@@ -24,14 +24,14 @@ from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
 from crosstune.hub import HubError
-from crosstune.planner.compiled import with_layers
+from crosstune.model_configs import read_model_config
+from crosstune.planner.aot_report import with_layers
 from crosstune.planner.hlo import parse_collectives
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.recipe import Recipe, model_path
 from crosstune.run.metrics import host_peak_rss_bytes
-from crosstune.train.steps import accumulation
+from crosstune.train.step_plan import accumulation
 from crosstune.units import bytes_to_gib
-from crosstune.untrusted_files import read_model_config
 
 NOMINAL_STEPS = 1000  # the schedule's length only sets constants in the program: sizes and costs don't depend on it
 
@@ -99,34 +99,33 @@ def topology_mesh(recipe: Recipe):
     return name, topo.devices[0].device_kind, mesh
 
 
-def abstract_step(recipe: Recipe, cfg: dict, mesh, *, platform: str = "tpu", total_steps: int = NOMINAL_STEPS):
+def abstract_step(
+    recipe: Recipe,
+    cfg: dict,
+    mesh,
+    *,
+    platform: str = "tpu",
+    total_steps: int = NOMINAL_STEPS,
+    lora_provider: str = "crosstune",
+):
     """(the trainer's HeldOnceStep, the abstract trainer, abstract inputs, tokens per micro-step, accumulation) for
-    the recipe on `mesh`, compute dtype as on `platform`."""
+    the recipe on `mesh`, compute dtype as on `platform` (`lora_provider`: crosstune.train.jax.config's)."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
     from jax.sharding import NamedSharding, PartitionSpec
 
+    from crosstune.train.jax.config import ModelSettings
     from crosstune.train.jax.lora import widen_block_lora
-    from crosstune.train.jax.model import abstract_model, compute_dtype, mesh_context
-    from crosstune.train.jax.remat import remat_mode
-    from crosstune.train.jax.step import loss_fn, make_optimizer, model_inputs
+    from crosstune.train.jax.loss import loss_fn, model_inputs
+    from crosstune.train.jax.model import abstract_model, mesh_context
+    from crosstune.train.jax.optimizer import make_optimizer
     from crosstune.train.jax.trainer import abstract_trainer, training_config
 
     r = recipe
     fam = get_family(r.model.family)
-    model, _ = abstract_model(
-        r.model.family,
-        cfg,
-        mesh,
-        dtype=r.model.dtype,
-        compute_dtype=compute_dtype(r, platform),
-        remat=remat_mode(r.train),
-        lora=r.lora,
-        seed=r.train.seed,
-        attention=r.backend.jax.attention,
-        platform=platform,
-    )
+    settings = ModelSettings.of(r, platform).replace(lora_provider=lora_provider)
+    model, _ = abstract_model(r.model.family, cfg, mesh, platform=platform, **settings.kwargs())
     widen_block_lora(model, fam.spec_from_hf_config(cfg), r.lora.targets, r.lora.rank)
     if r.lora.dropout > 0:
         model.set_attributes(qwix_rngs=nnx.Rngs(dropout=r.train.seed))  # as build_model does
@@ -175,7 +174,7 @@ class _Ticker:
 
 
 def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
-    """Build, lower and compile the recipe's step for its topology: the fields of planner.compiled.CompiledStep."""
+    """Build, lower and compile the recipe's step for its topology: the fields of planner.aot_report.CompiledStep."""
     from crosstune.train.jax.model import mesh_context
 
     fam = get_family(recipe.model.family)

@@ -8,7 +8,7 @@ segment ids (0.1.7 is the newest on PyPI). So the attention modules of a built m
 path (`block` without a cache) runs tunix's own projections, norms and RoPE — the lines of tunix 0.1.7's `block`
 before its score einsum, as they are — then the kernel under shard_map over (fsdp rows, tp heads), then tunix's
 output projection. With a cache (decoding) it is tunix's block unchanged. The model then takes the rows' segment
-ids [B, L] where it took the dense [B, L, L] mask (crosstune.train.jax.step.loss_fn passes them).
+ids [B, L] where it took the dense [B, L, L] mask (crosstune.train.jax.loss.loss_fn passes them).
 
 On a CPU the kernel runs in Pallas interpret mode (equivalence tests; far too slow to train with). The kernel's
 work, which XLA's cost_analysis does not count, is counted here from its own block mask (`kernel_work`).
@@ -33,14 +33,16 @@ from tunix.utils.sharding_utils import shard
 
 from crosstune.train.jax import moe
 
-BLOCK = 512  # q and kv tile; compiled for v5p at 3072 tokens (docs/BENCHMARKS.md)
 SCOPE = "crosstune_attention_"  # + layer type: names each kernel call in the HLO's op_name metadata
-# matmuls of block size per visited block, per kernel phase (use_fused_bwd_kernel: dq is computed in the dkv pass)
-MATMULS = {"fwd": 2, "dkv": 5, "dq": 3}  # fwd: q·kᵀ, p·v; dkv fused: q·kᵀ, dO·vᵀ, pᵀ·dO, dSᵀ·q, dS·k
+# matmuls of block size per visited block, per kernel phase: fwd q·kᵀ, p·v; dkv q·kᵀ, dO·vᵀ, pᵀ·dO, dSᵀ·q (+ dS·k
+# when the backward is fused: dq computed in the dkv pass); dq (unfused) q·kᵀ, dO·vᵀ, dS·k
+MATMULS = {"fwd": 2, "dkv": 4, "dq": 3}
+FUSED_DKV = 5
 
 
-def block_size(length: int) -> int:
-    block = min(BLOCK, length)
+def block_size(length: int, block: int) -> int:
+    """The kernel's tile for rows of `length` tokens and the recipe's backend.jax.splash_block."""
+    block = min(block, length)
     if length % block or block % 128:
         raise ValueError(
             f"backend.jax.attention splash tiles the sequence in blocks of {block} (a multiple of 128): "
@@ -56,12 +58,16 @@ def _mask(window: int | None, length: int) -> mask_lib.Mask:
 
 
 @functools.lru_cache(maxsize=32)
-def make_kernel(window: int | None, length: int, heads: int, interpret: bool) -> splash.SplashAttentionKernel:
-    """The kernel for `heads` local heads of one layer type (every head the same causal or local mask)."""
-    b = block_size(length)
+def make_kernel(
+    window: int | None, length: int, heads: int, interpret: bool, block: int = 512, fused: bool = True
+) -> splash.SplashAttentionKernel:
+    """The kernel for `heads` local heads of one layer type (every head the same causal or local mask), tiled in
+    `block` (backend.jax.splash_block), its backward one fused dq+dkv pass or two
+    (backend.jax.splash_fused_backward)."""
+    b = block_size(length, block)
     sizes = splash.BlockSizes(
         block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b, block_kv_dkv=b, block_kv_dkv_compute=b,
-        use_fused_bwd_kernel=True,
+        **({} if fused else {"block_q_dq": b, "block_kv_dq": b}), use_fused_bwd_kernel=fused,
     )  # fmt: skip
     mask = mask_lib.MultiHeadMask([_mask(window, length) for _ in range(heads)])
     # Called while a step is traced (inside shard_map) and kept for the next layer of the type: its block-mask
@@ -70,13 +76,15 @@ def make_kernel(window: int | None, length: int, heads: int, interpret: bool) ->
         return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
-def splash_attention(q, k, v, segment_ids, *, window: int | None, interpret: bool, mesh=None) -> jax.Array:
+def splash_attention(
+    q, k, v, segment_ids, *, window: int | None, interpret: bool, mesh=None, block: int = 512, fused: bool = True
+) -> jax.Array:
     """q [B, T, N, H], k and v [B, T, K, H] (K divides N), segment_ids [B, T] -> [B, T, N, H]: causal (within
     `window` tokens back when given) attention within each segment, no scaling of q (the callers scale)."""
     mesh = mesh if mesh is not None else pxla.thread_resources.env.physical_mesh  # tunix's legacy mesh context
 
     def local(q, k, v, seg):
-        kernel = make_kernel(window, q.shape[2], q.shape[1], interpret)
+        kernel = make_kernel(window, q.shape[2], q.shape[1], interpret, block, fused)
         one = lambda q, k, v, s: kernel(q, k, v, segment_ids=splash.SegmentIds(q=s, kv=s))  # noqa: E731
         return jax.vmap(one)(q, k, v, seg)
 
@@ -125,7 +133,7 @@ class Gemma4SplashAttention(gemma4.Attention):
         with jax.named_scope(SCOPE + ("sliding" if sliding else "global")):
             encoded = splash_attention(
                 q, k, v, attn_mask, window=self.config.sliding_window_size if sliding else None,
-                interpret=self.splash_interpret,
+                interpret=self.splash_interpret, block=self.splash_block, fused=self.splash_fused,
             )  # fmt: skip
         out = shard(self.attn_vec_einsum(encoded), self.config.shd_config.act_btd)
         return {"v": v, "k": k}, out, (k, v)
@@ -151,7 +159,7 @@ class Gemma3SplashAttention(gemma3.Attention):
         with jax.named_scope(SCOPE + ("sliding" if sliding else "global")):
             encoded = splash_attention(
                 q, k, v, attn_mask, window=self.sliding_window_size if sliding else None,
-                interpret=self.splash_interpret,
+                interpret=self.splash_interpret, block=self.splash_block, fused=self.splash_fused,
             )  # fmt: skip
         return None, shard(self.attn_vec_einsum(encoded), self.shd_config.act_btd)
 
@@ -164,15 +172,15 @@ def uses_splash(model: nnx.Module) -> bool:
     return any(isinstance(m, tuple(SPLASH.values())) for _, m in model.iter_modules())
 
 
-def use_splash(model: nnx.Module, *, interpret: bool) -> int:
+def use_splash(model: nnx.Module, *, interpret: bool, block: int = 512, fused: bool = True) -> int:
     """Give every tunix attention module of `model` the splash training path (in place); the number changed.
-    `interpret`: run the kernel in Pallas interpret mode (anything but a real TPU)."""
+    `interpret`: run the kernel in Pallas interpret mode (anything but a real TPU); `block`, `fused`: make_kernel's."""
     n = 0
     for _, module in model.iter_modules():
         cls = SPLASH.get(type(module))
         if cls is not None:
             module.__class__ = cls
-            module.splash_interpret = interpret
+            module.splash_interpret, module.splash_block, module.splash_fused = interpret, block, fused
             n += 1
     return n
 
@@ -202,7 +210,9 @@ def kernel_work(recipe, spec, custom_calls: dict[str, int], mesh) -> KernelWork:
         return KernelWork(0.0, 0.0, "no Pallas kernels: XLA's cost_analysis counts every op")
     tp = mesh.shape["tp"]
     rows, length = recipe.train.per_device_batch_size, recipe.data.max_seq_len  # each device: its rows, N/tp heads
-    b, a = block_size(length), 2 if recipe.train.precision == "bf16" else 4  # bytes per element
+    jax_section = recipe.backend.jax
+    b, a = block_size(length, jax_section.splash_block), 2 if recipe.train.precision == "bf16" else 4  # bytes/element
+    matmuls = MATMULS | ({"dkv": FUSED_DKV} if jax_section.splash_fused_backward else {})
     flops = moved = 0.0
     counted: list[str] = []
     for key, calls in sorted(custom_calls.items()):
@@ -218,8 +228,8 @@ def kernel_work(recipe, spec, custom_calls: dict[str, int], mesh) -> KernelWork:
         if not kernel_name.startswith("splash_") or phase is None or kind is None:
             raise ValueError(f"Pallas kernel {key!r} in the compiled step: no work count for it (only splash's)")
         heads = kind.num_heads // tp
-        visited = _visited_blocks(make_kernel(kind.window, length, 1, interpret=True))
-        flops += calls * rows * heads * visited * MATMULS[phase] * 2 * b * b * kind.head_dim
+        visited = _visited_blocks(make_kernel(kind.window, length, 1, True, b, jax_section.splash_fused_backward))
+        flops += calls * rows * heads * visited * matmuls[phase] * 2 * b * b * kind.head_dim
         kv_heads = max(1, kind.num_kv_heads // tp)
         moved += calls * rows * a * kind.head_dim * (2 * heads * length + 2 * kv_heads * visited * b)
         counted.append(f"{calls} × {kernel_name} ({kind.name})")

@@ -10,7 +10,7 @@ import numpy as np
 
 from crosstune.data import PreparedDataset, grain_dataset
 from crosstune.recipe.schema import Recipe
-from crosstune.train.steps import StepPlan
+from crosstune.train.step_plan import StepPlan
 
 # XLA's CPU client sizes its thread pool max($NPROC or the core count, the device count), and how a step's float
 # sums are split follows that size: the same run on 2 or 8 fake devices (or 2 or 16 cores) rounds differently from

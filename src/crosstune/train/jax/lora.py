@@ -28,11 +28,12 @@ from crosstune.families.lora_layout import (
 from crosstune.families.spec import ModelSpec
 from crosstune.run.lora_weights import ExportError, LoraWeights, module_target
 
-_PARAM = re.compile(r"layers\.(\d+)\.((?:attn|mlp)\.\w+?)\.(w|kernel)_lora_([ab])")
+LORA_PARAM = re.compile(r"layers\.(\d+)\.((?:attn|mlp)\.\w+?)\.(w|kernel)_lora_([ab])")
 
 
 def param_name(path) -> str:
-    """A pytree key path as a dotted Qwix param name (`layers.5.attn.k_einsum.w_lora_a`; `.value` dropped)."""
+    """A pytree key path as a dotted name (`layers.5.attn.k_einsum.w_lora_a`; Variable `.value` wrappers dropped):
+    the one spelling of a tunix/Qwix tensor's name."""
     parts = [getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))) for k in path]
     return ".".join(str(p) for p in parts if p != "value")
 
@@ -43,7 +44,7 @@ def qwix_to_lora(params: dict[str, np.ndarray], spec: ModelSpec, *, rank: int, a
     B, a module the layer doesn't have, or a shape that doesn't fit."""
     grouped: dict[tuple[int, str], dict[str, np.ndarray]] = {}
     for name, value in params.items():
-        m = _PARAM.fullmatch(name)
+        m = LORA_PARAM.fullmatch(name)
         if m is None or m.group(2) not in WEIGHT_NAMES or WEIGHT_NAMES[m.group(2)] != m.group(3):
             raise ExportError(f"LoRA param {name!r} is not a Qwix LoRA of a known module (left unconsumed)")
         grouped.setdefault((int(m.group(1)), m.group(2)), {})[m.group(4)] = value
@@ -167,7 +168,7 @@ def widen_block_lora(model, spec: ModelSpec, targets, rank: int) -> list[str]:
         if not isinstance(node, nnx.LoRAParam):
             continue
         name = ".".join(map(str, path))
-        m = _PARAM.fullmatch(name)
+        m = LORA_PARAM.fullmatch(name)
         module = m.group(2) if m else None
         if module not in FUSED:
             continue

@@ -31,8 +31,8 @@ from crosstune.families import get_family
 from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_config import tunix_model_class, tunix_model_config
 from crosstune.families.tunix_weights import CheckpointReader, tunix_tensor
-from crosstune.recipe.schema import LoraSection, Recipe
-from crosstune.train.jax.lora import install_lora
+from crosstune.recipe.schema import LoraSection
+from crosstune.train.jax.lora import install_lora, param_name
 from crosstune.train.jax.moe import route_on_residual
 from crosstune.train.lora_init import initial_lora
 
@@ -74,14 +74,6 @@ def _axes(entry) -> tuple[str, ...]:
     return () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
 
 
-def compute_dtype(recipe: Recipe, platform: str) -> str:
-    """The activations' dtype: bf16 where the chips are made for it and train.precision is bf16; on CPU the
-    recipe's backend.jax.cpu_compute_dtype (float32 unless a rehearsal asks for bfloat16)."""
-    if platform == "cpu":
-        return recipe.backend.jax.cpu_compute_dtype
-    return "bfloat16" if recipe.train.precision == "bf16" else "float32"
-
-
 def fit_shardings(model: nnx.Module, mesh: Mesh) -> list[Replicated]:
     """Drop the mesh axes that don't divide a tensor dimension from its sharding metadata (in place)."""
     out: list[Replicated] = []
@@ -102,12 +94,6 @@ def fit_shardings(model: nnx.Module, mesh: Mesh) -> list[Replicated]:
     return out
 
 
-def _key(path) -> str:
-    """A pytree path as a dotted tunix name (`layers.5.attn.k_einsum.w`; Variable `.value` wrappers dropped)."""
-    parts = [getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))) for k in path]
-    return ".".join(str(p) for p in parts if p != "value")
-
-
 def abstract_model(
     family: str,
     hf_config: dict,
@@ -119,13 +105,19 @@ def abstract_model(
     lora: LoraSection | None = None,
     seed: int = 0,
     attention: str = "dense",
+    splash_block: int = 512,
+    splash_fused_backward: bool = True,
     platform: str | None = None,
+    lora_provider: str = "crosstune",
 ) -> tuple[nnx.Module, list[Replicated]]:
     """The tunix model of an HF config (a config.json dict) with Qwix LoRA on `lora.targets`, built abstractly:
     every leaf a ShapeDtypeStruct, nothing allocated, shardings fitted to `mesh` (in the variables' metadata).
-    The LoRA leaves have Qwix's own rank-r shapes; `build_model` then installs the run's initial LoRA.
+    The LoRA leaves have Qwix's own rank-r shapes and are float32 (as PEFT keeps them, whatever the base's dtype);
+    `build_model` then installs the run's initial LoRA.
     `remat`: crosstune.train.jax.remat's mode (True = "full"); `attention`: "dense" (tunix's masked attention) or
-    "splash" (crosstune.train.jax.attention), its kernel compiled for `platform` (default: JAX's backend)."""
+    "splash" (crosstune.train.jax.attention), its kernel compiled for `platform` (default: JAX's backend);
+    `lora_provider`: "crosstune" (crosstune.train.jax.lora_provider) or "qwix" (Qwix's own, a benchmark's
+    baseline)."""
     # Built without remat: Qwix creates the LoRA params while tracing a forward pass, and under tunix's nnx.remat
     # (graph_updates=False) the params it creates inside the layers are dropped. Remat is switched on after.
     config = tunix_model_config(family, hf_config, dtype=dtype, compute_dtype=compute_dtype, remat=False)
@@ -137,7 +129,9 @@ def abstract_model(
         if rule is not None:
             import qwix
 
-            provider = qwix.LoraProvider([rule])
+            from crosstune.train.jax.lora_provider import LoraProvider
+
+            provider = (LoraProvider if lora_provider == "crosstune" else qwix.LoraProvider)([rule])
             model = nnx.eval_shape(
                 lambda m: qwix.apply_lora_to_model(
                     m, provider, rngs=nnx.Rngs(params=seed, dropout=seed), **m.get_model_input()
@@ -146,11 +140,15 @@ def abstract_model(
             )
     if lora is not None:
         _check_lora_modules(model, family, hf_config, lora)
+        for _, node in nnx.iter_graph(model):  # Qwix makes them in the base's dtype; crosstune keeps them fp32
+            if isinstance(node, nnx.LoRAParam):
+                node.value = jax.ShapeDtypeStruct(node.value.shape, jnp.float32)
     apply_remat(model, family, hf_config, remat)
     if attention == "splash":
         from crosstune.train.jax.attention import use_splash
 
-        use_splash(model, interpret=(platform or jax.default_backend()) != "tpu")
+        use_splash(model, interpret=(platform or jax.default_backend()) != "tpu", block=splash_block,
+                   fused=splash_fused_backward)  # fmt: skip
     return model, fit_shardings(model, mesh)
 
 
@@ -165,6 +163,9 @@ def build_model(
     lora: LoraSection | None = None,
     seed: int = 0,
     attention: str = "dense",
+    splash_block: int = 512,
+    splash_fused_backward: bool = True,
+    lora_provider: str = "crosstune",
 ) -> tuple[nnx.Module, list[Replicated]]:
     """The tunix model of an HF checkpoint directory, with Qwix LoRA on `lora.targets` when `lora` is given.
 
@@ -185,12 +186,15 @@ def build_model(
         lora=lora,
         seed=seed,
         attention=attention,
+        splash_block=splash_block,
+        splash_fused_backward=splash_fused_backward,
+        lora_provider=lora_provider,
     )
     graphdef, lora_state, base_state = nnx.split(model, nnx.LoRAParam, ...)
     host_dtype = np.dtype(jnp.dtype(dtype))
 
     def place(path, leaf: jax.ShapeDtypeStruct, sharding: NamedSharding) -> jax.Array:
-        host = np.asarray(tunix_tensor(reader, _key(path), leaf.shape), dtype=host_dtype)
+        host = np.asarray(tunix_tensor(reader, param_name(path), leaf.shape), dtype=host_dtype)
         return jax.make_array_from_callback(leaf.shape, sharding, lambda index: host[index])
 
     base = jax.tree.map_with_path(
@@ -208,7 +212,7 @@ def build_model(
 
 
 def apply_remat(model: nnx.Module, family: str, hf_config: dict, remat: bool | str | None) -> None:
-    """Switch on the activation recompute `remat` names (crosstune.train.jax.remat.MODES), in place."""
+    """Switch on the activation recompute `remat` names (crosstune.train.jax.config.REMAT_MODES), in place."""
     from crosstune.train.jax.remat import save_matmuls
 
     mode = {True: "full", False: None}.get(remat, remat) if isinstance(remat, bool) else remat
@@ -291,7 +295,7 @@ def sharding_problems(tree, mesh: Mesh) -> list[str]:
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
         if not hasattr(leaf, "sharding") or leaf.ndim == 0:  # scalars (step counts) are replicated when jitted
             continue
-        name, sharding = _key(path), leaf.sharding
+        name, sharding = param_name(path), leaf.sharding
         if not isinstance(sharding, NamedSharding) or sharding.mesh.shape != mesh.shape:
             problems.append(f"{name}: {sharding} is not a NamedSharding on the {dict(mesh.shape)} mesh")
             continue
@@ -319,10 +323,12 @@ def spec_problems(model: nnx.Module) -> list[str]:
 
 def optimizer_sharding_mismatches(optimizer, model: nnx.Module) -> list[str]:
     """Optimizer-state leaves (AdamW moments) whose sharding differs from their LoRA parameter's."""
-    params = {_key(p): x.sharding for p, x in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.LoRAParam))}
+    params = {
+        param_name(p): x.sharding for p, x in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.LoRAParam))
+    }
     problems = []
     for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(optimizer, nnx.optimizer.OptState)):
-        name = _key(path)
+        name = param_name(path)
         parts = name.split(".")
         param = next((".".join(parts[i:]) for i in range(len(parts)) if ".".join(parts[i:]) in params), None)
         if param and leaf.ndim and not leaf.sharding.is_equivalent_to(params[param], leaf.ndim):

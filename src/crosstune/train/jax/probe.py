@@ -1,6 +1,6 @@
 """The jax backend's step probe (crosstune.train.backend.StepProbe): the loss and LoRA gradients of one optimizer
 step of k micro-batches on given rows, with a given LoRA installed, and one AdamW step, through the backend's own
-training code: jax_step.optimizer_steps attaches loss_weight = k / N to every micro-batch and tunix's
+training code: crosstune.train.jax.batches.optimizer_steps attaches loss_weight = k / N to every micro-batch and tunix's
 optax.MultiSteps averages the k gradients (here the same average is taken by hand): the step's token-weighted mean.
 Fused k/v LoRAs are held as the exact rank-2r block LoRA, their off-diagonal gradient blocks masked to zero.
 """
@@ -16,7 +16,7 @@ from crosstune.recipe import Recipe, model_path
 from crosstune.run.lora_weights import LoraWeights
 from crosstune.train.jax.data import global_batch
 from crosstune.train.jax.lora import install_lora, lora_to_qwix, param_name, qwix_to_lora
-from crosstune.train.steps import accumulation, constant_step
+from crosstune.train.step_plan import accumulation, constant_step
 
 
 class JaxStepProbe:
@@ -26,8 +26,9 @@ class JaxStepProbe:
     def __init__(self, recipe: Recipe, prepared: PreparedDataset, lora: LoraWeights, rows: int, bf16: bool):
         from flax import nnx
 
+        from crosstune.train.jax.batches import device_batch, optimizer_steps
+        from crosstune.train.jax.loss import model_inputs
         from crosstune.train.jax.model import make_mesh, mesh_context
-        from crosstune.train.jax.step import device_batch, model_inputs, optimizer_steps
 
         self.recipe, self.lora, self.bf16 = recipe, lora, bf16
         self.recomputes = recipe.train.gradient_checkpointing  # tunix's remat, set when the model is built
@@ -44,28 +45,21 @@ class JaxStepProbe:
         self._loss_and_grad = nnx.jit(self._loss_and_grad)  # compiled once: before and after the step
 
     def _build(self, dropout: float):
+        from crosstune.train.jax.config import ModelSettings
         from crosstune.train.jax.model import build_model
-        from crosstune.train.jax.remat import remat_mode
 
         dtype = "bfloat16" if self.bf16 else "float32"
-        lora_section = self.recipe.lora.model_copy(update={"dropout": dropout})
-        model, _ = build_model(
-            self.recipe.model.family,
-            self.base,
-            self.mesh,
-            dtype=dtype,
-            compute_dtype=dtype,
-            remat=remat_mode(self.recipe.train),
-            lora=lora_section,
-            attention=self.recipe.backend.jax.attention,
+        settings = ModelSettings.of(self.recipe, "cpu").replace(
+            dtype=dtype, compute_dtype=dtype, lora=self.recipe.lora.model_copy(update={"dropout": dropout}), seed=0
         )
+        model, _ = build_model(self.recipe.model.family, self.base, self.mesh, **settings.kwargs())
         return model, install_lora(model, self.lora, self.spec)
 
     @staticmethod
     def _loss_and_grad(model, inputs):
         from flax import nnx
 
-        from crosstune.train.jax.step import loss_fn
+        from crosstune.train.jax.loss import loss_fn
 
         return nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.LoRAParam))(model, **inputs)
 
@@ -117,7 +111,7 @@ class JaxStepProbe:
         from flax import nnx
 
         from crosstune.train.jax.model import mesh_context
-        from crosstune.train.jax.step import make_optimizer
+        from crosstune.train.jax.optimizer import make_optimizer
 
         lora = self.lora
         frozen, _ = lora_to_qwix(

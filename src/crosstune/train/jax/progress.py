@@ -16,7 +16,7 @@ import jax
 from tunix.sft import hooks
 
 from crosstune.run.metrics import StepMetrics, host_peak_rss_bytes
-from crosstune.train.jax.step import last_grad_norm
+from crosstune.train.jax.optimizer import last_grad_norm
 from crosstune.units import bytes_to_gib
 
 COMPILE_EVENTS = (
@@ -80,14 +80,26 @@ class SaveTimer:
         manager.save = timed
 
 
+def device_peak_bytes(stats: dict) -> int | None:
+    """A device's peak memory from its `memory_stats()`: the live arrays' peak plus, where the allocator reports it
+    apart (TPU: `peak_bytes_reserved`), the peak of what compiled programs reserved for their temporaries. On a v5e
+    the sum matched XLA's memory_analysis of the step within 0.1 GB; `peak_bytes_in_use` alone left out the step's
+    temporaries (4.74 GiB of a 9.83 GB peak). None where the device keeps no statistics (CPU)."""
+    if "peak_bytes_in_use" not in stats:
+        return None
+    return int(stats["peak_bytes_in_use"]) + int(stats.get("peak_bytes_reserved", 0))
+
+
 def peak_memory_gib() -> float:
-    """Peak accelerator memory of the busiest local device; host peak RSS where devices don't say (CPU)."""
+    """Peak accelerator memory of the busiest local device (device_peak_bytes); host peak RSS where devices don't
+    say (CPU)."""
 
     peaks = []
     for d in jax.local_devices():
         stats = d.memory_stats() if hasattr(d, "memory_stats") else None
-        if stats and "peak_bytes_in_use" in stats:
-            peaks.append(stats["peak_bytes_in_use"])
+        peak = device_peak_bytes(stats or {})
+        if peak is not None:
+            peaks.append(peak)
     return bytes_to_gib(max(peaks) if peaks else host_peak_rss_bytes())
 
 

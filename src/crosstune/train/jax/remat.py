@@ -1,4 +1,5 @@
-"""Activation recompute on the jax backend: the mode a recipe asks for, and the matmul-saving policy.
+"""Activation recompute on the jax backend: the matmul-saving policy (the mode a recipe asks for:
+crosstune.train.jax.config.remat_mode).
 
 - None: nothing recomputed (`train.gradient_checkpointing: false`): every activation kept for the backward.
 - "full": tunix's RematConfig.DECODER, each decoder layer's forward run again in the backward, only its input kept
@@ -19,24 +20,9 @@ from flax import nnx
 from tunix.models.gemma3 import model as gemma3
 from tunix.models.gemma4 import model as gemma4
 
-from crosstune.recipe.schema import TrainSection
-
-MODES = (None, "full", "dots")
 POLICY = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
 DECODER_LAYERS = (gemma4.DecoderLayer, gemma3.DecoderLayer)
 _SAVING: dict[type, type] = {}
-
-
-def remat_mode(train: TrainSection) -> str | None:
-    """The jax backend's recompute mode for the recipe's train section."""
-    if not train.gradient_checkpointing:
-        return None
-    if train.kernels.recompute == "selective":
-        raise ValueError(
-            "train.kernels.recompute 'selective' keeps PyTorch SDPA kernels' outputs (TRL's policy); the jax backend "
-            "has no such kernel outputs to keep: use recompute full, or dots (keeps the weight matmuls' outputs)"
-        )
-    return train.kernels.recompute
 
 
 def _saving(cls: type) -> type:

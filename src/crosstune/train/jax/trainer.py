@@ -1,64 +1,16 @@
-"""Tunix's PeftTrainer with a train step that holds the frozen base once (the one place crosstune wraps tunix's jit).
-
-Tunix 0.1.7 jits its step as `nnx.jit(train_step, donate_argnames=("optimizer",))`. nnx.jit (graph updates on)
-returns the state of every argument, and a top-level jit doesn't forward an unchanged input to its output, so XLA
-copies every frozen base weight into the step's outputs: a second copy of the base per device (~16 GB per chip
-for Gemma 4 31B on a v5p-8 at tp=4). Here the same step body (`create_train_step_fn()`: tunix's loss, grads,
-optimizer update) runs inside a jax.jit over the split state: the frozen base (`nnx.Param` but not
-`nnx.LoRAParam`) is an input only; everything the step changes (LoRA params, dropout RNG counts, the optimizer
-state with MultiSteps' accumulator) is donated and comes back in place, pinned to its own sharding (without the
-pin XLA may pick another layout for some LoRA leaves and the second step compiles again). Why not upstream:
-docs/DESIGN_NOTES.md, "crosstune.train.jax.trainer".
+"""Tunix's PeftTrainer with crosstune's train step (crosstune.train.jax.train_step: the frozen base held once), its
+training config, and the trainer of an abstract model (what `plan --compile` and `plan --run` build).
 """
 
 from __future__ import annotations
 
 import functools
 
-import jax
 from flax import nnx
 from jax.interpreters import pxla
 from tunix.sft import peft_trainer
 
-TRAIN_STEP_NAME = "crosstune_train_step"  # the compiled function's name: CompileTimer looks for it
-FROZEN = nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam))  # the base weights the step reads and never writes
-
-
-class HeldOnceStep:
-    """`body(model, optimizer, inputs)` jitted over (frozen base, the rest of the model, optimizer state, inputs),
-    donating the last two state groups. Call it like the body; `lower` gives the same program for any (abstract)
-    model, optimizer and inputs of the same structure."""
-
-    def __init__(self, body, model: nnx.Module, optimizer: nnx.Optimizer, mesh) -> None:
-        model_def, _, rest = nnx.split(model, FROZEN, ...)
-        opt_def, opt_state = nnx.split(optimizer)
-
-        def crosstune_train_step(frozen, rest, opt_state, inputs):
-            model = nnx.merge(model_def, frozen, rest)
-            optimizer = nnx.merge(opt_def, opt_state)
-            out = body(model, optimizer, inputs)
-            return out, nnx.state(model, nnx.Not(FROZEN)), nnx.state(optimizer)
-
-        pins = None if mesh.empty else (nnx.get_named_sharding(rest, mesh), nnx.get_named_sharding(opt_state, mesh))
-        self.jitted_fn = jax.jit(
-            crosstune_train_step,
-            donate_argnums=(1, 2),
-            out_shardings=None if pins is None else (None, *pins),
-        )
-
-    @staticmethod
-    def _args(model, optimizer, inputs) -> tuple:
-        _, frozen, rest = nnx.split(model, FROZEN, ...)
-        return frozen, rest, nnx.state(optimizer), inputs
-
-    def __call__(self, model: nnx.Module, optimizer: nnx.Optimizer, inputs):
-        out, rest, opt_state = self.jitted_fn(*self._args(model, optimizer, inputs))
-        nnx.update(model, rest)
-        nnx.update(optimizer, opt_state)
-        return out
-
-    def lower(self, model: nnx.Module, optimizer: nnx.Optimizer, inputs) -> jax.stages.Lowered:
-        return self.jitted_fn.lower(*self._args(model, optimizer, inputs))
+from crosstune.train.jax.train_step import HeldOnceStep
 
 
 class CrosstunePeftTrainer(peft_trainer.PeftTrainer):

@@ -21,7 +21,7 @@ import numpy as np
 from crosstune.planner import plan_recipe
 from crosstune.recipe import model_path
 from crosstune.run.integrity import record_checksums, verify_saved
-from crosstune.run.layout import CHECKPOINTS, saved_steps, step_folders
+from crosstune.run.layout import CHECKPOINTS, XLA_CACHE, saved_steps, step_folders
 from crosstune.run.lora_weights import LoraWeights
 from crosstune.run.metrics import MetricsWriter
 from crosstune.run.records import Mesh, RunTimings, StackFacts
@@ -40,7 +40,7 @@ class JaxRun:
         import jax
 
         self.context, self.recipe, self.run_dir = context, context.recipe, context.run_dir
-        self.data, self.prepared, self.spec = context.plan, context.prepared, context.spec
+        self.step_plan, self.prepared, self.spec = context.plan, context.prepared, context.spec
         self.progress = context.progress and jax.process_index() == 0
         self.counts: dict[int, tuple[int, int, int]] = {}  # step -> (trained, real, computed tokens), as read
 
@@ -49,7 +49,8 @@ class JaxRun:
         """Check the plan, build mesh, data loader, model + LoRA and the trainer, and stay inside the mesh context."""
         import jax
 
-        from crosstune.train.jax.model import compute_dtype, make_mesh, mesh_context
+        from crosstune.train.jax.config import ModelSettings, use_compile_cache
+        from crosstune.train.jax.model import make_mesh, mesh_context
 
         r = self.recipe
         plan = plan_recipe(r, backend="jax", spec=self.spec)
@@ -62,10 +63,11 @@ class JaxRun:
                 "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N before starting)"
             )
         self.rows = self.context.metrics_row_builder(devices=fsdp * tp)  # the one builder of metrics rows
-        self.compute_dtype = compute_dtype(r, jax.devices()[0].platform)
+        self.settings = ModelSettings.of(r, jax.devices()[0].platform)
+        use_compile_cache(self.run_dir / XLA_CACHE)
         if self.context.resume_from:  # --resume restores the latest step: check its bytes first
             verify_saved(step_folders(self.run_dir)[self.context.resume_from], "checkpoint", "resume")
-        self.dataset = train_dataset(r, self.data, self.prepared)
+        self.dataset = train_dataset(r, self.step_plan, self.prepared)
         self.mesh = make_mesh(fsdp, tp)
         with mesh_context(self.mesh):  # pitfall A: trainer, optimizer state and inputs under the legacy mesh
             self.trainer, self.replicated = self._trainer()
@@ -74,6 +76,7 @@ class JaxRun:
     def _trainer(self):
         from flax import nnx
 
+        from crosstune.train.jax.loss import loss_fn, model_inputs
         from crosstune.train.jax.model import (
             build_model,
             optimizer_sharding_mismatches,
@@ -81,26 +84,16 @@ class JaxRun:
             sharding_problems,
             spec_problems,
         )
-        from crosstune.train.jax.remat import remat_mode
-        from crosstune.train.jax.step import loss_fn, make_optimizer, model_inputs
+        from crosstune.train.jax.optimizer import make_optimizer, schedule_values
         from crosstune.train.jax.trainer import CrosstunePeftTrainer, training_config
 
-        r, k = self.recipe, self.data.accumulation
+        r, k, total = self.recipe, self.step_plan.accumulation, self.step_plan.total_steps
         model_dir = model_path(r)  # checked by the session (a hub id: its snapshot)
-        model, replicated = build_model(
-            r.model.family,
-            model_dir,
-            self.mesh,
-            dtype=r.model.dtype,
-            compute_dtype=self.compute_dtype,
-            remat=remat_mode(r.train),
-            lora=r.lora,
-            seed=r.train.seed,
-            attention=r.backend.jax.attention,
-        )
-        optimizer, self.schedule = make_optimizer(r.train, self.data.total_steps, lora_rank=r.lora.rank)
+        model, replicated = build_model(r.model.family, model_dir, self.mesh, **self.settings.kwargs())
+        optimizer, schedule = make_optimizer(r.train, total, lora_rank=r.lora.rank)
+        self.learning_rates = schedule_values(schedule, total)  # on the host: no eager op on the chip per step
         checkpoints = (self.run_dir / CHECKPOINTS, r.train.checkpoint_every, r.train.keep_last)
-        config = training_config(k, self.data.total_steps, checkpoints)
+        config = training_config(k, total, checkpoints)
         _configure_orbax()
         absl = logging.getLogger("absl")
         level = absl.level
@@ -127,9 +120,9 @@ class JaxRun:
         import jax
 
         from crosstune.train.jax.progress import CompileTimer, SaveTimer, StepRecorder
-        from crosstune.train.jax.trainer import TRAIN_STEP_NAME
+        from crosstune.train.jax.train_step import TRAIN_STEP_NAME
 
-        r, d, trainer = self.recipe, self.data, self.trainer
+        r, d, trainer = self.recipe, self.step_plan, self.trainer
         start = trainer.train_steps  # the restored step: the context's resume point (the session checked it)
         writer = MetricsWriter(self.run_dir, resume_from_step=start) if jax.process_index() == 0 else None
         self.counts = {}
@@ -204,9 +197,9 @@ class JaxRun:
     def micro_batches(self, start: int):
         """The trainer's iterator: stand-in batches for the micro-batches already trained, then steps start+1..N as
         global arrays; each step's token counts go into `self.counts` before its first micro-batch is handed out."""
-        from crosstune.train.jax.step import device_batch, optimizer_steps
+        from crosstune.train.jax.batches import device_batch, optimizer_steps
 
-        k, total = self.data.accumulation, self.data.total_steps
+        k, total = self.step_plan.accumulation, self.step_plan.total_steps
         yield from (_SKIPPED for _ in range(start * k))
         stream = (self.dataset[i] for i in range(start * k, total * k))
         for step, group in enumerate(optimizer_steps(stream, k, global_sum), start=start + 1):
@@ -222,7 +215,7 @@ class JaxRun:
         m = self.recipe.backend.jax.mesh
         return StackFacts(
             platform=jax.devices()[0].platform,
-            precision="bf16" if self.compute_dtype == "bfloat16" else "fp32",
+            precision="bf16" if self.settings.compute_dtype == "bfloat16" else "fp32",
             devices=m.fsdp * m.tp,
             processes=jax.process_count(),
             mesh=Mesh(fsdp=m.fsdp, tp=m.tp),
@@ -236,7 +229,7 @@ class JaxRun:
         return self.rows.row(
             step=step,
             loss=loss,
-            learning_rate=float(self.schedule(step - 1)),  # the optimizer's count is step - 1 when it applies
+            learning_rate=float(self.learning_rates[step - 1]),  # the optimizer's count is step - 1 when it applies
             grad_norm=grad_norm,
             trained_tokens=trained,
             tokens=tokens,

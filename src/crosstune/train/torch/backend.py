@@ -13,7 +13,7 @@ from crosstune.data.prepared import PreparedDataset
 from crosstune.families.spec import ModelSpec
 from crosstune.recipe import Recipe
 from crosstune.run.integrity import verify_saved
-from crosstune.run.layout import ADAPTER, RUN_JSON, step_folders
+from crosstune.run.layout import ADAPTER, RUN_JSON, saved_lora, step_folders
 from crosstune.run.lora_weights import ExportError, LoraWeights, read_peft_adapter
 from crosstune.run.metrics import read_metrics
 from crosstune.run.records import Mesh, RunRecord, StackFacts
@@ -50,7 +50,7 @@ class TorchBackend:
         import torch
 
         from crosstune.families import get_family
-        from crosstune.recipe.trl_format import trains_in_bf16, uses_fsdp
+        from crosstune.recipe.training_arguments import trains_in_bf16, uses_fsdp
         from crosstune.train.torch.config import parallelism
         from crosstune.train.torch.model import SHARDING_DEVICES
 
@@ -90,6 +90,7 @@ class TorchBackend:
             if got not in found:
                 raise ExportError(f"{run_dir}/checkpoints: no checkpoint-{step}; available steps {sorted(found)}")
             adapter = found[got]
+        saved_lora(run_dir, adapter)  # nothing of it read through a link out of the run
         verify_saved(adapter, "adapter" if adapter.name == ADAPTER else "checkpoint", "export")
         weights, cfg = read_peft_adapter(adapter, family=record.family)
         if cfg.get("r") != lora.rank or float(cfg.get("lora_alpha")) != lora.alpha:

@@ -1,7 +1,7 @@
 """The torch backend's TRL / accelerate settings: the recipe mapped onto SFTConfig, every TRL default that differs
 from the recipe set explicitly. What a user's `trl sft` config says too (optimizer, schedule, batch, precision,
-recompute, FSDP2, checkpoints) comes from crosstune.recipe.trl_format, which `recipe export --to trl` writes from:
-one mapping for both; this module adds what only a pre-tokenized in-process run needs."""
+recompute, FSDP2, checkpoints) comes from crosstune.recipe.training_arguments, which `recipe export --to trl` writes
+from: one mapping for both; this module adds what only a pre-tokenized in-process run needs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from crosstune.recipe import Recipe
-from crosstune.recipe.trl_format import training_arguments, uses_fsdp
+from crosstune.recipe.training_arguments import training_arguments, uses_fsdp
 from crosstune.run.layout import CHECKPOINTS
+from crosstune.train.step_plan import warmup_steps
 
 
 def parallelism(recipe: Recipe, world_size: int, on_gpu: bool) -> str:
@@ -35,8 +36,8 @@ def sft_config(recipe: Recipe, run_dir: Path, steps: int, *, world_size: int = 1
     return SFTConfig(
         output_dir=str(run_dir / CHECKPOINTS),
         # optimizer, schedule, batch, precision, recompute, sharding, logging, checkpoints: the recipe's, as an
-        # exported `trl sft` config says them (crosstune.recipe.trl_format)
-        **training_arguments(recipe, world_size, on_gpu),
+        # exported `trl sft` config says them (crosstune.recipe.training_arguments); the warm-up in steps of this run
+        **{**training_arguments(recipe, world_size, on_gpu), "warmup_steps": warmup_steps(t, steps)},
         max_steps=steps,  # from max_steps or epochs (the step plan); the rows already repeat per epoch
         num_train_epochs=1,
         use_cpu=not on_gpu,

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
+from crosstune.emit import yaml_text
 from crosstune.recipe import Recipe
-from crosstune.recipe.trl_format import fsdp_settings
+from crosstune.recipe.training_arguments import fsdp_settings
 from crosstune.run.metrics import read_metrics
 from crosstune.train.backend import RunContext
 from crosstune.train.torch.config import parallelism
@@ -83,7 +83,7 @@ def worker_command(
     if on_gpu:
         config_file = context_file.parent / "accelerate.yaml"
         config = accelerate_config(recipe, node_rank=node_rank, main_address=main_address)
-        config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        config_file.write_text(yaml_text(config))
         return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file), *worker]
     host, port = split_address(main_address, tb.nodes)
     return [

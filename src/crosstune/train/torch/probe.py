@@ -14,7 +14,7 @@ from crosstune.data import torch_dataset
 from crosstune.data.prepared import PreparedDataset
 from crosstune.recipe import Recipe
 from crosstune.run.lora_weights import LoraWeights
-from crosstune.train.steps import accumulation, constant_step
+from crosstune.train.step_plan import accumulation, constant_step
 
 
 class TorchStepProbe:

@@ -1,0 +1,196 @@
+"""XLA's word on a recipe's train step, next to the planner's estimate, and the roofline it implies.
+
+`CompiledStep` holds what `crosstune plan --compile` measured: the step compiled ahead of time for the target's TPU
+topology (crosstune.train.jax.aot_process), XLA's memory_analysis (bytes per device) and cost_analysis (flops and bytes
+accessed per device and micro-step) and the optimized HLO's collectives and Pallas custom calls (crosstune.planner.hlo).
+Here only arithmetic on those numbers: the per-device total, the roofline with three terms per micro-step — compute
+(flops / bf16 peak), HBM (bytes / bandwidth) and ICI (collective bytes / interconnect bandwidth), the step taking
+the longest of them (an upper bound on speed: as if the three overlapped perfectly and the host cost nothing) —
+and the JSON object the command prints. A Pallas kernel's work is invisible to cost_analysis: its flops and bytes
+come from the model's own count of what the kernel computes (`kernel_flops`, `kernel_bytes`; train/jax/attention).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from crosstune.families import get_family
+from crosstune.families.spec import ModelSpec
+from crosstune.hardware import Chip
+from crosstune.planner.estimate import Memory, Plan
+from crosstune.units import GB
+
+ROOFLINE_NOTE = (
+    "an upper bound: max(flops / bf16 peak, bytes accessed / HBM bandwidth, collective bytes / ICI bandwidth) per "
+    "micro-step, as if compute, memory traffic and collectives overlapped perfectly (each collective at the chip's "
+    "whole bidirectional ICI bandwidth) and the host and the input pipeline cost nothing"
+)
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    """XLA's analyses of one train micro-step compiled for a TPU topology (per device unless named otherwise)."""
+
+    topology: str
+    device_kind: str
+    devices: int
+    layers: int  # decoder layers compiled
+    model_layers: int  # decoder layers of the model
+    micro_batch_tokens: int  # tokens per micro-step over all devices (rows × max_seq_len)
+    accumulation: int  # micro-steps per optimizer step
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    generated_code_bytes: int
+    flops: float
+    bytes_accessed: float
+    build_s: float
+    lower_s: float
+    compile_s: float
+    host_peak_rss_bytes: int
+    collective_bytes: float = 0.0  # per device, moved over ICI by the program's collectives (planner.hlo)
+    collectives: dict = dataclasses.field(default_factory=dict)  # planner.hlo.Collectives.as_dict()
+    kernel_flops: float = 0.0  # Pallas kernels' work, counted from the model (cost_analysis has none of it)
+    kernel_bytes: float = 0.0
+    kernel_note: str = ""  # which kernels, and how their work was counted
+
+    @property
+    def per_device_bytes(self) -> int:
+        """What the executable holds on a device at its peak: its arguments, the outputs that don't reuse an
+        argument's buffer, its temporaries and its code."""
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes + self.generated_code_bytes
+
+    @property
+    def full_depth(self) -> bool:
+        return self.layers == self.model_layers
+
+    @property
+    def total_flops(self) -> float:
+        return self.flops + self.kernel_flops
+
+    @property
+    def total_bytes(self) -> float:
+        return self.bytes_accessed + self.kernel_bytes
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CompiledStep:
+        fields = dataclasses.fields(cls)
+        required = {f.name for f in fields if f.default is f.default_factory is dataclasses.MISSING}
+        return cls(**{f.name: d[f.name] for f in fields if f.name in d or f.name in required})
+
+
+@dataclass(frozen=True)
+class Roofline:
+    compute_s: float  # per micro-step
+    memory_s: float
+    ici_s: float
+    micro_step_s: float
+    step_s: float  # per optimizer step (accumulation × micro-step)
+    tokens_per_s: float  # over the whole slice
+    micro_batch_tokens: int
+
+    @property
+    def bound(self) -> str:
+        terms = {"compute": self.compute_s, "memory": self.memory_s, "ICI": self.ici_s}
+        return max(terms, key=terms.__getitem__)
+
+    def tokens_per_s_of(self, seconds: float) -> float | None:
+        """tokens/s if that term alone set the step time."""
+        return self.micro_batch_tokens / seconds if seconds > 0 else None
+
+
+def roofline(step: CompiledStep, chip: Chip) -> Roofline:
+    """The fastest the compiled step could run on `chip` (every device runs the same SPMD program)."""
+    if chip.peak_bf16_tflops is None or chip.hbm_bandwidth_gbs is None:
+        raise ValueError(f"{chip.name}: no bf16 peak or HBM bandwidth in crosstune.hardware: no roofline")
+    compute = step.total_flops / (chip.peak_bf16_tflops * 1e12)
+    memory = step.total_bytes / (chip.hbm_bandwidth_gbs * GB)
+    ici = step.collective_bytes / (chip.ici_bandwidth_gbs * GB) if chip.ici_bandwidth_gbs else 0.0
+    micro = max(compute, memory, ici)
+    tokens = step.micro_batch_tokens
+    return Roofline(compute, memory, ici, micro, micro * step.accumulation, tokens / micro, tokens)
+
+
+def with_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
+    """The model's first `layers` decoder layers (same widths, same layer pattern from the start; KV-shared layers
+    at about the size's fraction, `Family.shallow_kv_shared`)."""
+    if layers is None or layers == spec.num_layers:
+        return spec
+    if not 1 <= layers <= spec.num_layers:
+        raise ValueError(f"--layers {layers}: {spec.name} has {spec.num_layers} decoder layers (1..{spec.num_layers})")
+    types = spec.layer_types[:layers]
+    shared = get_family(spec.family).shallow_kv_shared(spec, types)
+    return dataclasses.replace(
+        spec, name=f"{spec.name} (first {layers} layers)", layer_types=types, kv_shared_layers=shared
+    )
+
+
+def planner_bytes(m: Memory) -> dict:
+    return {
+        "per_device_bytes": round(m.total * GB),
+        "base_bytes": round(m.base * GB),
+        "lora_optimizer_bytes": round(m.lora * GB),
+        "gathered_bytes": round(m.gathered * GB),
+        "activations_bytes": round(m.activations * GB),
+        "logits_bytes": round(m.logits * GB),
+    }
+
+
+def compile_report(plan: Plan, step: CompiledStep) -> dict:
+    """The object `crosstune plan --compile --json` prints. `plan` is the planner's for the compiled layers."""
+    chip = plan.hardware.chip
+    hbm = None if chip.hbm_gb is None else round(chip.hbm_gb * GB)
+    usable = None if chip.usable_gb is None else round(chip.usable_gb * GB)
+    xla = step.per_device_bytes
+    line = roofline(step, chip)
+    return {
+        "recipe": plan.recipe_name,
+        "hardware": plan.hardware.name,
+        "topology": step.topology,
+        "device_kind": step.device_kind,
+        "devices": step.devices,
+        "mesh": {"fsdp": plan.jax_mesh[0], "tp": plan.jax_mesh[1]},
+        "layers": {"compiled": step.layers, "model": step.model_layers, "full_depth": step.full_depth},
+        "hbm_bytes_per_device": hbm,
+        "usable_bytes_per_device": usable,
+        "fits": usable is None or xla <= usable,
+        "xla": {
+            "per_device_bytes": xla,
+            "argument_bytes": step.argument_bytes,
+            "output_bytes": step.output_bytes,
+            "alias_bytes": step.alias_bytes,
+            "temp_bytes": step.temp_bytes,
+            "generated_code_bytes": step.generated_code_bytes,
+            "output_fraction_of_arguments": step.output_bytes / step.argument_bytes,
+            "flops": step.flops,
+            "bytes_accessed": step.bytes_accessed,
+            "collective_bytes": step.collective_bytes,
+            "collectives": step.collectives,
+            "kernel_flops": step.kernel_flops,
+            "kernel_bytes": step.kernel_bytes,
+            "kernel_note": step.kernel_note,
+        },
+        "planner": {**planner_bytes(plan.jax_memory), "relative_to_xla": plan.jax_memory.total * GB / xla - 1},
+        "roofline": {
+            "compute_s": line.compute_s,
+            "memory_s": line.memory_s,
+            "ici_s": line.ici_s,
+            "tokens_per_s_by_term": {
+                "compute": line.tokens_per_s_of(line.compute_s),
+                "memory": line.tokens_per_s_of(line.memory_s),
+                "ici": line.tokens_per_s_of(line.ici_s),
+            },
+            "micro_step_s": line.micro_step_s,
+            "step_s": line.step_s,
+            "tokens_per_s": line.tokens_per_s,
+            "bound": line.bound,
+            "micro_batch_tokens": step.micro_batch_tokens,
+            "accumulation": step.accumulation,
+            "note": ROOFLINE_NOTE
+            + ("" if step.full_depth else f"; for the first {step.layers} layers only, not the whole model"),
+        },
+        "timings_s": {"build": step.build_s, "lower": step.lower_s, "compile": step.compile_s},
+        "host_peak_rss_bytes": step.host_peak_rss_bytes,
+    }

@@ -1,0 +1,64 @@
+"""`crosstune plan --run` on the devices at hand (here: this CPU's 8 fake devices): the tiny recipe's jax step built,
+filled on the devices, compiled and timed, its report beside the planner's; the options that go with --run only;
+the learning rate the metrics report, computed once on the host."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tests.helpers.paths import RECIPES
+
+TINY = RECIPES / "tiny-cpu.yaml"
+
+
+def _invoke(*args: str):
+    from crosstune.cli import _register, app
+
+    _register()
+    return CliRunner().invoke(app, ["plan", str(TINY), *args], terminal_width=200)
+
+
+def test_plan_run_times_the_step_on_the_devices_it_sees(monkeypatch):
+    """The report's measured side is the run's (finite losses, positive times, as many as asked); there is no
+    prediction on a CPU (it has no bf16 peak), and the planner's memory for the same layers is there."""
+    monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
+    got = _invoke("--run", "--layers", "2", "--steps", "2", "--set", "data.max_seq_len=256", "--json")
+    assert got.exit_code == 0, got.output
+    report = json.loads(got.stdout[got.stdout.index("{") :])
+    m = report["measured"]
+    assert report["hardware"] == "cpu" and report["layers"] == {"measured": 2, "model": 6, "full_depth": False}
+    assert len(m["step_times_s"]) == 2 and all(t > 0 for t in m["step_times_s"]) and m["micro_step_s"] > 0
+    assert report["micro_batch_tokens"] == 2 * 256 and np.isfinite(m["first_loss"])
+    assert m["first_loss"] == pytest.approx(np.log(1024), rel=0.01)  # a near-uniform tiny model's first loss
+    assert report["predicted"]["micro_step_s"] is None and report["predicted"]["planner_gb"] > 0
+
+
+REFUSED = [
+    (["--steps", "3"], "--steps and --profile go with --run"),
+    (["--layers", "2"], "--layers goes with --compile or --run"),
+    (["--run", "--compile"], "--run compiles on the chip itself"),
+    (["--run", "--search"], "--search compiles by itself"),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), REFUSED)
+def test_the_run_s_options_are_refused_elsewhere(args, says):
+    got = _invoke(*args)
+    assert got.exit_code == 1 and says in got.output
+
+
+def test_the_learning_rate_is_computed_once_on_the_host():
+    """The metrics' learning rate is read from an array the schedule filled once on the host's CPU: evaluated
+    eagerly per step, an optax schedule compiles a dozen scalar programs on a TPU at the first step's metrics."""
+    from crosstune.recipe.schema import TrainSection
+    from crosstune.train.jax.optimizer import make_optimizer, schedule_values
+
+    _, schedule = make_optimizer(TrainSection(learning_rate=1e-3, warmup_steps=3, schedule="cosine"), 10)
+    values = schedule_values(schedule, 10)
+    assert isinstance(values, np.ndarray) and values.shape == (11,)
+    np.testing.assert_allclose(values, [float(schedule(i)) for i in range(11)], rtol=1e-6, atol=1e-12)
+    assert values[0] == 0 and values[3] == pytest.approx(1e-3) and values[10] == pytest.approx(0, abs=1e-12)
