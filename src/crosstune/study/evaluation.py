@@ -15,8 +15,10 @@ from crosstune.study.serving import Server
 from crosstune.untrusted_files import read_text
 
 LOCAL_CONCURRENCY, ENDPOINT_CONCURRENCY = 1, 8
-NO_PROBLEMS = ("no eval.problems in the recipe, so nothing to score: set it to a VerilogEval v2 checkout or a "
-               "problems.txt folder (--set eval.problems=PATH) and run the study again to evaluate")  # fmt: skip
+NO_PROBLEMS = (
+    "no eval.problems in the recipe, so nothing to score: set it to a VerilogEval v2 checkout or a "
+    "problems.txt folder (--set eval.problems=PATH) and run the study again to evaluate"
+)
 
 
 def eval_inputs(s: StudyContext) -> dict[str, Any]:
