@@ -1,6 +1,6 @@
-"""`crosstune plan RECIPE [--compile [--layers N] | --search] [--json]`: parses and prints; the work is
-crosstune.planner (the estimate) and crosstune.plan.driver (XLA's compile of the step, the search). Exit 1 when the
-plan can't run or the compiled step doesn't fit."""
+"""`crosstune plan RECIPE [--compile [--layers N] | --run [--layers N] | --search] [--json]`: parses and prints; the
+work is crosstune.planner (the estimate) and crosstune.plan.driver (XLA's compile of the step, its run on a chip, the
+search). Exit 1 when the plan can't run or the compiled step doesn't fit."""
 
 from __future__ import annotations
 
@@ -74,13 +74,24 @@ def plan(
 ) -> None:
     """Check a recipe against its hardware before allocating anything: heads vs tensor parallelism, fsdp × tp vs
     devices, and per-device memory (weights, LoRA, optimizer, activations with/without remat, logits) vs HBM;
-    --compile checks it with XLA itself."""
-    from crosstune.planner import plan_recipe
+    --compile checks it with XLA itself, --run on the attached TPU."""
     from crosstune.planner.planned_recipe import load_for_plan
-    from crosstune.planner.view import plan_json, render_compiled, render_plan
+
+    _check_options(backend, compile_, layers, search, run, steps, profile)
+    overrides = list(overrides or [])
+    if run:
+        raise typer.Exit(_run(recipe_file, overrides, layers, steps, profile, as_json))
+    recipe = load_for_plan(recipe_file, overrides)
+    if search:
+        raise typer.Exit(_search(recipe_file, overrides, recipe, max_compiles, as_json, cache))
+    raise typer.Exit(_plan(recipe_file, overrides, recipe, backend, compile_, layers, as_json))
+
+
+def _check_options(backend, compile_: bool, layers, search: bool, run: bool, steps: int, profile) -> None:
+    """The options that go together, and the backend's name (else the recipe's backend was planned: "plan ok")."""
     from crosstune.recipe.schema import BACKEND_NAMES
 
-    if backend is not None and backend not in BACKEND_NAMES:  # else the recipe's backend was planned, and "plan ok"
+    if backend is not None and backend not in BACKEND_NAMES:
         raise CrosstuneError(f"--backend {backend!r}: one of {', '.join(BACKEND_NAMES)}")
     if layers is not None and not (compile_ or run):
         raise CrosstuneError("--layers goes with --compile or --run: add one, or leave out --layers")
@@ -90,12 +101,13 @@ def plan(
         raise CrosstuneError("--run compiles on the chip itself: leave out --compile")
     if (steps != 8 or profile is not None) and not run:
         raise CrosstuneError("--steps and --profile go with --run")
-    overrides = list(overrides or [])
-    if run:
-        raise typer.Exit(_run(recipe_file, overrides, layers, steps, profile, as_json))
-    recipe = load_for_plan(recipe_file, overrides)
-    if search:
-        raise typer.Exit(_search(recipe_file, overrides, recipe, max_compiles, as_json, cache))
+
+
+def _plan(recipe_file: Path, overrides: list[str], recipe, backend, compile_: bool, layers, as_json: bool) -> int:
+    """The planner's verdict, and with --compile XLA's beside it; the exit code."""
+    from crosstune.planner import plan_recipe
+    from crosstune.planner.view import plan_json, render_compiled, render_plan
+
     result = plan_recipe(recipe, "jax" if compile_ else backend)
     refused = [b for b in result.blockers if b not in result.memory_blockers] if compile_ else result.blockers
     if not compile_ or refused:
@@ -105,7 +117,7 @@ def plan(
             render_plan(result, console)
             if compile_:
                 console.print("[red]not compiled[/red]: the plan is refused before compiling", highlight=False)
-        raise typer.Exit(1 if refused else 0)
+        return 1 if refused else 0
     from crosstune.plan.driver import compiled_plan
 
     report = compiled_plan(recipe_file, overrides, recipe, result, layers)
@@ -114,7 +126,7 @@ def plan(
     else:
         render_plan(result, console)
         render_compiled(report, console)
-    raise typer.Exit(0 if report["fits"] else 1)
+    return 0 if report["fits"] else 1
 
 
 def _run(recipe_file: Path, overrides: list[str], layers, steps: int, profile, as_json: bool) -> int:

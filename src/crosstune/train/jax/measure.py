@@ -106,7 +106,6 @@ def measure_step(
     from crosstune.train.jax.aot import abstract_step, hf_config
     from crosstune.train.jax.config import use_compile_cache
     from crosstune.train.jax.model import make_mesh, mesh_context
-    from crosstune.train.jax.progress import device_peak_bytes
 
     use_compile_cache(COMPILE_CACHE)
     fam = get_family(recipe.model.family)
@@ -139,23 +138,9 @@ def measure_step(
         compiled = lowered.compile()
         t4 = time.perf_counter()
         say(f"[4/4] {warmup} + {steps} micro-steps (compiled in {t4 - t3:.0f} s)")
-        times, losses = [], []
-        for i in range(warmup + steps):
-            if profile_dir is not None and i == warmup:
-                jax.profiler.start_trace(str(profile_dir))
-            start = time.perf_counter()
-            out, rest, opt_state = compiled(frozen, rest, opt_state, inputs)
-            jax.block_until_ready((out, rest, opt_state))
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-            losses.append(float(jax.device_get(out[0])))
-            if profile_dir is not None and i == warmup:
-                jax.profiler.stop_trace()  # one step: its trace stays a few MB
-    stats = [d.memory_stats() or {} for d in jax.local_devices()]
-    mem, cost = compiled.memory_analysis(), compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list | tuple) else cost
-    peaks = [device_peak_bytes(s) for s in stats]
+        times, losses = timed_steps(compiled, (frozen, rest, opt_state), inputs, warmup, steps, profile_dir)
     return {
+        **_memory_and_cost(compiled),
         "recipe": recipe.name,
         "hardware": recipe.hardware,
         "device_kind": devices[0].device_kind,
@@ -171,6 +156,41 @@ def measure_step(
         "step_times_s": times,
         "median_s": statistics.median(times),
         "losses": losses,
+    }
+
+
+def timed_steps(compiled, state: tuple, inputs: dict, warmup: int, steps: int, profile_dir: Path | None):
+    """(seconds of each of `steps` micro-steps after `warmup`, every step's loss): the compiled HeldOnceStep run on
+    (frozen, rest, optimizer state), the donated state fed back; one step traced into `profile_dir` when given."""
+    import jax
+
+    frozen, rest, opt_state = state
+    times, losses = [], []
+    for i in range(warmup + steps):
+        if profile_dir is not None and i == warmup:
+            jax.profiler.start_trace(str(profile_dir))
+        start = time.perf_counter()
+        out, rest, opt_state = compiled(frozen, rest, opt_state, inputs)
+        jax.block_until_ready((out, rest, opt_state))
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+        losses.append(float(jax.device_get(out[0])))
+        if profile_dir is not None and i == warmup:
+            jax.profiler.stop_trace()  # one step: its trace stays a few MB
+    return times, losses
+
+
+def _memory_and_cost(compiled) -> dict:
+    """The devices' peaks (crosstune.train.jax.progress.device_peak_bytes) and XLA's analyses of `compiled`."""
+    import jax
+
+    from crosstune.train.jax.progress import device_peak_bytes
+
+    stats = [d.memory_stats() or {} for d in jax.local_devices()]
+    mem, cost = compiled.memory_analysis(), compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    peaks = [device_peak_bytes(s) for s in stats]
+    return {
         "peak_bytes": max((p for p in peaks if p is not None), default=None),
         "peak_in_use_bytes": max((int(s.get("peak_bytes_in_use", 0)) for s in stats), default=None),
         "bytes_limit": min((int(s["bytes_limit"]) for s in stats if "bytes_limit" in s), default=None),
