@@ -78,12 +78,17 @@ CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"  # jax's own variable: a study points ev
 def use_compile_cache(default: Path) -> Path:
     """Keep every XLA program this process compiles in jax's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR
     where set (a study's bundle), else `default` (the run's own folder); a restart loads the train step from there
-    instead of compiling it again. Returns the folder."""
+    instead of compiling it again. Returns the folder. jax opens its cache once per process: a second run in the
+    same process (tests, a study's stages) is pointed at its own folder by resetting it, so no run writes into
+    another's."""
     import jax
+    from jax.experimental.compilation_cache import compilation_cache
 
     folder = Path(os.environ.get(CACHE_ENV) or default)
     folder.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(folder))
+    if jax.config.jax_compilation_cache_dir != str(folder):
+        compilation_cache.reset_cache()
+        compilation_cache.set_cache_dir(str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the step, not every small program
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return folder
