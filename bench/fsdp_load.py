@@ -102,8 +102,14 @@ def worker(args) -> None:
     tokens = torch.arange(64).remainder(spec.vocab_size)[None] + 10
     with torch.no_grad():
         loss = float(model(input_ids=tokens, labels=tokens, use_cache=False).loss)
-    result = {"rank": rank, "peak_gb": _status("VmHWM"), "rss_gb": rss, "read_gb": bytes_to_gb(read), "load_s": load_s,
-              "loss": loss}  # fmt: skip
+    result = {
+        "rank": rank,
+        "peak_gb": _status("VmHWM"),
+        "rss_gb": rss,
+        "read_gb": bytes_to_gb(read),
+        "load_s": load_s,
+        "loss": loss,
+    }
     Path(f"{args.out}.{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 

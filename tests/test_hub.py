@@ -122,9 +122,11 @@ def test_an_uncached_id_offline_is_one_line_saying_what_to_run(hub_cache, tmp_pa
     )
     with pytest.raises(DataError) as e:
         source_files(parse_recipe(RECIPE.format(model=MODEL_REF, data=DATA_REF), base_dir=tmp_path), 0)
-    assert str(e.value).startswith(f"data.sources[0].path: hub dataset {DATA} is not in the hub cache ({hub_cache}) "
-                                   f"and HF_HUB_OFFLINE=1: fetch it with `hf download {DATA} --repo-type dataset "
-                                   "--include README.md")  # fmt: skip
+    assert str(e.value).startswith(
+        f"data.sources[0].path: hub dataset {DATA} is not in the hub cache ({hub_cache}) "
+        f"and HF_HUB_OFFLINE=1: fetch it with `hf download {DATA} --repo-type dataset "
+        "--include README.md"
+    )
 
 
 def test_a_gated_or_missing_repo_says_how_to_get_access(hub_cache, monkeypatch):

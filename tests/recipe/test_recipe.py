@@ -167,9 +167,14 @@ def test_global_batch_must_split_over_both_backends():
     assert parse_recipe(ok).train.global_batch_size == 8
     bad = MINIMAL + "train:\n  per_device_batch_size: 4\n  global_batch_size: 6\n"
     assert errors(bad) == [
-        ("train.global_batch_size", 14, f"6 rows per step can't be split into micro-batches of per_device_batch_size "
-         f"4 × 1 data-parallel devices of {backend}") for backend in ("torch (devices × nodes)", "jax (mesh.fsdp)")
-    ]  # fmt: skip
+        (
+            "train.global_batch_size",
+            14,
+            f"6 rows per step can't be split into micro-batches of per_device_batch_size "
+            f"4 × 1 data-parallel devices of {backend}",
+        )
+        for backend in ("torch (devices × nodes)", "jax (mesh.fsdp)")
+    ]
 
 
 def test_moe_experts_target_is_refused_with_its_reason():

@@ -170,8 +170,10 @@ def refusal(folder: Path, kind: OutputKind, label: str = "--out") -> str | None:
     bad = _unproven(folder, kind)
     if not bad:
         return None
-    return (f"{label} {folder} holds files that are not {kind.made_by}'s output: {_naming(bad)}; it replaces only "
-            f"what it wrote itself: move them out or choose another {label}")  # fmt: skip
+    return (
+        f"{label} {folder} holds files that are not {kind.made_by}'s output: {_naming(bad)}; it replaces only "
+        f"what it wrote itself: move them out or choose another {label}"
+    )
 
 
 def verify(folder: Path, kind: OutputKind) -> list[str]:

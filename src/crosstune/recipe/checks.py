@@ -40,9 +40,14 @@ def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None,
         model_dir = hub.cached_model_config(repo, revision)
         if model_dir is None:
             get = hub.fetch_command(repo, "model", revision, hub.MODEL_FILES)
-            problems.append(Problem("model.path", f"hub model {repo} is not in the hub cache (yet)",
-                                    f"fetch it with `{get}`; shape checks use model.size until then",
-                                    severity="warning"))  # fmt: skip
+            problems.append(
+                Problem(
+                    "model.path",
+                    f"hub model {repo} is not in the hub cache (yet)",
+                    f"fetch it with `{get}`; shape checks use model.size until then",
+                    severity="warning",
+                )
+            )
     elif revision is not None:
         why = f"a hub revision, but model.path {recipe.model.path!r} is a path"
         problems.append(Problem("model.revision", why, "drop model.revision, or write the hub id as hf://OWNER/NAME"))
