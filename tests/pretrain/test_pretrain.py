@@ -13,9 +13,13 @@ from crosstune.demo.split import HELD_OUT_KINDS
 from crosstune.pretrain.base_model import DONE, SHIPPED_BASES, PretrainConfig, pretrained_base
 
 SHIPPED_FILES = (  # what a rebuild must reproduce byte for byte (pretrain.json also holds timings)
-    "model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+    "model.safetensors",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
     "special_tokens_map.json",
-)  # fmt: skip
+)
 
 # A few records and steps: what is tested is the cache and the saved layout, not what the model learns.
 SMALL = PretrainConfig(n_records=24, steps=2, batch_size=2, warmup_steps=1)
