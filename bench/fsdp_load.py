@@ -1,5 +1,5 @@
 """Per-rank peak host memory of loading a checkpoint for FSDP2 over 2 gloo ranks: every rank loading the whole model
-then sharding it (`from_pretrained`, crosstune before issue 21) against the meta-device model each rank fills with
+then sharding it (`from_pretrained`, as crosstune once loaded) against the meta-device model each rank fills with
 its own shard only (crosstune.train.torch.sharded_load), measured in the same run on the same checkpoint.
 
     .venv/bin/python bench/fsdp_load.py --model DIR                       # fp32, as the torch backend on CPU

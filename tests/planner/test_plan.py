@@ -178,7 +178,7 @@ def test_selective_recompute_adds_the_kept_attention_outputs():
 
 
 def test_torch_on_cpu_is_planned_in_fp32():
-    """Issue 21, item 7: the torch backend trains in fp32 without a GPU (a bf16 recipe included), so the planner's
+    """The torch backend trains in fp32 without a GPU (a bf16 recipe included), so the planner's
     torch column counts 4 bytes per weight there (the 2-layer rehearsal measured 14.8 GB against 4.8 shown)."""
     cpu = ["hardware=cpu", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.tp=1", "serve.tensor_parallel_size=1"]
     plan = plan_recipe(load_for_plan(REPO / "recipes" / "gemma4-31b-2xh100.yaml", [*cpu, "backend.torch.fsdp=false"]))
@@ -192,7 +192,7 @@ G4_MOE = REPO / "recipes" / "gemma4-26b-a4b-tpu-v5p-8.yaml"
 
 
 def test_the_moe_planner_holds_a_few_layers_of_gathered_experts():
-    """Gemma 4 26B-A4B on v5p-8 (fsdp 2 × tp 2) with remat and dense attention (issue 33's compile): XLA keeps the
+    """Gemma 4 26B-A4B on v5p-8 (fsdp 2 × tp 2) with remat and dense attention: XLA keeps the
     dense layers' fsdp-gathered weights to their backward but gathers the experts where a layer runs (its temp grows
     0.18-0.20 GB per layer, not the 0.76 GB of one layer's gathered experts). XLA's full-depth compile: 21.32 GB per
     chip (docs/BENCHMARKS.md); counting every layer's gathered experts the planner said 39.67 GB (+86 %)."""

@@ -84,7 +84,7 @@ def test_the_default_base_ships_under_the_name_of_its_inputs(tmp_path):
 @pytest.mark.rebuild  # ~17 min on 2 quiet cores: its own target (`make test-rebuild`), outside CI's slow suite
 @pytest.mark.timeout(3600)
 def test_a_rebuild_gives_the_shipped_bytes(tmp_path):
-    """The issue's reproducibility bar for a shipped checkpoint, and so a byte comparison across processes: it holds
+    """The reproducibility bar for a shipped checkpoint, and so a byte comparison across processes: it holds
     where the cache key's inputs hold (pinned libraries, the loop's fixed 2 threads) on this machine kind's CPU; a
     CPU with other vector units may round differently, and the message says so rather than hide it."""
     rebuilt = pretrained_base(PretrainConfig(), tmp_path, log=lambda _: None, shipped=False)
@@ -99,7 +99,7 @@ def test_a_rebuild_gives_the_shipped_bytes(tmp_path):
 @pytest.mark.timeout(1800)  # the shipped base; a 180-step torch LoRA and two evaluations: ~4 min on 2 cores
 def test_the_lora_fine_tune_beats_the_base_on_held_out_problems(tmp_path, monkeypatch):
     """The demo's story at reduced size: its torch study alone (the demo's studies, with the base evaluated), scored
-    greedily on 24 held-out problems (the demo scores 60 and both backends), held to the issue's bar of a 20-point
+    greedily on 24 held-out problems (the demo scores 60 and both backends), held to a bar of a 20-point
     gain. Measured in the demo's runs with answer_markup tags (180 steps): base 0/24, fine-tune 10/24
     (docs/BENCHMARKS.md); greedy decoding and seeded training make the outcome repeatable on one machine, and the
     margin covers another CPU's or thread count's rounding."""

@@ -1,4 +1,4 @@
-"""Issue 29: both backends fill run.json and the metrics rows through one schema (crosstune.run.records, .metrics),
+"""Both backends fill run.json and the metrics rows through one schema (crosstune.run.records, .metrics),
 filled by the training session: the same keys for the same facts, one memory unit, timings on both."""
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def test_both_backends_write_one_schema(three_step_runs):
 
 
 def test_peak_memory_is_gib_on_both_backends(monkeypatch):
-    """The accelerator figure each backend reads, in bytes, becomes the same GiB: 3 × 2^30 bytes is 3.0 on both (the
-    jax backend divided by 10^9 before issue 29, 3.22 here)."""
+    """The accelerator figure each backend reads, in bytes, becomes the same GiB: 3 × 2^30 bytes is 3.0 on both (a
+    backend dividing by 10^9 would say 3.22)."""
     import jax
     import torch
 

@@ -30,7 +30,7 @@ TINY_ON_V5P = [
     "--set",
     "lora.dropout=0.05",
 ]
-AGREEMENT = 0.10  # the bound: planner within ±10 % of XLA's per-device total
+AGREEMENT = 0.10  # the bound the planner is held to: within ±10 % of XLA's per-device total
 # Outputs that reuse no donated buffer at real size: the loss, the grad norm and small scalars (12.6 KB measured at
 # full depth for both TPU recipes, docs/BENCHMARKS.md); a second copy of the base would be gigabytes.
 UNALIASED = 64 * 1024
