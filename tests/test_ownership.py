@@ -142,17 +142,18 @@ def test_parts_each_with_their_own_manifest_prove_the_folder(tmp_path):
     )
 
 
-def test_an_older_manifest_is_read_through_the_kinds_legacy(tmp_path):
-    kind = OutputKind(KIND.made_by, KIND.manifest, legacy=lambda m, folder: {**m, "made_by": KIND.made_by})
+def test_files_listed_by_sha256_or_name_alone_are_read_and_a_manifest_without_made_by_is_not_the_kinds(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "a.txt").write_text("alpha")
     (out / "b.txt").write_text("beta")
     digest = hashlib.sha256(b"alpha").hexdigest()
-    (out / KIND.manifest).write_text(json.dumps({"files": {"a.txt": digest, "b.txt": None}}))
-    manifest, _ = read_manifest(out, kind)
+    files = {"a.txt": digest, "b.txt": None}
+    (out / KIND.manifest).write_text(json.dumps({"made_by": KIND.made_by, "files": files}))
+    manifest, _ = read_manifest(out, KIND)
     assert manifest["files"] == {"a.txt": {"sha256": digest, "bytes": None}, "b.txt": {"sha256": None, "bytes": None}}
-    assert refusal(out, kind) is None  # b.txt: proven by its name alone, all that older shape recorded
+    assert refusal(out, KIND) is None  # b.txt: proven by its name alone, all that shape records
+    (out / KIND.manifest).write_text(json.dumps({"files": files}))
     assert read_manifest(out, KIND) == (None, "its thing_manifest.json is not crosstune thing's")
 
 

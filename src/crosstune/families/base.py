@@ -44,10 +44,6 @@ class ChatFormat:
     thought_end: str | None = None
     extra_special: tuple[str, ...] = ()
 
-    @property
-    def stop_token(self) -> str:
-        return self.turn_end
-
 
 @dataclass(frozen=True)
 class HfArch:

@@ -20,17 +20,6 @@ from __future__ import annotations
 from crosstune.emit import Raw, comment_lines, shell_line
 from crosstune.launch.job_spec import STUDY_PORT, Job, LaunchError
 
-SBATCH_DIRECTIVES = (
-    "job-name",
-    "nodes",
-    "ntasks-per-node",
-    "gpus-per-node",
-    "exclusive",
-    "output",
-    "time",
-    "requeue",
-    "open-mode",
-)
 RECOVERY = ["#SBATCH --requeue", "#SBATCH --open-mode=append"]  # preemption and node failure: requeued, resumed
 # Slurm sets SLURM_RESTART_COUNT on a requeued job's attempts (sbatch(1), OUTPUT ENVIRONMENT VARIABLES)
 ATTEMPT = "$((${SLURM_RESTART_COUNT:-0} + 1))"
