@@ -229,7 +229,4 @@ def test_one_rule_resolves_a_recipe_s_paths_wherever_they_are_read(tmp_path):
     with pytest.raises(UnlocatedRecipeError):
         recipe_path("acme/model", None)
     # the hub-id rule is the text (crosstune.hub): a path is a path, on disk or not; hf://OWNER/NAME is a hub id
-    assert hub_model_id("acme/model", None, tmp_path) is None and hub_model_id("acme/model", None, None) is None
-    assert (
-        hub_model_id("hf://acme/model", None, tmp_path) == hub_model_id("hf://acme/model", None, None) == "acme/model"
-    )
+    assert hub_model_id("acme/model") is None and hub_model_id("hf://acme/model") == "acme/model"
