@@ -48,7 +48,7 @@ test: setup chromium
 test-slow: setup
 	@$(VENV)/bin/python -m pytest -q -m "slow and not serve" $(PYTEST_ARGS)
 
-# --- the real-dimension rehearsal (issue 21): Gemma 4 31B's true dimensions with 2 layers in the hub's layout,
+# --- the real-dimension rehearsal: Gemma 4 31B's true dimensions with 2 layers in the hub's layout,
 # prepare -> train torch -> train jax -> export both -> parity (~15 min, ~15 GB of RAM, ~10 GB of disk). The jax leg's
 # vocabulary and settings are arguments: make rehearsal REHEARSAL_ARGS="--jax-vocab 262144 --jax-set KEY=VALUE"
 .PHONY: rehearsal test-rehearsal
@@ -87,7 +87,7 @@ tpu-fixtures: setup
 test-tpu:
 	@CROSSTUNE_TPU_FIXTURES=$(TPU_FIXTURES) $(VENV)/bin/python -m pytest -q -p no:xdist -p no:cacheprovider -m tpu tests/train/jax/test_tpu.py $(PYTEST_ARGS)
 
-# --- the fuzzer (issue 39): every command with hostile inputs, each in a process under a memory and time limit, over
+# --- the fuzzer: every command with hostile inputs, each in a process under a memory and time limit, over
 # a tree with canaries outside it (tests/fuzz; docs/FAILURE_MODES.md, "The fuzzer"). fuzz-ci: seed 0, 8 cases per
 # command (~70 s on 2 cores, docs/BENCHMARKS.md); fuzz: FUZZ_SEED (default: the time) and FUZZ_CASES, longer. A
 # failing case prints its reproduction and is kept under FUZZ_KEEP (default /tmp/crosstune-fuzz/seed-SEED).
@@ -110,7 +110,7 @@ fuzz: setup
 fuzz-run:
 	@$(FUZZ_RUN)
 
-# --- report (crosstune cost / report, issue 14): the report test renders report.html in Debian's chromium ---------
+# --- report (crosstune cost / report): the report test renders report.html in Debian's chromium -------------------
 .PHONY: test-report
 test-report: setup chromium
 	@$(VENV)/bin/python -m pytest -q tests/cost tests/report $(PYTEST_ARGS)
@@ -125,7 +125,7 @@ serve-env:
 test-serve: setup serve-env
 	@$(VENV)/bin/python -m pytest -q -m serve $(PYTEST_ARGS)
 
-# --- demo base (issue 15): the demo's small Gemma 4 ships in the package; this rebuilds it (~17 min on 2 cores) into
+# --- demo base: the demo's small Gemma 4 ships in the package; this rebuilds it (~17 min on 2 cores) into
 # the cache, to the same bytes (tests/pretrain/test_pretrain.py checks that, slow)
 .PHONY: pretrain test-rebuild
 pretrain: setup
@@ -135,7 +135,7 @@ pretrain: setup
 test-rebuild: setup
 	@$(VENV)/bin/python -m pytest -q -m rebuild $(PYTEST_ARGS)
 
-# --- ahead-of-time TPU compile (issue 21): `crosstune plan RECIPE --compile` compiles the real jax step for a TPU
+# --- ahead-of-time TPU compile: `crosstune plan RECIPE --compile` compiles the real jax step for a TPU
 # topology on this machine. It needs libtpu (213 MB, requirements-tpu-compile.txt: the version jax's [tpu] extra
 # pins), installed into a folder of its own: in .venv every `import jax` would look for a TPU.
 .PHONY: tpu-compile-env test-tpu-compile
@@ -148,13 +148,13 @@ tpu-compile-env: setup
 test-tpu-compile: setup tpu-compile-env
 	@CROSSTUNE_TPU_COMPILE_ENV=$(TPU_COMPILE_ENV) $(VENV)/bin/python -m pytest -q -m tpu_compile $(PYTEST_ARGS)
 
-# --- launch (crosstune launch, issue 24): SkyPilot's CLI and task loader in their own venv (skypilot pins click<8.2;
+# --- launch (crosstune launch): SkyPilot's CLI and task loader in their own venv (skypilot pins click<8.2;
 # the lock has 8.5). The launch tests validate the generated specs with it and skip, saying this command, without it.
 .PHONY: launch-env slurm-env test-launch
 launch-env:
 	@PYTHON=$(PYTHON) bash scripts/install_launch_env.sh
 
-# Debian's Slurm and MUNGE (issue 40): test-launch starts a single-node cluster from them (scripts/slurm_local.sh).
+# Debian's Slurm and MUNGE: test-launch starts a single-node cluster from them (scripts/slurm_local.sh).
 slurm-env:
 	@bash scripts/install_slurm.sh
 

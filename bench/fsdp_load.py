@@ -1,5 +1,5 @@
 """Per-rank peak host memory of loading a checkpoint for FSDP2 over 2 gloo ranks: every rank loading the whole model
-then sharding it (`from_pretrained`, crosstune before issue 21) against the meta-device model each rank fills with
+then sharding it (`from_pretrained`, as crosstune once loaded) against the meta-device model each rank fills with
 its own shard only (crosstune.train.torch.sharded_load), measured in the same run on the same checkpoint.
 
     .venv/bin/python bench/fsdp_load.py --model DIR                       # fp32, as the torch backend on CPU
@@ -102,8 +102,14 @@ def worker(args) -> None:
     tokens = torch.arange(64).remainder(spec.vocab_size)[None] + 10
     with torch.no_grad():
         loss = float(model(input_ids=tokens, labels=tokens, use_cache=False).loss)
-    result = {"rank": rank, "peak_gb": _status("VmHWM"), "rss_gb": rss, "read_gb": bytes_to_gb(read), "load_s": load_s,
-              "loss": loss}  # fmt: skip
+    result = {
+        "rank": rank,
+        "peak_gb": _status("VmHWM"),
+        "rss_gb": rss,
+        "read_gb": bytes_to_gb(read),
+        "load_s": load_s,
+        "loss": loss,
+    }
     Path(f"{args.out}.{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 

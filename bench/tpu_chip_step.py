@@ -67,12 +67,15 @@ def main() -> int:
         if "error" in r:
             print(f"| {name} | {r['error']} | | | | |")
             continue
-        mfu = flops_utilisation(spec, r["micro_batch_tokens"], recipe.data.max_seq_len, r["median_s"],
-                                plan.hardware, 1, False)  # fmt: skip
+        mfu = flops_utilisation(
+            spec, r["micro_batch_tokens"], recipe.data.max_seq_len, r["median_s"], plan.hardware, 1, False
+        )
         peak = "–" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / GB:.2f}"
         ratio = "–" if base is None else f"{base['median_s'] / r['median_s']:.2f}"
-        print(f"| {name} | {r['median_s']:.4f} | {r['micro_batch_tokens'] / r['median_s']:,.0f} | "
-              f"{'–' if mfu is None else f'{mfu:.1%}'} | {peak} | {ratio} |")  # fmt: skip
+        print(
+            f"| {name} | {r['median_s']:.4f} | {r['micro_batch_tokens'] / r['median_s']:,.0f} | "
+            f"{'–' if mfu is None else f'{mfu:.1%}'} | {peak} | {ratio} |"
+        )
     return 0
 
 

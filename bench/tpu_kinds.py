@@ -25,10 +25,16 @@ from crosstune.train.parts import splash_attention
 TOKENS = 4096  # one 4096-token row
 D, Q, KV, F, V = 5376, 8192, 4096, 21504, 262144  # the 31B: hidden, q width, kv width, MLP, vocabulary
 MATMULS = {
-    "q": (TOKENS, D, Q), "kv": (TOKENS, D, KV), "o": (TOKENS, Q, D), "gate/up": (TOKENS, D, F),
-    "down": (TOKENS, F, D), "LM head chunk": (512, D, V), "LoRA A": (TOKENS, D, 64), "LoRA B": (TOKENS, 64, F),
+    "q": (TOKENS, D, Q),
+    "kv": (TOKENS, D, KV),
+    "o": (TOKENS, Q, D),
+    "gate/up": (TOKENS, D, F),
+    "down": (TOKENS, F, D),
+    "LM head chunk": (512, D, V),
+    "LoRA A": (TOKENS, D, 64),
+    "LoRA B": (TOKENS, 64, F),
     "8192³": (8192, 8192, 8192),
-}  # fmt: skip
+}
 ATTENTION = {  # heads, KV heads, head_dim, window: the 31B's two layer types
     "sliding": (32, 16, 256, 1024),
     "global": (32, 4, 512, None),

@@ -32,8 +32,14 @@ def hlo_rows(trace_dir: str) -> list[dict]:
 def kinds(rows: list[dict], rank: int, vocab: int) -> dict:
     """Seconds of one profiled step per kind, and the elementwise fusions' bytes-weighted bandwidth (GB/s)."""
     thin = re.compile(rf"[\[,]{rank}[\],]")
-    out = {"head_matmul": 0.0, "matmul": 0.0, "lora_matmul": 0.0, "attention": 0.0, "head_elementwise": 0.0,
-           "elementwise": 0.0}  # fmt: skip
+    out = {
+        "head_matmul": 0.0,
+        "matmul": 0.0,
+        "lora_matmul": 0.0,
+        "attention": 0.0,
+        "head_elementwise": 0.0,
+        "elementwise": 0.0,
+    }
     moved = seconds = 0.0
     for r in rows:
         t, text = (r["total_self_time"] or 0.0) / 1e6, (r["hlo_op_expression"] or "")[:400]

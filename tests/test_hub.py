@@ -60,15 +60,14 @@ def test_a_cached_model_and_dataset_load_offline(cached, hub_cache, tmp_path):
     assert rows[0].where == f"{DATA_REF}[train[:50%]]:row 1"
 
 
-def test_a_path_is_a_path_and_a_hub_id_is_written_hf(tmp_path):
+def test_a_path_is_a_path_and_a_hub_id_is_written_hf():
     """The one rule (crosstune.hub): hf://OWNER/NAME is a hub id, anything else a path, whatever is on disk."""
-    assert hub_model_id(MODEL, None, tmp_path) is None  # nothing there: still a path, never sent to the hub
-    (tmp_path / MODEL).mkdir(parents=True)
-    assert hub_model_id(MODEL_REF, None, tmp_path) == MODEL  # a folder of that name decides nothing either
-    assert hub_model_id("../models/tiny", None, tmp_path) is None
+    assert hub_model_id(MODEL) is None  # a path, never sent to the hub
+    assert hub_model_id(MODEL_REF) == MODEL
+    assert hub_model_id("../models/tiny") is None
     for bad in ("hf://acme/x..y", "hf://acme/" + "x" * 92, "hf://acme/gemmä", "hf://acme", "hf://a/b/c", "hf://a--b/c"):
         with pytest.raises(hub.HubError, match="is not a hub id"):
-            hub_model_id(bad, None, tmp_path)
+            hub_model_id(bad)
 
 
 def test_a_missing_relative_path_is_refused_as_a_path_and_nothing_asks_the_hub(hub_cache, tmp_path, monkeypatch):
@@ -122,9 +121,11 @@ def test_an_uncached_id_offline_is_one_line_saying_what_to_run(hub_cache, tmp_pa
     )
     with pytest.raises(DataError) as e:
         source_files(parse_recipe(RECIPE.format(model=MODEL_REF, data=DATA_REF), base_dir=tmp_path), 0)
-    assert str(e.value).startswith(f"data.sources[0].path: hub dataset {DATA} is not in the hub cache ({hub_cache}) "
-                                   f"and HF_HUB_OFFLINE=1: fetch it with `hf download {DATA} --repo-type dataset "
-                                   "--include README.md")  # fmt: skip
+    assert str(e.value).startswith(
+        f"data.sources[0].path: hub dataset {DATA} is not in the hub cache ({hub_cache}) "
+        f"and HF_HUB_OFFLINE=1: fetch it with `hf download {DATA} --repo-type dataset "
+        "--include README.md"
+    )
 
 
 def test_a_gated_or_missing_repo_says_how_to_get_access(hub_cache, monkeypatch):

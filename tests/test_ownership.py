@@ -73,8 +73,12 @@ def test_what_is_not_proven_is_named_with_why(tmp_path):
         f"--out {out} holds files that are not crosstune thing's output: a.txt (changed since crosstune thing wrote "
         f"it); link (a link); notes.md (not in its thing_manifest.json); {WHY}"
     )
-    assert verify(out, KIND) == ["a.txt (changed since crosstune thing wrote it)", "link (a link)",
-                                 "notes.md (not in its thing_manifest.json)", "b.txt (missing)"]  # fmt: skip
+    assert verify(out, KIND) == [
+        "a.txt (changed since crosstune thing wrote it)",
+        "link (a link)",
+        "notes.md (not in its thing_manifest.json)",
+        "b.txt (missing)",
+    ]
     mine = tmp_path / "mine"
     mine.mkdir()
     for i in range(7):
@@ -138,17 +142,18 @@ def test_parts_each_with_their_own_manifest_prove_the_folder(tmp_path):
     )
 
 
-def test_an_older_manifest_is_read_through_the_kinds_legacy(tmp_path):
-    kind = OutputKind(KIND.made_by, KIND.manifest, legacy=lambda m, folder: {**m, "made_by": KIND.made_by})
+def test_files_listed_by_sha256_or_name_alone_are_read_and_a_manifest_without_made_by_is_not_the_kinds(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "a.txt").write_text("alpha")
     (out / "b.txt").write_text("beta")
     digest = hashlib.sha256(b"alpha").hexdigest()
-    (out / KIND.manifest).write_text(json.dumps({"files": {"a.txt": digest, "b.txt": None}}))
-    manifest, _ = read_manifest(out, kind)
+    files = {"a.txt": digest, "b.txt": None}
+    (out / KIND.manifest).write_text(json.dumps({"made_by": KIND.made_by, "files": files}))
+    manifest, _ = read_manifest(out, KIND)
     assert manifest["files"] == {"a.txt": {"sha256": digest, "bytes": None}, "b.txt": {"sha256": None, "bytes": None}}
-    assert refusal(out, kind) is None  # b.txt: proven by its name alone, all that older shape recorded
+    assert refusal(out, KIND) is None  # b.txt: proven by its name alone, all that shape records
+    (out / KIND.manifest).write_text(json.dumps({"files": files}))
     assert read_manifest(out, KIND) == (None, "its thing_manifest.json is not crosstune thing's")
 
 
@@ -162,8 +167,10 @@ def test_owned_files_claims_then_pins_and_leaves_others_files_alone(tmp_path):
         (out / "cache.jsonl").write_text("1\n")
         (out / "report.md").write_text("first")
     pinned = json.loads((out / KIND.manifest).read_text())
-    assert "writing" not in pinned and pinned["files"]["report.md"] == {"sha256": hashlib.sha256(b"first").hexdigest(),
-                                                                        "bytes": 5}  # fmt: skip
+    assert "writing" not in pinned and pinned["files"]["report.md"] == {
+        "sha256": hashlib.sha256(b"first").hexdigest(),
+        "bytes": 5,
+    }
     with owned_files(out, KIND, ["report.md"]):  # a run writing less keeps the cache proven
         (out / "report.md").write_text("second")
     assert sorted(json.loads((out / KIND.manifest).read_text())["files"]) == ["cache.jsonl", "report.md"]
@@ -318,8 +325,13 @@ def other_output_mechanisms(src: Path) -> list[str]:
         if rel.startswith("crosstune/ownership/"):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        values = {t.id: n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                  and isinstance(n.value, ast.Constant) for t in n.targets if isinstance(t, ast.Name)}  # fmt: skip
+        values = {
+            t.id: n.value.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
         manifests = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in KINDS:

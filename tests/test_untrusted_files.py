@@ -80,8 +80,9 @@ def test_a_5000_digit_set_value_is_one_line():
 def test_a_5000_digit_price_is_one_line(tmp_path):
     prices = tmp_path / "prices.yaml"
     prices.write_text(f"chips:\n  h100:\n    on_demand: {HUGE}\n")
-    said = one_line(["cost", "what-if", "--target", "2xh100", "--tokens", "9.2e6", "--tokens-per-s", "100",
-                     "--prices", prices])  # fmt: skip
+    said = one_line(
+        ["cost", "what-if", "--target", "2xh100", "--tokens", "9.2e6", "--tokens-per-s", "100", "--prices", prices]
+    )
     assert said == f"error: {prices}:3: not valid YAML: a number of 5000 digits (at most {MAX_DIGITS})"
 
 

@@ -100,8 +100,9 @@ def fetch_command(repo_id: str, kind: str, revision: str | None = None, patterns
     return shell_words(parts)
 
 
-def resolve(repo_id: str, kind: str, revision: str | None = None, *, fetch: bool = True,
-            patterns: tuple[str, ...] | None = None) -> Snapshot:  # fmt: skip
+def resolve(
+    repo_id: str, kind: str, revision: str | None = None, *, fetch: bool = True, patterns: tuple[str, ...] | None = None
+) -> Snapshot:
     """`repo_id` at `revision` (default: main) as a folder of the hub cache.
 
     `fetch`: download what is missing when online (HF_HUB_OFFLINE unset); False looks in the cache only (a
@@ -140,8 +141,9 @@ def _check_snapshot(folder: Path, repo_id: str, kind: str, revision: str | None,
 
 
 @functools.lru_cache(maxsize=64)
-def _snapshot(repo_id: str, kind: str, revision: str | None, online: bool, patterns: tuple[str, ...],
-              cache: str) -> str:  # fmt: skip
+def _snapshot(
+    repo_id: str, kind: str, revision: str | None, online: bool, patterns: tuple[str, ...], cache: str
+) -> str:
     """One lookup (and at most one download) per process for the same request: a study asks many times."""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
@@ -156,9 +158,13 @@ def _snapshot(repo_id: str, kind: str, revision: str | None, online: bool, patte
     get = fetch_command(repo_id, kind, revision, patterns)
     try:
         return snapshot_download(
-            repo_id, repo_type=kind, revision=revision, allow_patterns=list(patterns), cache_dir=cache,
+            repo_id,
+            repo_type=kind,
+            revision=revision,
+            allow_patterns=list(patterns),
+            cache_dir=cache,
             local_files_only=not online,
-        )  # fmt: skip
+        )
     except GatedRepoError:
         raise HubError(
             f"{what} is gated: accept its terms at {_page(repo_id, kind)} with your account, then log in here with "
@@ -172,8 +178,11 @@ def _snapshot(repo_id: str, kind: str, revision: str | None, online: bool, patte
             "log in with `hf auth login` (or set HF_TOKEN)"
         ) from None
     except LocalEntryNotFoundError:
-        why = "HF_HUB_OFFLINE=1" if constants.HF_HUB_OFFLINE else ("the hub could not be reached" if online else
-                                                                   "this step never downloads")  # fmt: skip
+        why = (
+            "HF_HUB_OFFLINE=1"
+            if constants.HF_HUB_OFFLINE
+            else ("the hub could not be reached" if online else "this step never downloads")
+        )
         raise HubError(f"{what} is not in the hub cache ({cache}) and {why}: fetch it with `{get}`") from None
     except HfHubHTTPError as e:
         raise HubError(f"{what}: the hub answered {e.response.status_code}: retry, or fetch it with `{get}`") from None

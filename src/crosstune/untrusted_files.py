@@ -228,9 +228,11 @@ class StrictLoader(yaml.SafeLoader):
                 break
             if first is not None:
                 raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark,
-                    f"duplicate key {key!r} (first on line {first}): keep one of them", key_node.start_mark,
-                )  # fmt: skip
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"duplicate key {key!r} (first on line {first}): keep one of them",
+                    key_node.start_mark,
+                )
         return super().construct_mapping(node, deep=deep)
 
     def _digits(self, node: yaml.ScalarNode) -> str:

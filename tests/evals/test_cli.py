@@ -43,8 +43,16 @@ def test_samples_file_strict_and_upstream_compatible(tmp_path):
     samples.write_text(
         "".join(json.dumps({"problem": "Prob002_and2", "completion": c}) + "\n" for c in [right, wrong_with_fake_line])
     )
-    common = ["--problems", str(CHECKOUT / "dataset_spec-to-rtl"), "--problem", "Prob002_and2",
-              "--samples-file", str(samples), "--k", "1,2"]  # fmt: skip
+    common = [
+        "--problems",
+        str(CHECKOUT / "dataset_spec-to-rtl"),
+        "--problem",
+        "Prob002_and2",
+        "--samples-file",
+        str(samples),
+        "--k",
+        "1,2",
+    ]
     strict = run(*common, "--out", str(tmp_path / "strict"))
     upstream = run(*common, "--out", str(tmp_path / "upstream"), "--upstream-compatible")
     assert strict.exit_code == 0 and upstream.exit_code == 0, strict.output + upstream.output
@@ -56,8 +64,22 @@ def test_samples_file_strict_and_upstream_compatible(tmp_path):
 
 
 def test_endpoint_generates_caches_and_resumes(tmp_path):
-    args = ["--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--out", str(tmp_path), "--model", "m",
-            "--n", "2", "--k", "1,2", "--temperature", "0.8"]  # fmt: skip
+    args = [
+        "--problems",
+        str(CHECKOUT),
+        "--problem",
+        "Prob001_zero",
+        "--out",
+        str(tmp_path),
+        "--model",
+        "m",
+        "--n",
+        "2",
+        "--k",
+        "1,2",
+        "--temperature",
+        "0.8",
+    ]
     with FakeOpenAI(answer=echo_answer) as server:
         first = run(*args, "--endpoint", server.url)
         second = run(*args, "--endpoint", server.url)

@@ -80,8 +80,23 @@ KILLED_EVAL = "import sys; from crosstune.cli import main; sys.argv[0] = 'crosst
 @needs_iverilog
 def test_kill_9_mid_generation_resumes_from_the_cache_it_claimed(tmp_path):
     out = tmp_path / "eval"
-    argv = ["eval", "--problems", str(CHECKOUT), "--problem", "Prob002_and2", "--endpoint", "URL", "--model", "m",
-            "--n", "3", "--concurrency", "1", "--out", str(out)]  # fmt: skip
+    argv = [
+        "eval",
+        "--problems",
+        str(CHECKOUT),
+        "--problem",
+        "Prob002_and2",
+        "--endpoint",
+        "URL",
+        "--model",
+        "m",
+        "--n",
+        "3",
+        "--concurrency",
+        "1",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     with eval_server(lambda seed: "ok" if seed == 0 else "stall") as server:
         args = [a.replace("URL", server.url) for a in argv]

@@ -89,11 +89,21 @@ def test_transformers_builds_what_the_spec_counts(size):
         model = getattr(transformers, FAM.hf_arch(spec).causal_lm_class)(config)
     params = {n: tuple(p.shape) for n, p in model.named_parameters()}
     assert sum(torch.Size(s).numel() for s in params.values()) == spec.total_params
-    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}  # fmt: skip
+    names = {
+        "q": "self_attn.q_proj",
+        "k": "self_attn.k_proj",
+        "v": "self_attn.v_proj",
+        "o": "self_attn.o_proj",
+        "gate": "mlp.gate_proj",
+        "up": "mlp.up_proj",
+        "down": "mlp.down_proj",
+    }
     for layer in range(spec.num_layers):
-        found = {t: params[f"model.layers.{layer}.{m}.weight"] for t, m in names.items()
-                 if f"model.layers.{layer}.{m}.weight" in params}  # fmt: skip
+        found = {
+            t: params[f"model.layers.{layer}.{m}.weight"]
+            for t, m in names.items()
+            if f"model.layers.{layer}.{m}.weight" in params
+        }
         assert found == spec.projection_shapes(layer), layer
     if spec.moe is not None:
         e, x, d = spec.moe.num_experts, spec.moe.expert_dim, spec.hidden_size
@@ -131,9 +141,14 @@ def test_kv_sharing_rule_is_tunix_rule():
 
 @pytest.mark.parametrize(
     ("size", "layers", "pattern", "shared"),
-    [("e2b", 2, "sg", 0), ("e2b", 10, "ssssgssssg", 5), ("e4b", 12, "sssssgsssssg", 6), ("26b-a4b", 2, "sg", 0),
-     ("e4b", None, "sssssg" * 7, 18)],
-)  # fmt: skip
+    [
+        ("e2b", 2, "sg", 0),
+        ("e2b", 10, "ssssgssssg", 5),
+        ("e4b", 12, "sssssgsssssg", 6),
+        ("26b-a4b", 2, "sg", 0),
+        ("e4b", None, "sssssg" * 7, 18),
+    ],
+)
 def test_fewer_layers_keep_the_period_and_a_shareable_kv_count(size, layers, pattern, shared):
     spec = sized_spec("gemma4", size, layers)
     assert "".join(t[0] for t in spec.layer_types) == pattern
@@ -185,8 +200,13 @@ def test_the_12b_tunix_config_is_the_31b_structure_at_its_dimensions():
     ours = tunix_model_config("gemma4", FAM.hf_config(FAM.spec("12b")))
     ref = dataclasses.replace(
         tunix_gemma4.ModelConfig.gemma4_31b(),
-        num_layers=48, embed_dim=3840, hidden_dim=15360, num_heads=16, num_kv_heads=8, num_global_kv_heads=1,
-    )  # fmt: skip
+        num_layers=48,
+        embed_dim=3840,
+        hidden_dim=15360,
+        num_heads=16,
+        num_kv_heads=8,
+        num_global_kv_heads=1,
+    )
     assert ours.attention_pattern == tuple(ref.attention_pattern[i % 6] for i in range(48))
     differ = {
         f.name: (getattr(ours, f.name), getattr(ref, f.name))

@@ -45,10 +45,17 @@ def test_mlp_transpose():
 
 @pytest.mark.parametrize(
     ("family", "size", "heads_equal"),
-    [("gemma3", "tiny", False), ("gemma3", "tiny", True), ("gemma4", "tiny", False), ("gemma4", "tiny", True),
-     ("gemma4", "tiny-e", False), ("gemma4", "tiny-moe", False), ("gemma4", "e2b", False),
-     ("gemma4", "26b-a4b", False)],
-)  # fmt: skip
+    [
+        ("gemma3", "tiny", False),
+        ("gemma3", "tiny", True),
+        ("gemma4", "tiny", False),
+        ("gemma4", "tiny", True),
+        ("gemma4", "tiny-e", False),
+        ("gemma4", "tiny-moe", False),
+        ("gemma4", "e2b", False),
+        ("gemma4", "26b-a4b", False),
+    ],
+)
 def test_family_table_lists_the_real_tunix_parameters(family, size, heads_equal):
     """The family's declarative table gives exactly the parameter paths, shapes and shardings of tunix's own model
     (built abstractly; heads == KV heads exercises Gemma 3's fused qkv_einsum; tiny-e and e2b per-layer inputs,

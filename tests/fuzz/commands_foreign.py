@@ -1,4 +1,4 @@
-"""Case generators of the foreign formats (issue 48, class 8): Axolotl, TRL and LLaMA-Factory configs through
+"""Case generators of the foreign formats: Axolotl, TRL and LLaMA-Factory configs through
 `recipe import` (a black box; a LLaMA-Factory config beside the dataset_info.json its `dataset:` resolves through), a
 recipe through `recipe export` to each of the three, a hub cache laid out by huggingface_hub with hostile refs and
 links, a model folder's config.json and an adapter's adapter_config.json with hostile values (newlines, huge and

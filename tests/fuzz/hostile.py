@@ -1,6 +1,6 @@
 """Hostile inputs, drawn from a seeded random.Random: option values, file contents (whole-file and one value
 changed inside a valid document) and filesystem entries (links in and out, loops, folders and FIFOs where files
-belong, /dev/zero, odd names). The classes of issue 39 and beyond; each draw says what it did (`note`)."""
+belong, /dev/zero, odd names); each draw says what it did (`note`)."""
 
 from __future__ import annotations
 

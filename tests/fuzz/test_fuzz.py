@@ -1,4 +1,4 @@
-"""The fuzzer (issue 39 item 7): every command of crosstune, driven with hostile inputs in a subprocess under a
+"""The fuzzer: every command of crosstune, driven with hostile inputs in a subprocess under a
 memory and a time limit, over a tree with canaries outside it; each case must end as crosstune promises
 (tests/fuzz/verdict.py). `make fuzz-ci`: seed 0, 8 cases per command; `make fuzz`: FUZZ_SEED, FUZZ_CASES.
 Why a generator of our own rather than Hypothesis: docs/FAILURE_MODES.md, "The fuzzer"."""

@@ -1,5 +1,5 @@
 """What every fuzz case must show, whatever its input: the canaries outside the tree untouched and unread, and an
-ending crosstune owns (issue 39 item 7).
+ending crosstune owns.
 
 Canaries: files and folders beside the case's tree (never named to the command; reached only through links the
 case put inside the tree) whose content holds a unique token. Their access and modification times are set in the

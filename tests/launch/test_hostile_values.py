@@ -52,8 +52,14 @@ def hostile_checkout(tmp_path, monkeypatch):
 
 
 def stubbed_run(script: str, cwd: Path, log: Path, env: dict[str, str]) -> list[list[str]]:
-    done = subprocess.run(["bash", "-c", script], cwd=cwd, env={**os.environ, "STUB_LOG": str(log), **env},
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=cwd,
+        env={**os.environ, "STUB_LOG": str(log), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in log.read_text().splitlines()]
 
@@ -73,8 +79,22 @@ def test_hostile_values_the_grammar_takes_land_only_inside_quoted_values(hostile
     named = HOSTILE.replace("/", "_")  # --out too: a spec's own file name is never written into it
     script = tmp_path / f"study {named}.sbatch"
     # Slurm's bucket may be any folder name
-    launch(str(h100), "--on", "slurm", "--target", "8xh100", "--nodes", "2", "--time", "2-00:00:00", *sets,
-           "--bucket", HOSTILE, "--out", str(script))  # fmt: skip
+    launch(
+        str(h100),
+        "--on",
+        "slurm",
+        "--target",
+        "8xh100",
+        "--nodes",
+        "2",
+        "--time",
+        "2-00:00:00",
+        *sets,
+        "--bucket",
+        HOSTILE,
+        "--out",
+        str(script),
+    )
     text = script.read_text()
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     # sbatch reads directives up to the first line that is not a comment (sbatch(1)): the hostile one is after it
@@ -101,8 +121,18 @@ def test_hostile_values_the_grammar_takes_land_only_inside_quoted_values(hostile
     assert all(argv[-2:] == ["--bucket", str(bucket)] for argv in argvs)  # the study keeps the bucket's copy itself
 
     gke = tmp_path / f"jobset {named}.yaml"
-    launch(str(v5p), "--on", "gke", "--image", "us-docker.pkg.dev/p/r/crosstune-tpu:0.1.0", "--pvc", "bundles",
-           *sets, "--out", str(gke))  # fmt: skip
+    launch(
+        str(v5p),
+        "--on",
+        "gke",
+        "--image",
+        "us-docker.pkg.dev/p/r/crosstune-tpu:0.1.0",
+        "--pvc",
+        "bundles",
+        *sets,
+        "--out",
+        str(gke),
+    )
     doc = yaml.safe_load(gke.read_text())
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TPU_WORKER_ID": "0"}
     for i, rj in enumerate(doc["spec"]["replicatedJobs"]):
@@ -137,8 +167,9 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("on", "args", "message"), REFUSED, ids=[" ".join(a[:1]) + f"-{i}" for i, (_, a, _) in
-                                                                  enumerate(REFUSED)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("on", "args", "message"), REFUSED, ids=[" ".join(a[:1]) + f"-{i}" for i, (_, a, _) in enumerate(REFUSED)]
+)
 def test_hostile_values_the_grammar_refuses_are_one_line_naming_the_option(tmp_path, on, args, message):
     out = tmp_path / "spec"
     recipe = V5P if on == "gke" else H100
@@ -160,8 +191,10 @@ def test_a_recipe_name_with_a_final_newline_is_refused(tmp_path, monkeypatch):
 def test_out_inside_a_file_or_a_folder_is_refused_before_the_recipe_is_read(tmp_path):
     (tmp_path / "afile").write_text("mine\n")
     said = fails("missing.yaml", "--on", "slurm", "--out", str(tmp_path / "afile" / "s.sbatch"))
-    assert said == f"error: --out {tmp_path}/afile/s.sbatch is inside {tmp_path}/afile, which is a file: give a " \
-                   "path in a folder"  # fmt: skip
+    assert (
+        said == f"error: --out {tmp_path}/afile/s.sbatch is inside {tmp_path}/afile, which is a file: give a "
+        "path in a folder"
+    )
     assert "is a folder: give a file name" in fails(H100, "--on", "slurm", "--out", str(tmp_path))
     os.mkfifo(tmp_path / "pipe")
     assert "is not a regular file" in fails(H100, "--on", "slurm", "--out", str(tmp_path / "pipe"))
@@ -177,10 +210,20 @@ def test_the_grammar_takes_what_the_engines_take():
     for value in ("bundles", "nfs-claim.v2", "a"):
         assert g.dns_subdomain(value, "--pvc") == value
     assert [g.gcs_bucket(b) for b in ("gs://my-bundles", "a.b_c-d", "abc")] == ["my-bundles", "a.b_c-d", "abc"]
-    for value in ("crosstune", "us-docker.pkg.dev/p/r/crosstune-tpu:0.1.0", "localhost:5000/a/b__c:v1",
-                  f"ghcr.io/o/img@sha256:{'0' * 64}", f"img:1.0@sha256:{'a' * 64}"):  # fmt: skip
+    for value in (
+        "crosstune",
+        "us-docker.pkg.dev/p/r/crosstune-tpu:0.1.0",
+        "localhost:5000/a/b__c:v1",
+        f"ghcr.io/o/img@sha256:{'0' * 64}",
+        f"img:1.0@sha256:{'a' * 64}",
+    ):
         assert g.image_reference(value) == value
-    for refused, value in ((g.slurm_time, "12:00:00 "), (g.gcs_bucket, "gs://goog-x"), (g.gcs_bucket, "1.2.3.4"),
-                           (g.image_reference, "reg/Path"), (g.image_reference, "img:")):  # fmt: skip
+    for refused, value in (
+        (g.slurm_time, "12:00:00 "),
+        (g.gcs_bucket, "gs://goog-x"),
+        (g.gcs_bucket, "1.2.3.4"),
+        (g.image_reference, "reg/Path"),
+        (g.image_reference, "img:"),
+    ):
         with pytest.raises(LaunchError):
             refused(value)

@@ -59,8 +59,19 @@ CONFLICT = InstallSet("control", ["jax[tpu]==0.10.1"], "3.11", LOCK)  # the lock
 
 
 def pip_argv(pip: list[str], chosen: InstallSet, folder: Path) -> list[str]:
-    argv = [*pip, "install", "--dry-run", "--ignore-installed", "--use-feature=fast-deps", "--index-url", PYPI,
-            "--report", str(folder / "report.json"), "--target", str(folder / "target")]  # fmt: skip
+    argv = [
+        *pip,
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--use-feature=fast-deps",
+        "--index-url",
+        PYPI,
+        "--report",
+        str(folder / "report.json"),
+        "--target",
+        str(folder / "target"),
+    ]
     if chosen.python == "3.11":  # this interpreter's: Linux x86_64, CPython 3.11, as on the VMs
         argv += ["--prefer-binary"]
     else:
@@ -98,8 +109,11 @@ def resolve_all(sets: list[InstallSet], tmp_path: Path) -> dict[str, tuple[int, 
     results = {}
     for name, (proc, folder, _) in running.items():
         report = folder / "report.json"
-        results[name] = (proc.returncode, (folder / "pip.log").read_text(),
-                         json.loads(report.read_text()) if report.is_file() else {})  # fmt: skip
+        results[name] = (
+            proc.returncode,
+            (folder / "pip.log").read_text(),
+            json.loads(report.read_text()) if report.is_file() else {},
+        )
     return results
 
 

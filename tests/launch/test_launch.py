@@ -55,8 +55,18 @@ def test_skypilot_specs_for_tpu_v5p_8_and_2xh100_are_accepted_by_skypilot_s_own_
 
 
 # --- GKE: JobSet v1alpha2, as documented (jobset.sigs.k8s.io API reference, api/jobset/v1alpha2/jobset_types.go) ---
-JOBSET_SPEC = {"replicatedJobs", "network", "successPolicy", "failurePolicy", "startupPolicy", "suspend",
-               "coordinator", "managedBy", "ttlSecondsAfterFinished", "volumeClaimPolicies"}  # fmt: skip
+JOBSET_SPEC = {
+    "replicatedJobs",
+    "network",
+    "successPolicy",
+    "failurePolicy",
+    "startupPolicy",
+    "suspend",
+    "coordinator",
+    "managedBy",
+    "ttlSecondsAfterFinished",
+    "volumeClaimPolicies",
+}
 NETWORK = {"enableDNSHostnames", "subdomain", "publishNotReadyAddresses"}
 FAILURE_POLICY = {"maxRestarts", "restartStrategy", "rules"}
 REPLICATED_JOB = {"name", "groupName", "template", "replicas", "dependsOn"}
@@ -108,19 +118,25 @@ def test_gke_spec_for_a_2_host_v5p_16_is_a_jobset_that_runs_the_study_on_every_h
     job = slice_job["template"]["spec"]
     assert (job["parallelism"], job["completions"], job["completionMode"]) == (2, 2, "Indexed")
     pod = job["template"]["spec"]
-    assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
-                                   "cloud.google.com/gke-tpu-topology": "2x2x2"}  # fmt: skip
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+        "cloud.google.com/gke-tpu-topology": "2x2x2",
+    }
     (container,) = pod["containers"]
     assert container["resources"]["limits"] == {"google.com/tpu": 4}
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["CROSSTUNE_MULTIHOST"] == "1" and env["CROSSTUNE_RECIPE_HASH"] == doc["metadata"]["annotations"][
-        "crosstune/recipe-hash"]  # fmt: skip
+    assert (
+        env["CROSSTUNE_MULTIHOST"] == "1"
+        and env["CROSSTUNE_RECIPE_HASH"] == doc["metadata"]["annotations"]["crosstune/recipe-hash"]
+    )
     script = container["command"][2]
     study = f"crosstune study {V5P} --backend jax --set backend.jax.mesh.fsdp=2 --set hardware=tpu-v5p-16"
     assert f"{study} --only train --out /bundles/" in script  # every host
     assert f'if [ "${{TPU_WORKER_ID:-${{JOB_COMPLETION_INDEX:-0}}}}" = 0 ]; then {study} --from export' in script
-    assert f"{study} --only prepare,plan --out /bundles/" in prepare["template"]["spec"]["template"]["spec"][
-        "containers"][0]["command"][2]  # fmt: skip
+    assert (
+        f"{study} --only prepare,plan --out /bundles/"
+        in prepare["template"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    )
     broken = json.loads(json.dumps(doc))
     broken["spec"]["replicatedJobs"][1]["dependsOn"] = [{"name": "later", "status": "Done"}]
     broken["spec"]["replicatedJobs"][1]["template"]["spec"]["completionMode"] = "NonIndexed"
@@ -136,8 +152,9 @@ def test_gke_spec_for_a_2_host_v5p_16_is_a_jobset_that_runs_the_study_on_every_h
 
 def test_gke_refuses_what_the_slice_can_t_run():
     image = ["--image", "img", "--bucket", "bkt", "--out", "x.yaml"]
-    assert "fsdp × tp = 1×4 = 4, but tpu-v5p-16 has 8 devices" in fails(V5P, "--on", "gke", "--target", "tpu-v5p-16",
-                                                                        *image)  # fmt: skip
+    assert "fsdp × tp = 1×4 = 4, but tpu-v5p-16 has 8 devices" in fails(
+        V5P, "--on", "gke", "--target", "tpu-v5p-16", *image
+    )
     assert "--on gke runs TPU slices" in fails(H100, "--on", "gke", *image)
     assert "give the volume every host writes the bundle to" in fails(V5P, "--on", "gke", "--image", "i", "--out", "x")
     assert "launch it as a multi-host slice with --on gke" in fails(
@@ -161,7 +178,7 @@ SBATCH_OPTIONS = {
     "gres",
     "requeue",
     "open-mode",
-}  # fmt: skip  (sbatch(1) long options)
+}  # sbatch(1) long options
 
 
 def test_slurm_script_for_2_nodes_of_8_gpus(tmp_path):
@@ -178,17 +195,25 @@ def test_slurm_script_for_2_nodes_of_8_gpus(tmp_path):
     (home / ".venv" / "bin").mkdir(parents=True)
     bin_dir.mkdir()
     record = f'#!/bin/bash\necho "node $SLURM_NODEID: $*" >> {tmp_path}/ran\n'
-    stubs = {bin_dir / "srun": SRUN_STUB, bin_dir / "scontrol": "#!/bin/bash\nprintf 'gpu-a\\ngpu-b\\n'\n",
-             home / ".venv" / "bin" / "crosstune": record}  # fmt: skip
+    stubs = {
+        bin_dir / "srun": SRUN_STUB,
+        bin_dir / "scontrol": "#!/bin/bash\nprintf 'gpu-a\\ngpu-b\\n'\n",
+        home / ".venv" / "bin" / "crosstune": record,
+    }
     for path, body in stubs.items():
         path.write_text(body)
         path.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CROSSTUNE_HOME": str(home),
-           "SLURM_JOB_NODELIST": "gpu-[a-b]"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CROSSTUNE_HOME": str(home),
+        "SLURM_JOB_NODELIST": "gpu-[a-b]",
+    }
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    study = (f"study {H100} --backend torch --set backend.torch.nodes=2 --set backend.torch.devices=8 "
-             f"--set hardware=8xh100")  # fmt: skip
+    study = (
+        f"study {H100} --backend torch --set backend.torch.nodes=2 --set backend.torch.devices=8 --set hardware=8xh100"
+    )
     bundle = f"{home}/bundles/gemma4-31b-2xh100-torch-8xh100"
     assert (tmp_path / "ran").read_text().splitlines() == [
         f"node 0: {study} --only prepare,plan --out {bundle}",
@@ -312,13 +337,15 @@ def test_a_gke_spot_slice_restarts_the_jobset_after_a_preemption_and_only_then(t
     for rj in doc["spec"]["replicatedJobs"]:  # a disrupted pod fails its Job for the reason the rule matches
         job = rj["template"]["spec"]
         assert job["podFailurePolicy"]["rules"] == [
-            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]  # fmt: skip
+            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+        ]
         assert job["template"]["spec"]["restartPolicy"] == "Never"  # what a podFailurePolicy requires
     slice_pod = doc["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
     assert slice_pod["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
     assert slice_pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2x1"
-    assert slice_pod["tolerations"] == [{"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true",
-                                         "effect": "NoSchedule"}]  # fmt: skip
+    assert slice_pod["tolerations"] == [
+        {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ]
     checked = in_launch_env(K8S_ROUND_TRIP, stdin=json.dumps(doc))
     assert checked.returncode == 0, checked.stderr[-3000:]
     assert json.loads(checked.stdout.splitlines()[-1]) == []  # podFailurePolicy and tolerations are Kubernetes' own
@@ -330,5 +357,6 @@ def test_a_requeued_slurm_job_runs_the_same_study_again_which_resumes(tmp_path):
     lines = script.read_text().splitlines()
     assert "#SBATCH --requeue" in lines and "#SBATCH --open-mode=append" in lines
     assert lines.index("#SBATCH --requeue") < lines.index("set -euo pipefail")  # a directive only before commands
-    assert "--spot: Slurm's preemptible capacity is a partition's" in fails(H100, "--on", "slurm", "--spot", "--out",
-                                                                            str(tmp_path / "s.sbatch"))  # fmt: skip
+    assert "--spot: Slurm's preemptible capacity is a partition's" in fails(
+        H100, "--on", "slurm", "--spot", "--out", str(tmp_path / "s.sbatch")
+    )

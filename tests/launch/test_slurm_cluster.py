@@ -35,7 +35,7 @@ DONE = {
     "cost": "done",
     "serve": "skipped",
     "bench": "skipped",
-}  # fmt: skip  (no vLLM here: that is `make test-serve`'s)
+}  # no vLLM here: that is `make test-serve`'s
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +53,13 @@ def checkout(tmp_path_factory, tiny_gemma4_dir, synth_corpus_dir) -> tuple[Path,
     (root / "recipes").mkdir()
     shutil.copy(RECIPES / "tiny-cpu.yaml", root / "recipes")
     (root / ".venv").symlink_to(sys.prefix)
-    sets = overrides(tiny_gemma4_dir, synth_corpus_dir, f"train.max_steps={STEPS}", f"train.checkpoint_every={EVERY}",
-                     "train.keep_last=10")  # fmt: skip
+    sets = overrides(
+        tiny_gemma4_dir,
+        synth_corpus_dir,
+        f"train.max_steps={STEPS}",
+        f"train.checkpoint_every={EVERY}",
+        "train.keep_last=10",
+    )
     return root, [a for s in sets for a in ("--set", s)]
 
 
@@ -62,8 +67,20 @@ def submit(cluster: Cluster, checkout: tuple[Path, list[str]], spec: str, bundle
     """`crosstune launch --on slurm --target cpu --submit` from the checkout, as a user would; the job's id."""
     root, sets = checkout
     env = {**cluster.env, "CROSSTUNE_BUNDLES": str(bundles), "CROSSTUNE_SERVE_VENV": str(root / "no-serve-env")}
-    argv = [str(root / ".venv" / "bin" / "crosstune"), "launch", "recipes/tiny-cpu.yaml", "--on", "slurm",
-            "--target", "cpu", *sets, *extra, "--out", spec, "--submit"]  # fmt: skip
+    argv = [
+        str(root / ".venv" / "bin" / "crosstune"),
+        "launch",
+        "recipes/tiny-cpu.yaml",
+        "--on",
+        "slurm",
+        "--target",
+        "cpu",
+        *sets,
+        *extra,
+        "--out",
+        spec,
+        "--submit",
+    ]
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "#SBATCH --gpus" not in (root / spec).read_text()  # a CPU node: no GPU asked for
@@ -102,14 +119,22 @@ def test_requeued_in_training_with_the_node_s_bundle_gone_the_job_resumes_from_t
     bucket, bundles = tmp_path / "bucket", tmp_path / "node-disk"
     job_id = submit(cluster, checkout, "drill.sbatch", bundles, "--bucket", str(bucket))
     in_bucket = bucket / BUNDLE / RUN
-    job = cluster.wait(job_id, lambda j: complete_checkpoint_in(in_bucket) or j["JobState"] in FINISHED,
-                       "training with a complete checkpoint in the bucket", timeout_s=300)  # fmt: skip
+    job = cluster.wait(
+        job_id,
+        lambda j: complete_checkpoint_in(in_bucket) or j["JobState"] in FINISHED,
+        "training with a complete checkpoint in the bucket",
+        timeout_s=300,
+    )
     assert job["JobState"] == "RUNNING", job_log(checkout, job_id)[-3000:]
     # requeuehold: requeued as a preemption would (Slurm ends the whole attempt), and held until the node's disk is
     # wiped, so the next attempt can't start before it (a plain requeue restarts it ~10 s later, cred_expire)
     cluster.run("scontrol", "requeuehold", job_id)
-    cluster.wait(job_id, lambda j: j["JobState"] == "PENDING" and not cluster.processes_of_jobs(),
-                 "held with no process left", timeout_s=60)  # fmt: skip
+    cluster.wait(
+        job_id,
+        lambda j: j["JobState"] == "PENDING" and not cluster.processes_of_jobs(),
+        "held with no process left",
+        timeout_s=60,
+    )
     shutil.rmtree(bundles / BUNDLE)
     cluster.run("scontrol", "release", job_id)
     job = cluster.wait(job_id, lambda j: j["JobState"] in FINISHED, "finished", timeout_s=400)

@@ -29,14 +29,24 @@ def run_script(tmp_path: Path, script: Path, **env: str) -> tuple[subprocess.Com
     bin_dir, home, log = tmp_path / "bin", tmp_path / "checkout", tmp_path / "study.log"
     (home / ".venv" / "bin").mkdir(parents=True, exist_ok=True)
     bin_dir.mkdir(exist_ok=True)
-    stubs = {bin_dir / "srun": SRUN_STUB, bin_dir / "scontrol": "#!/bin/bash\nprintf 'gpu-a\\ngpu-b\\n'\n",
-             home / ".venv" / "bin" / "crosstune": STUDY_STUB}  # fmt: skip
+    stubs = {
+        bin_dir / "srun": SRUN_STUB,
+        bin_dir / "scontrol": "#!/bin/bash\nprintf 'gpu-a\\ngpu-b\\n'\n",
+        home / ".venv" / "bin" / "crosstune": STUDY_STUB,
+    }
     for path, body in stubs.items():
         path.write_text(body)
         path.chmod(0o755)
     log.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CROSSTUNE_HOME": str(home),
-           "SLURM_JOB_NODELIST": "gpu-[a-b]", "SLURM_JOB_ID": "77", "STUB_LOG": str(log), **env}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CROSSTUNE_HOME": str(home),
+        "SLURM_JOB_NODELIST": "gpu-[a-b]",
+        "SLURM_JOB_ID": "77",
+        "STUB_LOG": str(log),
+        **env,
+    }
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
     return done, calls
@@ -54,16 +64,22 @@ def test_a_bucket_reaches_every_study_line_of_the_script(tmp_path, bucket):
     done, calls = run_script(tmp_path, script)
     assert done.returncode == 0, done.stderr
     assert [(node, argv[argv.index("--only" if "--only" in argv else "--from") + 1]) for node, *argv in calls] == [
-        ("0", "prepare,plan"), ("0", "train"), ("1", "train"), ("0", "export")]  # fmt: skip
+        ("0", "prepare,plan"),
+        ("0", "train"),
+        ("1", "train"),
+        ("0", "export"),
+    ]
     assert all(argv[argv.index("--bucket") + 1] == bucket for _, *argv in calls)
 
 
 def test_a_bucket_slurm_can_t_use_is_refused_and_skypilot_still_wants_a_gcs_name(tmp_path):
     out = str(tmp_path / "s.sbatch")
-    assert "--bucket is empty: give gs://NAME, s3://NAME or a folder" in fails(H100, "--on", "slurm", "--bucket", " ",
-                                                                               "--out", out)  # fmt: skip
-    assert "--bucket gs://: name the bucket, e.g. gs://my-bundles" in fails(H100, "--on", "slurm", "--bucket", "gs://",
-                                                                            "--out", out)  # fmt: skip
+    assert "--bucket is empty: give gs://NAME, s3://NAME or a folder" in fails(
+        H100, "--on", "slurm", "--bucket", " ", "--out", out
+    )
+    assert "--bucket gs://: name the bucket, e.g. gs://my-bundles" in fails(
+        H100, "--on", "slurm", "--bucket", "gs://", "--out", out
+    )
     assert not Path(out).exists()
     said = fails(H100, "--on", "skypilot", "--bucket", "bundle-copies/x", "--out", str(tmp_path / "t.yaml"))
     assert "not a GCS bucket name" in said  # a storage mount: SkyPilot's rule
@@ -91,10 +107,12 @@ def test_a_cpu_target_runs_one_cpu_node_with_no_gpu_request(tmp_path, backend):
 
 def test_slurm_refuses_what_its_nodes_can_t_run(tmp_path):
     out = str(tmp_path / "s.sbatch")
-    assert "a CPU target runs the study on one node" in fails(TINY, "--on", "slurm", "--target", "cpu", "--nodes", "2",
-                                                              "--out", out)  # fmt: skip
+    assert "a CPU target runs the study on one node" in fails(
+        TINY, "--on", "slurm", "--target", "cpu", "--nodes", "2", "--out", out
+    )
     assert "--nodes 2 trains with the torch backend (FSDP2 across nodes)" in fails(
-        H100, "--on", "slurm", "--target", "8xh100", "--nodes", "2", "--backend", "jax", "--out", out)  # fmt: skip
+        H100, "--on", "slurm", "--target", "8xh100", "--nodes", "2", "--backend", "jax", "--out", out
+    )
     said = fails("recipes/gemma4-31b-tpu-v5p-8.yaml", "--on", "slurm", "--out", out)
     assert "--on slurm runs GPU or CPU nodes, not tpu-v5p-8: a TPU VM goes to --on skypilot" in said
 
@@ -116,8 +134,12 @@ def test_each_attempt_writes_its_number_as_it_starts(tmp_path):
 
 def test_the_docs_try_the_slurm_path_with_the_script_the_test_uses():
     doc = (REPO / "docs" / "REAL_HARDWARE.md").read_text()
-    for command in ("bash scripts/install_slurm.sh", "scripts/slurm_local.sh start", "scripts/slurm_local.sh stop",
-                    "--on slurm --target cpu"):  # fmt: skip
+    for command in (
+        "bash scripts/install_slurm.sh",
+        "scripts/slurm_local.sh start",
+        "scripts/slurm_local.sh stop",
+        "--on slurm --target cpu",
+    ):
         assert command in doc
 
 

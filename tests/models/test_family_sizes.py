@@ -25,8 +25,24 @@ def _build(size: str, out, corpus) -> None:
     from crosstune.cli import _register, app
 
     _register()
-    args = ["model", "build", "--family", "gemma4", "--size", size, "--layers", "2", "--vocab", str(VOCAB),
-            "--out", str(out), "--corpus", str(corpus), "--layout", LAYOUT.get(size, "causal")]  # fmt: skip
+    args = [
+        "model",
+        "build",
+        "--family",
+        "gemma4",
+        "--size",
+        size,
+        "--layers",
+        "2",
+        "--vocab",
+        str(VOCAB),
+        "--out",
+        str(out),
+        "--corpus",
+        str(corpus),
+        "--layout",
+        LAYOUT.get(size, "causal"),
+    ]
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, args)
     assert result.exit_code == 0, result.output
 

@@ -50,8 +50,7 @@ def test_replica_group_formats():
 def test_collective_bytes_per_device_follow_the_ring_algorithms():
     c = parse_collectives(HLO, devices=4)
     ar = 2 * (1 / 2) * 32 * 8 * 128 * 4 + 2 * (3 / 4) * (4 * 128 * 32 + 32) * 4 + 6 * 2 * (1 / 2) * 1024 * 4
-    assert c.count == {"all-reduce": 8, "all-gather": 1, "all-to-all": 1, "reduce-scatter": 1,
-                       "collective-permute": 2}  # fmt: skip
+    assert c.count == {"all-reduce": 8, "all-gather": 1, "all-to-all": 1, "reduce-scatter": 1, "collective-permute": 2}
     assert c.bytes["all-reduce"] == pytest.approx(ar)  # the loop body's all-reduce runs its 6 trips
     assert c.bytes["all-gather"] == pytest.approx((1 / 2) * 4 * 128 * 2 * 32 * 2)  # g=2 over axis_0
     assert c.bytes["all-to-all"] == pytest.approx((1 / 2) * 2 * 2 * 128 * 32 * 4)
@@ -59,8 +58,10 @@ def test_collective_bytes_per_device_follow_the_ring_algorithms():
     # devices 1 and 2 swap their operand; the second permute only sends each device's data to itself
     assert c.bytes["collective-permute"] == pytest.approx(2 * 128 * 1 * 4)
     assert c.total_bytes == pytest.approx(sum(c.bytes.values()))
-    assert c.custom_calls == {"splash_mha_fwd_segmented_residuals|crosstune_attention_sliding": 1,
-                              "splash_mha_dkv_segmented_no_residuals|crosstune_attention_global": 1}  # fmt: skip
+    assert c.custom_calls == {
+        "splash_mha_fwd_segmented_residuals|crosstune_attention_sliding": 1,
+        "splash_mha_dkv_segmented_no_residuals|crosstune_attention_global": 1,
+    }
     assert c.uncounted_loops == 0
 
 
@@ -68,10 +69,27 @@ def test_the_roofline_has_an_interconnect_term():
     """compute, HBM and ICI per micro-step; the slowest sets the step and the tokens/s (v5p: 459 TFLOP/s, 2765 GB/s,
     1200 GB/s of ICI)."""
     step = CompiledStep(
-        "v5p:2x2x1", "TPU v5", 4, 60, 60, 3072, 8, 1, 1, 0, 1, 0, flops=459e12 * 0.2, bytes_accessed=2765e9 * 0.1,
-        build_s=0, lower_s=0, compile_s=0, host_peak_rss_bytes=0, collective_bytes=1200e9 * 0.3,
+        "v5p:2x2x1",
+        "TPU v5",
+        4,
+        60,
+        60,
+        3072,
+        8,
+        1,
+        1,
+        0,
+        1,
+        0,
+        flops=459e12 * 0.2,
+        bytes_accessed=2765e9 * 0.1,
+        build_s=0,
+        lower_s=0,
+        compile_s=0,
+        host_peak_rss_bytes=0,
+        collective_bytes=1200e9 * 0.3,
         kernel_flops=459e12 * 0.05,
-    )  # fmt: skip
+    )
     line = roofline(step, CHIPS["tpu-v5p"])
     assert (line.compute_s, line.memory_s, line.ici_s) == pytest.approx((0.25, 0.1, 0.3))
     assert line.bound == "ICI" and line.micro_step_s == pytest.approx(0.3)

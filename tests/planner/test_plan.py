@@ -22,8 +22,16 @@ def _recipe(path: Path, hardware: str, *overrides: str):
     # splash, on their own mesh); moved to other hardware it runs with remat and dense attention on the mesh above,
     # as the recipes' comments say
     home = path.stem.endswith(hardware.removeprefix("tpu"))
-    moved = [] if home else ["train.gradient_checkpointing=true", "backend.jax.attention=dense",
-                             f"backend.jax.mesh.fsdp={fsdp}", f"backend.jax.mesh.tp={tp}"]  # fmt: skip
+    moved = (
+        []
+        if home
+        else [
+            "train.gradient_checkpointing=true",
+            "backend.jax.attention=dense",
+            f"backend.jax.mesh.fsdp={fsdp}",
+            f"backend.jax.mesh.tp={tp}",
+        ]
+    )
     return load_for_plan(
         path,
         [
@@ -89,8 +97,16 @@ def test_gemma4_31b_tp8_is_rejected_with_reason_options_and_cost():
     # tp=1 and tp=2 (fsdp 8 and 4): every device holds the decoder layers gathered over fsdp, 1/tp of the base
     assert verdicts == {1: "out of memory", 2: "out of memory", 4: "ok", 8: "needs replication"}
 
-    allowed = plan_recipe(_recipe(G4, "tpu-v6e-8", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.tp=8",
-                                  "backend.jax.replicate_indivisible_heads=true"), backend="jax")  # fmt: skip
+    allowed = plan_recipe(
+        _recipe(
+            G4,
+            "tpu-v6e-8",
+            "backend.jax.mesh.fsdp=1",
+            "backend.jax.mesh.tp=8",
+            "backend.jax.replicate_indivisible_heads=true",
+        ),
+        backend="jax",
+    )
     assert allowed.ok and allowed.notes
     globals_ = {f"layers.{i}.attn.k_einsum" for i in allowed.spec.layers_of("global")}
     assert {p.rsplit(".", 1)[0] for p in allowed.replicated} == globals_  # only the global layers' keys
@@ -108,8 +124,9 @@ def test_gemma3_27b_takes_tp8():
 
 
 def test_out_of_memory_without_remat():
-    recipe = _recipe(G4, "tpu-v6e-8", "backend.jax.mesh.fsdp=8", "backend.jax.mesh.tp=1",
-                     "train.gradient_checkpointing=false")  # fmt: skip
+    recipe = _recipe(
+        G4, "tpu-v6e-8", "backend.jax.mesh.fsdp=8", "backend.jax.mesh.tp=1", "train.gradient_checkpointing=false"
+    )
     plan = plan_recipe(recipe, backend="jax")
     assert not plan.ok and "> the 28.8 GB a program may hold of 32 GB HBM" in plan.blockers[0]  # 90 % of v6e's 32
     assert "activations" in plan.blockers[0]
@@ -161,7 +178,7 @@ def test_selective_recompute_adds_the_kept_attention_outputs():
 
 
 def test_torch_on_cpu_is_planned_in_fp32():
-    """Issue 21, item 7: the torch backend trains in fp32 without a GPU (a bf16 recipe included), so the planner's
+    """The torch backend trains in fp32 without a GPU (a bf16 recipe included), so the planner's
     torch column counts 4 bytes per weight there (the 2-layer rehearsal measured 14.8 GB against 4.8 shown)."""
     cpu = ["hardware=cpu", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.tp=1", "serve.tensor_parallel_size=1"]
     plan = plan_recipe(load_for_plan(REPO / "recipes" / "gemma4-31b-2xh100.yaml", [*cpu, "backend.torch.fsdp=false"]))
@@ -175,7 +192,7 @@ G4_MOE = REPO / "recipes" / "gemma4-26b-a4b-tpu-v5p-8.yaml"
 
 
 def test_the_moe_planner_holds_a_few_layers_of_gathered_experts():
-    """Gemma 4 26B-A4B on v5p-8 (fsdp 2 × tp 2) with remat and dense attention (issue 33's compile): XLA keeps the
+    """Gemma 4 26B-A4B on v5p-8 (fsdp 2 × tp 2) with remat and dense attention: XLA keeps the
     dense layers' fsdp-gathered weights to their backward but gathers the experts where a layer runs (its temp grows
     0.18-0.20 GB per layer, not the 0.76 GB of one layer's gathered experts). XLA's full-depth compile: 21.32 GB per
     chip (docs/BENCHMARKS.md); counting every layer's gathered experts the planner said 39.67 GB (+86 %)."""
@@ -255,10 +272,26 @@ def test_the_compile_report_sets_planner_and_xla_in_one_unit():
 
     plan = plan_recipe(_recipe(G4, "tpu-v5p-8"), "jax")
     total = round(plan.jax_memory.total * GB)
-    step = CompiledStep(topology="v5p:2x2x1", device_kind="TPU v5", devices=4, layers=60, model_layers=60,
-                        micro_batch_tokens=3072, accumulation=8, argument_bytes=total - 10**9, output_bytes=10**9,
-                        alias_bytes=10**9, temp_bytes=10**9, generated_code_bytes=0, flops=1e14, bytes_accessed=1e12,
-                        build_s=1.0, lower_s=1.0, compile_s=10.0, host_peak_rss_bytes=3 * GIB)  # fmt: skip
+    step = CompiledStep(
+        topology="v5p:2x2x1",
+        device_kind="TPU v5",
+        devices=4,
+        layers=60,
+        model_layers=60,
+        micro_batch_tokens=3072,
+        accumulation=8,
+        argument_bytes=total - 10**9,
+        output_bytes=10**9,
+        alias_bytes=10**9,
+        temp_bytes=10**9,
+        generated_code_bytes=0,
+        flops=1e14,
+        bytes_accessed=1e12,
+        build_s=1.0,
+        lower_s=1.0,
+        compile_s=10.0,
+        host_peak_rss_bytes=3 * GIB,
+    )
     report = compile_report(plan, step)
     assert report["xla"]["per_device_bytes"] == report["planner"]["per_device_bytes"] == total
     assert abs(report["planner"]["relative_to_xla"]) < 1e-9  # rounding to whole bytes only

@@ -19,10 +19,26 @@ G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
 
 
 def _step(layers: int, **kw) -> CompiledStep:
-    base = dict(topology="v5p:2x2x1", device_kind="TPU v5", devices=4, layers=layers, model_layers=60,
-                micro_batch_tokens=3072, accumulation=8, argument_bytes=0, output_bytes=0, alias_bytes=0,
-                temp_bytes=0, generated_code_bytes=1000, flops=0.0, bytes_accessed=0.0, build_s=1.0, lower_s=1.0,
-                compile_s=10.0, host_peak_rss_bytes=layers * 10**8)  # fmt: skip
+    base = dict(
+        topology="v5p:2x2x1",
+        device_kind="TPU v5",
+        devices=4,
+        layers=layers,
+        model_layers=60,
+        micro_batch_tokens=3072,
+        accumulation=8,
+        argument_bytes=0,
+        output_bytes=0,
+        alias_bytes=0,
+        temp_bytes=0,
+        generated_code_bytes=1000,
+        flops=0.0,
+        bytes_accessed=0.0,
+        build_s=1.0,
+        lower_s=1.0,
+        compile_s=10.0,
+        host_peak_rss_bytes=layers * 10**8,
+    )
     return CompiledStep(**{**base, **kw})
 
 
@@ -37,13 +53,19 @@ def test_candidates_of_the_31b_on_a_v5p_8_keep_the_global_batch():
     assert len(found) == (4 + 3 + 2) * 3 * 2  # rows per mesh × remat (none, dots, full) × attention
     c = Candidate(None, "splash", 2, 1, 4, 4)
     assert c.overrides(recipe) == [
-        "train.gradient_checkpointing=false", "train.kernels.recompute=full", "backend.jax.attention=splash",
-        "train.per_device_batch_size=2", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.tp=4",
+        "train.gradient_checkpointing=false",
+        "train.kernels.recompute=full",
+        "backend.jax.attention=splash",
+        "train.per_device_batch_size=2",
+        "backend.jax.mesh.fsdp=1",
+        "backend.jax.mesh.tp=4",
         "train.grad_accumulation=4",
-    ]  # fmt: skip
+    ]
     again = load_for_plan(G4, c.overrides(recipe))
     assert (again.train.per_device_batch_size * again.train.grad_accumulation, again.backend.jax.attention) == (
-        8, "splash")  # fmt: skip
+        8,
+        "splash",
+    )
     assert period(spec) == 6
 
 
@@ -68,8 +90,14 @@ def _fake_compiler(calls: list):
         per_layer = {None: 0.8, "dots": 0.5, "full": 0.05}[remat] * GB
         temp = per_layer * n + (40 * GB if remat is None and layers is None else 0)
         flops = {None: 2.0, "dots": 2.2, "full": 2.9}[remat] * 1e12 * n
-        return _step(n, argument_bytes=round(0.3 * GB * n), temp_bytes=round(temp), flops=flops,
-                     bytes_accessed=1e10 * n, collective_bytes=1e8 * n)  # fmt: skip
+        return _step(
+            n,
+            argument_bytes=round(0.3 * GB * n),
+            temp_bytes=round(temp),
+            flops=flops,
+            bytes_accessed=1e10 * n,
+            collective_bytes=1e8 * n,
+        )
 
     return fake_compile
 

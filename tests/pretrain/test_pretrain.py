@@ -13,9 +13,13 @@ from crosstune.demo.split import HELD_OUT_KINDS
 from crosstune.pretrain.base_model import DONE, SHIPPED_BASES, PretrainConfig, pretrained_base
 
 SHIPPED_FILES = (  # what a rebuild must reproduce byte for byte (pretrain.json also holds timings)
-    "model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+    "model.safetensors",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
     "special_tokens_map.json",
-)  # fmt: skip
+)
 
 # A few records and steps: what is tested is the cache and the saved layout, not what the model learns.
 SMALL = PretrainConfig(n_records=24, steps=2, batch_size=2, warmup_steps=1)
@@ -80,7 +84,7 @@ def test_the_default_base_ships_under_the_name_of_its_inputs(tmp_path):
 @pytest.mark.rebuild  # ~17 min on 2 quiet cores: its own target (`make test-rebuild`), outside CI's slow suite
 @pytest.mark.timeout(3600)
 def test_a_rebuild_gives_the_shipped_bytes(tmp_path):
-    """The issue's reproducibility bar for a shipped checkpoint, and so a byte comparison across processes: it holds
+    """The reproducibility bar for a shipped checkpoint, and so a byte comparison across processes: it holds
     where the cache key's inputs hold (pinned libraries, the loop's fixed 2 threads) on this machine kind's CPU; a
     CPU with other vector units may round differently, and the message says so rather than hide it."""
     rebuilt = pretrained_base(PretrainConfig(), tmp_path, log=lambda _: None, shipped=False)
@@ -95,7 +99,7 @@ def test_a_rebuild_gives_the_shipped_bytes(tmp_path):
 @pytest.mark.timeout(1800)  # the shipped base; a 180-step torch LoRA and two evaluations: ~4 min on 2 cores
 def test_the_lora_fine_tune_beats_the_base_on_held_out_problems(tmp_path, monkeypatch):
     """The demo's story at reduced size: its torch study alone (the demo's studies, with the base evaluated), scored
-    greedily on 24 held-out problems (the demo scores 60 and both backends), held to the issue's bar of a 20-point
+    greedily on 24 held-out problems (the demo scores 60 and both backends), held to a bar of a 20-point
     gain. Measured in the demo's runs with answer_markup tags (180 steps): base 0/24, fine-tune 10/24
     (docs/BENCHMARKS.md); greedy decoding and seeded training make the outcome repeatable on one machine, and the
     margin covers another CPU's or thread count's rounding."""

@@ -15,9 +15,14 @@ TINY = paths.RECIPES / "tiny-cpu.yaml"  # mesh fsdp 1 × tp 2; the tiny Gemma 4 
 
 @pytest.mark.parametrize(
     ("accelerator", "target", "mesh"),
-    [("v5litepod-1", "tpu-v5e-1", (1, 1)), ("v5litepod-4", "tpu-v5e-4", (2, 2)), ("v6e-1", "tpu-v6e-1", (1, 1)),
-     ("v5p-8", "tpu-v5p-8", (2, 2)), ("v6e-8", "tpu-v6e-8", (4, 2))],
-)  # fmt: skip
+    [
+        ("v5litepod-1", "tpu-v5e-1", (1, 1)),
+        ("v5litepod-4", "tpu-v5e-4", (2, 2)),
+        ("v6e-1", "tpu-v6e-1", (1, 1)),
+        ("v5p-8", "tpu-v5p-8", (2, 2)),
+        ("v6e-8", "tpu-v6e-8", (4, 2)),
+    ],
+)
 def test_a_slice_s_accelerator_type_names_the_target_and_the_mesh_follows(monkeypatch, accelerator, target, mesh):
     """On a slice of several hosts the TPU runtime's TPU_ACCELERATOR_TYPE names the whole slice (read before
     jax.distributed opens any device)."""

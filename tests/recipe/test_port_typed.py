@@ -55,7 +55,7 @@ def refusal(tmp_path, text: str) -> str:
             "lora_dropout: 1.5\n",
             "CONFIG:7: lora_dropout: 1.5 is not a number (LoRA dropout probability: at least 0, less than 1)",
         ),
-        # the fuzzer's findings left for issue 49 (docs/BENCHMARKS.md, seed 48: recipe-import #9, #36, #38): a
+        # what `make fuzz FUZZ_SEED=48` found (docs/BENCHMARKS.md, recipe-import #9, #36, #38): a
         # mapping or a string at lora_dropout ended as "a bug in crosstune"
         (
             "axolotl",

@@ -167,9 +167,14 @@ def test_global_batch_must_split_over_both_backends():
     assert parse_recipe(ok).train.global_batch_size == 8
     bad = MINIMAL + "train:\n  per_device_batch_size: 4\n  global_batch_size: 6\n"
     assert errors(bad) == [
-        ("train.global_batch_size", 14, f"6 rows per step can't be split into micro-batches of per_device_batch_size "
-         f"4 × 1 data-parallel devices of {backend}") for backend in ("torch (devices × nodes)", "jax (mesh.fsdp)")
-    ]  # fmt: skip
+        (
+            "train.global_batch_size",
+            14,
+            f"6 rows per step can't be split into micro-batches of per_device_batch_size "
+            f"4 × 1 data-parallel devices of {backend}",
+        )
+        for backend in ("torch (devices × nodes)", "jax (mesh.fsdp)")
+    ]
 
 
 def test_moe_experts_target_is_refused_with_its_reason():
@@ -224,7 +229,4 @@ def test_one_rule_resolves_a_recipe_s_paths_wherever_they_are_read(tmp_path):
     with pytest.raises(UnlocatedRecipeError):
         recipe_path("acme/model", None)
     # the hub-id rule is the text (crosstune.hub): a path is a path, on disk or not; hf://OWNER/NAME is a hub id
-    assert hub_model_id("acme/model", None, tmp_path) is None and hub_model_id("acme/model", None, None) is None
-    assert (
-        hub_model_id("hf://acme/model", None, tmp_path) == hub_model_id("hf://acme/model", None, None) == "acme/model"
-    )
+    assert hub_model_id("acme/model") is None and hub_model_id("hf://acme/model") == "acme/model"

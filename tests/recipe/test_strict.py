@@ -24,8 +24,15 @@ def test_yaml_1_2_scalars_no_yes_no_booleans_no_sexagesimal_no_dates():
     from crosstune.untrusted_files import parse_yaml
 
     assert parse_yaml("a: yes\nb: no\nc: on\nd: 1:30\ne: 2026-01-15\nf: true\ng: 1e-4\nh: 0o17\n", "t.yaml") == {
-        "a": "yes", "b": "no", "c": "on", "d": "1:30", "e": "2026-01-15", "f": True, "g": 1e-4, "h": 15,
-    }  # fmt: skip
+        "a": "yes",
+        "b": "no",
+        "c": "on",
+        "d": "1:30",
+        "e": "2026-01-15",
+        "f": True,
+        "g": 1e-4,
+        "h": 15,
+    }
     # PyYAML alone: `packing: yes` was True and `name: no` was False; now the first is refused, the second is text
     (problem,) = errors(MINIMAL.replace("    - path: data.jsonl", "    - path: data.jsonl\n  packing: yes"))
     assert problem == ("data.packing", 8, "Input should be a valid boolean, not 'yes'")

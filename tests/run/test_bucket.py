@@ -22,8 +22,14 @@ from tests.helpers.bundles import RUN, STUDY, bundle, checkpoint, manifest_of, t
 def test_push_copies_every_file_but_the_transient_ones_and_then_what_was_rotated_away(tmp_path):
     local = tmp_path / "bundle"
     bundle(local, {"prepare": "done"}, [2, 4])
-    transient = [".lock", f"{RUN}/.lock", f"{RUN}/checkpoints/.staging/checkpoint-6/x", ".bundle.json.ab12cd34",
-                 f"{RUN}/checkpoints/6.orbax-checkpoint-tmp-17/x", ".export.tmp-host-12-0123abcd/y"]  # fmt: skip
+    transient = [
+        ".lock",
+        f"{RUN}/.lock",
+        f"{RUN}/checkpoints/.staging/checkpoint-6/x",
+        ".bundle.json.ab12cd34",
+        f"{RUN}/checkpoints/6.orbax-checkpoint-tmp-17/x",
+        ".export.tmp-host-12-0123abcd/y",
+    ]
     for rel in transient:
         (local / rel).parent.mkdir(parents=True, exist_ok=True)
         (local / rel).write_text("half")

@@ -93,8 +93,8 @@ def test_hfu_counts_what_each_recompute_policy_recomputes():
 
 
 def test_padding_is_counted_apart_from_real_tokens():
-    """Unpacked rows: the jax backend computes 8 whole rows of 3072 positions for 44.6 % real tokens (the issue-11
-    demo figure); `mfu` credits the real tokens only, `mfu_computed` and `hfu` the positions computed."""
+    """Unpacked rows: the jax backend computes 8 whole rows of 3072 positions for 44.6 % real tokens (the
+    demo's figure); `mfu` credits the real tokens only, `mfu_computed` and `hfu` the positions computed."""
     real = round(0.446 * 8 * 3072)
     m = step(1, tokens=real, computed=8 * 3072)
     assert m.computed_tokens == 8 * 3072 and m.tokens == real

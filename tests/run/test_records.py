@@ -143,9 +143,23 @@ def test_a_mistyped_record_is_refused_naming_the_file_and_key(tmp_path, change, 
 
 
 def test_a_mistyped_metrics_row_is_refused_naming_file_line_and_key(tmp_path):
-    row = {"step": 1, "epoch": 0.1, "loss": math.nan, "learning_rate": 1e-3, "grad_norm": 1.0, "trained_tokens": 9,
-           "tokens": 10, "computed_tokens": 10, "step_time_s": 1.0, "trained_tokens_per_s": 9.0,
-           "tokens_per_s": 10.0, "peak_memory_gib": 1.0, "mfu": None, "mfu_computed": None, "hfu": None}  # fmt: skip
+    row = {
+        "step": 1,
+        "epoch": 0.1,
+        "loss": math.nan,
+        "learning_rate": 1e-3,
+        "grad_norm": 1.0,
+        "trained_tokens": 9,
+        "tokens": 10,
+        "computed_tokens": 10,
+        "step_time_s": 1.0,
+        "trained_tokens_per_s": 9.0,
+        "tokens_per_s": 10.0,
+        "peak_memory_gib": 1.0,
+        "mfu": None,
+        "mfu_computed": None,
+        "hfu": None,
+    }
     lines = [row, row | {"step": 2, "peak_memory_gib": "1.0"}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     with pytest.raises(CrosstuneError, match=r"metrics.jsonl:2: peak_memory_gib is '1.0': input should be a valid"):

@@ -147,8 +147,17 @@ def test_stop_never_signals_a_stranger_that_reused_a_stale_pid(tmp_path):
             time.sleep(0.01)
         boot = open("/proc/sys/kernel/random/boot_id").read().strip()
         recorded = {"pid": pid, "start": start_ticks(pid) - 1, "boot": boot, "cmdline": "vllm serve /m"}
-        state = {"pid": pid, "port": 1, "model": "m", "lora_name": None, "model_dir": "/m", "log": "/m.log",
-                 "started": 0.0, "leader": recorded, "members": [recorded]}  # fmt: skip
+        state = {
+            "pid": pid,
+            "port": 1,
+            "model": "m",
+            "lora_name": None,
+            "model_dir": "/m",
+            "log": "/m.log",
+            "started": 0.0,
+            "leader": recorded,
+            "members": [recorded],
+        }
         (tmp_path / "s").mkdir()
         (tmp_path / "s" / "server.json").write_text(json.dumps(state))
         outcome = stop_server(tmp_path / "s", grace_s=1)
@@ -216,9 +225,19 @@ def test_kv_capacity_read_from_vllms_log_lines():
 def test_root_cause_is_the_first_tracebacks_exception():
     from crosstune.serve.logscan import root_cause
 
-    plain = ["noise", "Traceback (most recent call last):", '  File "a.py", line 1, in <module>', "    x()",
-             "ValueError: first", "", "During handling of the above exception, another exception occurred:", "",
-             "Traceback (most recent call last):", '  File "b.py", line 2', "RuntimeError: second"]  # fmt: skip
+    plain = [
+        "noise",
+        "Traceback (most recent call last):",
+        '  File "a.py", line 1, in <module>',
+        "    x()",
+        "ValueError: first",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "b.py", line 2',
+        "RuntimeError: second",
+    ]
     assert root_cause(plain).text == "ValueError: first" and root_cause(plain).line == 5
     p = "(EngineCore pid=1) ERROR 11-30 [core.py:1] "
     interleaved = [

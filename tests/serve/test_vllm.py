@@ -21,7 +21,7 @@ pytestmark = [
 ]
 TOKENS = np.random.default_rng(1).integers(10, 1000, size=40).tolist()
 # vLLM's fp32 CPU kernels vs transformers in float64: measured ≤ 1e-5 here (accumulation order); 1e-4 is the bound
-# the issue sets, 100x below the 0.02-0.04 error of an adapter served without the k_eq_v v_proj copies.
+# held, 100x below the 0.02-0.04 error of an adapter served without the k_eq_v v_proj copies.
 LOGPROB_TOL = 1e-4
 
 

@@ -34,8 +34,14 @@ PROMPT = [11, 57, 300, 412, 9, 77, 150, 868, 23, 640, 301, 99]
 def greedy(base_url: str, model: str, n: int = 24) -> list[int]:
     import httpx
 
-    body = {"model": model, "prompt": PROMPT, "max_tokens": n, "temperature": 0, "ignore_eos": True,
-            "return_token_ids": True}  # fmt: skip
+    body = {
+        "model": model,
+        "prompt": PROMPT,
+        "max_tokens": n,
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
     r = httpx.post(base_url + "/v1/completions", json=body, timeout=300)
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]["token_ids"]

@@ -75,7 +75,7 @@ GARBAGE = {
         ("text/html", b"<html>hello</html>"),
         "bad answer: not an SSE stream: '<html>hello</html>'",
     ),
-}  # fmt: skip
+}
 
 
 def _sent(server: FakeOpenAI) -> RequestRecord:

@@ -25,14 +25,26 @@ VALID = {
     "created": "2026-12-02T01:00:00+0000",
     "hosts": {"box": {"hostname": "box", "cpu": {"cores": 2}}},
     "stages": {
-        "prepare": {"status": "done", "inputs": "f0", "inputs_format": 2, "seconds": 1.5, "note": "ok",
-                    "outputs": [{"path": "data", "sha256": "0" * 64, "skip": ["prepared_manifest.json"]}],
-                    "wrote": ["data/train/shard-0.npy"], "record": {}},
-        "train": {"status": "stale", "was": "done", "stale": "prepare was redone after it",
-                  "outputs": [{"path": f"{RUN}/run.json", "sha256": "1" * 64}], "contents": {"runs": [RUN]}},
+        "prepare": {
+            "status": "done",
+            "inputs": "f0",
+            "inputs_format": 2,
+            "seconds": 1.5,
+            "note": "ok",
+            "outputs": [{"path": "data", "sha256": "0" * 64, "skip": ["prepared_manifest.json"]}],
+            "wrote": ["data/train/shard-0.npy"],
+            "record": {},
+        },
+        "train": {
+            "status": "stale",
+            "was": "done",
+            "stale": "prepare was redone after it",
+            "outputs": [{"path": f"{RUN}/run.json", "sha256": "1" * 64}],
+            "contents": {"runs": [RUN]},
+        },
     },
     "contents": {"runs": [RUN], "evals": [], "sweeps": []},
-}  # fmt: skip
+}
 
 # (the field, how it is broken, what the message says after "bundle.json: ")
 BROKEN = [

@@ -15,12 +15,14 @@ from crosstune.study.evaluation import NO_PROBLEMS
 _register()
 
 
-def test_the_imported_recipe_s_study_completes_and_skips_eval_saying_why(tmp_path, tiny_gemma4_dir, synth_corpus_dir,
-                                                                         monkeypatch):  # fmt: skip
+def test_the_imported_recipe_s_study_completes_and_skips_eval_saying_why(
+    tmp_path, tiny_gemma4_dir, synth_corpus_dir, monkeypatch
+):
     monkeypatch.setenv("CROSSTUNE_SERVE_VENV", str(tmp_path / "no-serve-env"))  # no vLLM: serve and bench skip
     rows = [json.loads(line) for line in (synth_corpus_dir / "train.jsonl").read_text().splitlines()[:8]]
-    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"prompt": r["prompt"], "completion": r["response"]})
-                                                 + "\n" for r in rows))  # fmt: skip
+    (tmp_path / "data.jsonl").write_text(
+        "".join(json.dumps({"prompt": r["prompt"], "completion": r["response"]}) + "\n" for r in rows)
+    )
     (tmp_path / "trl.yaml").write_text(
         f"model_name_or_path: {tiny_gemma4_dir}\ndataset_name: data.jsonl\nuse_peft: true\nlora_r: 4\n"
         "lora_target_modules: [q_proj, k_proj, v_proj]\nmax_length: 256\nper_device_train_batch_size: 2\n"
@@ -28,8 +30,9 @@ def test_the_imported_recipe_s_study_completes_and_skips_eval_saying_why(tmp_pat
     )
     recipe, bundle = tmp_path / "imported.yaml", tmp_path / "bundle"
     runner = CliRunner()
-    result = runner.invoke(app, ["recipe", "import", str(tmp_path / "trl.yaml"), "--out", str(recipe)],
-                           terminal_width=400)  # fmt: skip
+    result = runner.invoke(
+        app, ["recipe", "import", str(tmp_path / "trl.yaml"), "--out", str(recipe)], terminal_width=400
+    )
     assert result.exit_code == 0, result.output
     assert f"next: crosstune plan {recipe}   then   crosstune study {recipe} --backend torch --out BUNDLE" in (
         result.output
@@ -41,7 +44,9 @@ def test_the_imported_recipe_s_study_completes_and_skips_eval_saying_why(tmp_pat
     assert result.exit_code == 0, result.output[-3000:]
     stages = read_manifest(bundle).stages
     assert {name: stages[name].status for name in ("train", "export", "eval")} == {
-        "train": "done", "export": "done", "eval": "skipped"
-    }  # fmt: skip
+        "train": "done",
+        "export": "done",
+        "eval": "skipped",
+    }
     assert stages["eval"].note == NO_PROBLEMS
     assert "eval: skipped in" in result.output and NO_PROBLEMS in result.output.replace("\n", "")

@@ -28,9 +28,21 @@ STEPS, EVERY = 8, 2
 def _study(backend: str, bundle, sets, *extra: str) -> subprocess.Popen:
     """`crosstune study` in a process of its own; its output in a log file beside the bundle (a pipe nobody reads
     while waiting for the kill would fill and stop it)."""
-    argv = [sys.executable, "-m", "crosstune.cli", "study", str(RECIPES / "tiny-cpu.yaml"), "--backend", backend,
-            "--out", str(bundle), "--only", "prepare,plan,train", *(a for s in sets for a in ("--set", s)),
-            *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "crosstune.cli",
+        "study",
+        str(RECIPES / "tiny-cpu.yaml"),
+        "--backend",
+        backend,
+        "--out",
+        str(bundle),
+        "--only",
+        "prepare,plan,train",
+        *(a for s in sets for a in ("--set", s)),
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), "OMP_NUM_THREADS": "2"}
     log = bundle.parent / f"{bundle.name}-{len(list(bundle.parent.glob('*.log')))}.log"
     bundle.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Same LoRA on both backends by construction (issue 11): one seeded initial LoRA installed by torch (PEFT) and jax
+"""Same LoRA on both backends by construction: one seeded initial LoRA installed by torch (PEFT) and jax
 (Qwix, k/v as the exact block LoRA), the same loss curve step by step, and exported adapters with one tensor set."""
 
 from __future__ import annotations

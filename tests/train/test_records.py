@@ -1,4 +1,4 @@
-"""Issue 29: both backends fill run.json and the metrics rows through one schema (crosstune.run.records, .metrics),
+"""Both backends fill run.json and the metrics rows through one schema (crosstune.run.records, .metrics),
 filled by the training session: the same keys for the same facts, one memory unit, timings on both."""
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def test_both_backends_write_one_schema(three_step_runs):
 
 
 def test_peak_memory_is_gib_on_both_backends(monkeypatch):
-    """The accelerator figure each backend reads, in bytes, becomes the same GiB: 3 × 2^30 bytes is 3.0 on both (the
-    jax backend divided by 10^9 before issue 29, 3.22 here)."""
+    """The accelerator figure each backend reads, in bytes, becomes the same GiB: 3 × 2^30 bytes is 3.0 on both (a
+    backend dividing by 10^9 would say 3.22)."""
     import jax
     import torch
 
@@ -145,8 +145,9 @@ def test_the_row_builder_takes_every_run_fact_from_the_recipe():
     from tests.helpers.paths import REPO
 
     spec = get_family("gemma4").spec("31b")
-    plan = StepPlan(micro_batch=8, local_batch=8, accumulation=4, total_steps=10, epochs_read=1,
-                    micro_batches_per_epoch=16)  # fmt: skip
+    plan = StepPlan(
+        micro_batch=8, local_batch=8, accumulation=4, total_steps=10, epochs_read=1, micro_batches_per_epoch=16
+    )
     for recompute, attention, matmuls in (("full", True, True), ("dots", True, False), ("selective", False, True)):
         sets = ["train.gradient_checkpointing=true", f"train.kernels.recompute={recompute}"]
         recipe = load_recipe(REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml", sets)
@@ -154,11 +155,21 @@ def test_the_row_builder_takes_every_run_fact_from_the_recipe():
         b = context.metrics_row_builder(devices=4)
         assert (b.recompute_activations, b.recompute_attention, b.recompute_matmuls) == (True, attention, matmuls)
         assert (b.context, b.hardware, b.devices) == (recipe.data.max_seq_len, get_hardware(recipe.hardware), 4)
-        row = b.row(step=2, loss=1.0, learning_rate=1e-4, grad_norm=1.0, trained_tokens=100, tokens=200,
-                    computed_tokens=400, step_time_s=2.0, peak_memory_gib=1.5)  # fmt: skip
+        row = b.row(
+            step=2,
+            loss=1.0,
+            learning_rate=1e-4,
+            grad_norm=1.0,
+            trained_tokens=100,
+            tokens=200,
+            computed_tokens=400,
+            step_time_s=2.0,
+            peak_memory_gib=1.5,
+        )
         assert (row.epoch, row.tokens_per_s, row.trained_tokens_per_s) == (2 * 4 / 16, 100.0, 50.0)
-        per_token = spec.lora_train_flops_per_token(b.context, True, recompute_attention=attention,
-                                                    recompute_matmuls=matmuls)  # fmt: skip
+        per_token = spec.lora_train_flops_per_token(
+            b.context, True, recompute_attention=attention, recompute_matmuls=matmuls
+        )
         assert row.hfu == 400 * per_token / (2.0 * b.hardware.chip.peak_bf16_tflops * 1e12 * 4)
 
 

@@ -20,11 +20,20 @@ def setup(tmp_path_factory, synth_corpus_dir, tiny_gemma4_dir):
     from crosstune.recipe import load_recipe
 
     out = tmp_path_factory.mktemp("probe")
-    recipe = load_recipe(RECIPE, [
-        f"model.path={tiny_gemma4_dir}", f"data.sources=[{{path: {synth_corpus_dir / 'train.jsonl'}}}]",
-        "data.truncation=truncate", f"output_dir={out}", f"eval.problems={synth_corpus_dir / 'eval'}",
-        "lora.dropout=0.0", "model.dtype=float32", "train.precision=fp32", "train.grad_accumulation=2",
-    ])  # fmt: skip
+    recipe = load_recipe(
+        RECIPE,
+        [
+            f"model.path={tiny_gemma4_dir}",
+            f"data.sources=[{{path: {synth_corpus_dir / 'train.jsonl'}}}]",
+            "data.truncation=truncate",
+            f"output_dir={out}",
+            f"eval.problems={synth_corpus_dir / 'eval'}",
+            "lora.dropout=0.0",
+            "model.dtype=float32",
+            "train.precision=fp32",
+            "train.grad_accumulation=2",
+        ],
+    )
     spec = model_dir_spec(tiny_gemma4_dir, "gemma4")
     lora = parity_lora(spec, recipe.lora.rank, recipe.lora.alpha, list(recipe.lora.targets), seed=0)
     return recipe, prepare_dataset(recipe), lora, spec.vocab_size

@@ -35,7 +35,7 @@ def source_files(recipe: Recipe, index: int) -> list[tuple[Path, str]]:
     """The (path, format) pairs that `data.sources[index]` names; a glob expands in sorted order."""
     src: DataSource = recipe.data.sources[index]
     where = f"data.sources[{index}].path"
-    if (repo := hub_dataset_id(src, recipe.base_dir)) is not None:
+    if (repo := hub_dataset_id(src)) is not None:
         try:  # fetched when online; offline the cache or one line saying how to fetch it
             return [(hub.resolve(repo, "dataset", src.revision).path, "hub")]
         except hub.HubError as e:

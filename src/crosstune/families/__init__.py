@@ -72,8 +72,9 @@ def model_dir_spec(model_dir: Path, family: str | None = None) -> ModelSpec:
         return found.spec_from_hf_config(cfg, name=Path(model_dir).name)
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # a field missing or of the wrong type
         what = f"{e.args[0]!r} missing or unknown" if isinstance(e, KeyError) else str(e)
-        raise InputError(f"{cfg_path}: not a {found.name} config crosstune reads ({what}): restore it from the "
-                         "model's source") from None  # fmt: skip
+        raise InputError(
+            f"{cfg_path}: not a {found.name} config crosstune reads ({what}): restore it from the model's source"
+        ) from None
 
 
 def chat_template(family_name: str) -> str:

@@ -44,10 +44,6 @@ class ChatFormat:
     thought_end: str | None = None
     extra_special: tuple[str, ...] = ()
 
-    @property
-    def stop_token(self) -> str:
-        return self.turn_end
-
 
 @dataclass(frozen=True)
 class HfArch:
@@ -90,8 +86,13 @@ class Family:
             if self.unified_arch is None:
                 raise ValueError(f"{spec.name}: unified, but {self.name} has no unified architecture")
             return self.unified_arch
-        return HfArch(self.hf_model_type, self.hf_causal_lm_class, self.decoder_layer_class, self.multimodal_config,
-                      self.multimodal_model)  # fmt: skip
+        return HfArch(
+            self.hf_model_type,
+            self.hf_causal_lm_class,
+            self.decoder_layer_class,
+            self.multimodal_config,
+            self.multimodal_model,
+        )
 
     def spec(self, size: str) -> ModelSpec:
         if size not in self.sizes:

@@ -61,9 +61,14 @@ QUANTIZED_NAME = re.compile(
 )
 # config.json model_types of other Gemma lines (text or multimodal), for a refusal that says what the model is
 OTHER_MODEL_TYPES = {
-    "gemma": "Gemma 1", "gemma2": "Gemma 2", "gemma3n": "Gemma 3n", "gemma3n_text": "Gemma 3n",
-    "paligemma": "PaliGemma", "recurrent_gemma": "RecurrentGemma", "t5gemma": "T5Gemma",
-}  # fmt: skip
+    "gemma": "Gemma 1",
+    "gemma2": "Gemma 2",
+    "gemma3n": "Gemma 3n",
+    "gemma3n_text": "Gemma 3n",
+    "paligemma": "PaliGemma",
+    "recurrent_gemma": "RecurrentGemma",
+    "t5gemma": "T5Gemma",
+}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ FUSED = {m: r.lora for m, r in LORA_ROWS.items() if r.fused}
 SINGLE = {m: r.lora[0] for m, r in LORA_ROWS.items() if not r.fused}
 # tunix module -> the name of its weight (`w` on einsums, `kernel` on Linear layers)
 WEIGHT_NAMES = {m: r.weight for m, r in LORA_ROWS.items()}
-TUNIX_LORA_MODULES = (*SINGLE, *FUSED)
 
 Pair = tuple[np.ndarray, np.ndarray]  # (A, B)
 

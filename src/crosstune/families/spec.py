@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # Backend-neutral LoRA targets, as written in recipes.
 NEUTRAL_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
-ATTENTION_TARGETS = ("q", "k", "v", "o")
-MLP_TARGETS = ("gate", "up", "down")
 # LoRA on a mixture of experts' fused expert weights: a recipe may name it, and is refused with this reason (on a MoE
 # model the MLP targets adapt the dense branch beside the experts; docs/BACKEND_EQUIVALENCE.md).
 EXPERTS_TARGET = "experts"

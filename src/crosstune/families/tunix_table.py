@@ -68,8 +68,10 @@ class TunixParam:
 
     def __post_init__(self) -> None:
         if set(self.shape) - set(AXES) or self.convert not in CONVERSIONS or self.layout not in (None, *LAYOUTS):
-            raise ValueError(f"tunix table row {self.path!r}: shape {self.shape!r}, convert {self.convert!r}, "
-                             f"layout {self.layout!r} outside {AXES!r}, {CONVERSIONS}, {LAYOUTS}")  # fmt: skip
+            raise ValueError(
+                f"tunix table row {self.path!r}: shape {self.shape!r}, convert {self.convert!r}, "
+                f"layout {self.layout!r} outside {AXES!r}, {CONVERSIONS}, {LAYOUTS}"
+            )
         if self.when not in (None, *FEATURES):
             raise ValueError(f"tunix table row {self.path!r}: when {self.when!r} outside {FEATURES}")
         if len(self.sharding) != len(self.shape) or bool(self.lora) != bool(self.contracting):

@@ -20,8 +20,11 @@ ENGINES = ("skypilot", "gke", "slurm")
 # A spec proves itself crosstune's by its last line (crosstune.ownership): a user's file, or a spec edited since, is
 # never replaced.
 SPEC = FileKind("crosstune launch")
-SUBMIT = {"skypilot": ["sky", "launch", "-c", "{name}", "{spec}"], "gke": ["kubectl", "apply", "-f", "{spec}"],
-          "slurm": ["sbatch", "{spec}"]}  # fmt: skip
+SUBMIT = {
+    "skypilot": ["sky", "launch", "-c", "{name}", "{spec}"],
+    "gke": ["kubectl", "apply", "-f", "{spec}"],
+    "slurm": ["sbatch", "{spec}"],
+}
 INSTALL = {
     "sky": "`make launch-env` (SkyPilot in .venv-launch; its pins conflict with the training stack's), or "
     '`pip install "skypilot[gcp]"` in an environment of its own; then `sky check`',
@@ -88,8 +91,9 @@ def render_spec(engine: str, job: Job, **opts) -> str:
 
         if not opts.get("image"):
             raise LaunchError("--on gke needs --image: an image with crosstune installed (docker/Dockerfile.tpu)")
-        return gke.render(job, image=opts["image"], bucket=opts.get("bucket"), pvc=opts.get("pvc"),
-                          spot=bool(opts.get("spot")))  # fmt: skip
+        return gke.render(
+            job, image=opts["image"], bucket=opts.get("bucket"), pvc=opts.get("pvc"), spot=bool(opts.get("spot"))
+        )
     from crosstune.launch import slurm
 
     if opts.get("spot"):

@@ -45,8 +45,10 @@ def slurm_time(value: str) -> str:
 def dns_subdomain(value: str, what: str) -> str:
     if len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value):
         return value
-    raise LaunchError(f"{what} {value!r}: not a Kubernetes object name (DNS-1123 subdomain: lowercase letters, "
-                      "digits, '-' and '.', starting and ending with a letter or digit, at most 253)")  # fmt: skip
+    raise LaunchError(
+        f"{what} {value!r}: not a Kubernetes object name (DNS-1123 subdomain: lowercase letters, "
+        "digits, '-' and '.', starting and ending with a letter or digit, at most 253)"
+    )
 
 
 def gcs_bucket(value: str, what: str = "--bucket") -> str:
@@ -82,5 +84,7 @@ def study_bucket(value: str, what: str = "--bucket") -> str:
 def image_reference(value: str, what: str = "--image") -> str:
     if len(value) <= 512 and _IMAGE.fullmatch(value):
         return value
-    raise LaunchError(f"{what} {value!r}: not a container image reference (REGISTRY/PATH[:TAG][@sha256:DIGEST], "
-                      "e.g. us-docker.pkg.dev/PROJECT/REPO/crosstune-tpu:0.1.0)")  # fmt: skip
+    raise LaunchError(
+        f"{what} {value!r}: not a container image reference (REGISTRY/PATH[:TAG][@sha256:DIGEST], "
+        "e.g. us-docker.pkg.dev/PROJECT/REPO/crosstune-tpu:0.1.0)"
+    )

@@ -34,9 +34,14 @@ DISRUPTED = {"rules": [{"action": "FailJob", "onPodConditions": [{"type": "Disru
 # ... and the JobSet restarts for that reason without counting it; any other failure ends it.
 FAILURE_POLICY = {
     "maxRestarts": 0,
-    "rules": [{"name": "preemption", "action": "RestartJobSetAndIgnoreMaxRestarts",
-               "onJobFailureReasons": ["PodFailurePolicy"]}],
-}  # fmt: skip
+    "rules": [
+        {
+            "name": "preemption",
+            "action": "RestartJobSetAndIgnoreMaxRestarts",
+            "onJobFailureReasons": ["PodFailurePolicy"],
+        }
+    ],
+}
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,12 @@ def _container(job: Job, image: str, script: str, env: dict[str, str], tpu_chips
 
 
 def _job(parallelism: int, pod: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0,
-                            "podFailurePolicy": DISRUPTED}  # fmt: skip
+    spec: dict[str, Any] = {
+        "parallelism": parallelism,
+        "completions": parallelism,
+        "backoffLimit": 0,
+        "podFailurePolicy": DISRUPTED,
+    }
     if parallelism > 1:
         spec["completionMode"] = "Indexed"
     meta = {"annotations": annotations} if annotations else {}
@@ -105,8 +114,10 @@ def spot_placement(spot: bool) -> dict[str, Any]:
     """The slice pods' placement on a Spot TPU node pool (GKE's label, and its taint when the pool has one)."""
     if not spot:
         return {}
-    return {"nodeSelector": {SPOT: "true"},
-            "tolerations": [{"key": SPOT, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}  # fmt: skip
+    return {
+        "nodeSelector": {SPOT: "true"},
+        "tolerations": [{"key": SPOT, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+    }
 
 
 def jobset(
@@ -118,11 +129,13 @@ def jobset(
     exe = "crosstune"  # on the image's PATH (docker/Dockerfile.tpu)
     prepare = "\n".join(["set -euo pipefail", job.study(out, "--only", "prepare,plan", exe=exe)])
     host0 = '[ "${TPU_WORKER_ID:-${JOB_COMPLETION_INDEX:-0}}" = 0 ]'
-    train = "\n".join([
-        "set -euo pipefail",
-        job.study(out, "--only", "train", exe=exe),
-        f"if {host0}; then {job.study(out, '--from', 'export', exe=exe)}; fi",
-    ])  # fmt: skip
+    train = "\n".join(
+        [
+            "set -euo pipefail",
+            job.study(out, "--only", "train", exe=exe),
+            f"if {host0}; then {job.study(out, '--from', 'export', exe=exe)}; fi",
+        ]
+    )
     selector = {
         "cloud.google.com/gke-tpu-accelerator": sl.accelerator,
         "cloud.google.com/gke-tpu-topology": sl.topology,
@@ -141,8 +154,12 @@ def jobset(
         "crosstune/recipe-hash": job.recipe_hash,
         "crosstune/version": job.version,
     }
-    slice_job = {"name": "slice", "replicas": 1, "dependsOn": [{"name": "prepare", "status": "Complete"}],
-                 "template": _job(sl.hosts, slice_pod, pod_annotations)}  # fmt: skip
+    slice_job = {
+        "name": "slice",
+        "replicas": 1,
+        "dependsOn": [{"name": "prepare", "status": "Complete"}],
+        "template": _job(sl.hosts, slice_pod, pod_annotations),
+    }
     return {
         "apiVersion": API_VERSION,
         "kind": "JobSet",

@@ -131,8 +131,10 @@ def lock_file(platform: str, backend: str) -> str:
 
 def jax_lock_text(lock: str) -> str:
     """requirements-jax.lock's text from requirements.lock's: every pin but the torch stack's."""
-    head = [f"# requirements.lock without {', '.join(TORCH_STACK)} (crosstune.launch.job_spec.TORCH_STACK): what a",
-            "# TPU host's jax training venv installs. 'make lock' regenerates it; do not edit."]  # fmt: skip
+    head = [
+        f"# requirements.lock without {', '.join(TORCH_STACK)} (crosstune.launch.job_spec.TORCH_STACK): what a",
+        "# TPU host's jax training venv installs. 'make lock' regenerates it; do not edit.",
+    ]
     pins = [line for line in lock.splitlines() if line and not line.startswith("#")]
     return "\n".join(head + [p for p in pins if p.split("==")[0].lower() not in TORCH_STACK]) + "\n"
 

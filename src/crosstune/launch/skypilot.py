@@ -46,8 +46,10 @@ def recovery(bucket: str | None, spot: bool) -> dict[str, Any]:
     """The resources a managed job recovers with: with a bucket the study survives a new cluster (spot allowed);
     without one its bundle is on the cluster's disk, so spot capacity is refused."""
     if spot and not bucket:
-        raise LaunchError("--spot needs --bucket: a preempted VM's disk is gone, and the bucket keeps the bundle "
-                          "(checkpoints included) that the next VM resumes")  # fmt: skip
+        raise LaunchError(
+            "--spot needs --bucket: a preempted VM's disk is gone, and the bucket keeps the bundle "
+            "(checkpoints included) that the next VM resumes"
+        )
     return {"use_spot": spot, "job_recovery": dict(JOB_RECOVERY)} if bucket else {}
 
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 from crosstune.emit import Raw, comment_lines, shell_line
 from crosstune.launch.job_spec import STUDY_PORT, Job, LaunchError
 
-SBATCH_DIRECTIVES = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "exclusive", "output", "time",
-                     "requeue", "open-mode")  # fmt: skip
 RECOVERY = ["#SBATCH --requeue", "#SBATCH --open-mode=append"]  # preemption and node failure: requeued, resumed
 # Slurm sets SLURM_RESTART_COUNT on a requeued job's attempts (sbatch(1), OUTPUT ENVIRONMENT VARIABLES)
 ATTEMPT = "$((${SLURM_RESTART_COUNT:-0} + 1))"
@@ -30,8 +28,10 @@ ATTEMPT = "$((${SLURM_RESTART_COUNT:-0} + 1))"
 def check(job: Job, nodes: int) -> None:
     platform = job.target.chip.platform
     if platform not in ("gpu", "cpu"):
-        raise LaunchError(f"--on slurm runs GPU or CPU nodes, not {job.target.name}: a TPU VM goes to --on skypilot, "
-                          "a TPU slice to --on gke")  # fmt: skip
+        raise LaunchError(
+            f"--on slurm runs GPU or CPU nodes, not {job.target.name}: a TPU VM goes to --on skypilot, "
+            "a TPU slice to --on gke"
+        )
     if nodes < 1:
         raise LaunchError(f"--nodes {nodes}: give at least 1")
     if platform == "cpu" and nodes > 1:

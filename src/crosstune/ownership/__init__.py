@@ -12,7 +12,7 @@ The shape, one JSON file at the folder's top whose name each command keeps (expo
      ...the command's own fields beside them (export: kind, source; a sweep: endpoint, model, complete)}
 
 plus, while `owned_files` writes, "writing": the names claimed by a run in progress (a kill -9 leaves them: the
-next run takes them as its own). Manifests written before this shape are read through each command's `legacy`.
+next run takes them as its own).
 
 Two more kinds of output keep the same rule with the proof where their command keeps it: a folder resumed in place
 rather than swapped (`claim`: a study bundle, a run directory, the demo's folder; its manifest is the command's own

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,11 @@ class OutputRefused(CrosstuneError):
 @dataclass(frozen=True)
 class OutputKind:
     """One command's outputs: who makes them (`made_by`, recorded in the manifest) and the manifest's file name at
-    the folder's top. `legacy(manifest, folder)` turns a manifest written before this shape into it (None: not
-    one); `parts` are sub-folders that may each hold their own manifest instead (export's adapter/ and merged/)."""
+    the folder's top; `parts` are sub-folders that may each hold their own manifest instead (export's adapter/ and
+    merged/)."""
 
     made_by: str
     manifest: str
-    legacy: Callable[[dict, Path], dict | None] | None = None
     parts: tuple[str, ...] = ()
 
 
@@ -71,8 +70,8 @@ def _write(
 
 
 def read_manifest(folder: Path, kind: OutputKind) -> tuple[dict | None, str]:
-    """`folder`'s manifest of `kind` in the one shape (an older one converted by `kind.legacy`; files listed by name
-    only carry sha256 None), or None and why it is not one."""
+    """`folder`'s manifest of `kind` in the one shape (files listed by name only carry sha256 None), or None and
+    why it is not one."""
     path = Path(folder) / kind.manifest
     if not path.is_file() or path.is_symlink():
         return None, f"no {kind.manifest} lists it"
@@ -80,8 +79,6 @@ def read_manifest(folder: Path, kind: OutputKind) -> tuple[dict | None, str]:
         manifest = read_json(path)
     except (OSError, ValueError):
         return None, f"its {kind.manifest} is unreadable"
-    if isinstance(manifest, dict) and "made_by" not in manifest and kind.legacy is not None:
-        manifest = kind.legacy(manifest, Path(folder))
     if not isinstance(manifest, dict) or manifest.get("made_by") != kind.made_by:
         return None, f"its {kind.manifest} is not {kind.made_by}'s"
     raw, files = manifest.get("files"), {}
@@ -170,8 +167,10 @@ def refusal(folder: Path, kind: OutputKind, label: str = "--out") -> str | None:
     bad = _unproven(folder, kind)
     if not bad:
         return None
-    return (f"{label} {folder} holds files that are not {kind.made_by}'s output: {_naming(bad)}; it replaces only "
-            f"what it wrote itself: move them out or choose another {label}")  # fmt: skip
+    return (
+        f"{label} {folder} holds files that are not {kind.made_by}'s output: {_naming(bad)}; it replaces only "
+        f"what it wrote itself: move them out or choose another {label}"
+    )
 
 
 def verify(folder: Path, kind: OutputKind) -> list[str]:

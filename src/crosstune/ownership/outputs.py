@@ -75,16 +75,20 @@ def owned_output(
         manifest, _ = read_manifest(existing, kind)
         earlier = manifest is not None or any(_is_part(e, kind) for e in existing.iterdir())
         if earlier and not overwrite:  # before hashing it: the cheap refusal first
-            raise error(f"{label} {existing} holds an earlier output of {kind.made_by}: pass {flag} to replace it, "
-                        f"or choose another {label}")  # fmt: skip
+            raise error(
+                f"{label} {existing} holds an earlier output of {kind.made_by}: pass {flag} to replace it, "
+                f"or choose another {label}"
+            )
         if why := refusal(existing, kind, label):
             raise error(why)
 
     with staged_dir(dest, may_replace=may_replace) as tmp:
         yield tmp
         if unlisted := [rel for rel, _ in _unproven(tmp, kind, hashes=False, skip=TEMP_WRITER)]:
-            raise CrosstuneError(f"{kind.made_by} wrote {unlisted[0]} without listing it in {kind.manifest} (a bug: "
-                                 f"please report it); {dest} is as it was")  # fmt: skip
+            raise CrosstuneError(
+                f"{kind.made_by} wrote {unlisted[0]} without listing it in {kind.manifest} (a bug: "
+                f"please report it); {dest} is as it was"
+            )
 
 
 @contextlib.contextmanager
@@ -106,8 +110,10 @@ def owned_files(
         elif rel not in claimed and (problem := _changed(folder / rel, files[rel], kind)):
             bad.append((rel, problem))
     if bad:
-        raise error(f"{label} {folder} holds files that are not {kind.made_by}'s output: {_naming(bad)}; it writes "
-                    f"only over what it wrote itself: move them out or choose another {label}")  # fmt: skip
+        raise error(
+            f"{label} {folder} holds files that are not {kind.made_by}'s output: {_naming(bad)}; it writes "
+            f"only over what it wrote itself: move them out or choose another {label}"
+        )
     made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     pinning = sorted({*names, *(c for c in claimed if (folder / c).is_file())})  # a dead run's files are ours too

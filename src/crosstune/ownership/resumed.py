@@ -36,9 +36,11 @@ def claim(folder: Path, kind: ResumedKind, *, label: str = "--out", error=Output
     if manifest is None and folder.is_dir():
         held = {rel.split("/")[0] for rel in listing(folder)} - set(kind.transient)  # an empty folder: nothing lost
         if held := sorted(held):
-            raise error(f"{label} {folder} is not empty and holds no {kind.what} (no {kind.manifest}): "
-                        f"{_shown(held)}; {kind.made_by} writes only into its own {kind.what}: give a new or empty "
-                        "folder")  # fmt: skip
+            raise error(
+                f"{label} {folder} is not empty and holds no {kind.what} (no {kind.manifest}): "
+                f"{_shown(held)}; {kind.made_by} writes only into its own {kind.what}: give a new or empty "
+                "folder"
+            )
     return manifest
 
 

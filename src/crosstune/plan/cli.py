@@ -32,7 +32,7 @@ def plan(
         help="compile the jax train step for the hardware's TPU topology (needs libtpu: make "
         "tpu-compile-env; no TPU, no weights) and show XLA's memory per device, flops and roofline. Full depth: a "
         "~10 min, ~17 GB pre-flight for a 31B model",
-    ),  # fmt: skip
+    ),
     layers: int = typer.Option(
         None,
         "--layers",
@@ -57,19 +57,19 @@ def plan(
         "meshes for the fastest step that fits, by XLA's compiles for the TPU topology (needs libtpu): candidates "
         "screened at two shallow depths, the best compiled at full depth; prints the frontier and the --set lines "
         "of each",
-    ),  # fmt: skip
+    ),
     max_compiles: int = typer.Option(
         9,
         "--max-compiles",
         help="with --search: at most this many compiles (2 per screened candidate, 1 "
         "per finalist; a 31B full-depth compile is ~10-30 min and ~17 GB)",
-    ),  # fmt: skip
+    ),
     cache: Path = typer.Option(
         None,
         "--cache",
         help="with --search: keep each compile's result in this folder and reuse it when the recipe, "
         "the --set lines, the depth and the jax step's code are the same (a search resumes where it stopped)",
-    ),  # fmt: skip
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (bytes per device) instead of tables"),
 ) -> None:
     """Check a recipe against its hardware before allocating anything: heads vs tensor parallelism, fsdp × tp vs
@@ -134,8 +134,14 @@ def _run(recipe_file: Path, overrides: list[str], layers, steps: int, profile, a
     from crosstune.plan.driver import measured_plan
     from crosstune.planner.view import render_measured
 
-    report = measured_plan(recipe_file, overrides, layers, steps, profile, say=lambda line: err.print(
-        f"[cyan]{line}[/cyan]", highlight=False))  # fmt: skip
+    report = measured_plan(
+        recipe_file,
+        overrides,
+        layers,
+        steps,
+        profile,
+        say=lambda line: err.print(f"[cyan]{line}[/cyan]", highlight=False),
+    )
     if as_json:
         print(json.dumps(report, indent=1))
     else:
@@ -151,14 +157,19 @@ def _search(recipe_file: Path, overrides: list[str], recipe, max_compiles: int, 
     from crosstune.planner.search import search_json
     from crosstune.planner.view import render_search
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                  transient=True) as bar:  # fmt: skip
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
+    ) as bar:
         task = bar.add_task(f"planning {recipe.name}", total=None)
         found, hw = search_plan(
-            recipe_file, overrides, recipe, max_compiles, cache,
+            recipe_file,
+            overrides,
+            recipe,
+            max_compiles,
+            cache,
             status=lambda line: bar.update(task, description=line),
             say=lambda line: bar.console.print(f"[cyan]{line}[/cyan]", highlight=False),
-        )  # fmt: skip
+        )
     if as_json:
         print(json.dumps(search_json(found, recipe, hw), indent=1))
     else:

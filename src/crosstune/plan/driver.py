@@ -141,8 +141,9 @@ def search_plan(
     spec = plan_recipe(recipe, "jax").spec
     m, t = recipe.backend.jax.mesh, recipe.train
     rows = t.per_device_batch_size * m.fsdp * accumulation(t, m.fsdp)
-    baseline = Candidate(remat_mode(t), recipe.backend.jax.attention, t.per_device_batch_size, m.fsdp, m.tp,
-                         accumulation(t, m.fsdp))  # fmt: skip
+    baseline = Candidate(
+        remat_mode(t), recipe.backend.jax.attention, t.per_device_batch_size, m.fsdp, m.tp, accumulation(t, m.fsdp)
+    )
 
     def memory(c: Candidate):
         return plan_recipe(load_for_plan(recipe_file, overrides + c.overrides(recipe)), "jax").jax_memory
@@ -165,6 +166,16 @@ def search_plan(
             say(f"  {what}: reused {kept}")
         return step
 
-    found = run_search(recipe, spec, hw, rows, memory, compile_one, max_compiles=max_compiles, baseline=baseline,
-                       progress=say, plan_time=seconds)  # fmt: skip
+    found = run_search(
+        recipe,
+        spec,
+        hw,
+        rows,
+        memory,
+        compile_one,
+        max_compiles=max_compiles,
+        baseline=baseline,
+        progress=say,
+        plan_time=seconds,
+    )
     return found, hw

@@ -135,10 +135,15 @@ def _saved_matmuls(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: in
     """Bytes the `dots` remat keeps per layer: the output of every weight matmul (q, k, v, o, gate, up, down), and
     for each LoRA target the B matmul's output beside it, as wide (a dot of its own, saved before the sum)."""
     k = spec.kind(layer)
-    widths = {"q": _split(k.num_heads, tp) * k.head_dim, "k": _split(k.num_kv_heads, tp) * k.head_dim,
-              "v": 0 if k.k_eq_v else _split(k.num_kv_heads, tp) * k.head_dim, "o": spec.hidden_size / tp,
-              "gate": _split(spec.mlp_dim(layer), tp), "up": _split(spec.mlp_dim(layer), tp),
-              "down": spec.hidden_size / tp}  # fmt: skip
+    widths = {
+        "q": _split(k.num_heads, tp) * k.head_dim,
+        "k": _split(k.num_kv_heads, tp) * k.head_dim,
+        "v": 0 if k.k_eq_v else _split(k.num_kv_heads, tp) * k.head_dim,
+        "o": spec.hidden_size / tp,
+        "gate": _split(spec.mlp_dim(layer), tp),
+        "up": _split(spec.mlp_dim(layer), tp),
+        "down": spec.hidden_size / tp,
+    }
     return b * seq * sum(w * (2 if t in lora else 1) for t, w in widths.items()) * a
 
 
@@ -216,9 +221,17 @@ def memory(
         acts = sum(_saved_matmuls(spec, i, b, seq, a, tp, lora_targets) for i in range(spec.num_layers)) + residual
         acts += max(working) + mask
     return Memory(
-        base / GB, lora / GB, acts / GB, no_remat / GB, remat / GB, logits / GB, hw.chip.hbm_gb, hw.chip.usable_gb,
-        None if selective is None else selective / GB, gathered / GB,
-    )  # fmt: skip
+        base / GB,
+        lora / GB,
+        acts / GB,
+        no_remat / GB,
+        remat / GB,
+        logits / GB,
+        hw.chip.hbm_gb,
+        hw.chip.usable_gb,
+        None if selective is None else selective / GB,
+        gathered / GB,
+    )
 
 
 def replication_cost_gb(spec: ModelSpec, recipe: Recipe, fsdp: int, tp: int) -> float:

@@ -17,10 +17,27 @@ from dataclasses import dataclass, field
 PALLAS_TARGET = "tpu_custom_call"  # a Pallas (Mosaic) kernel on TPU: XLA's cost_analysis counts none of its work
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 DTYPE_BYTES = {
-    "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3b11fnuz": 1,
-    "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8,
+    "pred": 1,
+    "s4": 0.5,
+    "u4": 0.5,
+    "s8": 1,
+    "u8": 1,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+    "f8e4m3b11fnuz": 1,
+    "bf16": 2,
+    "f16": 2,
+    "s16": 2,
+    "u16": 2,
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "f64": 8,
+    "s64": 8,
+    "u64": 8,
+    "c64": 8,
     "c128": 16,
-}  # fmt: skip
+}
 _OP = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=\s*(?P<shape>.*?)\s(?P<op>[a-z][\w\-]*)\((?P<rest>.*)$")
 _ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
@@ -48,8 +65,12 @@ class Collectives:
         return sum(self.bytes.values())
 
     def as_dict(self) -> dict:
-        return {"count": self.count, "bytes": self.bytes, "custom_calls": self.custom_calls,
-                "uncounted_loops": self.uncounted_loops}  # fmt: skip
+        return {
+            "count": self.count,
+            "bytes": self.bytes,
+            "custom_calls": self.custom_calls,
+            "uncounted_loops": self.uncounted_loops,
+        }
 
 
 def _shape_arrays(shape_text: str) -> list[float]:
@@ -83,8 +104,12 @@ def _moved(kind: str, arrays: list[float], line: str, devices: int) -> float:
     if g <= 1:
         return 0.0
     size = sum(arrays)
-    return {"all-reduce": 2 * (g - 1) / g, "all-gather": (g - 1) / g, "reduce-scatter": g - 1,
-            "all-to-all": (g - 1) / g}[kind] * size  # fmt: skip
+    return {
+        "all-reduce": 2 * (g - 1) / g,
+        "all-gather": (g - 1) / g,
+        "reduce-scatter": g - 1,
+        "all-to-all": (g - 1) / g,
+    }[kind] * size
 
 
 def _kind(op: str) -> tuple[str | None, bool]:

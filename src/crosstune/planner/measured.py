@@ -47,8 +47,13 @@ class MeasuredStep:
     @property
     def xla_bytes(self) -> int:
         """XLA's memory_analysis total: arguments + outputs not reusing an argument + temporaries + code."""
-        return (self.xla_argument_bytes + self.xla_output_bytes - self.xla_alias_bytes + self.xla_temp_bytes
-                + self.xla_code_bytes)  # fmt: skip
+        return (
+            self.xla_argument_bytes
+            + self.xla_output_bytes
+            - self.xla_alias_bytes
+            + self.xla_temp_bytes
+            + self.xla_code_bytes
+        )
 
     @property
     def tokens_per_s(self) -> float:

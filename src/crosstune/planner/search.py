@@ -33,8 +33,17 @@ from crosstune.units import GB
 
 REMATS: tuple[str | None, ...] = (None, "dots", "full")
 ATTENTIONS = ("splash", "dense")
-SCALED = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "flops", "bytes_accessed",
-          "collective_bytes", "kernel_flops", "kernel_bytes")  # fmt: skip
+SCALED = (
+    "argument_bytes",
+    "output_bytes",
+    "alias_bytes",
+    "temp_bytes",
+    "flops",
+    "bytes_accessed",
+    "collective_bytes",
+    "kernel_flops",
+    "kernel_bytes",
+)
 Compile = Callable[[list[str], int | None], CompiledStep]
 
 
@@ -49,8 +58,10 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return (f"remat {self.remat or 'none'}, {self.attention}, {self.rows} row(s)/device, fsdp {self.fsdp} × "
-                f"tp {self.tp}, ×{self.accumulation}")  # fmt: skip
+        return (
+            f"remat {self.remat or 'none'}, {self.attention}, {self.rows} row(s)/device, fsdp {self.fsdp} × "
+            f"tp {self.tp}, ×{self.accumulation}"
+        )
 
     def overrides(self, recipe: Recipe) -> list[str]:
         """The `--set` lines that make the recipe run this candidate (its global batch unchanged)."""
@@ -209,10 +220,16 @@ def pareto(results: list[Result]) -> list[Result]:
     """The compiled results no other beats on both memory per chip and tokens/s."""
     done = [r for r in results if r.line is not None]
     return [
-        r for r in done
-        if not any(o is not r and o.xla_gb <= r.xla_gb and o.line.tokens_per_s >= r.line.tokens_per_s
-                   and (o.xla_gb < r.xla_gb or o.line.tokens_per_s > r.line.tokens_per_s) for o in done)
-    ]  # fmt: skip
+        r
+        for r in done
+        if not any(
+            o is not r
+            and o.xla_gb <= r.xla_gb
+            and o.line.tokens_per_s >= r.line.tokens_per_s
+            and (o.xla_gb < r.xla_gb or o.line.tokens_per_s > r.line.tokens_per_s)
+            for o in done
+        )
+    ]
 
 
 def _finalist_order(fitting: list[Result]) -> list[Result]:
@@ -229,10 +246,12 @@ def _screen_order(results: list[Result]) -> list[Result]:
     each mode's next best; within a mode what the planner says fits first, splash before dense, the recipe's
     tp first (fewest collectives moved), then less memory."""
     by_mode = {
-        mode: sorted((r for r in results if r.candidate.remat == mode), key=lambda r: (
-            not r.planner.fits, r.candidate.attention != "splash", -r.candidate.tp, r.planner.total))
+        mode: sorted(
+            (r for r in results if r.candidate.remat == mode),
+            key=lambda r: (not r.planner.fits, r.candidate.attention != "splash", -r.candidate.tp, r.planner.total),
+        )
         for mode in REMATS
-    }  # fmt: skip
+    }
     out = []
     for i in range(max(map(len, by_mode.values()), default=0)):
         out += [rs[i] for rs in by_mode.values() if i < len(rs)]
@@ -252,9 +271,15 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
             "planner_bytes_per_device": round(r.planner.total * GB),
             "xla_bytes_per_device": None if r.step is None else r.step.per_device_bytes,
             "fits": r.fits(hw.chip.usable_gb),
-            "roofline": None if line is None else {
-                "compute_s": line.compute_s, "memory_s": line.memory_s, "ici_s": line.ici_s,
-                "micro_step_s": line.micro_step_s, "step_s": line.step_s, "tokens_per_s": line.tokens_per_s,
+            "roofline": None
+            if line is None
+            else {
+                "compute_s": line.compute_s,
+                "memory_s": line.memory_s,
+                "ici_s": line.ici_s,
+                "micro_step_s": line.micro_step_s,
+                "step_s": line.step_s,
+                "tokens_per_s": line.tokens_per_s,
                 "bound": line.bound,
             },
             "predicted_micro_step_s": r.predicted_s,
@@ -262,7 +287,7 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
             "pareto": r in front,
             "compile_s": None if r.step is None else r.step.build_s + r.step.lower_s + r.step.compile_s,
             "host_peak_rss_bytes": None if r.step is None else r.step.host_peak_rss_bytes,
-        }  # fmt: skip
+        }
 
     compiled = [r for r in search.results if r.step is not None or r.stage == "failed"]
     front = pareto(search.results)

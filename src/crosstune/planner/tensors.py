@@ -15,9 +15,15 @@ from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_table import Spec, Tensor
 
 __all__ = [
-    "Spec", "Tensor", "fitted", "lora_targets_tensors", "lora_tensors", "per_device_elements", "trained_lora_tensors",
+    "Spec",
+    "Tensor",
+    "fitted",
+    "lora_targets_tensors",
+    "lora_tensors",
+    "per_device_elements",
+    "trained_lora_tensors",
     "tunix_tensors",
-]  # fmt: skip
+]
 
 
 def tunix_tensors(spec: ModelSpec) -> list[Tensor]:

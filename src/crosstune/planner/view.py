@@ -105,25 +105,42 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
     out = out or console
     x, p, line, layers = report["xla"], report["planner"], report["roofline"], report["layers"]
     depth = f"{layers['compiled']} of {layers['model']} layers"
-    table = Table(title=f"Per device, GB: XLA (compiled for {report['topology']}, {report['device_kind']} × "
-                  f"{report['devices']}, {depth}) vs the planner")  # fmt: skip
+    table = Table(
+        title=f"Per device, GB: XLA (compiled for {report['topology']}, {report['device_kind']} × "
+        f"{report['devices']}, {depth}) vs the planner"
+    )
     for col in ("", "XLA", "planner", ""):
         table.add_column(col, justify="right" if col else "left")
-    table.add_row("arguments", _bytes(x["argument_bytes"]), _bytes(p["base_bytes"] + p["lora_optimizer_bytes"]),
-                  "base + LoRA + optimizer state (+ the batch)")  # fmt: skip
+    table.add_row(
+        "arguments",
+        _bytes(x["argument_bytes"]),
+        _bytes(p["base_bytes"] + p["lora_optimizer_bytes"]),
+        "base + LoRA + optimizer state (+ the batch)",
+    )
     table.add_row("outputs", _bytes(x["output_bytes"]), "", f"{x['output_fraction_of_arguments']:.1%} of arguments")
     table.add_row("  reusing an argument's buffer", _bytes(x["alias_bytes"]), "", "donated state, updated in place")
-    table.add_row("temporaries", _bytes(x["temp_bytes"]), _bytes(p["activations_bytes"] + p["logits_bytes"]),
-                  "activations + logits")  # fmt: skip
+    table.add_row(
+        "temporaries",
+        _bytes(x["temp_bytes"]),
+        _bytes(p["activations_bytes"] + p["logits_bytes"]),
+        "activations + logits",
+    )
     table.add_row("generated code", _bytes(x["generated_code_bytes"]), "", "")
-    table.add_row("total", _bytes(x["per_device_bytes"]), _bytes(p["per_device_bytes"]),
-                  f"planner {p['relative_to_xla']:+.1%} vs XLA")  # fmt: skip
+    table.add_row(
+        "total",
+        _bytes(x["per_device_bytes"]),
+        _bytes(p["per_device_bytes"]),
+        f"planner {p['relative_to_xla']:+.1%} vs XLA",
+    )
     table.add_row("HBM", _bytes(report["hbm_bytes_per_device"]), "", "")
     table.add_row("usable", _bytes(report["usable_bytes_per_device"]), "", "what a program may hold")
     table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", "")
     out.print(table)
-    kernels = f" + {x['kernel_flops']:.3g} flops, {x['kernel_bytes']:.3g} bytes in Pallas kernels" if x[
-        "kernel_flops"] else ""  # fmt: skip
+    kernels = (
+        f" + {x['kernel_flops']:.3g} flops, {x['kernel_bytes']:.3g} bytes in Pallas kernels"
+        if x["kernel_flops"]
+        else ""
+    )
     out.print(
         f"cost per micro-step per device: {x['flops']:.3g} flops, {x['bytes_accessed']:.3g} bytes accessed "
         f"(XLA cost_analysis){kernels}; {x['collective_bytes']:.3g} bytes over ICI in "
@@ -135,9 +152,12 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
     by_term = line["tokens_per_s_by_term"]
     terms = ", ".join(
         f"{name} {line[key]:.3f} s ({'–' if by_term[t] is None else f'{by_term[t]:,.0f}'} tok/s)"
-        for name, key, t in (("compute", "compute_s", "compute"), ("HBM", "memory_s", "memory"),
-                             ("ICI", "ici_s", "ici"))
-    )  # fmt: skip
+        for name, key, t in (
+            ("compute", "compute_s", "compute"),
+            ("HBM", "memory_s", "memory"),
+            ("ICI", "ici_s", "ici"),
+        )
+    )
     out.print(
         f"roofline per micro-step: {terms} ({line['micro_batch_tokens']:,} tokens; {line['bound']}-bound) → "
         f"≥ {line['step_s']:.2f} s per optimizer step (×{line['accumulation']}), ≤ {line['tokens_per_s']:,.0f} "
@@ -167,14 +187,28 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
     out = out or console
     usable = hw.chip.usable_gb
     front = pareto(search.results)
-    table = Table(title=f"{recipe.name} on {hw.name}: {search.compiles} compiles (screen at {search.depths[0]} and "
-                  f"{search.depths[1]} layers, finalists at full depth)")  # fmt: skip
-    columns = ("candidate", "stage", "XLA GB/chip", "planner GB/chip", "compute s", "HBM s", "ICI s", "roofline tok/s",
-               "predicted tok/s", "")  # fmt: skip
+    table = Table(
+        title=f"{recipe.name} on {hw.name}: {search.compiles} compiles (screen at {search.depths[0]} and "
+        f"{search.depths[1]} layers, finalists at full depth)"
+    )
+    columns = (
+        "candidate",
+        "stage",
+        "XLA GB/chip",
+        "planner GB/chip",
+        "compute s",
+        "HBM s",
+        "ICI s",
+        "roofline tok/s",
+        "predicted tok/s",
+        "",
+    )
     for col in columns:
         table.add_column(col, justify="left" if col in ("candidate", "stage", "") else "right")
-    ranked = sorted((r for r in search.results if r.step is not None or r.error), key=lambda r: (
-        {"final": 0, "screened": 1}.get(r.stage, 2), -r.tokens_per_s))  # fmt: skip
+    ranked = sorted(
+        (r for r in search.results if r.step is not None or r.error),
+        key=lambda r: ({"final": 0, "screened": 1}.get(r.stage, 2), -r.tokens_per_s),
+    )
     for r in ranked:
         line = r.line
         mark = " ◀ winner" if r is search.winner else (" frontier" if r in front else "")
@@ -182,8 +216,11 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
         fits = r.fits(usable)
         gb = "–" if r.xla_gb is None else f"[{'green' if fits else 'red'}]{r.xla_gb:,.1f}[/]"
         stage = r.stage + ("" if not r.error else f": {r.error[:60]}")
-        cells = ("–",) * 4 if line is None else (f"{line.compute_s:.3f}", f"{line.memory_s:.3f}", f"{line.ici_s:.3f}",
-                                                 f"{line.tokens_per_s:,.0f}")  # fmt: skip
+        cells = (
+            ("–",) * 4
+            if line is None
+            else (f"{line.compute_s:.3f}", f"{line.memory_s:.3f}", f"{line.ici_s:.3f}", f"{line.tokens_per_s:,.0f}")
+        )
         predicted = "–" if not r.predicted_s else f"{r.tokens_per_s:,.0f}"
         table.add_row(r.candidate.label, stage, gb, f"{r.planner.total:,.1f}", *cells, predicted, mark)
     out.print(table)
@@ -194,9 +231,11 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
         w = search.winner
         sets = " ".join(f"--set {s}" for s in w.candidate.overrides(recipe))
         speed = f"{w.tokens_per_s:,.0f} tokens/s predicted (calibrated)" if w.predicted_s else "–"
-        out.print(f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), "
-                  f"{speed}, ≤ {w.line.tokens_per_s:,.0f} by the roofline ({w.line.bound}-bound)",
-                  highlight=False)  # fmt: skip
+        out.print(
+            f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), "
+            f"{speed}, ≤ {w.line.tokens_per_s:,.0f} by the roofline ({w.line.bound}-bound)",
+            highlight=False,
+        )
         out.print(f"reproduce: crosstune plan RECIPE --compile {sets}", highlight=False)
 
 
@@ -216,16 +255,25 @@ def render_measured(report: dict, out: Console | None = None) -> None:
         return "–" if value is None else f"{value:.2f}"
 
     predicted_s = p["micro_step_s"]
-    table.add_row("s per micro-step", f"{m['micro_step_s']:.4f}", "–" if predicted_s is None else f"{predicted_s:.4f}",
-                  ratio("time_predicted_over_measured"))  # fmt: skip
-    table.add_row("tokens/s", f"{m['tokens_per_s']:,.0f}", "–" if p["tokens_per_s"] is None else
-                  f"{p['tokens_per_s']:,.0f}", "")  # fmt: skip
+    table.add_row(
+        "s per micro-step",
+        f"{m['micro_step_s']:.4f}",
+        "–" if predicted_s is None else f"{predicted_s:.4f}",
+        ratio("time_predicted_over_measured"),
+    )
+    table.add_row(
+        "tokens/s", f"{m['tokens_per_s']:,.0f}", "–" if p["tokens_per_s"] is None else f"{p['tokens_per_s']:,.0f}", ""
+    )
     table.add_row("MFU (4N)", "–" if m["mfu"] is None else f"{m['mfu']:.1%}", "", "")
     table.add_row("peak HBM, GB", _gb(m["peak_gb"]), _gb(p["planner_gb"]), ratio("memory_predicted_over_measured"))
     table.add_row("XLA memory_analysis, GB", _gb(report["xla_gb"]), "", "")
     usable = report["usable_gb"]
-    table.add_row("fits", "ran" if report["ran_within_limit"] else "[red]over XLA's limit[/red]",
-                  ("[green]yes[/green]" if p["fits"] else "[red]no[/red]") + f" (≤ {_gb(usable)} GB)", "")  # fmt: skip
+    table.add_row(
+        "fits",
+        "ran" if report["ran_within_limit"] else "[red]over XLA's limit[/red]",
+        ("[green]yes[/green]" if p["fits"] else "[red]no[/red]") + f" (≤ {_gb(usable)} GB)",
+        "",
+    )
     table.add_row("compile, s", f"{m['compile_s']:.1f}", "", "lower + XLA")
     out.print(table)
     if p["by_kind_s"]:

@@ -25,8 +25,13 @@ def resolve_auto(recipe: Recipe, base_dir: Path | None) -> tuple[Recipe, list[Pr
     from crosstune.recipe.checks import model_spec
 
     target = attached_target()
-    notes = [Problem("hardware", f"auto: the attached devices are {target.name} ({target.devices} × "
-                                 f"{target.chip.name})", severity="warning")]  # fmt: skip
+    notes = [
+        Problem(
+            "hardware",
+            f"auto: the attached devices are {target.name} ({target.devices} × {target.chip.name})",
+            severity="warning",
+        )
+    ]
     update: dict = {"hardware": target.name}
     mesh = recipe.backend.jax.mesh
     if target.chip.platform != "cpu" and mesh.fsdp * mesh.tp != target.devices:
@@ -36,11 +41,22 @@ def resolve_auto(recipe: Recipe, base_dir: Path | None) -> tuple[Recipe, list[Pr
         fitted = mesh.model_copy(update={"fsdp": target.devices // tp, "tp": tp})
         jax = recipe.backend.jax.model_copy(update={"mesh": fitted})
         update["backend"] = recipe.backend.model_copy(update={"jax": jax})
-        notes.append(Problem("backend.jax.mesh", f"fsdp × tp {mesh.fsdp} × {mesh.tp} → {fitted.fsdp} × {fitted.tp} "
-                             f"for the {target.devices} devices of {target.name}", severity="warning"))  # fmt: skip
+        notes.append(
+            Problem(
+                "backend.jax.mesh",
+                f"fsdp × tp {mesh.fsdp} × {mesh.tp} → {fitted.fsdp} × {fitted.tp} "
+                f"for the {target.devices} devices of {target.name}",
+                severity="warning",
+            )
+        )
     serve_tp = recipe.serve.tensor_parallel_size
     if target.chip.platform != "cpu" and serve_tp > target.devices:
         update["serve"] = recipe.serve.model_copy(update={"tensor_parallel_size": target.devices})
-        notes.append(Problem("serve.tensor_parallel_size", f"{serve_tp} → {target.devices}, the devices of "
-                             f"{target.name}", severity="warning"))  # fmt: skip
+        notes.append(
+            Problem(
+                "serve.tensor_parallel_size",
+                f"{serve_tp} → {target.devices}, the devices of {target.name}",
+                severity="warning",
+            )
+        )
     return recipe.model_copy(update=update), notes

@@ -35,14 +35,19 @@ def model_spec(recipe: Recipe, base_dir: Path | None) -> tuple[ModelSpec | None,
     family = get_family(recipe.model.family)
     problems: list[Problem] = []
     model_dir = _resolve(base_dir, recipe.model.path) if recipe.model.path else None
-    repo, revision = hub_model_id(recipe.model.path, recipe.model.revision, base_dir), recipe.model.revision
+    repo, revision = hub_model_id(recipe.model.path), recipe.model.revision
     if repo is not None:  # the cached config only: a check never downloads
         model_dir = hub.cached_model_config(repo, revision)
         if model_dir is None:
             get = hub.fetch_command(repo, "model", revision, hub.MODEL_FILES)
-            problems.append(Problem("model.path", f"hub model {repo} is not in the hub cache (yet)",
-                                    f"fetch it with `{get}`; shape checks use model.size until then",
-                                    severity="warning"))  # fmt: skip
+            problems.append(
+                Problem(
+                    "model.path",
+                    f"hub model {repo} is not in the hub cache (yet)",
+                    f"fetch it with `{get}`; shape checks use model.size until then",
+                    severity="warning",
+                )
+            )
     elif revision is not None:
         why = f"a hub revision, but model.path {recipe.model.path!r} is a path"
         problems.append(Problem("model.revision", why, "drop model.revision, or write the hub id as hf://OWNER/NAME"))
@@ -284,7 +289,7 @@ def _source_problems(recipe: Recipe, base_dir: Path | None) -> list[Problem]:
     """Each data source: a hub dataset in the cache, hub fields only on a hub id, a local path that exists."""
     problems: list[Problem] = []
     for i, src in enumerate(recipe.data.sources):
-        if (repo := hub_dataset_id(src, base_dir)) is not None:
+        if (repo := hub_dataset_id(src)) is not None:
             try:
                 hub.resolve(repo, "dataset", src.revision, fetch=False)
             except hub.HubError as e:

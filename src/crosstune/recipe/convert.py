@@ -68,11 +68,10 @@ def _llamafactory(recipe: Recipe, out: Path | None) -> tuple[dict[str, Any], lis
 
 
 FORMATS = {
-    "axolotl": Format(axolotl_keys.KEYS, import_axolotl, lambda r, out: (*export_axolotl(r), {}),
-                      "axolotl train FILE"),
+    "axolotl": Format(axolotl_keys.KEYS, import_axolotl, lambda r, out: (*export_axolotl(r), {}), "axolotl train FILE"),
     "trl": Format(trl_keys.KEYS, import_trl, lambda r, out: (*export_trl(r), {}), "trl sft --config FILE"),
     "llamafactory": Format(llamafactory_keys.KEYS, import_llamafactory, _llamafactory, "llamafactory-cli train FILE"),
-}  # fmt: skip
+}
 IMPORT_HEAD = "# crosstune recipe import"
 EXPORT_HEAD = "# crosstune recipe export"
 MAX_CONFIG_BYTES = 1 << 20  # a training config is a few KB: anything past 1 MiB is not one

@@ -24,15 +24,17 @@ class DataSource(Section):
     omitted_when_none = ("config", "hub_split", "revision")
     path: str = Field(description="a file, a glob, a save_to_disk directory, or a hub dataset: hf://OWNER/NAME")
     format: Literal["auto", "jsonl", "parquet", "hf_disk", "hub"] = Field(
-        "auto", description="auto: by suffix or folder, and hub for a path written hf://OWNER/NAME (a hub dataset, "
-        "read with `datasets` from the hub cache)"
-    )  # fmt: skip
+        "auto",
+        description="auto: by suffix or folder, and hub for a path written hf://OWNER/NAME (a hub dataset, "
+        "read with `datasets` from the hub cache)",
+    )
     split: Literal["train", "eval"] = Field("train", description="what crosstune uses the records for")
     config: str | None = Field(None, description="hub datasets: the configuration (subset) to read")
     hub_split: str | None = Field(
-        None, description="hub datasets: the split to read, in `datasets`' slicing syntax (train, train[:10%]); "
-        "default train"
-    )  # fmt: skip
+        None,
+        description="hub datasets: the split to read, in `datasets`' slicing syntax (train, train[:10%]); "
+        "default train",
+    )
     revision: str | None = Field(None, description="hub datasets: a branch, tag or commit")
 
     _path = field_validator("path")(lambda cls, v: hub_checked(v, hub.hub_id))
@@ -60,9 +62,10 @@ class DataSource(Section):
 class ColumnMapping(Section):
     omitted_when_none = ("message_role", "message_content")
     preset: Literal["codev_r1", "qa", "messages", "prompt_completion", "custom"] = Field(
-        "codev_r1", description="messages: a list of {role, content} (ShareGPT's human/gpt roles read as user/"
-        "assistant); prompt_completion: TRL's columns, each a string or a list of messages"
-    )  # fmt: skip
+        "codev_r1",
+        description="messages: a list of {role, content} (ShareGPT's human/gpt roles read as user/"
+        "assistant); prompt_completion: TRL's columns, each a string or a list of messages",
+    )
     system: str | None = None
     prompt: str | None = None
     response: str | None = None
@@ -109,9 +112,10 @@ class DataSection(Section):
     system_prompt: SystemPromptPolicy = Field(default_factory=SystemPromptPolicy)
     reasoning: Literal["strip", "keep_inline", "native"] = "strip"
     answer_markup: Literal["plain", "tags"] = Field(
-        "plain", description="reasoning strip only: 'tags' trains the answer in the markup a CodeV-R1 system prompt "
-        "asks for, an emptied <think></think> then <answer>ANSWER</answer>, so a kept prompt and the target agree"
-    )  # fmt: skip
+        "plain",
+        description="reasoning strip only: 'tags' trains the answer in the markup a CodeV-R1 system prompt "
+        "asks for, an emptied <think></think> then <answer>ANSWER</answer>, so a kept prompt and the target agree",
+    )
     max_seq_len: int = bounded("data.max_seq_len", 2048)
     truncation: Literal["drop", "truncate"] = "drop"
     packing: bool = True

@@ -4,18 +4,16 @@ is refused as a path instead of being sent to the hub."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from crosstune.hub import hub_id
 from crosstune.recipe.data_schema import DataSource
 
 
-def hub_model_id(path: str | None, revision: str | None, base_dir: Path | None) -> str | None:
-    """`model.path`'s hub id when it is written hf://OWNER/NAME (None: a local folder, or unset). The revision and the
-    recipe's folder decide nothing: the rule is the text."""
+def hub_model_id(path: str | None) -> str | None:
+    """`model.path`'s hub id when it is written hf://OWNER/NAME (None: a local folder, or unset): the rule is the
+    text."""
     return hub_id(path)
 
 
-def hub_dataset_id(source: DataSource, base_dir: Path | None) -> str | None:
+def hub_dataset_id(source: DataSource) -> str | None:
     """A data source's hub id when its path is written hf://OWNER/NAME (None: files on disk)."""
     return hub_id(source.path)

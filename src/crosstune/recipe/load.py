@@ -210,7 +210,7 @@ def resolve_path(recipe: Recipe, value: str | None) -> Path | None:
 def model_snapshot(recipe: Recipe, *, fetch: bool = True) -> hub.Snapshot | None:
     """The hub snapshot `model.path` names (None: a local folder, or no model.path). `fetch`: download the files a
     run reads when online (crosstune.hub); False reads the cache only. A HubError says what to run when it can't."""
-    repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)
+    repo = hub_model_id(recipe.model.path)
     return None if repo is None else hub.resolve(repo, "model", recipe.model.revision, fetch=fetch)
 
 

@@ -48,9 +48,10 @@ class ModelSection(Section):
     omitted_when_none = ("revision",)
     family: Literal["gemma3", "gemma4"]
     path: str | None = Field(
-        None, description="HF model directory (config.json + safetensors), or a hub id written "
-        "hf://OWNER/NAME (hf://google/gemma-4-31B-it) resolved through the hub cache (crosstune.hub)"
-    )  # fmt: skip
+        None,
+        description="HF model directory (config.json + safetensors), or a hub id written "
+        "hf://OWNER/NAME (hf://google/gemma-4-31B-it) resolved through the hub cache (crosstune.hub)",
+    )
     revision: str | None = Field(None, description="the hub revision (branch, tag or commit) of a hub-id model.path")
 
     _path = field_validator("path")(lambda cls, v: hub_checked(v, hub.hub_id))
@@ -58,9 +59,10 @@ class ModelSection(Section):
     size: str | None = Field(None, description="a known size (e.g. 31b, 27b, tiny) for planning without a checkpoint")
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
     random_init: bool = Field(
-        False, description="benchmarks only: build the model from model.path/config.json with random weights "
-        "(no weights are read; the torch backend builds it on the GPU)"
-    )  # fmt: skip
+        False,
+        description="benchmarks only: build the model from model.path/config.json with random weights "
+        "(no weights are read; the torch backend builds it on the GPU)",
+    )
 
     @model_validator(mode="after")
     def _path_or_size(self) -> ModelSection:
@@ -84,32 +86,37 @@ class KernelsSection(Section):
         "sdpa", description="flex: FlexAttention with a document + causal/sliding BlockMask per layer type (CUDA)"
     )
     loss: Literal["trl", "cce"] = Field(
-        "trl", description="trl: TRL's chunked fused LM head; cce: cut-cross-entropy's fused linear + "
-        "cross-entropy kernel, gradient filtering off (exact; CUDA, needs the cut-cross-entropy package)"
-    )  # fmt: skip
+        "trl",
+        description="trl: TRL's chunked fused LM head; cce: cut-cross-entropy's fused linear + "
+        "cross-entropy kernel, gradient filtering off (exact; CUDA, needs the cut-cross-entropy package)",
+    )
     token_metrics: bool = Field(
-        True, description="TRL's per-step entropy and mean_token_accuracy (extra vocabulary work and host syncs "
-        "every micro-batch); false computes the loss alone"
-    )  # fmt: skip
+        True,
+        description="TRL's per-step entropy and mean_token_accuracy (extra vocabulary work and host syncs "
+        "every micro-batch); false computes the loss alone",
+    )
     lora_input_cast: bool = Field(
-        True, description="PEFT casts every LoRA layer's input to the adapter weights' fp32, and under bf16 autocast "
+        True,
+        description="PEFT casts every LoRA layer's input to the adapter weights' fp32, and under bf16 autocast "
         "the LoRA matmul casts it straight back to bf16: two activation-sized copies per LoRA module and pass. false "
         "feeds the bf16 activation as is (peft.helpers.disable_input_dtype_casting): the same numbers, the LoRA "
-        "weights stay fp32 (the optimizer's master copy). Needs train.precision bf16"
-    )  # fmt: skip
+        "weights stay fp32 (the optimizer's master copy). Needs train.precision bf16",
+    )
     compile: bool = Field(
-        False, description="torch.compile each decoder layer in place (nn.Module.compile: names, checkpointing and "
-        "the FSDP2 wrap unit stay per layer); the first steps pay the compilation"
-    )  # fmt: skip
+        False,
+        description="torch.compile each decoder layer in place (nn.Module.compile: names, checkpointing and "
+        "the FSDP2 wrap unit stay per layer); the first steps pay the compilation",
+    )
     recompute: Literal["full", "selective", "dots"] = Field(
-        "full", description="what train.gradient_checkpointing recomputes in the backward: full = every op of each "
+        "full",
+        description="what train.gradient_checkpointing recomputes in the backward: full = every op of each "
         "decoder layer; selective = TRL's selective activation checkpointing: the attention kernel's outputs are "
         "kept (one [tokens, heads × head_dim] tensor more per layer) and everything else is recomputed. Needs "
         "gradient_checkpointing true, attention sdpa, and not FSDP over several devices (torch only: the jax "
         "backend refuses it); dots = the outputs of every weight matmul (projections, MLP, LoRA) are kept and the "
         "norms, activations and attention recomputed (jax.checkpoint_policies.dots_with_no_batch_dims_saveable; "
-        "jax only: the torch backend refuses it)"
-    )  # fmt: skip
+        "jax only: the torch backend refuses it)",
+    )
 
     @property
     def recomputes_attention(self) -> bool:  # hfu counts it; the planner keeps its outputs otherwise
@@ -139,9 +146,11 @@ class TrainSection(Section):
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     warmup_steps: int = bounded("train.warmup_steps", 0)
     warmup_ratio: float | None = bounded(
-        "train.warmup_ratio", None, description="warm-up as a fraction of the run's optimizer steps: ceil(ratio × "
-        "steps) once the step plan knows them (transformers' rule; both backends, and both exports write it)"
-    )  # fmt: skip
+        "train.warmup_ratio",
+        None,
+        description="warm-up as a fraction of the run's optimizer steps: ceil(ratio × "
+        "steps) once the step plan knows them (transformers' rule; both backends, and both exports write it)",
+    )
     weight_decay: float = bounded("train.weight_decay", 0.0)
     adam_beta1: float = bounded("train.adam_beta1", 0.9)
     adam_beta2: float = bounded("train.adam_beta2", 0.999)
@@ -234,29 +243,33 @@ class JaxMesh(Section):
 class JaxBackendSection(Section):
     mesh: JaxMesh = Field(default_factory=JaxMesh)
     attention: Literal["dense", "splash"] = Field(
-        "dense", description="dense: tunix's attention over a [rows, L, L] mask (causal, same document; the sliding "
+        "dense",
+        description="dense: tunix's attention over a [rows, L, L] mask (causal, same document; the sliding "
         "band on local layers); splash: jax's Pallas splash kernel with the packed rows' segment ids and the local "
         "window, skipping the blocks the mask rules out (TPU; on CPU it runs in Pallas interpret mode, for tests "
-        "only). Needs data.max_seq_len a multiple of min(512, max_seq_len) and of 128 (crosstune.train.jax.attention)"
-    )  # fmt: skip
+        "only). Needs data.max_seq_len a multiple of min(512, max_seq_len) and of 128 (crosstune.train.jax.attention)",
+    )
     splash_block: Literal[128, 256, 512] = Field(
-        512, description="splash attention's tile (queries and keys per block): the kernel computes every block its "
+        512,
+        description="splash attention's tile (queries and keys per block): the kernel computes every block its "
         "causal or local mask touches, so a smaller tile wastes less of the sliding layers' window edges and the "
-        "diagonal, at more blocks' overhead (docs/BENCHMARKS.md, \"TPU v5e chip, measured\")"
-    )  # fmt: skip
+        'diagonal, at more blocks\' overhead (docs/BENCHMARKS.md, "TPU v5e chip, measured")',
+    )
     splash_fused_backward: bool = Field(
-        True, description="splash's backward as one pass computing dq with dk and dv (it writes per-block partial "
-        "dq, summed after), or two passes (dq apart)"
-    )  # fmt: skip
+        True,
+        description="splash's backward as one pass computing dq with dk and dv (it writes per-block partial "
+        "dq, summed after), or two passes (dq apart)",
+    )
     replicate_indivisible_heads: bool = Field(
         False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"
     )
     cpu_compute_dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="the activations' dtype when the jax backend runs on CPU (on TPU/GPU they follow "
+        "float32",
+        description="the activations' dtype when the jax backend runs on CPU (on TPU/GPU they follow "
         "train.precision). bfloat16 halves activation and logit memory: what a real-size rehearsal on a CPU box "
         "needs; parity checks and tiny models want float32. Gemma 4 only: tunix's Gemma 3 computes in model.dtype. "
-        "The torch backend has no such switch: it loads the base in fp32 on CPU and trains there without autocast"
-    )  # fmt: skip
+        "The torch backend has no such switch: it loads the base in fp32 on CPU and trains there without autocast",
+    )
 
 
 class BackendSection(Section):
@@ -286,20 +299,24 @@ class EvalSection(Section):
     top_p: float = bounded("eval.top_p", 0.95)
     max_tokens: int = bounded("eval.max_tokens", 1024)
     prompt_style: Literal["verilogeval", "codev"] = "verilogeval"
-    protocol: Literal["codev-r1", "codev-r1-card"] | None = Field(None, description="a named protocol (eval "
-                                                                "--protocol); lines written here win")  # fmt: skip
+    protocol: Literal["codev-r1", "codev-r1-card"] | None = Field(
+        None, description="a named protocol (eval --protocol); lines written here win"
+    )
     connect_timeout_s: float = bounded(
-        "eval.connect_timeout_s", 10.0,
+        "eval.connect_timeout_s",
+        10.0,
         description="to open a connection to the endpoint; also bounds the reachability probe sent before the batch",
-    )  # fmt: skip
+    )
     read_timeout_s: float = bounded(
-        "eval.read_timeout_s", 600.0,
+        "eval.read_timeout_s",
+        600.0,
         description="longest silence from the endpoint (a non-streamed answer arrives whole: it bounds a generation)",
-    )  # fmt: skip
+    )
     request_timeout_s: float = bounded(
-        "eval.request_timeout_s", 1800.0,
+        "eval.request_timeout_s",
+        1800.0,
         description="deadline for one request, connect to last byte, however slowly the server sends",
-    )  # fmt: skip
+    )
 
     @model_validator(mode="after")
     def _k_le_n(self) -> EvalSection:

@@ -37,67 +37,128 @@ _EVALS = "evaluation during training; crosstune's eval stage scores pass@k after
 _CHECKPOINTS = "checkpoint mechanics; crosstune checkpoints every train.checkpoint_every steps and resumes"
 _WORKERS = "how the trainer feeds its workers; crosstune's torch leg sets these itself (padding-free, one seed)"
 RATIO = Bound(0, 1, "a fraction of the run's optimizer steps")
-_FSDP_CONFIG = {k.name: k for k in (Key("activation_checkpointing", switch), Key("offload_params", switch),
-                                    Key("cpu_offload", switch))}  # fmt: skip
+_FSDP_CONFIG = {
+    k.name: k
+    for k in (Key("activation_checkpointing", switch), Key("offload_params", switch), Key("cpu_offload", switch))
+}
+
+# transformers' TrainingArguments defaults of the keys below that a tool may change
+TRANSFORMERS_DEFAULTS = {
+    "learning_rate": 5e-5,
+    "lr_scheduler_type": "linear",
+    "warmup_steps": 0,
+    "weight_decay": 0.0,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-8,
+    "max_grad_norm": 1.0,
+    "optim": "adamw_torch",
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "num_train_epochs": 3.0,
+    "max_steps": -1,
+    "seed": 42,
+    "logging_steps": 500,
+    "save_steps": 500,
+    "gradient_checkpointing": False,
+    "bf16": False,
+    "fp16": False,
+    "torch_compile": False,
+    "use_liger_kernel": False,
+}
+
+# TrainingArguments' keys as table rows (their defaults: TRANSFORMERS_DEFAULTS, or a tool's own)
+_TRAINER_ROWS = (
+    Key("learning_rate", number, recipe="train.learning_rate"),
+    Key("lr_scheduler_type", text),
+    Key("lr_scheduler_kwargs", anything),
+    Key("warmup_steps", number, bound=Bound(0, STEPS.high, "optimizer steps, or below 1 a fraction of them")),
+    Key("warmup_ratio", number, bound=RATIO),
+    Key("weight_decay", number, recipe="train.weight_decay"),
+    Key("adam_beta1", number, recipe="train.adam_beta1"),
+    Key("adam_beta2", number, recipe="train.adam_beta2"),
+    Key("adam_epsilon", number, recipe="train.adam_eps"),
+    Key("max_grad_norm", number, bound=Bound(0, 1e6, "gradient norm, 0: no clipping")),
+    Key("optim", text),
+    Key("per_device_train_batch_size", whole, recipe="train.per_device_batch_size"),
+    Key("gradient_accumulation_steps", whole, bound=RECIPE["train.grad_accumulation"]),
+    Key("num_train_epochs", number, bound=RECIPE["train.epochs"]),
+    Key("max_steps", whole, bound=Bound(-1, STEPS.high, "optimizer steps, -1: from the epochs")),
+    Key("seed", whole, recipe="train.seed"),
+    Key("data_seed", whole, ignored=_WORKERS),
+    Key("bf16", switch),
+    Key("fp16", switch),
+    Key("tf32", switch),
+    Key("gradient_checkpointing", switch),
+    Key("gradient_checkpointing_kwargs", anything, ignored=_WORKERS),
+    Key("fsdp", anything),
+    Key("fsdp_config", mapping, fields=_FSDP_CONFIG),
+    Key("deepspeed", anything),
+    Key("torch_compile", switch),  # crosstune compiles each decoder layer, never the whole model
+    Key("use_liger_kernel", switch),
+    Key("neftune_noise_alpha", number, bound=Bound(0, 1e6, "noise scale")),
+    Key("logging_steps", number, bound=Bound(0, STEPS.high, "optimizer steps, or below 1 a fraction of them")),
+    Key("save_steps", number, bound=Bound(0, STEPS.high, "optimizer steps, or below 1 a fraction of them")),
+    Key("save_total_limit", whole, recipe="train.keep_last"),
+    *(
+        Key(k, anything, ignored=_LOGS)
+        for k in (
+            "output_dir",
+            "run_name",
+            "report_to",
+            "logging_dir",
+            "logging_strategy",
+            "logging_first_step",
+            "disable_tqdm",
+            "push_to_hub",
+            "hub_model_id",
+            "hub_strategy",
+            "hub_private_repo",
+            "hub_token",
+        )
+    ),
+    *(
+        Key(k, anything, ignored=_EVALS)
+        for k in (
+            "eval_strategy",
+            "eval_steps",
+            "per_device_eval_batch_size",
+            "do_eval",
+            "do_predict",
+            "eval_on_start",
+            "eval_accumulation_steps",
+        )
+    ),
+    Key("do_train", anything, ignored="the trainer's switch to train: crosstune's train stage is that"),
+    Key("evaluation_strategy", anything, alias_of="eval_strategy"),
+    *(
+        Key(k, anything, ignored=_CHECKPOINTS)
+        for k in ("save_strategy", "save_only_model", "resume_from_checkpoint", "overwrite_output_dir")
+    ),
+    *(
+        Key(k, anything, ignored=_WORKERS)
+        for k in (
+            "dataloader_num_workers",
+            "dataloader_pin_memory",
+            "dataloader_drop_last",
+            "dataloader_prefetch_factor",
+            "ddp_find_unused_parameters",
+            "ddp_timeout",
+            "use_cpu",
+            "remove_unused_columns",
+            "include_num_input_tokens_seen",
+            "average_tokens_across_devices",
+        )
+    ),
+)
 
 
 def trainer_keys(**defaults: Any) -> tuple[Key, ...]:
     """TrainingArguments' keys as table rows, with a tool's own `defaults` (TRL's SFTConfig and LLaMA-Factory
     change several of transformers')."""
-    base = {
-        "learning_rate": 5e-5, "lr_scheduler_type": "linear", "warmup_steps": 0, "weight_decay": 0.0,
-        "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8, "max_grad_norm": 1.0, "optim": "adamw_torch",
-        "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_train_epochs": 3.0, "max_steps": -1,
-        "seed": 42, "logging_steps": 500, "save_steps": 500, "gradient_checkpointing": False, "bf16": False,
-        "fp16": False, "torch_compile": False, "use_liger_kernel": False,
-    } | defaults  # fmt: skip
-    rows = (
-        Key("learning_rate", number, recipe="train.learning_rate"),
-        Key("lr_scheduler_type", text),
-        Key("lr_scheduler_kwargs", anything),
-        Key("warmup_steps", number, bound=Bound(0, STEPS.high, "optimizer steps, or below 1 a fraction of them")),
-        Key("warmup_ratio", number, bound=RATIO),
-        Key("weight_decay", number, recipe="train.weight_decay"),
-        Key("adam_beta1", number, recipe="train.adam_beta1"),
-        Key("adam_beta2", number, recipe="train.adam_beta2"),
-        Key("adam_epsilon", number, recipe="train.adam_eps"),
-        Key("max_grad_norm", number, bound=Bound(0, 1e6, "gradient norm, 0: no clipping")),
-        Key("optim", text),
-        Key("per_device_train_batch_size", whole, recipe="train.per_device_batch_size"),
-        Key("gradient_accumulation_steps", whole, bound=RECIPE["train.grad_accumulation"]),
-        Key("num_train_epochs", number, bound=RECIPE["train.epochs"]),
-        Key("max_steps", whole, bound=Bound(-1, STEPS.high, "optimizer steps, -1: from the epochs")),
-        Key("seed", whole, recipe="train.seed"),
-        Key("data_seed", whole, ignored=_WORKERS),
-        Key("bf16", switch),
-        Key("fp16", switch),
-        Key("tf32", switch),
-        Key("gradient_checkpointing", switch),
-        Key("gradient_checkpointing_kwargs", anything, ignored=_WORKERS),
-        Key("fsdp", anything),
-        Key("fsdp_config", mapping, fields=_FSDP_CONFIG),
-        Key("deepspeed", anything),
-        Key("torch_compile", switch),  # crosstune compiles each decoder layer, never the whole model
-        Key("use_liger_kernel", switch),
-        Key("neftune_noise_alpha", number, bound=Bound(0, 1e6, "noise scale")),
-        Key("logging_steps", number, bound=Bound(0, STEPS.high, "optimizer steps, or below 1 a fraction of them")),
-        Key("save_steps", number, bound=Bound(0, STEPS.high, "optimizer steps, or below 1 a fraction of them")),
-        Key("save_total_limit", whole, recipe="train.keep_last"),
-        *(Key(k, anything, ignored=_LOGS) for k in ("output_dir", "run_name", "report_to", "logging_dir",
-          "logging_strategy", "logging_first_step", "disable_tqdm", "push_to_hub", "hub_model_id", "hub_strategy",
-          "hub_private_repo", "hub_token")),
-        *(Key(k, anything, ignored=_EVALS) for k in ("eval_strategy", "eval_steps", "per_device_eval_batch_size",
-          "do_eval", "do_predict", "eval_on_start", "eval_accumulation_steps")),
-        Key("do_train", anything, ignored="the trainer's switch to train: crosstune's train stage is that"),
-        Key("evaluation_strategy", anything, alias_of="eval_strategy"),
-        *(Key(k, anything, ignored=_CHECKPOINTS) for k in ("save_strategy", "save_only_model",
-          "resume_from_checkpoint", "overwrite_output_dir")),
-        *(Key(k, anything, ignored=_WORKERS) for k in ("dataloader_num_workers", "dataloader_pin_memory",
-          "dataloader_drop_last", "dataloader_prefetch_factor", "ddp_find_unused_parameters", "ddp_timeout",
-          "use_cpu", "remove_unused_columns", "include_num_input_tokens_seen", "average_tokens_across_devices")),
-    )  # fmt: skip
+    base = TRANSFORMERS_DEFAULTS | defaults
     return tuple(
-        Key(r.name, r.kind, base.get(r.name), r.recipe, r.bound, r.ignored, r.alias_of, r.fields) for r in rows
+        Key(r.name, r.kind, base.get(r.name), r.recipe, r.bound, r.ignored, r.alias_of, r.fields) for r in _TRAINER_ROWS
     )
 
 

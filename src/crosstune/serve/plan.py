@@ -137,7 +137,7 @@ def serve_plan(
     name, port = name or served_name(recipe, target, model_dir), port or s.port
     mm = _multimodal(recipe, model_dir)
     flags = serve_flags(recipe, spec, hw.chip.platform, chosen.dp, chosen.tp, kv_dtype, mm, port, name)
-    repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)
+    repo = hub_model_id(recipe.model.path)
     if repo and recipe.model.revision:
         flags.append(Flag(("--revision", recipe.model.revision), "the hub revision model.revision pins"))
     if adapter is not None:
@@ -318,6 +318,6 @@ def served_name(recipe: Recipe, target: str, model_dir: Path | None) -> str:
     recipe named for 2xh100 would misname a server on a TPU."""
     if target == recipe.hardware:
         return recipe.name
-    repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)  # not its snapshot's commit
+    repo = hub_model_id(recipe.model.path)  # not its snapshot's commit
     folder = Path(repo) if repo else model_dir or (Path(recipe.model.path) if recipe.model.path else None)
     return folder.name if folder is not None and folder.name else _spec(recipe, None).name

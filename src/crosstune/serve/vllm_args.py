@@ -123,7 +123,7 @@ def docker_line(
     args = [a for f in flags for a in f.args]
     served = MODEL_MOUNT
     mounts = f"-v {_host_path(str(recipe.model.path or model_dir))}:{MODEL_MOUNT}:ro"
-    if hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir):  # served by id from the hub cache
+    if hub_model_id(recipe.model.path):  # served by id from the hub cache
         served, mounts = model_dir, f'-v "$HOME/.cache/huggingface":{CONTAINER_HF_HOME}'
     if adapter is not None:  # the adapter is mounted at /adapter and named there
         mounts += f" -v {_host_path(str(adapter))}:/adapter:ro"

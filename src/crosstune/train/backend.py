@@ -61,19 +61,31 @@ class RunContext:
     def metrics_row_builder(self, devices: int) -> MetricsRowBuilder:
         """The builder of this run's metrics rows, both backends' one (`devices`: the backend's device count)."""
         return MetricsRowBuilder.for_recipe(
-            self.recipe, self.spec, devices=devices, accumulation=self.plan.accumulation,
+            self.recipe,
+            self.spec,
+            devices=devices,
+            accumulation=self.plan.accumulation,
             micro_batches_per_epoch=self.plan.micro_batches_per_epoch,
-        )  # fmt: skip
+        )
 
     def to_json(self) -> str:
         """The context for a launched worker process (crosstune.train.torch.launch)."""
         base_dir = None if self.recipe.base_dir is None else str(self.recipe.base_dir)
-        return json.dumps({
-            "recipe": self.recipe.model_dump(mode="json"), "base_dir": base_dir, "run_dir": str(self.run_dir),
-            "plan": dataclasses.asdict(self.plan), "spec": dataclasses.asdict(self.spec),
-            "prepared": str(self.prepared.path), "data": self.data, "resume_from": self.resume_from,
-            "progress": self.progress, "bucket": None if self.bucket is None else self.bucket.to_dict(),
-        }, indent=2)  # fmt: skip
+        return json.dumps(
+            {
+                "recipe": self.recipe.model_dump(mode="json"),
+                "base_dir": base_dir,
+                "run_dir": str(self.run_dir),
+                "plan": dataclasses.asdict(self.plan),
+                "spec": dataclasses.asdict(self.spec),
+                "prepared": str(self.prepared.path),
+                "data": self.data,
+                "resume_from": self.resume_from,
+                "progress": self.progress,
+                "bucket": None if self.bucket is None else self.bucket.to_dict(),
+            },
+            indent=2,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> RunContext:
@@ -81,9 +93,17 @@ class RunContext:
         recipe = Recipe.model_validate(d["recipe"], context={RESOLVED: True})  # every default written out
         if d["base_dir"] is not None:  # relative paths as in the recipe file
             recipe.located(Path(d["base_dir"]))
-        return cls(recipe, Path(d["run_dir"]), StepPlan(**d["plan"]), ModelSpec.from_dict(d["spec"]),
-                   open_prepared(Path(d["prepared"])), d["data"], d["resume_from"], d["progress"],
-                   BucketCopy.from_dict(d.get("bucket")))  # fmt: skip
+        return cls(
+            recipe,
+            Path(d["run_dir"]),
+            StepPlan(**d["plan"]),
+            ModelSpec.from_dict(d["spec"]),
+            open_prepared(Path(d["prepared"])),
+            d["data"],
+            d["resume_from"],
+            d["progress"],
+            BucketCopy.from_dict(d.get("bucket")),
+        )
 
 
 @dataclass

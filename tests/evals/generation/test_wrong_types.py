@@ -80,8 +80,17 @@ def test_a_samples_file_row_of_the_wrong_type_is_one_line_naming_the_file_and_li
         load_samples_file(samples)
     assert str(refused.value) == f"{samples}:2: {message}: fix or drop that line"
     out = tmp_path / "out"
-    args = ["eval", "--problems", str(CHECKOUT), "--problem", "Prob002_and2", "--samples-file", str(samples),
-            "--out", str(out)]  # fmt: skip
+    args = [
+        "eval",
+        "--problems",
+        str(CHECKOUT),
+        "--problem",
+        "Prob002_and2",
+        "--samples-file",
+        str(samples),
+        "--out",
+        str(out),
+    ]
     result = CliRunner(env={"COLUMNS": "400"}).invoke(make_app(), args, catch_exceptions=False)
     assert result.exit_code == 1 and "\n" not in result.output.strip(), result.output
     assert f"{samples}:2: {message}" in result.output

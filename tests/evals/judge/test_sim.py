@@ -149,8 +149,16 @@ def test_reference_stopped_by_a_limit_is_not_cached(tmp_path):
 def test_limit_outcomes_in_an_older_reference_cache_are_measured_again(tmp_path):
     problems = load_problems(CHECKOUT, patterns=["Prob002_and2"])
     counts = tmp_path / "reference_counts.json"
-    poisoned = {"strict": "T", "upstream": "T", "detail": "simulation: wall time budget exhausted",
-                "mismatches": None, "samples": None, "wall_s": 30.0, "log": "", "landlocked": True}  # fmt: skip
+    poisoned = {
+        "strict": "T",
+        "upstream": "T",
+        "detail": "simulation: wall time budget exhausted",
+        "mismatches": None,
+        "samples": None,
+        "wall_s": 30.0,
+        "log": "",
+        "landlocked": True,
+    }
     counts.write_text(json.dumps({evaluate_module._reference_key(problems[0]): poisoned}))  # as earlier versions wrote
     measured = measure_references(problems, Limits(), 1, counts)["Prob002_and2"]
     assert (measured.strict, measured.samples, measured.limit) == (".", 107, None)

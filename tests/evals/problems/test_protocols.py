@@ -76,8 +76,24 @@ def test_help_names_the_protocols():
 
 @needs_iverilog
 def test_protocol_runs_its_tasks_and_is_recorded(tmp_path):
-    args = ["--problems", str(CHECKOUT), "--problem", "Prob001_zero", "--out", str(tmp_path), "--model", "m",
-            "--protocol", "codev-r1", "--n", "2", "--k", "1", "--max-tokens", "64"]  # fmt: skip
+    args = [
+        "--problems",
+        str(CHECKOUT),
+        "--problem",
+        "Prob001_zero",
+        "--out",
+        str(tmp_path),
+        "--model",
+        "m",
+        "--protocol",
+        "codev-r1",
+        "--n",
+        "2",
+        "--k",
+        "1",
+        "--max-tokens",
+        "64",
+    ]
     with FakeOpenAI(answer=echo_answer) as server:
         result = run(*args, "--endpoint", server.url)
     assert result.exit_code == 0, result.output

@@ -18,9 +18,19 @@ G3 = REPO / "recipes" / "gemma3-27b-tpu-v6e-8.yaml"
 G4_MOE = REPO / "recipes" / "gemma4-26b-a4b-tpu-v5p-8.yaml"
 G4_E4B = REPO / "recipes" / "gemma4-e4b-tpu-v6e-4.yaml"
 TINY = REPO / "recipes" / "tiny-cpu.yaml"
-TINY_ON_V5P = ["--set", "hardware=tpu-v5p-8", "--set", "backend.jax.mesh.fsdp=2", "--set", "backend.jax.mesh.tp=2",
-               "--set", "data.max_seq_len=128", "--set", "lora.dropout=0.05"]  # fmt: skip
-AGREEMENT = 0.10  # the bound: planner within ±10 % of XLA's per-device total
+TINY_ON_V5P = [
+    "--set",
+    "hardware=tpu-v5p-8",
+    "--set",
+    "backend.jax.mesh.fsdp=2",
+    "--set",
+    "backend.jax.mesh.tp=2",
+    "--set",
+    "data.max_seq_len=128",
+    "--set",
+    "lora.dropout=0.05",
+]
+AGREEMENT = 0.10  # the bound the planner is held to: within ±10 % of XLA's per-device total
 # Outputs that reuse no donated buffer at real size: the loss, the grad norm and small scalars (12.6 KB measured at
 # full depth for both TPU recipes, docs/BENCHMARKS.md); a second copy of the base would be gigabytes.
 UNALIASED = 64 * 1024
@@ -89,8 +99,10 @@ def test_tiny_step_compiles_for_a_v5p_8(capfd):
     assert report["topology"] == "v5p:2x2x1" and report["device_kind"] == "TPU v5" and report["devices"] == 4
     assert report["layers"] == {"compiled": 1, "model": 6, "full_depth": False}
     assert report["hbm_bytes_per_device"] == 95_000_000_000 and report["fits"]
-    assert x["per_device_bytes"] == x["argument_bytes"] + x["output_bytes"] - x["alias_bytes"] + x["temp_bytes"] + x[
-        "generated_code_bytes"]  # fmt: skip
+    assert (
+        x["per_device_bytes"]
+        == x["argument_bytes"] + x["output_bytes"] - x["alias_bytes"] + x["temp_bytes"] + x["generated_code_bytes"]
+    )
     assert 0 < x["output_bytes"] - x["alias_bytes"] < 4096
     assert x["flops"] > 0 and x["bytes_accessed"] > 0 and report["planner"]["per_device_bytes"] > 0
     line = report["roofline"]

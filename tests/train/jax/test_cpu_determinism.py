@@ -91,12 +91,18 @@ def test_the_demo_lora_gives_the_same_bits_on_2_and_8_fake_devices(tmp_path):
     runs = {}
     for devices in (2, 8):
         run_dir = tmp_path / f"devices-{devices}"
-        child_env = {**env, "PYTHONPATH": str(REPO / "src"),
-                     "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}  # fmt: skip
+        child_env = {
+            **env,
+            "PYTHONPATH": str(REPO / "src"),
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        }
         done = subprocess.run(
             [sys.executable, "-c", DRIVER, str(recipe_file), str(run_dir)],
-            env=child_env, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         runs[devices] = [(r["step"], r["loss"], r["grad_norm"]) for r in rows if "loss" in r]

@@ -21,8 +21,11 @@ def _model(softcap):
 
     rng = np.random.default_rng(0)
     embedding = SimpleNamespace(value=jnp.asarray(rng.normal(0, 0.5, (300, 40)), jnp.float32))
-    config = SimpleNamespace(dtype=jnp.float32) if softcap is None else SimpleNamespace(
-        dtype=jnp.float32, final_logit_softcap=softcap)  # fmt: skip
+    config = (
+        SimpleNamespace(dtype=jnp.float32)
+        if softcap is None
+        else SimpleNamespace(dtype=jnp.float32, final_logit_softcap=softcap)
+    )
     return SimpleNamespace(config=config, embedder=SimpleNamespace(input_embedding=embedding))
 
 

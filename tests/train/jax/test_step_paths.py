@@ -34,8 +34,9 @@ def _spec(kv_shared: bool = False):
     from crosstune.families.gemma4.family import make_spec
 
     if kv_shared:
-        spec = make_spec("gemma-4-splash-e-test", 4, 64, 128, 4, 2, 256, 2, 512, 128, 512, k_eq_v=False, every=2,
-                         kv_shared=2)  # fmt: skip
+        spec = make_spec(
+            "gemma-4-splash-e-test", 4, 64, 128, 4, 2, 256, 2, 512, 128, 512, k_eq_v=False, every=2, kv_shared=2
+        )
         return dataclasses.replace(spec, layer_types=("sliding", "global", "sliding", "global"))
     spec = make_spec("gemma-4-splash-test", 6, 64, 128, 4, 2, 256, 1, 512, 128, 512)
     return dataclasses.replace(spec, layer_types=("sliding", "global"))
@@ -72,8 +73,9 @@ def _model(mesh, *, attention="dense", remat=None, state=None, kv_shared=False):
     from crosstune.train.jax.model import abstract_model
 
     cfg = get_family("gemma4").hf_config(_spec(kv_shared))
-    model, _ = abstract_model("gemma4", cfg, mesh, remat=remat, lora=LoraSection(rank=4, alpha=8.0),
-                              attention=attention, platform="cpu")  # fmt: skip
+    model, _ = abstract_model(
+        "gemma4", cfg, mesh, remat=remat, lora=LoraSection(rank=4, alpha=8.0), attention=attention, platform="cpu"
+    )
     graphdef, abstract = nnx.split(model)
     if state is None:
         leaves, tree = jax.tree.flatten(abstract)

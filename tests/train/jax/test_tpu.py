@@ -150,6 +150,11 @@ def test_the_peak_memory_metric_is_xla_s_analysis_of_the_step(chip):
 
     recipe = load_for_plan(REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml", ["hardware=auto", "data.max_seq_len=2048"])
     got = measure_step(recipe, 1, steps=2, warmup=1)
-    xla = (got["xla_argument_bytes"] + got["xla_output_bytes"] - got["xla_alias_bytes"] + got["xla_temp_bytes"]
-           + got["xla_code_bytes"])  # fmt: skip
+    xla = (
+        got["xla_argument_bytes"]
+        + got["xla_output_bytes"]
+        - got["xla_alias_bytes"]
+        + got["xla_temp_bytes"]
+        + got["xla_code_bytes"]
+    )
     assert abs(got["peak_bytes"] - xla) <= 0.02 * xla, (got["peak_bytes"], xla, got["peak_in_use_bytes"])

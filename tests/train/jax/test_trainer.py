@@ -23,10 +23,19 @@ def test_the_ahead_of_time_step_is_the_training_step(tiny_gemma4_dir, synth_corp
     from crosstune.train.session import TrainingSession
 
     recipe = tiny_recipe(
-        tiny_gemma4_dir, synth_corpus_dir, tmp_path, "gemma4", "backend.jax.mesh.fsdp=2", "backend.jax.mesh.tp=2",
-        "train.max_steps=3", "train.grad_accumulation=2", "train.per_device_batch_size=2", "lora.dropout=0.05",
-        "train.gradient_checkpointing=true", "backend.jax.cpu_compute_dtype=bfloat16",
-    )  # fmt: skip
+        tiny_gemma4_dir,
+        synth_corpus_dir,
+        tmp_path,
+        "gemma4",
+        "backend.jax.mesh.fsdp=2",
+        "backend.jax.mesh.tp=2",
+        "train.max_steps=3",
+        "train.grad_accumulation=2",
+        "train.per_device_batch_size=2",
+        "lora.dropout=0.05",
+        "train.gradient_checkpointing=true",
+        "backend.jax.cpu_compute_dtype=bfloat16",
+    )
     session = TrainingSession(recipe, "jax", tmp_path / "run", progress=False)
     with session.started() as backend:
         real = backend.run

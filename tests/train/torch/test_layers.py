@@ -190,11 +190,27 @@ def test_hfu_counts_the_selective_recompute_without_attention():
 
     def hfu(recompute_attention: bool) -> float:
         rows = MetricsRowBuilder(
-            spec=g4, context=4096, hardware=get_hardware("1xh200"), devices=1, recompute_activations=True,
-            recompute_attention=recompute_attention, recompute_matmuls=True, accumulation=1, micro_batches_per_epoch=10,
-        )  # fmt: skip
-        return rows.row(step=1, loss=1.0, learning_rate=1e-4, grad_norm=1.0, trained_tokens=2048, tokens=4096,
-                        computed_tokens=4096, step_time_s=1.0, peak_memory_gib=None).hfu  # fmt: skip
+            spec=g4,
+            context=4096,
+            hardware=get_hardware("1xh200"),
+            devices=1,
+            recompute_activations=True,
+            recompute_attention=recompute_attention,
+            recompute_matmuls=True,
+            accumulation=1,
+            micro_batches_per_epoch=10,
+        )
+        return rows.row(
+            step=1,
+            loss=1.0,
+            learning_rate=1e-4,
+            grad_norm=1.0,
+            trained_tokens=2048,
+            tokens=4096,
+            computed_tokens=4096,
+            step_time_s=1.0,
+            peak_memory_gib=None,
+        ).hfu
 
     assert hfu(False) == pytest.approx(hfu(True) * (3 * forward - attn) / (3 * forward), rel=1e-12)
 
@@ -253,8 +269,11 @@ def test_selective_recompute_and_no_lora_cast_train_like_the_default(recipe_path
     monkeypatch.setattr(peft.helpers, "disable_input_dtype_casting", casting_spy)
     default = train_losses(recipe_path, tmp_path / "default", [])
     assert sac_models == [] and cast_switches == [False]
-    fast = train_losses(recipe_path, tmp_path / "fast", ["train.precision=bf16", "train.kernels.lora_input_cast=false",
-                                                         "train.kernels.recompute=selective"])  # fmt: skip
+    fast = train_losses(
+        recipe_path,
+        tmp_path / "fast",
+        ["train.precision=bf16", "train.kernels.lora_input_cast=false", "train.kernels.recompute=selective"],
+    )
     assert sac_models == ["PeftModelForCausalLM"] and cast_switches == [False, True]
     # recompute re-runs the same fp32 kernels (see above); step 2 also sees one AdamW step of equal gradients
     assert len(default) == len(fast) == 2 and all(abs(a - b) <= 1e-6 * a for a, b in zip(default, fast, strict=True))

@@ -364,7 +364,7 @@ def test_fsdp2_over_two_gloo_processes_matches_one_process(workspace, tmp_path):
     probe = json.loads((run / "fsdp_probe.json").read_text())
     assert sum("Gemma4TextDecoderLayer" in u for u in probe["fsdp_units"]) == 6 and probe["all_params_dtensor"]
     assert probe["local_shape"][0] * 2 == probe["global_shape"][0]  # each rank holds half of every parameter
-    # Issue 21, item 5: every base parameter was still on the meta device when fully_shard ran (each rank then read
+    # Every base parameter was still on the meta device when fully_shard ran (each rank then read
     # only its rows of the checkpoint); the LoRA weights were real (the shared initial LoRA installed in them).
     assert probe["meta_before_shard"] == probe["params"] - 2 * 41 and probe["lora_meta_before_shard"] == 0
     record = read_run_record(run)  # as production runs it on CPU; this worker shards anyway (the probe above)

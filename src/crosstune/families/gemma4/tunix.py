@@ -124,6 +124,9 @@ def config_fields(cfg: dict[str, Any], mod: Any, compute_dtype: Any) -> dict[str
 
 
 TUNIX = TunixTable(
-    ROWS, module="tunix.models.gemma4.model", model_class="Gemma4", config_fields=config_fields,
+    ROWS,
+    module="tunix.models.gemma4.model",
+    model_class="Gemma4",
+    config_fields=config_fields,
     kv_sharing_ok=kv_sharing_ok,
-)  # fmt: skip
+)

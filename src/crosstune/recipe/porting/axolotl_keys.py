@@ -27,13 +27,24 @@ CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 # Axolotl's attention switches (one true names the kernel) and attn_implementation's values
 ATTENTION_SWITCHES = {"sdp_attention": "sdpa", "eager_attention": "eager", "flex_attention": "flex"}
 OTHER_ATTENTION = ("flash_attention", "xformers_attention")
-LIGER = ("liger_rope", "liger_rms_norm", "liger_layer_norm", "liger_glu_activation", "liger_cross_entropy",
-         "liger_fused_linear_cross_entropy")  # fmt: skip
+LIGER = (
+    "liger_rope",
+    "liger_rms_norm",
+    "liger_layer_norm",
+    "liger_glu_activation",
+    "liger_cross_entropy",
+    "liger_fused_linear_cross_entropy",
+)
 KERNELS = ("lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel", "fused_attn_kernel", "use_kernels", "use_scattermoe")
 # Keys of a vision or audio config: crosstune trains text (the import says so up front)
 MULTIMODAL = ("processor_type", "freeze_mm_modules", "image_size", "image_resize_algorithm")
-PARALLEL = ("dp_shard_size", "dp_replicate_size", "tensor_parallel_size", "context_parallel_size",
-            "sequence_parallel_degree")  # fmt: skip
+PARALLEL = (
+    "dp_shard_size",
+    "dp_replicate_size",
+    "tensor_parallel_size",
+    "context_parallel_size",
+    "sequence_parallel_degree",
+)
 
 _LOGS = "where and how Axolotl logs, saves and publishes; crosstune writes its run directory"
 _EVALS = "evaluation during training; crosstune's eval stage scores pass@k after it"
@@ -44,13 +55,22 @@ _LOADER = (
 DEVICES = Bound(1, 65_536, "devices")
 
 DATASET = table(
-    Key("path", text), Key("type", text), Key("data_files", text_or_texts), Key("ds_type", text), Key("name", text),
-    Key("revision", text), Key("split", text), Key("message_property_mappings", mapping),
-    Key("message_field_role", text), Key("message_field_content", text), Key("field_messages", text),
-    Key("roles_to_train", texts), Key("train_on_eos", text), Key("chat_template", text),
-)  # fmt: skip
-FSDP_CONFIG = table(Key("activation_checkpointing", switch), Key("offload_params", switch),
-                    Key("cpu_offload", switch))  # fmt: skip
+    Key("path", text),
+    Key("type", text),
+    Key("data_files", text_or_texts),
+    Key("ds_type", text),
+    Key("name", text),
+    Key("revision", text),
+    Key("split", text),
+    Key("message_property_mappings", mapping),
+    Key("message_field_role", text),
+    Key("message_field_content", text),
+    Key("field_messages", text),
+    Key("roles_to_train", texts),
+    Key("train_on_eos", text),
+    Key("chat_template", text),
+)
+FSDP_CONFIG = table(Key("activation_checkpointing", switch), Key("offload_params", switch), Key("cpu_offload", switch))
 
 KEYS = table(
     Key("base_model", text),
@@ -125,14 +145,60 @@ KEYS = table(
     Key("logging_steps", number, bound=RECIPE["train.log_every"]),
     Key("save_steps", number, bound=RECIPE["train.checkpoint_every"]),
     Key("save_total_limit", whole, recipe="train.keep_last"),
-    *(Key(k, anything, ignored=_LOGS) for k in ("output_dir", "hub_model_id", "hub_strategy", "push_dataset_to_hub",
-      "use_tensorboard", "debug", "dataset_prepared_path", "dataset_processes", "strict", "save_first_step",
-      "resume_from_checkpoint", "auto_resume_from_checkpoints", "local_rank", "saves_per_epoch", "save_strategy")),
-    *(Key(k, anything, ignored=_EVALS) for k in ("test_datasets", "evals_per_epoch", "eval_steps", "eval_table_size",
-      "eval_max_new_tokens", "eval_batch_size", "eval_sample_packing", "early_stopping_patience", "eval_strategy")),
-    *(Key(k, anything, ignored=_LOADER) for k in ("model_type", "tokenizer_type", "base_model_config",
-      "tokenizer_config", "trust_remote_code", "tokenizer_use_fast", "tokenizer_legacy", "unfrozen_parameters",
-      "ddp_find_unused_parameters", "pad_to_sequence_len", "group_by_length", "gradient_checkpointing_kwargs",
-      "dataloader_num_workers", "dataloader_pin_memory", "dataloader_prefetch_factor", "remove_unused_columns",
-      "skip_prepare_dataset")),
-)  # fmt: skip
+    *(
+        Key(k, anything, ignored=_LOGS)
+        for k in (
+            "output_dir",
+            "hub_model_id",
+            "hub_strategy",
+            "push_dataset_to_hub",
+            "use_tensorboard",
+            "debug",
+            "dataset_prepared_path",
+            "dataset_processes",
+            "strict",
+            "save_first_step",
+            "resume_from_checkpoint",
+            "auto_resume_from_checkpoints",
+            "local_rank",
+            "saves_per_epoch",
+            "save_strategy",
+        )
+    ),
+    *(
+        Key(k, anything, ignored=_EVALS)
+        for k in (
+            "test_datasets",
+            "evals_per_epoch",
+            "eval_steps",
+            "eval_table_size",
+            "eval_max_new_tokens",
+            "eval_batch_size",
+            "eval_sample_packing",
+            "early_stopping_patience",
+            "eval_strategy",
+        )
+    ),
+    *(
+        Key(k, anything, ignored=_LOADER)
+        for k in (
+            "model_type",
+            "tokenizer_type",
+            "base_model_config",
+            "tokenizer_config",
+            "trust_remote_code",
+            "tokenizer_use_fast",
+            "tokenizer_legacy",
+            "unfrozen_parameters",
+            "ddp_find_unused_parameters",
+            "pad_to_sequence_len",
+            "group_by_length",
+            "gradient_checkpointing_kwargs",
+            "dataloader_num_workers",
+            "dataloader_pin_memory",
+            "dataloader_prefetch_factor",
+            "remove_unused_columns",
+            "skip_prepare_dataset",
+        )
+    ),
+)

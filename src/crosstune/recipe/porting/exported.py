@@ -32,7 +32,7 @@ def train_sources(recipe: Recipe, missing: list[Unmapped], tool_eval: str) -> It
         if src.split != "train":
             missing.append(Unmapped(key, "an eval source: the export trains only", tool_eval))
             continue
-        repo = hub_dataset_id(src, recipe.base_dir)
+        repo = hub_dataset_id(src)
         yield TrainSource(key, src, repo, None if repo is not None else resolve_path(recipe, src.path))
 
 

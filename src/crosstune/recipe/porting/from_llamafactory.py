@@ -41,8 +41,11 @@ GEMMA4_TEMPLATE = (
     "assistant.'): crosstune renders the model's own template"
 )
 # Columns crosstune's presets name, to write the preset rather than its names (a round trip gives the recipe back)
-PRESETS = {"codev_r1": ("system", "prompt", "response"), "qa": (None, "question", "answer"),
-           "prompt_completion": (None, "prompt", "completion")}  # fmt: skip
+PRESETS = {
+    "codev_r1": ("system", "prompt", "response"),
+    "qa": (None, "question", "answer"),
+    "prompt_completion": (None, "prompt", "completion"),
+}
 
 
 def import_llamafactory(take: Keys, source: Path, options: ImportOptions) -> Port:

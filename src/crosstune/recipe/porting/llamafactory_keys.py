@@ -16,32 +16,101 @@ DATASET_INFO = "dataset_info.json"
 ONLINE = "ONLINE"  # dataset_dir's word for "the names are hub ids"
 # flash_attn -> train.kernels.attention (auto: transformers' default, SDPA)
 ATTENTION = {"auto": "sdpa", "sdpa": "sdpa", "disabled": "eager"}
-MEDIA = ("image_max_pixels", "image_min_pixels", "image_do_pan_and_scan", "video_max_pixels", "video_min_pixels",
-         "video_fps", "video_maxlen", "use_audio_in_video", "audio_sampling_rate", "freeze_vision_tower",
-         "freeze_multi_modal_projector", "freeze_language_model", "media_dir")  # fmt: skip
-OTHER_METHODS = ("use_galore", "use_apollo", "use_badam", "use_llama_pro", "pissa_init", "use_unsloth",
-                 "enable_liger_kernel", "use_dora", "pure_bf16", "resize_vocab", "train_from_scratch")  # fmt: skip
+MEDIA = (
+    "image_max_pixels",
+    "image_min_pixels",
+    "image_do_pan_and_scan",
+    "video_max_pixels",
+    "video_min_pixels",
+    "video_fps",
+    "video_maxlen",
+    "use_audio_in_video",
+    "audio_sampling_rate",
+    "freeze_vision_tower",
+    "freeze_multi_modal_projector",
+    "freeze_language_model",
+    "media_dir",
+)
+OTHER_METHODS = (
+    "use_galore",
+    "use_apollo",
+    "use_badam",
+    "use_llama_pro",
+    "pissa_init",
+    "use_unsloth",
+    "enable_liger_kernel",
+    "use_dora",
+    "pure_bf16",
+    "resize_vocab",
+    "train_from_scratch",
+)
 
 _LOGS = "where and how LLaMA-Factory logs and caches; crosstune writes its run directory"
 _EVALS = "evaluation during training; crosstune's eval stage scores pass@k after it"
 _LOADER = "loader, tokenizer and inference details the family's checkpoint and crosstune's legs settle"
 
 # One dataset's definition in dataset_info.json (LLaMA-Factory's data/README.md)
-COLUMNS = table(*(Key(k, text) for k in ("prompt", "query", "response", "history", "messages", "system", "tools",
-                                         "images", "videos", "audios", "chosen", "rejected", "kto_tag")))  # fmt: skip
-TAGS = table(*(Key(k, text) for k in ("role_tag", "content_tag", "user_tag", "assistant_tag", "observation_tag",
-                                      "function_tag", "system_tag")))  # fmt: skip
+COLUMNS = table(
+    *(
+        Key(k, text)
+        for k in (
+            "prompt",
+            "query",
+            "response",
+            "history",
+            "messages",
+            "system",
+            "tools",
+            "images",
+            "videos",
+            "audios",
+            "chosen",
+            "rejected",
+            "kto_tag",
+        )
+    )
+)
+TAGS = table(
+    *(
+        Key(k, text)
+        for k in (
+            "role_tag",
+            "content_tag",
+            "user_tag",
+            "assistant_tag",
+            "observation_tag",
+            "function_tag",
+            "system_tag",
+        )
+    )
+)
 DATASET = table(
-    Key("hf_hub_url", text), Key("ms_hub_url", text), Key("om_hub_url", text), Key("script_url", text),
-    Key("cloud_file_name", text), Key("file_name", text), Key("file_sha1", text), Key("formatting", text, "alpaca"),
-    Key("ranking", switch, False), Key("subset", text), Key("split", text, "train"), Key("folder", text),
+    Key("hf_hub_url", text),
+    Key("ms_hub_url", text),
+    Key("om_hub_url", text),
+    Key("script_url", text),
+    Key("cloud_file_name", text),
+    Key("file_name", text),
+    Key("file_sha1", text),
+    Key("formatting", text, "alpaca"),
+    Key("ranking", switch, False),
+    Key("subset", text),
+    Key("split", text, "train"),
+    Key("folder", text),
     Key("num_samples", whole, bound=RECIPE["data.subsample.size"]),
-    Key("columns", mapping, fields=COLUMNS), Key("tags", mapping, fields=TAGS),
-)  # fmt: skip
+    Key("columns", mapping, fields=COLUMNS),
+    Key("tags", mapping, fields=TAGS),
+)
 # What LLaMA-Factory reads when a definition leaves them out
 ALPACA = {"prompt": "instruction", "query": "input", "response": "output"}
-SHAREGPT = {"messages": "conversations", "role_tag": "from", "content_tag": "value", "user_tag": "human",
-            "assistant_tag": "gpt", "system_tag": "system"}  # fmt: skip
+SHAREGPT = {
+    "messages": "conversations",
+    "role_tag": "from",
+    "content_tag": "value",
+    "user_tag": "human",
+    "assistant_tag": "gpt",
+    "system_tag": "system",
+}
 
 KEYS = table(
     Key("model_name_or_path", text),
@@ -49,8 +118,10 @@ KEYS = table(
     Key("adapter_name_or_path", text),
     Key("quantization_bit", whole, bound=Bound(2, 8, "bits")),
     Key("quantization_method", text, "bnb"),
-    *(Key(k, anything, ignored="part of quantization_bit") for k in ("quantization_type", "double_quantization",
-                                                                     "quantization_device_map")),
+    *(
+        Key(k, anything, ignored="part of quantization_bit")
+        for k in ("quantization_type", "double_quantization", "quantization_device_map")
+    ),
     Key("flash_attn", text, "auto"),
     Key("rope_scaling", anything),
     Key("disable_gradient_checkpointing", switch, False),
@@ -85,9 +156,33 @@ KEYS = table(
     Key("interleave_probs", anything),
     *trainer_keys(),
     Key("eval_dataset", anything, ignored=_EVALS),
-    *(Key(k, anything, ignored=_LOGS) for k in ("plot_loss", "overwrite_cache", "preprocessing_num_workers",
-      "preprocessing_batch_size", "tokenized_path", "cache_dir", "print_param_status", "hf_hub_token",
-      "ms_hub_token", "buffer_size", "eval_on_each_dataset")),
-    *(Key(k, anything, ignored=_LOADER) for k in ("use_fast_tokenizer", "trust_remote_code", "low_cpu_mem_usage",
-      "infer_backend", "infer_dtype", "ignore_pad_token_for_loss", "tool_format", "use_reentrant_gc")),
-)  # fmt: skip
+    *(
+        Key(k, anything, ignored=_LOGS)
+        for k in (
+            "plot_loss",
+            "overwrite_cache",
+            "preprocessing_num_workers",
+            "preprocessing_batch_size",
+            "tokenized_path",
+            "cache_dir",
+            "print_param_status",
+            "hf_hub_token",
+            "ms_hub_token",
+            "buffer_size",
+            "eval_on_each_dataset",
+        )
+    ),
+    *(
+        Key(k, anything, ignored=_LOADER)
+        for k in (
+            "use_fast_tokenizer",
+            "trust_remote_code",
+            "low_cpu_mem_usage",
+            "infer_backend",
+            "infer_dtype",
+            "ignore_pad_token_for_loss",
+            "tool_format",
+            "use_reentrant_gc",
+        )
+    ),
+)

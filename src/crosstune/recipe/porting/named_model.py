@@ -159,7 +159,7 @@ def qlora_line(port: Port, key: str, model: ModelId) -> None:
 
 def model_ref(recipe: Any) -> str:
     """How an exported config names the recipe's model: its hub id, or its folder as an absolute path."""
-    repo = hub_model_id(recipe.model.path, recipe.model.revision, recipe.base_dir)
+    repo = hub_model_id(recipe.model.path)
     if repo is not None or recipe.model.path is None:
         return repo or f"<a {recipe.model.family} {recipe.model.size} checkpoint: set model.path>"
     return str(resolve_path(recipe, recipe.model.path))

@@ -80,9 +80,13 @@ def export_axolotl(recipe: Recipe) -> tuple[dict[str, Any], list[Unmapped]]:
 def _datasets(recipe: Recipe, missing: list[Unmapped]) -> list[dict[str, Any]]:
     cols = recipe.data.columns
     role, content = cols.message_keys
-    base = {"type": "chat_template", "field_messages": cols.resolved()["messages"] or "messages",
-            "message_property_mappings": {"role": role, "content": content}, "roles_to_train": ["assistant"],
-            "train_on_eos": "turn"}  # fmt: skip
+    base = {
+        "type": "chat_template",
+        "field_messages": cols.resolved()["messages"] or "messages",
+        "message_property_mappings": {"role": role, "content": content},
+        "roles_to_train": ["assistant"],
+        "train_on_eos": "turn",
+    }
     out = []
     for s in train_sources(recipe, missing, "Axolotl's test_datasets"):
         src = s.source

@@ -24,9 +24,14 @@ from crosstune.recipe.training_arguments import trainer_keys
 _LOADER = "loader and tokenizer details the family's checkpoint settles"
 _FEEDING = "how TRL feeds its workers; crosstune's torch leg sets these itself (padding-free, one seed)"
 DATASET = table(
-    Key("path", text), Key("name", text), Key("data_dir", text), Key("data_files", text_or_texts), Key("split", text),
-    Key("columns", anything), Key("fraction", number, bound=Bound(0, 1, "a fraction of the split")),
-)  # fmt: skip
+    Key("path", text),
+    Key("name", text),
+    Key("data_dir", text),
+    Key("data_files", text_or_texts),
+    Key("split", text),
+    Key("columns", anything),
+    Key("fraction", number, bound=Bound(0, 1, "a fraction of the split")),
+)
 
 KEYS = table(
     Key("model_name_or_path", text),
@@ -36,8 +41,10 @@ KEYS = table(
     Key("attn_implementation", text),
     Key("load_in_4bit", switch, False),
     Key("load_in_8bit", switch, False),
-    *(Key(k, anything, ignored="part of load_in_4bit") for k in ("bnb_4bit_quant_type", "use_bnb_nested_quant",
-                                                                 "bnb_4bit_quant_storage")),
+    *(
+        Key(k, anything, ignored="part of load_in_4bit")
+        for k in ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage")
+    ),
     Key("use_peft", switch, False),
     Key("lora_r", whole, 16, recipe="lora.rank"),
     Key("lora_alpha", number, 32, bound=RECIPE["lora.alpha"]),
@@ -59,16 +66,30 @@ KEYS = table(
     Key("padding_free", switch, False, ignored=_FEEDING),
     Key("assistant_only_loss", switch, False),
     Key("completion_only_loss", switch),
-    *trainer_keys(learning_rate=2e-5, gradient_checkpointing=True, logging_steps=10, bf16=None,
-                  optim="adamw_torch_fused"),
+    *trainer_keys(
+        learning_rate=2e-5, gradient_checkpointing=True, logging_steps=10, bf16=None, optim="adamw_torch_fused"
+    ),
     # accelerate's launch arguments, which TRL's CLI passes on from the config
     Key("num_processes", whole, bound=Bound(1, 65_536, "processes: one per GPU")),
     Key("num_machines", anything, ignored="accelerate's hosts: num_processes counts every host's GPUs"),
     Key("accelerate_config", text),
     Key("mixed_precision", anything, ignored="accelerate's autocast switch; the trainer's bf16 decides it here"),
     *(Key(k, anything, ignored=_FEEDING) for k in ("dataset_num_proc", "shuffle_dataset", "dataset_streaming")),
-    Key("dataset_test_split", anything, ignored="the split TRL evaluates on during training; crosstune's eval stage "
-        "scores pass@k after it"),
-    *(Key(k, anything, ignored=_LOADER) for k in ("env", "trust_remote_code", "lora_task_type", "eos_token",
-                                                  "pad_token", "dataset_kwargs", "model_init_kwargs")),
-)  # fmt: skip
+    Key(
+        "dataset_test_split",
+        anything,
+        ignored="the split TRL evaluates on during training; crosstune's eval stage scores pass@k after it",
+    ),
+    *(
+        Key(k, anything, ignored=_LOADER)
+        for k in (
+            "env",
+            "trust_remote_code",
+            "lora_task_type",
+            "eos_token",
+            "pad_token",
+            "dataset_kwargs",
+            "model_init_kwargs",
+        )
+    ),
+)

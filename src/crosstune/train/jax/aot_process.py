@@ -109,6 +109,7 @@ def compile_step(
         if proc.returncode != 0 or not out.is_file():
             last = next((t for t in reversed(tail) if t.strip()), "")
             detail = last.removeprefix("error: ") if last.startswith("error: ") else "\n  ".join(tail)
-            raise CompileFailed(f"compiling {recipe_file} for its TPU topology failed (exit {proc.returncode}): "
-                                f"{detail}")  # fmt: skip
+            raise CompileFailed(
+                f"compiling {recipe_file} for its TPU topology failed (exit {proc.returncode}): {detail}"
+            )
         return CompiledStep.from_dict(read_json(out))

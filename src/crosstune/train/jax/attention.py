@@ -66,9 +66,15 @@ def make_kernel(
     (backend.jax.splash_fused_backward)."""
     b = block_size(length, block)
     sizes = splash.BlockSizes(
-        block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b, block_kv_dkv=b, block_kv_dkv_compute=b,
-        **({} if fused else {"block_q_dq": b, "block_kv_dq": b}), use_fused_bwd_kernel=fused,
-    )  # fmt: skip
+        block_q=b,
+        block_kv=b,
+        block_kv_compute=b,
+        block_q_dkv=b,
+        block_kv_dkv=b,
+        block_kv_dkv_compute=b,
+        **({} if fused else {"block_q_dq": b, "block_kv_dq": b}),
+        use_fused_bwd_kernel=fused,
+    )
     mask = mask_lib.MultiHeadMask([_mask(window, length) for _ in range(heads)])
     # Called while a step is traced (inside shard_map) and kept for the next layer of the type: its block-mask
     # arrays must be concrete, or the second layer meets the first one's tracers (UnexpectedTracerError).
@@ -114,10 +120,14 @@ class Gemma4SplashAttention(gemma4.Attention):
     def block(self, x, segment_pos, cache, attn_mask, kv_shared_cache=None):
         if cache is not None or attn_mask.ndim != 2:
             return super().block(x, segment_pos, cache, attn_mask, kv_shared_cache)
-        act, rope = self.config.shd_config.act_btnh, dict(
-            base_frequency=self.rope_base_frequency, scale_factor=self.rope_scale_factor,
-            rope_proportion=self.rope_proportion,
-        )  # fmt: skip
+        act, rope = (
+            self.config.shd_config.act_btnh,
+            dict(
+                base_frequency=self.rope_base_frequency,
+                scale_factor=self.rope_scale_factor,
+                rope_proportion=self.rope_proportion,
+            ),
+        )
         x = x.astype(self.config.dtype)
         q = gemma4.apply_rope(self._query_norm(shard(self.q_einsum(x), act)), segment_pos, **rope)
         if kv_shared_cache is not None:  # a KV-shared layer (E models): its owner's normed, roped K/V, as tunix's
@@ -132,9 +142,15 @@ class Gemma4SplashAttention(gemma4.Attention):
         sliding = self.attn_type == gemma4.AttentionType.LOCAL_SLIDING
         with jax.named_scope(SCOPE + ("sliding" if sliding else "global")):
             encoded = splash_attention(
-                q, k, v, attn_mask, window=self.config.sliding_window_size if sliding else None,
-                interpret=self.splash_interpret, block=self.splash_block, fused=self.splash_fused,
-            )  # fmt: skip
+                q,
+                k,
+                v,
+                attn_mask,
+                window=self.config.sliding_window_size if sliding else None,
+                interpret=self.splash_interpret,
+                block=self.splash_block,
+                fused=self.splash_fused,
+            )
         out = shard(self.attn_vec_einsum(encoded), self.config.shd_config.act_btd)
         return {"v": v, "k": k}, out, (k, v)
 
@@ -151,16 +167,23 @@ class Gemma3SplashAttention(gemma3.Attention):
         else:
             q, (k, v) = self.q_einsum(x), self.kv_einsum(x)
         q, k, v = shard(q, act), shard(k, act), shard(v, act)
-        rope = dict(head_dim=self.head_dim, base_frequency=self.rope_base_frequency,
-                    scale_factor=self.rope_scale_factor)  # fmt: skip
+        rope = dict(
+            head_dim=self.head_dim, base_frequency=self.rope_base_frequency, scale_factor=self.rope_scale_factor
+        )
         q = gemma3.apply_rope(self._query_norm(q), segment_pos, **rope) * self.query_pre_attn_scalar
         k = gemma3.apply_rope(self._key_norm(k), segment_pos, **rope)
         sliding = self.attn_type == gemma3.AttentionType.LOCAL_SLIDING
         with jax.named_scope(SCOPE + ("sliding" if sliding else "global")):
             encoded = splash_attention(
-                q, k, v, attn_mask, window=self.sliding_window_size if sliding else None,
-                interpret=self.splash_interpret, block=self.splash_block, fused=self.splash_fused,
-            )  # fmt: skip
+                q,
+                k,
+                v,
+                attn_mask,
+                window=self.sliding_window_size if sliding else None,
+                interpret=self.splash_interpret,
+                block=self.splash_block,
+                fused=self.splash_fused,
+            )
         return None, shard(self.attn_vec_einsum(encoded), self.shd_config.act_btd)
 
 

@@ -66,9 +66,13 @@ class LoraProvider(qwix.LoraProvider):
         )
         setattr(flax_util.get_current_module(), weight_name + "_lora_einsum_str", lora_str)  # as Qwix records it
         lora_a, lora_b = qwix_lora._get_or_create_lora_params(
-            name=weight_name, rule=rule, a_shape=a_shape, b_shape=b_shape,
-            a_sharding_transpose=a_transpose, b_sharding_transpose=b_transpose,
-        )  # fmt: skip
+            name=weight_name,
+            rule=rule,
+            a_shape=a_shape,
+            b_shape=b_shape,
+            a_sharding_transpose=a_transpose,
+            b_sharding_transpose=b_transpose,
+        )
         x = self._branch_input(rule, lhs)
         delta = jnp.einsum(lora_str, x, lora_a.astype(x.dtype), lora_b.astype(x.dtype), **kwargs)
         return res + delta * jnp.asarray(rule.alpha / rule.rank, delta.dtype)
@@ -94,12 +98,24 @@ class LoraProvider(qwix.LoraProvider):
             rhs_ca, rhs_ba, rhs_ra, contract, batch, remain, rule.rank
         )
         lora_a, lora_b = qwix_lora._get_or_create_lora_params(
-            name=weight_name, rule=rule, a_shape=a_shape, b_shape=b_shape,
-            a_sharding_transpose=a_transpose, b_sharding_transpose=b_transpose,
-        )  # fmt: skip
+            name=weight_name,
+            rule=rule,
+            a_shape=a_shape,
+            b_shape=b_shape,
+            a_sharding_transpose=a_transpose,
+            b_sharding_transpose=b_transpose,
+        )
         x = self._branch_input(rule, lhs)
         delta = qwix_lora._compute_lora_delta(
-            x, lora_a.astype(x.dtype), lora_b.astype(x.dtype), lhs_ca, lhs_ba, contract, batch, remain, rule.rank,
+            x,
+            lora_a.astype(x.dtype),
+            lora_b.astype(x.dtype),
+            lhs_ca,
+            lhs_ba,
+            contract,
+            batch,
+            remain,
+            rule.rank,
             precision=precision,
-        )  # fmt: skip
+        )
         return res + delta * jnp.asarray(rule.alpha / rule.rank, delta.dtype)

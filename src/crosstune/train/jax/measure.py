@@ -55,8 +55,10 @@ def _filler(shape, dtype, sharding, zero: bool, seed: int):
     import jax.numpy as jnp
 
     if jnp.issubdtype(dtype, jax.dtypes.prng_key):
-        return jax.jit(lambda: jax.random.split(jax.random.key(seed), shape) if shape else jax.random.key(seed),
-                       out_shardings=sharding)  # fmt: skip
+        return jax.jit(
+            lambda: jax.random.split(jax.random.key(seed), shape) if shape else jax.random.key(seed),
+            out_shardings=sharding,
+        )
     if zero or not jnp.issubdtype(dtype, jnp.floating):
         return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
 
@@ -117,8 +119,10 @@ def measure_step(
     mesh = make_mesh(m.fsdp, m.tp)
     platform = devices[0].platform
     t0 = time.perf_counter()
-    say(f"[1/4] building {recipe.name}'s step: {spec.num_layers} of {model_layers} layers on {m.fsdp}×{m.tp} "
-        f"{devices[0].device_kind}")  # fmt: skip
+    say(
+        f"[1/4] building {recipe.name}'s step: {spec.num_layers} of {model_layers} layers on {m.fsdp}×{m.tp} "
+        f"{devices[0].device_kind}"
+    )
     step, trainer, abstract_inputs, tokens, k = abstract_step(
         recipe, cfg, mesh, platform=platform, lora_provider=lora_provider
     )

@@ -147,8 +147,12 @@ def abstract_model(
     if attention == "splash":
         from crosstune.train.jax.attention import use_splash
 
-        use_splash(model, interpret=(platform or jax.default_backend()) != "tpu", block=splash_block,
-                   fused=splash_fused_backward)  # fmt: skip
+        use_splash(
+            model,
+            interpret=(platform or jax.default_backend()) != "tpu",
+            block=splash_block,
+            fused=splash_fused_backward,
+        )
     return model, fit_shardings(model, mesh)
 
 

@@ -136,8 +136,9 @@ class JaxRun:
                 self._push_logged()
             bar.update(m)
 
-        saves = self.saves = SaveTimer(trainer.checkpoint_manager, r.train.checkpoint_every,
-                                       on_saved=self._record_checksums)  # fmt: skip
+        saves = self.saves = SaveTimer(
+            trainer.checkpoint_manager, r.train.checkpoint_every, on_saved=self._record_checksums
+        )
         with CompileTimer(TRAIN_STEP_NAME) as compile_timer:
             recorder = StepRecorder(
                 first_step=start,

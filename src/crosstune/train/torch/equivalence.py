@@ -151,8 +151,9 @@ def kernel_equivalence(
         runs = {impl: loss_and_lora_grads(model, batch, impl) for impl in ("sdpa", "eager", FLEX)}
     finally:
         flex._validate_device = validate
-    runs["one document"] = loss_and_lora_grads(model, dict(batch, position_ids=torch.arange(sum(DOC_LENGTHS))[None]),
-                                               "sdpa")  # fmt: skip
+    runs["one document"] = loss_and_lora_grads(
+        model, dict(batch, position_ids=torch.arange(sum(DOC_LENGTHS))[None]), "sdpa"
+    )
     attention = []
     for a, b in (("sdpa", FLEX), ("eager", FLEX), ("sdpa", "eager"), ("sdpa", "one document")):
         label = f"{b} vs {a}" if b != "one document" else "control: same row as one document (sdpa)"

@@ -87,11 +87,16 @@ def worker_command(
         return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file), *worker]
     host, port = split_address(main_address, tb.nodes)
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nproc-per-node={tb.devices}", f"--nnodes={tb.nodes}", f"--node-rank={node_rank}",
-        f"--master-addr={host}", f"--master-port={port}",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={tb.devices}",
+        f"--nnodes={tb.nodes}",
+        f"--node-rank={node_rank}",
+        f"--master-addr={host}",
+        f"--master-port={port}",
         *worker,
-    ]  # fmt: skip
+    ]
 
 
 def write_worker_context(context: RunContext) -> Path:

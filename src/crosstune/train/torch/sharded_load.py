@@ -81,11 +81,14 @@ def load_local_shards(model: Any, checkpoint: Path) -> dict[str, int]:
         lo, hi = min(rows, rank * per_rank), min(rows, (rank + 1) * per_rank)
         local = tensor_slice(key)[lo:hi].to(dtype=param.dtype, device=mesh.device_type)
         if tuple(local.shape) != tuple(param.to_local().shape):
-            raise RuntimeError(f"{name}: rows {lo}:{hi} of {key} give {tuple(local.shape)}, the shard is "
-                               f"{tuple(param.to_local().shape)}")  # fmt: skip
+            raise RuntimeError(
+                f"{name}: rows {lo}:{hi} of {key} give {tuple(local.shape)}, the shard is "
+                f"{tuple(param.to_local().shape)}"
+            )
         read += local.numel() * local.element_size()
-        dtensor = DTensor.from_local(local, mesh, param.placements, run_check=False, shape=param.shape,
-                                     stride=param.stride())  # fmt: skip
+        dtensor = DTensor.from_local(
+            local, mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride()
+        )
         state[name] = torch.nn.Parameter(dtensor, requires_grad=param.requires_grad)
     buffers = 0
     persistent = set(model.state_dict())
