@@ -44,6 +44,18 @@ def dropout(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:
     return jax.lax.select(mask, x / jnp.asarray(keep, x.dtype), jnp.zeros_like(x))
 
 
+def _params(name: str, rule: qwix.LoraRule, a_shape, b_shape, a_transpose, b_transpose) -> tuple:
+    """The module's LoRA A and B for weight `name`, found or created by Qwix (its own shapes and shardings)."""
+    return qwix_lora._get_or_create_lora_params(
+        name=name,
+        rule=rule,
+        a_shape=a_shape,
+        b_shape=b_shape,
+        a_sharding_transpose=a_transpose,
+        b_sharding_transpose=b_transpose,
+    )
+
+
 class LoraProvider(qwix.LoraProvider):
     """qwix.LoraProvider whose LoRA branch runs in the input's dtype with RngBitGenerator dropout (module docstring)."""
 
@@ -65,14 +77,7 @@ class LoraProvider(qwix.LoraProvider):
             lhs.shape, rhs.shape, einsum_str, rule.rank
         )
         setattr(flax_util.get_current_module(), weight_name + "_lora_einsum_str", lora_str)  # as Qwix records it
-        lora_a, lora_b = qwix_lora._get_or_create_lora_params(
-            name=weight_name,
-            rule=rule,
-            a_shape=a_shape,
-            b_shape=b_shape,
-            a_sharding_transpose=a_transpose,
-            b_sharding_transpose=b_transpose,
-        )
+        lora_a, lora_b = _params(weight_name, rule, a_shape, b_shape, a_transpose, b_transpose)
         x = self._branch_input(rule, lhs)
         delta = jnp.einsum(lora_str, x, lora_a.astype(x.dtype), lora_b.astype(x.dtype), **kwargs)
         return res + delta * jnp.asarray(rule.alpha / rule.rank, delta.dtype)
@@ -97,14 +102,7 @@ class LoraProvider(qwix.LoraProvider):
         a_shape, a_transpose, b_shape, b_transpose = qwix_lora._create_lora_layer_shapes(
             rhs_ca, rhs_ba, rhs_ra, contract, batch, remain, rule.rank
         )
-        lora_a, lora_b = qwix_lora._get_or_create_lora_params(
-            name=weight_name,
-            rule=rule,
-            a_shape=a_shape,
-            b_shape=b_shape,
-            a_sharding_transpose=a_transpose,
-            b_sharding_transpose=b_transpose,
-        )
+        lora_a, lora_b = _params(weight_name, rule, a_shape, b_shape, a_transpose, b_transpose)
         x = self._branch_input(rule, lhs)
         delta = qwix_lora._compute_lora_delta(
             x,
