@@ -31,13 +31,14 @@ def lr_schedule(schedule: str, peak: float, warmup: int, total: int) -> optax.Sc
 
 
 def schedule_values(schedule: optax.Schedule, total_steps: int) -> np.ndarray:
-    """The learning rate at optimizer counts 0..total_steps, computed once, on the host's CPU: evaluated eagerly on
-    a TPU, an optax schedule compiles one small program per jnp op it runs (clip, cos, minimum, where, ...) at the
-    first step's metrics and waits on the chip for each (0.7 s of the second step's time on a v5e)."""
-    cpu = jax.devices("cpu")[0]
-    with jax.default_device(cpu):
-        counts = jnp.arange(total_steps + 1)
-        return np.asarray(jax.jit(jax.vmap(schedule))(counts), dtype=np.float64)
+    """The learning rate at optimizer counts 0..total_steps, computed once, on this process's own CPU device:
+    evaluated eagerly on a TPU, an optax schedule compiles one small program per jnp op it runs (clip, cos, minimum,
+    where, ...) at the first step's metrics and waits on the chip for each (0.7 s of the second step's time on a
+    v5e). This process's CPU (jax.local_devices), and under no mesh: in a multi-process run jax.devices() lists the
+    other processes' devices first."""
+    cpu = jax.local_devices(backend="cpu")[0]
+    counts = jax.device_put(np.arange(total_steps + 1), cpu)
+    return np.asarray(jax.jit(jax.vmap(schedule), out_shardings=jax.sharding.SingleDeviceSharding(cpu))(counts))
 
 
 class GradNormState(NamedTuple):

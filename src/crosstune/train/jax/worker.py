@@ -51,6 +51,7 @@ class JaxRun:
 
         from crosstune.train.jax.config import ModelSettings, use_compile_cache
         from crosstune.train.jax.model import make_mesh, mesh_context
+        from crosstune.train.jax.optimizer import make_optimizer, schedule_values
 
         r = self.recipe
         plan = plan_recipe(r, backend="jax", spec=self.spec)
@@ -68,6 +69,8 @@ class JaxRun:
         if self.context.resume_from:  # --resume restores the latest step: check its bytes first
             verify_saved(step_folders(self.run_dir)[self.context.resume_from], "checkpoint", "resume")
         self.dataset = train_dataset(r, self.step_plan, self.prepared)
+        _, schedule = make_optimizer(r.train, self.step_plan.total_steps, lora_rank=r.lora.rank)
+        self.learning_rates = schedule_values(schedule, self.step_plan.total_steps)  # the host's: no op on the chip
         self.mesh = make_mesh(fsdp, tp)
         with mesh_context(self.mesh):  # pitfall A: trainer, optimizer state and inputs under the legacy mesh
             self.trainer, self.replicated = self._trainer()
@@ -84,14 +87,13 @@ class JaxRun:
             sharding_problems,
             spec_problems,
         )
-        from crosstune.train.jax.optimizer import make_optimizer, schedule_values
+        from crosstune.train.jax.optimizer import make_optimizer
         from crosstune.train.jax.trainer import CrosstunePeftTrainer, training_config
 
         r, k, total = self.recipe, self.step_plan.accumulation, self.step_plan.total_steps
         model_dir = model_path(r)  # checked by the session (a hub id: its snapshot)
         model, replicated = build_model(r.model.family, model_dir, self.mesh, **self.settings.kwargs())
-        optimizer, schedule = make_optimizer(r.train, total, lora_rank=r.lora.rank)
-        self.learning_rates = schedule_values(schedule, total)  # on the host: no eager op on the chip per step
+        optimizer, _ = make_optimizer(r.train, total, lora_rank=r.lora.rank)
         checkpoints = (self.run_dir / CHECKPOINTS, r.train.checkpoint_every, r.train.keep_last)
         config = training_config(k, total, checkpoints)
         _configure_orbax()
