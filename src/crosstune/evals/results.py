@@ -63,6 +63,7 @@ class Sampling(_Record):
 
 class Engine(_Record):
     name: str | None = None
+    kind: str | None = None  # local, endpoint, reference or mixed (written by evals.generation and evals.runner)
 
 
 class ProtocolRecord(_Record):
