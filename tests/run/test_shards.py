@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pytest
 from safetensors.numpy import load_file, save
 
 from crosstune.run.shards import SafetensorsFile, save_numpy_file
@@ -32,3 +33,22 @@ def test_same_tensors_and_metadata_give_the_same_bytes_and_read_back_unchanged(t
     for name, x in TENSORS.items():
         np.testing.assert_array_equal(loaded[name], x)
         assert loaded[name].dtype == x.dtype
+
+
+def test_a_short_read_is_read_on_not_taken_for_a_truncated_file(tmp_path, monkeypatch):
+    """Linux returns at most ~2 GiB per read (a 31B's bf16 embedding is 2.8 GB): here every read returns 5 bytes,
+    and the tensors still read back whole; a file that really ends early is still refused."""
+    import os
+
+    from crosstune.run import shards
+
+    save_numpy_file(TENSORS, tmp_path / "t.safetensors", METADATA)
+    preadv = os.preadv
+    monkeypatch.setattr(shards.os, "preadv", lambda fd, bufs, offset: preadv(fd, [bufs[0][:5]], offset))
+    f = SafetensorsFile(tmp_path / "t.safetensors")
+    np.testing.assert_array_equal(f.read("b.lora_B.weight"), TENSORS["b.lora_B.weight"])
+    whole = (tmp_path / "t.safetensors").read_bytes()
+    (tmp_path / "t.safetensors").write_bytes(whole[:-4])
+    last = max(f.tensors, key=lambda name: f.tensors[name].begin)  # the tensor whose bytes end the file
+    with pytest.raises(shards.ShardError, match="read 6 of 10 bytes"):
+        f.read(last)

@@ -115,14 +115,22 @@ class SafetensorsFile:
         return to_float32(raw, t.dtype) if DTYPES[t.dtype][1] else raw.copy()
 
 
-def _pread(path: Path, offset: int, n: int) -> bytes:
+def _pread(path: Path, offset: int, n: int) -> bytearray:
+    """`n` bytes at `offset`. One pread returns at most ~2 GiB on Linux (a 31B's bf16 embedding is 2.8 GB), and may
+    return less at any size: read on until `n` or the file's end."""
+    out = bytearray(n)
+    view, done = memoryview(out), 0
     fd = os.open(path, os.O_RDONLY)
     try:
-        out = os.pread(fd, n, offset)
+        while done < n:
+            got = os.preadv(fd, [view[done:]], offset + done)
+            if got == 0:
+                break
+            done += got
     finally:
         os.close(fd)
-    if len(out) != n:
-        raise ShardError(f"{path}: read {len(out)} of {n} bytes at offset {offset} (file truncated while reading?)")
+    if done != n:
+        raise ShardError(f"{path}: read {done} of {n} bytes at offset {offset} (file truncated while reading?)")
     return out
 
 
