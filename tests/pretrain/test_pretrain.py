@@ -111,8 +111,8 @@ def test_the_lora_fine_tune_beats_the_base_on_held_out_problems(tmp_path, monkey
     base, tuned = runner.run_demo(tmp_path / "demo", n_eval=24).scores
     assert base.summary.problems == tuned.summary.problems == 24
     assert base.summary.engine == tuned.summary.engine and base.summary.engine.kind == "local"
-    gain = tuned.pass_at_k["1"] - base.pass_at_k["1"]
-    assert gain >= 0.2, (base.pass_at_k, tuned.pass_at_k)
+    gain = tuned.summary.pass_at_k["1"] - base.summary.pass_at_k["1"]
+    assert gain >= 0.2, (base.summary.pass_at_k, tuned.summary.pass_at_k)
 
 
 def test_the_cache_key_follows_the_model_shape_and_the_training_text(monkeypatch):
