@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from crosstune.families import get_family
 from crosstune.families import tunix_layout as tl
 
 rng = np.random.default_rng(0)
@@ -89,3 +90,24 @@ def test_family_table_lists_the_real_tunix_parameters(family, size, heads_equal)
     assert not mismatched
     fused = any(p.endswith("qkv_einsum.w") for p in table)
     assert fused == (heads_equal and family == "gemma3") == fam.fuses_qkv(spec.kind(0))
+
+
+@pytest.mark.parametrize(("family", "size"), [(f, s) for f in ("gemma3", "gemma4") for s in get_family(f).sizes])
+def test_the_tables_hf_view_holds_every_parameter_of_the_size(family, size):
+    """`hf_tensors`, the HF checkpoint the table describes (what the numpy writer of `model build` writes), holds
+    exactly the spec's parameters (counted from its dimensions, elsewhere), plus Gemma 4's layer scalars (buffers the
+    count leaves out); no tensor twice, none of a KV-shared layer's K/V, no head (tied)."""
+    import math
+
+    spec = get_family(family).spec(size)
+    tensors = get_family(family).tunix.hf_tensors(spec)
+    names = [t.name for t in tensors]
+    scalars = [n for n in names if n.endswith("layer_scalar")]
+    assert len(names) == len(set(names)) and "embed_tokens.weight" in names and "lm_head.weight" not in names
+    assert sum(math.prod(t.shape) for t in tensors) == spec.total_params + len(scalars)
+    assert len(scalars) == (spec.num_layers if family == "gemma4" else 0)
+    for i in range(spec.num_layers):
+        has_k = f"layers.{i}.self_attn.k_proj.weight" in names
+        assert has_k != spec.kv_shared(i)
+    embed = dict(zip(names, tensors, strict=True))["embed_tokens.weight"]
+    assert embed.shape == (spec.vocab_size, spec.hidden_size) and embed.axes == ("V", "D")

@@ -214,6 +214,7 @@ def model_build(ctx: Ctx) -> Case:
         lambda: ctx.option("--size", "string"),
         lambda: ctx.option("--family", "string"),
         lambda: _model_out(ctx, protected),
+        lambda: ctx.option("--writer", "string"),
     ]
     extra = ctx.mutate(mutations)
     argv = ["model", "build", "--family", family, "--size", size, "--out", "out/model", "--layers", "2", *extra]

@@ -74,6 +74,9 @@ class Family:
     multimodal_model: str = ""
     # A second architecture with the same decoder layers (Gemma 4 12B's gemma4_unified): specs with `unified` set
     unified_arch: HfArch | None = None
+    # The RMSNorm weight of a norm that leaves its input's scale alone (transformers' init): 1 where the norm scales
+    # by w (Gemma 4), 0 where by 1 + w (Gemma 3)
+    norm_identity: float = 1.0
 
     @property
     def hf_model_types(self) -> tuple[str, ...]:

@@ -37,6 +37,22 @@ LAYOUTS = ("q_kv", "qkv", "q_k")
 CONVERSIONS = ("copy", "heads", "o_proj", "transpose", "reshape")
 
 
+def implied_hf_shape(convert: str, shape: str) -> tuple[str, ...] | None:
+    """The HF tensors' shape a conversion implies for a tunix `shape` (the inverse of tunix_weights.tunix_tensor), as
+    groups of axis letters whose sizes multiply; None for a reshape, which implies none. A transpose implies a
+    Linear's 2-D weight; a row whose HF tensor is 3-D (the experts') names its shape (`TunixParam.hf_shape`)."""
+    if convert == "copy":
+        return tuple(shape)
+    if convert == "heads":  # each part (N·H, D): the fused-parts digit dropped
+        heads, d, h = shape.lstrip("23")
+        return (heads + h, d)
+    if convert == "o_proj":  # (D, N·H)
+        return (shape[2], shape[:2])
+    if convert == "transpose":  # a Linear's [out, in], tunix's [in, out...]
+        return (shape[1:], shape[0])
+    return None
+
+
 class UnsupportedConfig(CrosstuneError, ValueError):
     """A config.json field that tunix's model can't reproduce exactly."""
 
@@ -65,6 +81,9 @@ class TunixParam:
     # A K/V parameter tunix builds on every layer but never reads on KV-shared ones, where HF has no tensor: the
     # loader fills it with zeros there.
     kv_owner_only: bool = False
+    # The shape of each HF part as groups of axis letters whose sizes multiply ("LP": L·P); None: what the conversion
+    # implies (`implied_hf_shape`)
+    hf_shape: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if set(self.shape) - set(AXES) or self.convert not in CONVERSIONS or self.layout not in (None, *LAYOUTS):
@@ -76,6 +95,9 @@ class TunixParam:
             raise ValueError(f"tunix table row {self.path!r}: when {self.when!r} outside {FEATURES}")
         if len(self.sharding) != len(self.shape) or bool(self.lora) != bool(self.contracting):
             raise ValueError(f"tunix table row {self.path!r}: sharding or LoRA axes don't fit shape {self.shape!r}")
+        hf = self.hf_shape or implied_hf_shape(self.convert, self.shape)
+        if hf is None or set("".join(hf)) - set(AXES):
+            raise ValueError(f"tunix table row {self.path!r}: HF shape {hf!r}: give hf_shape in axis letters ({AXES})")
 
     @property
     def module(self) -> str:
@@ -93,11 +115,29 @@ class TunixParam:
     def dims(self, sizes: dict[str, int]) -> tuple[int, ...]:
         return tuple(int(a) if a.isdigit() else sizes[a] for a in self.shape)
 
+    @property
+    def hf_axes(self) -> tuple[str, ...]:
+        """The HF parts' shape in axis-letter groups."""
+        return self.hf_shape or implied_hf_shape(self.convert, self.shape) or ()
+
+    def hf_dims(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        """The shape of each HF tensor the row is built from."""
+        return tuple(math.prod(int(a) if a.isdigit() else sizes[a] for a in group) for group in self.hf_axes)
+
     def lora_dims(self, sizes: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(A's axes without the rank, B's axes without the rank): Qwix's split of the weight's axes."""
         dims = self.dims(sizes)
         rest = tuple(d for i, d in enumerate(dims) if i not in self.contracting)
         return tuple(dims[i] for i in self.contracting), rest
+
+
+@dataclass(frozen=True)
+class HfTensor:
+    """A tensor of an HF checkpoint's text decoder: what a checkpoint writer stores."""
+
+    name: str  # under the decoder's prefix, e.g. layers.5.self_attn.k_proj.weight
+    shape: tuple[int, ...]
+    axes: tuple[str, ...]  # its shape in axis-letter groups (`TunixParam.hf_axes`): a vocabulary table starts "V"
 
 
 @dataclass(frozen=True)
@@ -181,6 +221,30 @@ class TunixTable:
                     sharding = tuple(None if a == "K" else s for a, s in zip(r.shape, r.sharding, strict=True))
                 out.append(Tensor(f"layers.{i}.{r.path}", r.dims(sizes), sharding, r.contracting))
         return out
+
+    def hf_tensors(self, spec: ModelSpec) -> list[HfTensor]:
+        """Every tensor of `spec`'s HF checkpoint (text decoder, names under its prefix), in table order, layer by
+        layer: the fused parts of a row each once, none of a KV-shared layer's K/V (HF has none), no head (tied)."""
+        if not spec.tied_embeddings:
+            raise ValueError(f"{spec.name}: untied embeddings: the HF <-> Tunix table has no lm_head row")
+        out: dict[str, HfTensor] = {}
+
+        def add(row: TunixParam, sizes: dict[str, int], prefix: str = "") -> None:
+            for name in row.hf:
+                t = HfTensor(prefix + name, row.hf_dims(sizes), row.hf_axes)
+                if out.setdefault(t.name, t) != t:
+                    raise ValueError(f"tunix table: HF tensor {t.name!r} has two shapes: {out[t.name]} vs {t}")
+
+        top = spec_axis_sizes(spec)
+        for r in self.rows:
+            if not r.per_layer and has_feature(spec, r.when):
+                add(r, top)
+        for i in range(spec.num_layers):
+            sizes = spec_axis_sizes(spec, i)
+            for r in self.layer_rows(spec, i):
+                if not (r.kv_owner_only and spec.kv_shared(i)):
+                    add(r, sizes, f"layers.{i}.")
+        return list(out.values())
 
     def lora_rows(self, spec: ModelSpec, layer: int, targets: list[str] | tuple[str, ...]) -> list[TunixParam]:
         """The rows of layer `layer` whose LoRA covers one of `targets` present there, in table order (a KV-shared

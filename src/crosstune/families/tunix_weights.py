@@ -17,7 +17,8 @@ from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_layout import heads_to_tunix, mlp_to_tunix, o_to_tunix
 from crosstune.model_configs import read_model_config
 
-PREFIXES = ("model.language_model.", "language_model.model.", "model.", "")
+CAUSAL_PREFIX = "model."  # the decoder of a text-only Gemma*ForCausalLM checkpoint
+PREFIXES = ("model.language_model.", "language_model.model.", CAUSAL_PREFIX, "")
 
 
 class CheckpointReader:

@@ -3,25 +3,35 @@ layout (text-only causal LM, or the official checkpoints' `*ForConditionalGenera
 shard count, plus a tokenizer of exactly that vocabulary trained locally (crosstune.models.tokenizer).
 
 A 2-layer model of the 31B's true dimensions (hidden 5376, vocab 262,144) rehearses the real checkpoint on a CPU
-(docs/BENCHMARKS.md, "Real-dimension rehearsal"); the tiny sizes are the tests' models. The weights are
-transformers' own initialisation under `torch.manual_seed(seed)` with norms, layer scalars and embeddings
-randomised (`randomise_scales`): the same arguments give byte-identical files.
+(docs/BENCHMARKS.md, "Real-dimension rehearsal"); the tiny sizes are the tests' models. Two writers (`WRITERS`):
+torch, transformers' own model classes and initialisation under `torch.manual_seed(seed)` with norms, layer scalars
+and embeddings randomised (`randomise_scales`); numpy (models.numpy_weights), the same files of the text layout
+without torch (a TPU host's jax-only install), its tensors named and shaped by the family's HF <-> Tunix table and
+drawn by the same rules (models.build_rules). Either way the same arguments give byte-identical files.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from crosstune import ownership
-from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.families.base import gemma_layer_pattern
 from crosstune.families.spec import DTYPE_BYTES, ModelSpec
+from crosstune.models.build_rules import (
+    EMBED_STD,
+    LAYER_SCALAR,
+    ROUTER_STD,
+    SCALE_JITTER,
+    SCALES,
+    SMALL_HIDDEN,
+    ModelOptionError,
+    exact_shard_limit,
+)
 from crosstune.models.tokenizer import corpus_texts, save_tokenizer, train_tokenizer
 from crosstune.synth import generate_corpus
 from crosstune.units import bytes_to_gb
@@ -33,28 +43,11 @@ LAYOUTS = ("causal", "multimodal")
 DTYPES = ("float32", "bfloat16")
 
 
-class ModelOptionError(CrosstuneError):
-    """A `crosstune model build` option the build can't take; the message names the option and the choices."""
-
-
-class ShardCountError(ModelOptionError, ValueError):
-    """`--shards N` the model's tensors can't be split into (the command prefixes the option)."""
-
-
+# auto: torch where it imports (transformers' own init: the files every earlier build wrote, the tests' and the
+# demo's models), numpy otherwise; numpy writes the text layout only (the multimodal one needs transformers' classes)
+WRITERS = ("auto", "torch", "numpy")
 # The corpus the tokenizer is trained on when none is given (fixed, so the tokenizer is too).
 DEFAULT_CORPUS = {"n_train": 400, "n_eval": 0, "seed": 0}
-# Embedding std of the small models (hidden size up to SMALL_HIDDEN): with transformers' 0.02 their tied-embedding
-# logits stay within about ±1, too small for a wrong softcap or norm mapping to show in a logits comparison; 0.1
-# gives logits of several units. Larger models keep transformers' own 0.02: logits grow with sqrt(hidden), and 0.1
-# at hidden 5376 saturates the softcap (a loss of ~27 on a 262,144 vocabulary instead of ~13).
-EMBED_STD = 0.1
-SMALL_HIDDEN = 128
-# Router weight std of the MoE models (any size): the router sees unit-RMS inputs scaled by 1/sqrt(hidden), so its
-# expert scores have about this std. With transformers' 0.02 they are near-uniform and the top-k choice flips under
-# the two stacks' different fp32 rounding after one training step (a router of a real checkpoint is decisive).
-ROUTER_STD = 1.0
-# Parameters randomised around their init value by `randomise_scales`: norm weights, the MoE router's scales.
-SCALES = re.compile(r"(?:norm(?:_\d)?\.weight|router\.scale|router\.per_expert_scale)$")
 # The official checkpoints' multimodal configs (the family's `HfArch` names the classes), with a one-layer vision
 # tower or a small encoder-free vision embedder (the rehearsal needs its layout and its tensors beside the language
 # model's, not its size). Media token ids lie past the text vocabulary.
@@ -110,9 +103,13 @@ MULTIMODAL = {
 }
 
 
-def build_bytes(spec: ModelSpec) -> int:
-    """The memory a build of `spec` holds at its peak: transformers initialises every weight in float32, and the cast
-    to `dtype` goes a parameter at a time."""
+def build_bytes(spec: ModelSpec, dtype: str = "float32", shards: int = 1, writer: str = "torch") -> int:
+    """The memory a build of `spec` holds at its peak. torch: every weight in float32 while transformers initialises
+    it (the cast to `dtype` goes a parameter at a time); numpy: one shard and the tensor being drawn."""
+    if writer == "numpy":
+        from crosstune.models.numpy_weights import peak_bytes
+
+        return peak_bytes(get_family(spec.family), spec, dtype, shards)
     return spec.total_params * DTYPE_BYTES["float32"]
 
 
@@ -127,14 +124,46 @@ def available_bytes() -> int | None:
     return None
 
 
-def memory_problem(spec: ModelSpec, dtype: str) -> str | None:
-    """Why this machine can't hold a build of `spec` in `dtype` (None: it can, or its memory can't be read)."""
-    need, have = build_bytes(spec), available_bytes()
+def memory_problem(spec: ModelSpec, dtype: str, shards: int = 1, writer: str = "torch") -> str | None:
+    """Why this machine can't hold a build of `spec` in `dtype` by `writer` (None: it can, or its memory can't be
+    read). ShardCountError where the numpy writer can't split the tensors into `shards` files."""
+    need, have = build_bytes(spec, dtype, shards, writer), available_bytes()
     if have is None or need <= have:
         return None
     size = f"{spec.name} ({spec.total_params:,} parameters)"
     free = f"this machine has {bytes_to_gb(have):.1f} GB available"
-    return f"{size} needs about {bytes_to_gb(need):.1f} GB to build in {dtype}; {free}"
+    how = f"in {shards} shard(s) with the numpy writer" if writer == "numpy" else "with the torch writer"
+    return f"{size} needs about {bytes_to_gb(need):.1f} GB to build in {dtype} {how}; {free}"
+
+
+def resolve_writer(writer: str, layout: str) -> str:
+    """The writer that builds `layout` here ("torch" or "numpy"; `auto` picks as WRITERS says); ModelOptionError,
+    naming what to install, where the one asked for or the layout's needs torch and torch does not import."""
+    if writer not in WRITERS:
+        raise ModelOptionError(f"--writer {writer!r}: one of {', '.join(WRITERS)}")
+    if writer == "numpy" and layout != "causal":
+        raise ModelOptionError(f"--writer numpy writes --layout causal only: --layout {layout} needs --writer torch")
+    if writer == "auto":
+        writer = "torch" if _torch_imports() else "numpy"
+    if writer == "numpy" and layout != "causal":
+        raise ModelOptionError(
+            f"--layout {layout} is built with transformers' model classes, which need torch: install the torch stack "
+            "(pip install -r requirements.lock), or build --layout causal without it"
+        )
+    if writer == "torch" and not _torch_imports():
+        raise ModelOptionError(
+            "--writer torch: torch does not import here: install the torch stack (pip install -r requirements.lock), "
+            "or give --writer numpy"
+        )
+    return writer
+
+
+def _torch_imports() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def sized_spec(family: str, size: str, layers: int | None = None, vocab: int | None = None) -> ModelSpec:
@@ -171,22 +200,22 @@ def build_checkpoint(
     shards: int = 1,
     seed: int = 0,
     corpus_dir: Path | None = None,
+    writer: str = "auto",
     say=lambda message: None,
 ) -> Path:
-    """Write a random `family` checkpoint of `size` into `out_dir` (see the module docstring).
+    """Write a random `family` checkpoint of `size` into `out_dir` (see the module docstring) with `writer`.
 
     Files: config.json, model.safetensors or `shards` model-0000k-of-0000N.safetensors files with their index,
     generation_config.json (eos = [<eos>, turn end]), tokenizer.json, tokenizer_config.json (with the family's chat
     template) and special_tokens_map.json. The tokenizer is trained on `corpus_dir/train.jsonl`, or on a small
     synthetic corpus with a fixed seed when `corpus_dir` is None. `say` hears each phase (progress)."""
-    import torch
-    import transformers
+    import transformers  # its configs, tokenizers and GenerationConfig import without torch
 
     if layout not in LAYOUTS or dtype not in DTYPES or shards < 1:
         raise ValueError(f"layout in {LAYOUTS}, dtype in {DTYPES}, shards >= 1; got {layout!r}, {dtype!r}, {shards}")
+    writer = resolve_writer(writer, layout)
     fam = get_family(family)
     spec = sized_spec(family, size, layers, vocab)
-    arch = fam.hf_arch(spec)
     out_dir = Path(out_dir)
 
     say(f"training a {spec.vocab_size:,}-entry tokenizer")
@@ -203,9 +232,36 @@ def build_checkpoint(
     )
     text_class = transformers.CONFIG_MAPPING[hf.pop("model_type")]
     text_config = text_class(**hf)  # layer_types at construction: setting it later leaves derived fields stale
+    generation = transformers.GenerationConfig(
+        bos_token_id=ids["bos"], eos_token_id=[ids["eos"], ids["turn_end"]], pad_token_id=ids["pad"]
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if writer == "numpy":
+        say(f"drawing {spec.name} ({layout}, {dtype}) with numpy")
+        text_config.save_pretrained(out_dir)  # what the torch writer's save_pretrained writes, byte for byte
+        generation.save_pretrained(out_dir)
+        from crosstune.models.numpy_weights import write_numpy_weights
+
+        std = text_config.initializer_range or 0.02  # transformers' _init_weights: the same fallback
+        write_numpy_weights(
+            fam, spec, out_dir, dtype=dtype, shards=shards, seed=seed, std=std, pad_token_id=ids["pad"], say=say
+        )
+    else:
+        _write_torch(fam, spec, text_config, generation, len(tokenizer), out_dir, layout, dtype, shards, seed, say)
+    save_tokenizer(tokenizer, out_dir)
+    return out_dir
+
+
+def _write_torch(fam, spec, text_config, generation, vocab, out_dir, layout, dtype, shards, seed, say) -> None:
+    """The weights and configs by transformers' model class of `layout`, initialised under `torch.manual_seed(seed)`,
+    saved by save_pretrained."""
+    import torch
+    import transformers
+
+    arch = fam.hf_arch(spec)
     if layout == "multimodal":
         mm = MULTIMODAL[arch.multimodal_config]
-        media = {name: len(tokenizer) + i for i, name in enumerate(mm["media"])}
+        media = {name: vocab + i for i, name in enumerate(mm["media"])}
         text = {k: v for k, v in text_config.to_dict().items() if k != "architectures"}  # the hub's configs: none
         config = getattr(transformers, arch.multimodal_config)(
             text_config=text, vision_config=mm["vision"], **mm["extra"], **media
@@ -220,18 +276,13 @@ def build_checkpoint(
     with _default_dtype(getattr(torch, dtype)):  # params born in the checkpoint's dtype: no fp32 copy of a big model
         model = model_class(config).to(getattr(torch, dtype)).eval()
     randomise_scales(model)
-    model.generation_config = transformers.GenerationConfig(
-        bos_token_id=ids["bos"], eos_token_id=[ids["eos"], ids["turn_end"]], pad_token_id=ids["pad"]
-    )
+    model.generation_config = generation
 
     say(f"writing {shards} shard(s)")
-    out_dir.mkdir(parents=True, exist_ok=True)
     if shards == 1:
         model.save_pretrained(out_dir, safe_serialization=True)
     else:
         model.save_pretrained(out_dir, safe_serialization=True, max_shard_size=shard_size_for(model, shards))
-    save_tokenizer(tokenizer, out_dir)
-    return out_dir
 
 
 def randomise_scales(model) -> None:
@@ -248,10 +299,10 @@ def randomise_scales(model) -> None:
     with torch.no_grad():
         for name, param in model.named_parameters():
             if SCALES.search(name):
-                param.add_(torch.empty_like(param).uniform_(-0.5, 0.5))
+                param.add_(torch.empty_like(param).uniform_(-SCALE_JITTER, SCALE_JITTER))
         for name, buf in model.named_buffers():
             if name.endswith("layer_scalar"):
-                buf.uniform_(0.5, 1.5)
+                buf.uniform_(*LAYER_SCALAR)
         if model.config.get_text_config().hidden_size <= SMALL_HIDDEN:
             model.get_input_embeddings().weight.normal_(0.0, EMBED_STD)
         for name, param in model.named_parameters():
@@ -260,10 +311,10 @@ def randomise_scales(model) -> None:
 
 
 def shard_size_for(model, shards: int) -> int:
-    """The smallest `max_shard_size` (bytes) for which save_pretrained writes exactly `shards` files: it takes a
-    size, not a count. The tensors are the ones it saves, prepared by its own steps (tied weights once, keys back in
-    the checkpoint's format and order: Gemma 3's multimodal class saves `language_model.model.*`) and split by
-    huggingface_hub's splitter, as save_pretrained does (transformers 5.12)."""
+    """The smallest `max_shard_size` (bytes) for which save_pretrained writes exactly `shards` files
+    (build_rules.exact_shard_limit). The tensors are the ones it saves, prepared by its own steps (tied weights once,
+    keys back in the checkpoint's format and order: Gemma 3's multimodal class saves `language_model.model.*`) and
+    split by huggingface_hub's splitter, as save_pretrained does (transformers 5.12)."""
     from huggingface_hub import split_torch_state_dict_into_shards
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
@@ -273,15 +324,7 @@ def shard_size_for(model, shards: int) -> int:
     def count(limit: int) -> int:
         return len(split_torch_state_dict_into_shards(state, max_shard_size=limit).filename_to_tensors)
 
-    lo, hi = 1, sum(t.numel() * t.element_size() for t in state.values())
-    while lo < hi:  # the count only falls as the limit grows
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if count(mid) <= shards else (mid + 1, hi)
-    if count(lo) != shards:
-        raise ShardCountError(
-            f"the model's tensors can't be split into exactly {shards} shards (the nearest is {count(lo)})"
-        )
-    return lo
+    return exact_shard_limit(count, sum(t.numel() * t.element_size() for t in state.values()), shards)
 
 
 def _tokenizer(family: str, vocab_size: int, corpus_dir: Path | None):

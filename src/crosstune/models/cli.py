@@ -14,12 +14,12 @@ from crosstune.models.build import (
     DTYPES,
     LAYOUTS,
     MODEL,
-    ModelOptionError,
-    ShardCountError,
     build_checkpoint,
     memory_problem,
+    resolve_writer,
     sized_spec,
 )
+from crosstune.models.build_rules import ModelOptionError, ShardCountError
 from crosstune.models.tokenizer import corpus_texts
 from crosstune.ownership import check_out, owned_output, write_manifest
 
@@ -48,6 +48,13 @@ LayoutOpt = typer.Option(
     "vision tower (the official checkpoints' layout)",
 )
 ShardsOpt = typer.Option(1, "--shards", help="safetensors files (more than 1: with model.safetensors.index.json)")
+WriterOpt = typer.Option(
+    "auto",
+    "--writer",
+    help="torch: transformers' model classes and init; numpy: the same files of the causal layout without torch "
+    "(a TPU host's jax-only install), drawn tensor by tensor, a shard at a time; auto: torch where it imports, "
+    "numpy otherwise",
+)
 AssistantOpt = typer.Option(
     None,
     "--assistant",
@@ -76,6 +83,7 @@ def tiny(
     layout: str = LayoutOpt,
     dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16"),
     shards: int = ShardsOpt,
+    writer: str = WriterOpt,
     force: bool = ForceOpt,
     assistant: Path | None = AssistantOpt,
     fit_steps: int | None = FitOpt,
@@ -93,7 +101,7 @@ def tiny(
     """
     if assistant is not None:
         return _assistant(family, assistant, out, seed, dtype, 150 if fit_steps is None else fit_steps, force)
-    _build(family, out, "tiny", None, None, layout, dtype, shards, seed, corpus, force)
+    _build(family, out, "tiny", None, None, layout, dtype, shards, seed, corpus, force, writer)
 
 
 @model_app.command("build")
@@ -118,6 +126,7 @@ def build(
     shards: int = ShardsOpt,
     seed: int = SeedOpt,
     corpus: Path | None = CorpusOpt,
+    writer: str = WriterOpt,
     force: bool = ForceOpt,
     assistant: Path | None = AssistantOpt,
     fit_steps: int | None = FitOpt,
@@ -135,14 +144,17 @@ def build(
     The tokenizer is trained locally (byte-level BPE, the family's special tokens and chat template); a vocabulary
     larger than the corpus supports learns its extra entries from seeded pseudo-words.
 
+    Without torch (a TPU host's jax-only install, requirements-jax.lock) the causal layout is written with numpy
+    (`--writer numpy`): the same files, holding one shard at a time; give more --shards to hold less.
+
     `--assistant BASE` builds BASE's MTP drafter instead (4 layers, half BASE's hidden size; random unless --fit-steps).
     """
     if assistant is not None:
         return _assistant(family, assistant, out, seed, dtype, fit_steps or 0, force)
-    _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus, force)
+    _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus, force, writer)
 
 
-def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus, force) -> None:
+def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus, force, writer) -> None:
     console = Console()
     try:
         fam = get_family(family)
@@ -166,14 +178,22 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
         except ValueError as e:
             raise InputError(f"--corpus {corpus}: {e}: fix the file or give another corpus") from None
 
+    writer = resolve_writer(writer, layout)  # one line naming what to install, before any work
+
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     spec = sized_spec(fam.name, size, layers, vocab)
-    if problem := memory_problem(spec, dtype):  # before anything is allocated: the 31B's 62 GB was allocated blind
-        raise ModelOptionError(f"{problem}: give --layers (e.g. --layers 2: the size's true dimensions, few layers)")
+    try:  # before anything is allocated: the 31B's 62 GB was allocated blind
+        problem = memory_problem(spec, dtype, shards, writer)
+    except ShardCountError as e:
+        raise ModelOptionError(f"--shards {shards}: {e}") from None
+    if problem:
+        fewer = "more --shards or " if writer == "numpy" else ""
+        raise ModelOptionError(f"{problem}: give {fewer}--layers (e.g. --layers 2: the size's true dimensions)")
     settings = {"family": fam.name, "size": size, "layers": layers, "vocab": vocab, "layout": layout, "dtype": dtype,
-                "shards": shards, "seed": seed, "corpus": None if corpus is None else str(corpus)}  # fmt: skip
+                "shards": shards, "seed": seed, "corpus": None if corpus is None else str(corpus),
+                "writer": writer}  # fmt: skip
     # Built beside OUT and swapped in at the end: a failed build leaves OUT as it was; refused before any work.
     staged = owned_output(out, MODEL, inputs=[Path.cwd()], what="working directory", overwrite=force, flag="--force")
     try:
@@ -189,12 +209,13 @@ def _build(family, out, size, layers, vocab, layout, dtype, shards, seed, corpus
                 shards=shards,
                 seed=seed,
                 corpus_dir=corpus,
+                writer=writer,
                 say=lambda message: status.update(f"{spec.name}: {message}"),
             )
             write_manifest(tmp, MODEL, {"settings": settings})
     except ShardCountError as e:
         raise ModelOptionError(f"--shards {shards}: {e}") from None
-    _report(console, spec, out, layout, dtype, seed)
+    _report(console, spec, out, layout, dtype, seed, writer)
 
 
 def _assistant(family: str, base: Path, out: Path, seed: int, dtype: str, fit_steps: int, force: bool) -> None:
@@ -242,10 +263,10 @@ def _assistant(family: str, base: Path, out: Path, seed: int, dtype: str, fit_st
         )
 
 
-def _report(console: Console, spec, out: Path, layout: str, dtype: str, seed: int) -> None:
+def _report(console: Console, spec, out: Path, layout: str, dtype: str, seed: int, writer: str) -> None:
     console.print(
         f"[bold]{spec.name}[/bold] ({layout}, {dtype}) → {out}  decoder params {spec.total_params:,}  "
-        f"vocab {spec.vocab_size:,}  seed {seed}"
+        f"vocab {spec.vocab_size:,}  seed {seed}  written by {writer}"
     )
     console.print("layer types: " + " ".join(spec.layer_types))
     if spec.per_layer_input_dim:

@@ -2,7 +2,8 @@
 
 The shapes come from `family.spec("tiny")` (every layout peculiarity of the big models, at hidden size 64), the
 tokenizer is trained locally on the synthetic Verilog corpus, and the weights are transformers' own
-initialisation under `torch.manual_seed(seed)` (crosstune.models.build): the same seed gives byte-identical files.
+initialisation under `torch.manual_seed(seed)` (crosstune.models.build; where torch does not import, numpy's draws by
+the same rules): the same seed gives byte-identical files.
 By default a text-only causal LM in fp32, one file; `layout`, `dtype` and `shards` give the hub's layout instead
 (multimodal, bf16, sharded) at the same small size.
 """

@@ -106,4 +106,5 @@ GEMMA3 = Family(
     tunix=TUNIX,
     multimodal_config="Gemma3Config",
     multimodal_model="Gemma3ForConditionalGeneration",
+    norm_identity=0.0,
 )

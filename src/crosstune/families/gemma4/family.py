@@ -228,4 +228,5 @@ GEMMA4 = Family(
     multimodal_config="Gemma4Config",
     multimodal_model="Gemma4ForConditionalGeneration",
     unified_arch=UNIFIED,
+    norm_identity=1.0,
 )
