@@ -15,9 +15,7 @@ What a request meets is its mode: `mode(body)` when given, else the request's `m
   trickle (Content-Length 1000, then one body byte every 0.2 s for up to `stall_s`), cut (Content-Length 1000,
   10 bytes, then close), die (the serving process exits 0 at once, as vLLM's CPU engine does on a head size it can't
   run: the stand-in's mode).
-Load and cache, as vLLM has them: with `prefill_s` the server has one prefill slot, each prompt holding it for
-`prefill_s` before its first token, in arrival order (a virtual queue on absolute times, so a late thread doesn't
-add up): TTFT grows with the request rate past 1 / prefill_s. A prefix cache of `block` -token blocks (vLLM's
+Cache, as vLLM has it: a prefix cache of `block` -token blocks (vLLM's
 hashing: a block counts only with every block before it) counts prompt tokens queried and hit, as vLLM's
 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` token counters.
 Speculative decoding: with `draft=[p0, p1, …]` (the acceptance per draft position, k = its length) the server
@@ -74,7 +72,6 @@ class FakeOpenAI(ThreadingHTTPServer):
         version: str | None = None,
         stall_s: float = 3.0,
         stall_prompts_over: int | None = None,
-        prefill_s: float = 0.0,
         block: int = 16,
         hub_errors: dict[str, str] | None = None,
         draft: list[float] | None = None,
@@ -88,12 +85,11 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.token_delay_s, self.slow_first_s, self.die_after = token_delay_s, slow_first_s, die_after
         self.served, self.max_model_len, self.root, self.models_stall = served, max_model_len, root, models_stall
         self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
-        self.prefill_s, self.block = prefill_s, block
+        self.block = block
         self.hub_errors = hub_errors or {}
         self.draft = draft
         self.spec = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_pos": [0.0] * len(draft or [])}
         self.raw, self.health_status = raw, health_status
-        self.slot_free_at = 0.0  # perf_counter time the prefill slot frees
         self.cached_blocks: set[tuple] = set()
         self.cache_queries = self.cache_hits = 0
         self.release = threading.Event()  # set on stop: stalled and trickling handlers end
@@ -285,20 +281,10 @@ class Handler(BaseHTTPRequestHandler):
                 s.cache_hits += s.block if chained else 0
                 s.cached_blocks.add(key)
 
-    def _prefill(self) -> None:
-        """Wait for the one prefill slot, then hold it for prefill_s (absolute times: no drift under load)."""
-        s = self.server
-        with s.lock:
-            start = max(time.perf_counter(), s.slot_free_at)
-            s.slot_free_at = start + s.prefill_s
-        time.sleep(max(0.0, start + s.prefill_s - time.perf_counter()))
-
     def _stream(self, body: dict, mode: str, slow: float) -> None:
         s = self.server
         prompt = len(body["prompt"]) if "prompt" in body else s.chat_tokens(body["messages"][0]["content"])
         self._cache(body)
-        if s.prefill_s:
-            self._prefill()
         if mode == "truncate":
             prompt = min(prompt, 64)
         n = body.get("max_tokens") or body.get("max_completion_tokens")
