@@ -15,9 +15,11 @@ What a request meets is its mode: `mode(body)` when given, else the request's `m
   trickle (Content-Length 1000, then one body byte every 0.2 s for up to `stall_s`), cut (Content-Length 1000,
   10 bytes, then close), die (the serving process exits 0 at once, as vLLM's CPU engine does on a head size it can't
   run: the stand-in's mode).
-Load and cache, as vLLM has them: with `prefill_s` the server has one prefill slot, each prompt holding it for
-`prefill_s` before its first token, in arrival order (a virtual queue on absolute times, so a late thread doesn't
-add up): TTFT grows with the request rate past 1 / prefill_s. A prefix cache of `block` -token blocks (vLLM's
+Load and cache: `events` logs ("start", n) when the body of the n-th request is read and ("end", n) before the last
+byte of its answer is written, so a client that has read a whole answer finds the server done with it; `in_flight` and
+`max_in_flight` count the same way. With `hold_first_until` N, the first streamed request's answer waits (after its
+headers) until the N-th request has arrived (or the server stops): what a client sends meanwhile is its concurrency,
+in events, not in timings. A prefix cache of `block` -token blocks (vLLM's
 hashing: a block counts only with every block before it) counts prompt tokens queried and hit, as vLLM's
 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` token counters.
 Speculative decoding: with `draft=[p0, p1, …]` (the acceptance per draft position, k = its length) the server
@@ -64,7 +66,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         error_status: int = 500,
         error_body: str = ERROR_BODY,
         token_delay_s: float = 0.002,
-        slow_first_s: float = 0.0,
+        hold_first_until: int | None = None,
         die_after: int | None = None,
         served: list[str] | tuple[str, ...] | None = None,
         max_model_len: int | None = None,
@@ -74,7 +76,6 @@ class FakeOpenAI(ThreadingHTTPServer):
         version: str | None = None,
         stall_s: float = 3.0,
         stall_prompts_over: int | None = None,
-        prefill_s: float = 0.0,
         block: int = 16,
         hub_errors: dict[str, str] | None = None,
         draft: list[float] | None = None,
@@ -85,15 +86,16 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.mode, self.fail_after, self.answer, self.finish_reason = mode, fail_after, answer, finish_reason
         self.owned_by, self.version = owned_by, version
         self.error_status, self.error_body = error_status, error_body
-        self.token_delay_s, self.slow_first_s, self.die_after = token_delay_s, slow_first_s, die_after
+        self.token_delay_s, self.die_after = token_delay_s, die_after
+        self.hold_first_until = hold_first_until
+        self.held = threading.Event()  # set when request hold_first_until arrives, or on stop: the first one answers
         self.served, self.max_model_len, self.root, self.models_stall = served, max_model_len, root, models_stall
         self.stall_s, self.stall_prompts_over = stall_s, stall_prompts_over
-        self.prefill_s, self.block = prefill_s, block
+        self.block = block
         self.hub_errors = hub_errors or {}
         self.draft = draft
         self.spec = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_pos": [0.0] * len(draft or [])}
         self.raw, self.health_status = raw, health_status
-        self.slot_free_at = 0.0  # perf_counter time the prefill slot frees
         self.cached_blocks: set[tuple] = set()
         self.cache_queries = self.cache_hits = 0
         self.release = threading.Event()  # set on stop: stalled and trickling handlers end
@@ -101,6 +103,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.requests: list[dict] = []  # bodies received, in arrival order
         self.paths: list[str] = []  # their paths
         self.in_flight = self.max_in_flight = 0
+        self.events: list[tuple[str, int]] = []  # ("start", n) and ("end", n), in the order they happened
         self.ttft_sum = self.ttft_count = 0.0
         self.chat_tokens = lambda text: 7  # usage.prompt_tokens for a chat request (tests plug in the template)
         self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
@@ -141,6 +144,7 @@ class FakeOpenAI(ThreadingHTTPServer):
 
     def stop(self) -> None:
         self.release.set()
+        self.held.set()
         self.shutdown()
         self.server_close()
 
@@ -222,6 +226,10 @@ class Handler(BaseHTTPRequestHandler):
             n_seen = len(s.requests)
             s.in_flight += 1
             s.max_in_flight = max(s.max_in_flight, s.in_flight)
+            s.events.append(("start", n_seen))
+            if n_seen == s.hold_first_until:
+                s.held.set()
+        self.n_seen, self.ended = n_seen, False
         try:
             if s.die_after is not None and n_seen > s.die_after:
                 threading.Thread(target=s.stop, daemon=True).start()
@@ -235,12 +243,20 @@ class Handler(BaseHTTPRequestHandler):
             elif mode == "die":
                 os._exit(0)
             elif body.get("stream"):
-                self._stream(body, mode, slow=s.slow_first_s if n_seen == 1 else 0.0)
+                self._stream(body, mode, hold=n_seen == 1 and s.hold_first_until is not None)
             else:
                 self._reply(body, mode)
         finally:
-            with s.lock:
+            self._end()
+
+    def _end(self) -> None:
+        """This request's answer is complete (once): called before its last write, or when the handler returns."""
+        s = self.server
+        with s.lock:
+            if not self.ended:
+                self.ended = True
                 s.in_flight -= 1
+                s.events.append(("end", self.n_seen))
 
     def _reply(self, body: dict, mode: str) -> None:
         """One JSON body, as the eval client and readiness checks read it."""
@@ -285,20 +301,10 @@ class Handler(BaseHTTPRequestHandler):
                 s.cache_hits += s.block if chained else 0
                 s.cached_blocks.add(key)
 
-    def _prefill(self) -> None:
-        """Wait for the one prefill slot, then hold it for prefill_s (absolute times: no drift under load)."""
-        s = self.server
-        with s.lock:
-            start = max(time.perf_counter(), s.slot_free_at)
-            s.slot_free_at = start + s.prefill_s
-        time.sleep(max(0.0, start + s.prefill_s - time.perf_counter()))
-
-    def _stream(self, body: dict, mode: str, slow: float) -> None:
+    def _stream(self, body: dict, mode: str, hold: bool) -> None:
         s = self.server
         prompt = len(body["prompt"]) if "prompt" in body else s.chat_tokens(body["messages"][0]["content"])
         self._cache(body)
-        if s.prefill_s:
-            self._prefill()
         if mode == "truncate":
             prompt = min(prompt, 64)
         n = body.get("max_tokens") or body.get("max_completion_tokens")
@@ -310,7 +316,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        time.sleep(slow)
+        if hold:
+            s.held.wait()
         if mode == "stall" or (s.stall_prompts_over is not None and prompt > s.stall_prompts_over):
             s.release.wait(s.stall_s)
         if mode == "trickle":
@@ -354,6 +361,7 @@ class Handler(BaseHTTPRequestHandler):
                 s.spec["accepted_tokens"] += steps * sum(s.draft)
                 s.spec["per_pos"] = [a + steps * p for a, p in zip(s.spec["per_pos"], s.draft, strict=True)]
         self._event({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": sent}})
+        self._end()  # before [DONE]: the client frees its slot after reading it, never before the server counts
         self.wfile.write(b"data: [DONE]\n\n")
 
     def _event(self, msg: dict) -> None:

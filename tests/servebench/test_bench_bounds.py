@@ -154,7 +154,9 @@ def test_nothing_listening_is_reported_as_such(tmp_path, tiny_gemma4_dir):
 
     async def one():
         async with httpx.AsyncClient() as client:
-            return await send(client, url, completion_payload("m", [1, 2], 8), record, time.perf_counter(), 5.0)
+            return await send(
+                client, url, completion_payload("m", [1, 2], 8), record, asyncio.get_running_loop().time(), 5.0
+            )
 
     assert asyncio.run(one()).error.startswith(f"refused: nothing accepted the connection to {url}")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
 import pytest
@@ -84,7 +83,9 @@ def _sent(server: FakeOpenAI) -> RequestRecord:
     async def one() -> RequestRecord:
         async with httpx.AsyncClient() as client:
             payload = completion_payload("raw", list(range(16)), 1)
-            return await send(client, server.url + "/v1/completions", payload, record, time.perf_counter(), 10.0)
+            return await send(
+                client, server.url + "/v1/completions", payload, record, asyncio.get_running_loop().time(), 10.0
+            )
 
     return asyncio.run(one())
 

@@ -41,6 +41,12 @@ def test_a_flushed_stream_marks_the_cells_client_timings(tmp_path, tiny_gemma4_d
     said = " ".join(result.output.split())
     assert "* the client received most streams of this cell in one burst" in said
     assert "use the server's /metrics figures" in said
+    compared = cli("bench", "compare", str(tmp_path / "b"), str(tmp_path / "b"))
+    assert compared.exit_code == 0, compared.output
+    lines = compared.output.splitlines()  # 80 columns: each metric's row whole, its bursty sides a short mark
+    assert any("request_throughput" in line and line.rstrip("│ ").endswith("1.00×") for line in lines), lines
+    assert any("median_ttft_ms" in line and line.rstrip("│ ").endswith("A, B") for line in lines), lines
+    assert "* bursty: in the sweep(s) named, the client received most streams" in " ".join(compared.output.split())
 
 
 def test_server_percentiles_carry_their_bucket():

@@ -11,6 +11,10 @@ from crosstune.servebench import slo as slos
 from crosstune.servebench.request_metrics import describe_load
 
 BURSTY_MARK = "*"
+BURSTY_NOTE = (  # after BURSTY_MARK, below the tables that mark a bursty cell's client timings
+    "the client received most streams of this cell in one burst: its TTFT/TPOT/ITL (and an SLO on them) describe the "
+    "host's scheduling, not the server; use the server's /metrics figures (summary.json cells[].server)"
+)
 INTERVALS = (("output_throughput", ",.1f"), ("goodput", ",.2f"), ("p99_ttft_ms", ",.1f"))
 
 
@@ -87,12 +91,7 @@ def render_summary(summary: dict, out: Console | None = None) -> None:
             highlight=False,
         )
     if bursty_cells:
-        out.print(
-            f"{BURSTY_MARK} the client received most streams of this cell in one burst: its TTFT/TPOT/ITL (and an SLO "
-            "on them) describe the host's scheduling, not the server; use the server's /metrics figures "
-            "(summary.json cells[].server)",
-            highlight=False,
-        )
+        out.print(f"{BURSTY_MARK} {BURSTY_NOTE}", highlight=False)
     if any(c.get("server") for c in summary["cells"]):
         out.print("server percentiles come from /metrics histograms: the true value lies in the bucket shown")
     seed = "given (--seed)" if summary.get("seed_given") else "fresh"

@@ -194,6 +194,7 @@ def compare(
     whose cells hit the prefix cache). A sweep with a speculative-decoding drafter against one without is compared."""
     from dataclasses import replace
 
+    from crosstune.servebench.bench_table import BURSTY_MARK, BURSTY_NOTE
     from crosstune.servebench.summary import compare_rows, load_summary
     from crosstune.servebench.summary_cells import read_sweep
     from crosstune.servebench.sweep_comparison import compare_sweeps
@@ -211,7 +212,8 @@ def compare(
     if not rows:
         raise BenchError(f"{a} and {b} share no (context, concurrency/rate) cell")
     t = Table(title=f"A = {sa.get('label') or a}   B = {sb.get('label') or b}")
-    for col in ("ctx", "load", "metric", "A", "B", "B/A", "note"):
+    # a bursty cell is a short mark and one footnote: a sentence per row squeezed the metric names out of 80 columns
+    for col in ("ctx", "load", "metric", "A", "B", "B/A", f"bursty{BURSTY_MARK}"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(
@@ -221,9 +223,11 @@ def compare(
             _num(r["a"]),
             _num(r["b"]),
             "–" if r["ratio"] is None else f"{r['ratio']:.2f}×",
-            r.get("note") or "",
+            ", ".join(r["bursty"]),
         )
     console.print(t)
+    if any(r["bursty"] for r in rows):
+        console.print(f"{BURSTY_MARK} bursty: in the sweep(s) named, {BURSTY_NOTE}", highlight=False)
 
 
 def _grid(preset: str | None, contexts: str | None, concurrency: str | None, output_len: int | None):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -83,12 +82,13 @@ def chat_payload(model: str, text: str, output_len: int) -> dict[str, Any]:
 async def send(
     client: httpx.AsyncClient, url: str, payload: dict[str, Any], record: RequestRecord, t0: float, timeout_s: float
 ) -> RequestRecord:
-    """POST `payload` to `url`, stream the answer into `record` (times relative to `t0`, a perf_counter).
+    """POST `payload` to `url`, stream the answer into `record` (times relative to `t0`, a time of the running event
+    loop's clock: the clock the sweep's arrival schedule sleeps on, so one clock times both).
 
     `timeout_s` is a deadline for the whole exchange (connect, first byte, every chunk, [DONE]): a server that
     trickles a byte at a time is cut at the deadline too, not only one that falls silent. Whatever goes wrong inside
     the exchange fails this request with its reason; nothing escapes, and a record with an error is never `ok`."""
-    st = time.perf_counter()
+    st = asyncio.get_running_loop().time()
     record.dispatch_s = st - t0
     try:
         async with asyncio.timeout(timeout_s):
@@ -166,6 +166,7 @@ def _count(usage: dict, key: str) -> int | None:
 async def _exchange(
     client: httpx.AsyncClient, url: str, payload: dict[str, Any], record: RequestRecord, st: float, timeout_s: float
 ) -> None:
+    clock = asyncio.get_running_loop().time
     last = st
     done = False
     tokens_so_far = 0
@@ -189,7 +190,7 @@ async def _exchange(
             if data == "[DONE]":
                 done = True
                 break
-            now = time.perf_counter()
+            now = clock()
             msg = _parsed(data, url)
             if not isinstance(msg, dict):
                 raise BadAnswer(f"an SSE message that is not a JSON object: {_snippet(data)}")

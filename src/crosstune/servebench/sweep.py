@@ -90,11 +90,11 @@ def probe(cfg: SweepConfig, maker: PromptMaker) -> dict:
 
 
 async def _bounded(jobs: list, until: float) -> bool:
-    """Run the coroutines until they finish or the monotonic time `until`; cancel what is left. True if cut."""
+    """Run the coroutines until they finish or the event loop's time `until`; cancel what is left. True if cut."""
     tasks = [asyncio.ensure_future(j) for j in jobs]
     try:
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=max(0.0, until - time.monotonic()))
+            _, pending = await asyncio.wait(tasks, timeout=max(0.0, until - asyncio.get_running_loop().time()))
         else:
             pending = set()
         return bool(pending)
@@ -109,9 +109,10 @@ async def run_cell(
 ) -> tuple[list[RequestRecord], float, dict | None, dict]:
     """One cell: warm-up (excluded), then the timed requests, all within cell_timeout_s. Returns the records, the
     duration, the server's /metrics scraped after the warm-up (its deltas cover the timed requests only) and what
-    the warm-up did."""
+    the warm-up did. Every time is the event loop's: the clock asyncio.sleep keeps the arrival schedule on."""
     url = cfg.endpoint.rstrip("/") + ("/v1/chat/completions" if cfg.api == "chat" else "/v1/completions")
-    until = time.monotonic() + cfg.cell_timeout_s
+    clock = asyncio.get_running_loop().time
+    until = clock() + cfg.cell_timeout_s
     bound = f"the cell's bound (--cell-timeout {cfg.cell_timeout_s:g} s) was reached"
 
     def make(i: int) -> tuple[dict, RequestRecord]:
@@ -138,7 +139,7 @@ async def run_cell(
             raise
 
     warm = [make(-1 - i) for i in range(cfg.warmup)]
-    t_warm = time.perf_counter()
+    t_warm = clock()
     await _bounded([guarded(p, r, t_warm) for p, r in warm], until)
     warm_failed = [r for _, r in warm if not r.ok]
     warmup = {"sent": len(warm), "failed": len(warm_failed)}
@@ -156,11 +157,11 @@ async def run_cell(
         len(jobs), rate if rate is not None else float("inf"), cfg.burstiness, (cfg.seed or 0) + ctx
     )
     sem = asyncio.Semaphore(conc) if conc else None
-    t0 = time.perf_counter()
+    t0 = clock()
 
     async def one(payload: dict, record: RequestRecord, offset: float) -> None:
         try:
-            delay = t0 + offset - time.perf_counter()
+            delay = t0 + offset - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
             if sem is not None:
@@ -175,7 +176,7 @@ async def run_cell(
                 sem.release()
 
     await _bounded([one(p, r, o) for (p, r), o in zip(jobs, offsets, strict=True)], until)
-    return [r for _, r in jobs], time.perf_counter() - t0, before, warmup
+    return [r for _, r in jobs], clock() - t0, before, warmup
 
 
 def _server_down(endpoint: str) -> str | None:
@@ -228,11 +229,19 @@ def where(ctx: int, conc: int | None, rate: float | None) -> str:
     return f"context {ctx}, " + describe_load({"concurrency": conc, "request_rate": rate})
 
 
-async def run_sweep(cfg: SweepConfig, out_dir: Path, progress: Callable[[str], None] | None = None) -> dict:
+async def run_sweep(
+    cfg: SweepConfig,
+    out_dir: Path,
+    progress: Callable[[str], None] | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> dict:
     """Check `cfg`, probe the endpoint, then every (context, level) cell in order — or, with find_max_rate, each
     context's rate search (servebench.max_rate); requests.jsonl and summary.json in `out_dir` are rewritten after each
     cell. The prompts' seed is cfg.seed, or a fresh one recorded in the summary. Ctrl-C (cancellation) writes the
-    finished cells, marks the summary interrupted and re-raises. `progress` gets one line per cell."""
+    finished cells, marks the summary interrupted and re-raises. `progress` gets one line per cell. `transport`
+    carries the timed requests (None: the network to cfg.endpoint, which the probe and /metrics always use): a test's
+    server inside the event loop, whose waits run on the loop's clock."""
     cfg.check()
     seed_given = cfg.seed is not None
     cfg = dataclasses.replace(cfg, seed=cfg.seed if seed_given else fresh_seed())
@@ -246,7 +255,7 @@ async def run_sweep(cfg: SweepConfig, out_dir: Path, progress: Callable[[str], N
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     current = "before the first cell"
     try:
-        async with httpx.AsyncClient(limits=limits, timeout=cfg.timeout_s) as client:
+        async with httpx.AsyncClient(limits=limits, timeout=cfg.timeout_s, transport=transport) as client:
 
             async def measure(ctx: int, conc: int | None, rate: float | None, last: bool) -> dict | None:
                 """One cell (all its repeats) into the summary; the cell, or None when the sweep must stop."""
