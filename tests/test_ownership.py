@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from crosstune.ownership import (
+    FileEntry,
     FileKind,
     OutputKind,
     OutputRefused,
@@ -151,10 +152,31 @@ def test_files_listed_by_sha256_or_name_alone_are_read_and_a_manifest_without_ma
     files = {"a.txt": digest, "b.txt": None}
     (out / KIND.manifest).write_text(json.dumps({"made_by": KIND.made_by, "files": files}))
     manifest, _ = read_manifest(out, KIND)
-    assert manifest["files"] == {"a.txt": {"sha256": digest, "bytes": None}, "b.txt": {"sha256": None, "bytes": None}}
+    assert manifest.files == {
+        "a.txt": FileEntry(sha256=digest, bytes=None),
+        "b.txt": FileEntry(sha256=None, bytes=None),
+    }
     assert refusal(out, KIND) is None  # b.txt: proven by its name alone, all that shape records
     (out / KIND.manifest).write_text(json.dumps({"files": files}))
     assert read_manifest(out, KIND) == (None, "its thing_manifest.json is not crosstune thing's")
+
+
+def test_a_manifest_read_is_typed_and_a_wrong_typed_entry_makes_it_not_one(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("alpha")
+    write_manifest(out, KIND, {"source": {"step": 3}})
+    manifest, why = read_manifest(out, KIND)
+    assert why == "" and (manifest.format, manifest.made_by, manifest.writing) == (1, KIND.made_by, [])
+    assert manifest.files["a.txt"].bytes == 5 and manifest.fields() == {"source": {"step": 3}}
+    raw = json.loads((out / KIND.manifest).read_text())
+    raw["files"]["a.txt"]["bytes"] = "5"
+    (out / KIND.manifest).write_text(json.dumps(raw))
+    assert read_manifest(out, KIND) == (
+        None,
+        "its thing_manifest.json has files.a.txt.bytes '5': input should be a valid integer",
+    )
+    assert refusal(out, KIND).startswith(f"--out {out} holds files that are not crosstune thing's output: a.txt")
 
 
 def test_owned_files_claims_then_pins_and_leaves_others_files_alone(tmp_path):

@@ -173,3 +173,22 @@ def test_jax_params_unconsumed_or_incomplete():
     }
     with pytest.raises(ExportError, match=r"layers.5.attn.kv_einsum.w: gives a v LoRA, but layer 5 has no v"):
         qwix_to_lora(kv, spec, rank=4, alpha=8.0)  # a global k_eq_v layer has k_einsum, never kv_einsum
+
+
+def test_the_export_manifest_is_read_typed_and_a_wrong_typed_source_is_refused_naming_the_file(tmp_path):
+    from crosstune.export.export_folder import read_export_manifest
+    from tests.helpers.export import write_export_manifest
+
+    (tmp_path / "adapter_config.json").write_text("{}")
+    path = write_export_manifest(tmp_path, "adapter", chat_template_sha256="c" * 64, step=7)
+    manifest = read_export_manifest(tmp_path)
+    assert (manifest.kind, manifest.source.step, manifest.source.chat_template_sha256) == ("adapter", 7, "c" * 64)
+    assert manifest.files["adapter_config.json"].bytes == 2
+    raw = json.loads(path.read_text())
+    raw["source"]["step"] = "7"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ExportError, match=rf"^{path}: source.step: input should be a valid integer \(got '7'\)"):
+        read_export_manifest(tmp_path)
+    path.write_text(json.dumps({"kind": "adapter", "files": {}}))
+    with pytest.raises(ExportError, match="its export_manifest.json is not crosstune export's; export the run again"):
+        read_export_manifest(tmp_path)

@@ -39,6 +39,26 @@ def write_run_json(run_dir: Path, *, backend: str, family: str, base: Path, rank
     write_record(run_dir, backend, family=family, base=base, rank=rank, alpha=alpha, targets=targets, **extra)
 
 
+def write_export_manifest(folder: Path, kind: str, *, chat_template_sha256: str | None, step: int = 20) -> Path:
+    """export_manifest.json as the exporter writes it (crosstune.export.export_folder.write_manifest), listing the
+    files in `folder`, for an export of a run at `step` trained on that chat template."""
+    from crosstune.export.export_folder import write_manifest
+
+    source = {
+        "run_dir": "/runs/tiny",
+        "backend": "torch",
+        "recipe_hash": "r" * 16,
+        "chat_template_sha256": chat_template_sha256,
+        "step": step,
+        "checkpoint": f"/runs/tiny/checkpoints/step_{step}",
+        "base_model": "/models/tiny",
+        "rank": 8,
+        "alpha": 16.0,
+        "targets": list(TARGETS),
+    }
+    return write_manifest(folder, kind, {}, source)
+
+
 def torch_run(run_dir: Path, base: Path, family: str, *, rank=4, alpha=8.0, seed=0, targets=TARGETS) -> Path:
     """A run directory as the torch backend leaves it: run.json + adapter/ (a random adapter)."""
     random_adapter(base, family, run_dir / "adapter", rank=rank, alpha=alpha, seed=seed, targets=targets)

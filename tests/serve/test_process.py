@@ -15,6 +15,7 @@ from crosstune.serve.engine import ServeError
 from crosstune.serve.process import start_server, stop_server
 from crosstune.serve.proctree import group_members
 from crosstune.serve.state import read_state
+from tests.helpers.export import write_export_manifest
 from tests.helpers.paths import RECIPES
 from tests.helpers.ports import free_port
 
@@ -118,8 +119,8 @@ def test_export_carries_the_runs_template_hash_and_serve_checks_it(tmp_path, tin
     assert check_export_template(exported) is None  # not an export: nothing recorded
     for trained_with, verdict in ((tiny_gemma4_dir, None), (tiny_gemma3_dir, "is not the one")):
         recorded = chat_template_hash(AutoTokenizer.from_pretrained(trained_with))
-        manifest = {"kind": "merged", "source": {"chat_template_sha256": recorded}, "files": {}}
-        (exported / "export_manifest.json").write_text(json.dumps(manifest))
+        (exported / "export_manifest.json").unlink(missing_ok=True)
+        write_export_manifest(exported, "merged", chat_template_sha256=recorded)
         problem = check_export_template(exported)
         assert problem is None if verdict is None else verdict in problem
 

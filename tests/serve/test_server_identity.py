@@ -19,8 +19,10 @@ import pytest
 from crosstune.serve.engine import ServeError
 from crosstune.serve.process import start_server, stop_server
 from crosstune.serve.state import read_state
+from tests.helpers.export import write_export_manifest
 from tests.helpers.fake_vllm import KV_LINE, ROOT_CAUSE, stranger_takes_the_port
 from tests.helpers.ports import free_port
+from tests.helpers.records import write_record
 from tests.helpers.serve import cli, one_line_error
 
 
@@ -271,10 +273,9 @@ def _adapter_with_recorded_template(folder, tokenizer_dir, how: str):
     folder.mkdir(parents=True)
     (folder / "adapter_config.json").write_text(json.dumps({"r": 4}))
     if how == "export":
-        manifest = {"kind": "adapter", "source": {"chat_template_sha256": recorded}, "files": {}}
-        (folder / "export_manifest.json").write_text(json.dumps(manifest))
+        write_export_manifest(folder, "adapter", chat_template_sha256=recorded)
     else:  # a run's own adapter/ folder: its run.json records the template
-        (folder.parent / "run.json").write_text(json.dumps({"data": {"chat_template_sha256": recorded}}))
+        write_record(folder.parent, "torch", chat_template_sha256=recorded)
 
 
 @pytest.mark.parametrize("how", ["export", "run"])

@@ -10,6 +10,8 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from crosstune import ownership
 from crosstune.run.lora_weights import ExportError
 
@@ -36,6 +38,44 @@ def write_manifest(out_dir: Path, kind: str, hashes: dict[str, str], source: dic
     """export_manifest.json: what was exported (`kind`) from which run and step, and the sha256 + size of every
     file (`hashes`: those the export computed while writing)."""
     return ownership.write_manifest(out_dir, EXPORT, {"kind": kind, "source": source}, hashes)
+
+
+class ExportSource(BaseModel):
+    """What was exported (crosstune.export.run_export): the run, its backend and recipe, the step and checkpoint,
+    the chat template the run's data was rendered with, and the LoRA merged."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)  # what a newer exporter adds is kept
+    run_dir: str
+    backend: str
+    recipe_hash: str
+    chat_template_sha256: str | None
+    step: int
+    checkpoint: str
+    base_model: str
+    rank: int
+    alpha: float
+    targets: list[str]
+
+
+class ExportManifest(ownership.OwnedManifest):
+    kind: str  # adapter or merged
+    source: ExportSource
+
+
+def read_export_manifest(out_dir: Path) -> ExportManifest:
+    """`out_dir`'s export_manifest.json, typed; an ExportError naming the file (and the key) when it is not an
+    export's."""
+    manifest, why = ownership.read_manifest(Path(out_dir), EXPORT)
+    path = Path(out_dir) / MANIFEST
+    if manifest is None:
+        raise ExportError(f"{out_dir}: {why}; export the run again")
+    try:
+        return ExportManifest.model_validate(manifest.model_dump())
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        got = "" if first["type"] == "missing" else f" (got {first['input']!r})"
+        raise ExportError(f"{path}: {key}: {first['msg'].lower()}{got}; export the run again") from None
 
 
 def verify_manifest(out_dir: Path) -> list[str]:

@@ -23,8 +23,10 @@ sha256 of the rest.
 
 from crosstune.ownership.manifests import (
     MANIFEST_FORMAT,
+    FileEntry,
     OutputKind,
     OutputRefused,
+    OwnedManifest,
     changed,
     read_manifest,
     refusal,
@@ -38,9 +40,11 @@ from crosstune.ownership.resumed import ResumedKind, claim, unlisted
 
 __all__ = [
     "MANIFEST_FORMAT",
+    "FileEntry",
     "FileKind",
     "OutputKind",
     "OutputRefused",
+    "OwnedManifest",
     "ResumedKind",
     "changed",
     "check_out",

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from crosstune.confinement import leads_out, listing, relative_name
 from crosstune.errors import CrosstuneError
 from crosstune.fsutil import TEMP_WRITER, atomic_write_text, file_sha256
@@ -33,6 +35,31 @@ class OutputKind:
     made_by: str
     manifest: str
     parts: tuple[str, ...] = ()
+
+
+class FileEntry(BaseModel):
+    """One listed file: its sha256 and size when written (None: an older shape listed it by name alone)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    sha256: str | None
+    bytes: int | None
+
+
+class OwnedManifest(BaseModel):
+    """A manifest in the one shape, read (read_manifest): who made the folder, its files, and those a run of the
+    command claimed while writing them (`writing`); a command's own fields (export's kind and source...) are kept
+    as extras, typed by the command's subclass (crosstune.export.export_folder.ExportManifest)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    made_by: str
+    files: dict[str, FileEntry]
+    writing: list[str] = Field(default_factory=list)
+    format: int | None = None  # None: an older shape, without it
+    created: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The command's own fields, beside the shape's."""
+        return {key: value for key, value in (self.model_extra or {}).items() if key not in _SHAPE}
 
 
 def write_manifest(
@@ -69,7 +96,7 @@ def _write(
     return path
 
 
-def read_manifest(folder: Path, kind: OutputKind) -> tuple[dict | None, str]:
+def read_manifest(folder: Path, kind: OutputKind) -> tuple[OwnedManifest | None, str]:
     """`folder`'s manifest of `kind` in the one shape (files listed by name only carry sha256 None), or None and
     why it is not one."""
     path = Path(folder) / kind.manifest
@@ -92,7 +119,12 @@ def read_manifest(folder: Path, kind: OutputKind) -> tuple[dict | None, str]:
         entry = raw[rel] if isinstance(raw, dict) else None
         entry = entry if isinstance(entry, dict) else {"sha256": entry if isinstance(entry, str) else None}
         files[str(rel)] = {"sha256": entry.get("sha256"), "bytes": entry.get("bytes")}
-    return {**manifest, "files": files}, ""
+    try:
+        return OwnedManifest.model_validate({**manifest, "files": files, "writing": writing}), ""
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        return None, f"its {kind.manifest} has {key} {first['input']!r}: {first['msg'].lower()}"
 
 
 def restamp(folder: Path, kind: OutputKind, names: Iterable[str]) -> None:
@@ -100,25 +132,25 @@ def restamp(folder: Path, kind: OutputKind, names: Iterable[str]) -> None:
     rewritten them in place (`data stats`). A manifest in an older shape (files known by name) is left as it is."""
     folder = Path(folder)
     manifest, _ = read_manifest(folder, kind)
-    raw = read_json(folder / kind.manifest) if manifest is not None else {}
-    if raw.get("made_by") != kind.made_by:
+    if manifest is None:
         return
-    files = manifest["files"] | {rel: _entry(folder / rel) for rel in names if (folder / rel).is_file()}
-    fields = {key: value for key, value in raw.items() if key not in _SHAPE}
-    _write(folder, kind, files, fields, created=raw.get("created", ""))
+    files = {rel: entry.model_dump() for rel, entry in manifest.files.items()}
+    files |= {rel: _entry(folder / rel) for rel in names if (folder / rel).is_file()}
+    _write(folder, kind, files, manifest.fields(), created=manifest.created or "")
 
 
 def changed(folder: Path, kind: OutputKind, rel: str) -> str | None:
     """Why `rel` in `folder` differs from `kind`'s manifest (None: it doesn't, or is unlisted or listed by name)."""
-    entry = (read_manifest(Path(folder), kind)[0] or {}).get("files", {}).get(rel)
+    manifest, _ = read_manifest(Path(folder), kind)
+    entry = manifest.files.get(rel) if manifest is not None else None
     return None if entry is None else _changed(Path(folder) / rel, entry, kind)
 
 
-def _changed(path: Path, entry: dict, kind: OutputKind) -> str | None:
+def _changed(path: Path, entry: FileEntry, kind: OutputKind) -> str | None:
     """Why the listed file at `path` is no longer what the command wrote (None: it is, or its name is all we have)."""
     if path.is_symlink() or not path.is_file():
         return "a link" if path.is_symlink() else "not a file"
-    size, digest = entry.get("bytes"), entry.get("sha256")
+    size, digest = entry.bytes, entry.sha256
     if (size is not None and path.stat().st_size != size) or (digest and file_sha256(path) != digest):
         return f"changed since {kind.made_by} wrote it"
     return None
@@ -137,7 +169,7 @@ def _unproven(folder: Path, kind: OutputKind, hashes: bool = True, skip: str = "
     for rel in listing(folder):
         if rel in (kind.manifest, skip):
             continue
-        entry = manifest["files"].get(rel)
+        entry = manifest.files.get(rel)
         if entry is None:
             bad.append((rel, "a link" if (folder / rel).is_symlink() else f"not in its {kind.manifest}"))
         elif hashes and (problem := _changed(folder / rel, entry, kind)):
@@ -178,5 +210,6 @@ def verify(folder: Path, kind: OutputKind) -> list[str]:
     folder = Path(folder)
     bad = _unproven(folder, kind)
     manifest, _ = read_manifest(folder, kind)
-    bad += [(rel, "missing") for rel in (manifest or {}).get("files", {}) if not (folder / rel).exists()]
+    listed = manifest.files if manifest is not None else {}
+    bad += [(rel, "missing") for rel in listed if not (folder / rel).exists()]
     return [f"{rel} ({why})" for rel, why in bad]

@@ -101,8 +101,7 @@ def owned_files(
     manifest before the block and pinned (sha256, size) after it, however it ends but a kill."""
     folder, names = check_out(folder, label=label, error=error), sorted(set(names))
     manifest, why = read_manifest(folder, kind)
-    files, claimed = (manifest["files"], manifest.get("writing")) if manifest else ({}, [])
-    claimed = claimed if isinstance(claimed, list) else []  # read_manifest checked a list's names
+    files, claimed = (manifest.files, manifest.writing) if manifest else ({}, [])
     bad = []
     for rel in (n for n in names if (folder / n).exists() or (folder / n).is_symlink()):
         if manifest is None or (rel not in files and rel not in claimed):
@@ -117,7 +116,7 @@ def owned_files(
     made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     pinning = sorted({*names, *(c for c in claimed if (folder / c).is_file())})  # a dead run's files are ours too
-    files = {rel: entry for rel, entry in files.items() if rel not in pinning and (folder / rel).is_file()}
+    files = {rel: entry.model_dump() for rel, entry in files.items() if rel not in pinning and (folder / rel).is_file()}
     _write(folder, kind, files, None, writing=pinning)
     try:
         yield folder

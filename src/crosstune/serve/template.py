@@ -48,20 +48,17 @@ def recorded_template(trained: Path) -> tuple[str, Path] | None:
     """(sha256 of the chat template the training data was rendered with, the file recording it) for a merged
     export or an exported adapter (export_manifest.json's source) or a run's own adapter folder (the run's
     run.json); None when nothing records it."""
+    from crosstune.export.export_folder import MANIFEST, read_export_manifest
     from crosstune.run.layout import ADAPTER, RUN_JSON
-    from crosstune.untrusted_files import read_json
+    from crosstune.run.records import read_run_record
 
     trained = Path(trained)
-    manifest = trained / "export_manifest.json"
-    if manifest.is_file():
-        data = read_json(manifest, "export the run again")
-        recorded = data.get("source", {}).get("chat_template_sha256") if isinstance(data, dict) else None
-        return (recorded, manifest) if recorded else None
-    run_json = trained.parent / RUN_JSON
-    if trained.name == ADAPTER and run_json.is_file():
-        data = read_json(run_json, "restore it from a backup or train the run again")
-        recorded = (data.get("data") or {}).get("chat_template_sha256") if isinstance(data, dict) else None
-        return (recorded, run_json) if recorded else None
+    if (trained / MANIFEST).is_file():
+        recorded = read_export_manifest(trained).source.chat_template_sha256
+        return (recorded, trained / MANIFEST) if recorded else None
+    if trained.name == ADAPTER and (trained.parent / RUN_JSON).is_file():
+        recorded = read_run_record(trained.parent).data.chat_template_sha256
+        return (recorded, trained.parent / RUN_JSON) if recorded else None
     return None
 
 

@@ -227,6 +227,7 @@ def run_export(s: StudyContext) -> StageResult:
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
     from crosstune.export import export_run
+    from crosstune.export.export_folder import read_export_manifest
 
     bar = Progress("   {task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=s.console)
 
@@ -236,6 +237,6 @@ def run_export(s: StudyContext) -> StageResult:
 
     with bar:
         made = export_run(s.run_dir, "both", s.bundle / EXPORT, base=s.model_path, overwrite=True, progress=progress)
-    source = read_json(made["merged"] / "export_manifest.json")["source"]
-    note = f"step {source.get('step')} → merged HF model and PEFT adapter"
-    return StageResult(note, [Output(EXPORT)], record={"step": source["step"]})
+    step = read_export_manifest(made["merged"]).source.step
+    note = f"step {step} → merged HF model and PEFT adapter"
+    return StageResult(note, [Output(EXPORT)], record={"step": step})
