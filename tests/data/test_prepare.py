@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from crosstune.cli import _register, app
 from crosstune.data import DataError, load_prepared, prepare_dataset
+from crosstune.data.prepare import data_provenance
+from crosstune.data.prepared import restamp_stats
 from crosstune.data.stats import summary_line
 from tests.helpers.data import recipe_for, write_jsonl, write_recipe
 
@@ -80,6 +82,24 @@ def test_strict_drop_counts_the_over_long_record_and_names_its_token_count(tmp_p
     assert stats["dropped"] == {"too_long": 1} and prepared.manifest["dropped"] == {"train": {"too_long": 1}}
     assert stats["dropped_examples"] == [f"{src}:2: {n} tokens, more than data.max_seq_len 64"]
     assert prepared.split("train").record_sources == [f"{src}:1"]
+
+
+def test_the_stats_are_read_typed_and_a_wrong_typed_figure_is_refused_naming_the_file(
+    tmp_path, tiny_gemma3_dir, g3_tok
+):
+    src = write_jsonl(tmp_path / "long.jsonl", [GOOD, LONG])
+    recipe = recipe_for(tmp_path, tiny_gemma3_dir, "gemma3", [{"path": str(src)}], max_seq_len=64)
+    prepared = prepare_dataset(recipe, tokenizer=g3_tok)
+    train = prepared.figures.splits["train"]
+    assert (train.records_out, train.row_length, train.dropped, train.skipped) == (1, 64, {"too_long": 1}, {})
+    assert data_provenance(prepared)["dropped_by_reason"] == {"too_long": 1}
+    path = prepared.path / "stats.json"
+    stats = json.loads(path.read_text())
+    stats["splits"]["train"]["rows"] = "1"
+    path.write_text(json.dumps(stats))
+    restamp_stats(prepared.path)  # as `data stats` leaves it: the file is the preparation's, its figure is not
+    with pytest.raises(DataError, match=rf"^{path}: splits.train.rows: input should be a valid integer \(got '1'\)"):
+        data_provenance(prepared)
 
 
 def test_lenient_skips_and_counts_every_bad_record(tmp_path, tiny_gemma3_dir, g3_tok):

@@ -201,8 +201,9 @@ def training_data(recipe: Recipe, tokenizer=None, *, may_prepare: bool = True) -
 
 def data_provenance(prepared: PreparedDataset) -> dict:
     """What run.json records about the data: where, which hash, and whether (and what) records were skipped."""
-    train = prepared.stats.get("splits", {}).get("train", {})
-    skipped, dropped = train.get("skipped", {}), train.get("dropped", {})
+    figures = prepared.figures
+    train = figures.splits.get("train") if figures is not None else None
+    skipped, dropped = (train.skipped, train.dropped) if train is not None else ({}, {})
     return {
         "prepared_dir": str(prepared.path),
         "data_hash": prepared.manifest.get("data_hash"),
@@ -214,7 +215,7 @@ def data_provenance(prepared: PreparedDataset) -> dict:
         "dropped_records": int(sum(dropped.values())),  # longer than max_seq_len (data.truncation), not bad
         "dropped_by_reason": dropped,
         "train_rows": len(prepared.split("train")),
-        "warnings": list(prepared.stats.get("warnings", [])),  # e.g. a system prompt the targets disobey
+        "warnings": list(figures.warnings if figures is not None else []),  # a system prompt the targets disobey...
     }
 
 

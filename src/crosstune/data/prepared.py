@@ -24,13 +24,14 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from crosstune import ownership
 from crosstune.confinement import inside, listing
 from crosstune.data.bad_input import DataError
 from crosstune.data.packing import DOC_FIELDS, ROW_FIELDS, Rows
 from crosstune.data.sources import fingerprint
-from crosstune.data.stats import save_stats
+from crosstune.data.stats import PreparedStats, save_stats
 from crosstune.recipe.load import model_path, resolve_path
 from crosstune.recipe.schema import Recipe
 from crosstune.units import MIB
@@ -273,6 +274,22 @@ class PreparedDataset:
         if why := ownership.changed(self.path, PREPARED, "stats.json"):
             raise DataError(str(path), why, hint="re-run `crosstune data prepare RECIPE --force`")
         return read_json(path, PREPARE_HINT) if path.is_file() else {}
+
+    @property
+    def figures(self) -> PreparedStats | None:
+        """stats.json typed (None: the preparation has none); a DataError naming the file and the key whose value
+        has the wrong type."""
+        stats = self.stats
+        if not stats:
+            return None
+        try:
+            return PreparedStats.model_validate(stats)
+        except ValidationError as e:
+            first = e.errors()[0]
+            key = ".".join(str(part) for part in first["loc"])
+            got = "" if first["type"] == "missing" else f" (got {first['input']!r})"
+            why, hint = f"{key}: {first['msg'].lower()}{got}", "re-run `crosstune data prepare RECIPE --force`"
+            raise DataError(str(self.path / "stats.json"), why, hint=hint) from None
 
 
 def read_manifest(path: Path) -> dict:

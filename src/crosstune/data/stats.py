@@ -7,10 +7,33 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 from rich.table import Table
 
 from crosstune.data.bad_input import Ledger
 from crosstune.data.packing import Rows
+
+
+class SplitStats(BaseModel):
+    """One split's figures in stats.json (split_stats writes them); those read outside the display are typed, the
+    rest kept as they are."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    records_out: int
+    rows: int
+    row_length: int
+    skipped: dict[str, int]
+    dropped: dict[str, int]
+
+
+class PreparedStats(BaseModel):
+    """stats.json as data prepare writes it: each split's figures and the warnings (a system prompt the targets
+    disobey...)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    splits: dict[str, SplitStats]
+    warnings: list[str]
+
 
 PERCENTILES = (50, 90, 99)
 DROP_LABELS = {"too_long": "longer than max_seq_len", "prompt_too_long": "prompt alone longer than max_seq_len"}

@@ -89,10 +89,12 @@ def run_prepare(s: StudyContext) -> StageResult:
 
     prepared = prepare_dataset(s.recipe, out_dir=s.bundle / DATA)
     m = prepared.manifest
-    split = prepared.stats.get("splits", {}).get("train", {})
+    figures = prepared.figures
+    split = figures.splits.get("train") if figures is not None else None
     hashes = {k: m[k] for k in ("data_hash", "tokenizer_hash", "chat_template_sha256")}
     s.manifest.data = hashes
-    note = f"{split.get('rows', '?')} rows of {split.get('row_length', prepared.max_seq_len)} tokens"
+    rows, length = (split.rows, split.row_length) if split is not None else ("?", prepared.max_seq_len)
+    note = f"{rows} rows of {length} tokens"
     if prepared.reused:
         note += " (an up-to-date preparation was already there)"
     # The preparation's manifest records when it was written: left out, so a redo that comes out the same is the
