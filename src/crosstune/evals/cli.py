@@ -246,7 +246,8 @@ def _run(config: EvalConfig) -> bool:
     with progress_bars(console) as on_progress:
         report = run_eval(config, on_progress)
     show_report(report, console)
-    return bool(report.summary.get("generation", {}).get("failed"))
+    generation = report.summary_record.generation
+    return generation is not None and generation.failed > 0
 
 
 def _check_paths(out: Path, hf_model: Path | None) -> None:

@@ -25,6 +25,7 @@ from crosstune.evals.judge.scoring import ProblemScore, summarize, write_reports
 from crosstune.evals.judge.simulate import Outcome, instrument, judge_design, reference_as_design
 from crosstune.evals.judge.verdict import PASS
 from crosstune.evals.problems.problem_sets import Problem
+from crosstune.evals.results import EvalSummary
 from crosstune.untrusted_files import read_json
 
 REFERENCE_COUNTS = "reference_counts.json"  # in the output folder: the references' outcomes, cached across runs
@@ -34,9 +35,14 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 @dataclass
 class EvalReport:
-    summary: dict
+    summary: dict  # as written to summary.json; `summary_record` is it typed
     records: list[dict]
     paths: list[Path] = field(default_factory=list)
+
+    @property
+    def summary_record(self) -> EvalSummary:
+        """The summary in its schema (crosstune.evals.results.EvalSummary), as a reader of summary.json gets it."""
+        return EvalSummary.model_validate(self.summary)
 
 
 @cache

@@ -74,6 +74,23 @@ class ProtocolRecord(_Record):
     deviations: dict[str, Any] = Field(default_factory=dict)
 
 
+class FailedSample(_Record):
+    problem: str
+    sample: Count
+    reason: str
+
+
+class Generation(_Record):
+    """How the completions judged came about (crosstune.evals.evaluate; absent when the references were judged):
+    requested, completed and failed samples, and how many came from the completion cache (None: not recorded)."""
+
+    requested: Count
+    completed: Count
+    failed: Count
+    failed_samples: list[FailedSample]
+    from_cache: Count | None = None
+
+
 class EvalSummary(_Record):
     problems: Count
     samples: Count
@@ -90,6 +107,7 @@ class EvalSummary(_Record):
     shots: int | None = None
     engine: Engine | None = None
     protocol: ProtocolRecord | None = None
+    generation: Generation | None = None  # None: the references were judged, not completions
 
 
 @dataclass(frozen=True)

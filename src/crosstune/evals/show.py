@@ -59,25 +59,25 @@ def show_report(report: EvalReport, console: Console) -> None:
     console.print(f"upstream-style pass rate: {'n/a' if rate is None else f'{rate:.2f}'}")
     console.print("categories: " + ", ".join(f"{c} {CATEGORIES[c]} ×{n}" for c, n in summary["categories"].items()))
     console.print(f"reports: {', '.join(str(p) for p in report.paths)}")
-    generation = summary.get("generation")
-    if generation and generation["failed"]:
+    generation = report.summary_record.generation
+    if generation is not None and generation.failed:
         console.print(
-            f"[red]{generation['failed']} of {generation['requested']} samples failed to generate[/red]; "
+            f"[red]{generation.failed} of {generation.requested} samples failed to generate[/red]; "
             "the numbers above cover the completed samples only:"
         )
-        for failure in generation["failed_samples"][:10]:
-            console.print(f"  {failure['problem']} sample {failure['sample']}: {failure['reason']}", markup=False)
-        if generation["failed"] > 10:
-            console.print(f"  … {generation['failed'] - 10} more in summary.json and summary.md")
+        for failure in generation.failed_samples[:10]:
+            console.print(f"  {failure.problem} sample {failure.sample}: {failure.reason}", markup=False)
+        if generation.failed > 10:
+            console.print(f"  … {generation.failed - 10} more in summary.json and summary.md")
         console.print("Rerun the same command to retry only the failed samples (completed ones are cached).")
 
 
 def _show_cache(report: EvalReport, console: Console) -> None:
     """How many samples came from the completion cache, and what the cache could not check."""
-    generation, identity = report.summary.get("generation") or {}, report.summary.get("model_identity") or {}
-    if generation.get("from_cache") is None:
+    generation, identity = report.summary_record.generation, report.summary.get("model_identity") or {}
+    if generation is None or generation.from_cache is None:
         return
-    cached, requested = generation["from_cache"], generation["requested"]
+    cached, requested = generation.from_cache, generation.requested
     cache = report.paths[0].parent / "completions.jsonl" if report.paths else "completions.jsonl"
     console.print(
         f"samples: {cached} of {requested} from the cache ({cache}), {requested - cached} generated", markup=False

@@ -92,7 +92,8 @@ def _evaluate(s: StudyContext, name: str, server: Server, *, local, revision: st
     pass_at_k = summary["pass_at_k"].items()
     passes = ", ".join(f"pass@{k} {'n/a' if v is None else f'{100 * v:.1f} %'}" for k, v in pass_at_k)
     rel = f"{EVAL}/{name}"
-    cached = summary.get("generation", {}).get("from_cache", 0)
+    generation = report.summary_record.generation
+    cached = generation.from_cache if generation is not None and generation.from_cache is not None else 0
     return StageResult(
         f"{summary['problems']} problems × {settings.sampling.n} samples via {engine['engine']} ({cached} from the "
         f"cache): {passes}",
