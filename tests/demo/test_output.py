@@ -3,6 +3,7 @@ refusing any other before any work; the shipped recipe works from a wheel."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -83,3 +84,24 @@ def test_the_shipped_recipe_is_found_from_a_wheel(tmp_path):
     module, recipe, name = result.stdout.splitlines()
     assert module.startswith(str(target)) and recipe == str(target / "crosstune" / "recipes" / "demo-cpu.yaml")
     assert name == "demo-cpu"
+
+
+def test_demo_json_is_read_typed_and_a_wrong_typed_key_is_refused_naming_it(tmp_path):
+    from crosstune.demo.figures import DemoRun, read_demo_manifest, start_manifest, write_manifest
+
+    out = tmp_path / "out"
+    out.mkdir()
+    started = start_manifest(out, None, {"seed": 0})
+    assert "runs" not in json.loads((out / "demo.json").read_text())  # no run has finished
+    run = DemoRun(finished="now", seconds=1.5, corpus_reused=False, cpu={"model": "m"})
+    write_manifest(out, started.model_copy(update={"bundles": {"torch": "torch"}, "runs": [run]}))
+    again = start_manifest(out, read_demo_manifest(out), {"seed": 1})  # a second run keeps the first's record
+    assert (again.settings, again.bundles, again.runs) == ({"seed": 1}, {}, [run])
+    assert read_demo_manifest(out) == again
+    raw = json.loads((out / "demo.json").read_text())
+    (out / "demo.json").write_text(json.dumps({**raw, "runs": [{**raw["runs"][0], "seconds": "1.5"}]}))
+    result = runner.invoke(app, ["demo", "--out", str(out)], terminal_width=400)
+    assert result.exit_code == 1
+    assert f"{out / 'demo.json'}: runs.0.seconds: input should be a valid number (got '1.5')" in " ".join(
+        result.output.split()
+    )

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.table import Table
 
 from crosstune.errors import InputError
@@ -23,8 +24,35 @@ MADE_BY, DEMO_MANIFEST, FORMAT = "crosstune demo", "demo.json", 1
 CORPUS, REPORT = "corpus", "report"  # beside one bundle per backend (named by the backend)
 
 
-def read_demo_manifest(out: Path) -> dict[str, Any] | None:
-    """OUT/demo.json, None when there is none; an InputError when the file is not a demo's."""
+class DemoRun(BaseModel):
+    """One finished run of the demo in its folder: when, how long, whether the corpus was kept, the CPU."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    finished: str
+    seconds: float
+    corpus_reused: bool
+    cpu: dict[str, Any]  # crosstune.study.machine's record of the CPU
+
+
+class DemoManifest(BaseModel):
+    """demo.json: written as a run starts (settings; bundles and report not yet made), completed as it ends (the
+    figures, the engines, one more of `runs`)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)  # what a newer demo adds is kept
+    format: int
+    made_by: str
+    created: str
+    settings: dict[str, Any]
+    bundles: dict[str, str]
+    report: str | None
+    figures: dict[str, dict[str, Any]] | None = None  # None: no run has finished
+    engines: list[str] | None = None
+    runs: list[DemoRun] = Field(default_factory=list)
+
+
+def read_demo_manifest(out: Path) -> DemoManifest | None:
+    """OUT/demo.json, None when there is none; an InputError when the file is not a demo's, or names the key whose
+    value has the wrong type."""
     path = Path(out) / DEMO_MANIFEST
     if not path.is_file():
         return None
@@ -34,22 +62,34 @@ def read_demo_manifest(out: Path) -> dict[str, Any] | None:
         data = None
     if not isinstance(data, dict) or data.get("made_by") != MADE_BY:
         raise InputError(f"{path}: not the manifest of a `crosstune demo` folder: give the demo another --out")
-    return data
+    try:
+        return DemoManifest.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        got = "" if first["type"] == "missing" else f" (got {first['input']!r})"
+        raise InputError(f"{path}: {key}: {first['msg'].lower()}{got}; give the demo another --out") from None
 
 
 DEMO_FOLDER = ResumedKind(MADE_BY, DEMO_MANIFEST, "demo folder", read_demo_manifest)
 
 
-def start_manifest(out: Path, earlier: dict[str, Any] | None, settings: dict[str, Any]) -> dict[str, Any]:
+def start_manifest(out: Path, earlier: DemoManifest | None, settings: dict[str, Any]) -> DemoManifest:
     """demo.json as a run starts (written before any work: the folder is the demo's from then on)."""
-    manifest = earlier or {"format": FORMAT, "made_by": MADE_BY, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    manifest.update(settings=settings, bundles={}, report=None)
+    fresh = {"settings": settings, "bundles": {}, "report": None}
+    if earlier is None:
+        created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        manifest = DemoManifest(format=FORMAT, made_by=MADE_BY, created=created, **fresh)
+    else:
+        manifest = earlier.model_copy(update=fresh)
     write_manifest(out, manifest)
     return manifest
 
 
-def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
-    atomic_write_text(Path(out) / DEMO_MANIFEST, json.dumps(manifest, indent=2) + "\n")
+def write_manifest(out: Path, manifest: DemoManifest) -> None:
+    """demo.json, the keys set so far (a run not yet finished has no figures, engines or runs)."""
+    record = manifest.model_dump(mode="json", exclude_unset=True)
+    atomic_write_text(Path(out) / DEMO_MANIFEST, json.dumps(record, indent=2) + "\n")
 
 
 @dataclass(frozen=True)

@@ -105,18 +105,19 @@ def run_demo(
     report = write_report(list(bundles.values()), out / figures.REPORT)
     scores = figures.read_scores(out, tuple(bundles))
     seconds = time.perf_counter() - t0
-    manifest.update(
-        bundles={b: p.name for b, p in bundles.items()},
-        report=str(report.relative_to(out)),
-        figures=figures.as_record(scores),
-        engines=figures.engines(scores),
+    run = figures.DemoRun(
+        finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        seconds=round(seconds, 1),
+        corpus_reused=corpus.reused,
+        cpu=hosts[0]["cpu"],
     )
-    manifest.setdefault("runs", []).append(
-        {
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "seconds": round(seconds, 1),
-            "corpus_reused": corpus.reused,
-            "cpu": hosts[0]["cpu"],
+    manifest = manifest.model_copy(
+        update={
+            "bundles": {b: p.name for b, p in bundles.items()},
+            "report": str(report.relative_to(out)),
+            "figures": figures.as_record(scores),
+            "engines": figures.engines(scores),
+            "runs": [*manifest.runs, run],
         }
     )
     figures.write_manifest(out, manifest)
