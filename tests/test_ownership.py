@@ -174,7 +174,7 @@ def test_a_manifest_read_is_typed_and_a_wrong_typed_entry_makes_it_not_one(tmp_p
     (out / KIND.manifest).write_text(json.dumps(raw))
     assert read_manifest(out, KIND) == (
         None,
-        "its thing_manifest.json has files.a.txt.bytes '5': input should be a valid integer",
+        "its thing_manifest.json: files.a.txt.bytes: input should be a valid integer (got '5')",
     )
     assert refusal(out, KIND).startswith(f"--out {out} holds files that are not crosstune thing's output: a.txt")
 

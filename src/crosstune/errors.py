@@ -28,6 +28,16 @@ class CrosstuneError(Exception):
         return [str(self)]
 
 
+def validation_line(error) -> str:
+    """A pydantic ValidationError of a file crosstune reads as one line: the first field's dotted path, what is
+    wrong and the value found ("mesh.tp: input should be a valid integer (got '2')"), and how many more there are."""
+    first = error.errors()[0]
+    key = ".".join(str(part) for part in first["loc"]) or "<root>"
+    got = "" if first["type"] == "missing" else f" (got {first['input']!r})"
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{key}: {first['msg'].lower()}{got}{more}"
+
+
 class Interrupted(CrosstuneError):
     """Ctrl-C during a long command; the message says what was saved and the command that resumes."""
 

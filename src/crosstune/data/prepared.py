@@ -32,6 +32,7 @@ from crosstune.data.bad_input import DataError
 from crosstune.data.packing import DOC_FIELDS, ROW_FIELDS, Rows
 from crosstune.data.sources import fingerprint
 from crosstune.data.stats import PreparedStats, save_stats
+from crosstune.errors import validation_line
 from crosstune.recipe.load import model_path, resolve_path
 from crosstune.recipe.schema import Recipe
 from crosstune.units import MIB
@@ -285,11 +286,8 @@ class PreparedDataset:
         try:
             return PreparedStats.model_validate(stats)
         except ValidationError as e:
-            first = e.errors()[0]
-            key = ".".join(str(part) for part in first["loc"])
-            got = "" if first["type"] == "missing" else f" (got {first['input']!r})"
-            why, hint = f"{key}: {first['msg'].lower()}{got}", "re-run `crosstune data prepare RECIPE --force`"
-            raise DataError(str(self.path / "stats.json"), why, hint=hint) from None
+            hint = "re-run `crosstune data prepare RECIPE --force`"
+            raise DataError(str(self.path / "stats.json"), validation_line(e), hint=hint) from None
 
 
 def read_manifest(path: Path) -> dict:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.table import Table
 
-from crosstune.errors import InputError
+from crosstune.errors import InputError, validation_line
 from crosstune.evals.results import EvalSummary, evaluation_at
 from crosstune.fsutil import atomic_write_text
 from crosstune.ownership import ResumedKind
@@ -65,10 +65,7 @@ def read_demo_manifest(out: Path) -> DemoManifest | None:
     try:
         return DemoManifest.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        got = "" if first["type"] == "missing" else f" (got {first['input']!r})"
-        raise InputError(f"{path}: {key}: {first['msg'].lower()}{got}; give the demo another --out") from None
+        raise InputError(f"{path}: {validation_line(e)}; give the demo another --out") from None
 
 
 DEMO_FOLDER = ResumedKind(MADE_BY, DEMO_MANIFEST, "demo folder", read_demo_manifest)

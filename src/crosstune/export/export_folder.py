@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from crosstune import ownership
+from crosstune.errors import validation_line
 from crosstune.run.lora_weights import ExportError
 
 MANIFEST = "export_manifest.json"
@@ -72,10 +73,7 @@ def read_export_manifest(out_dir: Path) -> ExportManifest:
     try:
         return ExportManifest.model_validate(manifest.model_dump())
     except ValidationError as e:
-        first = e.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        got = "" if first["type"] == "missing" else f" (got {first['input']!r})"
-        raise ExportError(f"{path}: {key}: {first['msg'].lower()}{got}; export the run again") from None
+        raise ExportError(f"{path}: {validation_line(e)}; export the run again") from None
 
 
 def verify_manifest(out_dir: Path) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from crosstune.confinement import leads_out, listing, relative_name
-from crosstune.errors import CrosstuneError
+from crosstune.errors import CrosstuneError, validation_line
 from crosstune.fsutil import TEMP_WRITER, atomic_write_text, file_sha256
 from crosstune.untrusted_files import read_json
 
@@ -122,9 +122,7 @@ def read_manifest(folder: Path, kind: OutputKind) -> tuple[OwnedManifest | None,
     try:
         return OwnedManifest.model_validate({**manifest, "files": files, "writing": writing}), ""
     except ValidationError as e:
-        first = e.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        return None, f"its {kind.manifest} has {key} {first['input']!r}: {first['msg'].lower()}"
+        return None, f"its {kind.manifest}: {validation_line(e)}"
 
 
 def restamp(folder: Path, kind: OutputKind, names: Iterable[str]) -> None:

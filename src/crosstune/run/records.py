@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from crosstune.errors import before_epoch
+from crosstune.errors import before_epoch, validation_line
 from crosstune.families.base import HF_TARGET_MODULES
 from crosstune.families.spec import ModelSpec
 from crosstune.fsutil import atomic_write_text
@@ -214,8 +214,4 @@ def _validated(raw: dict, path: Path) -> RunRecord:
     try:
         return RunRecord.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "<root>"
-        got = "" if first["type"] == "missing" else f" (got {first['input']!r})"
-        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise RunDirError(f"{path}: {key}: {first['msg'].lower()}{got}{more}; {_RESTORE}") from None
+        raise RunDirError(f"{path}: {validation_line(e)}; {_RESTORE}") from None
