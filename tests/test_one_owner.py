@@ -53,8 +53,8 @@ def backend_name_lists(root: Path = SRC) -> list[str]:
 
 
 def test_the_backend_names_are_defined_once():
-    """crosstune.recipe.schema (the lowest layer that needs them) names the backends; the registry, run.json's and
-    bundle.json's schemas and --resume's rule derive from it."""
+    """crosstune.recipe.backend_schema (the lowest layer that needs them) names the backends; the recipe schema
+    re-exports them, and the registry, run.json's and bundle.json's schemas and --resume's rule derive from it."""
     from crosstune.recipe.schema import BACKEND_NAMES, BackendName, BackendSection
     from crosstune.run.records import RunRecord
     from crosstune.train.backend import BACKENDS
@@ -63,9 +63,9 @@ def test_the_backend_names_are_defined_once():
     assert tuple(BACKENDS) == BACKEND_NAMES
     assert BackendSection.model_fields["default"].annotation is BackendName
     assert RunRecord.model_fields["backend"].annotation is BackendName
-    schema = (SRC / "recipe" / "schema.py").read_text(encoding="utf-8").splitlines()
+    schema = (SRC / "recipe" / "backend_schema.py").read_text(encoding="utf-8").splitlines()
     line = next(i for i, text in enumerate(schema, 1) if text.startswith('BackendName = Literal["torch", "jax"]'))
-    assert backend_name_lists() == [f"recipe/schema.py:{line}"]
+    assert backend_name_lists() == [f"recipe/backend_schema.py:{line}"]
 
 
 def test_the_backend_names_scan_finds_a_second_list(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import (
     Field,
@@ -23,6 +23,14 @@ from crosstune import hub
 from crosstune.errors import BatchPlanError
 from crosstune.families.spec import NEUTRAL_TARGETS
 from crosstune.hardware import AUTO, HARDWARE
+from crosstune.recipe.backend_schema import (  # noqa: F401 - the backend section's classes, re-exported here
+    BACKEND_NAMES,
+    BackendName,
+    BackendSection,
+    JaxBackendSection,
+    JaxMesh,
+    TorchBackendSection,
+)
 from crosstune.recipe.data_schema import (  # noqa: F401 - the data section's classes, re-exported here
     ColumnMapping,
     DataSection,
@@ -34,8 +42,6 @@ from crosstune.recipe.data_schema import (  # noqa: F401 - the data section's cl
 from crosstune.recipe.section import Section, bounded, each
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]  # experts: refused by name (recipe/checks.py)
-BackendName = Literal["torch", "jax"]  # the one list of backends (crosstune.train.backend maps each to its class)
-BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)
 SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" also matches before a final newline
 RESOLVED = "resolved"  # validation context of a run's recipe.yaml (every default written): no user-key checks
 
@@ -227,55 +233,6 @@ class TrainSection(Section):
         if self.max_steps is not None:
             self.epochs = None  # the default epochs gives way to max_steps; the resolved recipe says so
         return self
-
-
-class TorchBackendSection(Section):
-    devices: int = bounded("backend.torch.devices", 1)
-    nodes: int = bounded("backend.torch.nodes", 1)
-    fsdp: bool = False
-
-
-class JaxMesh(Section):
-    fsdp: int = bounded("backend.jax.mesh.fsdp", 1)
-    tp: int = bounded("backend.jax.mesh.tp", 1)
-
-
-class JaxBackendSection(Section):
-    mesh: JaxMesh = Field(default_factory=JaxMesh)
-    attention: Literal["dense", "splash"] = Field(
-        "dense",
-        description="dense: tunix's attention over a [rows, L, L] mask (causal, same document; the sliding "
-        "band on local layers); splash: jax's Pallas splash kernel with the packed rows' segment ids and the local "
-        "window, skipping the blocks the mask rules out (TPU; on CPU it runs in Pallas interpret mode, for tests "
-        "only). Needs data.max_seq_len a multiple of min(512, max_seq_len) and of 128 (crosstune.train.jax.attention)",
-    )
-    splash_block: Literal[128, 256, 512] = Field(
-        512,
-        description="splash attention's tile (queries and keys per block): the kernel computes every block its "
-        "causal or local mask touches, so a smaller tile wastes less of the sliding layers' window edges and the "
-        'diagonal, at more blocks\' overhead (docs/BENCHMARKS.md, "TPU v5e chip, measured")',
-    )
-    splash_fused_backward: bool = Field(
-        True,
-        description="splash's backward as one pass computing dq with dk and dv (it writes per-block partial "
-        "dq, summed after), or two passes (dq apart)",
-    )
-    replicate_indivisible_heads: bool = Field(
-        False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"
-    )
-    cpu_compute_dtype: Literal["float32", "bfloat16"] = Field(
-        "float32",
-        description="the activations' dtype when the jax backend runs on CPU (on TPU/GPU they follow "
-        "train.precision). bfloat16 halves activation and logit memory: what a real-size rehearsal on a CPU box "
-        "needs; parity checks and tiny models want float32. Gemma 4 only: tunix's Gemma 3 computes in model.dtype. "
-        "The torch backend has no such switch: it loads the base in fp32 on CPU and trains there without autocast",
-    )
-
-
-class BackendSection(Section):
-    default: BackendName = "torch"
-    torch: TorchBackendSection = Field(default_factory=TorchBackendSection)
-    jax: JaxBackendSection = Field(default_factory=JaxBackendSection)
 
 
 class ServeSection(Section):
