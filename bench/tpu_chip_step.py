@@ -7,14 +7,18 @@ baseline, MFU (4N) and the devices' peak memory.
         --out results.json
 
 The recipe's mesh is fitted to the attached chips (`hardware: auto`). A variant that doesn't fit the chip's memory
-is reported as such, with XLA's message, and the others still run.
+is reported as such, with XLA's message, and the others still run. Each variant runs in a process of its own (this
+script again, with --variant): a device's peak memory counts from the process's start, so variants run one after
+another in one process would each report the largest peak so far.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from crosstune.planner import plan_recipe
@@ -34,6 +38,32 @@ VARIANTS = {  # the baseline last: a loop that can't fit the chip should not lea
 BASELINE = "plain Tunix (PeftTrainer + Qwix LoRA, its examples)"
 
 
+def _run_here(args, recipe) -> int:
+    """One variant in this process: its row (or its error) as JSON into --out."""
+    try:
+        extra = (args.profile,) if args.variant == list(VARIANTS)[0] else ()
+        row = VARIANTS[args.variant](recipe, args.layers, args.steps, *extra)
+    except Exception as e:  # noqa: BLE001 - an out-of-memory variant is a result: the others still run
+        row = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+    args.out.write_text(json.dumps(row, indent=1), encoding="utf-8")
+    return 0
+
+
+def _run_apart(name: str) -> dict:
+    """The variant `name` run by this script in a child process (the same arguments), its row read back."""
+    with tempfile.TemporaryDirectory(prefix="tpu-chip-step-") as tmp:
+        out = Path(tmp) / "row.json"
+        argv = list(sys.argv[1:])
+        for flag in ("--out", "--only"):  # the child writes its own row and runs one variant
+            while flag in argv:
+                i = argv.index(flag)
+                del argv[i : i + 2]
+        done = subprocess.run([sys.executable, __file__, *argv, "--variant", name, "--out", str(out)], check=False)
+        if done.returncode != 0 or not out.is_file():
+            return {"error": f"exit {done.returncode} (its last lines are above)"}
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipe", type=Path)
@@ -43,19 +73,18 @@ def main() -> int:
     parser.add_argument("--only", action="append", default=None, help="run only variants whose name contains this")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--profile", type=Path, default=None, help="a JAX trace of one step of crosstune's step")
+    parser.add_argument("--variant", default=None, help=argparse.SUPPRESS)  # run this one variant here
     args = parser.parse_args()
     recipe = load_for_plan(args.recipe, args.overrides + ["hardware=auto"])
+    if args.variant is not None:
+        return _run_here(args, recipe)
     plan = plan_recipe(recipe, "jax")
     spec = with_layers(plan.spec, args.layers)
     rows: dict[str, dict] = {}
-    for name, run in VARIANTS.items():
+    for name in VARIANTS:
         if args.only and not any(o in name for o in args.only):
             continue
-        try:
-            extra = (args.profile,) if name == list(VARIANTS)[0] else ()
-            rows[name] = run(recipe, args.layers, args.steps, *extra)
-        except Exception as e:  # noqa: BLE001 - an out-of-memory variant is a result: the others still run
-            rows[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+        rows[name] = _run_apart(name)
         if args.out is not None:
             args.out.write_text(json.dumps(rows, indent=1), encoding="utf-8")
     base = rows.get(BASELINE, {})

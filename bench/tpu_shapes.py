@@ -1,29 +1,39 @@
-"""`crosstune plan --run` over several recipes' shapes in one process on an attached TPU: each shape's measured step
-(time, tok/s, MFU, real peak HBM, compile) beside the planner's calibrated time and memory for the same layers, one
-table for docs/BENCHMARKS.md, and every report as `plan --run --json` prints it.
+"""`crosstune plan --run` over several recipes' shapes on an attached TPU, one process per shape: each shape's measured
+step (time, tok/s, MFU, real peak HBM, compile) beside the planner's calibrated time and memory for the same layers,
+one table for docs/BENCHMARKS.md, and every report as `plan --run --json` prints it.
 
     python bench/tpu_shapes.py --shape "recipes/gemma4-12b-tpu-v6e-4.yaml 6" \
         --shape "recipes/gemma4-e4b-tpu-v6e-4.yaml 6 model.size=e2b" --out shapes.json
 
 A shape is "RECIPE LAYERS [--set lines ...]". The recipe's mesh is fitted to the attached chips (`hardware: auto`).
 A shape that fails (out of memory, a refused mesh) is reported with its error and the others still run; the JSON
-is written after each shape, so a run cut short keeps what it measured.
+is written after each shape, so a run cut short keeps what it measured. Each shape runs in a process of its own: a
+device's peak memory counts from the process's start (memory_stats has no reset), so shapes run one after another
+in one process would each report the largest peak so far.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from crosstune.plan.driver import measured_plan
+CLI = "from crosstune.cli import main; import sys; sys.argv[0] = 'crosstune'; main()"
 
 
-def _shape(text: str) -> tuple[Path, int, list[str]]:
+def measure(text: str, steps: int) -> dict:
+    """`crosstune plan RECIPE --run --layers LAYERS --json` for the shape "RECIPE LAYERS [SET ...]", in a child
+    process whose progress lines pass through; its report, or {"error": its last line}."""
     recipe, layers, *overrides = text.split()
-    return Path(recipe), int(layers), overrides
+    cmd = [sys.executable, "-c", CLI, "plan", recipe, "--run", "--layers", layers, "--steps", str(steps), "--json"]
+    cmd += [a for o in overrides for a in ("--set", o)]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        return {"error": f"exit {done.returncode} (its last lines are above)"}
+    return json.loads(done.stdout)
 
 
 def _f(value, spec: str) -> str:
@@ -50,12 +60,8 @@ def main() -> int:
     args = parser.parse_args()
     reports: dict[str, dict] = {}
     for text in args.shape:
-        recipe, layers, overrides = _shape(text)
         start = time.perf_counter()
-        try:
-            reports[text] = measured_plan(recipe, overrides, layers, args.steps, None, say=print)
-        except Exception as e:  # noqa: BLE001 - a shape that can't run is a result: the others still run
-            reports[text] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+        reports[text] = measure(text, args.steps)
         reports[text]["wall_s"] = time.perf_counter() - start
         print(f"{text}: {time.perf_counter() - start:.0f} s", flush=True)
         if args.out is not None:

@@ -104,7 +104,13 @@ def test_an_orbax_resume_on_the_chip_equals_the_run_without_a_stop(chip, fixture
     program: the LoRA agrees to fp32 rounding of the restored state, 1e-6 relative)."""
     from crosstune.run.lora_weights import read_peft_adapter
 
-    common = ("train.warmup_steps=0", "train.learning_rate=3e-3", "train.checkpoint_every=2", "train.keep_last=3")
+    common = (
+        "train.warmup_steps=0",
+        "train.schedule=constant",  # a cosine over max_steps would differ between a 2-step run and its resume to 4
+        "train.learning_rate=3e-3",
+        "train.checkpoint_every=2",
+        "train.keep_last=3",
+    )
     _train(_recipe(fixtures, tmp_path / "a", "train.max_steps=4", *common), tmp_path / "whole")
     _train(_recipe(fixtures, tmp_path / "b", "train.max_steps=2", *common), tmp_path / "split")
     _train(_recipe(fixtures, tmp_path / "b", "train.max_steps=4", *common), tmp_path / "split", resume=True)
@@ -143,7 +149,10 @@ def test_the_chip_s_loss_equals_the_cpu_s_under_the_highest_matmul_precision(chi
 def test_the_peak_memory_metric_is_xla_s_analysis_of_the_step(chip):
     """`plan --run`'s peak (live arrays + what the step reserved: progress.device_peak_bytes, the metric
     `peak_memory_gib` reads) against XLA's memory_analysis of the same compiled step, at the 31B's dimensions (one
-    layer, 2048 tokens): within 2 % (the runtime's own buffers and the filler programs' outputs)."""
+    layer, 2048 tokens). XLA's figure is its plan of the program's buffers; the runtime reserved 0.5-2.7 % less on
+    every shape measured on the v5e (docs/BENCHMARKS.md, "The planner against the chip"; 2.6 % here), never more. So:
+    at most the plan plus 1 % (the runtime's own buffers, the filler programs' outputs), at least 96 % of it (a
+    metric that left out the temporaries, as peak_bytes_in_use alone does, reads ~60 % of it here)."""
     from crosstune.planner.planned_recipe import load_for_plan
     from crosstune.train.parts import measure_step
     from tests.helpers.paths import REPO
@@ -157,4 +166,4 @@ def test_the_peak_memory_metric_is_xla_s_analysis_of_the_step(chip):
         + got["xla_temp_bytes"]
         + got["xla_code_bytes"]
     )
-    assert abs(got["peak_bytes"] - xla) <= 0.02 * xla, (got["peak_bytes"], xla, got["peak_in_use_bytes"])
+    assert 0.96 * xla <= got["peak_bytes"] <= 1.01 * xla, (got["peak_bytes"], xla, got["peak_in_use_bytes"])
