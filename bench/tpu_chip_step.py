@@ -49,16 +49,16 @@ def _run_here(args, recipe) -> int:
     return 0
 
 
-def _run_apart(name: str) -> dict:
-    """The variant `name` run by this script in a child process (the same arguments), its row read back."""
+def _run_apart(name: str, args) -> dict:
+    """The variant `name` run by this script in a child process (the same recipe, layers, --set lines, steps and
+    profile), its row read back."""
     with tempfile.TemporaryDirectory(prefix="tpu-chip-step-") as tmp:
         out = Path(tmp) / "row.json"
-        argv = list(sys.argv[1:])
-        for flag in ("--out", "--only"):  # the child writes its own row and runs one variant
-            while flag in argv:
-                i = argv.index(flag)
-                del argv[i : i + 2]
-        done = subprocess.run([sys.executable, __file__, *argv, "--variant", name, "--out", str(out)], check=False)
+        child = [sys.executable, __file__, str(args.recipe), "--steps", str(args.steps), "--variant", name]
+        child += ["--out", str(out), *[a for o in args.overrides for a in ("--set", o)]]
+        child += [] if args.layers is None else ["--layers", str(args.layers)]
+        child += [] if args.profile is None else ["--profile", str(args.profile)]
+        done = subprocess.run(child, check=False)
         if done.returncode != 0 or not out.is_file():
             return {"error": f"exit {done.returncode} (its last lines are above)"}
         return json.loads(out.read_text(encoding="utf-8"))
@@ -84,7 +84,7 @@ def main() -> int:
     for name in VARIANTS:
         if args.only and not any(o in name for o in args.only):
             continue
-        rows[name] = _run_apart(name)
+        rows[name] = _run_apart(name, args)
         if args.out is not None:
             args.out.write_text(json.dumps(rows, indent=1), encoding="utf-8")
     base = rows.get(BASELINE, {})

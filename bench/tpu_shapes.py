@@ -5,7 +5,8 @@ one table for docs/BENCHMARKS.md, and every report as `plan --run --json` prints
     python bench/tpu_shapes.py --shape "recipes/gemma4-12b-tpu-v6e-4.yaml 6" \
         --shape "recipes/gemma4-e4b-tpu-v6e-4.yaml 6 model.size=e2b" --out shapes.json
 
-A shape is "RECIPE LAYERS [--set lines ...]". The recipe's mesh is fitted to the attached chips (`hardware: auto`).
+A shape is "RECIPE LAYERS [--set lines ...]", split as a shell splits words (quote a --set line that holds spaces).
+The recipe's mesh is fitted to the attached chips (`hardware: auto`).
 A shape that fails (out of memory, a refused mesh) is reported with its error and the others still run; the JSON
 is written after each shape, so a run cut short keeps what it measured. Each shape runs in a process of its own: a
 device's peak memory counts from the process's start (memory_stats has no reset), so shapes run one after another
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -27,7 +29,7 @@ CLI = "from crosstune.cli import main; import sys; sys.argv[0] = 'crosstune'; ma
 def measure(text: str, steps: int) -> dict:
     """`crosstune plan RECIPE --run --layers LAYERS --json` for the shape "RECIPE LAYERS [SET ...]", in a child
     process whose progress lines pass through; its report, or {"error": its last line}."""
-    recipe, layers, *overrides = text.split()
+    recipe, layers, *overrides = shlex.split(text)
     cmd = [sys.executable, "-c", CLI, "plan", recipe, "--run", "--layers", layers, "--steps", str(steps), "--json"]
     cmd += [a for o in overrides for a in ("--set", o)]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
