@@ -14,19 +14,19 @@ from tests.helpers.paths import RECIPES
 
 ONE_CHIP = ["hardware=tpu-v5e-1", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.tp=1", "serve.tensor_parallel_size=1"]
 # (recipe, --set, layers) -> (s per micro-step, peak GB) measured on the chip (docs/BENCHMARKS.md, "The planner against
-# the chip"); each peak is a process's own (memory_stats counts from the process's start: None where a shape ran after
-# a larger one in the same process). E2B's peak (6.32 GB) is left out: the planner says 5.53 (-12.5 %), because XLA
-# keeps 4 fp32 + 3 bf16 [512, vocab] loss-chunk buffers in that program (2.95 GB) where the 12B's keeps the 3 fp32
-# the planner counts (its buffer assignment, BENCHMARKS). The 2-layer rows ran with 16-bit dropout draws (0.5 % faster
-# than the step as it is: the 31B's 4 layers ran 0.4077 s against 0.4096 s).
+# the chip"); each peak is a process's own (memory_stats counts from the process's start). The rows with a peak ran
+# the step as it is now (2026-12-06: the loss's chunks one at a time); None: measured before that (the program then
+# held more loss buffers: E2B 6.32 GB against 4.98 now) or after a larger shape in the same process. The 2-layer rows
+# ran with 16-bit dropout draws (0.5 % faster than the step as it is: the 31B's 4 layers ran 0.4077 s against 0.4096 s).
 MEASURED = {
-    ("gemma4-31b-tpu-v5p-8", ("data.max_seq_len=4096",), 4): (0.4087, 14.42),
+    ("gemma4-31b-tpu-v5p-8", ("data.max_seq_len=4096",), 4): (0.4099, 12.86),
+    ("gemma4-31b-tpu-v5p-8", ("data.max_seq_len=4096",), 5): (0.4777, 14.85),
     ("gemma4-31b-tpu-v5p-8", ("data.max_seq_len=4096", "lora.dropout=0"), 4): (0.3905, None),
-    ("gemma4-12b-tpu-v6e-4", (), 6): (0.3091, 8.41),
-    ("gemma4-e4b-tpu-v6e-4", (), 6): (0.1271, 8.18),
-    ("gemma4-e4b-tpu-v6e-4", ("model.size=e2b",), 6): (0.0767, None),
+    ("gemma4-12b-tpu-v6e-4", (), 6): (0.3094, 8.41),
+    ("gemma4-e4b-tpu-v6e-4", (), 6): (0.1278, 6.84),
+    ("gemma4-e4b-tpu-v6e-4", ("model.size=e2b",), 6): (0.0764, 4.98),
     ("gemma3-27b-tpu-v6e-8", (), 6): (0.3382, None),
-    ("gemma4-26b-a4b-tpu-v5p-8", ("data.max_seq_len=4096",), 2): (0.1559, 9.13),
+    ("gemma4-26b-a4b-tpu-v5p-8", ("data.max_seq_len=4096",), 2): (0.1559, None),
     ("gemma4-31b-tpu-v5p-8", ("data.max_seq_len=4096",), 2): (0.2723, None),
     ("gemma4-26b-a4b-tpu-v5p-8", (), 2): (0.1167, None),
 }

@@ -20,7 +20,7 @@ JAX_LOGITS_CHUNK = 512  # crosstune.train.jax.logits.CHUNK (a test keeps the two
 # The tunix experts' weights (families/gemma4/tunix.py: [E, 2, X, D] gate/up and [E, X, D] down per MoE layer), and
 # how many layers' worth of them, gathered over fsdp, XLA keeps live at once (see jax_memory's gathered term).
 EXPERT_WEIGHTS = (".moe.gating_einsum", ".moe.linear")
-EXPERT_LAYERS_LIVE = 4
+EXPERT_LAYERS_LIVE = 2
 
 
 @dataclass
@@ -111,8 +111,8 @@ def _layer_working_set(
     out += mlp_copies * tokens * f * a
     out += 2 * tokens * spec.per_layer_input_dim * a  # the per-layer input's gate and its product
     if spec.moe is not None:  # each token's top-k copies: gate/up and their product [.., X], and 3 [.., D], fitted:
-        # XLA's remat-off compiles of the 26B-A4B on v5p-8 grow 0.666 GB per layer (6, 12, 30 layers), one [T·k, D]
-        # bf16 more than 2 (−10.3 % at full depth then, +0.5 % now). Its buffers hold both fsdp rows' token copies
+        # XLA's remat-off compiles of the 26B-A4B on v5p-8 grow 0.70 GB per layer (6, 12, 30 layers), one [T·k, D]
+        # bf16 more than 2 (−10.3 % at full depth then, −2.0 % now). Its buffers hold both fsdp rows' token copies
         # at D and D/tp (docs/BENCHMARKS.md); the third copy stands in for that
         m = spec.moe
         out += tokens * m.top_k * (3 * spec.hidden_size + 3 * _split(m.expert_dim, tp)) * a
@@ -152,6 +152,19 @@ def _saved_attention(spec: ModelSpec, b: int, seq: int, a: int) -> float:
     return sum(b * seq * spec.kind(i).num_heads * (spec.kind(i).head_dim * a + 4) for i in range(spec.num_layers))
 
 
+def _logits(spec: ModelSpec, b: int, seq: int, tp: int, backend: str) -> float:
+    """Bytes per device the loss holds beside the layers."""
+    vocab_tp = tp if spec.vocab_size % tp == 0 else 1
+    if backend == "jax":  # crosstune.train.jax.logits: a chunk at a time (2 fp32 + 1 bf16 [rows, chunk, vocab] buffers
+        # in XLA's buffer assignment: the logits, their gradient, the head's bf16 output), the hidden states' grad
+        chunk = b * min(seq, JAX_LOGITS_CHUNK) * spec.vocab_size / vocab_tp
+        return chunk * (2 * 4 + 2) + b * seq * spec.hidden_size * 4
+    # fp32 [b, L, vocab]: the logits, their softmax's gradient, and with a final softcap the capped logits too
+    # (Gemma 4: 30; Gemma 3 has none; XLA's full-depth compiles of both agreed before the chunked jax loss)
+    copies = 3 if spec.final_logit_softcap else 2
+    return b * seq * spec.vocab_size * 4 * copies / vocab_tp
+
+
 def memory(
     spec: ModelSpec, recipe: Recipe, hw: HardwareTarget, *, fsdp: int, tp: int, backend: str, devices: int = 1
 ) -> Memory:
@@ -178,7 +191,8 @@ def memory(
             # The experts' weights are gathered over fsdp where a layer runs and not held to its backward: XLA's
             # temp for the 26B-A4B on v5p-8 (fsdp 2 × tp 2) grows 0.18-0.20 GB per layer (6, 12 and 30 layers:
             # 3.65, 4.86, 8.04 GB), not the 0.76 GB of a layer's gathered experts. Its buffers hold the gathered
-            # experts of about EXPERT_LAYERS_LIVE layers at a time (fitted to those compiles; docs/BENCHMARKS.md).
+            # experts of about EXPERT_LAYERS_LIVE layers at a time (fitted to the remat-off compiles at 6, 12 and 30
+            # layers, whose temp is within 5 % at each depth; docs/BENCHMARKS.md).
             per_layer: dict[str, float] = {}
             for t in experts:
                 layer = t.path.split(".")[1]
@@ -204,14 +218,7 @@ def memory(
     no_remat = sum(working) + mask
     residual = spec.num_layers * b * seq * spec.hidden_size / tp * a
     remat = residual + max(working) + mask
-    vocab_tp = tp if spec.vocab_size % tp == 0 else 1
-    if backend == "jax":  # crosstune.train.jax.logits: one chunk's fp32 logits at a time, the hidden states' grad
-        logits = b * min(seq, JAX_LOGITS_CHUNK) * spec.vocab_size * 4 * 3 / vocab_tp + b * seq * spec.hidden_size * 4
-    else:
-        # fp32 [b, L, vocab]: the logits, their softmax's gradient, and with a final softcap the capped logits too
-        # (Gemma 4: 30; Gemma 3 has none; XLA's full-depth compiles of both agreed before the chunked jax loss)
-        copies = 3 if spec.final_logit_softcap else 2
-        logits = b * seq * spec.vocab_size * 4 * copies / vocab_tp
+    logits = _logits(spec, b, seq, tp, backend)
     selective = remat + _saved_attention(spec, b, seq, a) if backend == "torch" else None
     acts = remat if recipe.train.gradient_checkpointing else no_remat
     if selective is not None and recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_attention:

@@ -60,3 +60,20 @@ def test_chunked_losses_and_gradient_equal_the_full_logits(softcap):
     g_want = jax.grad(lambda h: jnp.sum(full(h) * weight))(hidden)
     assert float(jnp.abs(g_got - g_want).max()) <= RTOL * float(jnp.abs(g_want).max())
     assert float(jnp.abs(g_want).max()) > 0 and float(jnp.abs(g_got[:, -1]).max()) == 0  # no target after the last
+
+
+def test_each_chunk_waits_for_the_one_before():
+    """XLA:TPU's scheduler started several independent chunks at once (E2B's step held 4 fp32 + 3 bf16 chunk
+    buffers); each chunk after the first takes its input through an optimization barrier with the outputs of the
+    chunk before, so one chunk's logits are live at a time (XLA:CPU holds them all either way: this checks the chain)."""
+    import jax
+    import jax.numpy as jnp
+
+    from crosstune.train.jax.logits import token_losses
+
+    model = _model(30.0)
+    hidden = jnp.zeros((1, 70, 40), jnp.float32)
+    tokens, mask = jnp.zeros((1, 70), jnp.int32), jnp.ones((1, 70), bool)
+    jaxpr = jax.make_jaxpr(lambda h: token_losses(model, h, tokens, mask, chunk=16))(hidden)
+    text = str(jaxpr)
+    assert text.count("optimization_barrier") == 4  # 5 chunks over 69 targets: 4 links

@@ -9,7 +9,9 @@ takes the hidden states: per chunk of CHUNK positions it computes the logits exa
 casts, same softcap), their logsumexp and the target's logit, and the hidden states' gradient
 (softmax − one-hot, through the softcap, times the embedding) — a custom VJP, so the backward pass only scales
 that gradient by each token's weight and never rebuilds the logits. Peak: one chunk's logits instead of three
-copies of all of them.
+copies of all of them. The chunks are independent, so XLA's scheduler would start several before finishing one (the
+E2B's step held 4 fp32 + 3 bf16 chunk buffers, the 31B's all 8 bf16 chunks): an optimization barrier ties each
+chunk's input to the outputs of the chunk before, and the loss holds 2 fp32 + 1 bf16 chunk buffers on any shape.
 """
 
 from __future__ import annotations
@@ -88,7 +90,12 @@ def _ce(hidden, embedding, targets, head: Head, chunk: int) -> jax.Array:
 
 
 def _ce_fwd(hidden, embedding, targets, head: Head, chunk: int):
-    pieces = [_chunk_forward(hidden[:, s], embedding, targets[:, s], head) for s in _chunks(hidden.shape[1], chunk)]
+    pieces = []
+    for s in _chunks(hidden.shape[1], chunk):
+        h = hidden[:, s]
+        if pieces:  # the chunk's input waits for the chunk before's outputs: one chunk's logits live at a time
+            h, _ = jax.lax.optimization_barrier((h, pieces[-1]))
+        pieces.append(_chunk_forward(h, embedding, targets[:, s], head))
     losses = jnp.concatenate([p[0] for p in pieces], axis=1)
     grads = jnp.concatenate([p[1] for p in pieces], axis=1)
     return losses, (grads, embedding)

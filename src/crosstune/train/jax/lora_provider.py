@@ -11,7 +11,11 @@
   dropout of a 31B decoder layer needs ~0.23 G random numbers per 4096-token row (every adapted input: q/k/v and
   gate/up read the layer's hidden states, o the attention output, down the MLP's [tokens, 21504]). The key is still
   drawn from the module's `qwix_rngs` stream (its count advances and is checkpointed as before), so a run is as
-  reproducible as it was; the masks themselves are other draws than threefry's.
+  reproducible as it was; the masks themselves are other draws than threefry's. On a TPU mesh the step is compiled
+  with `SHARDED_RNG`: XLA's SPMD partitioner otherwise replicates an RngBitGenerator, so every chip drew the global
+  mask of every adapted input and kept it for the backward (the E4B on v6e-4, fsdp 2 × tp 2: +0.30 GB per layer,
+  10.8 GB at full depth; docs/BENCHMARKS.md). With it each chip draws its own shard's bits, as MaxText runs its rbg
+  keys; the masks then depend on the mesh as well as the seed (the same recipe on the same mesh draws the same).
 
 Only the LoRA branch is ours: the frozen projection (`res`) is Qwix's PtqProvider's, and the LoRA params are found
 or created by Qwix's own helpers (qwix 0.1.8's `_get_or_create_lora_params`, `_parse_einsum_str_for_lora`,
@@ -30,6 +34,14 @@ from qwix._src.utils import flax_util
 
 # the words of an "rbg" key: XLA's RngBitGenerator state (jax.random's rbg implementation)
 RBG_WORDS = 4
+# XLA:TPU's compile option that lets the SPMD partitioner shard an RngBitGenerator (module docstring)
+SHARDED_RNG = {"xla_tpu_spmd_rng_bit_generator_unsafe": True}
+
+
+def compiler_options(mesh) -> dict[str, bool] | None:
+    """The step's XLA options on `mesh`: SHARDED_RNG on TPU devices (compile-only ones too), none elsewhere (XLA:CPU
+    has no such option and replicates nothing there that matters)."""
+    return SHARDED_RNG if not mesh.empty and mesh.devices.flat[0].platform == "tpu" else None
 
 
 def dropout(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:

@@ -9,7 +9,8 @@ for Gemma 4 31B on a v5p-8 at tp=4). Here the same step body (`create_train_step
 optimizer update) runs inside a jax.jit over the split state: the frozen base (`nnx.Param` but not
 `nnx.LoRAParam`) is an input only; everything the step changes (LoRA params, dropout RNG counts, the optimizer
 state with MultiSteps' accumulator) is donated and comes back in place, pinned to its own sharding (without the
-pin XLA may pick another layout for some LoRA leaves and the second step compiles again). Why not upstream:
+pin XLA may pick another layout for some LoRA leaves and the second step compiles again); on a TPU mesh it is
+compiled with the LoRA dropout's sharded RNG (crosstune.train.jax.lora_provider.SHARDED_RNG). Why not upstream:
 docs/DESIGN_NOTES.md, "crosstune.train.jax.train_step".
 """
 
@@ -19,6 +20,8 @@ import functools
 
 import jax
 from flax import nnx
+
+from crosstune.train.jax.lora_provider import compiler_options
 
 TRAIN_STEP_NAME = "crosstune_train_step"  # the compiled function's name: CompileTimer looks for it
 FROZEN = nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam))  # the base weights the step reads and never writes
@@ -49,6 +52,7 @@ class HeldOnceStep:
             functools.partial(crosstune_train_step, (model_def, opt_def), body),
             donate_argnums=(1, 2),
             out_shardings=None if pins is None else (None, *pins),
+            compiler_options=compiler_options(mesh),
         )
 
     @staticmethod
