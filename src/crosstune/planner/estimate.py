@@ -20,7 +20,8 @@ JAX_LOGITS_CHUNK = 512  # crosstune.train.jax.logits.CHUNK (a test keeps the two
 # The tunix experts' weights (families/gemma4/tunix.py: [E, 2, X, D] gate/up and [E, X, D] down per MoE layer), and
 # how many layers' worth of them, gathered over fsdp, XLA keeps live at once (see jax_memory's gathered term).
 EXPERT_WEIGHTS = (".moe.gating_einsum", ".moe.linear")
-EXPERT_LAYERS_LIVE = 2
+EXPERT_LAYERS_LIVE = 1
+HEAD_EMBEDDING = "embedder.input_embedding"  # the tied LM head's weight in tunix's tree
 
 
 @dataclass
@@ -165,6 +166,36 @@ def _logits(spec: ModelSpec, b: int, seq: int, tp: int, backend: str) -> float:
     return b * seq * spec.vocab_size * 4 * copies / vocab_tp
 
 
+def _gathered(spec: ModelSpec, fsdp: int, tp: int, a: int) -> float:
+    """Bytes per device of the weights XLA holds gathered over fsdp (none at fsdp 1). Measured by XLA:TPU's compiler
+    only (no GPU compile here: GPUs keep the old estimate)."""
+    if fsdp == 1:
+        return 0.0
+    # XLA keeps every decoder layer's weights, gathered over fsdp in the forward pass, alive until that layer's
+    # backward (measured: Gemma 3 27B on v6e-8 at fsdp 2 × tp 4, XLA's temp grows by one layer's fsdp-gathered
+    # weights per layer, 0.21 GB; docs/BENCHMARKS.md, "Ahead-of-time TPU compile"), and the LM head's embedding
+    # while the loss runs (the E4B on v6e-4's buffer assignment: bf16[131072, 2560], the vocabulary still over tp)
+    gathered_mesh = {"fsdp": 1, "tp": tp}
+    tensors = tunix_tensors(spec)
+    layers = [t for t in tensors if t.path.startswith("layers.")]
+    experts = [t for t in layers if t.path.endswith(EXPERT_WEIGHTS)]
+    dense = [t for t in layers if not t.path.endswith(EXPERT_WEIGHTS)]
+    head = [t for t in tensors if t.path == HEAD_EMBEDDING]
+    gathered = sum(per_device_elements(t, gathered_mesh) for t in dense + head) * a
+    if experts:
+        # The experts' weights are gathered over fsdp where a layer runs and not held to its backward: XLA's
+        # temp for the 26B-A4B on v5p-8 (fsdp 2 × tp 2) grows 0.18-0.20 GB per layer (6, 12 and 30 layers:
+        # 3.65, 4.86, 8.04 GB), not the 0.76 GB of a layer's gathered experts. Its buffers hold the gathered
+        # experts of about EXPERT_LAYERS_LIVE layers at a time (fitted to the remat-off compiles at 6, 12 and 30
+        # layers, whose temp is within 5 % at each depth; docs/BENCHMARKS.md).
+        per_layer: dict[str, float] = {}
+        for t in experts:
+            layer = t.path.split(".")[1]
+            per_layer[layer] = per_layer.get(layer, 0.0) + per_device_elements(t, gathered_mesh) * a
+        gathered += min(EXPERT_LAYERS_LIVE, len(per_layer)) * max(per_layer.values())
+    return gathered
+
+
 def memory(
     spec: ModelSpec, recipe: Recipe, hw: HardwareTarget, *, fsdp: int, tp: int, backend: str, devices: int = 1
 ) -> Memory:
@@ -179,27 +210,7 @@ def memory(
         base = sum(per_device_elements(t, mesh) for t in tunix_tensors(spec)) * a
         lora_elements = sum(per_device_elements(x, mesh) for x in trained_lora_tensors(spec, recipe.lora.targets, rank))
         lora = lora_elements * 16
-        # XLA keeps every decoder layer's weights, gathered over fsdp in the forward pass, alive until that layer's
-        # backward (measured: Gemma 3 27B on v6e-8 at fsdp 2 × tp 4, XLA's temp grows by one layer's fsdp-gathered
-        # weights per layer, 0.21 GB; docs/BENCHMARKS.md, "Ahead-of-time TPU compile")
-        gathered_mesh = {"fsdp": 1, "tp": tp}
-        layers = [t for t in tunix_tensors(spec) if t.path.startswith("layers.")]
-        experts = [t for t in layers if t.path.endswith(EXPERT_WEIGHTS)]
-        dense = [t for t in layers if not t.path.endswith(EXPERT_WEIGHTS)]
-        gathered = sum(per_device_elements(t, gathered_mesh) for t in dense) * a if fsdp > 1 else 0.0
-        if experts and fsdp > 1:
-            # The experts' weights are gathered over fsdp where a layer runs and not held to its backward: XLA's
-            # temp for the 26B-A4B on v5p-8 (fsdp 2 × tp 2) grows 0.18-0.20 GB per layer (6, 12 and 30 layers:
-            # 3.65, 4.86, 8.04 GB), not the 0.76 GB of a layer's gathered experts. Its buffers hold the gathered
-            # experts of about EXPERT_LAYERS_LIVE layers at a time (fitted to the remat-off compiles at 6, 12 and 30
-            # layers, whose temp is within 5 % at each depth; docs/BENCHMARKS.md).
-            per_layer: dict[str, float] = {}
-            for t in experts:
-                layer = t.path.split(".")[1]
-                per_layer[layer] = per_layer.get(layer, 0.0) + per_device_elements(t, gathered_mesh) * a
-            gathered += min(EXPERT_LAYERS_LIVE, len(per_layer)) * max(per_layer.values())
-        if hw.chip.platform != "tpu":
-            gathered = 0.0  # measured by XLA:TPU's compiler only (no GPU compile here): GPUs keep the old estimate
+        gathered = _gathered(spec, fsdp, tp, a) if hw.chip.platform == "tpu" else 0.0  # XLA:TPU's compiles only
     else:
         gathered = 0.0
         shards = devices if recipe.backend.torch.fsdp else 1

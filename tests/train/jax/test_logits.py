@@ -65,7 +65,8 @@ def test_chunked_losses_and_gradient_equal_the_full_logits(softcap):
 def test_each_chunk_waits_for_the_one_before():
     """XLA:TPU's scheduler started several independent chunks at once (E2B's step held 4 fp32 + 3 bf16 chunk
     buffers); each chunk after the first takes its input through an optimization barrier with the outputs of the
-    chunk before, so one chunk's logits are live at a time (XLA:CPU holds them all either way: this checks the chain)."""
+    chunk before, so one chunk's logits are live at a time on a chip (XLA:CPU holds them all either way: this
+    checks the chain)."""
     import jax
     import jax.numpy as jnp
 

@@ -13,9 +13,10 @@
   drawn from the module's `qwix_rngs` stream (its count advances and is checkpointed as before), so a run is as
   reproducible as it was; the masks themselves are other draws than threefry's. On a TPU mesh the step is compiled
   with `SHARDED_RNG`: XLA's SPMD partitioner otherwise replicates an RngBitGenerator, so every chip drew the global
-  mask of every adapted input and kept it for the backward (the E4B on v6e-4, fsdp 2 × tp 2: +0.30 GB per layer,
-  10.8 GB at full depth; docs/BENCHMARKS.md). With it each chip draws its own shard's bits, as MaxText runs its rbg
-  keys; the masks then depend on the mesh as well as the seed (the same recipe on the same mesh draws the same).
+  mask of every adapted input and kept it for the backward (the E4B on v6e-4, fsdp 2 × tp 2: 27.3 GB per chip at
+  full depth against 19.4 with the option; docs/BENCHMARKS.md). With it each chip draws its own shard's bits, as
+  MaxText runs its rbg keys; the masks then depend on the mesh as well as the seed (the same recipe on the same mesh
+  draws the same).
 
 Only the LoRA branch is ours: the frozen projection (`res`) is Qwix's PtqProvider's, and the LoRA params are found
 or created by Qwix's own helpers (qwix 0.1.8's `_get_or_create_lora_params`, `_parse_einsum_str_for_lora`,
