@@ -11,7 +11,9 @@ casts, same softcap), their logsumexp and the target's logit, and the hidden sta
 that gradient by each token's weight and never rebuilds the logits. Peak: one chunk's logits instead of three
 copies of all of them. The chunks are independent, so XLA's scheduler would start several before finishing one (the
 E2B's step held 4 fp32 + 3 bf16 chunk buffers, the 31B's all 8 bf16 chunks): an optimization barrier ties each
-chunk's input to the outputs of the chunk before, and the loss holds 2 fp32 + 1 bf16 chunk buffers on any shape.
+chunk's input to the outputs of the chunk before, and the loss holds 2 fp32 + 1 bf16 chunk buffers on one chip (on
+a pod XLA's SPMD partitioner drops the link, whose second output is unused: docs/BENCHMARKS.md has the fix, not yet
+landed).
 """
 
 from __future__ import annotations

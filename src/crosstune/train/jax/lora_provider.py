@@ -41,7 +41,7 @@ SHARDED_RNG = {"xla_tpu_spmd_rng_bit_generator_unsafe": True}
 
 def compiler_options(mesh) -> dict[str, bool] | None:
     """The step's XLA options on `mesh`: SHARDED_RNG on TPU devices (compile-only ones too), none elsewhere (XLA:CPU
-    has no such option and replicates nothing there that matters)."""
+    rejects the option)."""
     return SHARDED_RNG if not mesh.empty and mesh.devices.flat[0].platform == "tpu" else None
 
 
