@@ -21,7 +21,6 @@ JAX_LOGITS_CHUNK = 512  # crosstune.train.jax.logits.CHUNK (a test keeps the two
 # how many layers' worth of them, gathered over fsdp, XLA keeps live at once (see jax_memory's gathered term).
 EXPERT_WEIGHTS = (".moe.gating_einsum", ".moe.linear")
 EXPERT_LAYERS_LIVE = 1
-HEAD_EMBEDDING = "embedder.input_embedding"  # the tied LM head's weight in tunix's tree
 
 
 @dataclass
@@ -180,7 +179,7 @@ def _gathered(spec: ModelSpec, fsdp: int, tp: int, a: int) -> float:
     layers = [t for t in tensors if t.path.startswith("layers.")]
     experts = [t for t in layers if t.path.endswith(EXPERT_WEIGHTS)]
     dense = [t for t in layers if not t.path.endswith(EXPERT_WEIGHTS)]
-    head = [t for t in tensors if t.path == HEAD_EMBEDDING]
+    head = [t for t in tensors if t.shape == (spec.vocab_size, spec.hidden_size)]  # the tied LM head's [V, D]
     gathered = sum(per_device_elements(t, gathered_mesh) for t in dense + head) * a
     if experts:
         # The experts' weights are gathered over fsdp where a layer runs and not held to its backward: XLA's
