@@ -18,6 +18,10 @@ Kinds of work, per device and micro-step (rows split over fsdp, heads and widths
   copies' bytes at the same rate; fitted to one measured shape (the MoE's kernels weren't profiled apart).
 Calibrated on a TPU v5e (docs/BENCHMARKS.md, "TPU v5e chip, measured"): the efficiencies are the chip's; on v5p and
 v6e the same fractions of their own peaks and bandwidths are assumed (the same MXU/VPU design, not measured there).
+One calibration, at XLA's default scoped VMEM: a recipe's backend.jax.scoped_vmem_kib gets it too, and the
+prediction says so. A profile with 96 MiB split the 31B's time otherwise (matmuls at 97 % of peak, more elementwise
+passes) and, fitted to it, the rates put the 12B 14 % under what it ran with the option; the default's rates stay
+within 10 % of both measured with it (31B +5.7 %, 12B −7.3 %: tests/planner/test_timing.py).
 """
 
 from __future__ import annotations
@@ -169,5 +173,7 @@ def predict_step(plan: Plan, recipe: Recipe) -> StepTime:
         "moe": bandwidth * cal.hbm,
     }
     own = "measured on this chip" if cal.chip == chip.name else f"{cal.chip}'s fractions, assumed"
+    if recipe.backend.jax.scoped_vmem_kib is not None:  # one calibration: XLA's default (module docstring)
+        own += f"; at XLA's default scoped VMEM, not {recipe.backend.jax.scoped_vmem_kib} KiB"
     seconds = {kind: amount / rate[kind] for kind, amount in work(plan, recipe).items()}
     return StepTime(seconds, f"{cal.chip}, {cal.date} ({own}): {cal.command}")

@@ -208,19 +208,21 @@ def test_splash_compiles_for_a_v5p_8(capfd):
 
 
 # In the libtpu child: the LoRA dropout of a [8, 256, 512] input sharded fsdp 2 × tp 2 on a v5p-8's compile-only
-# devices, compiled with XLA's default options and with the step's (compiler_options); the draws' shapes out of each
+# devices, compiled with XLA's default options and with the step's (compiler_options, a recipe's scoped VMEM too);
+# the draws' shapes out of each
 _DRAWS = """
 import json, re, sys
 import jax, jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.train.jax.aot import topology_mesh
-from crosstune.train.jax.lora_provider import compiler_options, dropout
+from crosstune.train.jax.lora_provider import dropout
+from crosstune.train.jax.xla_options import compiler_options
+from jax.sharding import NamedSharding, PartitionSpec as P
 recipe = load_for_plan(sys.argv[1], ["hardware=tpu-v5p-8", "backend.jax.mesh.fsdp=2", "backend.jax.mesh.tp=2"])
 mesh = topology_mesh(recipe)[2]
 x = jax.ShapeDtypeStruct((8, 256, 512), jnp.bfloat16, sharding=NamedSharding(mesh, P("fsdp", None, "tp")))
-out = {"options": compiler_options(mesh)}
-for name, options in (("default", None), ("step", compiler_options(mesh))):
+out = {"options": compiler_options(mesh, 98304)}
+for name, options in (("default", None), ("step", compiler_options(mesh, 98304))):
     text = jax.jit(lambda x: dropout(x, 0.1, jax.random.key(0)), compiler_options=options).lower(x).compile().as_text()
     out[name] = sorted(set(re.findall(r"= (u32\\[[0-9,]+\\])[^ ]* rng-bit-generator\\(", text)))
 print(json.dumps(out))
@@ -231,7 +233,8 @@ print(json.dumps(out))
 def test_each_chip_draws_only_its_shard_of_the_dropout_mask():
     """XLA's SPMD partitioner replicates an RngBitGenerator by default: each of a v5p-8's 4 chips drew the global
     [8, 256, 512] bits of an input sharded fsdp 2 × tp 2. The step's compile options (SHARDED_RNG on TPU devices)
-    make each chip draw its own [4, 256, 256] shard (~30 s: one libtpu child, two small compiles)."""
+    make each chip draw its own [4, 256, 256] shard (~30 s: one libtpu child, two small compiles); XLA:TPU takes a
+    recipe's scoped VMEM beside it by the option's name (XLA refuses a name it does not know)."""
     from crosstune.train.jax.aot_process import child_env
     from crosstune.train.jax.lora_provider import SHARDED_RNG
 
@@ -239,4 +242,5 @@ def test_each_chip_draws_only_its_shard_of_the_dropout_mask():
     done = subprocess.run([sys.executable, "-c", _DRAWS, str(TINY)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     draws = json.loads(done.stdout.strip().splitlines()[-1])
-    assert draws == {"options": SHARDED_RNG, "default": ["u32[8,256,512]"], "step": ["u32[4,256,256]"]}
+    options = {**SHARDED_RNG, "xla_tpu_scoped_vmem_limit_kib": 98304}
+    assert draws == {"options": options, "default": ["u32[8,256,512]"], "step": ["u32[4,256,256]"]}

@@ -101,19 +101,3 @@ def test_dropout_through_the_provider_uses_the_module_s_stream(rate):
     again = _lora(_model_and_input(jnp.float32)[0], x, LoraProvider, dropout=rate)
     z1 = np.asarray(again(x))
     assert not np.array_equal(y1, y2) and np.array_equal(y1, z1)
-
-
-def test_the_sharded_rng_option_is_for_tpu_meshes_only():
-    """The step's compile gets SHARDED_RNG on TPU devices only: XLA:CPU has no such option (a compile with it fails
-    there), and an empty mesh (no devices) gets nothing either. What it does on TPU devices: test_compile.py's
-    test_each_chip_draws_only_its_shard_of_the_dropout_mask (slow; libtpu)."""
-    from jax.sharding import Mesh
-
-    from crosstune.train.jax.lora_provider import SHARDED_RNG, compiler_options
-
-    cpu = Mesh(np.array(jax.devices("cpu")[:1]).reshape(1, 1), ("fsdp", "tp"))
-    assert compiler_options(cpu) is None and compiler_options(Mesh(np.empty((0,), object), ("x",))) is None
-    assert SHARDED_RNG == {"xla_tpu_spmd_rng_bit_generator_unsafe": True}
-    unknown = "No such compile option: 'xla_tpu_spmd_rng_bit_generator_unsafe'"
-    with pytest.raises(jax.errors.JaxRuntimeError, match=unknown):
-        jax.jit(lambda x: x + 1, compiler_options=SHARDED_RNG).lower(jnp.ones(2)).compile()

@@ -12,7 +12,8 @@ pytest.importorskip("tunix")
 
 def test_the_ahead_of_time_step_is_the_training_step(tiny_gemma4_dir, synth_corpus_dir, tmp_path):
     """crosstune.train.jax.aot builds from the config alone (no weights) the program the trainer runs: the same
-    StableHLO, given the same mesh, shapes, shardings and schedule length — the block-LoRA widths included."""
+    StableHLO, given the same mesh, shapes, shardings and schedule length — the block-LoRA widths included — and
+    the recipe's XLA options (crosstune.train.jax.xla_options)."""
     import jax
     from flax import nnx
 
@@ -35,6 +36,7 @@ def test_the_ahead_of_time_step_is_the_training_step(tiny_gemma4_dir, synth_corp
         "lora.dropout=0.05",
         "train.gradient_checkpointing=true",
         "backend.jax.cpu_compute_dtype=bfloat16",
+        "backend.jax.scoped_vmem_kib=98304",  # a TPU option: both trainers carry it, XLA:CPU gets none
     )
     session = TrainingSession(recipe, "jax", tmp_path / "run", progress=False)
     with session.started() as backend:
@@ -48,6 +50,7 @@ def test_the_ahead_of_time_step_is_the_training_step(tiny_gemma4_dir, synth_corp
         with mesh_context(real.mesh):
             compiled_ahead = step.lower(trainer.model, trainer.optimizer, inputs)
         assert (tokens, k) == (4 * 512, 2)
+        assert real.trainer.scoped_vmem_kib == trainer.scoped_vmem_kib == 98304
 
         def lora_shapes(model):
             leaves = jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.LoRAParam))

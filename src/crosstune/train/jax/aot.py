@@ -134,6 +134,7 @@ def abstract_step(
     with mesh_context(mesh):
         trainer = abstract_trainer(model, tx, training_config(k, total_steps))
         trainer.with_loss_fn(loss_fn).with_gen_model_input_fn(model_inputs)
+        trainer.scoped_vmem_kib = r.backend.jax.scoped_vmem_kib
         for obj in (trainer.model, trainer.optimizer):  # every leaf: shape, dtype and its NamedSharding
             state = nnx.state(obj)
             sds = jax.tree.map(

@@ -39,12 +39,6 @@ RBG_WORDS = 4
 SHARDED_RNG = {"xla_tpu_spmd_rng_bit_generator_unsafe": True}
 
 
-def compiler_options(mesh) -> dict[str, bool] | None:
-    """The step's XLA options on `mesh`: SHARDED_RNG on TPU devices (compile-only ones too), none elsewhere (XLA:CPU
-    rejects the option)."""
-    return SHARDED_RNG if not mesh.empty and mesh.devices.flat[0].platform == "tpu" else None
-
-
 def dropout(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:
     """`x` with each element zeroed with probability `rate` and the rest scaled by 1 / (1 - rate), as nnx.Dropout,
     the mask drawn by XLA's RngBitGenerator from a key derived from `key` (any jax PRNG key). 32 bits per element:

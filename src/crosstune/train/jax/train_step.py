@@ -10,8 +10,8 @@ optimizer update) runs inside a jax.jit over the split state: the frozen base (`
 `nnx.LoRAParam`) is an input only; everything the step changes (LoRA params, dropout RNG counts, the optimizer
 state with MultiSteps' accumulator) is donated and comes back in place, pinned to its own sharding (without the
 pin XLA may pick another layout for some LoRA leaves and the second step compiles again); on a TPU mesh it is
-compiled with the LoRA dropout's sharded RNG (crosstune.train.jax.lora_provider.SHARDED_RNG). Why not upstream:
-docs/DESIGN_NOTES.md, "crosstune.train.jax.train_step".
+compiled with crosstune.train.jax.xla_options (the LoRA dropout's sharded RNG, the chip's scoped VMEM). Why not
+upstream: docs/DESIGN_NOTES.md, "crosstune.train.jax.train_step".
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import functools
 import jax
 from flax import nnx
 
-from crosstune.train.jax.lora_provider import compiler_options
+from crosstune.train.jax.xla_options import compiler_options
 
 TRAIN_STEP_NAME = "crosstune_train_step"  # the compiled function's name: CompileTimer looks for it
 FROZEN = nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam))  # the base weights the step reads and never writes
@@ -41,10 +41,13 @@ def crosstune_train_step(graphs, body, frozen, rest, opt_state, inputs):
 
 class HeldOnceStep:
     """`crosstune_train_step` of `body` jitted over (frozen base, the rest of the model, optimizer state, inputs),
-    donating the middle two. Call it like the body; `lower` gives the same program for any (abstract) model,
+    donating the middle two, compiled with crosstune.train.jax.xla_options (`scoped_vmem_kib`: the recipe's
+    backend.jax.scoped_vmem_kib). Call it like the body; `lower` gives the same program for any (abstract) model,
     optimizer and inputs of the same structure."""
 
-    def __init__(self, body, model: nnx.Module, optimizer: nnx.Optimizer, mesh) -> None:
+    def __init__(
+        self, body, model: nnx.Module, optimizer: nnx.Optimizer, mesh, scoped_vmem_kib: int | None = None
+    ) -> None:
         model_def, _, rest = nnx.split(model, FROZEN, ...)
         opt_def, opt_state = nnx.split(optimizer)
         pins = None if mesh.empty else (nnx.get_named_sharding(rest, mesh), nnx.get_named_sharding(opt_state, mesh))
@@ -52,7 +55,7 @@ class HeldOnceStep:
             functools.partial(crosstune_train_step, (model_def, opt_def), body),
             donate_argnums=(1, 2),
             out_shardings=None if pins is None else (None, *pins),
-            compiler_options=compiler_options(mesh),
+            compiler_options=compiler_options(mesh, scoped_vmem_kib),
         )
 
     @staticmethod

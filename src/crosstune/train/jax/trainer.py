@@ -14,12 +14,14 @@ from crosstune.train.jax.train_step import HeldOnceStep
 
 
 class CrosstunePeftTrainer(peft_trainer.PeftTrainer):
-    """PeftTrainer whose train step is a HeldOnceStep (tunix's eval step and everything else unchanged)."""
+    """PeftTrainer whose train step is a HeldOnceStep (tunix's eval step and everything else unchanged);
+    `scoped_vmem_kib`: the recipe's backend.jax.scoped_vmem_kib, set by whoever builds the trainer."""
+
+    scoped_vmem_kib: int | None = None
 
     def held_once_step(self) -> HeldOnceStep:
-        return HeldOnceStep(
-            self.create_train_step_fn(), self.model, self.optimizer, pxla.thread_resources.env.physical_mesh
-        )
+        mesh = pxla.thread_resources.env.physical_mesh
+        return HeldOnceStep(self.create_train_step_fn(), self.model, self.optimizer, mesh, self.scoped_vmem_kib)
 
     def jit_train_and_eval_step(self, skip_jit: bool = False, cache_nnx_graph: bool = False):
         if skip_jit:

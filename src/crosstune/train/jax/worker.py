@@ -107,6 +107,7 @@ class JaxRun:
         finally:
             absl.setLevel(level)
         trainer.with_loss_fn(loss_fn).with_gen_model_input_fn(model_inputs)
+        trainer.scoped_vmem_kib = r.backend.jax.scoped_vmem_kib
         place_state(trainer.model, self.mesh)
         place_state(trainer.optimizer, self.mesh)
         problems = spec_problems(trainer.model)

@@ -1,0 +1,24 @@
+"""The XLA options the jax step is compiled with on TPU devices (compile-only ones too); none elsewhere, since XLA:CPU
+rejects options it does not know ("No such compile option").
+
+- `SHARDED_RNG` (crosstune.train.jax.lora_provider): the LoRA dropout's draws sharded like the masks they make.
+- The recipe's `backend.jax.scoped_vmem_kib`, where set: how much of a TensorCore's vector memory (VMEM) one HLO op
+  may take; XLA keeps the rest for prefetching the ops after it. On the v5e chip 96 MiB (MaxText's value for dense
+  models) ran the 31B's first 4 layers at 4096 tokens in 0.3815 s per micro-step (73.9 % MFU) against 0.4073 s
+  (69.3 %) with XLA's default, peak HBM 12.91 GB against 12.86; the 12B's first 6 layers (remat) in 0.3174 s against
+  0.3094 s: faster on one shape, slower on another, so the recipe sets it, measured with `plan --run`
+  (docs/BENCHMARKS.md, "XLA's scoped VMEM").
+"""
+
+from __future__ import annotations
+
+from crosstune.train.jax.lora_provider import SHARDED_RNG
+
+SCOPED_VMEM = "xla_tpu_scoped_vmem_limit_kib"  # XLA:TPU's option that backend.jax.scoped_vmem_kib sets
+
+
+def compiler_options(mesh, scoped_vmem_kib: int | None = None) -> dict[str, bool | int] | None:
+    """The step's XLA options on `mesh`: SHARDED_RNG, and the scoped VMEM when given, on TPU devices; else none."""
+    if mesh.empty or mesh.devices.flat[0].platform != "tpu":
+        return None
+    return SHARDED_RNG if scoped_vmem_kib is None else {**SHARDED_RNG, SCOPED_VMEM: scoped_vmem_kib}
