@@ -201,7 +201,7 @@ RECIPE: dict[str, Bound] = {
     "backend.torch.nodes": Bound(high=NODES.high, what=NODES.what, **POSITIVE),
     "backend.jax.mesh.fsdp": Bound(high=65_536, what="devices on the fsdp axis", **POSITIVE),
     "backend.jax.mesh.tp": Bound(high=MAX_TP, what="devices on the tp axis", **POSITIVE),
-    # a TPU TensorCore's vector memory: 128 MiB on v5e and v6e (crosstune.train.jax.xla_options)
+    # a TPU TensorCore's vector memory: 128 MiB on v5e and v6e, 64 on v5p (the step checks its chip's: xla_options)
     "backend.jax.scoped_vmem_kib": Bound(high=128 * 1024, what="KiB of a TPU core's vector memory", **POSITIVE),
     "serve.max_model_len": Bound(high=10_000_000, what="tokens", **POSITIVE),
     "serve.tensor_parallel_size": Bound(high=MAX_TP, what="tensor-parallel ranks", **POSITIVE),

@@ -38,6 +38,27 @@ def test_the_scoped_vmem_is_the_recipe_s():
     assert compiler_options(mesh, 98304) == {**SHARDED_RNG, "xla_tpu_scoped_vmem_limit_kib": 98304}
 
 
+def test_a_scoped_vmem_over_the_chip_s_is_refused_by_name():
+    """XLA compiles with any value (it took 256 MiB for every kind here), so the step checks the chip's VMEM from
+    Pallas' table: 128 MiB on v5e and v6e, 64 on v5p; 96 MiB passes on a v5e and is refused on a v5p."""
+    from crosstune.errors import CrosstuneError
+    from crosstune.train.jax.xla_options import compiler_options, vmem_kib
+
+    assert (vmem_kib("TPU v5 lite"), vmem_kib("TPU v6 lite"), vmem_kib("TPU v5"), vmem_kib("cpu")) == (
+        128 * 1024,
+        128 * 1024,
+        64 * 1024,
+        None,
+    )
+
+    def mesh(kind):
+        return SimpleNamespace(empty=False, devices=np.array([SimpleNamespace(platform="tpu", device_kind=kind)]))
+
+    assert compiler_options(mesh("TPU v5 lite"), 98304)["xla_tpu_scoped_vmem_limit_kib"] == 98304
+    with pytest.raises(CrosstuneError, match="backend.jax.scoped_vmem_kib 98304: a TPU v5 core has 65536 KiB"):
+        compiler_options(mesh("TPU v5"), 98304)
+
+
 def test_the_recipe_bounds_the_scoped_vmem_and_keeps_earlier_hashes():
     """At most a core's 128 MiB; a recipe that doesn't set it dumps as before (its hash unchanged)."""
     from crosstune.recipe.backend_schema import JaxBackendSection

@@ -12,13 +12,34 @@ rejects options it does not know ("No such compile option").
 
 from __future__ import annotations
 
+from crosstune.errors import CrosstuneError
 from crosstune.train.jax.lora_provider import SHARDED_RNG
 
 SCOPED_VMEM = "xla_tpu_scoped_vmem_limit_kib"  # XLA:TPU's option that backend.jax.scoped_vmem_kib sets
 
 
 def compiler_options(mesh, scoped_vmem_kib: int | None = None) -> dict[str, bool | int] | None:
-    """The step's XLA options on `mesh`: SHARDED_RNG, and the scoped VMEM when given, on TPU devices; else none."""
+    """The step's XLA options on `mesh`: SHARDED_RNG, and the scoped VMEM when given, on TPU devices; else none. A
+    scoped VMEM over the chip's own is refused here: XLA takes any value when it compiles."""
     if mesh.empty or mesh.devices.flat[0].platform != "tpu":
         return None
-    return SHARDED_RNG if scoped_vmem_kib is None else {**SHARDED_RNG, SCOPED_VMEM: scoped_vmem_kib}
+    if scoped_vmem_kib is None:
+        return SHARDED_RNG
+    kind = mesh.devices.flat[0].device_kind
+    capacity = vmem_kib(kind)
+    if capacity is not None and scoped_vmem_kib > capacity:
+        raise CrosstuneError(
+            f"backend.jax.scoped_vmem_kib {scoped_vmem_kib}: a {kind} core has {capacity} KiB of VMEM; "
+            f"set at most {capacity}, or leave it unset for XLA's default"
+        )
+    return {**SHARDED_RNG, SCOPED_VMEM: scoped_vmem_kib}
+
+
+def vmem_kib(device_kind: str) -> int | None:
+    """A TensorCore's VMEM in KiB for a JAX device kind, from Pallas' own table of TPU generations (None: a kind the
+    table doesn't know). jax names the kind→generation map privately; this is its one use here."""
+    from jax._src.pallas.mosaic.tpu_info import chip_version_from_device_kind
+    from jax.experimental.pallas import tpu as pltpu
+
+    version = chip_version_from_device_kind(device_kind)
+    return None if version is None else pltpu.get_tpu_info_for_chip(version, 1).vmem_capacity_bytes // 1024
