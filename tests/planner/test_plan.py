@@ -53,7 +53,7 @@ FITS = {
     (G4, "2xh100"): (43.3, 49.4),
     (G4, "1xh200"): (75.1, 81.9),
     (G3, "tpu-v5p-8"): (16.8, None),
-    (G3, "tpu-v6e-8"): (14.4, None),  # its --search winner (remat off, splash, tp 8): XLA at full depth 20.92 GB (open)
+    (G3, "tpu-v6e-8"): (14.4, None),  # its --search winner (remat off, splash, tp 8): XLA at full depth 20.68 GB (open)
     (G3, "2xh100"): (35.6, 39.9),
     (G3, "1xh200"): (63.2, 67.0),
 }

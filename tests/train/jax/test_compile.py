@@ -155,7 +155,7 @@ def _full_depth(recipe, capfd) -> dict:
     "recipe",
     [
         G4,
-        pytest.param(G3, marks=pytest.mark.xfail(strict=True, reason="open (issue 47): the planner is 31 % under")),
+        pytest.param(G3, marks=pytest.mark.xfail(strict=True, reason="open (issue 47): the planner is 30 % under")),
         G4_MOE,
         G4_E4B,
     ],
