@@ -221,8 +221,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 recipe = load_for_plan(sys.argv[1], ["hardware=tpu-v5p-8", "backend.jax.mesh.fsdp=2", "backend.jax.mesh.tp=2"])
 mesh = topology_mesh(recipe)[2]
 x = jax.ShapeDtypeStruct((8, 256, 512), jnp.bfloat16, sharding=NamedSharding(mesh, P("fsdp", None, "tp")))
-out = {"options": compiler_options(mesh, 98304)}
-for name, options in (("default", None), ("step", compiler_options(mesh, 98304))):
+out = {"options": compiler_options(mesh, 65536)}  # a v5p core's VMEM: the most the step allows there
+for name, options in (("default", None), ("step", compiler_options(mesh, 65536))):
     text = jax.jit(lambda x: dropout(x, 0.1, jax.random.key(0)), compiler_options=options).lower(x).compile().as_text()
     out[name] = sorted(set(re.findall(r"= (u32\\[[0-9,]+\\])[^ ]* rng-bit-generator\\(", text)))
 print(json.dumps(out))
@@ -242,5 +242,5 @@ def test_each_chip_draws_only_its_shard_of_the_dropout_mask():
     done = subprocess.run([sys.executable, "-c", _DRAWS, str(TINY)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     draws = json.loads(done.stdout.strip().splitlines()[-1])
-    options = {**SHARDED_RNG, "xla_tpu_scoped_vmem_limit_kib": 98304}
+    options = {**SHARDED_RNG, "xla_tpu_scoped_vmem_limit_kib": 65536}
     assert draws == {"options": options, "default": ["u32[8,256,512]"], "step": ["u32[4,256,256]"]}
