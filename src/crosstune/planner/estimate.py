@@ -111,8 +111,8 @@ def _layer_working_set(
     out += mlp_copies * tokens * f * a
     out += 2 * tokens * spec.per_layer_input_dim * a  # the per-layer input's gate and its product
     if spec.moe is not None:  # each token's top-k copies: gate/up and their product [.., X], and 3 [.., D], fitted:
-        # XLA's remat-off compiles of the 26B-A4B on v5p-8 grow 0.70 GB per layer (6, 12, 30 layers), one [T·k, D]
-        # bf16 more than 2 (−10.3 % at full depth then, −2.0 % now). Its buffers hold both fsdp rows' token copies
+        # XLA's remat-off compiles of the 26B-A4B on v5p-8 grow 0.66-0.70 GB per layer (6, 12, 30 layers), one [T·k, D]
+        # bf16 more than 2 (−10.3 % at full depth then, −0.5 % now). Its buffers hold both fsdp rows' token copies
         # at D and D/tp (docs/BENCHMARKS.md); the third copy stands in for that
         m = spec.moe
         out += tokens * m.top_k * (3 * spec.hidden_size + 3 * _split(m.expert_dim, tp)) * a
