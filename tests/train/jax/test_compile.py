@@ -224,7 +224,7 @@ x = jax.ShapeDtypeStruct((8, 256, 512), jnp.bfloat16, sharding=NamedSharding(mes
 out = {"options": compiler_options(mesh, 65536)}  # a v5p core's VMEM: the most the step allows there
 for name, options in (("default", None), ("step", compiler_options(mesh, 65536))):
     text = jax.jit(lambda x: dropout(x, 0.1, jax.random.key(0)), compiler_options=options).lower(x).compile().as_text()
-    out[name] = sorted(set(re.findall(r"= (u32\\[[0-9,]+\\])[^ ]* rng-bit-generator\\(", text)))
+    out[name] = sorted(set(re.findall(r"= (u[0-9]+\\[[0-9,]+\\])[^ ]* rng-bit-generator\\(", text)))
 print(json.dumps(out))
 """
 
@@ -232,9 +232,9 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_each_chip_draws_only_its_shard_of_the_dropout_mask():
     """XLA's SPMD partitioner replicates an RngBitGenerator by default: each of a v5p-8's 4 chips drew the global
-    [8, 256, 512] bits of an input sharded fsdp 2 × tp 2. The step's compile options (SHARDED_RNG on TPU devices)
-    make each chip draw its own [4, 256, 256] shard (~30 s: one libtpu child, two small compiles); XLA:TPU takes a
-    recipe's scoped VMEM beside it by the option's name (XLA refuses a name it does not know)."""
+    [8, 256, 512] 16-bit draws of an input sharded fsdp 2 × tp 2. The step's compile options (SHARDED_RNG on TPU
+    devices) make each chip draw its own [4, 256, 256] shard (~30 s: one libtpu child, two small compiles); XLA:TPU
+    takes a recipe's scoped VMEM beside it by the option's name (XLA refuses a name it does not know)."""
     from crosstune.train.jax.aot_process import child_env
     from crosstune.train.jax.lora_provider import SHARDED_RNG
 
@@ -243,4 +243,4 @@ def test_each_chip_draws_only_its_shard_of_the_dropout_mask():
     assert done.returncode == 0, done.stderr[-2000:]
     draws = json.loads(done.stdout.strip().splitlines()[-1])
     options = {**SHARDED_RNG, "xla_tpu_scoped_vmem_limit_kib": 65536}
-    assert draws == {"options": options, "default": ["u32[8,256,512]"], "step": ["u32[4,256,256]"]}
+    assert draws == {"options": options, "default": ["u16[8,256,512]"], "step": ["u16[4,256,256]"]}

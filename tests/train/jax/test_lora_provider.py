@@ -89,6 +89,22 @@ def test_dropout_drops_at_its_rate_and_scales_the_rest():
     assert (same == y).all() and (other != y).any()
 
 
+def test_dropout_keeps_a_one_byte_mask_not_its_draws():
+    """16-bit draws, compared once; the boolean mask goes through an optimization barrier, so XLA keeps the mask for
+    the backward instead of the draws (a pod kept u32 draws per layer: docs/BENCHMARKS.md). The kept probability is
+    the threshold's, and the survivors are scaled by its inverse: the expectation is the input's."""
+    from crosstune.train.jax.lora_provider import DRAW_VALUES, dropout
+
+    x = jnp.ones((64, 128), jnp.float32)
+    jaxpr = jax.make_jaxpr(lambda x: dropout(x, 0.05, jax.random.key(3)))(x).jaxpr
+    barriers = [e for e in jaxpr.eqns if e.primitive.name == "optimization_barrier"]
+    assert [v.aval.dtype for e in barriers for v in e.invars] == [jnp.bool_]
+    draws = [e for e in jaxpr.eqns if e.primitive.name.startswith("random_bits")]
+    assert [e.outvars[0].aval.dtype for e in draws] == [jnp.uint16]
+    y = np.asarray(dropout(x, 0.05, jax.random.key(3)))
+    assert set(np.unique(y)) == {0.0, np.float32(DRAW_VALUES / 62259)}  # round(0.95 · 2^16) = 62259
+
+
 @pytest.mark.parametrize("rate", [0.05, 0.5])
 def test_dropout_through_the_provider_uses_the_module_s_stream(rate):
     """Two calls advance the module's qwix_rngs stream: two different masks; a model rebuilt from the same seed
