@@ -37,10 +37,16 @@ class Memory:
     usable: float | None  # what a program may hold (crosstune.hardware.Chip.usable_gb)
     activations_selective: float | None = None  # torch only: remat + the kept attention outputs
     gathered: float = 0.0  # jax with fsdp > 1: the decoder layers' weights all-gathered over fsdp, held to backward
+    # the part of the activations alive while the loss runs; None: all of them. Under jax's full remat the loss runs
+    # before any layer's recompute, so the peak is the larger of the two phases, not their sum
+    held_through_loss: float | None = None
 
     @property
     def total(self) -> float:
-        return self.base + self.lora + self.gathered + self.activations + self.logits
+        if self.held_through_loss is None:
+            return self.base + self.lora + self.gathered + self.activations + self.logits
+        peak = max(self.activations, self.held_through_loss + self.logits)
+        return self.base + self.lora + self.gathered + peak
 
     @property
     def fits(self) -> bool:
@@ -237,6 +243,9 @@ def memory(
         lora_targets = tuple(recipe.lora.targets)
         acts = sum(_saved_matmuls(spec, i, b, seq, a, tp, lora_targets) for i in range(spec.num_layers)) + residual
         acts += max(working) + mask
+    # jax's full remat keeps only the layers' inputs through the loss: the 12B's 6 layers on the v5e chip held 6.75 GB
+    # (XLA's plan 7.02), the sum of both phases said 8.01 (docs/BENCHMARKS.md)
+    full_remat = backend == "jax" and recipe.train.gradient_checkpointing and recipe.train.kernels.recompute == "full"
     return Memory(
         base / GB,
         lora / GB,
@@ -248,6 +257,7 @@ def memory(
         hw.chip.usable_gb,
         None if selective is None else selective / GB,
         gathered / GB,
+        residual / GB if full_remat else None,
     )
 
 
@@ -359,5 +369,6 @@ def _oom(mem: Memory, unit: str) -> str:
         f"(base {mem.base:.1f}, LoRA+optimizer {mem.lora:.1f}, "
         + (f"fsdp-gathered layers {mem.gathered:.1f}, " if mem.gathered else "")
         + f"activations {mem.activations:.1f}, "
-        f"logits {mem.logits:.1f})"
+        f"logits {mem.logits:.1f}"
+        + (")" if mem.held_through_loss is None else "; the loss and a layer's recompute at different times)")
     )
