@@ -34,6 +34,7 @@ from crosstune.families.tunix_weights import CheckpointReader, tunix_tensor
 from crosstune.recipe.schema import LoraSection
 from crosstune.train.jax.lora import install_lora, param_name
 from crosstune.train.jax.moe import route_on_residual
+from crosstune.train.jax.tracing import linear_tracing
 from crosstune.train.lora_init import initial_lora
 
 AXES = ("fsdp", "tp")
@@ -118,6 +119,7 @@ def abstract_model(
     "splash" (crosstune.train.jax.attention), its kernel compiled for `platform` (default: JAX's backend);
     `lora_provider`: "crosstune" (crosstune.train.jax.lora_provider) or "qwix" (Qwix's own, a benchmark's
     baseline)."""
+    linear_tracing()  # Qwix's LoRA params are made while tracing a forward pass (crosstune.train.jax.tracing)
     # Built without remat: Qwix creates the LoRA params while tracing a forward pass, and under tunix's nnx.remat
     # (graph_updates=False) the params it creates inside the layers are dropped. Remat is switched on after.
     config = tunix_model_config(family, hf_config, dtype=dtype, compute_dtype=compute_dtype, remat=False)

@@ -21,6 +21,7 @@ import functools
 import jax
 from flax import nnx
 
+from crosstune.train.jax.tracing import linear_tracing
 from crosstune.train.jax.xla_options import compiler_options
 
 TRAIN_STEP_NAME = "crosstune_train_step"  # the compiled function's name: CompileTimer looks for it
@@ -48,6 +49,7 @@ class HeldOnceStep:
     def __init__(
         self, body, model: nnx.Module, optimizer: nnx.Optimizer, mesh, scoped_vmem_kib: int | None = None
     ) -> None:
+        linear_tracing()  # the step's trace probes a tracer's sharding per dropout draw (crosstune.train.jax.tracing)
         model_def, _, rest = nnx.split(model, FROZEN, ...)
         opt_def, opt_state = nnx.split(optimizer)
         pins = None if mesh.empty else (nnx.get_named_sharding(rest, mesh), nnx.get_named_sharding(opt_state, mesh))
