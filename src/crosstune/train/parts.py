@@ -9,6 +9,7 @@ itself trains with, so a benchmark measures the real thing.
     compile_step(recipe_file, ...)                    # the jax step compiled ahead of time for a TPU topology (libtpu,
                                                       # in a child process: crosstune.train.jax.aot)
     abstract_train_step(recipe, layers)               # that step from abstract weights, for a program of one's own
+    jax_own_tracer_probes()                           # inside: tracing as jax 0.10 does it, quadratic in depth
     measure_step(recipe, layers, steps=...)           # the jax step run and timed on the attached devices
     measure_plain_tunix(recipe, layers, steps=...)    # Tunix's own loop at the same shape, timed the same way
     splash_attention(q, k, v, segment_ids, window=W)  # the step's attention kernel alone (on a TPU)
@@ -33,6 +34,7 @@ __all__ = [
     "abstract_train_step",
     "compile_step",
     "find_libtpu",
+    "jax_own_tracer_probes",
     "load_torch_shard",
     "remat_mode",
     "step_code_files",
@@ -139,6 +141,13 @@ class AbstractStep:
     trainer: Any
     inputs: Any
 
+    def lower(self) -> Any:
+        """`step` lowered under the step's mesh (jax's Lowered: StableHLO, before XLA compiles it)."""
+        from crosstune.train.jax.model import mesh_context
+
+        with mesh_context(self.mesh):
+            return self.step.lower(self.trainer.model, self.trainer.optimizer, self.inputs)
+
     def memory(self, program: Any) -> Any:
         """XLA's memory_analysis of `program` (a jitted function of model, optimizer and inputs, e.g. `step`)
         compiled under the step's mesh."""
@@ -147,6 +156,16 @@ class AbstractStep:
         with mesh_context(self.mesh):
             lowered = program.lower(self.trainer.model, self.trainer.optimizer, self.inputs)
             return lowered.compile().memory_analysis()
+
+
+@contextlib.contextmanager
+def jax_own_tracer_probes() -> Iterator[None]:
+    """Inside: jax's own Tracer.sharding and .device, whose every probe walks the trace so far, instead of
+    crosstune's (crosstune.train.jax.tracing): the baseline of bench/trace_time.py."""
+    from crosstune.train.jax.tracing import jax_own_probes
+
+    with jax_own_probes():
+        yield
 
 
 def abstract_train_step(recipe: Recipe, layers: int | None = None) -> AbstractStep:

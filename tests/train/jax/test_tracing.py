@@ -77,3 +77,25 @@ def test_building_a_model_with_lora_and_dropout_walks_no_trace(monkeypatch):
     model, _ = abstract_model("gemma4", cfg, make_mesh(1, 1), lora=lora, platform="cpu")
     lora_leaves = jax.tree.leaves(nnx.state(model, nnx.LoRAParam))
     assert len(lora_leaves) == 2 * 6 * 2 and calls == []  # 2 layers × 6 modules (k, v: one einsum) × A, B
+
+
+def test_inside_jax_own_probes_a_probe_walks_the_trace_again(monkeypatch):
+    """bench/trace_time.py's baseline: jax's own probes inside, crosstune's after."""
+    import jax
+    import jax.numpy as jnp
+
+    from crosstune.train.jax.tracing import jax_own_probes, linear_tracing, walks_the_trace
+
+    linear_tracing()
+    calls = _walks(monkeypatch)
+
+    def probe(x):
+        getattr(jnp.sin(x), "sharding", None)
+        return x
+
+    with jax_own_probes():
+        assert walks_the_trace("sharding") and linear_tracing() == []
+        jax.jit(probe).lower(jnp.ones(3))
+        inside = len(calls)
+    jax.jit(probe).lower(jnp.ones(2))
+    assert inside > 0 and len(calls) == inside and not walks_the_trace("sharding")

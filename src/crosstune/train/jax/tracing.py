@@ -12,7 +12,9 @@ the same two properties. It checks jax's own source first, so with a jax that ha
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 
 from jax._src import core
 
@@ -42,3 +44,20 @@ def linear_tracing() -> list[str]:
     for name in replaced:
         setattr(core.Tracer, name, _cheap(name))
     return replaced
+
+
+@contextlib.contextmanager
+def jax_own_probes() -> Iterator[None]:
+    """Inside: jax's own Tracer.sharding and .device, and linear_tracing() replaces nothing (the baseline of
+    bench/trace_time.py); after: as before."""
+    global PROBED
+    kept, probed = {name: getattr(core.Tracer, name) for name in JAX_OWN}, PROBED
+    PROBED = ()
+    for name, prop in JAX_OWN.items():
+        setattr(core.Tracer, name, prop)
+    try:
+        yield
+    finally:
+        PROBED = probed
+        for name, prop in kept.items():
+            setattr(core.Tracer, name, prop)
