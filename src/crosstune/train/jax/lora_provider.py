@@ -41,13 +41,13 @@ SHARDED_RNG = {"xla_tpu_spmd_rng_bit_generator_unsafe": True}
 
 
 def dropout(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:
-    """`x` with each element zeroed with probability `rate` and the rest scaled by 1 / (1 - keep), as nnx.Dropout,
-    the mask drawn by XLA's RngBitGenerator from a key derived from `key` (any jax PRNG key): 16 bits per element,
-    kept where they fall under round(keep · 2^16) (keep within 2^-17 of 1 - rate; the scale is 1 / keep of that
-    threshold's probability, so the expectation is x's). The mask goes through an optimization barrier: XLA then keeps
-    the 1-byte mask for the backward, not the draws (4 bytes per element with 32-bit draws on a pod: u32[T, F/tp]
-    per layer at the MLP's width; 2 bytes with 16-bit draws without the barrier). On the v5e chip: 4.5 ms and 0.15 GB
-    less at the 31B's first 4 layers (docs/BENCHMARKS.md)."""
+    """`x` with each element zeroed with probability ~`rate` and the rest scaled by 1 / keep, as nnx.Dropout, the
+    mask drawn by XLA's RngBitGenerator from a key derived from `key` (any jax PRNG key): 16 bits per element, kept
+    where they fall under round((1 - rate) · 2^16); keep is that threshold's probability (within 2^-17 of 1 - rate),
+    so the expectation is x's. The mask goes through an optimization barrier: XLA then keeps the 1-byte mask for the
+    backward, not the draws (4 bytes per element with 32-bit draws on a pod: u32[T, F/tp] per layer at the MLP's
+    width; 2 bytes with 16-bit draws without the barrier). On the v5e chip: 4.5 ms and 0.15 GB less at the 31B's
+    first 4 layers, 1.66 GB less at the 12B's 6 (remat: XLA had kept its draws through it; docs/BENCHMARKS.md)."""
     words = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
     words = jnp.resize(words, (RBG_WORDS,)) ^ jnp.arange(RBG_WORDS, dtype=jnp.uint32)  # a threefry key has 2
     threshold = min(round((1.0 - rate) * DRAW_VALUES), DRAW_VALUES - 1)
