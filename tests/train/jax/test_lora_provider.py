@@ -75,6 +75,14 @@ def test_the_lora_branch_runs_in_bf16_where_qwix_promotes_to_fp32():
     assert dots and all(e.outvars[0].aval.dtype == jnp.bfloat16 for e in dots)  # no fp32 matmul anywhere
 
 
+def _assert_zero_or(y: np.ndarray, scale: float) -> None:
+    """Every element of dropout(ones) is 0 or one survivor value within an fp32 ulp of `scale` (1 / keep): XLA
+    computes x / keep in fp32 on whatever CPU runs it, so the last bit is not asserted."""
+    values = np.unique(y)
+    assert len(values) == 2 and values[0] == 0.0
+    assert abs(float(values[1]) - scale) <= float(np.spacing(np.float32(scale)))
+
+
 def test_dropout_drops_at_its_rate_and_scales_the_rest():
     from crosstune.train.jax.lora_provider import dropout
 
@@ -83,7 +91,7 @@ def test_dropout_drops_at_its_rate_and_scales_the_rest():
     dropped = float(np.mean(y == 0))
     n = x.size  # binomial: the dropped fraction within 6 standard deviations of 0.25
     assert abs(dropped - 0.25) < 6 * np.sqrt(0.25 * 0.75 / n)
-    assert set(np.unique(y)) == {0.0, np.float32(1 / 0.75)}
+    _assert_zero_or(y, 1 / 0.75)
     same = np.asarray(dropout(x, 0.25, jax.random.key(7)))
     other = np.asarray(dropout(x, 0.25, jax.random.key(8)))
     assert (same == y).all() and (other != y).any()
@@ -102,7 +110,7 @@ def test_dropout_keeps_a_one_byte_mask_not_its_draws():
     draws = [e for e in jaxpr.eqns if e.primitive.name.startswith("random_bits")]
     assert [e.outvars[0].aval.dtype for e in draws] == [jnp.uint16]
     y = np.asarray(dropout(x, 0.05, jax.random.key(3)))
-    assert set(np.unique(y)) == {0.0, np.float32(DRAW_VALUES / 62259)}  # round(0.95 · 2^16) = 62259
+    _assert_zero_or(y, DRAW_VALUES / 62259)  # round(0.95 · 2^16) = 62259
 
 
 @pytest.mark.parametrize("rate", [0.05, 0.5])
