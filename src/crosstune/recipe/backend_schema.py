@@ -50,7 +50,7 @@ class JaxBackendSection(Section):
         None,
         description="TPU only: XLA's scoped VMEM limit (xla_tpu_scoped_vmem_limit_kib), the KiB of a core's vector "
         "memory one op may take, the rest prefetching the ops after it; null: XLA's default. On the v5e chip 98304 "
-        "(96 MiB, MaxText's value for dense models) ran the 31B's first 4 layers in 6.3 % less time and the 12B's "
+        "(96 MiB, MaxText's value for dense models) ran the 31B's first 4 layers in 6.1 % less time and the 12B's "
         "first 6 (remat) in 2.6 % more, so it is the recipe's to set; at most the chip's VMEM (128 MiB on v5e and "
         "v6e, 64 on v5p: the step refuses more) (crosstune.train.jax.xla_options, docs/BENCHMARKS.md)",
     )

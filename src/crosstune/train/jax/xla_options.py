@@ -4,10 +4,10 @@ rejects options it does not know ("No such compile option").
 - `SHARDED_RNG` (crosstune.train.jax.lora_provider): the LoRA dropout's draws sharded like the masks they make.
 - The recipe's `backend.jax.scoped_vmem_kib`, where set: how much of a TensorCore's vector memory (VMEM) one HLO op
   may take; XLA keeps the rest for prefetching the ops after it. On the v5e chip 96 MiB (MaxText's value for dense
-  models) ran the 31B's first 4 layers at 4096 tokens in 0.3815 s per micro-step (73.9 % MFU) against 0.4073 s
-  (69.3 %) with XLA's default, peak HBM 12.91 GB against 12.86; the 12B's first 6 layers (remat) in 0.3174 s against
-  0.3094 s: faster on one shape, slower on another, so the recipe sets it, measured with `plan --run`
-  (docs/BENCHMARKS.md, "XLA's scoped VMEM").
+  models) ran the 31B's first 4 layers at 4096 tokens in 0.3771 s per micro-step (74.8 % MFU; 112 MiB 0.3766 s,
+  74.9 %) against 0.4016 s (70.3 %) with XLA's default, peak HBM 12.76 GB against 12.71; the 12B's first 6 layers
+  (remat, 32-bit draws then) in 0.3174 s against 0.3094 s: faster on one shape, slower on another, so the recipe sets
+  it, measured with `plan --run` (docs/BENCHMARKS.md, "XLA's scoped VMEM").
 """
 
 from __future__ import annotations
