@@ -205,7 +205,8 @@ def whole_file(rng: random.Random, valid: bytes, kind: str) -> tuple[bytes, str]
 
 def content(rng: random.Random, valid: bytes, kind: str) -> tuple[bytes, str]:
     """Half the time the whole file, else one value inside the document (JSONL: inside one line); the whole file
-    too when the document does not parse (a listing of names, a file an earlier change broke)."""
+    too when the document does not parse (a listing of names, a file an earlier change broke: its nesting too deep for
+    Python's json or YAML reader is a RecursionError)."""
     if rng.random() < 0.5:
         return whole_file(rng, valid, kind)
     try:
@@ -216,7 +217,7 @@ def content(rng: random.Random, valid: bytes, kind: str) -> tuple[bytes, str]:
             lines[i] = text.replace("\n", " ")
             return ("\n".join(lines) + "\n").encode(), f"line {i + 1}: {note}"
         doc = json.loads(valid) if kind == "json" else yaml.safe_load(valid)
-    except (ValueError, IndexError, yaml.YAMLError):
+    except (ValueError, IndexError, RecursionError, yaml.YAMLError):
         return whole_file(rng, valid, kind)
     text, note = one_value_changed(rng, doc, kind)
     return text.encode(), note
