@@ -42,6 +42,21 @@ def test_drafter_layout_reads_the_base_kv(tmp_path, tiny_gemma4_dir, tiny_gemma3
     assert "not a Gemma 4 MTP drafter" in check_pair(tiny_gemma4_dir, tiny_gemma4_dir)[0]
 
 
+def test_a_base_value_the_drafter_carries_is_typed_before_any_work(tmp_path, tiny_gemma4_dir):
+    """A base config.json whose sliding_window is null (the fuzzer's case): refused naming the file and the field,
+    before the output is touched."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_gemma4_dir, base)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["sliding_window"] = None
+    (base / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match=r"base/config\.json: Validation error for field 'sliding_window': TypeError"):
+        build_assistant(base, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_fit_form_equals_the_assistant_forward_and_generation_is_lossless(base, tiny_gemma4_dir, tmp_path):
     import torch
 

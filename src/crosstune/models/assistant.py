@@ -48,6 +48,14 @@ def base_text_config(base_dir: Path) -> dict:
         raise InputError(f"{base_dir}/config.json: {what}; restore the config from the model's source")
     if text.get("enable_moe_block"):
         raise InputError(f"{base_dir}/config.json: a mixture-of-experts base; build the drafter of a dense Gemma 4")
+    from huggingface_hub.errors import StrictDataclassError
+
+    try:  # transformers types each value the drafter carries over (a null sliding_window, found by the fuzzer)
+        assistant_config(text)
+    except StrictDataclassError as e:
+        raise InputError(
+            f"{base_dir}/config.json: {' '.join(str(e).split())}; restore the config from the model's source"
+        ) from None
     return text
 
 
