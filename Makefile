@@ -79,7 +79,8 @@ clean-venv:
 # chip; skipped without one, never in CI). Their tiny model and corpus are built where torch is (make tpu-fixtures)
 # and carried to the TPU host, which needs no torch.
 .PHONY: test-tpu tpu-fixtures
-TPU_FIXTURES ?= /tmp/crosstune-tpu-fixtures
+# where the fixtures are: TPU_FIXTURES=DIR, or CROSSTUNE_TPU_FIXTURES (the tests' own variable) in the environment
+TPU_FIXTURES ?= $(or $(CROSSTUNE_TPU_FIXTURES),/tmp/crosstune-tpu-fixtures)
 tpu-fixtures: setup
 	@test -f $(TPU_FIXTURES)/model/config.json || $(VENV)/bin/crosstune model tiny --family gemma4 --out $(TPU_FIXTURES)/model
 	@test -f $(TPU_FIXTURES)/corpus/train.jsonl || $(VENV)/bin/crosstune synth --out $(TPU_FIXTURES)/corpus --n 64 --seed 0

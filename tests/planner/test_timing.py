@@ -18,14 +18,21 @@ ONE_CHIP = ["hardware=tpu-v5e-1", "backend.jax.mesh.fsdp=1", "backend.jax.mesh.t
 # the step as it is now (2026-12-06, 24c2a4b: the loss's chunks one at a time, 16-bit dropout draws whose 1-byte mask
 # XLA keeps); None: measured before that (the 12B's 6 layers then held its u32 draws: 8.41 GB against 6.75 now) or
 # after a larger shape in the same process. The scoped-VMEM rows ran with the recipe's backend.jax.scoped_vmem_kib,
-# which the one calibration (XLA's default) predicts as well: 31B +7 %, 12B −7.3 % (crosstune.planner.timing).
+# which the one calibration (XLA's default) predicts as well: 31B +7 %, 12B −7.3 % (crosstune.planner.timing). The
+# TWO_PASS rows (2026-12-06, 5f0f388, side by side with the fused backward in one call) ran splash's backward in two
+# passes, which the planner counts as 7 matmuls per block pair instead of 5 and so predicts 1.4 % slower.
 VMEM = "backend.jax.scoped_vmem_kib=98304"
 VMEM_112 = "backend.jax.scoped_vmem_kib=114688"
+TWO_PASS = "backend.jax.splash_fused_backward=false"
 S4096 = "data.max_seq_len=4096"
 MEASURED = {
     ("gemma4-31b-tpu-v5p-8", (S4096,), 4): (0.4016, 12.71),
     ("gemma4-31b-tpu-v5p-8", (S4096, VMEM), 4): (0.3771, 12.76),
     ("gemma4-31b-tpu-v5p-8", (S4096, VMEM_112), 4): (0.3766, 12.76),
+    ("gemma4-31b-tpu-v5p-8", (S4096, VMEM_112, TWO_PASS), 4): (0.3751, 12.77),
+    ("gemma4-31b-tpu-v5p-8", (S4096, TWO_PASS), 4): (0.4006, 12.72),
+    ("gemma3-27b-tpu-v6e-8", (TWO_PASS,), 6): (0.3341, 13.23),
+    ("gemma4-e4b-tpu-v6e-4", (TWO_PASS,), 6): (0.1243, 6.81),
     ("gemma4-31b-tpu-v5p-8", (S4096,), 5): (0.4679, 14.84),
     ("gemma4-12b-tpu-v6e-4", (), 6): (0.2973, 6.75),
     ("gemma4-e4b-tpu-v6e-4", (), 6): (0.1244, 6.80),
