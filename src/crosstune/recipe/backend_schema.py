@@ -43,8 +43,9 @@ class JaxBackendSection(Section):
     splash_fused_backward: bool = Field(
         True,
         description="splash's backward as one pass computing dq with dk and dv (it writes per-block partial "
-        "dq, summed after), or two passes (dq apart). On the v5e chip two passes ran the 31B's first 4 layers 0.4 % "
-        "faster at 112 MiB of scoped VMEM (75.2 % MFU) and within 0.3 % either way at XLA's default (docs/BENCHMARKS.md)",
+        "dq, summed after), or two passes (dq apart). On the v5e chip two passes ran the 31B's first 4 layers "
+        "0.4 % faster at 112 MiB of scoped VMEM (75.2 % MFU) and within 0.3 % either way at XLA's default "
+        "(docs/BENCHMARKS.md)",
     )
     scoped_vmem_kib: int | None = bounded(
         "backend.jax.scoped_vmem_kib",
