@@ -64,9 +64,7 @@ class TextConfig(_Foreign):
     vocab_size_per_layer_input: Annotated[int, Field(ge=0, le=MAX_VOCAB)] | None = None
     hidden_size_per_layer_input: Annotated[int, Field(ge=0, le=MAX_WIDTH)] | None = None
     num_hidden_layers: Annotated[int, Field(ge=1, le=MAX_LAYERS)] | None = None
-    layer_types: (
-        Annotated[list[Literal["sliding_attention", "full_attention"]], Field(max_length=MAX_LAYERS)] | None
-    ) = None
+    layer_types: Annotated[list[LayerType], Field(max_length=MAX_LAYERS)] | None = None
     num_attention_heads: Heads | None = None
     num_key_value_heads: Heads | None = None
     num_global_key_value_heads: Heads | None = None
@@ -85,7 +83,7 @@ class TextConfig(_Foreign):
     final_logit_softcapping: Positive | None = None
     query_pre_attn_scalar: Positive | None = None
     rms_norm_eps: Annotated[float, Field(gt=0, le=1)] | None = None
-    rope_parameters: dict[Name, RopeParameters] | None = None
+    rope_parameters: dict[LayerType, RopeParameters] | None = None  # per layer type (transformers 5's Gemma layout)
     pad_token_id: TokenId | None = None
     bos_token_id: TokenId | None = None
     eos_token_id: TokenId | Annotated[list[TokenId], Field(max_length=MAX_MODULES)] | None = None
@@ -96,6 +94,9 @@ class TextConfig(_Foreign):
             if len(self.layer_types) != self.num_hidden_layers:
                 layers = len(self.layer_types)
                 raise ValueError(f"layer_types lists {layers} layers, num_hidden_layers says {self.num_hidden_layers}")
+        if self.rope_parameters is not None and self.layer_types is not None:  # transformers reads each type's
+            if missing := sorted(set(self.layer_types) - set(self.rope_parameters)):
+                raise ValueError(f"rope_parameters has no {', '.join(missing)}, which layer_types lists")
         shared, layers = self.num_kv_shared_layers, self.num_hidden_layers
         if shared and layers and shared > layers:
             raise ValueError(f"num_kv_shared_layers {shared} is more than num_hidden_layers {layers}")
