@@ -254,3 +254,26 @@ def test_report_from_real_torch_and_jax_runs(tmp_path, tiny_gemma4_dir, synth_co
     assert "the cost with them included is unknown" not in md
     assert "no on-demand price for cpu" in md
     assert (tmp_path / "report" / "charts" / "lengths-tiny-cpu-torch.png").is_file()
+
+
+@pytest.mark.parametrize("kind", ["eval", "bench"])
+def test_a_summary_linked_out_of_the_folder_given_is_refused_by_name(tmp_path, kind):
+    """make fuzz, seed 1796582801 (report-16, report-24): the report read an evaluation's or a sweep's summary.json
+    through a link out of the folder it was given. The link's target here is a valid summary, so a report that
+    followed it would succeed."""
+    from crosstune.cli import _register, app
+
+    _register()
+    folder = tmp_path / "in" / kind
+    if kind == "eval":
+        write_eval(folder, {"p1": ".S..R"})
+    else:
+        folder.mkdir(parents=True)
+        shutil.copy(TPU_SWEEP, folder / "summary.json")
+    outside = tmp_path / "outside.json"
+    (folder / "summary.json").rename(outside)
+    (folder / "summary.json").symlink_to(outside)
+    result = CliRunner().invoke(app, ["report", str(folder), "--out", str(tmp_path / "out")], terminal_width=400)
+    assert result.exit_code == 1, result.output
+    assert f"{folder}/summary.json leads out of the folder {folder} (to {outside})" in result.output
+    assert "a bug" not in result.output and not (tmp_path / "out").exists()

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from crosstune.confinement import inside
 from crosstune.errors import InputError
 from crosstune.untrusted_files import read_json
 
@@ -139,7 +140,9 @@ def evaluation_at(path: Path, name: str | None = None) -> Evaluation | None:
     folder's name), its figures checked; None when the file is not an evaluation's summary (no JSON object with
     pass_at_k)."""
     path = Path(path)
-    path = path / "summary.json" if path.is_dir() else path
+    if path.is_dir():  # its summary.json may not be a link out of it (a ConfinementError)
+        inside(path, "summary.json", label="the folder")
+        path = path / "summary.json"
     try:
         summary = read_json(path)
     except (OSError, ValueError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from crosstune.confinement import inside
 from crosstune.servebench.request_metrics import load_of
 from crosstune.untrusted_files import read_json
 
@@ -23,9 +24,13 @@ SUMMARY_JSON = "summary.json"
 
 
 def summary_file(path: Path) -> Path:
-    """A sweep's summary: `path` itself, or the summary.json in the folder `path`."""
+    """A sweep's summary: `path` itself, or the summary.json in the folder `path` (a ConfinementError when it is a
+    link out of that folder)."""
     path = Path(path)
-    return path / SUMMARY_JSON if path.is_dir() else path
+    if path.is_dir():
+        inside(path, SUMMARY_JSON, label="the folder")
+        return path / SUMMARY_JSON
+    return path
 
 
 def _parsed(path: Path) -> object:
