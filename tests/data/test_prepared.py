@@ -5,6 +5,7 @@ without --force, before any tokenizing; a preparation written before the format 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from transformers import AutoTokenizer
@@ -100,6 +101,43 @@ def test_stats_changed_since_the_preparation_are_refused_not_plotted(recipe, tok
     (first.path / "manifest.json").write_text("[1, 2]")  # a manifest that is not one: an AttributeError it was
     with pytest.raises(DataError, match=r"manifest.json: not a preparation's manifest \(a JSON object\)"):
         open_prepared(first.path)
+
+
+BAD_FIGURES = [  # (key under splits.train, value written there, what the refusal says after "splits.train.")
+    ("histogram.counts.17", "nan", "histogram.counts.17: input should be a valid integer (got 'nan')"),
+    ("histogram.counts.0", -1, "histogram.counts.0: input should be greater than or equal to 0 (got -1)"),
+    ("histogram.edges.1", float("nan"), "histogram.edges.1: input should be a finite number (got nan)"),
+    ("histogram.edges", [2.0, 1.0], "histogram.edges: value error, the edges must increase (got [2.0, 1.0])"),
+    ("histogram.counts", [1], "histogram.counts: value error, the edges hold 40 bins, one count each: 1 given"),
+    ("lengths.p90", 1.5, "lengths.p90: input should be a valid integer (got 1.5)"),
+    ("packing_efficiency", "0.9", "packing_efficiency: input should be a valid number (got '0.9')"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "why"), BAD_FIGURES, ids=[k for k, _, _ in BAD_FIGURES])
+def test_stats_whose_figures_do_not_type_are_refused_naming_the_file_and_the_key(recipe, tok, key, value, why):
+    # a histogram count "nan" in stats.json reached matplotlib: a TypeError reported as a bug (make fuzz seed
+    # 1796584750, data-stats-27); every reader of stats.json types it as PreparedStats
+    from crosstune.data.prepared import open_prepared, restamp_stats
+
+    first = prepare_dataset(recipe, tokenizer=tok)
+    path = first.path / "stats.json"
+    stats = json.loads(path.read_text())
+    *parents, last = key.split(".")
+    held = stats["splits"]["train"]
+    for part in parents:
+        held = held[int(part)] if isinstance(held, list) else held[part]
+    held[int(last) if isinstance(held, list) else last] = value
+    path.write_text(written := json.dumps(stats))
+    restamp_stats(first.path)  # the file is the preparation's (as a damaged manifest leaves it): its figure is not
+    refusal = rf"^{re.escape(str(path))}: splits\.train\.{re.escape(why)}"
+    with pytest.raises(DataError, match=refusal):
+        _ = open_prepared(first.path).stats
+    shown = CliRunner().invoke(app, ["data", "stats", str(first.path)])
+    assert shown.exit_code == 1 and "Traceback" not in shown.output and "a bug in crosstune" not in shown.output
+    hint = re.escape("(re-run `crosstune data prepare RECIPE --force`)")
+    assert re.search(rf"^error: {refusal[1:]}.* {hint}$", shown.output, re.M), shown.output
+    assert path.read_text() == written  # refused before anything is rewritten
 
 
 def test_force_replaces_its_own_preparation_and_refuses_one_changed_or_added_to(recipe, tok):

@@ -11,6 +11,7 @@ from rich.markup import escape
 from crosstune.data.bad_input import DataError
 from crosstune.data.prepare import prepare_dataset
 from crosstune.data.prepared import (
+    REPREPARE_HINT,
     data_settings,
     load_tokenizer,
     open_prepared,
@@ -87,10 +88,11 @@ def stats(
         loaded = load_recipe(target, overrides)
         prepared = open_prepared(prepared_dir(loaded))
         stale = staleness(prepared.manifest, data_settings(loaded), tokenizer_hash(load_tokenizer(loaded)))
-    if not prepared.stats:
-        raise DataError(str(prepared.path), "no stats.json", hint="re-run `crosstune data prepare RECIPE --force`")
-    _show(console, prepared.stats, prepared.path)
-    save_stats(prepared.path, prepared.stats)
+    figures = prepared.stats  # read once, its figures typed
+    if not figures:
+        raise DataError(str(prepared.path), "no stats.json", hint=REPREPARE_HINT)
+    _show(console, figures, prepared.path)
+    save_stats(prepared.path, figures)
     restamp_stats(prepared.path)  # the preparation still proves them its own
     console.print(f"saved {prepared.path / 'stats.json'} and {prepared.path / 'lengths.png'}")
     if stale:

@@ -270,24 +270,27 @@ class PreparedDataset:
 
     @property
     def stats(self) -> dict:
-        """stats.json as data prepare wrote it (a file changed since is refused: its figures are shown and plotted)."""
-        path = self.path / "stats.json"
-        if why := ownership.changed(self.path, PREPARED, "stats.json"):
-            raise DataError(str(path), why, hint="re-run `crosstune data prepare RECIPE --force`")
-        return read_json(path, PREPARE_HINT) if path.is_file() else {}
+        """stats.json as data prepare wrote it, its figures checked ({} when the preparation has none)."""
+        return self._stats()[0]
 
     @property
     def figures(self) -> PreparedStats | None:
-        """stats.json typed (None: the preparation has none); a DataError naming the file and the key whose value
-        has the wrong type."""
-        stats = self.stats
-        if not stats:
-            return None
+        """stats.json typed (None: the preparation has none)."""
+        return self._stats()[1]
+
+    def _stats(self) -> tuple[dict, PreparedStats | None]:
+        """stats.json and its figures typed as PreparedStats; a DataError refuses a file changed since the preparation,
+        or names the file and the key whose value does not type (its figures are shown and plotted)."""
+        path = self.path / "stats.json"
+        if why := ownership.changed(self.path, PREPARED, "stats.json"):
+            raise DataError(str(path), why, hint=REPREPARE_HINT)
+        if not path.is_file():
+            return {}, None
+        stats = read_json(path, PREPARE_HINT)
         try:
-            return PreparedStats.model_validate(stats)
+            return stats, PreparedStats.model_validate(stats)
         except ValidationError as e:
-            hint = "re-run `crosstune data prepare RECIPE --force`"
-            raise DataError(str(self.path / "stats.json"), validation_line(e), hint=hint) from None
+            raise DataError(str(path), validation_line(e), hint=REPREPARE_HINT) from None
 
 
 def read_manifest(path: Path) -> dict:
@@ -305,6 +308,7 @@ def read_manifest(path: Path) -> dict:
 
 
 PREPARE_HINT = "run `crosstune data prepare RECIPE`"
+REPREPARE_HINT = "re-run `crosstune data prepare RECIPE --force`"
 
 
 def open_prepared(path: Path) -> PreparedDataset:

@@ -5,37 +5,94 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from rich.table import Table
 
 from crosstune.data.bad_input import Ledger
 from crosstune.data.packing import Rows
 
+FIGURES = ConfigDict(strict=True, extra="allow", frozen=True, allow_inf_nan=False)  # keys a newer crosstune adds: kept
+Count = Annotated[int, Field(ge=0)]
+Measure = Annotated[float, Field(ge=0)]  # finite too: FIGURES refuses NaN and the infinities
+
+
+class Lengths(BaseModel):
+    """Token length of a split's records before the length policy: percentiles, max, mean, the fraction that fits."""
+
+    model_config = FIGURES
+    p50: Count
+    p90: Count
+    p99: Count
+    max: Count
+    mean: Measure
+    fraction_within_max_seq_len: Annotated[float, Field(ge=0, le=1)]
+
+
+class Histogram(BaseModel):
+    """The lengths' histogram: counts[i] records between edges[i] and edges[i + 1] (both empty: no records)."""
+
+    model_config = FIGURES
+    edges: list[float]
+    counts: list[Count]
+
+    @field_validator("edges")
+    @classmethod
+    def _increasing(cls, edges: list[float]) -> list[float]:
+        if any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+            raise ValueError("the edges must increase")
+        return edges
+
+    @field_validator("counts")
+    @classmethod
+    def _one_per_bin(cls, counts: list[int], info: ValidationInfo) -> list[int]:
+        edges = info.data.get("edges")  # absent when they did not type
+        if edges is not None and len(counts) != (bins := max(len(edges) - 1, 0)):
+            raise ValueError(f"the edges hold {bins} bins, one count each: {len(counts)} given")
+        return counts
+
 
 class SplitStats(BaseModel):
-    """One split's figures in stats.json (split_stats writes them); those read outside the display are typed, the
-    rest kept as they are."""
+    """One split's figures in stats.json, as split_stats writes them."""
 
-    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
-    records_out: int
-    rows: int
-    row_length: int
-    skipped: dict[str, int]
-    dropped: dict[str, int]
+    model_config = FIGURES
+    records_in: Count
+    records_out: Count
+    skipped: dict[str, Count]
+    skipped_examples: list[str]
+    dropped: dict[str, Count]
+    dropped_examples: list[str]
+    subsampled_out: Count
+    blank_lines: Count
+    truncated: Count
+    truncated_tokens_cut: Count
+    tokens: Count
+    target_tokens: Count
+    trained_fraction: Measure
+    straddling_tokens: Count
+    untrained_turns: Count
+    rows: Count
+    row_length: Count
+    packing_efficiency: Measure
+    padding_efficiency: Measure
+    malformed_markup: dict[str, Count]
+    lengths: Lengths
+    histogram: Histogram
 
 
 class PreparedStats(BaseModel):
-    """stats.json as data prepare writes it: each split's figures and the warnings (a system prompt the targets
-    disobey...)."""
+    """stats.json, the one shape its writer (save_stats) and its readers (PreparedDataset.stats) check: the recipe's
+    name, each split's figures and the warnings (a system prompt the targets disobey...)."""
 
-    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    model_config = FIGURES
+    recipe: str
     splits: dict[str, SplitStats]
     warnings: list[str]
 
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = tuple(int(name[1:]) for name in Lengths.model_fields if name.startswith("p"))  # (50, 90, 99)
 DROP_LABELS = {"too_long": "longer than max_seq_len", "prompt_too_long": "prompt alone longer than max_seq_len"}
 
 
@@ -155,25 +212,26 @@ def summary_line(stats: dict, split: str = "train") -> str:
 
 
 def save_stats(folder: Path, stats: dict) -> None:
-    """stats.json and lengths.png (token-length histogram per split, max_seq_len and percentiles marked)."""
+    """stats.json, once its figures type as PreparedStats (what its readers check), and lengths.png (token-length
+    histogram per split, max_seq_len and percentiles marked)."""
     folder = Path(folder)
+    figures = PreparedStats.model_validate(stats)
     (folder / "stats.json").write_text(json.dumps(stats, indent=1, ensure_ascii=False) + "\n")
     import matplotlib
 
     matplotlib.use("Agg")  # files only: never open a window
     import matplotlib.pyplot as plt
 
-    splits = stats["splits"]
+    splits = figures.splits
     fig, axes = plt.subplots(1, max(1, len(splits)), figsize=(6 * max(1, len(splits)), 3.6), squeeze=False)
     for ax, (name, s) in zip(axes[0], splits.items(), strict=False):
-        edges, counts = s["histogram"]["edges"], s["histogram"]["counts"]
-        if counts:
-            ax.stairs(counts, edges, fill=True, alpha=0.6)
-        ax.axvline(s["row_length"], color="red", label=f"max_seq_len {s['row_length']}")
+        if s.histogram.counts:
+            ax.stairs(s.histogram.counts, s.histogram.edges, fill=True, alpha=0.6)
+        ax.axvline(s.row_length, color="red", label=f"max_seq_len {s.row_length}")
         for q, style in zip(PERCENTILES, (":", "--", "-."), strict=True):
-            ax.axvline(s["lengths"][f"p{q}"], color="black", linestyle=style, label=f"p{q} {s['lengths'][f'p{q}']}")
-        kept = s["lengths"]["fraction_within_max_seq_len"]
-        ax.set_title(f"{name}: tokens per record ({kept:.1%} ≤ max_seq_len)")
+            at = getattr(s.lengths, f"p{q}")
+            ax.axvline(at, color="black", linestyle=style, label=f"p{q} {at}")
+        ax.set_title(f"{name}: tokens per record ({s.lengths.fraction_within_max_seq_len:.1%} ≤ max_seq_len)")
         ax.set_xlabel("tokens")
         ax.set_ylabel("records")
         ax.legend(fontsize=7)
