@@ -62,3 +62,28 @@ def test_the_learning_rate_is_computed_once_on_the_host():
     assert isinstance(values, np.ndarray) and values.shape == (11,)
     np.testing.assert_allclose(values, [float(schedule(i)) for i in range(11)], rtol=1e-6, atol=1e-12)
     assert values[0] == 0 and values[3] == pytest.approx(1e-3) and values[10] == pytest.approx(0, abs=1e-12)
+
+
+def test_a_step_xla_can_not_fit_is_the_user_s_to_act_on():
+    """XLA's RESOURCE_EXHAUSTED at compile (the chip's: the 31B's 4 scanned layers without remat, 20.07 GB of
+    temporaries on a 15.75 GB v5e) is a TrainError naming the step and what to change, not a bug; any other
+    runtime error stays what it is."""
+    import jax
+
+    from crosstune.train.backend import TrainError
+    from crosstune.train.jax.measure import _compile
+
+    class Lowered:
+        def __init__(self, message: str) -> None:
+            self.message = message
+
+        def compile(self):
+            raise jax.errors.JaxRuntimeError(self.message)
+
+    oom = "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (20.07G) exceeds"
+    with pytest.raises(
+        TrainError, match=r"^the 31B's step at 4 layers does not fit the devices: Ran out .*\(20\.07G\)"
+    ):
+        _compile(Lowered(oom), "the 31B's step at 4 layers")
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+        _compile(Lowered("INTERNAL: something else"), "a step")

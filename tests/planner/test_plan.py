@@ -283,13 +283,31 @@ def test_the_compile_report_sets_planner_and_xla_in_one_unit():
 
     from rich.console import Console
 
-    from crosstune.planner.aot_report import CompiledStep, compile_report
+    from crosstune.planner.aot_report import compile_report
     from crosstune.planner.view import render_compiled
     from crosstune.units import GB, GIB, bytes_to_gib
 
     plan = plan_recipe(_recipe(G4, "tpu-v5p-8"), "jax")
     total = round(plan.jax_memory.total * GB)
-    step = CompiledStep(
+    step = _compiled(argument_bytes=total - 10**9)
+    report = compile_report(plan, step)
+    assert report["xla"]["per_device_bytes"] == report["planner"]["per_device_bytes"] == total
+    assert abs(report["planner"]["relative_to_xla"]) < 1e-9  # rounding to whole bytes only
+    out = io.StringIO()
+    render_compiled(report, Console(file=out, width=200))
+    text = out.getvalue()
+    row = next(line for line in text.splitlines() if line.strip().lstrip("│ ").startswith("total"))
+    figure = f"{plan.jax_memory.total:,.2f}"
+    assert row.count(figure) == 2 and ("+0.0% vs XLA" in row or "-0.0% vs XLA" in row), row
+    assert "Per device, GB" in text and f"host peak RSS {bytes_to_gib(3 * GIB):.1f} GiB" in text
+
+
+def _compiled(**changes):
+    """A compiled 31B step on v5p-8 as crosstune.train.jax.aot reports one (figures made up, units real)."""
+    from crosstune.planner.aot_report import CompiledStep
+    from crosstune.units import GIB
+
+    fields = dict(
         topology="v5p:2x2x1",
         device_kind="TPU v5",
         devices=4,
@@ -297,7 +315,7 @@ def test_the_compile_report_sets_planner_and_xla_in_one_unit():
         model_layers=60,
         micro_batch_tokens=3072,
         accumulation=8,
-        argument_bytes=total - 10**9,
+        argument_bytes=20 * 10**9,
         output_bytes=10**9,
         alias_bytes=10**9,
         temp_bytes=10**9,
@@ -309,16 +327,30 @@ def test_the_compile_report_sets_planner_and_xla_in_one_unit():
         compile_s=10.0,
         host_peak_rss_bytes=3 * GIB,
     )
-    report = compile_report(plan, step)
-    assert report["xla"]["per_device_bytes"] == report["planner"]["per_device_bytes"] == total
-    assert abs(report["planner"]["relative_to_xla"]) < 1e-9  # rounding to whole bytes only
+    return CompiledStep(**(fields | changes))
+
+
+def test_a_scanned_step_has_no_roofline_and_its_plan_says_what_the_planner_leaves_out():
+    """XLA's cost_analysis counts a loop's body once: a scanned step's flops are one group's, so its report gives
+    no roofline and says why and what to compile instead; the plan notes that its activations are the unrolled
+    step's (crosstune.train.jax.layer_scan)."""
+    import io
+
+    from rich.console import Console
+
+    from crosstune.planner.aot_report import SCANNED_NOTE, compile_report
+    from crosstune.planner.estimate import SCANNED_MEMORY_NOTE
+    from crosstune.planner.view import render_compiled
+
+    plan = plan_recipe(_recipe(G4, "tpu-v5p-8", "backend.jax.scan_layers=true"), "jax")
+    assert SCANNED_MEMORY_NOTE in plan.notes
+    assert SCANNED_MEMORY_NOTE not in plan_recipe(_recipe(G4, "tpu-v5p-8"), "jax").notes
+    report = compile_report(plan, _compiled(scanned=True))
+    assert report["roofline"] is None and report["roofline_note"] == SCANNED_NOTE
+    assert compile_report(plan, _compiled())["roofline"]["micro_step_s"] > 0
     out = io.StringIO()
-    render_compiled(report, Console(file=out, width=200))
-    text = out.getvalue()
-    row = next(line for line in text.splitlines() if line.strip().lstrip("│ ").startswith("total"))
-    figure = f"{plan.jax_memory.total:,.2f}"
-    assert row.count(figure) == 2 and ("+0.0% vs XLA" in row or "-0.0% vs XLA" in row), row
-    assert "Per device, GB" in text and f"host peak RSS {bytes_to_gib(3 * GIB):.1f} GiB" in text
+    render_compiled(report, Console(file=out, width=300))
+    assert "roofline: none: the layers run as a scan" in out.getvalue()
 
 
 def test_the_12b_recipes_fit_their_targets():

@@ -55,6 +55,7 @@ class CompiledStep:
     kernel_flops: float = 0.0  # Pallas kernels' work, counted from the model (cost_analysis has none of it)
     kernel_bytes: float = 0.0
     kernel_note: str = ""  # which kernels, and how their work was counted
+    scanned: bool = False  # the layers a lax.scan (backend.jax.scan_layers): cost_analysis counts its body once
 
     @property
     def per_device_bytes(self) -> int:
@@ -101,6 +102,13 @@ class Roofline:
         return self.micro_batch_tokens / seconds if seconds > 0 else None
 
 
+SCANNED_NOTE = (
+    "none: the layers run as a scan (backend.jax.scan_layers) and XLA's cost_analysis counts a loop's body once, so "
+    "its flops and bytes are one group's, not the model's; the unrolled step does the same work: compile it with "
+    "--set backend.jax.scan_layers=false for the roofline"
+)
+
+
 def roofline(step: CompiledStep, chip: Chip) -> Roofline:
     """The fastest the compiled step could run on `chip` (every device runs the same SPMD program)."""
     if chip.peak_bf16_tflops is None or chip.hbm_bandwidth_gbs is None:
@@ -144,7 +152,7 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
     hbm = None if chip.hbm_gb is None else round(chip.hbm_gb * GB)
     usable = None if chip.usable_gb is None else round(chip.usable_gb * GB)
     xla = step.per_device_bytes
-    line = roofline(step, chip)
+    line = None if step.scanned else roofline(step, chip)
     return {
         "recipe": plan.recipe_name,
         "hardware": plan.hardware.name,
@@ -173,7 +181,9 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
             "kernel_note": step.kernel_note,
         },
         "planner": {**planner_bytes(plan.jax_memory), "relative_to_xla": plan.jax_memory.total * GB / xla - 1},
-        "roofline": {
+        "roofline": None
+        if line is None
+        else {
             "compute_s": line.compute_s,
             "memory_s": line.memory_s,
             "ici_s": line.ici_s,
@@ -191,6 +201,7 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
             "note": ROOFLINE_NOTE
             + ("" if step.full_depth else f"; for the first {step.layers} layers only, not the whole model"),
         },
+        "roofline_note": SCANNED_NOTE if line is None else None,
         "timings_s": {"build": step.build_s, "lower": step.lower_s, "compile": step.compile_s},
         "host_peak_rss_bytes": step.host_peak_rss_bytes,
     }

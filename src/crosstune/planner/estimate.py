@@ -329,6 +329,13 @@ def plan_recipe(recipe: Recipe, backend: str | None = None, spec: ModelSpec | No
     return plan
 
 
+SCANNED_MEMORY_NOTE = (
+    "backend.jax.scan_layers: the activations above are the unrolled step's; XLA holds more for a scanned one "
+    "(the 31B's 60 layers on v5p-8 without remat: 59.2 GB per chip against 33.8 unrolled, docs/BENCHMARKS.md): "
+    "check it with plan --compile"
+)
+
+
 def _jax_blockers(plan: Plan, recipe: Recipe) -> None:
     fsdp, tp = plan.jax_mesh
     hw, spec = plan.hardware, plan.spec
@@ -346,6 +353,8 @@ def _jax_blockers(plan: Plan, recipe: Recipe) -> None:
         plan.notes.append(f"tp={tp}: heads replicated over tp where it can't split them: " + "; ".join(plan.tp_issues))
     if hw.chip.platform != "cpu" and fsdp * tp != hw.devices:
         plan.blockers.append(f"fsdp × tp = {fsdp}×{tp} = {fsdp * tp}, but {hw.name} has {hw.devices} devices")
+    if recipe.backend.jax.scan_layers:
+        plan.notes.append(SCANNED_MEMORY_NOTE)
     if not plan.jax_memory.fits:
         plan.memory_blockers.append(_oom(plan.jax_memory, "device"))
         plan.blockers.append(plan.memory_blockers[-1])

@@ -149,6 +149,26 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
     )
     if x["kernel_note"] and x["kernel_flops"]:
         out.print(f"  {x['kernel_note']}", highlight=False)
+    if line is None:
+        out.print(f"roofline: {report['roofline_note']}", highlight=False)
+    else:
+        _print_roofline(line, out)
+    t = report["timings_s"]
+    out.print(
+        f"compile: build {t['build']:.0f} s, lower {t['lower']:.0f} s, XLA {t['compile']:.0f} s; host peak RSS "
+        f"{bytes_to_gib(report['host_peak_rss_bytes']):.1f} GiB",  # measured: GiB, as the compile's progress says
+        highlight=False,
+    )
+    if not layers["full_depth"]:
+        out.print(
+            f"[yellow]note[/yellow]: the first {depth}: a smoke check of the step, not the model's memory (temp "
+            "grows faster than linearly with depth); compile without --layers for the full depth",
+            highlight=False,
+        )
+
+
+def _print_roofline(line: dict, out: Console) -> None:
+    """The three-term roofline line of a compiled step."""
     by_term = line["tokens_per_s_by_term"]
     terms = ", ".join(
         f"{name} {line[key]:.3f} s ({'–' if by_term[t] is None else f'{by_term[t]:,.0f}'} tok/s)"
@@ -164,18 +184,6 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
         f"tokens/s: {line['note']}",
         highlight=False,
     )
-    t = report["timings_s"]
-    out.print(
-        f"compile: build {t['build']:.0f} s, lower {t['lower']:.0f} s, XLA {t['compile']:.0f} s; host peak RSS "
-        f"{bytes_to_gib(report['host_peak_rss_bytes']):.1f} GiB",  # measured: GiB, as the compile's progress says
-        highlight=False,
-    )
-    if not layers["full_depth"]:
-        out.print(
-            f"[yellow]note[/yellow]: the first {depth}: a smoke check of the step, not the model's memory (temp "
-            "grows faster than linearly with depth); compile without --layers for the full depth",
-            highlight=False,
-        )
 
 
 def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> None:

@@ -25,7 +25,7 @@ class JaxMesh(Section):
 
 
 class JaxBackendSection(Section):
-    omitted_when_none = ("scoped_vmem_kib",)  # earlier recipes keep their hashes
+    omitted_when_none = ("scoped_vmem_kib", "scan_layers")  # earlier recipes keep their hashes
     mesh: JaxMesh = Field(default_factory=JaxMesh)
     attention: Literal["dense", "splash"] = Field(
         "dense",
@@ -55,6 +55,14 @@ class JaxBackendSection(Section):
         "(96 MiB, MaxText's value for dense models) ran the 31B's first 4 layers in 6.1 % less time and the 12B's "
         "first 6 (remat) in 2.6 % more, so it is the recipe's to set; at most the chip's VMEM (128 MiB on v5e and "
         "v6e, 64 on v5p: the step refuses more) (crosstune.train.jax.xla_options, docs/BENCHMARKS.md)",
+    )
+    scan_layers: bool | None = Field(
+        None,
+        description="hold the decoder layers stacked, one [groups, ...] array per tensor of a group of one "
+        "attention-pattern period (the 31B: 10 groups of 6), and run them as a jax.lax.scan: XLA compiles one "
+        "group's body, so compile time stops growing with depth (docs/BENCHMARKS.md, \"Compile time\"). Checkpoints "
+        "keep the stacked layout (export reads either). Not for layers that share KV caches or take per-layer "
+        "inputs (Gemma 4 E sizes). null/false: the layers unrolled (crosstune.train.jax.layer_scan)",
     )
     replicate_indivisible_heads: bool = Field(
         False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"

@@ -129,6 +129,10 @@ def abstract_step(
     widen_block_lora(model, fam.spec_from_hf_config(cfg), r.lora.targets, r.lora.rank)
     if r.lora.dropout > 0:
         model.set_attributes(qwix_rngs=nnx.Rngs(dropout=r.train.seed))  # as build_model does
+    if settings.scan_layers:
+        from crosstune.train.jax.layer_scan import stack_layers
+
+        stack_layers(model, mesh)  # as the run's worker does, last
     k = accumulation(r.train, r.backend.jax.mesh.fsdp)
     tx, _ = make_optimizer(r.train, total_steps, lora_rank=r.lora.rank)
     with mesh_context(mesh):
@@ -228,6 +232,7 @@ def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
         "kernel_flops": kernels.flops,
         "kernel_bytes": kernels.bytes,
         "kernel_note": kernels.note,
+        "scanned": bool(recipe.backend.jax.scan_layers),
     }
 
 

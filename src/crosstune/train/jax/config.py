@@ -51,6 +51,9 @@ class ModelSettings:
     # whose LoRA branch: crosstune's (crosstune.train.jax.lora_provider) or Qwix's own, which bench/ measures
     # the step against
     lora_provider: str = "crosstune"
+    # the layers held stacked and scanned: crosstune.train.jax.layer_scan.stack_layers, the builder's last step
+    # after the weights, the initial LoRA and the dropout stream are in (not a model-building argument)
+    scan_layers: bool = False
 
     @classmethod
     def of(cls, recipe: Recipe, platform: str) -> ModelSettings:
@@ -63,13 +66,17 @@ class ModelSettings:
             attention=recipe.backend.jax.attention,
             splash_block=recipe.backend.jax.splash_block,
             splash_fused_backward=recipe.backend.jax.splash_fused_backward,
+            scan_layers=bool(recipe.backend.jax.scan_layers),
         )
 
     def replace(self, **changes: Any) -> ModelSettings:
         return dataclasses.replace(self, **changes)
 
     def kwargs(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"lora": self.lora}  # asdict would turn the section into a dict
+        """abstract_model/build_model's keyword arguments (all but scan_layers)."""
+        kwargs = dataclasses.asdict(self) | {"lora": self.lora}  # asdict would turn the section into a dict
+        del kwargs["scan_layers"]
+        return kwargs
 
 
 CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"  # jax's own variable: a study points every stage at its bundle's folder

@@ -12,6 +12,7 @@ import optax
 
 from crosstune.families.lora_layout import fused_block_mask
 from crosstune.recipe.schema import TrainSection
+from crosstune.train.jax.layer_scan import layer_name
 from crosstune.train.jax.lora import LORA_PARAM, param_name
 from crosstune.train.step_plan import warmup_steps
 
@@ -69,10 +70,10 @@ def keep_block_lora_diagonal(rank: int) -> optax.GradientTransformation:
         del params
 
         def mask(path, g):
-            name = param_name(path)
+            name, stacked = layer_name(param_name(path))  # a stacked B's mask broadcasts over its groups
             found = LORA_PARAM.search(name)  # the optimizer state may prefix the model's own names
             b = found is not None and found.end() == len(name) and found[4] == "b"
-            m = fused_block_mask(found[2], g.shape, rank, xp=jnp) if b else None
+            m = fused_block_mask(found[2], g.shape[stacked:], rank, xp=jnp) if b else None
             return g if m is None else g * m.astype(g.dtype)
 
         return jax.tree_util.tree_map_with_path(mask, updates), state

@@ -79,6 +79,7 @@ class JaxRun:
     def _trainer(self):
         from flax import nnx
 
+        from crosstune.train.jax.layer_scan import stack_layers
         from crosstune.train.jax.loss import loss_fn, model_inputs
         from crosstune.train.jax.model import (
             build_model,
@@ -93,6 +94,8 @@ class JaxRun:
         r, k, total = self.recipe, self.step_plan.accumulation, self.step_plan.total_steps
         model_dir = model_path(r)  # checked by the session (a hub id: its snapshot)
         model, replicated = build_model(r.model.family, model_dir, self.mesh, **self.settings.kwargs())
+        if self.settings.scan_layers:
+            stack_layers(model, self.mesh)  # before the trainer: it restores the checkpoint in the stacked layout
         optimizer, _ = make_optimizer(r.train, total, lora_rank=r.lora.rank)
         checkpoints = (self.run_dir / CHECKPOINTS, r.train.checkpoint_every, r.train.keep_last)
         config = training_config(k, total, checkpoints)
@@ -171,9 +174,12 @@ class JaxRun:
         from flax import nnx
         from jax.experimental import multihost_utils
 
+        from crosstune.train.jax.layer_scan import per_layer
+
         state = nnx.state(self.trainer.model, nnx.LoRAParam)
         leaves = jax.tree_util.tree_leaves_with_path(state)
         params = {param_name(p): np.asarray(multihost_utils.process_allgather(v, tiled=True)) for p, v in leaves}
+        params = per_layer(params)  # a stacked model's layers (backend.jax.scan_layers) as tunix names them
         lora = self.recipe.lora
         return qwix_to_lora(params, self.spec, rank=lora.rank, alpha=float(lora.alpha))
 
