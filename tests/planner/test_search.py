@@ -67,6 +67,8 @@ def test_candidates_of_the_31b_on_a_v5p_8_keep_the_global_batch():
         "splash",
     )
     assert period(spec) == 6
+    scanned = load_for_plan(G4, ["backend.jax.scan_layers=true"])  # searched unrolled: a scan hides its loop's work
+    assert c.overrides(scanned) == [*c.overrides(recipe), "backend.jax.scan_layers=false"]
 
 
 def test_extrapolation_is_per_layer():

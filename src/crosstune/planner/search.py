@@ -75,6 +75,8 @@ class Candidate:
         ]
         if recipe.train.global_batch_size is None:
             out.append(f"train.grad_accumulation={self.accumulation}")
+        if recipe.backend.jax.scan_layers:  # compiled unrolled: a scan's loop hides its body's work from
+            out.append("backend.jax.scan_layers=false")  # cost_analysis and from the screen's per-layer lines
         return out
 
 
