@@ -31,13 +31,15 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from crosstune.errors import CrosstuneError
+
 SHARED = nnx.RngState  # what every layer refers to (the dropout stream): the scan's carry, never stacked
 STACKED_NAME = re.compile(r"layers\.0\.stack\.(\d+)\.")  # crosstune.train.jax.lora.param_name of a stacked tensor
 TAIL_NAME = re.compile(r"layers\.0\.tail\.(\d+)\.")
 
 
-class ScanError(ValueError):
-    """A model whose layers backend.jax.scan_layers can't stack."""
+class ScanError(CrosstuneError, ValueError):
+    """A model whose layers backend.jax.scan_layers can't stack, or stacked names that don't map back."""
 
 
 def period(model: nnx.Module) -> int:
