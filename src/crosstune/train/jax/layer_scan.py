@@ -24,6 +24,7 @@ Refused (a clear error): layers that share KV caches or take per-layer inputs (G
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -118,13 +119,19 @@ def _check_shared(layers: list) -> None:
             )
 
 
+@functools.cache
+def _stacker(sharding: NamedSharding):
+    """One jitted stack per sharding: tensors of one shape (a run's alike layers) compile it once."""
+    return jax.jit(lambda *xs: jnp.stack(xs), out_shardings=sharding)
+
+
 def _stacked(values: list, spec, mesh: Mesh):
     """The groups' values of one tensor stacked on a new leading axis, sharded as one was and whole along G."""
     sharding = NamedSharding(mesh, PartitionSpec(None, *(spec or ())))
     first = values[0]
     if isinstance(first, jax.ShapeDtypeStruct):
         return jax.ShapeDtypeStruct((len(values), *first.shape), first.dtype, sharding=sharding)
-    out = jax.jit(lambda *xs: jnp.stack(xs), out_shardings=sharding)(*values)
+    out = _stacker(sharding)(*values)
     for value in values:  # free each group's copy now: the build holds one extra tensor at a time, not the layers
         value.delete()
     return out
