@@ -223,6 +223,14 @@ def test_stacked_names_map_to_tunix_layers():
     )
     with pytest.raises(ScanError, match=r"positions \[1\]"):
         per_layer({"layers.0.stack.1.attn.q_einsum.w_lora_a": a})
+    # a damaged checkpoint's names and shapes: refused naming the tensor, never an IndexError or a silent overwrite
+    one = "layers.0.stack.0.attn.q_einsum.w_lora_a"
+    with pytest.raises(ScanError, match=r"w_lora_b: stacked with 2 groups"):
+        per_layer({one: a, "layers.0.stack.0.attn.q_einsum.w_lora_b": a[:2]})
+    with pytest.raises(ScanError, match=r"stacked with None groups"):
+        per_layer({one: np.float32(1.0)})
+    with pytest.raises(ScanError, match=r"layers.0.tail.2.attn.q_einsum.w_lora_a: a second tensor for layers.2"):
+        per_layer({one: a, "layers.0.tail.2.attn.q_einsum.w_lora_a": a[0]})
 
 
 def test_recipe_field_is_omitted_while_unset():

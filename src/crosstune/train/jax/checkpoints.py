@@ -20,7 +20,7 @@ def read_orbax_lora(run_dir: Path, step: int | None = None) -> tuple[dict[str, n
     import jax
     import orbax.checkpoint as ocp
 
-    from crosstune.train.jax.layer_scan import per_layer
+    from crosstune.train.jax.layer_scan import ScanError, per_layer
 
     found = step_folders(run_dir)
     steps = list(found)
@@ -41,4 +41,7 @@ def read_orbax_lora(run_dir: Path, step: int | None = None) -> tuple[dict[str, n
     except Exception as e:  # Orbax raises many types for a damaged checkpoint
         raise ExportError(f"{path}: can't read the Orbax checkpoint: {type(e).__name__}: {e}") from None
     flat = jax.tree_util.tree_flatten_with_path(restored)[0]
-    return per_layer({param_name(p): np.asarray(v) for p, v in flat}), step  # stacked layers as tunix names them
+    try:  # a stacked model's layers (backend.jax.scan_layers) as tunix names them
+        return per_layer({param_name(p): np.asarray(v) for p, v in flat}), step
+    except ScanError as e:
+        raise ExportError(f"{path}: {e}") from None

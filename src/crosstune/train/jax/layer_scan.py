@@ -178,18 +178,32 @@ def layer_name(name: str) -> tuple[str, bool]:
 def per_layer(params: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """{param name: array} with stacked names (`layers.0.stack.<p>.…` of [G, ...], `layers.0.tail.<i>.…`) as tunix's
     per-layer ones (`layers.<g·P + p>.…`, `layers.<i>.…`); other names as they are. P is the number of positions the
-    stacked names hold (every layer of a group holds tensors)."""
+    stacked names hold (every layer of a group holds tensors). Refuses (ScanError, naming the tensor) names that
+    don't make one layout: positions not 0..P-1, stacked tensors of different group counts or without a group axis,
+    two names for one layer's tensor."""
     positions = {int(m[1]) for name in params if (m := STACKED_NAME.match(name))}
     period_ = len(positions)
     if positions != set(range(period_)):
         raise ScanError(f"stacked LoRA names hold group positions {sorted(positions)}: not 0..P-1")
+    groups = {name: (value.shape or (None,))[0] for name, value in params.items() if STACKED_NAME.match(name)}
+    for name, g in groups.items():
+        if g is None or g != next(iter(groups.values())):
+            raise ScanError(
+                f"{name}: stacked with {g} groups, not as the other stacked tensors ({set(groups.values())})"
+            )
     out = {}
+
+    def put(name: str, value, source: str) -> None:
+        if name in out:
+            raise ScanError(f"{source}: a second tensor for {name}")
+        out[name] = value
+
     for name, value in params.items():
         if m := STACKED_NAME.match(name):
             for g in range(value.shape[0]):
-                out[f"layers.{g * period_ + int(m[1])}.{name[m.end() :]}"] = value[g]
+                put(f"layers.{g * period_ + int(m[1])}.{name[m.end() :]}", value[g], name)
         elif m := TAIL_NAME.match(name):
-            out[f"layers.{m[1]}.{name[m.end() :]}"] = value
+            put(f"layers.{m[1]}.{name[m.end() :]}", value, name)
         else:
-            out[name] = value
+            put(name, value, name)
     return out
