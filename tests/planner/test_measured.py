@@ -71,7 +71,7 @@ def test_a_step_xla_can_not_fit_is_the_user_s_to_act_on():
     import jax
 
     from crosstune.train.backend import TrainError
-    from crosstune.train.jax.measure import _compile
+    from crosstune.train.jax.aot import compile_lowered
 
     class Lowered:
         def __init__(self, message: str) -> None:
@@ -84,6 +84,6 @@ def test_a_step_xla_can_not_fit_is_the_user_s_to_act_on():
     with pytest.raises(
         TrainError, match=r"^the 31B's step at 4 layers does not fit the devices: Ran out .*\(20\.07G\)"
     ):
-        _compile(Lowered(oom), "the 31B's step at 4 layers")
+        compile_lowered(Lowered(oom), "the 31B's step at 4 layers")
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
-        _compile(Lowered("INTERNAL: something else"), "a step")
+        compile_lowered(Lowered("INTERNAL: something else"), "a step")

@@ -353,12 +353,7 @@ def _jax_blockers(plan: Plan, recipe: Recipe) -> None:
         plan.notes.append(f"tp={tp}: heads replicated over tp where it can't split them: " + "; ".join(plan.tp_issues))
     if hw.chip.platform != "cpu" and fsdp * tp != hw.devices:
         plan.blockers.append(f"fsdp × tp = {fsdp}×{tp} = {fsdp * tp}, but {hw.name} has {hw.devices} devices")
-    if recipe.backend.jax.scan_layers and (spec.kv_shared_layers or spec.per_layer_input_dim):
-        plan.blockers.append(
-            f"backend.jax.scan_layers: {spec.name}'s layers share KV caches and take per-layer inputs, so they can't "
-            "be stacked and scanned (crosstune.train.jax.layer_scan): set it false"
-        )
-    elif recipe.backend.jax.scan_layers:
+    if recipe.backend.jax.scan_layers:
         plan.notes.append(SCANNED_MEMORY_NOTE)
     if not plan.jax_memory.fits:
         plan.memory_blockers.append(_oom(plan.jax_memory, "device"))

@@ -63,8 +63,9 @@ class JaxBackendSection(Section):
         "group's body, so compile time stops growing with depth: the 31B's 60 layers for v5p-8 in 85 s in XLA "
         "against 349 unrolled. With full remat the v5e chip ran it 2.8-2.9 % slower; without remat it holds far "
         'more memory (59.2 GB per chip against 33.8 there): pair it with remat (docs/BENCHMARKS.md, "Compile '
-        'time"). Checkpoints keep the stacked layout (export reads either). Not for layers that share KV caches or '
-        "take per-layer inputs (Gemma 4 E sizes). null/false: the layers unrolled (crosstune.train.jax.layer_scan)",
+        'time"). Checkpoints keep the stacked layout (export reads either). The Gemma 4 E sizes stack in two '
+        "segments: the layers that own their K/V, then those that reuse one's. null/false: the layers unrolled "
+        "(crosstune.train.jax.layer_scan)",
     )
     replicate_indivisible_heads: bool = Field(
         False, description="replicate heads that tp can't divide (costs memory) instead of rejecting the mesh"

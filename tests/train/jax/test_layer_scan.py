@@ -25,11 +25,14 @@ PAIR = ("sliding", "global")
 
 
 def _config(layers: int, *, kv_shared: int = 0) -> dict:
-    """A tiny Gemma 4 (31B layout: k_eq_v global layers, softcap) whose attention pattern repeats every 2 layers."""
+    """A tiny Gemma 4 (31B layout: k_eq_v global layers, softcap) whose attention pattern repeats every 2 layers;
+    with `kv_shared`, the E sizes' layout: the last `kv_shared` layers reuse earlier layers' K/V and have MLPs twice
+    as wide (E2B's), and every layer takes a per-layer input."""
     from crosstune.families import get_family
     from crosstune.families.gemma4.family import make_spec
 
-    spec = make_spec("gemma-4-scan-test", layers, 64, 128, 4, 2, 32, 1, 64, 16, 128, every=2, kv_shared=kv_shared)
+    e = dict(kv_shared=kv_shared, per_layer_input=16, double_wide=True) if kv_shared else {}
+    spec = make_spec("gemma-4-scan-test", layers, 64, 128, 4, 2, 32, 1, 64, 16, 128, every=2, **e)
     types = (PAIR * layers)[:layers]
     return get_family("gemma4").hf_config(dataclasses.replace(spec, layer_types=types))
 
@@ -42,7 +45,9 @@ def _gemma3_config(layers: int) -> dict:
     return get_family("gemma3").hf_config(make_spec("gemma-3-scan-test", layers, 64, 128, 4, 2, 32, 16, 128, 32.0))
 
 
-def _model(mesh, layers: int, *, scan: bool, remat=None, dropout: float = 0.25, family: str = "gemma4"):
+def _model(
+    mesh, layers: int, *, scan: bool, remat=None, dropout: float = 0.25, family: str = "gemma4", kv_shared: int = 0
+):
     """The tunix model with crosstune's Qwix LoRA (r=4, all targets, dropout), random base and LoRA from seed 0,
     its layers stacked last when `scan` (as the run's worker does)."""
     import jax
@@ -54,7 +59,7 @@ def _model(mesh, layers: int, *, scan: bool, remat=None, dropout: float = 0.25, 
     from crosstune.train.jax.model import abstract_model, mesh_context
 
     lora = LoraSection(rank=4, alpha=8.0, dropout=dropout)
-    config = _config(layers) if family == "gemma4" else _gemma3_config(layers)
+    config = _config(layers, kv_shared=kv_shared) if family == "gemma4" else _gemma3_config(layers)
     model, _ = abstract_model(family, config, mesh, remat=remat, lora=lora, platform="cpu")
     graphdef, abstract = nnx.split(model)
     leaves, tree = jax.tree.flatten(abstract)
@@ -186,16 +191,31 @@ def test_the_stacked_program_is_a_loop_that_does_not_grow_with_depth(mesh):
     assert unrolled[8].count("\n") > 1.5 * unrolled[4].count("\n")
 
 
-def test_refuses_kv_sharing_layers(mesh):
-    from crosstune.recipe.schema import LoraSection
-    from crosstune.train.jax.layer_scan import ScanError, stack_layers
-    from crosstune.train.jax.model import abstract_model
+def test_e_sizes_stack_in_two_segments(mesh):
+    """The E layout, 11 layers of which the last 5 read layers 4's (sliding) and 5's (global) K/V (tunix's sharing
+    pattern), every layer with a per-layer input: the 6 that own their K/V stacked (3 groups of 2), then the 5 that
+    share (2 groups of 2 and one after, MLPs twice as wide); the same loss and gradients as unrolled, dropout on."""
+    from crosstune.train.jax.layer_scan import segments
 
-    model, _ = abstract_model(
-        "gemma4", _config(4, kv_shared=2), mesh, lora=LoraSection(rank=4, alpha=8.0), platform="cpu"
-    )
-    with pytest.raises(ScanError, match="sharing KV caches.*scan_layers: false"):
-        stack_layers(model, mesh)
+    unrolled = _model(mesh, 11, scan=False, kv_shared=5)
+    assert segments(unrolled) == [(0, 6), (6, 11)]
+    assert sorted(set(unrolled.kv_cache_sharing_patterns[6:])) == [4, 5]
+    scanned = _model(mesh, 11, scan=True, kv_shared=5)
+    layout = [(s.first, s.groups, len(s.stack), sorted(s.tail), s.sources) for s in scanned.layers]
+    assert layout == [(0, 3, 2, [], (4, 5)), (6, 2, 2, ["10"], ())]
+    result = _step(scanned, mesh)
+    _assert_same_step(result, _step(unrolled, mesh))
+    assert "layers.10.per_layer_input_gate.w_lora_a" not in result[1]  # LoRA adapts attention and MLP only
+    assert {f"layers.{i}.mlp.up_proj.kernel_lora_a" for i in range(11)} <= result[1].keys()
+
+
+def test_refuses_kv_sharing_that_does_not_split_in_two(mesh):
+    from crosstune.train.jax.layer_scan import ScanError, segments
+
+    model = _model(mesh, 11, scan=False, kv_shared=5, dropout=0.0)
+    model.kv_cache_sharing_patterns = [*range(6), 4, 7, 5, 4, 5]  # layer 7 owns its K/V after layer 6 shares
+    with pytest.raises(ScanError, match=r"owning their K/V after layer 6.*scan_layers: false"):
+        segments(model)
 
 
 def test_stacked_names_map_to_tunix_layers():
@@ -219,7 +239,7 @@ def test_stacked_names_map_to_tunix_layers():
     assert per_layer({"layers.3.attn.x": a}) == {"layers.3.attn.x": a}  # an unstacked model's names
     assert layer_name("opt.mu.layers.0.stack.1.attn.kv_einsum.w_lora_b") == (
         "opt.mu.layers.1.attn.kv_einsum.w_lora_b",
-        True,
+        1,
     )
     with pytest.raises(ScanError, match=r"positions \[1\]"):
         per_layer({"layers.0.stack.1.attn.q_einsum.w_lora_a": a})
@@ -229,8 +249,14 @@ def test_stacked_names_map_to_tunix_layers():
         per_layer({one: a, "layers.0.stack.0.attn.q_einsum.w_lora_b": a[:2]})
     with pytest.raises(ScanError, match=r"stacked with None groups"):
         per_layer({one: np.float32(1.0)})
-    with pytest.raises(ScanError, match=r"layers.0.tail.2.attn.q_einsum.w_lora_a: a second tensor for layers.2"):
+    with pytest.raises(ScanError, match=r"layers.2.attn.q_einsum.w_lora_a: a second tensor for layers.2"):
+        per_layer({one: a, "layers.2.attn.q_einsum.w_lora_a": a[0]})
+    with pytest.raises(ScanError, match=r"segment 0's tail layers \[2\] don't follow its groups \(layers 3…\)"):
         per_layer({one: a, "layers.0.tail.2.attn.q_einsum.w_lora_a": a[0]})
+    # two segments (the E sizes): the second's layers follow the first's groups and tail
+    two = per_layer({one: a, "layers.0.tail.3.x": a[0], "layers.1.stack.0.x": a, "layers.1.stack.1.x": a})
+    assert sorted(k for k in two if k.endswith(".x")) == [f"layers.{i}.x" for i in (3, 4, 5, 6, 7, 8, 9)]
+    np.testing.assert_array_equal(two["layers.8.x"], a[2])  # segment 1 from layer 4: group 2, position 0
 
 
 def test_recipe_field_is_omitted_while_unset():

@@ -178,6 +178,24 @@ class _Ticker:
         self._thread.join()
 
 
+def compile_lowered(lowered, what: str):
+    """`lowered.compile()`; XLA's refusal of a program its devices can't hold is the user's to act on (TrainError)."""
+    import jax
+
+    from crosstune.train.backend import TrainError
+
+    try:
+        return lowered.compile()
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        reason = str(e).split("RESOURCE_EXHAUSTED: ", 1)[-1].splitlines()[0]
+        raise TrainError(
+            f"{what} does not fit the devices: {reason} (XLA): try fewer --layers, or recompute activations "
+            "(train.gradient_checkpointing: true)"
+        ) from None
+
+
 def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
     """Build, lower and compile the recipe's step for its topology: the fields of planner.aot_report.CompiledStep."""
     from crosstune.train.jax.model import mesh_context
@@ -195,9 +213,12 @@ def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
     with mesh_context(mesh), _Ticker("lowering"):
         lowered = step.lower(trainer.model, trainer.optimizer, inputs)
     t2 = time.perf_counter()
-    _say(f"[3/3] XLA compiling for {kind} × {len(mesh.devices.flat)} ({t2 - t0:.0f} s so far; the full 31B: ~10 min)")
+    _say(
+        f"[3/3] XLA compiling for {kind} × {len(mesh.devices.flat)} ({t2 - t0:.0f} s so far; the full 31B: "
+        "~6 min, ~1.5 scanned)"
+    )
     with _Ticker("compiling"):
-        compiled = lowered.compile()
+        compiled = compile_lowered(lowered, f"{recipe.name}'s step at {compiled_layers} layers on {topology}")
     t3 = time.perf_counter()
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()

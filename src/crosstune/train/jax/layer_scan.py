@@ -6,20 +6,24 @@ step is traced and compiled layer by layer (the 31B's 60 layers: ~350 s in XLA).
 
 A group is one period P of the layers' attention pattern (the 31B: 5 sliding + 1 global, P = 6, 60 layers = 10
 groups): layers p and p + P have the same structure and shapes. `stack_layers(model, mesh)` (in place, once, after
-the weights and the initial LoRA are in) turns `model.layers` into one `LayerStack`: the first group's P tunix layers,
-each of their Variables holding the G groups' values stacked on a new leading axis (sharded as the layer's was, whole
-along the groups), and any layers after the complete groups as they are (Gemma 3 27B's 62 = 10 × 6 + 2). Tunix's
-own `__call__` (with Qwix's LoRA interception around it: the LoRA branch and its dropout are in the scan) meets the
-stack as its one layer; the stack scans a body that merges the group's graph with one group's slice of the state
-and calls its P layers as tunix's loop does (no cache). Remat (tunix's per-layer nnx.remat, crosstune's "dots")
-applies per layer inside the body.
+the weights and the initial LoRA are in) turns `model.layers` into `LayerStack`s, one per segment: the first
+group's P tunix layers, each of their Variables holding the G groups' values stacked on a new leading axis (sharded
+as the layer's was, whole along the groups), and any layers after the complete groups as they are (Gemma 3 27B's 62
+= 10 × 6 + 2). Tunix's own `__call__` (with Qwix's LoRA interception around it: the LoRA branch and its dropout are
+in the scan) meets each stack as one layer; a stack scans a body that merges the group's graph with one group's
+slice of the state and calls its P layers as tunix's loop does (no cache). Remat (tunix's per-layer nnx.remat,
+crosstune's "dots") applies per layer inside the body.
+
+The Gemma 4 E sizes make two segments: the layers that own their K/V, then those that reuse an earlier layer's (the
+E4B's last 18 of 42 read layers 22's and 23's). Tunix's loop hands layer i's per-layer input and, to a KV-shared
+layer, its source's K/V; the stacks take the same through tunix's own loop, which then has two "layers": the first
+stack returns its source layers' K/V as its K/V, tunix's sharing pattern says stack 1 reads stack 0's, and the
+embedder returns every layer's per-layer inputs as each stack's row (`_WholePerLayerInputs`); each layer in a scan
+gets its own slice of them (the scan's xs) and its source's K/V (a constant of the body: one source per position).
 
 State every layer shares, the LoRA dropout's one `nnx.Rngs` stream, is the scan's carry: its count advances through
-the groups as it does unrolled, so every draw gets the same key (the same masks). Names: a stacked tensor is
-`layers.0.stack.<p>.<rest>` ([G, ...]), a layer after the groups `layers.0.tail.<i>.<rest>`; `per_layer` turns such
-names back into tunix's `layers.<i>.<rest>` (a checkpoint's export, the run's adapter).
-
-Refused (a clear error): layers that share KV caches or take per-layer inputs (Gemma 4 E models).
+the groups as it does unrolled, so every draw gets the same key (the same masks). Names: crosstune.train.jax.
+stacked_names.
 """
 
 from __future__ import annotations
@@ -32,28 +36,33 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from crosstune.errors import CrosstuneError
+from crosstune.train.jax.stacked_names import ScanError, layer_name, per_layer
+
+__all__ = ["LayerStack", "ScanError", "layer_name", "per_layer", "stack_layers", "stacked"]
 
 SHARED = nnx.RngState  # what every layer refers to (the dropout stream): the scan's carry, never stacked
-STACKED_NAME = re.compile(r"layers\.0\.stack\.(\d+)\.")  # crosstune.train.jax.lora.param_name of a stacked tensor
-TAIL_NAME = re.compile(r"layers\.0\.tail\.(\d+)\.")
+HINT = "set backend.jax.scan_layers: false for this model"
 
 
-class ScanError(CrosstuneError, ValueError):
-    """A model whose layers backend.jax.scan_layers can't stack, or stacked names that don't map back."""
+def segments(model: nnx.Module) -> list[tuple[int, int]]:
+    """[first, end) of each run of layers stacked apart: all of them, or (Gemma 4 E sizes, KV shared across layers)
+    the layers that own their K/V, then the layers that read an earlier one's."""
+    n = len(model.layers)
+    sharing = getattr(model, "kv_cache_sharing_patterns", None)
+    if sharing is None or all(j == i for i, j in enumerate(sharing)):
+        return [(0, n)]
+    u = next(i for i, j in enumerate(sharing) if j != i)
+    if any(j == i or j >= u for i, j in enumerate(sharing[u:], u)):
+        raise ScanError(
+            f"backend.jax.scan_layers: KV sharing {sharing}: layers owning their K/V after layer {u}, the first that "
+            f"shares one, or reading a later layer's; {HINT}"
+        )
+    return [(0, u), (u, n)]
 
 
-def period(model: nnx.Module) -> int:
+def period(types: list) -> int:
     """The smallest P with at least 2 complete groups whose layers' attention types repeat every P layers; all the
     layers (one group, a scan of length 1) when none repeats (a model cut to a few layers, `plan --layers`)."""
-    config = model.config
-    hint = "set backend.jax.scan_layers: false for this model"
-    if getattr(config, "per_layer_input_dim", 0) > 0:
-        raise ScanError(f"backend.jax.scan_layers: layers with per-layer inputs (Gemma 4 E sizes) can't scan: {hint}")
-    sharing = getattr(model, "kv_cache_sharing_patterns", None)
-    if sharing is not None and any(j != i for i, j in enumerate(sharing)):
-        raise ScanError(f"backend.jax.scan_layers: layers sharing KV caches (Gemma 4 E sizes) can't scan: {hint}")
-    types = [getattr(layer.attn, "attn_type", None) for layer in model.layers]
     n = len(types)
     for p in range(1, n // 2 + 1):
         if all(types[i] == types[i % p] for i in range((n // p) * p)):
@@ -62,37 +71,109 @@ def period(model: nnx.Module) -> int:
 
 
 class LayerStack(nnx.Module):
-    """Called like one tunix decoder layer, runs the G·P stacked layers (a scan over G groups) and then the tail."""
+    """Called like one tunix decoder layer, runs one segment's layers: G·P stacked ones (a scan over G groups), then
+    the tail. `sources`: the layers (of this segment) whose K/V later layers read, returned as this "layer"'s K/V;
+    `reads[k]`: the layer whose K/V the segment's k-th layer reads (a KV-shared segment; empty otherwise)."""
 
-    def __init__(self, stack: list, groups: int, tail: dict[str, nnx.Module]) -> None:
+    def __init__(
+        self,
+        stack: list,
+        groups: int,
+        tail: dict[str, nnx.Module],
+        *,
+        first: int = 0,
+        sources: tuple[int, ...] = (),
+        reads: tuple[int, ...] = (),
+        per_layer_dim: int = 0,
+    ) -> None:
         self.stack = nnx.List(stack)
         self.groups = groups
         self.tail = nnx.Dict(tail)
+        self.first, self.sources, self.reads, self.per_layer_dim = first, sources, reads, per_layer_dim
 
     def __call__(self, x, positions, cache, attention_mask, **kwargs):
         if cache is not None:
             raise ScanError("backend.jax.scan_layers: a stacked model trains and prefills; it keeps no KV cache")
-        graphdef, shared, own = nnx.split(self.stack, SHARED, ...)
-        arity: list[int] = []
+        period, arity = len(self.stack), [2]
+        inputs = kwargs.get("per_layer_input")  # every layer's, [B, T, L·D] (_WholePerLayerInputs), or None
+        if inputs is not None:
+            inputs = inputs.reshape(*inputs.shape[:2], -1, self.per_layer_dim)  # [B, T, L, D]
+        shared_kv = kwargs.get("kv_shared_cache")  # {"k": {layer: K}, "v": {layer: V}} of the layers read
 
-        def run(layers, x):
-            for layer in layers:
-                out = layer(x, positions, None, attention_mask, **kwargs)
-                arity[:] = [len(out)]
-                x = out[1]
-            return x
+        def extra(k: int, layer_input) -> dict:
+            """The k-th layer of the segment's own arguments: its per-layer input, its source's K/V."""
+            out = {} if layer_input is None else {"per_layer_input": layer_input}
+            if self.reads:
+                out["kv_shared_cache"] = {"k": shared_kv["k"][self.reads[k]], "v": shared_kv["v"][self.reads[k]]}
+            return out
 
-        def body(carry, own_g):
-            x, shared = carry
-            group = nnx.merge(graphdef, shared, own_g)
-            x = run(group, x)
-            _, shared, own_g = nnx.split(group, SHARED, ...)
-            return (x, shared), own_g
+        def call(layer, x, k: int, layer_input):
+            out = layer(x, positions, None, attention_mask, **{**kwargs, **extra(k, layer_input)})
+            arity[:] = [len(out)]
+            return out[1], (out[2] if len(out) > 2 else None)
 
-        (x, shared), own = jax.lax.scan(body, (x, shared), own)
-        nnx.update(self.stack, shared, own)
-        x = run([self.tail[k] for k in sorted(self.tail, key=int)], x)
+        kept = sorted({(j - self.first) % period for j in self.sources if j - self.first < self.groups * period})
+
+        def group(layers, x, group_inputs):
+            kvs = {}
+            for p, layer in enumerate(layers):
+                x, kv = call(layer, x, p, None if group_inputs is None else group_inputs[p])
+                if p in kept:
+                    kvs[p] = kv
+            return x, kvs
+
+        whole = self.groups * period
+        xs = None
+        if inputs is not None:  # [B, T, G·P, D] -> [G, P, B, T, D]: group g's P layers' inputs
+            mine = inputs[:, :, self.first : self.first + whole]
+            xs = jnp.moveaxis(mine.reshape(*mine.shape[:2], self.groups, period, -1), (2, 3), (0, 1))
+        x, kvs = _scanned(self.stack, x, xs, group)
+        found = {  # a source in the groups: its position's K/V, its group's slice
+            j: jax.tree.map(lambda a, g=(j - self.first) // period: a[g], kvs[(j - self.first) % period])
+            for j in self.sources
+            if j - self.first < whole
+        }
+        for key in sorted(self.tail, key=int):
+            i = int(key)
+            x, kv = call(self.tail[key], x, i - self.first, None if inputs is None else inputs[:, :, i])
+            if i in self.sources:
+                found[i] = kv
+        if self.sources:  # tunix's loop hands these to the next stack as its kv_shared_cache {"k": .., "v": ..}
+            return None, x, ({j: kv[0] for j, kv in found.items()}, {j: kv[1] for j, kv in found.items()})
         return (None, x) + (None,) * (arity[0] - 2)  # tunix's (cache, x[, kv]) of a layer
+
+
+def _scanned(stack: nnx.Module, x, xs, group):
+    """`x` through `group(layers_g, x, xs_g)` for each group g: a scan whose carry is `x` and the SHARED state and
+    whose inputs are the groups' slices of `stack`'s own Variables and of `xs`; what a call changes is written back
+    into `stack`. Returns (x, what the calls returned beside x, stacked over the groups)."""
+    graphdef, shared, own = nnx.split(stack, SHARED, ...)
+
+    def body(carry, sliced):
+        x, shared = carry
+        own_g, xs_g = sliced
+        layers = nnx.merge(graphdef, shared, own_g)
+        x, ys = group(layers, x, xs_g)
+        _, shared, own_g = nnx.split(layers, SHARED, ...)
+        return (x, shared), (own_g, ys)
+
+    (x, shared), (own, ys) = jax.lax.scan(body, (x, shared), (own, xs))
+    nnx.update(stack, shared, own)
+    return x, ys
+
+
+@functools.cache
+def _whole_per_layer_inputs(embedder: type, rows: int) -> type:
+    """tunix's embedder whose per-layer inputs come as `rows` rows of every layer's ([B, T, rows, L·D]): tunix's loop
+    hands stack i `per_layer_inputs[:, :, i, :]`, so each stack gets all of them and takes its own layers'."""
+
+    class _WholePerLayerInputs(embedder):
+        def encode_per_layer_input(self, x, t):
+            y = super().encode_per_layer_input(x, t)  # [B, T, L, D]
+            b, n, layers, d = y.shape
+            return jnp.broadcast_to(y.reshape(b, n, 1, layers * d), (b, n, rows, layers * d))
+
+    return _WholePerLayerInputs
 
 
 def _canonical(module: nnx.Module) -> str:
@@ -137,73 +218,60 @@ def _stacked(values: list, spec, mesh: Mesh):
     return out
 
 
-def stack_layers(model: nnx.Module, mesh: Mesh) -> None:
-    """Hold `model`'s first G·P decoder layers stacked (module docstring), in place; the layers after them stay."""
-    p = period(model)
-    layers = list(model.layers)
+def _stack(layers: list, mesh: Mesh, *, first: int, **static) -> LayerStack:
+    """One segment's layers (layer `first` onward) as a LayerStack: its first group's layers holding every group's
+    values, the layers after the complete groups as they are."""
+    p = period([getattr(layer.attn, "attn_type", None) for layer in layers])
     groups = len(layers) // p
     whole = groups * p
     shapes = [_canonical(layer) for layer in layers[:p]]
     for i in range(p, whole):
         if _canonical(layers[i]) != shapes[i % p]:
-            raise ScanError(f"backend.jax.scan_layers: layer {i} is built unlike layer {i % p}, one period before")
-    _check_shared(layers)
-    firsts = layers[:p]
-    for q, first in enumerate(firsts):
-        own = {path: v for path, v in _variables(first).items() if not isinstance(v, SHARED)}
+            raise ScanError(
+                f"backend.jax.scan_layers: layer {first + i} is built unlike layer {first + i % p}, one period before"
+            )
+    reads = static.get("reads", ())
+    if reads and any(reads[i] != reads[i % p] for i in range(whole)):
+        raise ScanError(f"backend.jax.scan_layers: layers {first}… read K/V of {reads}: not one source per position")
+    for q, one in enumerate(layers[:p]):
+        own = {path: v for path, v in _variables(one).items() if not isinstance(v, SHARED)}
         others = [_variables(layers[g * p + q]) for g in range(groups)]
         for path, variable in own.items():
             spec = variable.get_metadata().get("out_sharding")
             variable.set_value(_stacked([o[path].get_value() for o in others], spec, mesh))
             if spec:
                 variable.set_metadata(out_sharding=(None, *spec))
-    tail = {str(i): layer for i, layer in enumerate(layers) if i >= whole}
-    model.layers = nnx.List([LayerStack(firsts, groups, tail)])
+    tail = {str(first + i): layer for i, layer in enumerate(layers) if i >= whole}
+    return LayerStack(layers[:p], groups, tail, first=first, **static)
+
+
+def stack_layers(model: nnx.Module, mesh: Mesh) -> None:
+    """Hold `model`'s decoder layers stacked per segment (module docstring), in place."""
+    layers = list(model.layers)
+    parts = segments(model)
+    _check_shared(layers)
+    sharing = list(getattr(model, "kv_cache_sharing_patterns", None) or range(len(layers)))
+    sources = {j for i, j in enumerate(sharing) if j != i}
+    dim = getattr(model.config, "per_layer_input_dim", 0) or 0
+    stacks = []
+    for s, (first, end) in enumerate(parts):
+        stacks.append(
+            _stack(
+                layers[first:end],
+                mesh,
+                first=first,
+                sources=tuple(sorted(j for j in sources if first <= j < end)),
+                reads=tuple(sharing[first:end]) if s else (),
+                per_layer_dim=dim,
+            )
+        )
+    model.layers = nnx.List(stacks)
+    if len(parts) > 1:  # tunix's loop over the stacks: stack 1 reads the K/V stack 0 returns
+        model.kv_cache_sharing_patterns = [0] * len(parts)
+        model.shared_layer_origins = {0}
+    if dim:
+        model.embedder.__class__ = _whole_per_layer_inputs(type(model.embedder), len(parts))
 
 
 def stacked(model: nnx.Module) -> bool:
-    return len(model.layers) == 1 and isinstance(model.layers[0], LayerStack)
-
-
-def layer_name(name: str) -> tuple[str, bool]:
-    """(the name with a stacked or tail layer's prefix as one layer's, `layers.<p>.…` for stacked position p;
-    whether the tensor is stacked): what a tensor of one layer is, for rules that read names (the optimizer's)."""
-    if m := STACKED_NAME.search(name):
-        return f"{name[: m.start()]}layers.{m[1]}.{name[m.end() :]}", True
-    if m := TAIL_NAME.search(name):
-        return f"{name[: m.start()]}layers.{m[1]}.{name[m.end() :]}", False
-    return name, False
-
-
-def per_layer(params: dict[str, jax.Array]) -> dict[str, jax.Array]:
-    """{param name: array} with stacked names (`layers.0.stack.<p>.…` of [G, ...], `layers.0.tail.<i>.…`) as tunix's
-    per-layer ones (`layers.<g·P + p>.…`, `layers.<i>.…`); other names as they are. P is the number of positions the
-    stacked names hold (every layer of a group holds tensors). Refuses (ScanError, naming the tensor) names that
-    don't make one layout: positions not 0..P-1, stacked tensors of different group counts or without a group axis,
-    two names for one layer's tensor."""
-    positions = {int(m[1]) for name in params if (m := STACKED_NAME.match(name))}
-    period_ = len(positions)
-    if positions != set(range(period_)):
-        raise ScanError(f"stacked LoRA names hold group positions {sorted(positions)}: not 0..P-1")
-    groups = {name: (value.shape or (None,))[0] for name, value in params.items() if STACKED_NAME.match(name)}
-    for name, g in groups.items():
-        if g is None or g != next(iter(groups.values())):
-            raise ScanError(
-                f"{name}: stacked with {g} groups, not as the other stacked tensors ({set(groups.values())})"
-            )
-    out = {}
-
-    def put(name: str, value, source: str) -> None:
-        if name in out:
-            raise ScanError(f"{source}: a second tensor for {name}")
-        out[name] = value
-
-    for name, value in params.items():
-        if m := STACKED_NAME.match(name):
-            for g in range(value.shape[0]):
-                put(f"layers.{g * period_ + int(m[1])}.{name[m.end() :]}", value[g], name)
-        elif m := TAIL_NAME.match(name):
-            put(f"layers.{m[1]}.{name[m.end() :]}", value, name)
-        else:
-            put(name, value, name)
-    return out
+    return len(model.layers) > 0 and all(isinstance(layer, LayerStack) for layer in model.layers)

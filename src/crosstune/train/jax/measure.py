@@ -105,7 +105,7 @@ def measure_step(
     baseline)."""
     import jax
 
-    from crosstune.train.jax.aot import abstract_step, hf_config
+    from crosstune.train.jax.aot import abstract_step, compile_lowered, hf_config
     from crosstune.train.jax.config import use_compile_cache
     from crosstune.train.jax.model import make_mesh, mesh_context
 
@@ -139,7 +139,7 @@ def measure_step(
         say(f"[3/4] lowering and compiling ({t2 - t0:.0f} s so far)")
         lowered = step.jitted_fn.lower(frozen, rest, opt_state, inputs)
         t3 = time.perf_counter()
-        compiled = _compile(lowered, f"{recipe.name}'s step at {spec.num_layers} layers")
+        compiled = compile_lowered(lowered, f"{recipe.name}'s step at {spec.num_layers} layers")
         t4 = time.perf_counter()
         say(f"[4/4] {warmup} + {steps} micro-steps (compiled in {t4 - t3:.0f} s)")
         times, losses = timed_steps(compiled, (frozen, rest, opt_state), inputs, warmup, steps, profile_dir)
@@ -161,24 +161,6 @@ def measure_step(
         "median_s": statistics.median(times),
         "losses": losses,
     }
-
-
-def _compile(lowered, what: str):
-    """`lowered.compile()`; XLA's refusal of a program its devices can't hold is the user's to act on (TrainError)."""
-    import jax
-
-    from crosstune.train.backend import TrainError
-
-    try:
-        return lowered.compile()
-    except jax.errors.JaxRuntimeError as e:
-        if "RESOURCE_EXHAUSTED" not in str(e):
-            raise
-        reason = str(e).split("RESOURCE_EXHAUSTED: ", 1)[-1].splitlines()[0]
-        raise TrainError(
-            f"{what} does not fit the devices: {reason} (XLA): measure fewer --layers, or recompute activations "
-            "(train.gradient_checkpointing: true)"
-        ) from None
 
 
 def timed_steps(compiled, state: tuple, inputs: dict, warmup: int, steps: int, profile_dir: Path | None):

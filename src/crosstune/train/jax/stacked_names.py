@@ -1,0 +1,93 @@
+"""The names of a stacked model's tensors (crosstune.train.jax.layer_scan) and tunix's per-layer names they stand for.
+
+A stacked tensor is `layers.<s>.stack.<p>.<rest>`: position p of segment s's groups, one [G, ...] array; a layer
+after a segment's complete groups is `layers.<s>.tail.<i>.<rest>` (i: its layer number). Segments follow each other:
+segment s starts where segment s - 1's last tail layer (or group) ends. One segment unless some layers reuse an
+earlier layer's K/V (Gemma 4 E sizes: the layers that own their K/V, then those that share).
+"""
+
+from __future__ import annotations
+
+import re
+
+from crosstune.errors import CrosstuneError
+
+STACKED_NAME = re.compile(r"layers\.(\d+)\.stack\.(\d+)\.")  # crosstune.train.jax.lora.param_name of a stacked tensor
+TAIL_NAME = re.compile(r"layers\.(\d+)\.tail\.(\d+)\.")
+
+
+class ScanError(CrosstuneError, ValueError):
+    """A model whose layers backend.jax.scan_layers can't stack, or stacked names that don't map back."""
+
+
+def layer_name(name: str) -> tuple[str, int]:
+    """(the name with a stacked or tail layer's prefix as one layer's: `layers.<p>.…` for stacked position p; how
+    many leading axes the tensor has beyond one layer's: 1 stacked, else 0), for rules that read names (the
+    optimizer's)."""
+    if m := STACKED_NAME.search(name):
+        return f"{name[: m.start()]}layers.{m[2]}.{name[m.end() :]}", 1
+    if m := TAIL_NAME.search(name):
+        return f"{name[: m.start()]}layers.{m[2]}.{name[m.end() :]}", 0
+    return name, 0
+
+
+def _layout(params: dict) -> dict[int, tuple[int, int, int]]:
+    """{segment: (first layer, groups, period)} from the stacked and tail names; ScanError (naming the tensor) when
+    they don't make one layout: positions not 0..P-1, group counts that differ or no group axis, segments or tail
+    layers that don't follow each other."""
+    positions: dict[int, set[int]] = {}
+    groups: dict[int, dict[str, int | None]] = {}
+    tails: dict[int, set[int]] = {}
+    for name, value in params.items():
+        if m := STACKED_NAME.match(name):
+            positions.setdefault(int(m[1]), set()).add(int(m[2]))
+            groups.setdefault(int(m[1]), {})[name] = (getattr(value, "shape", ()) or (None,))[0]
+        elif m := TAIL_NAME.match(name):
+            tails.setdefault(int(m[1]), set()).add(int(m[2]))
+    if sorted(positions) != list(range(len(positions))) or not set(tails) <= set(positions):
+        raise ScanError(f"stacked LoRA names hold segments {sorted(positions)} and tails {sorted(tails)}: not 0..S-1")
+    layout, first = {}, 0
+    for s in sorted(positions):
+        period = len(positions[s])
+        if positions[s] != set(range(period)):
+            raise ScanError(
+                f"stacked LoRA names of segment {s} hold group positions {sorted(positions[s])}: not 0..P-1"
+            )
+        counts = groups[s]
+        for name, g in counts.items():
+            if g is None or g != next(iter(counts.values())):
+                raise ScanError(
+                    f"{name}: stacked with {g} groups, not as the other stacked tensors ({set(counts.values())})"
+                )
+        g = next(iter(counts.values()))
+        layout[s] = (first, g, period)
+        first += g * period
+        tail = sorted(tails.get(s, ()))
+        if tail != list(range(first, first + len(tail))):
+            raise ScanError(f"segment {s}'s tail layers {tail} don't follow its groups (layers {first}…)")
+        first += len(tail)
+    return layout
+
+
+def per_layer(params: dict) -> dict:
+    """{param name: array} with stacked names (module docstring) as tunix's per-layer ones (`layers.<first + g·P +
+    p>.…` for the g-th group's slice of a stacked tensor, `layers.<i>.…` for a tail layer's); other names as they are.
+    Refuses (ScanError, naming the tensor) names that don't make one layout, and two names for one layer's tensor."""
+    layout = _layout(params)
+    out = {}
+
+    def put(name: str, value, source: str) -> None:
+        if name in out:
+            raise ScanError(f"{source}: a second tensor for {name}")
+        out[name] = value
+
+    for name, value in params.items():
+        if m := STACKED_NAME.match(name):
+            first, _, period = layout[int(m[1])]
+            for g in range(value.shape[0]):
+                put(f"layers.{first + g * period + int(m[2])}.{name[m.end() :]}", value[g], name)
+        elif m := TAIL_NAME.match(name):
+            put(f"layers.{m[2]}.{name[m.end() :]}", value, name)
+        else:
+            put(name, value, name)
+    return out
