@@ -291,19 +291,17 @@ def _deepened(base, out, layers: int):
     return out
 
 
-@pytest.mark.slow
-def test_a_run_with_stacked_layers_trains_and_exports_as_unrolled(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
+def _runs_agree(base, tmp_path, synth_corpus_dir, last_layer: int) -> None:
     """The whole jax run (build_model, HeldOnceStep, AdamW with the block LoRA's mask, LoRA dropout, an Orbax
-    checkpoint) on 13 layers (2 groups of 6 stacked + 1 after): the same losses as unrolled (the gradients agree to
-    ~1e-6, above), the same adapter up to what AdamW makes of that: an entry whose gradient is ~0 moves by up to lr
-    a step either way (m/sqrt(v) = ±1 at the first step), so 3 steps part two runs by at most 2 · 3 · lr. The
-    adapter exported from the stacked checkpoint is the run's own, exactly (a change of layout only)."""
+    checkpoint) on `base`, unrolled and stacked: the same losses (the gradients agree to ~1e-6, above), the same
+    adapter up to what AdamW makes of that: an entry whose gradient is ~0 moves by up to lr a step either way
+    (m/sqrt(v) = ±1 at the first step), so 3 steps part two runs by at most 2 · 3 · lr. The adapter exported from the
+    stacked checkpoint is the run's own, exactly (a change of layout only)."""
     from crosstune.data import prepare_dataset
     from crosstune.export import export_run, read_peft_adapter
     from crosstune.train.session import train
     from tests.helpers.jax_recipes import tiny_recipe
 
-    base = _deepened(tiny_gemma4_dir, tmp_path / "deep", 13)
     losses, adapters = {}, {}
     for scan in (False, True):
         recipe = tiny_recipe(
@@ -322,7 +320,8 @@ def test_a_run_with_stacked_layers_trains_and_exports_as_unrolled(tmp_path, tiny
         export_run(run, "adapter", tmp_path / f"export-{scan}")
         adapters[scan] = read_peft_adapter(run / "adapter", family="gemma4")[0].modules
         exported = read_peft_adapter(tmp_path / f"export-{scan}", family="gemma4")[0].modules
-        assert exported.keys() == adapters[scan].keys() and "model.layers.12.self_attn.q_proj" in exported
+        assert exported.keys() == adapters[scan].keys()
+        assert f"model.layers.{last_layer}.self_attn.q_proj" in exported
         for name, pair in exported.items():
             for x, y in zip(pair, adapters[scan][name], strict=True):
                 np.testing.assert_array_equal(x, y, err_msg=name)
@@ -332,3 +331,17 @@ def test_a_run_with_stacked_layers_trains_and_exports_as_unrolled(tmp_path, tiny
     for name, pair in adapters[False].items():
         for x, y in zip(adapters[True][name], pair, strict=True):
             np.testing.assert_allclose(x, y, rtol=0, atol=bound, err_msg=name)
+
+
+@pytest.mark.slow
+def test_a_run_with_stacked_layers_trains_and_exports_as_unrolled(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
+    """13 layers: 2 groups of 6 stacked + 1 after."""
+    _runs_agree(_deepened(tiny_gemma4_dir, tmp_path / "deep", 13), tmp_path, synth_corpus_dir, 12)
+
+
+@pytest.mark.slow
+def test_an_e_size_run_with_stacked_segments_trains_and_exports_as_unrolled(
+    tmp_path, tiny_gemma4_e_dir, synth_corpus_dir
+):
+    """The tiny E model (per-layer inputs, the last 3 of 6 layers KV-shared): two segments, names `layers.1.…`."""
+    _runs_agree(tiny_gemma4_e_dir, tmp_path, synth_corpus_dir, 5)
