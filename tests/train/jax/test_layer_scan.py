@@ -127,9 +127,8 @@ def mesh():
     return make_mesh(1, 1)
 
 
-@pytest.mark.parametrize(
-    "remat", [None, pytest.param("full", marks=pytest.mark.slow), pytest.param("dots", marks=pytest.mark.slow)]
-)
+@pytest.mark.slow  # ~26 s each; the default suite has the E layout's (two segments, a tail, dropout) below
+@pytest.mark.parametrize("remat", [None, "full", "dots"])
 def test_stacked_layers_compute_the_unrolled_step(mesh, remat):
     """7 layers of period 2: 3 groups stacked and the 7th layer after them."""
     scanned = _step(_model(mesh, 7, scan=True, remat=remat), mesh)
