@@ -240,7 +240,7 @@ def test_stacked_names_map_to_tunix_layers():
         "opt.mu.layers.1.attn.kv_einsum.w_lora_b",
         1,
     )
-    with pytest.raises(ScanError, match=r"positions \[1\]"):
+    with pytest.raises(ScanError, match=r"^layers.0.stack.1.attn.q_einsum.w_lora_a: .* positions \[1\]"):
         per_layer({"layers.0.stack.1.attn.q_einsum.w_lora_a": a})
     # a damaged checkpoint's names and shapes: refused naming the tensor, never an IndexError or a silent overwrite
     one = "layers.0.stack.0.attn.q_einsum.w_lora_a"
@@ -250,8 +250,12 @@ def test_stacked_names_map_to_tunix_layers():
         per_layer({one: np.float32(1.0)})
     with pytest.raises(ScanError, match=r"layers.2.attn.q_einsum.w_lora_a: a second tensor for layers.2"):
         per_layer({one: a, "layers.2.attn.q_einsum.w_lora_a": a[0]})
-    with pytest.raises(ScanError, match=r"segment 0's tail layers \[2\] don't follow its groups \(layers 3…\)"):
+    with pytest.raises(ScanError, match=r"^layers.0.tail.2.attn.q_einsum.w_lora_a: segment 0's tail layers \[2\]"):
         per_layer({one: a, "layers.0.tail.2.attn.q_einsum.w_lora_a": a[0]})
+    with pytest.raises(ScanError, match=r"^layers.2.stack.0.x: segment 2, but .* segments \[0, 2\]"):
+        per_layer({one: a, "layers.2.stack.0.x": a})  # no segment 1
+    with pytest.raises(ScanError, match=r"^layers.1.tail.3.x: segment 1, but"):
+        per_layer({one: a, "layers.1.tail.3.x": a[0]})  # a tail without its segment's groups
     # two segments (the E sizes): the second's layers follow the first's groups and tail
     two = per_layer({one: a, "layers.0.tail.3.x": a[0], "layers.1.stack.0.x": a, "layers.1.stack.1.x": a})
     assert sorted(k for k in two if k.endswith(".x")) == [f"layers.{i}.x" for i in (3, 4, 5, 6, 7, 8, 9)]

@@ -38,20 +38,28 @@ def _layout(params: dict) -> dict[int, tuple[int, int, int]]:
     positions: dict[int, set[int]] = {}
     groups: dict[int, dict[str, int | None]] = {}
     tails: dict[int, set[int]] = {}
+    named: dict[tuple, str] = {}  # a tensor of each segment and of each tail layer, to name in an error
     for name, value in params.items():
         if m := STACKED_NAME.match(name):
             positions.setdefault(int(m[1]), set()).add(int(m[2]))
             groups.setdefault(int(m[1]), {})[name] = (getattr(value, "shape", ()) or (None,))[0]
+            named.setdefault((int(m[1]),), name)
         elif m := TAIL_NAME.match(name):
             tails.setdefault(int(m[1]), set()).add(int(m[2]))
-    if sorted(positions) != list(range(len(positions))) or not set(tails) <= set(positions):
-        raise ScanError(f"stacked LoRA names hold segments {sorted(positions)} and tails {sorted(tails)}: not 0..S-1")
+            named.setdefault((int(m[1]), int(m[2])), name)
+    for s in sorted(set(positions) | set(tails)):
+        if s not in positions or s >= len(positions):
+            raise ScanError(
+                f"{named.get((s,)) or named[(s, min(tails[s]))]}: segment {s}, but the stacked names hold segments "
+                f"{sorted(positions)}: not 0..S-1, each with stacked groups"
+            )
     layout, first = {}, 0
     for s in sorted(positions):
         period = len(positions[s])
         if positions[s] != set(range(period)):
             raise ScanError(
-                f"stacked LoRA names of segment {s} hold group positions {sorted(positions[s])}: not 0..P-1"
+                f"{named[(s,)]}: the stacked names of segment {s} hold group positions {sorted(positions[s])}: "
+                "not 0..P-1"
             )
         counts = groups[s]
         for name, g in counts.items():
@@ -64,7 +72,9 @@ def _layout(params: dict) -> dict[int, tuple[int, int, int]]:
         first += g * period
         tail = sorted(tails.get(s, ()))
         if tail != list(range(first, first + len(tail))):
-            raise ScanError(f"segment {s}'s tail layers {tail} don't follow its groups (layers {first}…)")
+            raise ScanError(
+                f"{named[(s, tail[0])]}: segment {s}'s tail layers {tail} don't follow its groups (layers {first}…)"
+            )
         first += len(tail)
     return layout
 
