@@ -1,6 +1,6 @@
 """`train.kernels.recompute` means one thing on both backends or is refused by the one that can't do it: `dots` (keep
-the weight matmuls' outputs) is the jax backend's, `selective` (keep PyTorch's SDPA outputs) the torch backend's;
-and the jax side's constants that the planner mirrors stay equal to it."""
+the weight matmuls' outputs) and `dots_and_attention` (and splash's) are the jax backend's, `selective` (keep
+PyTorch's SDPA outputs) the torch backend's; and the jax side's constants that the planner mirrors stay equal to it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def test_jax_modes():
 
     assert remat_mode(TrainSection(gradient_checkpointing=False)) is None
     assert remat_mode(_train()) == "full" and remat_mode(_train(recompute="dots")) == "dots"
-    with pytest.raises(ValueError, match="'selective' keeps PyTorch SDPA kernels' outputs .* full, or dots"):
+    assert remat_mode(_train(recompute="dots_and_attention")) == "dots_and_attention"
+    with pytest.raises(ValueError, match="'selective' keeps PyTorch SDPA kernels' outputs .* dots_and_attention"):
         remat_mode(_train(recompute="selective"))
 
 
@@ -32,8 +33,9 @@ def test_torch_refuses_dots_and_keeps_its_own():
     from crosstune.train.torch.layers import gradient_checkpointing_kwargs
 
     assert gradient_checkpointing_kwargs(_train(recompute="selective").kernels)["selective"] is True
-    with pytest.raises(ValueError, match="'dots' is the jax backend's matmul-saving policy"):
-        gradient_checkpointing_kwargs(_train(recompute="dots").kernels)
+    for jax_only in ("dots", "dots_and_attention"):
+        with pytest.raises(ValueError, match=f"'{jax_only}' is the jax backend's matmul-saving policy"):
+            gradient_checkpointing_kwargs(_train(recompute=jax_only).kernels)
 
 
 def test_dots_needs_gradient_checkpointing():
@@ -43,6 +45,18 @@ def test_dots_needs_gradient_checkpointing():
         load_recipe(G4, ["train.gradient_checkpointing=false", "train.kernels.recompute=dots"])
     dots = load_recipe(G4, ["train.gradient_checkpointing=true", "train.kernels.recompute=dots"])
     assert dots.train.kernels.recomputes_attention  # dots runs the attention again
+
+
+def test_dots_and_attention_keeps_a_kernel_s_outputs_so_needs_splash():
+    from crosstune.recipe import load_recipe
+
+    keep = ["train.gradient_checkpointing=true", "train.kernels.recompute=dots_and_attention"]
+    kernels = load_recipe(G4, keep).train.kernels  # the 31B's recipe runs splash
+    assert not kernels.recomputes_attention and not kernels.recomputes_matmuls
+    with pytest.raises(
+        RecipeError, match="'dots_and_attention' keeps the splash kernel's outputs.*'dense'.*or recompute dots"
+    ):
+        load_recipe(G4, [*keep, "backend.jax.attention=dense"])
 
 
 def test_the_planner_prices_the_jax_loss_chunk_it_runs():

@@ -239,9 +239,12 @@ def memory(
     acts = remat if recipe.train.gradient_checkpointing else no_remat
     if selective is not None and recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_attention:
         acts = selective
-    if backend == "jax" and recipe.train.gradient_checkpointing and recipe.train.kernels.recompute == "dots":
+    kept_matmuls = recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_matmuls
+    if backend == "jax" and kept_matmuls:  # dots, dots_and_attention (+ splash's residuals: the recipe needs splash)
         lora_targets = tuple(recipe.lora.targets)
         acts = sum(_saved_matmuls(spec, i, b, seq, a, tp, lora_targets) for i in range(spec.num_layers)) + residual
+        if not recipe.train.kernels.recomputes_attention:
+            acts += sum(_splash_residuals(spec, i, b, seq, a, tp) for i in range(spec.num_layers))
         acts += max(working) + mask
     # jax's full remat keeps only the layers' inputs through the loss: the 12B's 6 layers on the v5e chip held 6.75 GB
     # (XLA's plan 7.02), the sum of both phases said 8.01 (docs/BENCHMARKS.md)

@@ -136,7 +136,8 @@ def work(plan: Plan, recipe: Recipe) -> dict:
         per_head = 2.0 * kind.head_dim * (block**2 if attention == "splash" else length**2)
         pairs = visited_blocks(length, kind.window, block) if attention == "splash" else 1
         count = SPLASH_MATMULS[fused] if attention == "splash" else DENSE_MATMULS
-        attention_flops += rows * kind.num_heads * pairs * per_head * (count + (2 if remat else 0))
+        recomputed = 2 if remat and train.kernels.recomputes_attention else 0  # the forward's 2 matmuls again
+        attention_flops += rows * kind.num_heads * pairs * per_head * (count + recomputed)
         width = d + spec.mlp_dim(layer) + kind.q_dim + 2 * kind.kv_dim + spec.per_layer_input_dim
         activation += tokens * width * a
     cal = calibration(plan.hardware.chip.name)

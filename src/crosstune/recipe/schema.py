@@ -113,7 +113,7 @@ class KernelsSection(Section):
         description="torch.compile each decoder layer in place (nn.Module.compile: names, checkpointing and "
         "the FSDP2 wrap unit stay per layer); the first steps pay the compilation",
     )
-    recompute: Literal["full", "selective", "dots"] = Field(
+    recompute: Literal["full", "selective", "dots", "dots_and_attention"] = Field(
         "full",
         description="what train.gradient_checkpointing recomputes in the backward: full = every op of each "
         "decoder layer; selective = TRL's selective activation checkpointing: the attention kernel's outputs are "
@@ -121,16 +121,20 @@ class KernelsSection(Section):
         "gradient_checkpointing true, attention sdpa, and not FSDP over several devices (torch only: the jax "
         "backend refuses it); dots = the outputs of every weight matmul (projections, MLP, LoRA) are kept and the "
         "norms, activations and attention recomputed (jax.checkpoint_policies.dots_with_no_batch_dims_saveable; "
-        "jax only: the torch backend refuses it)",
+        "jax only: the torch backend refuses it); dots_and_attention = dots, and the splash kernel's outputs kept "
+        "too (its output and logsumexp: one [tokens, heads × head_dim] tensor and [heads, tokens] fp32 more per "
+        "layer), so the backward does not run the attention's forward again: what an unrolled step without "
+        "recompute keeps of a layer but its elementwise tensors (MaxText's minimal_with_context). jax with "
+        "backend.jax.attention splash only",
     )
 
     @property
     def recomputes_attention(self) -> bool:  # hfu counts it; the planner keeps its outputs otherwise
-        return self.recompute != "selective"
+        return self.recompute not in ("selective", "dots_and_attention")
 
     @property
     def recomputes_matmuls(self) -> bool:  # dots keeps every weight matmul's output
-        return self.recompute != "dots"
+        return self.recompute not in ("dots", "dots_and_attention")
 
     @model_validator(mode="after")
     def _cce_has_no_metrics(self) -> KernelsSection:
@@ -328,6 +332,16 @@ class Recipe(Section):
     def warnings(self) -> list[Any]:
         """The consistency checks' warnings (recipe.load.Problem) found when the recipe was loaded."""
         return list(self._warnings)
+
+    @model_validator(mode="after")
+    def _kept_attention_is_splash_s(self) -> Recipe:
+        if self.train.kernels.recompute == "dots_and_attention" and self.backend.jax.attention != "splash":
+            raise ValueError(
+                "train.kernels.recompute 'dots_and_attention' keeps the splash kernel's outputs; backend.jax.attention "
+                f"{self.backend.jax.attention!r} runs no kernel (its scores are what recompute saves): use attention "
+                "splash, or recompute dots"
+            )
+        return self
 
     @model_validator(mode="after")
     def _selective_recompute_without_fsdp(self) -> Recipe:

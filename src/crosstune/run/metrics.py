@@ -77,7 +77,8 @@ class StepMetrics(BaseModel):
         description="hardware FLOPs utilisation: `computed_tokens` × (forward + backward to activations + the "
         "recomputed forward when activations are recomputed, i.e. 3× forward; with torch's selective recompute the "
         "recomputed forward leaves out the attention, whose outputs are kept; with jax's dots recompute it is the "
-        "attention alone, the weight matmuls' outputs being kept) / (step_time_s × peak); null on CPU"
+        "attention alone, the weight matmuls' outputs being kept; with dots_and_attention nothing of the matmuls' "
+        "or the attention's) / (step_time_s × peak); null on CPU"
     )
 
 

@@ -79,16 +79,16 @@ def _model(
     return model
 
 
-def _inputs() -> dict:
+def _inputs(length: int = LENGTH) -> dict:
     import jax.numpy as jnp
 
     rng = np.random.default_rng(0)
-    segments = np.ones((2, LENGTH), np.int32)
+    segments = np.ones((2, length), np.int32)
     segments[0, 20:] = 2
     return {
         "input_tokens": jnp.asarray(rng.integers(0, 128, segments.shape), jnp.int32),
         "input_mask": jnp.asarray(rng.random(segments.shape) < 0.9),
-        "positions": jnp.asarray(np.concatenate([np.arange(20), np.arange(12)])[None].repeat(2, 0), jnp.int32),
+        "positions": jnp.asarray(np.r_[np.arange(20), np.arange(length - 20)][None].repeat(2, 0), jnp.int32),
         "segment_ids": jnp.asarray(segments),
         "loss_weight": jnp.full((2,), 1 / 60, jnp.float32),
     }
@@ -190,6 +190,31 @@ def test_the_stacked_program_is_a_loop_that_does_not_grow_with_depth(mesh):
     lines = {n: text.count("\n") for n, text in scanned.items()}
     assert lines[4] == lines[8], lines  # the same program: only the groups' dimension differs
     assert unrolled[8].count("\n") > 1.5 * unrolled[4].count("\n")
+
+
+def test_dots_and_attention_keeps_the_splash_kernel_s_residuals(mesh):
+    """recompute dots_and_attention (what a scan's body needs to hold what XLA holds unrolled): each layer's
+    backward reads splash's output [B, N, T, H] and logsumexp [B, N, T], saved by the name the kernel gives them,
+    where dots saves neither (the backward runs the kernel's forward again); both save the weight matmuls'."""
+    from flax import nnx
+    from jax._src.ad_checkpoint import saved_residuals  # jax.ad_checkpoint exports only the printing form
+
+    from crosstune.train.jax.attention import use_splash
+    from crosstune.train.jax.loss import loss_fn
+    from crosstune.train.jax.model import mesh_context
+
+    kept = {}
+    for mode in ("dots", "dots_and_attention"):
+        model = _model(mesh, 2, scan=False, remat=mode, dropout=0.0)
+        assert use_splash(model, interpret=True, block=128) == 2
+        graphdef, state = nnx.split(model)
+        with mesh_context(mesh):
+            saved = saved_residuals(lambda s, g=graphdef: loss_fn(nnx.merge(g, s), **_inputs(128)), state)
+        kept[mode] = sorted(a.shape for a, where in saved if "train/jax/attention.py" in where)
+        kept[mode, "dots"] = sum(where.startswith("output of dot_general") for _, where in saved)
+    assert kept["dots"] == []
+    assert kept["dots_and_attention"] == [(2, 4, 128), (2, 4, 128), (2, 4, 128, 32), (2, 4, 128, 64)]  # both layers
+    assert kept["dots", "dots"] == kept["dots_and_attention", "dots"] > 0
 
 
 def test_e_sizes_stack_in_two_segments(mesh):

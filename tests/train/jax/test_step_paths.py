@@ -3,7 +3,8 @@ head_dim 256 sliding and 512 k_eq_v global layers, 2 KV heads → 1 on globals, 
 
 - splash attention with segment ids (Pallas interpret mode on this CPU) = tunix's dense masked attention;
 - the chunked LM head + CE (crosstune.train.jax.logits) = CE on tunix's full logits;
-- the matmul-saving remat ("dots") and full remat = no remat;
+- the matmul-saving remat ("dots"), full remat = no remat; "dots_and_attention" (splash's residuals kept too) with
+  splash = dense attention without remat;
 
 loss and every LoRA gradient. Tolerances from the fp32 arithmetic: the paths add the same terms in another order
 (attention in 128-blocks with an online softmax, the head in chunks), so each value differs by a few ulps of its
@@ -155,6 +156,13 @@ def test_chunked_head_equals_the_full_logits(setup):
 def test_recompute_modes_equal_no_recompute(setup, remat):
     mesh, state, inputs, reference = setup
     model, _ = _model(mesh, remat=remat, state=state)
+    _assert_same(_loss_and_grads(model, inputs, mesh), reference)
+
+
+def test_keeping_splash_s_residuals_equals_no_recompute(setup):
+    """recompute dots_and_attention: the backward reads the splash output and logsumexp the forward saved."""
+    mesh, state, inputs, reference = setup
+    model, _ = _model(mesh, attention="splash", remat="dots_and_attention", state=state)
     _assert_same(_loss_and_grads(model, inputs, mesh), reference)
 
 

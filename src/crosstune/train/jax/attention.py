@@ -34,6 +34,8 @@ from tunix.utils.sharding_utils import shard
 from crosstune.train.jax import moe
 
 SCOPE = "crosstune_attention_"  # + layer type: names each kernel call in the HLO's op_name metadata
+# the name splash gives its residuals (output, logsumexp): what recompute dots_and_attention keeps (train.jax.remat)
+SPLASH_RESIDUALS = "crosstune_splash_residuals"
 # matmuls of block size per visited block, per kernel phase: fwd q·kᵀ, p·v; dkv q·kᵀ, dO·vᵀ, pᵀ·dO, dSᵀ·q (+ dS·k
 # when the backward is fused: dq computed in the dkv pass); dq (unfused) q·kᵀ, dO·vᵀ, dS·k
 MATMULS = {"fwd": 2, "dkv": 4, "dq": 3}
@@ -79,7 +81,14 @@ def make_kernel(
     # Called while a step is traced (inside shard_map) and kept for the next layer of the type: its block-mask
     # arrays must be concrete, or the second layer meets the first one's tracers (UnexpectedTracerError).
     with jax.ensure_compile_time_eval():
-        return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
+        return splash.make_splash_mha(
+            mask,
+            block_sizes=sizes,
+            head_shards=1,
+            q_seq_shards=1,
+            interpret=interpret,
+            residual_checkpoint_name=SPLASH_RESIDUALS,
+        )
 
 
 def splash_attention(

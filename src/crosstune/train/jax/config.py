@@ -12,7 +12,7 @@ from typing import Any
 
 from crosstune.recipe.schema import LoraSection, Recipe, TrainSection
 
-REMAT_MODES = (None, "full", "dots")  # crosstune.train.jax.remat says what each recomputes
+REMAT_MODES = (None, "full", "dots", "dots_and_attention")  # crosstune.train.jax.remat says what each recomputes
 
 
 def compute_dtype(recipe: Recipe, platform: str) -> str:
@@ -30,7 +30,8 @@ def remat_mode(train: TrainSection) -> str | None:
     if train.kernels.recompute == "selective":
         raise ValueError(
             "train.kernels.recompute 'selective' keeps PyTorch SDPA kernels' outputs (TRL's policy); the jax backend "
-            "has no such kernel outputs to keep: use recompute full, or dots (keeps the weight matmuls' outputs)"
+            "has no SDPA: use recompute dots_and_attention (keeps the weight matmuls' and the splash kernel's "
+            "outputs), dots, or full"
         )
     return train.kernels.recompute
 

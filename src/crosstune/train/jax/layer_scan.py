@@ -12,7 +12,9 @@ as the layer's was, whole along the groups), and any layers after the complete g
 = 10 × 6 + 2). Tunix's own `__call__` (with Qwix's LoRA interception around it: the LoRA branch and its dropout are
 in the scan) meets each stack as one layer; a stack scans a body that merges the group's graph with one group's
 slice of the state and calls its P layers as tunix's loop does (no cache). Remat (tunix's per-layer nnx.remat,
-crosstune's "dots") applies per layer inside the body.
+crosstune's "dots" and "dots_and_attention") applies per layer inside the body; without it the body saves every
+residual its linearization names (crosstune.train.jax.remat: dots_and_attention keeps what XLA keeps unrolled but
+the elementwise tensors).
 
 The Gemma 4 E sizes make two segments: the layers that own their K/V, then those that reuse an earlier layer's (the
 E4B's last 18 of 42 read layers 22's and 23's). Tunix's loop hands layer i's per-layer input and, to a KV-shared

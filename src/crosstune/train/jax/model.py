@@ -32,6 +32,7 @@ from crosstune.families.spec import ModelSpec
 from crosstune.families.tunix_config import tunix_model_class, tunix_model_config
 from crosstune.families.tunix_weights import CheckpointReader, tunix_tensor
 from crosstune.recipe.schema import LoraSection
+from crosstune.train.jax.config import REMAT_MODES
 from crosstune.train.jax.lora import install_lora, param_name
 from crosstune.train.jax.moe import route_on_residual
 from crosstune.train.jax.tracing import linear_tracing
@@ -226,10 +227,11 @@ def apply_remat(model: nnx.Module, family: str, hf_config: dict, remat: bool | s
         return
     if mode == "full":
         _set_remat(model, tunix_model_config(family, hf_config, remat=True).remat_config)
-    elif mode == "dots":
-        save_matmuls(model)
+    elif mode in ("dots", "dots_and_attention"):
+        save_matmuls(model, keep_attention=mode == "dots_and_attention")
     else:
-        raise ValueError(f"activation recompute {mode!r}: the jax backend knows full, dots (or none)")
+        known = ", ".join(m for m in REMAT_MODES if m)
+        raise ValueError(f"activation recompute {mode!r}: the jax backend knows {known} (or none)")
 
 
 def _set_remat(model: nnx.Module, remat_config) -> None:

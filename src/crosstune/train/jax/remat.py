@@ -8,6 +8,12 @@ crosstune.train.jax.config.remat_mode).
   (`kernels.recompute: dots`): the outputs of its weight matmuls (q/k/v/o, gate/up/down and their LoRA) are kept,
   the norms, activations, RoPE and the attention itself (batched einsums or the splash kernel) are recomputed.
   The torch backend refuses this value (crosstune.train.torch.layers): it has no such policy.
+- "dots_and_attention": "dots", and the splash kernel's residuals kept too (its output and logsumexp, which the
+  kernel names SPLASH_RESIDUALS: crosstune.train.jax.attention), so the backward runs splash's backward kernel only,
+  not its forward again: a layer keeps what an unrolled step without recompute keeps but the elementwise tensors
+  (norms, RoPE, activations), which are recomputed. For a scan over layer groups (crosstune.train.jax.layer_scan),
+  whose body saves every residual its linearization names when nothing is recomputed. Needs splash (the recipe
+  refuses it with dense attention, whose [T, T] scores are what recompute avoids keeping).
 - "selective" (torch: keep PyTorch's SDPA outputs) has no jax meaning: refused, saying what to use.
 """
 
@@ -20,30 +26,38 @@ from flax import nnx
 from tunix.models.gemma3 import model as gemma3
 from tunix.models.gemma4 import model as gemma4
 
+from crosstune.train.jax.attention import SPLASH_RESIDUALS
+
 POLICY = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+POLICY_WITH_ATTENTION = jax.checkpoint_policies.save_from_both_policies(
+    POLICY, jax.checkpoint_policies.save_only_these_names(SPLASH_RESIDUALS)
+)
 DECODER_LAYERS = (gemma4.DecoderLayer, gemma3.DecoderLayer)
-_SAVING: dict[type, type] = {}
+_SAVING: dict[tuple[type, bool], type] = {}
 
 
-def _saving(cls: type) -> type:
-    """`cls` (a tunix decoder layer) whose call runs its block under remat with POLICY."""
-    if cls not in _SAVING:
+def _saving(cls: type, keep_attention: bool) -> type:
+    """`cls` (a tunix decoder layer) whose call runs its block under remat with POLICY (POLICY_WITH_ATTENTION)."""
+    if (cls, keep_attention) not in _SAVING:
         signature = inspect.signature(cls.block)
+        policy = POLICY_WITH_ATTENTION if keep_attention else POLICY
 
         def __call__(self, *args, **kwargs):
             bound = signature.bind(self, *args, **kwargs)
             bound.apply_defaults()  # nnx.remat passes positional arguments only
-            return nnx.remat(cls.block, policy=POLICY, graph_updates=False)(*bound.args)
+            return nnx.remat(cls.block, policy=policy, graph_updates=False)(*bound.args)
 
-        _SAVING[cls] = type(f"MatmulSaving{cls.__name__}", (cls,), {"__call__": __call__, "__module__": __name__})
-    return _SAVING[cls]
+        name = f"{'MatmulAndAttention' if keep_attention else 'Matmul'}Saving{cls.__name__}"
+        _SAVING[cls, keep_attention] = type(name, (cls,), {"__call__": __call__, "__module__": __name__})
+    return _SAVING[cls, keep_attention]
 
 
-def save_matmuls(model: nnx.Module) -> int:
-    """Put every decoder layer of `model` under the matmul-saving remat (in place); the number of layers."""
+def save_matmuls(model: nnx.Module, *, keep_attention: bool = False) -> int:
+    """Put every decoder layer of `model` under the matmul-saving remat (in place), keeping the splash kernel's
+    residuals too when `keep_attention`; the number of layers."""
     n = 0
     for _, module in model.iter_modules():
         if type(module) in DECODER_LAYERS:
-            module.__class__ = _saving(type(module))
+            module.__class__ = _saving(type(module), keep_attention)
             n += 1
     return n

@@ -36,9 +36,9 @@ def compile_decoder_layers(model: Any, layer_class: str) -> int:
 def gradient_checkpointing_kwargs(kernels: Any) -> dict[str, Any]:
     """SFTConfig.gradient_checkpointing_kwargs: non-reentrant checkpointing, plus TRL's `selective` key for
     `recompute: selective` (TRL strips it before torch.utils.checkpoint sees it)."""
-    if kernels.recompute == "dots":
+    if kernels.recompute in ("dots", "dots_and_attention"):
         raise ValueError(
-            "train.kernels.recompute 'dots' is the jax backend's matmul-saving policy "
+            f"train.kernels.recompute {kernels.recompute!r} is the jax backend's matmul-saving policy "
             "(jax.checkpoint_policies.dots_with_no_batch_dims_saveable); TRL and PEFT have no such policy for the "
             "torch backend: use recompute full or selective"
         )
