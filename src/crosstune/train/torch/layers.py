@@ -36,7 +36,7 @@ def compile_decoder_layers(model: Any, layer_class: str) -> int:
 def gradient_checkpointing_kwargs(kernels: Any) -> dict[str, Any]:
     """SFTConfig.gradient_checkpointing_kwargs: non-reentrant checkpointing, plus TRL's `selective` key for
     `recompute: selective` (TRL strips it before torch.utils.checkpoint sees it)."""
-    if kernels.recompute in ("dots", "dots_and_attention"):
+    if not kernels.recomputes_matmuls:  # dots, dots_and_attention
         raise ValueError(
             f"train.kernels.recompute {kernels.recompute!r} is the jax backend's matmul-saving policy "
             "(jax.checkpoint_policies.dots_with_no_batch_dims_saveable); TRL and PEFT have no such policy for the "
