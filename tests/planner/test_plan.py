@@ -258,23 +258,6 @@ def test_the_e4b_planner_is_within_ten_percent_of_xla_at_full_depth():
     assert abs(mem.total / 18.08 - 1) < 0.10
 
 
-def test_dots_keeps_each_lora_target_s_b_output_beside_its_matmul_s():
-    """`dots` saves every dot's output: a LoRA target's frozen matmul and its B matmul (as wide, summed after) both.
-    XLA's compile of the 31B's first 6 layers on v5p-8 with dots + splash: 4.66 GB per chip (docs/BENCHMARKS.md;
-    5.00 before the loss's chunks were serialized and the dropout's draws sharded, 4.56 with 32-bit draws); counting
-    one output per target the planner said 3.96, now 4.54 (−2.6 %)."""
-    from crosstune.planner.aot_report import with_layers
-
-    recipe = load_for_plan(G4, ["train.gradient_checkpointing=true", "train.kernels.recompute=dots"])
-    spec = plan_recipe(recipe, "jax").spec
-    six = plan_recipe(recipe, "jax", spec=with_layers(spec, 6)).jax_memory
-    assert six.total == pytest.approx(4.54, abs=0.01) and abs(six.total / 4.662 - 1) < 0.10
-    fewer = load_for_plan(G4, ["train.gradient_checkpointing=true", "train.kernels.recompute=dots", "lora.targets=[q]"])
-    saved = six.activations - plan_recipe(fewer, "jax", spec=with_layers(spec, 6)).jax_memory.activations
-    gate_up_down_kvo = 6 * 3072 * (2 * 5376 + 5376 / 4 * 2) * 2 / 1e9  # gate, up ([F/tp]), o, down ([D/tp]), bf16
-    assert saved > gate_up_down_kvo  # the six other targets' B outputs (k and v too) are no longer saved
-
-
 def test_the_compile_report_sets_planner_and_xla_in_one_unit():
     """`plan --compile`: the planner's estimate (GB) and XLA's compiled bytes are compared in one unit
     (crosstune.units). A compile whose bytes are exactly the planner's total reads 0.0 % and the same figure in both

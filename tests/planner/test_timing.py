@@ -83,24 +83,3 @@ def test_a_chip_never_measured_borrows_the_v5e_s_fractions_and_says_so():
     predicted = predict_step(plan_recipe(recipe, "jax"), recipe)
     assert predicted.calibration.startswith("tpu-v5e, 2026-12-05 (tpu-v5e's fractions, assumed)")
     assert predicted.by_kind()["head"] < predicted.by_kind()["matmul"]  # 60 layers: the layers' matmuls dominate
-
-
-def test_dots_and_attention_keeps_splash_s_residuals_and_skips_its_forward():
-    """recompute dots_and_attention is dots plus splash's residuals kept: the planner adds each layer's output
-    [tokens, heads × head_dim] and fp32 logsumexp [heads, tokens] to dots' memory, and prices the attention as the
-    step without recompute does (no second forward: 2 of splash's matmuls per block pair fewer than dots)."""
-    from crosstune.planner.timing import work
-
-    remat = ("train.gradient_checkpointing=true", "train.kernels.recompute=")
-    planned = {
-        mode: _plan("gemma4-31b-tpu-v5p-8", (S4096, remat[0], remat[1] + mode), 4)
-        for mode in ("dots", "dots_and_attention")
-    }
-    planned["none"] = _plan("gemma4-31b-tpu-v5p-8", (S4096,), 4)
-    spec = planned["none"][0].spec
-    splash = sum(4096 * spec.kind(i).num_heads * (spec.kind(i).head_dim * 2 + 4) for i in range(4)) / 1e9  # 1 row
-    memory = {mode: plan.jax_memory.activations for mode, (plan, _) in planned.items()}
-    assert memory["dots_and_attention"] - memory["dots"] == pytest.approx(splash, rel=1e-9)
-    kinds = {mode: work(plan, recipe) for mode, (plan, recipe) in planned.items()}
-    assert kinds["dots_and_attention"]["attention"] == kinds["none"]["attention"] < kinds["dots"]["attention"]
-    assert kinds["dots_and_attention"]["matmul"] == kinds["dots"]["matmul"] == kinds["none"]["matmul"]  # kept
