@@ -27,9 +27,11 @@ def test_dots_keeps_each_lora_target_s_b_output_beside_its_matmul_s():
     """`dots` saves every dot's output: a LoRA target's frozen matmul and its B matmul (as wide, summed after) both.
     XLA's compile of the 31B's first 6 layers on v5p-8 with dots + splash: 4.66 GB per chip (docs/BENCHMARKS.md;
     5.00 before the loss's chunks were serialized and the dropout's draws sharded, 4.56 with 32-bit draws); counting
-    one output per target the planner said 3.96, now 4.54 (−2.6 %)."""
+    one output per target the planner said 3.96, then 4.54 (−2.6 %), and 4.45 (−4.6 %) since the recomputed layer's
+    working set no longer counts again the q/k/v and gate/up outputs dots keeps (the v5e chip's 4 layers with
+    dots_and_attention, unrolled: +6.8 %, +10.4 % before; tests/planner/test_timing.py)."""
     six = _plan([REMAT[0], REMAT[1] + "dots"], 6)[0].jax_memory
-    assert six.total == pytest.approx(4.54, abs=0.01) and abs(six.total / 4.662 - 1) < 0.10
+    assert six.total == pytest.approx(4.45, abs=0.01) and abs(six.total / 4.662 - 1) < 0.10
     fewer = _plan([REMAT[0], REMAT[1] + "dots", "lora.targets=[q]"], 6)[0].jax_memory
     saved = six.activations - fewer.activations
     gate_up_down_kvo = 6 * 3072 * (2 * 5376 + 5376 / 4 * 2) * 2 / 1e9  # gate, up ([F/tp]), o, down ([D/tp]), bf16
@@ -38,7 +40,7 @@ def test_dots_keeps_each_lora_target_s_b_output_beside_its_matmul_s():
 
 @pytest.mark.parametrize(
     ("recipe", "xla_gb", "planner_gb"),
-    [("gemma4-31b-tpu-v5p-8.yaml", 36.51, 34.13), ("gemma4-e4b-tpu-v6e-4.yaml", 20.05, 18.64)],
+    [("gemma4-31b-tpu-v5p-8.yaml", 36.51, 34.03), ("gemma4-e4b-tpu-v6e-4.yaml", 20.05, 18.56)],
 )
 def test_a_scan_keeping_matmuls_and_attention_holds_what_the_planner_s_unrolled_model_says(recipe, xla_gb, planner_gb):
     """With recompute dots_and_attention a scanned step keeps what the unrolled one keeps but its elementwise tensors,

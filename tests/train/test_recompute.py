@@ -61,7 +61,7 @@ def test_dots_and_attention_keeps_a_kernel_s_outputs_so_needs_splash():
 
 def test_the_planner_prices_the_jax_loss_chunk_it_runs():
     pytest.importorskip("tunix")
-    from crosstune.planner.estimate import JAX_LOGITS_CHUNK
+    from crosstune.planner.activations import JAX_LOGITS_CHUNK
     from crosstune.train.jax.logits import CHUNK
 
     assert JAX_LOGITS_CHUNK == CHUNK

@@ -11,11 +11,17 @@ from crosstune.families import get_family, model_dir_spec
 from crosstune.families.spec import DTYPE_BYTES, ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
 from crosstune.hub import HubError
+from crosstune.planner.activations import (
+    kept_in_working_set,
+    layer_working_set,
+    logits_bytes,
+    saved_attention,
+    saved_matmuls,
+    splash_residuals,
+)
 from crosstune.planner.tensors import fitted, per_device_elements, trained_lora_tensors, tunix_tensors
 from crosstune.recipe import Recipe, model_path
 from crosstune.units import GB
-
-JAX_LOGITS_CHUNK = 512  # crosstune.train.jax.logits.CHUNK (a test keeps the two equal)
 
 # The tunix experts' weights (families/gemma4/tunix.py: [E, 2, X, D] gate/up and [E, X, D] down per MoE layer), and
 # how many layers' worth of them, gathered over fsdp, XLA keeps live at once (see jax_memory's gathered term).
@@ -105,72 +111,6 @@ def _group(path: str) -> str:
     return ".".join(parts[2:-1]) if parts[0] == "layers" else ".".join(parts[:-1])
 
 
-def _layer_working_set(
-    spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int, scores: bool, mlp_copies: int = 4
-) -> float:
-    k = spec.kind(layer)
-    qh = k.num_heads / tp if k.num_heads % tp == 0 else k.num_heads
-    kvh = k.num_kv_heads / tp if k.num_kv_heads % tp == 0 else k.num_kv_heads
-    f = _split(spec.mlp_dim(layer), tp)
-    tokens = b * seq
-    out = 8 * tokens * spec.hidden_size / tp * a + tokens * (2 * qh + 2 * kvh) * k.head_dim * a
-    out += mlp_copies * tokens * f * a
-    out += 2 * tokens * spec.per_layer_input_dim * a  # the per-layer input's gate and its product
-    if spec.moe is not None:  # each token's top-k copies: gate/up and their product [.., X], and 3 [.., D], fitted:
-        # XLA's remat-off compiles of the 26B-A4B on v5p-8 grow 0.66-0.70 GB per layer (6, 12, 30 layers), one [T·k, D]
-        # bf16 more than 2 (−10.3 % at full depth then, −0.5 % now). Its buffers hold both fsdp rows' token copies
-        # at D and D/tp (docs/BENCHMARKS.md); the third copy stands in for that
-        m = spec.moe
-        out += tokens * m.top_k * (3 * spec.hidden_size + 3 * _split(m.expert_dim, tp)) * a
-        out += tokens * m.num_experts * 4 * 2  # fp32 router scores and probabilities
-    if scores:  # one fp32 [b, heads, L, L] per layer: XLA's remat-off compile of the 31B (temp 33.05 GB at 60 layers)
-        out += b * qh * seq * seq * 4
-    return out
-
-
-def _split(n: int, tp: int) -> float:
-    return n / tp if n % tp == 0 else n
-
-
-def _splash_residuals(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int) -> float:
-    k = spec.kind(layer)
-    return b * seq * _split(k.num_heads, tp) * (k.head_dim * a + 4)
-
-
-def _saved_matmuls(spec: ModelSpec, layer: int, b: int, seq: int, a: int, tp: int, lora: tuple[str, ...]) -> float:
-    """Bytes the `dots` remat keeps per layer: the output of every weight matmul (q, k, v, o, gate, up, down), and
-    for each LoRA target the B matmul's output beside it, as wide (a dot of its own, saved before the sum)."""
-    k = spec.kind(layer)
-    widths = {
-        "q": _split(k.num_heads, tp) * k.head_dim,
-        "k": _split(k.num_kv_heads, tp) * k.head_dim,
-        "v": 0 if k.k_eq_v else _split(k.num_kv_heads, tp) * k.head_dim,
-        "o": spec.hidden_size / tp,
-        "gate": _split(spec.mlp_dim(layer), tp),
-        "up": _split(spec.mlp_dim(layer), tp),
-        "down": spec.hidden_size / tp,
-    }
-    return b * seq * sum(w * (2 if t in lora else 1) for t, w in widths.items()) * a
-
-
-def _saved_attention(spec: ModelSpec, b: int, seq: int, a: int) -> float:
-    """Bytes selective recompute keeps per model: every layer's attention output and fp32 logsumexp."""
-    return sum(b * seq * spec.kind(i).num_heads * (spec.kind(i).head_dim * a + 4) for i in range(spec.num_layers))
-
-
-def _logits(spec: ModelSpec, b: int, seq: int, tp: int, backend: str) -> float:
-    """Bytes per device the loss holds beside the layers."""
-    vocab_tp = tp if spec.vocab_size % tp == 0 else 1
-    if backend == "jax":  # crosstune.train.jax.logits: a chunk at a time (2 fp32 + 1 bf16 [rows, chunk, vocab] buffers
-        # in XLA's buffer assignment: the logits, their gradient, the head's bf16 output), the hidden states' grad
-        chunk = b * min(seq, JAX_LOGITS_CHUNK) * spec.vocab_size / vocab_tp
-        return chunk * (2 * 4 + 2) + b * seq * spec.hidden_size * 4
-    # fp32 [b, L, vocab]: the logits, their softmax's gradient, and with a final softcap the capped logits too
-    # (Gemma 4: 30; Gemma 3 has none; XLA's full-depth compiles of both agreed before the chunked jax loss)
-    copies = 3 if spec.final_logit_softcap else 2
-    return b * seq * spec.vocab_size * 4 * copies / vocab_tp
-
-
 def _gathered(spec: ModelSpec, fsdp: int, tp: int, a: int) -> float:
     """Bytes per device of the weights XLA holds gathered over fsdp (none at fsdp 1). Measured by XLA:TPU's compiler
     only (no GPU compile here: GPUs keep the old estimate)."""
@@ -227,25 +167,25 @@ def memory(
     # XLA keeps 3 [tokens, F/tp] MLP tensors per layer (gate, up, their product): the 31B's full-depth compile with
     # nothing recomputed, splash, v5p-8 (temp 13.17 GB; docs/BENCHMARKS.md); the torch estimate keeps its 4
     mlp = 3 if backend == "jax" else 4
-    working = [_layer_working_set(spec, i, b, seq, a, tp, scores, mlp) for i in range(spec.num_layers)]
+    working = [layer_working_set(spec, i, b, seq, a, tp, scores, mlp) for i in range(spec.num_layers)]
     if splash:  # the kernel's residuals instead: its output and fp32 logsumexp per layer
-        working = [w + _splash_residuals(spec, i, b, seq, a, tp) for i, w in enumerate(working)]
+        working = [w + splash_residuals(spec, i, b, seq, a, tp) for i, w in enumerate(working)]
     mask = 0 if splash else b * seq * seq  # the [b, L, L] boolean mask (splash takes [b, L] segment ids)
     no_remat = sum(working) + mask
     residual = spec.num_layers * b * seq * spec.hidden_size / tp * a
     remat = residual + max(working) + mask
-    logits = _logits(spec, b, seq, tp, backend)
-    selective = remat + _saved_attention(spec, b, seq, a) if backend == "torch" else None
+    logits = logits_bytes(spec, b, seq, tp, backend)
+    selective = remat + saved_attention(spec, b, seq, a) if backend == "torch" else None
     acts = remat if recipe.train.gradient_checkpointing else no_remat
     if selective is not None and recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_attention:
         acts = selective
     kept_matmuls = recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_matmuls
     if backend == "jax" and kept_matmuls:  # dots, dots_and_attention (+ splash's residuals: the recipe needs splash)
         lora_targets = tuple(recipe.lora.targets)
-        acts = sum(_saved_matmuls(spec, i, b, seq, a, tp, lora_targets) for i in range(spec.num_layers)) + residual
+        acts = sum(saved_matmuls(spec, i, b, seq, a, tp, lora_targets) for i in range(spec.num_layers)) + residual
         if not recipe.train.kernels.recomputes_attention:
-            acts += sum(_splash_residuals(spec, i, b, seq, a, tp) for i in range(spec.num_layers))
-        acts += max(working) + mask
+            acts += sum(splash_residuals(spec, i, b, seq, a, tp) for i in range(spec.num_layers))
+        acts += max(w - kept_in_working_set(spec, i, b, seq, a, tp) for i, w in enumerate(working)) + mask
     # jax's full remat keeps only the layers' inputs through the loss: the 12B's 6 layers on the v5e chip held 6.75 GB
     # (XLA's plan 7.02), the sum of both phases said 8.01 (docs/BENCHMARKS.md)
     full_remat = backend == "jax" and recipe.train.gradient_checkpointing and recipe.train.kernels.recompute == "full"
@@ -333,9 +273,9 @@ def plan_recipe(recipe: Recipe, backend: str | None = None, spec: ModelSpec | No
 
 
 SCANNED_MEMORY_NOTE = (
-    "backend.jax.scan_layers: the activations above are the unrolled step's; XLA holds more for a scanned one "
-    "(the 31B's 60 layers on v5p-8 without remat: 59.2 GB per chip against 33.8 unrolled, docs/BENCHMARKS.md): "
-    "check it with plan --compile"
+    "backend.jax.scan_layers with nothing recomputed: the activations above are the unrolled step's; XLA holds far "
+    "more for a scanned one (the 31B's 60 layers on v5p-8: 59.2 GB per chip against 33.8 unrolled, "
+    "docs/BENCHMARKS.md): check it with plan --compile, or recompute dots_and_attention (splash) or full"
 )
 
 
@@ -356,7 +296,9 @@ def _jax_blockers(plan: Plan, recipe: Recipe) -> None:
         plan.notes.append(f"tp={tp}: heads replicated over tp where it can't split them: " + "; ".join(plan.tp_issues))
     if hw.chip.platform != "cpu" and fsdp * tp != hw.devices:
         plan.blockers.append(f"fsdp × tp = {fsdp}×{tp} = {fsdp * tp}, but {hw.name} has {hw.devices} devices")
-    if recipe.backend.jax.scan_layers:
+    # recomputing, a scan holds about what the unrolled step holds (XLA, the 31B on v5p-8 with full remat: 22.35 GB
+    # scanned, 22.84 unrolled; with dots_and_attention, tests/planner/test_recompute_modes.py)
+    if recipe.backend.jax.scan_layers and not recipe.train.gradient_checkpointing:
         plan.notes.append(SCANNED_MEMORY_NOTE)
     if not plan.jax_memory.fits:
         plan.memory_blockers.append(_oom(plan.jax_memory, "device"))
