@@ -1,7 +1,7 @@
 """A `plan --run --profile DIR` trace split into the kinds of work crosstune.planner.timing counts: XProf's per-HLO
 statistics (hlo_stats) summed into the weight and LM-head matmuls, LoRA's thin matmuls (rank-wide operands), the
-attention kernel (Pallas custom calls), and the elementwise fusions with the bandwidth they reached; the
-calibration's numbers come from here.
+attention kernel (Pallas custom calls), the elementwise fusions with the bandwidth they reached, and a scanned step's
+dynamic-slice copies of its stacked weights and kept outputs; the calibration's numbers come from here.
 
     pip install xprof   # in an environment of its own (not in the lock)
     python bench/tpu_profile_kinds.py DIR [--rank 64] [--vocab 262144] [--json]
@@ -39,6 +39,7 @@ def kinds(rows: list[dict], rank: int, vocab: int) -> dict:
         "attention": 0.0,
         "head_elementwise": 0.0,
         "elementwise": 0.0,
+        "scan_slices": 0.0,
     }
     moved = seconds = 0.0
     for r in rows:
@@ -47,6 +48,8 @@ def kinds(rows: list[dict], rank: int, vocab: int) -> dict:
             key = "head_matmul" if str(vocab) in text else "lora_matmul" if thin.search(text) else "matmul"
         elif r["category"] == "custom-call":
             key = "attention"
+        elif (r["hlo_op_name"] or "").startswith("dynamic-slice"):  # a scanned step's per-iteration copies of its
+            key = "scan_slices"  # stacked weights and kept outputs (docs/BENCHMARKS.md: 27 ms of the 31B's 4 layers)
         else:
             key = "head_elementwise" if str(vocab) in text else "elementwise"
             moved += (r["measured_memory_bw"] or 0.0) * t

@@ -15,8 +15,7 @@ def layer_working_set(
     """Bytes one layer holds for its backward with nothing recomputed: b rows of `seq` tokens, `a` bytes per value,
     heads over tp; `scores` where dense attention keeps its fp32 [b, heads, L, L]."""
     k = spec.kind(layer)
-    qh = k.num_heads / tp if k.num_heads % tp == 0 else k.num_heads
-    kvh = k.num_kv_heads / tp if k.num_kv_heads % tp == 0 else k.num_kv_heads
+    qh, kvh = split(k.num_heads, tp), split(k.num_kv_heads, tp)
     f = split(spec.mlp_dim(layer), tp)
     tokens = b * seq
     out = 8 * tokens * spec.hidden_size / tp * a + tokens * (2 * qh + 2 * kvh) * k.head_dim * a
