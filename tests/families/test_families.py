@@ -165,9 +165,19 @@ def test_model_dir_spec_reads_config_json_once_for_everyone(tmp_path):
         model_dir_spec(folder)
 
 
-@pytest.mark.parametrize("change", [{"layer_types": ["0x10"]}, {"layer_types": 5}, {"hidden_size": "drop"}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"layer_types": ["0x10"]},
+        {"layer_types": 5},
+        {"hidden_size": "drop"},
+        {"num_attention_heads": None},
+        {"head_dim": None},
+    ],
+)
 def test_a_config_json_field_missing_or_of_the_wrong_kind_is_one_line_naming_the_file(tmp_path, change):
-    # a layer type '0x10' was a KeyError traceback from spec_from_hf_config (found by the fuzzer)
+    # a layer type '0x10' was a KeyError traceback from spec_from_hf_config, and a null head count a TypeError in the
+    # recipe's tp check (both found by the fuzzer): a null reads as the key missing
     import json
 
     from crosstune.errors import InputError
@@ -178,5 +188,7 @@ def test_a_config_json_field_missing_or_of_the_wrong_kind_is_one_line_naming_the
     config = {k: v for k, v in config.items() if v != "drop"}
     (tmp_path / "config.json").write_text(json.dumps(config))
     expected = r"config.json: (layer_types|not a gemma4 config crosstune reads \().+: restore it"
+    if None in change.values():
+        expected = rf"not a gemma4 config crosstune reads \('{next(iter(change))}' missing or unknown\): restore it"
     with pytest.raises(InputError, match=expected):
         model_dir_spec(tmp_path)

@@ -114,7 +114,10 @@ class Family:
 
     # --- HF config <-> spec -------------------------------------------------------------------
     def spec_from_hf_config(self, cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
-        cfg = cfg.get("text_config", cfg)  # multimodal checkpoints nest the decoder config
+        cfg = cfg.get("text_config") or cfg  # multimodal checkpoints nest the decoder config
+        # a null is an absent key here, as crosstune.model_configs reads it: a size the family needs then fails as
+        # missing, naming the key (a null head count was a TypeError in the recipe's tp check; found by the fuzzer)
+        cfg = {k: v for k, v in cfg.items() if v is not None}
         if cfg.get("model_type") not in (*self.hf_model_types, None):
             raise ValueError(
                 f"config model_type {cfg.get('model_type')!r} is not {self.name} ({', '.join(self.hf_model_types)})"
