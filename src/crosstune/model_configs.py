@@ -150,6 +150,13 @@ def _checked(path: Path, model: type[_Foreign], what_to_do: str) -> dict:
     return raw
 
 
+def decoder_config(cfg: dict) -> dict:
+    """A config's decoder keys: a multimodal checkpoint's (or a drafter's) text_config, else the config itself. A
+    null text_config is an absent one, as the typed model reads it (a null was an AttributeError; found by the
+    fuzzer)."""
+    return cfg.get("text_config") or cfg
+
+
 def read_model_config(model_dir: str | Path) -> dict:
     """A model folder's config.json, its keys crosstune reads typed and bounded (ModelConfig); an UnreadableFile
     names the file, the key and what it holds."""

@@ -192,3 +192,15 @@ def test_a_config_json_field_missing_or_of_the_wrong_kind_is_one_line_naming_the
         expected = rf"not a gemma4 config crosstune reads \('{next(iter(change))}' missing or unknown\): restore it"
     with pytest.raises(InputError, match=expected):
         model_dir_spec(tmp_path)
+
+
+def test_a_null_text_config_is_an_absent_one(tmp_path):
+    # `"text_config": null` was an AttributeError in family_of_hf_config (found by the fuzzer): the typed reader
+    # reads a null as absent, and so does the one place that picks the decoder's keys (model_configs.decoder_config)
+    import json
+
+    from crosstune.families import model_dir_spec
+
+    fam = get_family("gemma4")
+    (tmp_path / "config.json").write_text(json.dumps({**fam.hf_config(fam.spec("tiny")), "text_config": None}))
+    assert model_dir_spec(tmp_path).num_layers == fam.spec("tiny").num_layers

@@ -14,7 +14,7 @@ from pathlib import Path
 from crosstune.errors import InputError
 from crosstune.families.base import Family
 from crosstune.families.spec import NEUTRAL_TARGETS, AttentionKind, ModelSpec
-from crosstune.model_configs import read_model_config
+from crosstune.model_configs import decoder_config, read_model_config
 
 
 def _discover() -> dict[str, Family]:
@@ -40,7 +40,7 @@ def get_family(name: str) -> Family:
 
 def family_of_hf_config(cfg: dict) -> Family:
     """The family whose HF model_type matches a config.json (multimodal configs nest text_config)."""
-    model_type = cfg.get("text_config", cfg).get("model_type")
+    model_type = decoder_config(cfg).get("model_type")
     for fam in FAMILIES.values():
         if model_type in fam.hf_model_types:
             return fam

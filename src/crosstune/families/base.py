@@ -9,6 +9,7 @@ from typing import Any
 
 from crosstune.families.spec import AttentionKind, ModelSpec
 from crosstune.families.tunix_table import Tensor, TunixTable
+from crosstune.model_configs import decoder_config
 
 HF_LAYER_TYPE = {"sliding_attention": "sliding", "full_attention": "global"}
 HF_LAYER_TYPE_INV = {v: k for k, v in HF_LAYER_TYPE.items()}
@@ -114,7 +115,7 @@ class Family:
 
     # --- HF config <-> spec -------------------------------------------------------------------
     def spec_from_hf_config(self, cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
-        cfg = cfg.get("text_config") or cfg  # multimodal checkpoints nest the decoder config
+        cfg = decoder_config(cfg)  # multimodal checkpoints nest the decoder config
         # a null is an absent key here, as crosstune.model_configs reads it: a size the family needs then fails as
         # missing, naming the key (a null head count was a TypeError in the recipe's tp check; found by the fuzzer)
         cfg = {k: v for k, v in cfg.items() if v is not None}

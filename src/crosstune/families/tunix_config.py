@@ -9,6 +9,7 @@ from typing import Any
 
 from crosstune.families import get_family
 from crosstune.families.tunix_table import UnsupportedConfig
+from crosstune.model_configs import decoder_config
 
 HF_ROPE_KEYS = {"sliding": "sliding_attention", "global": "full_attention"}
 
@@ -51,7 +52,7 @@ def tunix_model_config(
 ):
     """The tunix ModelConfig that computes what transformers computes for `hf_config` (a config.json dict).
     `dtype` is the parameters'; `compute_dtype` the activations' (Gemma 4; tunix's Gemma 3 computes in `dtype`)."""
-    cfg = hf_config.get("text_config", hf_config)  # multimodal checkpoints nest the decoder config
+    cfg = decoder_config(hf_config)  # multimodal checkpoints nest the decoder config
     mod = tunix_module(family)
     common = dict(
         num_layers=cfg["num_hidden_layers"],

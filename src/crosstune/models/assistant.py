@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from crosstune.errors import InputError
-from crosstune.model_configs import read_model_config
+from crosstune.model_configs import decoder_config, read_model_config
 
 ASSISTANT_TYPE = "gemma4_assistant"
 ASSISTANT_CLASS = "Gemma4AssistantForCausalLM"
@@ -36,7 +36,7 @@ def base_text_config(base_dir: Path) -> dict:
     """The base's text config (the `text_config` of a multimodal checkpoint), refused unless it is a Gemma 4 a
     drafter can read K/V from (no MoE: the published 26B-A4B drafter exists, but crosstune builds dense ones only)."""
     cfg = read_model_config(base_dir)
-    text = cfg.get("text_config", cfg) if isinstance(cfg, dict) else None
+    text = decoder_config(cfg) if isinstance(cfg, dict) else None
     if not isinstance(text, dict) or text.get("model_type") not in ("gemma4_text", "gemma4"):
         kind = text.get("model_type") if isinstance(text, dict) else type(cfg).__name__
         raise InputError(

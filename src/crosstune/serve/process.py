@@ -47,7 +47,7 @@ def _spec_of(model_dir: Path):
         raise InputError(f"{cfg_path}: not a JSON object: restore it from the model's source")
     try:
         fam = family_of_hf_config(cfg)
-        return fam.spec_from_hf_config(cfg.get("text_config", cfg), name=model_dir.name)
+        return fam.spec_from_hf_config(cfg, name=model_dir.name)
     except (KeyError, ValueError, TypeError) as e:
         raise ServeError(f"{cfg_path}: not a config crosstune can serve ({type(e).__name__}: {e})") from None
 

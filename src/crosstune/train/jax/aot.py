@@ -24,7 +24,7 @@ from crosstune.errors import CrosstuneError
 from crosstune.families import get_family
 from crosstune.hardware import HARDWARE
 from crosstune.hub import HubError
-from crosstune.model_configs import read_model_config
+from crosstune.model_configs import decoder_config, read_model_config
 from crosstune.planner.aot_report import with_layers
 from crosstune.planner.hlo import parse_collectives
 from crosstune.planner.planned_recipe import load_for_plan
@@ -68,7 +68,7 @@ def hf_config(recipe: Recipe, layers: int | None) -> dict:
         short = with_layers(spec, layers)  # checks the range
     except ValueError as e:
         raise CompileError(str(e)) from None
-    text = dict(cfg.get("text_config", cfg))
+    text = dict(decoder_config(cfg))
     text["num_hidden_layers"] = layers
     text["layer_types"] = list(text["layer_types"])[:layers]
     if "num_kv_shared_layers" in text:
