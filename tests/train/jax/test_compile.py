@@ -143,8 +143,16 @@ def test_tiny_moe_counts_the_experts_kernels(capfd):
 
 
 def _full_depth(recipe, capfd) -> dict:
+    """`plan RECIPE --compile --json` at full depth; a recipe that scans its layers with nothing recomputed, unrolled:
+    the planner models the unrolled step's memory, a scan of it holds more and `plan` says so (SCANNED_MEMORY_NOTE;
+    tests/planner/test_plan.py)."""
+    from crosstune.planner.planned_recipe import load_for_plan
+
     _libtpu()
-    result = _plan(str(recipe), "--compile", "--json")
+    r = load_for_plan(recipe)
+    unrolled = ("--set", "backend.jax.scan_layers=false")
+    sets = unrolled if r.backend.jax.scan_layers and not r.train.gradient_checkpointing else ()
+    result = _plan(str(recipe), "--compile", "--json", *sets)
     assert result.exit_code == 0, result.output + capfd.readouterr().err
     return json.loads(result.stdout)
 

@@ -54,10 +54,11 @@ def _saving(cls: type, keep_attention: bool) -> type:
 
 def save_matmuls(model: nnx.Module, *, keep_attention: bool = False) -> int:
     """Put every decoder layer of `model` under the matmul-saving remat (in place), keeping the splash kernel's
-    residuals too when `keep_attention`; the number of layers."""
+    residuals too when `keep_attention`; the number of layers. A layer of a subclass (the Gemma 4 MoE layers'
+    ResidualRoutedLayer, crosstune.train.jax.moe) runs its own block under it."""
     n = 0
     for _, module in model.iter_modules():
-        if type(module) in DECODER_LAYERS:
+        if isinstance(module, DECODER_LAYERS) and type(module) not in _SAVING.values():
             module.__class__ = _saving(type(module), keep_attention)
             n += 1
     return n
