@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from crosstune.train.jax.moe import recompute_transposed_experts
 from crosstune.train.jax.stacked_names import ScanError, layer_name, per_layer
 
 __all__ = ["LayerStack", "ScanError", "layer_name", "per_layer", "stack_layers", "stacked"]
@@ -252,6 +253,7 @@ def stack_layers(model: nnx.Module, mesh: Mesh) -> None:
     layers = list(model.layers)
     parts = segments(model)
     _check_shared(layers)
+    recompute_transposed_experts(model)  # the MoE layers' transposed experts: not a residual of the scan
     sharing = list(getattr(model, "kv_cache_sharing_patterns", None) or range(len(layers)))
     sources = {j for i, j in enumerate(sharing) if j != i}
     dim = getattr(model.config, "per_layer_input_dim", 0) or 0

@@ -59,6 +59,36 @@ class ResidualRoutedLayer(gemma4.DecoderLayer):
         return cache, ffw * self.skip_scale.value, kv
 
 
+def _not_a_layout_change(prim, *_, **__) -> bool:
+    """A remat policy: every value saved for the backward but the outputs of transposes, reshapes and dtype casts,
+    which the backward recomputes from their inputs."""
+    return prim not in (jax.lax.transpose_p, jax.lax.reshape_p, jax.lax.convert_element_type_p)
+
+
+class ScannedMoE(ResidualRoutedMoE):
+    """ResidualRoutedMoE in a scan over layers (crosstune.train.jax.layer_scan): the experts' weights that tunix
+    transposes for `ragged_dot` ([E, 2, X, D] to [E, D, 2X]) are transposed again in the backward, as XLA does in the
+    unrolled step, not saved. The scan saves every residual of its body: that copy of each layer's experts (1 GB a
+    layer for the 26B-A4B), written into a stacked buffer and read back, made its 2 layers 20 % slower than unrolled
+    on the v5e chip (docs/BENCHMARKS.md)."""
+
+    def __call__(self, x, router_input=None):
+        call = nnx.remat(  # in a scan's body: no barrier against CSE needed (jax.checkpoint's prevent_cse)
+            ResidualRoutedMoE.__call__, policy=_not_a_layout_change, prevent_cse=False, graph_updates=False
+        )
+        return call(self, x, router_input)
+
+
+def recompute_transposed_experts(model: nnx.Module) -> int:
+    """Every MoE of `model` (routed as route_on_residual made it) as a ScannedMoE, in place; the number changed."""
+    n = 0
+    for _, module in model.iter_modules():
+        if type(module) is ResidualRoutedMoE:
+            module.__class__ = ScannedMoE
+            n += 1
+    return n
+
+
 def route_on_residual(model: nnx.Module) -> int:
     """Give every MoE decoder layer of a tunix Gemma 4 `model` transformers' routing (in place); the number
     changed."""
