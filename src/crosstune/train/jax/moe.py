@@ -69,8 +69,8 @@ class ScannedMoE(ResidualRoutedMoE):
     """ResidualRoutedMoE in a scan over layers (crosstune.train.jax.layer_scan): the experts' weights that tunix
     transposes for `ragged_dot` ([E, 2, X, D] to [E, D, 2X]) are transposed again in the backward, as XLA does in the
     unrolled step, not saved. The scan saves every residual of its body: that copy of each layer's experts (1 GB a
-    layer for the 26B-A4B), written into a stacked buffer and read back, made its 2 layers 20 % slower than unrolled
-    on the v5e chip (docs/BENCHMARKS.md)."""
+    layer for the 26B-A4B), written into a stacked buffer and read back: 12 of the 30 ms its 2 layers took more
+    scanned than unrolled on the v5e chip (docs/BENCHMARKS.md)."""
 
     def __call__(self, x, router_input=None):
         call = nnx.remat(  # in a scan's body: no barrier against CSE needed (jax.checkpoint's prevent_cse)
