@@ -39,6 +39,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from crosstune.train.jax.moe import recompute_transposed_experts
+from crosstune.train.jax.remat import in_scan
 from crosstune.train.jax.stacked_names import ScanError, layer_name, per_layer
 
 __all__ = ["LayerStack", "ScanError", "layer_name", "per_layer", "stack_layers", "stacked"]
@@ -254,6 +255,7 @@ def stack_layers(model: nnx.Module, mesh: Mesh) -> None:
     parts = segments(model)
     _check_shared(layers)
     recompute_transposed_experts(model)  # the MoE layers' transposed experts: not a residual of the scan
+    in_scan(model)  # the matmul-saving recompute without the barrier a scan's loops make needless
     sharing = list(getattr(model, "kv_cache_sharing_patterns", None) or range(len(layers)))
     sources = {j for i, j in enumerate(sharing) if j != i}
     dim = getattr(model.config, "per_layer_input_dim", 0) or 0
