@@ -23,26 +23,29 @@ def test_stacked_layers_compute_the_unrolled_step(mesh, remat):
     assert len(scanned[1]) == 7 * 6 * 2  # 7 layers × 6 adapted modules × A, B, by their per-layer names
 
 
-def test_moe_layers_scan_without_a_copy_of_their_transposed_experts(mesh):
+@pytest.mark.parametrize("remat", [None, pytest.param("dots", marks=pytest.mark.slow)])  # dots: ~20 s more
+def test_moe_layers_scan_without_a_copy_of_their_transposed_experts(mesh, remat):
     """The 26B-A4B's layout (8 experts of width 32 beside the dense MLP), 4 layers: 2 groups of 2. Tunix transposes
     each layer's experts for ragged_dot ([E, 2, X, D] to [E, D, 2X]); the scan's residuals hold no such copy
     ([G, E, D, 2X], one per group position without crosstune.train.jax.moe.ScannedMoE), only the stacked weights
     themselves: each layer's backward transposes them again (XLA for the 26B-A4B's 2 layers on one v5e chip: 13.69
-    GB against 15.74). The same loss and gradients as unrolled, dropout on."""
+    GB against 15.74). The same loss and gradients as unrolled, dropout on; with dots too (the MoE's remat inside
+    the layer's, both without the barrier against CSE in the scan)."""
     from flax import nnx
     from jax._src.ad_checkpoint import saved_residuals
 
     from crosstune.train.jax.loss import loss_fn
     from crosstune.train.jax.model import mesh_context
 
-    scanned = tiny_model(mesh, 4, scan=True, moe=True)
+    scanned = tiny_model(mesh, 4, scan=True, moe=True, remat=remat)
     graphdef, state = nnx.split(scanned)
     with mesh_context(mesh):
         saved = saved_residuals(lambda s: loss_fn(nnx.merge(graphdef, s), **step_inputs()), state)
     looped = [a.shape for a, where in saved if where.startswith("output of scan")]
     assert looped and (2, 8, 64, 64) not in looped, looped  # G, E, D (64), 2X (2 × 32)
     assert any("['moe']['gating_einsum']" in where for _, where in saved)  # the stacked weights, as they are
-    assert_same_step(loss_and_grads(scanned, mesh), loss_and_grads(tiny_model(mesh, 4, scan=False, moe=True), mesh))
+    unrolled = tiny_model(mesh, 4, scan=False, moe=True, remat=remat)
+    assert_same_step(loss_and_grads(scanned, mesh), loss_and_grads(unrolled, mesh))
 
 
 @pytest.mark.slow
