@@ -30,7 +30,8 @@ def chip():
 
 @pytest.fixture(scope="module")
 def fixtures() -> Path:
-    folder = Path(os.environ.get("CROSSTUNE_TPU_FIXTURES", ""))
+    # resolved here: a relative folder would be read from the recipe's own folder (recipe paths are the recipe's)
+    folder = Path(os.environ.get("CROSSTUNE_TPU_FIXTURES", "")).resolve()
     if not (folder / "model" / "config.json").is_file():
         pytest.skip("CROSSTUNE_TPU_FIXTURES has no model/: build it with `make tpu-fixtures` where torch is")
     return folder
