@@ -27,8 +27,10 @@ VMEM_112 = "backend.jax.scoped_vmem_kib=114688"
 TWO_PASS = "backend.jax.splash_fused_backward=false"
 S4096 = "data.max_seq_len=4096"
 # The recompute rows (2026-12-07: dots in stop 58's call, dots_and_attention and the E4B's 12 layers in stop 60's,
-# beside no recompute at 0.3752 s): the planner models the unrolled step, and a scanned one (SCAN) runs 2-11 % slower
-# and holds 1-2 GB more on the chip (its loop slices the stacked weights and kept residuals: docs/BENCHMARKS.md)
+# beside no recompute at 0.3752 s): the planner models the unrolled step. A scanned one (SCAN) ran 2-11 % slower and
+# held 1-2 GB more on the chip while each layer's recompute kept jax.checkpoint's barrier (its loop copied the
+# stacked weights and kept residuals); without it (stop 62) the 31B's 4 layers run 3.5 % slower and hold 0.49 GB
+# more, the E4B's 12 hold 1.1 GB less (docs/BENCHMARKS.md)
 DOTS = ("train.gradient_checkpointing=true", "train.kernels.recompute=dots")
 KEPT = ("train.gradient_checkpointing=true", "train.kernels.recompute=dots_and_attention")
 SCAN = "backend.jax.scan_layers=true"
@@ -48,9 +50,12 @@ MEASURED = {
     ("gemma4-31b-tpu-v5p-8", (*BEST, *DOTS, UNROLLED), 4): (0.3922, 13.21),
     ("gemma4-31b-tpu-v5p-8", (*BEST, *DOTS, SCAN), 4): (0.4318, 14.91),
     ("gemma4-31b-tpu-v5p-8", (*BEST, *KEPT, UNROLLED), 4): (0.3872, 13.43),
-    ("gemma4-31b-tpu-v5p-8", (*BEST, *KEPT, SCAN), 4): (0.4272, 15.25),
+    # scanned without jax.checkpoint's barrier (stop 62; 0.4272 s and 15.25 GB with it, stop 60)
+    ("gemma4-31b-tpu-v5p-8", (*BEST, *KEPT, SCAN), 4): (0.4008, 13.92),
     ("gemma4-e4b-tpu-v6e-4", E4B_BEFORE, 12): (0.1902, 10.91),
-    ("gemma4-e4b-tpu-v6e-4", (), 12): (0.1894, 11.87),  # as it ships now
+    # as it ships now, scanned without the barrier (stop 62; 11.87 GB with it): 10.91 GB, which the planner's 12.18
+    # exceeds by 11.6 % since it models the unrolled step (XLA's compile of these 12 layers unrolled: 12.01 GB)
+    ("gemma4-e4b-tpu-v6e-4", (), 12): (0.1896, None),
     ("gemma3-27b-tpu-v6e-8", (TWO_PASS, UNROLLED), 6): (0.3341, 13.23),
     ("gemma4-e4b-tpu-v6e-4", (*E4B_BEFORE, TWO_PASS), 6): (0.1243, 6.81),
     ("gemma4-31b-tpu-v5p-8", (S4096, UNROLLED), 5): (0.4679, 14.84),
@@ -67,6 +72,12 @@ MEASURED = {
     ("gemma3-27b-tpu-v6e-8", (UNROLLED,), 2): (0.1745, 6.93),
     ("gemma3-27b-tpu-v6e-8", (), 2): (0.1745, None),  # as it ships now: scanned, 9.41 GB
     ("gemma4-26b-a4b-tpu-v5p-8", (), 2): (0.1167, None),
+    # 2026-12-07, stop 62, one call beside an unrolled 0.1484 s: scanned, each layer's experts copied out of the
+    # stacked weights in both loops (timing.SCANNED_EXPERT_COPIES); with dots_and_attention the MoE's forward runs
+    # again in the backward (timing.MOE_RECOMPUTED, fitted to this row)
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN), 2): (0.1731, None),  # 11.10 GB
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *KEPT), 2): (0.1917, 8.35),
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, *KEPT), 2): (0.1713, None),  # not fitted; 7.01 GB (planner 7.88, +12 %)
 }
 
 

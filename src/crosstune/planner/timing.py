@@ -15,7 +15,11 @@ Kinds of work, per device and micro-step (rows split over fsdp, heads and widths
   projections, per-layer inputs) per token, `head_passes` of the fp32 logits, and the LoRA state's bytes; rate:
   `hbm` × the chip's HBM bandwidth.
 - moe: a MoE layer's routing (each token's top-k copies sorted, gathered, scattered back): `moe_passes` of those
-  copies' bytes at the same rate; fitted to one measured shape (the MoE's kernels weren't profiled apart).
+  copies' bytes at the same rate; fitted to one measured shape (the MoE's kernels weren't profiled apart). With
+  `dots` or `dots_and_attention` the backward runs the MoE's forward again (its ragged dots are no dot_general the
+  policy keeps): the experts' flops once more, and MOE_RECOMPUTED of the routing. Scanned
+  (backend.jax.scan_layers), each layer's experts are copied out of the stacked weights in both loops: XLA feeds
+  `ragged_dot` no slice in place (SCANNED_EXPERT_COPIES).
 Calibrated on a TPU v5e (docs/BENCHMARKS.md, "TPU v5e chip, measured"): the efficiencies are the chip's; on v5p and
 v6e the same fractions of their own peaks and bandwidths are assumed (the same MXU/VPU design, not measured there).
 One calibration, at XLA's default scoped VMEM: a recipe's backend.jax.scoped_vmem_kib gets it too, and the
@@ -62,6 +66,14 @@ class Calibration:
 # 0.0836: the rest, 33.1 ms, is its routing, fitted as passes over the token copies (`plan --run` of
 # recipes/gemma4-26b-a4b-tpu-v5p-8.yaml --layers 2; the same step at 4096 tokens checks it: docs/BENCHMARKS.md)
 MOE_PASSES = 22.7
+# The same 2 layers at 4096 tokens, scanned, ran 0.1917 s with dots_and_attention against 0.1731 s without (v5e,
+# 2026-12-07, stop 62): 18.6 ms, of which the experts' forward flops are 4.7 (the `matmul` rate); the rest, 13.9,
+# is 0.32 of the routing's 44.0 ms, fitted (the MoE forward's share of it: not profiled apart)
+MOE_RECOMPUTED = 0.32
+# Scanned, a MoE layer's experts are read from the stacked weights and written as one layer's, in the forward's
+# loop and the backward's: 4 passes over their bytes. The 26B-A4B's 2 layers at 4096 tokens: 18.4 ms of such
+# copies in the chip's profile (2026-12-07, stop 62, `plan --run --profile`), 17.1 counted so at the `hbm` rate
+SCANNED_EXPERT_COPIES = 4
 
 CALIBRATIONS: dict[str, Calibration] = {
     c.chip: c
@@ -122,14 +134,18 @@ def work(plan: Plan, recipe: Recipe) -> dict:
     a = 2 if train.precision == "bf16" else 4
     remat = train.gradient_checkpointing
     recompute_matmuls = remat and train.kernels.recomputes_matmuls
+    recompute_experts = remat and not recompute_matmuls  # dots, dots_and_attention: the MoE's forward again
     d = spec.hidden_size
-    matmul = lora = attention_flops = activation = routed = 0.0
+    matmul = lora = attention_flops = activation = routed = expert_bytes = 0.0
     for layer in range(spec.num_layers):
         shapes = spec.projection_shapes(layer)
         forward = 2.0 * sum(o * i for o, i in shapes.values()) + 4.0 * d * spec.per_layer_input_dim
         if spec.moe is not None:
-            forward += 2.0 * (spec.moe.num_experts * d + spec.moe.top_k * spec.moe.expert_params(d))
+            experts = 2.0 * spec.moe.top_k * spec.moe.expert_params(d)
+            forward += 2.0 * spec.moe.num_experts * d + experts
+            matmul += tokens * experts if recompute_experts else 0.0
             routed += tokens * spec.moe.top_k * (3 * d + 3 * spec.moe.expert_dim) * a  # each token's k copies
+            expert_bytes += spec.moe.num_experts * spec.moe.expert_params(d) * a
         matmul += tokens * forward * (3 if recompute_matmuls else 2)
         lora += tokens * sum(6.0 * lora_rank * (shapes[t][0] + shapes[t][1]) for t in lora_targets if t in shapes)
         kind = spec.kind(layer)
@@ -143,6 +159,7 @@ def work(plan: Plan, recipe: Recipe) -> dict:
     cal = calibration(plan.hardware.chip.name)
     logits = tokens * spec.vocab_size * 4  # the fp32 logits of one pass over the rows
     lora_state = 4 * spec.lora_params(lora_rank, lora_targets) * 4  # fp32 params, grads, accumulator, moments
+    copies = SCANNED_EXPERT_COPIES * expert_bytes if recipe.backend.jax.scan_layers else 0.0
     return {
         "matmul": matmul / devices,
         "head": tokens * 4.0 * spec.vocab_size * d / devices,  # the logits and their gradient (one pass: logits.py)
@@ -150,7 +167,7 @@ def work(plan: Plan, recipe: Recipe) -> dict:
         "attention": attention_flops / devices,
         "elementwise": (cal.passes * activation + lora_state) / devices,
         "head_elementwise": cal.head_passes * logits / devices,
-        "moe": cal.moe_passes * routed / devices,
+        "moe": (cal.moe_passes * routed * (1 + (MOE_RECOMPUTED if recompute_experts else 0)) + copies) / devices,
     }
 
 
