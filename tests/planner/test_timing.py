@@ -74,7 +74,7 @@ MEASURED = {
     ("gemma4-26b-a4b-tpu-v5p-8", (), 2): (0.1167, None),
     # 2026-12-07, stop 62, one call beside an unrolled 0.1484 s: scanned, each layer's experts copied out of the
     # stacked weights in both loops (timing.SCANNED_EXPERT_COPIES); with dots_and_attention the MoE's forward runs
-    # again in the backward (timing.MOE_RECOMPUTED, fitted to this row)
+    # again in the backward (timing.MOE_RECOMPUTED, fitted to the scanned row; the unrolled one checks it)
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN), 2): (0.1731, None),  # 11.10 GB
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *KEPT), 2): (0.1917, 8.35),
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, *KEPT), 2): (0.1713, None),  # not fitted; 7.01 GB (planner 7.88, +12 %)
