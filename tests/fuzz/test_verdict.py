@@ -69,6 +69,8 @@ def test_an_ending_crosstune_does_not_own_is_named():
     assert ending_problems(Outcome(2, "", USAGE + boxed, 1.0), CODES, 60) == []  # typer's own, in its box
     recipe = "error: r.yaml:3: error at a: bad\nr.yaml:5: error at b: worse\n"
     assert ending_problems(Outcome(1, "", recipe, 1.0), CODES, 60) == []  # one line per problem of a recipe
+    spaced = "error: r\\npush: true.yaml:3: warning at a: odd\nr\\npush: true.yaml:5: error at b: bad\n"
+    assert ending_problems(Outcome(1, "", spaced, 1.0), CODES, 60) == []  # its file's name with a space in it
     assert ending_problems(Outcome(None, "", "", 60.0), CODES, 60) == [
         "still running after the wall-clock limit of 60 s (killed)"
     ]

@@ -32,7 +32,7 @@ USAGE_ERRORS = re.compile(
     r"is not in the range|Path .*does not exist|Invalid value for '[^']+': (Input should be a valid|Unable to parse)"
 )
 USAGE_FRAME = ("Usage: crosstune", "Try 'crosstune")
-PROBLEM_LINE = re.compile(r"^\S+:\d+: (error|warning) at ")
+PROBLEM_LINE = re.compile(r"^.+:\d+: (error|warning) at ")  # a file name may hold spaces (a fuzzed one)
 # A refusal may be given as an exception from a library the command did not wrap (the message a bug prints)
 BARE_EXCEPTION = re.compile(r"^\w*(Error|Exception): ", re.M)
 
