@@ -26,6 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crosstune.families.gemma4 import SIZES
+
+TOKENS = 4096  # one packed row, as the 26B-A4B's chip rows ran (docs/BENCHMARKS.md)
+
 
 @functools.partial(jax.custom_vjp)
 def _matmul(x, forward, backward, groups):
@@ -50,7 +54,11 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="CPU-sized shapes (a check that the ways agree)")
     parser.add_argument("--out", help="the results as JSON")
     args = parser.parse_args()
-    e, d, x_dim, rows = (8, 64, 32, 512) if args.small else (128, 2816, 704, 32768)  # rows: 4096 tokens × top 8
+    spec = SIZES["26b-a4b"]  # its experts' shapes; rows: TOKENS routed top_k times each
+    moe = spec.moe
+    e, d, x_dim, rows = (
+        (8, 64, 32, 512) if args.small else (moe.num_experts, spec.hidden_size, moe.expert_dim, TOKENS * moe.top_k)
+    )
     # each layer adds `scale` × its experts' output to its input: small beside it on the chip, as large as it at CPU
     # sizes, where the ways' agreement is a check of the experts' part of the gradient (tests/train/jax)
     scale = 1.0 if args.small else 0.01
