@@ -48,12 +48,14 @@ def _recipe(path: Path, hardware: str, *overrides: str):
 # (recipe, hardware) -> (jax GB per device, torch GB per GPU or None on TPUs), all of which fit. The jax side's logits
 # term is the chunked loss's (crosstune.train.jax.logits): one chunk's 2 fp32 + 1 bf16 buffers, not all the logits
 FITS = {
-    (G4, "tpu-v5p-8"): (32.8, None),  # its --search winner (remat off, splash): XLA at full depth 33.75 GB (−2.9 %)
+    # its recipe (remat off, splash, scanned): XLA at full depth 59.21 GB scanned (−3.7 %), 33.75 unrolled
+    (G4, "tpu-v5p-8"): (57.0, None),
     (G4, "tpu-v6e-8"): (26.7, None),  # fsdp 2: + the layers and the head's embedding gathered over fsdp (13.5 GB)
     (G4, "2xh100"): (41.9, 49.4),
     (G4, "1xh200"): (73.7, 81.9),
     (G3, "tpu-v5p-8"): (16.3, None),
-    (G3, "tpu-v6e-8"): (14.4, None),  # its --search winner (remat off, splash, tp 8): XLA at full depth 20.68 GB (open)
+    # its recipe (remat off, splash, tp 8, scanned): XLA at full depth 24.99 GB scanned (−10.4 %), 20.68 unrolled
+    (G3, "tpu-v6e-8"): (22.4, None),
     (G3, "2xh100"): (34.2, 39.9),
     (G3, "1xh200"): (61.8, 67.0),
 }
@@ -79,8 +81,10 @@ def test_gemma4_31b_base_weights_split_over_four_chips():
     plan = plan_recipe(_recipe(G4, "tpu-v5p-8"), backend="jax")
     assert plan.spec.total_params == pytest.approx(30.7e9, rel=0.01)
     assert plan.jax_memory.base == pytest.approx(2 * plan.spec.total_params / 4 / 1e9, rel=0.01)  # bf16 / tp=4
-    # the recipe recomputes nothing: splash keeps no [heads, L, L] scores, so that fits (dense would hold 2× more)
-    assert plan.jax_memory.activations == plan.jax_memory.activations_no_remat == pytest.approx(13.25, abs=0.01)
+    # the recipe recomputes nothing and scans: every residual of the scan's body (crosstune.planner.scanned), above
+    # the unrolled working set; splash keeps no [heads, L, L] scores, so that fits (dense would hold 2× more)
+    assert plan.jax_memory.activations == pytest.approx(37.47, abs=0.01)
+    assert plan.jax_memory.activations_no_remat == pytest.approx(13.25, abs=0.01)
     dense = plan_recipe(_recipe(G4, "tpu-v5p-8", "backend.jax.attention=dense"), backend="jax").jax_memory
     assert dense.activations_no_remat == pytest.approx(30.49, abs=0.01)
 
@@ -328,7 +332,7 @@ def test_a_scanned_step_has_no_roofline_and_its_plan_says_what_the_planner_leave
     from crosstune.planner.view import render_compiled
 
     plan = plan_recipe(_recipe(G4, "tpu-v5p-8", "backend.jax.scan_layers=true"), "jax")
-    assert SCANNED_MEMORY_NOTE in plan.notes and plan.ok
+    assert SCANNED_MEMORY_NOTE not in plan.notes and plan.ok  # fsdp 1: the scan's residuals are counted
     e4b = load_for_plan(REPO / "recipes" / "gemma4-e4b-tpu-v6e-4.yaml", ["backend.jax.scan_layers=true"])
     assert plan_recipe(e4b, "jax").ok  # KV shared across layers: two segments stacked apart
     unrolled = _recipe(G4, "tpu-v5p-8", "backend.jax.scan_layers=false")

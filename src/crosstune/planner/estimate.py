@@ -19,6 +19,7 @@ from crosstune.planner.activations import (
     saved_matmuls,
     splash_residuals,
 )
+from crosstune.planner.scanned import scan_residuals
 from crosstune.planner.tensors import fitted, per_device_elements, trained_lora_tensors, tunix_tensors
 from crosstune.recipe import Recipe, model_path
 from crosstune.units import GB
@@ -46,9 +47,14 @@ class Memory:
     # the part of the activations alive while the loss runs; None: all of them. Under jax's full remat the loss runs
     # before any layer's recompute, so the peak is the larger of the two phases, not their sum
     held_through_loss: float | None = None
+    # a scan's backward loop (backend.jax.scan_layers, not full remat): one layer's backward at a time after the loss,
+    # beside all the activations, so the peak holds the larger of it and the loss (crosstune.planner.scanned)
+    backward_iteration: float | None = None
 
     @property
     def total(self) -> float:
+        if self.backward_iteration is not None:
+            return self.base + self.lora + self.gathered + self.activations + max(self.logits, self.backward_iteration)
         if self.held_through_loss is None:
             return self.base + self.lora + self.gathered + self.activations + self.logits
         peak = max(self.activations, self.held_through_loss + self.logits)
@@ -133,12 +139,19 @@ def _gathered(spec: ModelSpec, fsdp: int, tp: int, a: int) -> float:
         # 3.65, 4.86, 8.04 GB), not the 0.76 GB of a layer's gathered experts. Its buffers hold the gathered
         # experts of about EXPERT_LAYERS_LIVE layers at a time (fitted to the remat-off compiles at 6, 12 and 30
         # layers, whose temp is within 5 % at each depth; docs/BENCHMARKS.md).
-        per_layer: dict[str, float] = {}
-        for t in experts:
-            layer = t.path.split(".")[1]
-            per_layer[layer] = per_layer.get(layer, 0.0) + per_device_elements(t, gathered_mesh) * a
-        gathered += min(EXPERT_LAYERS_LIVE, len(per_layer)) * max(per_layer.values())
+        layers = _expert_layers(spec, tp, a)
+        gathered += min(EXPERT_LAYERS_LIVE, len(layers)) * max(layers.values())
     return gathered
+
+
+def _expert_layers(spec: ModelSpec, tp: int, a: int) -> dict[str, float]:
+    """Bytes per device of each MoE layer's experts gathered over fsdp (still split over tp), by layer."""
+    per_layer: dict[str, float] = {}
+    for t in tunix_tensors(spec):
+        if t.path.startswith("layers.") and t.path.endswith(EXPERT_WEIGHTS):
+            layer = t.path.split(".")[1]
+            per_layer[layer] = per_layer.get(layer, 0.0) + per_device_elements(t, {"fsdp": 1, "tp": tp}) * a
+    return per_layer
 
 
 def memory(
@@ -186,9 +199,17 @@ def memory(
         if not recipe.train.kernels.recomputes_attention:
             acts += sum(splash_residuals(spec, i, b, seq, a, tp) for i in range(spec.num_layers))
         acts += max(w - kept_in_working_set(spec, i, b, seq, a, tp) for i, w in enumerate(working)) + mask
+    full_remat = backend == "jax" and recipe.train.gradient_checkpointing and recipe.train.kernels.recompute == "full"
+    scanned = backend == "jax" and recipe.backend.jax.scan_layers and not full_remat
+    iteration = None
+    if scanned and not recipe.train.gradient_checkpointing:  # every residual the scan's body names, stacked
+        targets, dropout = tuple(recipe.lora.targets), recipe.lora.dropout > 0
+        acts = sum(scan_residuals(spec, i, b, seq, a, tp, targets, dropout) for i in range(spec.num_layers)) + mask
+        iteration = max(working)
+    if iteration is not None and spec.moe is not None:  # each MoE layer's backward transposes its experts again
+        iteration += max(_expert_layers(spec, tp, a).values())  # (crosstune.train.jax.moe.ScannedMoE)
     # jax's full remat keeps only the layers' inputs through the loss: the 12B's 6 layers on the v5e chip held 6.75 GB
     # (XLA's plan 7.02), the sum of both phases said 8.01 (docs/BENCHMARKS.md)
-    full_remat = backend == "jax" and recipe.train.gradient_checkpointing and recipe.train.kernels.recompute == "full"
     return Memory(
         base / GB,
         lora / GB,
@@ -201,6 +222,7 @@ def memory(
         None if selective is None else selective / GB,
         gathered / GB,
         residual / GB if full_remat else None,
+        None if iteration is None else iteration / GB,
     )
 
 
@@ -273,8 +295,9 @@ def plan_recipe(recipe: Recipe, backend: str | None = None, spec: ModelSpec | No
 
 
 SCANNED_MEMORY_NOTE = (
-    "backend.jax.scan_layers with nothing recomputed: the activations above are the unrolled step's; XLA holds far "
-    "more for a scanned one (the 31B's 60 layers on v5p-8: 59.2 GB per chip against 33.8 unrolled, "
+    "backend.jax.scan_layers with nothing recomputed over fsdp > 1: the activations above count what the scan's body "
+    "saves per layer (crosstune.planner.scanned), measured on one chip; XLA's compiles at fsdp 2 hold more (the "
+    "26B-A4B on v5p-8: 59.4 GB per chip against 39.4 planned, the E4B on v6e-4: 39.5 against 31.9; "
     "docs/BENCHMARKS.md): check it with plan --compile, or recompute dots_and_attention (splash) or full"
 )
 
@@ -298,7 +321,7 @@ def _jax_blockers(plan: Plan, recipe: Recipe) -> None:
         plan.blockers.append(f"fsdp × tp = {fsdp}×{tp} = {fsdp * tp}, but {hw.name} has {hw.devices} devices")
     # recomputing, a scan holds about what the unrolled step holds (XLA, the 31B on v5p-8 with full remat: 22.35 GB
     # scanned, 22.84 unrolled; with dots_and_attention, tests/planner/test_recompute_modes.py)
-    if recipe.backend.jax.scan_layers and not recipe.train.gradient_checkpointing:
+    if recipe.backend.jax.scan_layers and not recipe.train.gradient_checkpointing and fsdp > 1:
         plan.notes.append(SCANNED_MEMORY_NOTE)
     if not plan.jax_memory.fits:
         plan.memory_blockers.append(_oom(plan.jax_memory, "device"))
