@@ -1,7 +1,7 @@
 """What a scan over layer groups (crosstune.train.jax.layer_scan) saves and recomputes, and that it computes the
 unrolled step: the same loss and LoRA gradients with the LoRA dropout on (the same masks: the one dropout RNG stream
 is the scan's carry, so every draw gets the key it gets unrolled) and the same RNG count after the step, under each
-remat mode; a MoE layer keeps no transposed copy of its experts, a scanned layer's recompute has no barrier against
+remat mode; a MoE layer keeps no copy of its experts, a scanned layer's recompute has no barrier against
 CSE, and dots_and_attention keeps splash's residuals. Tolerances: tests/helpers/scan_models.py."""
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ def test_stacked_layers_compute_the_unrolled_step(mesh, remat):
 
 
 @pytest.mark.parametrize("remat", [None, pytest.param("dots", marks=pytest.mark.slow)])  # dots: ~20 s more
-def test_moe_layers_scan_without_a_copy_of_their_transposed_experts(mesh, remat):
-    """The 26B-A4B's layout (8 experts of width 32 beside the dense MLP), 4 layers: 2 groups of 2. Tunix transposes
-    each layer's experts for ragged_dot ([E, 2, X, D] to [E, D, 2X]); the scan's residuals hold no such copy
-    ([G, E, D, 2X], one per group position without crosstune.train.jax.moe.ScannedMoE), only the stacked weights
-    themselves: each layer's backward transposes them again (XLA for the 26B-A4B's 2 layers on one v5e chip: 13.69
-    GB against 15.74). The same loss and gradients as unrolled, dropout on; with dots too (the MoE's remat inside
-    the layer's, both without the barrier against CSE in the scan)."""
+def test_moe_layers_scan_without_a_copy_of_their_experts(mesh, remat):
+    """The 26B-A4B's layout (8 experts of width 32 beside the dense MLP), 4 layers: 2 groups of 2. The scan's
+    residuals hold no copy of any layer's experts, neither tunix's transposed one ([G, E, D, 2X]) nor a slice of the
+    stack ([G, E, ...]): a scanned MoE reads every group's experts whole (crosstune.train.jax.moe.WholeMoE,
+    tests/train/jax/test_scan_moe.py). The same loss and gradients as unrolled, dropout on; with dots too (the
+    group index the MoE reads inside the layer's remat, without the barrier against CSE in the scan)."""
     from flax import nnx
     from jax._src.ad_checkpoint import saved_residuals
 
@@ -42,8 +41,7 @@ def test_moe_layers_scan_without_a_copy_of_their_transposed_experts(mesh, remat)
     with mesh_context(mesh):
         saved = saved_residuals(lambda s: loss_fn(nnx.merge(graphdef, s), **step_inputs()), state)
     looped = [a.shape for a, where in saved if where.startswith("output of scan")]
-    assert looped and (2, 8, 64, 64) not in looped, looped  # G, E, D (64), 2X (2 × 32)
-    assert any("['moe']['gating_einsum']" in where for _, where in saved)  # the stacked weights, as they are
+    assert looped and not [s for s in looped if len(s) > 3 and s[1] in (8, 16)], looped  # [G, E or E·G, ...]
     unrolled = tiny_model(mesh, 4, scan=False, moe=True, remat=remat)
     assert_same_step(loss_and_grads(scanned, mesh), loss_and_grads(unrolled, mesh))
 

@@ -23,6 +23,10 @@ stack returns its source layers' K/V as its K/V, tunix's sharing pattern says st
 embedder returns every layer's per-layer inputs as each stack's row (`_WholePerLayerInputs`); each layer in a scan
 gets its own slice of them (the scan's xs) and its source's K/V (a constant of the body: one source per position).
 
+A MoE layer in a stack (Gemma 4 26B-A4B) reads its experts whole, every group's in one [E·G, ...] tensor per layout
+ragged_dot reads, and pads its group sizes to its own group's experts (crosstune.train.jax.moe.WholeMoE): sliced
+per group, XLA copied each layer's experts out of the stack in both loops.
+
 State every layer shares, the LoRA dropout's one `nnx.Rngs` stream, is the scan's carry: its count advances through
 the groups as it does unrolled, so every draw gets the same key (the same masks). Names: crosstune.train.jax.
 stacked_names.
@@ -38,7 +42,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from crosstune.train.jax.moe import recompute_transposed_experts
+from crosstune.train.jax.moe import GROUP, ResidualRoutedMoE, WholeExperts, hold_whole
 from crosstune.train.jax.remat import in_scan
 from crosstune.train.jax.stacked_names import ScanError, layer_name, per_layer
 
@@ -131,7 +135,7 @@ class LayerStack(nnx.Module):
         if inputs is not None:  # [B, T, G·P, D] -> [G, P, B, T, D]: group g's P layers' inputs
             mine = inputs[:, :, self.first : self.first + whole]
             xs = jnp.moveaxis(mine.reshape(*mine.shape[:2], self.groups, period, -1), (2, 3), (0, 1))
-        x, kvs = _scanned(self.stack, x, xs, group)
+        x, kvs = _scanned(self.stack, x, xs, group, self.groups)
         found = {  # a source in the groups: its position's K/V, its group's slice
             j: jax.tree.map(lambda a, g=(j - self.first) // period: a[g], kvs[(j - self.first) % period])
             for j in self.sources
@@ -147,21 +151,27 @@ class LayerStack(nnx.Module):
         return (None, x) + (None,) * (arity[0] - 2)  # tunix's (cache, x[, kv]) of a layer
 
 
-def _scanned(stack: nnx.Module, x, xs, group):
+def _scanned(stack: nnx.Module, x, xs, group, groups: int):
     """`x` through `group(layers_g, x, xs_g)` for each group g: a scan whose carry is `x` and the SHARED state and
-    whose inputs are the groups' slices of `stack`'s own Variables and of `xs`; what a call changes is written back
+    whose inputs are the groups' slices of `stack`'s own Variables and of `xs`, and g itself (`GROUP` while the body
+    is traced: a MoE layer's offset into its experts' stack). The WholeExperts (crosstune.train.jax.moe.WholeMoE)
+    are no input: the body closes over them, a loop-invariant operand, unsliced. What a call changes is written back
     into `stack`. Returns (x, what the calls returned beside x, stacked over the groups)."""
-    graphdef, shared, own = nnx.split(stack, SHARED, ...)
+    graphdef, shared, whole, own = nnx.split(stack, SHARED, WholeExperts, ...)
 
     def body(carry, sliced):
         x, shared = carry
-        own_g, xs_g = sliced
-        layers = nnx.merge(graphdef, shared, own_g)
-        x, ys = group(layers, x, xs_g)
-        _, shared, own_g = nnx.split(layers, SHARED, ...)
+        own_g, xs_g, g = sliced
+        layers = nnx.merge(graphdef, shared, whole, own_g)
+        token = GROUP.set(g)
+        try:
+            x, ys = group(layers, x, xs_g)
+        finally:
+            GROUP.reset(token)
+        _, shared, _, own_g = nnx.split(layers, SHARED, WholeExperts, ...)
         return (x, shared), (own_g, ys)
 
-    (x, shared), (own, ys) = jax.lax.scan(body, (x, shared), (own, xs))
+    (x, shared), (own, ys) = jax.lax.scan(body, (x, shared), (own, xs, jnp.arange(groups)))
     nnx.update(stack, shared, own)
     return x, ys
 
@@ -245,6 +255,9 @@ def _stack(layers: list, mesh: Mesh, *, first: int, **static) -> LayerStack:
             variable.set_value(_stacked([o[path].get_value() for o in others], spec, mesh))
             if spec:
                 variable.set_metadata(out_sharding=(None, *spec))
+        for _, module in list(one.iter_modules()):  # its experts whole, unsliced by the scan (moe.WholeMoE)
+            if type(module) is ResidualRoutedMoE:
+                hold_whole(module, groups, mesh)
     tail = {str(first + i): layer for i, layer in enumerate(layers) if i >= whole}
     return LayerStack(layers[:p], groups, tail, first=first, **static)
 
@@ -254,7 +267,6 @@ def stack_layers(model: nnx.Module, mesh: Mesh) -> None:
     layers = list(model.layers)
     parts = segments(model)
     _check_shared(layers)
-    recompute_transposed_experts(model)  # the MoE layers' transposed experts: not a residual of the scan
     in_scan(model)  # the matmul-saving recompute without the barrier a scan's loops make needless
     sharing = list(getattr(model, "kv_cache_sharing_patterns", None) or range(len(layers)))
     sources = {j for i, j in enumerate(sharing) if j != i}

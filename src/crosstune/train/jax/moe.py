@@ -14,6 +14,9 @@ objective (docs/BACKEND_EQUIVALENCE.md).
 
 from __future__ import annotations
 
+import contextvars
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -59,34 +62,126 @@ class ResidualRoutedLayer(gemma4.DecoderLayer):
         return cache, ffw * self.skip_scale.value, kv
 
 
-def _not_a_layout_change(prim, *_, **__) -> bool:
-    """A remat policy: every value saved for the backward but the outputs of transposes, reshapes and dtype casts,
-    which the backward recomputes from their inputs."""
-    return prim not in (jax.lax.transpose_p, jax.lax.reshape_p, jax.lax.convert_element_type_p)
+# --- a scan's MoE layers: the experts' stack whole, each layer's group sizes padded to its own experts --------------
+GROUP: contextvars.ContextVar = contextvars.ContextVar("crosstune_scan_group")  # the scan body's group index (traced)
 
 
-class ScannedMoE(ResidualRoutedMoE):
-    """ResidualRoutedMoE in a scan over layers (crosstune.train.jax.layer_scan): the experts' weights that tunix
-    transposes for `ragged_dot` ([E, 2, X, D] to [E, D, 2X]) are transposed again in the backward, as XLA does in the
-    unrolled step, not saved. The scan saves every residual of its body: that copy of each layer's experts (1 GB a
-    layer for the 26B-A4B), written into a stacked buffer and read back: 12 of the 30 ms its 2 layers took more
-    scanned than unrolled on the v5e chip (docs/BENCHMARKS.md)."""
-
-    def __call__(self, x, router_input=None):
-        call = nnx.remat(  # in a scan's body: no barrier against CSE needed (jax.checkpoint's prevent_cse)
-            ResidualRoutedMoE.__call__, policy=_not_a_layout_change, prevent_cse=False, graph_updates=False
-        )
-        return call(self, x, router_input)
+class WholeExperts(nnx.Param):
+    """A scanned MoE's experts, every group's, in one of the layouts ragged_dot reads ([E·G, K, N], E-major): a
+    loop-invariant operand of the scan (crosstune.train.jax.layer_scan._scanned never slices it). A Param (not a
+    LoRAParam): part of the frozen base the train step holds once (crosstune.train.jax.train_step.FROZEN)."""
 
 
-def recompute_transposed_experts(model: nnx.Module) -> int:
-    """Every MoE of `model` (routed as route_on_residual made it) as a ScannedMoE, in place; the number changed."""
-    n = 0
-    for _, module in model.iter_modules():
-        if type(module) is ResidualRoutedMoE:
-            module.__class__ = ScannedMoE
-            n += 1
-    return n
+def _dot(x, whole, g, sizes, sliced: bool):
+    """`x`'s rows (sorted by expert, `sizes` [E] of them each) through group g's experts in `whole` [E·G, K, N]."""
+    e = sizes.shape[0]
+    if sliced:  # [E·G] E-major as [E, G]: a split of the sharded dim each device makes in place, then g's column
+        w = jax.lax.dynamic_index_in_dim(whole.reshape(e, -1, *whole.shape[1:]), g, axis=1, keepdims=False)
+        return jax.lax.ragged_dot(x, w, sizes)
+    return jax.lax.ragged_dot(x, whole, group_sizes(sizes, g, whole.shape[0] // e))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _experts(x, forward, backward, g, sizes, sliced):
+    return _dot(x, forward, g, sizes, sliced)
+
+
+def _experts_fwd(x, forward, backward, g, sizes, sliced):
+    return _dot(x, forward, g, sizes, sliced), (backward, g, sizes)
+
+
+def _experts_bwd(sliced, saved, dy):  # to the input only, through the layout kept for it: the experts are frozen
+    backward, g, sizes = saved
+    return _dot(dy, backward, g, sizes, sliced), None, None, None, None
+
+
+_experts.defvjp(_experts_fwd, _experts_bwd)
+
+
+def _group(groups: int):
+    """The group the scan's body runs (GROUP); a function so a test can offset it."""
+    return GROUP.get()
+
+
+class WholeMoE(ResidualRoutedMoE):
+    """ResidualRoutedMoE in a scan over layer groups, reading its experts from the whole stack of every group's
+    (`WholeExperts`: forward layouts gate [E·G, D, 2X] and down [E·G, X, D], backward ones [E·G, 2X, D] and
+    [E·G, D, X]; index e·G + g) with group sizes zero but at group g's own experts (g: `GROUP`, the scan's xs).
+
+    Why: sliced per iteration, a layer's experts are copied out of the stack in both of the scan's loops (XLA feeds
+    ragged_dot no dynamic-slice in place): 64.5 ms against 33.4 unrolled for the 26B-A4B's 2 layers on the v5e chip,
+    33.3 whole (bench/tpu_moe_layouts.py). The backward reads the layout kept for it, a custom VJP, so it transposes
+    nothing either. E-major (not G-major) so the stack's leading dim shards over `fsdp` as one layer's experts do
+    (each device: the same experts of every layer); the rows stay sorted, as they are sorted by expert.
+
+    Where the experts are split across devices along E (fsdp > 1), XLA gathers ragged_dot's experts whole before
+    the dot, as unrolled it gathers each layer's: padded, that is every group's experts at each layer (G times the
+    collective bytes; the 26B-A4B's 12 layers on a v5p-8: 1.02 GB gathers of [E·G, D/tp, 2X] in each loop). So
+    there (`sliced_experts`) the layer takes its own experts first, g's column of the E-major stack viewed as
+    [E, G, ...] (each device slices its own shard, then XLA gathers one layer's, as unrolled); still both layouts,
+    so nothing is transposed. The price either way: the experts are held twice (both layouts; the 26B-A4B's 12
+    layers on a v5p-8: 10.10 GB of arguments per device against 5.54).
+
+    Only the weight access and the two ragged dots are ours: the routing, the dispatch and collection
+    (tunix_moe._expert_dispatch, _expert_collect), per_expert_scale and the combine weights are tunix's own, as in
+    its _run_ffw_and_routing, so the layer computes what unrolled tunix does."""
+
+    def _run_ffw_and_routing(self, x, expert_choices, expert_weights):
+        sizes, sorted_xs, reverse, combine = tunix_moe._expert_dispatch(x, expert_choices, expert_weights)
+        g, sliced = _group(self.stacked_groups), self.sliced_experts
+        h = _experts(sorted_xs, self.gate_forward.get_value(), self.gate_backward.get_value(), g, sizes, sliced)
+        h = h.reshape(h.shape[0], 2, self.hidden_dim)
+        act = nnx.gelu(h[:, 0, :]) * h[:, 1, :]
+        out = _experts(act, self.down_forward.get_value(), self.down_backward.get_value(), g, sizes, sliced)
+        experts = jnp.repeat(jnp.arange(self.num_experts), sizes, total_repeat_length=out.shape[0])
+        out = out * self.per_expert_scale.value.astype(out.dtype)[experts, None]
+        out = tunix_moe._expert_collect(out, xs_reverse_argsort=reverse, xs_combine_weights=combine)
+        return jnp.einsum("blkd,blk->bld", out, combine, preferred_element_type=out.dtype)
+
+
+def group_sizes(sizes, g, groups: int):
+    """One layer's [E] group sizes in the stack's E-major order ([E·G], e·G + g), zero at every other group's."""
+    return jnp.zeros((sizes.shape[0], groups), sizes.dtype).at[:, g].set(sizes).reshape(-1)
+
+
+def _layouts(gate, down, dtype):
+    """[G, E, 2, X, D] and [G, E, X, D] stacked -> gate forward, gate backward, down forward, down backward."""
+    g, e, _, x_dim, d = gate.shape
+    gate = jnp.swapaxes(gate, 0, 1).reshape(e * g, 2, x_dim, d).astype(dtype)  # E-major: e·G + g
+    down = jnp.swapaxes(down, 0, 1).reshape(e * g, x_dim, d).astype(dtype)
+    gate_forward = jnp.transpose(gate, (0, 3, 1, 2)).reshape(e * g, d, 2 * x_dim)
+    return gate_forward, gate.reshape(e * g, 2 * x_dim, d), down, jnp.swapaxes(down, 1, 2)
+
+
+def hold_whole(moe: ResidualRoutedMoE, groups: int, mesh) -> None:
+    """A stacked MoE (its Variables [G, ...] by crosstune.train.jax.layer_scan._stack) as a WholeMoE, in place: its
+    experts in the four layouts (compute dtype), each sharded as the layer's experts are along E (its gate
+    [E, 2, X, D] spec (e, _, x, d) -> forward (e, d, x), backward (e, x, d); down (e, x, d) -> (e, x, d), (e, d, x)),
+    the stacked originals dropped."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    gate_var, down_var = moe.gating_einsum, moe.linear
+    ge, _, gx, gd = (tuple(gate_var.get_metadata().get("out_sharding") or ()) + (None,) * 5)[1:5]
+    de, dx, dd = (tuple(down_var.get_metadata().get("out_sharding") or ()) + (None,) * 4)[1:4]
+    specs = ((ge, gd, gx), (ge, gx, gd), (de, dx, dd), (de, dd, dx))
+    shardings = tuple(NamedSharding(mesh, PartitionSpec(*s)) for s in specs)
+    gate, down = gate_var.get_value(), down_var.get_value()
+    dtype = moe.config.dtype
+    if isinstance(gate, jax.ShapeDtypeStruct):
+        shapes = jax.eval_shape(lambda a, b: _layouts(a, b, dtype), gate, down)
+        values = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h) for s, h in zip(shapes, shardings, strict=True)]
+    else:
+        values = jax.jit(lambda a, b: _layouts(a, b, dtype), out_shardings=shardings)(gate, down)
+        gate.delete()
+        down.delete()
+    del moe.gating_einsum, moe.linear
+    names = ("gate_forward", "gate_backward", "down_forward", "down_backward")
+    for name, value, spec in zip(names, values, specs, strict=True):
+        setattr(moe, name, WholeExperts(value, out_sharding=spec))
+    moe.stacked_groups = groups
+    axes = ge if isinstance(ge, tuple) else (ge,)
+    moe.sliced_experts = any(a is not None and mesh.shape[a] > 1 for a in axes)  # WholeMoE: gathered if split
+    moe.__class__ = WholeMoE
 
 
 def route_on_residual(model: nnx.Module) -> int:
