@@ -75,12 +75,16 @@ MEASURED = {
     ("gemma3-27b-tpu-v6e-8", (UNROLLED,), 2): (0.1745, 6.93),
     ("gemma3-27b-tpu-v6e-8", (), 2): (0.1745, 9.41),  # as it ships now: scanned
     ("gemma4-26b-a4b-tpu-v5p-8", (), 2): (0.1167, None),
-    # 2026-12-07, stop 62, one call beside an unrolled 0.1484 s: scanned, each layer's experts copied out of the
-    # stacked weights in both loops (timing.SCANNED_EXPERT_COPIES); with dots_and_attention the MoE's forward runs
-    # again in the backward (timing.MOE_RECOMPUTED, fitted to the scanned row; the unrolled one checks it)
-    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN), 2): (0.1731, 11.10),
-    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *KEPT), 2): (0.1917, 8.35),
-    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, *KEPT), 2): (0.1713, None),  # not fitted; 7.01 GB (planner 7.88, +12 %)
+    # 2026-12-07, stop 63, two calls, the first beside an unrolled 0.1486 s: scanned, each MoE layer reading its
+    # experts whole in both of ragged_dot's layouts (crosstune.train.jax.moe.WholeMoE) runs as fast as unrolled; with
+    # dots_and_attention the MoE's forward runs again in the backward (timing.MOE_RECOMPUTED_SCANNED, fitted to the
+    # 2-layer row, the 3-layer one checks it; unrolled, timing.MOE_RECOMPUTED, fitted in stop 62 to a scan since
+    # replaced, checked by both unrolled rows). The second layout in the memory: estimate._second_layout
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN), 2): (0.1486, 13.19),
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *KEPT), 2): (0.1584, 10.46),
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *KEPT), 3): (0.1946, 14.57),
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, UNROLLED, *KEPT), 3): (0.2141, 9.03),
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, UNROLLED, *KEPT), 2): (0.1713, None),  # 7.01 GB (planner 7.88, +12 %)
 }
 
 

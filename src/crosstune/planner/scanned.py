@@ -7,9 +7,11 @@ The terms are the residuals `jax.vjp` of the step (LoRA grads only) names in the
 its source line (2026-12-07, tunix's Gemma 3 and 4 models, crosstune's LoRA provider and splash; one v5e chip, the
 31B's, Gemma 3 27B's and the 26B-A4B's first 2 layers): 6.49, 3.55 and 3.80 GB of residuals, each within 0.1 % of
 the sum below (traced as tests/train/jax/test_scan_recompute.py reads saved residuals). Against the chip's peak,
-base + LoRA + these + the larger of the loss's buffers and one layer's backward iteration (its working set; a MoE
-layer's experts transposed again, crosstune.train.jax.moe.ScannedMoE): 12.99 GB for the 31B (12.87 measured), 9.58
-for Gemma 3 (9.41), 11.19 for the 26B-A4B (11.10; 9.98 without the iteration). Over fsdp 2 XLA's full-depth
+base + LoRA + these + the larger of the loss's buffers and one layer's backward iteration (its working set): 12.99
+GB for the 31B (12.87 measured), 9.58 for Gemma 3 (9.41). The 26B-A4B's, traced while its scanned MoE still
+transposed its experts in the backward (11.19 GB with that copy in the iteration, 11.10 measured), holds them in
+both layouts since (crosstune.train.jax.moe.WholeMoE; estimate._second_layout): 13.03 against 13.19 measured
+(2026-12-07, stop 63). Over fsdp 2 XLA's full-depth
 compiles hold more (the 26B-A4B on v5p-8 −34 %, the E4B on v6e-4 −19 %): estimate.SCANNED_MEMORY_NOTE says so."""
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ Kinds of work, per device and micro-step (rows split over fsdp, heads and widths
 - moe: a MoE layer's routing (each token's top-k copies sorted, gathered, scattered back): `moe_passes` of those
   copies' bytes at the same rate; fitted to one measured shape (the MoE's kernels weren't profiled apart). With
   `dots` or `dots_and_attention` the backward runs the MoE's forward again (its ragged dots are no dot_general the
-  policy keeps): the experts' flops once more, and MOE_RECOMPUTED of the routing. Scanned
-  (backend.jax.scan_layers), each layer's experts are copied out of the stacked weights in both loops: XLA feeds
-  `ragged_dot` no slice in place (SCANNED_EXPERT_COPIES).
+  policy keeps): the experts' flops once more, and MOE_RECOMPUTED of the routing (MOE_RECOMPUTED_SCANNED in a
+  scan, whose MoE holds its experts in both of ragged_dot's layouts and transposes nothing:
+  crosstune.train.jax.moe.WholeMoE). Scanned where fsdp splits the experts, each layer's own are copied out of
+  the stack in both loops first: XLA feeds `ragged_dot` no slice in place (SCANNED_EXPERT_COPIES).
 Calibrated on a TPU v5e (docs/BENCHMARKS.md, "TPU v5e chip, measured"): the efficiencies are the chip's; on v5p and
 v6e the same fractions of their own peaks and bandwidths are assumed (the same MXU/VPU design, not measured there).
 One calibration, at XLA's default scoped VMEM: a recipe's backend.jax.scoped_vmem_kib gets it too, and the
@@ -70,9 +71,16 @@ MOE_PASSES = 22.7
 # 2026-12-07, stop 62): 18.6 ms, of which the experts' forward flops are 4.7 (the `matmul` rate); the rest, 13.9,
 # is 0.32 of the routing's 44.0 ms, fitted (the MoE forward's share of it: not profiled apart)
 MOE_RECOMPUTED = 0.32
-# Scanned, a MoE layer's experts are read from the stacked weights and written as one layer's, in the forward's
-# loop and the backward's: 4 passes over their bytes. The 26B-A4B's 2 layers at 4096 tokens: 18.4 ms of such
-# copies in the chip's profile (2026-12-07, stop 62, `plan --run --profile`), 17.1 counted so at the `hbm` rate
+# Scanned, a MoE layer holding its experts whole in both layouts (crosstune.train.jax.moe.WholeMoE) ran its 2
+# layers at 4096 tokens in 0.1486 s, as unrolled (0.1486 s in the same call), and 0.1584 s with dots_and_attention
+# (v5e, 2026-12-07, stop 63, `python bench/tpu_shapes.py --shape "recipes/gemma4-26b-a4b-tpu-v5p-8.yaml 2
+# data.max_seq_len=4096 backend.jax.scan_layers=true [SET ...]"`): 9.8 ms, of which the experts' forward flops are
+# 4.7; the rest is 0.116 of the routing, fitted. Its 3 layers with dots_and_attention check it: 0.1946 s measured.
+MOE_RECOMPUTED_SCANNED = 0.116
+# Where fsdp splits the experts, a scanned MoE layer first takes its own from the stack (each device its shard):
+# read and written as one layer's, in the forward's loop and the backward's, 4 passes over their bytes. Forced on
+# one chip, the 26B-A4B's 2 layers at 4096 tokens ran 18.2 ms over the whole stack's 0.1486 s (stop 63, the same
+# command); 17.1 ms counted so at the `hbm` rate (stop 62's profile of those copies: 18.4 ms)
 SCANNED_EXPERT_COPIES = 4
 
 CALIBRATIONS: dict[str, Calibration] = {
@@ -159,7 +167,9 @@ def work(plan: Plan, recipe: Recipe) -> dict:
     cal = calibration(plan.hardware.chip.name)
     logits = tokens * spec.vocab_size * 4  # the fp32 logits of one pass over the rows
     lora_state = 4 * spec.lora_params(lora_rank, lora_targets) * 4  # fp32 params, grads, accumulator, moments
-    copies = SCANNED_EXPERT_COPIES * expert_bytes if recipe.backend.jax.scan_layers else 0.0
+    scanned = recipe.backend.jax.scan_layers
+    copies = SCANNED_EXPERT_COPIES * expert_bytes if scanned and fsdp > 1 else 0.0  # the experts split over fsdp
+    moe_recomputed = (MOE_RECOMPUTED_SCANNED if scanned else MOE_RECOMPUTED) if recompute_experts else 0.0
     return {
         "matmul": matmul / devices,
         "head": tokens * 4.0 * spec.vocab_size * d / devices,  # the logits and their gradient (one pass: logits.py)
@@ -167,7 +177,7 @@ def work(plan: Plan, recipe: Recipe) -> dict:
         "attention": attention_flops / devices,
         "elementwise": (cal.passes * activation + lora_state) / devices,
         "head_elementwise": cal.head_passes * logits / devices,
-        "moe": (cal.moe_passes * routed * (1 + (MOE_RECOMPUTED if recompute_experts else 0)) + copies) / devices,
+        "moe": (cal.moe_passes * routed * (1 + moe_recomputed) + copies) / devices,
     }
 
 
