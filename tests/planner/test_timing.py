@@ -50,7 +50,8 @@ MEASURED = {
     ("gemma4-31b-tpu-v5p-8", (S4096, TWO_PASS, UNROLLED), 4): (0.4006, 12.72),
     ("gemma4-31b-tpu-v5p-8", (*BEST, *DOTS, UNROLLED), 4): (0.3922, 13.21),
     # with jax.checkpoint's barrier (stop 58, before remat.in_scan): 14.91 GB, which the planner (13.41) does not model:
-    # time only. The barrier cost dots_and_attention's same scan 1.33 GB (15.25 against 13.92 without it, stop 62)
+    # time only. The barrier cost dots_and_attention's same scan 1.33 GB (15.25 against 13.92 without it, stop 62);
+    # XLA's compile without it: 15.68 GB, dots_and_attention's 15.32 (docs/BENCHMARKS.md, "The dots policies")
     ("gemma4-31b-tpu-v5p-8", (*BEST, *DOTS, SCAN), 4): (0.4318, None),
     ("gemma4-31b-tpu-v5p-8", (*BEST, *KEPT, UNROLLED), 4): (0.3872, 13.43),
     # scanned without jax.checkpoint's barrier (stop 62; 0.4272 s and 15.25 GB with it, stop 60)
