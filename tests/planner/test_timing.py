@@ -30,7 +30,8 @@ S4096 = "data.max_seq_len=4096"
 # beside no recompute at 0.3752 s): the planner models the unrolled step. A scanned one (SCAN) ran 2-11 % slower and
 # held 1-2 GB more on the chip while each layer's recompute kept jax.checkpoint's barrier (its loop copied the
 # stacked weights and kept residuals); without it (stop 62) the 31B's 4 layers run 3.5 % slower and hold 0.49 GB
-# more, the E4B's 12 hold 1.1 GB less (docs/BENCHMARKS.md)
+# more, the E4B's 12 hold 1.1 GB less (docs/BENCHMARKS.md). Under either policy the planner holds the kept outputs
+# and the larger of the loss's buffers and one layer's recompute (crosstune.planner.estimate: Memory.backward_iteration)
 DOTS = ("train.gradient_checkpointing=true", "train.kernels.recompute=dots")
 KEPT = ("train.gradient_checkpointing=true", "train.kernels.recompute=dots_and_attention")
 SCAN = "backend.jax.scan_layers=true"
@@ -48,15 +49,18 @@ MEASURED = {
     ("gemma4-31b-tpu-v5p-8", (S4096, VMEM_112, TWO_PASS, UNROLLED), 4): (0.3751, 12.77),
     ("gemma4-31b-tpu-v5p-8", (S4096, TWO_PASS, UNROLLED), 4): (0.4006, 12.72),
     ("gemma4-31b-tpu-v5p-8", (*BEST, *DOTS, UNROLLED), 4): (0.3922, 13.21),
-    ("gemma4-31b-tpu-v5p-8", (*BEST, *DOTS, SCAN), 4): (0.4318, 14.91),
+    # with jax.checkpoint's barrier (stop 58, before remat.in_scan): 14.91 GB, which the planner (13.41) does not model:
+    # time only. The barrier cost dots_and_attention's same scan 1.33 GB (15.25 against 13.92 without it, stop 62);
+    # XLA's compile without it: 15.68 GB, dots_and_attention's 15.32 (docs/BENCHMARKS.md, "The dots policies")
+    ("gemma4-31b-tpu-v5p-8", (*BEST, *DOTS, SCAN), 4): (0.4318, None),
     ("gemma4-31b-tpu-v5p-8", (*BEST, *KEPT, UNROLLED), 4): (0.3872, 13.43),
     # scanned without jax.checkpoint's barrier (stop 62; 0.4272 s and 15.25 GB with it, stop 60)
     ("gemma4-31b-tpu-v5p-8", (*BEST, *KEPT, SCAN), 4): (0.4008, 13.92),
     ("gemma4-e4b-tpu-v6e-4", E4B_BEFORE, 12): (0.1902, 10.91),
-    # as it ships now, scanned without the barrier (stop 62; 11.87 GB with it): 10.91 GB, which the planner's 12.18
-    # exceeds by 11.6 % since it models the unrolled step under recompute (XLA's compile of these 12 layers
-    # unrolled: 12.01 GB)
-    ("gemma4-e4b-tpu-v6e-4", (), 12): (0.1896, None),
+    # as it ships now, scanned without the barrier (stop 62; 11.87 GB with it); the planner models the unrolled step
+    # (11.94 GB; XLA's compile of these 12 layers unrolled: 12.01, scanned 10.93; 12.18 while it summed the loss and
+    # a layer's recompute)
+    ("gemma4-e4b-tpu-v6e-4", (), 12): (0.1896, 10.91),
     ("gemma3-27b-tpu-v6e-8", (TWO_PASS, UNROLLED), 6): (0.3341, 13.23),
     ("gemma4-e4b-tpu-v6e-4", (*E4B_BEFORE, TWO_PASS), 6): (0.1243, 6.81),
     ("gemma4-31b-tpu-v5p-8", (S4096, UNROLLED), 5): (0.4679, 14.84),
@@ -84,7 +88,9 @@ MEASURED = {
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *KEPT), 2): (0.1584, 10.46),
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *KEPT), 3): (0.1946, 14.57),
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, UNROLLED, *KEPT), 3): (0.2141, 9.03),
-    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, UNROLLED, *KEPT), 2): (0.1713, None),  # 7.01 GB (planner 7.88, +12 %)
+    # its MoE layers' experts (ragged_dot, not a dot the policy keeps) recomputed after the loss, not beside it: 6.91
+    # GB planned (7.88, +12 %, summing them; XLA's compile for one v5e: 7.51)
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, UNROLLED, *KEPT), 2): (0.1713, 7.01),
 }
 
 

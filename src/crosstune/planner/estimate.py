@@ -47,8 +47,9 @@ class Memory:
     # the part of the activations alive while the loss runs; None: all of them. Under jax's full remat the loss runs
     # before any layer's recompute, so the peak is the larger of the two phases, not their sum
     held_through_loss: float | None = None
-    # a scan's backward loop (backend.jax.scan_layers, not full remat): one layer's backward at a time after the loss,
-    # beside all the activations, so the peak holds the larger of it and the loss (crosstune.planner.scanned)
+    # one layer's backward at a time after the loss, beside all the activations, so the peak holds the larger of it
+    # and the loss: a scan's backward loop with nothing recomputed (crosstune.planner.scanned), and under dots or
+    # dots_and_attention, scanned or not, a layer's recompute of what the policy doesn't keep (docs/DESIGN_NOTES.md)
     backward_iteration: float | None = None
 
     @property
@@ -204,21 +205,26 @@ def memory(
     if selective is not None and recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_attention:
         acts = selective
     kept_matmuls = recipe.train.gradient_checkpointing and not recipe.train.kernels.recomputes_matmuls
+    full_remat = backend == "jax" and recipe.train.gradient_checkpointing and recipe.train.kernels.recompute == "full"
+    scanned = backend == "jax" and recipe.backend.jax.scan_layers and not full_remat
+    iteration = None
     if backend == "jax" and kept_matmuls:  # dots, dots_and_attention (+ splash's residuals: the recipe needs splash)
         lora_targets = tuple(recipe.lora.targets)
         acts = sum(saved_matmuls(spec, i, b, seq, a, tp, lora_targets) for i in range(spec.num_layers)) + residual
         if not recipe.train.kernels.recomputes_attention:
             acts += sum(splash_residuals(spec, i, b, seq, a, tp) for i in range(spec.num_layers))
-        acts += max(w - kept_in_working_set(spec, i, b, seq, a, tp) for i, w in enumerate(working)) + mask
-    full_remat = backend == "jax" and recipe.train.gradient_checkpointing and recipe.train.kernels.recompute == "full"
-    scanned = backend == "jax" and recipe.backend.jax.scan_layers and not full_remat
-    iteration = None
+        acts += mask
+        # what a layer's backward recomputes (its working set but what the policy keeps) runs after the loss, as
+        # a scan's backward iteration does (Memory.backward_iteration): the larger of the two, not their sum
+        iteration = max(w - kept_in_working_set(spec, i, b, seq, a, tp) for i, w in enumerate(working))
     if scanned and not recipe.train.gradient_checkpointing:  # every residual the scan's body names, stacked
         targets, dropout = tuple(recipe.lora.targets), recipe.lora.dropout > 0
         acts = sum(scan_residuals(spec, i, b, seq, a, tp, targets, dropout) for i in range(spec.num_layers)) + mask
         iteration = max(working)
     if backend == "jax" and recipe.backend.jax.scan_layers and spec.moe is not None:
         base += _second_layout(spec, mesh, a)
+        if scanned and iteration is not None and fsdp > 1:  # where fsdp splits the experts, each layer's backward
+            iteration += max(_expert_layers(spec, tp, a).values()) / fsdp  # copies its own out of the device's shard
     # jax's full remat keeps only the layers' inputs through the loss: the 12B's 6 layers on the v5e chip held 6.75 GB
     # (XLA's plan 7.02), the sum of both phases said 8.01 (docs/BENCHMARKS.md)
     return Memory(
@@ -358,5 +364,11 @@ def _oom(mem: Memory, unit: str) -> str:
         + (f"fsdp-gathered layers {mem.gathered:.1f}, " if mem.gathered else "")
         + f"activations {mem.activations:.1f}, "
         f"logits {mem.logits:.1f}"
-        + (")" if mem.held_through_loss is None else "; the loss and a layer's recompute at different times)")
+        + (")" if mem.held_through_loss is None and mem.backward_iteration is None else "")
+        + ("" if mem.held_through_loss is None else "; the loss and a layer's recompute at different times)")
+        + (
+            ""
+            if mem.backward_iteration is None
+            else f"; the larger of it and a layer's backward, {mem.backward_iteration:.1f})"
+        )
     )
