@@ -199,7 +199,7 @@ def test_the_moe_planner_holds_a_few_layers_of_gathered_experts():
     """Gemma 4 26B-A4B on v5p-8 (fsdp 2 × tp 2): the dense layers' fsdp-gathered weights are held to their backward,
     the experts' only where a layer runs (XLA's temp grew 0.18-0.20 GB per layer with remat, not the 0.76 GB of one
     layer's gathered experts): EXPERT_LAYERS_LIVE layers of them, and the LM head's embedding while the loss runs."""
-    from crosstune.planner.estimate import EXPERT_LAYERS_LIVE
+    from crosstune.planner.memory import EXPERT_LAYERS_LIVE
 
     remat = ["train.gradient_checkpointing=true", "backend.jax.attention=dense"]
     plan = plan_recipe(load_for_plan(G4_MOE, remat), backend="jax")

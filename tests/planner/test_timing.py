@@ -83,7 +83,7 @@ MEASURED = {
     # experts whole in both of ragged_dot's layouts (crosstune.train.jax.moe.WholeMoE) runs as fast as unrolled; with
     # dots_and_attention the MoE's forward runs again in the backward (timing.MOE_RECOMPUTED_SCANNED, fitted to the
     # 2-layer row, the 3-layer one checks it; unrolled, timing.MOE_RECOMPUTED, fitted in stop 62 to a scan since
-    # replaced, checked by both unrolled rows). The second layout in the memory: estimate._second_layout
+    # replaced, checked by both unrolled rows). The second layout in the memory: memory._second_layout
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN), 2): (0.1486, 13.19),
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *KEPT), 2): (0.1584, 10.46),
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *KEPT), 3): (0.1946, 14.57),

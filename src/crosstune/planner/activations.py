@@ -1,6 +1,6 @@
 """The activation terms of the planner's memory model, per layer and per device (crosstune.planner.estimate sums
 them): a layer's working set, what each recompute mode keeps, and the loss's logits. Why each is what it is:
-docs/DESIGN_NOTES.md, "crosstune.planner.estimate"."""
+docs/DESIGN_NOTES.md, "crosstune.planner.estimate and crosstune.planner.memory"."""
 
 from __future__ import annotations
 

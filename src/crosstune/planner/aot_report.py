@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from crosstune.families import get_family
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import Chip
-from crosstune.planner.estimate import Memory, Plan
+from crosstune.planner.estimate import Plan
+from crosstune.planner.memory import Memory
 from crosstune.units import GB
 
 ROOFLINE_NOTE = (

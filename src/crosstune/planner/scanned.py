@@ -10,7 +10,7 @@ the sum below (traced as tests/train/jax/test_scan_recompute.py reads saved resi
 base + LoRA + these + the larger of the loss's buffers and one layer's backward iteration (its working set): 12.99
 GB for the 31B (12.87 measured), 9.58 for Gemma 3 (9.41). The 26B-A4B's, traced while its scanned MoE still
 transposed its experts in the backward (11.19 GB with that copy in the iteration, 11.10 measured), holds them in
-both layouts since (crosstune.train.jax.moe.WholeMoE; estimate._second_layout): 13.03 against 13.19 measured
+both layouts since (crosstune.train.jax.moe.WholeMoE; memory._second_layout): 13.03 against 13.19 measured
 (2026-12-07, stop 63). Over fsdp 2 XLA's full-depth
 compiles hold more (the 26B-A4B on v5p-8 −34 %, the E4B on v6e-4 −19 %): estimate.SCANNED_MEMORY_NOTE says so."""
 

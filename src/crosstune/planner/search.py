@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
 from crosstune.planner.aot_report import CompiledStep, Roofline, roofline
-from crosstune.planner.estimate import Memory
+from crosstune.planner.memory import Memory
 from crosstune.recipe import Recipe
 from crosstune.units import GB
 

@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from crosstune.planner.aot_report import planner_bytes
-from crosstune.planner.estimate import Memory, Plan
+from crosstune.planner.estimate import Plan
+from crosstune.planner.memory import Memory
 from crosstune.recipe import Recipe
 from crosstune.units import GB, bytes_to_gib
 
