@@ -19,16 +19,16 @@ LENGTH = 32
 PAIR = ("sliding", "global")
 
 
-def gemma4_config(layers: int, *, kv_shared: int = 0, moe: bool = False) -> dict:
+def gemma4_config(layers: int, *, kv_shared: int = 0, moe: bool = False, double_wide: bool = True) -> dict:
     """A tiny Gemma 4 (31B layout: k_eq_v global layers, softcap) whose attention pattern repeats every 2 layers;
     with `kv_shared`, the E sizes' layout: the last `kv_shared` layers reuse earlier layers' K/V and have MLPs twice
-    as wide (E2B's), and every layer takes a per-layer input; with `moe`, the 26B-A4B's: 8 experts of width 32, 2 per
-    token, beside the dense MLP."""
+    as wide (E2B's; as wide as the others without `double_wide`: E4B's), and every layer takes a per-layer input;
+    with `moe`, the 26B-A4B's: 8 experts of width 32, 2 per token, beside the dense MLP."""
     from crosstune.families import get_family
     from crosstune.families.gemma4.family import make_spec
     from crosstune.families.spec import MoE
 
-    e = dict(kv_shared=kv_shared, per_layer_input=16, double_wide=True) if kv_shared else {}
+    e = dict(kv_shared=kv_shared, per_layer_input=16, double_wide=double_wide) if kv_shared else {}
     e |= dict(moe=MoE(num_experts=8, top_k=2, expert_dim=32)) if moe else {}
     spec = make_spec("gemma-4-scan-test", layers, 64, 128, 4, 2, 32, 1, 64, 16, 128, every=2, **e)
     types = (PAIR * layers)[:layers]
@@ -53,6 +53,7 @@ def tiny_model(
     family: str = "gemma4",
     kv_shared: int = 0,
     moe: bool = False,
+    double_wide: bool = True,
 ):
     """The tunix model with crosstune's Qwix LoRA (r=4, all targets, dropout), random base and LoRA from seed 0,
     its layers stacked last when `scan` (as the run's worker does)."""
@@ -65,7 +66,11 @@ def tiny_model(
     from crosstune.train.jax.model import abstract_model, mesh_context
 
     lora = LoraSection(rank=4, alpha=8.0, dropout=dropout)
-    config = gemma4_config(layers, kv_shared=kv_shared, moe=moe) if family == "gemma4" else gemma3_config(layers)
+    config = (
+        gemma4_config(layers, kv_shared=kv_shared, moe=moe, double_wide=double_wide)
+        if family == "gemma4"
+        else gemma3_config(layers)
+    )
     model, _ = abstract_model(family, config, mesh, remat=remat, lora=lora, platform="cpu")
     graphdef, abstract = nnx.split(model)
     leaves, tree = jax.tree.flatten(abstract)

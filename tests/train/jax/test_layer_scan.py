@@ -1,8 +1,8 @@
 """The decoder layers held stacked and scanned over groups (crosstune.train.jax.layer_scan, backend.jax.scan_layers):
 the model holds one array per tensor of a group, the layers after the complete groups run after the scan, the
-Gemma 4 E sizes stack in two segments, and the program is a loop whose text does not grow with depth. Stacked names
-map back to tunix's per-layer ones; a whole run trains and exports as unrolled. What the scan's body saves and
-recomputes, and that it computes the unrolled step: tests/train/jax/test_scan_recompute.py."""
+Gemma 4 E2B stacks in two segments and the E4B in one body, and the program is a loop whose text does not grow with
+depth. Stacked names map back to tunix's per-layer ones; a whole run trains and exports as unrolled. What the scan's
+body saves and recomputes, and that it computes the unrolled step: tests/train/jax/test_scan_recompute.py."""
 
 from __future__ import annotations
 
@@ -60,9 +60,10 @@ def test_the_stacked_program_is_a_loop_that_does_not_grow_with_depth(mesh):
 
 
 def test_e_sizes_stack_in_two_segments(mesh):
-    """The E layout, 9 layers of which the last 5 read layers 2's (sliding) and 3's (global) K/V (tunix's sharing
+    """The E2B's layout, 9 layers of which the last 5 read layers 2's (sliding) and 3's (global) K/V (tunix's sharing
     pattern), every layer with a per-layer input: the 4 that own their K/V stacked (2 groups of 2), then the 5 that
-    share (2 groups of 2 and one after, MLPs twice as wide); the same loss and gradients as unrolled, dropout on."""
+    share (2 groups of 2 and one after, MLPs twice as wide: not one body, crosstune.train.jax.kv_carry); the same
+    loss and gradients as unrolled, dropout on."""
     from crosstune.train.jax.layer_scan import segments
 
     unrolled = tiny_model(mesh, 9, scan=False, kv_shared=5)
@@ -75,6 +76,32 @@ def test_e_sizes_stack_in_two_segments(mesh):
     assert_same_step(result, loss_and_grads(unrolled, mesh))
     assert "layers.8.per_layer_input_gate.w_lora_a" not in result[1]  # LoRA adapts attention and MLP only
     assert {f"layers.{i}.mlp.up_proj.kernel_lora_a" for i in range(9)} <= result[1].keys()
+
+
+def test_e4b_layout_scans_in_one_body(mesh):
+    """The E4B's layout (the sharing layers built as the owning ones: MLPs as wide), 9 layers of which the last 5 read
+    layers 2's and 3's K/V: one stack, 4 groups of 2 (the first 2 own their K/V) and a sharing tail layer, scanned by
+    one loop as a model without KV sharing (the forward's scan and its transpose; two segments: two of each), the
+    sharing layers without K/V LoRA as unrolled; the same loss and gradients as unrolled, dropout on, to the
+    tolerances of tests/helpers/scan_models.py: the one body adds only exact operations (the flag's cond and the
+    carry's selects pick values, the zero padding of the K/V LoRA is never read), so the scan and unrolled steps
+    differ as any scan does, by the order XLA sums a reduction in (measured: the loss equal, gradients 1.4e-6). A
+    flag flipped (the first groups reading, the last computing) or the carry keeping the first group's K/V (layers
+    0's and 1's, not 2's and 3's) fails the loss by far more (checked by hand)."""
+    unrolled = tiny_model(mesh, 9, scan=False, kv_shared=5, double_wide=False)
+    scanned = tiny_model(mesh, 9, scan=True, kv_shared=5, double_wide=False)
+    layout = [(s.first, s.groups, s.owning, len(s.stack), sorted(s.tail)) for s in scanned.layers]
+    assert layout == [(0, 4, 2, 2, ["8"])]
+    assert scanned.kv_cache_sharing_patterns == [0]  # tunix's loop meets one layer, sharing nothing
+    result = loss_and_grads(scanned, mesh)
+    assert_same_step(result, loss_and_grads(unrolled, mesh))
+    assert {f"layers.{i}.attn.kv_einsum.w_lora_a" for i in (0, 2)} <= result[1].keys()
+    assert not any(f"layers.{i}.attn.k" in name for i in range(4, 9) for name in result[1])
+    loops = {
+        kw.get("kv_shared"): _lowered_text(tiny_model(mesh, 9, scan=True, **kw), mesh).count("stablehlo.while")
+        for kw in (dict(kv_shared=5, double_wide=False), dict())
+    }
+    assert loops[5] == loops[None], loops
 
 
 def test_refuses_kv_sharing_that_does_not_split_in_two(mesh):
@@ -125,6 +152,15 @@ def test_stacked_names_map_to_tunix_layers():
         per_layer({one: a, "layers.2.stack.0.x": a})  # no segment 1
     with pytest.raises(ScanError, match=r"^layers.1.tail.3.x: segment 1, but"):
         per_layer({one: a, "layers.1.tail.3.x": a[0]})  # a tail without its segment's groups
+    # one body of a KV-sharing model (kv_carry): its K/V LoRA of the first (owning) groups alone, no more
+    kv = "layers.0.stack.0.attn.kv_einsum.w_lora_a"
+    owned = per_layer({one: a, "layers.0.stack.1.x": a, kv: a[:2]})  # 3 groups of 2, the first 2 owning
+    assert sorted(k for k in owned if "kv_einsum" in k) == [
+        "layers.0.attn.kv_einsum.w_lora_a",
+        "layers.2.attn.kv_einsum.w_lora_a",
+    ]
+    with pytest.raises(ScanError, match=r"kv_einsum.w_lora_a: stacked with 4 groups"):
+        per_layer({one: a, kv: np.zeros((4, 2))})
     # two segments (the E sizes): the second's layers follow the first's groups and tail
     two = per_layer({one: a, "layers.0.tail.3.x": a[0], "layers.1.stack.0.x": a, "layers.1.stack.1.x": a})
     assert sorted(k for k in two if k.endswith(".x")) == [f"layers.{i}.x" for i in (3, 4, 5, 6, 7, 8, 9)]

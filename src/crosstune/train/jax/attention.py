@@ -123,6 +123,23 @@ def _normalize_v(v):  # Gemma 4's parameter-free RMS norm of the values (tunix 0
     return v * jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1, keepdims=True) + 1e-06)
 
 
+def own_kv(attn: gemma4.Attention, x, segment_pos) -> tuple:
+    """A Gemma 4 attention's own K/V for its input `x`, normed and roped, as tunix 0.1.7's Attention.block computes
+    them without a shared cache (crosstune.train.jax.kv_carry computes them apart from the block)."""
+    x, act = x.astype(attn.config.dtype), attn.config.shd_config.act_btnh
+    if hasattr(attn, "k_einsum"):  # k_eq_v: the keys are the values
+        k = v = attn.k_einsum(x)
+    else:
+        k, v = attn.kv_einsum(x)
+    k, v = shard(k, act), _normalize_v(shard(v, act))
+    rope = dict(
+        base_frequency=attn.rope_base_frequency,
+        scale_factor=attn.rope_scale_factor,
+        rope_proportion=attn.rope_proportion,
+    )
+    return gemma4.apply_rope(attn._key_norm(k), segment_pos, **rope), v
+
+
 class Gemma4SplashAttention(gemma4.Attention):
     """tunix's Gemma 4 attention whose training path runs splash with segment ids (attn_mask: [B, L] ids)."""
 
@@ -142,12 +159,7 @@ class Gemma4SplashAttention(gemma4.Attention):
         if kv_shared_cache is not None:  # a KV-shared layer (E models): its owner's normed, roped K/V, as tunix's
             k, v = kv_shared_cache["k"], kv_shared_cache["v"]
         else:
-            if hasattr(self, "k_einsum"):  # k_eq_v: the keys are the values
-                k = v = self.k_einsum(x)
-            else:
-                k, v = self.kv_einsum(x)
-            k, v = shard(k, act), _normalize_v(shard(v, act))
-            k = gemma4.apply_rope(self._key_norm(k), segment_pos, **rope)
+            k, v = own_kv(self, x, segment_pos)
         sliding = self.attn_type == gemma4.AttentionType.LOCAL_SLIDING
         with jax.named_scope(SCOPE + ("sliding" if sliding else "global")):
             encoded = splash_attention(

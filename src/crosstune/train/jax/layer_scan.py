@@ -22,6 +22,9 @@ layer, its source's K/V; the stacks take the same through tunix's own loop, whic
 stack returns its source layers' K/V as its K/V, tunix's sharing pattern says stack 1 reads stack 0's, and the
 embedder returns every layer's per-layer inputs as each stack's row (`_WholePerLayerInputs`); each layer in a scan
 gets its own slice of them (the scan's xs) and its source's K/V (a constant of the body: one source per position).
+Where the sharing layers are built as the owning ones (the E4B; not the E2B, whose sharing MLPs are twice as wide)
+and the owning ones make whole groups, one stack scans all the groups in one body instead, the flag of the groups
+that own their K/V its xs and the source layers' K/V its carry: crosstune.train.jax.kv_carry.
 
 A MoE layer in a stack (Gemma 4 26B-A4B) reads its experts whole, every group's in one [E·G, ...] tensor per layout
 ragged_dot reads, and pads its group sizes to its own group's experts (crosstune.train.jax.moe.WholeMoE): sliced
@@ -42,6 +45,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from crosstune.train.jax import kv_carry
 from crosstune.train.jax.moe import GROUP, ResidualRoutedMoE, WholeExperts, hold_whole
 from crosstune.train.jax.remat import in_scan
 from crosstune.train.jax.stacked_names import ScanError, layer_name, per_layer
@@ -93,11 +97,13 @@ class LayerStack(nnx.Module):
         sources: tuple[int, ...] = (),
         reads: tuple[int, ...] = (),
         per_layer_dim: int = 0,
+        owning: int = 0,
     ) -> None:
         self.stack = nnx.List(stack)
         self.groups = groups
         self.tail = nnx.Dict(tail)
         self.first, self.sources, self.reads, self.per_layer_dim = first, sources, reads, per_layer_dim
+        self.owning = owning  # one body for a KV-sharing model (kv_carry): the first `owning` groups own their K/V
 
     def __call__(self, x, positions, cache, attention_mask, **kwargs):
         if cache is not None:
@@ -111,14 +117,18 @@ class LayerStack(nnx.Module):
         def extra(k: int, layer_input) -> dict:
             """The k-th layer of the segment's own arguments: its per-layer input, its source's K/V."""
             out = {} if layer_input is None else {"per_layer_input": layer_input}
-            if self.reads:
+            if self.reads and not self.owning:
                 out["kv_shared_cache"] = {"k": shared_kv["k"][self.reads[k]], "v": shared_kv["v"][self.reads[k]]}
             return out
 
-        def call(layer, x, k: int, layer_input):
-            out = layer(x, positions, None, attention_mask, **{**kwargs, **extra(k, layer_input)})
+        def call(layer, x, k: int, layer_input, kv=None):
+            mine = extra(k, layer_input) if kv is None else {**extra(k, layer_input), "kv_shared_cache": kv}
+            out = layer(x, positions, None, attention_mask, **{**kwargs, **mine})
             arity[:] = [len(out)]
             return out[1], (out[2] if len(out) > 2 else None)
+
+        if self.owning:
+            return self._one_body(x, inputs, call, arity)
 
         kept = sorted({(j - self.first) % period for j in self.sources if j - self.first < self.groups * period})
 
@@ -135,7 +145,7 @@ class LayerStack(nnx.Module):
         if inputs is not None:  # [B, T, G·P, D] -> [G, P, B, T, D]: group g's P layers' inputs
             mine = inputs[:, :, self.first : self.first + whole]
             xs = jnp.moveaxis(mine.reshape(*mine.shape[:2], self.groups, period, -1), (2, 3), (0, 1))
-        x, kvs = _scanned(self.stack, x, xs, group, self.groups)
+        x, kvs = _scanned(self.stack, x, xs, group)
         found = {  # a source in the groups: its position's K/V, its group's slice
             j: jax.tree.map(lambda a, g=(j - self.first) // period: a[g], kvs[(j - self.first) % period])
             for j in self.sources
@@ -150,14 +160,49 @@ class LayerStack(nnx.Module):
             return None, x, ({j: kv[0] for j, kv in found.items()}, {j: kv[1] for j, kv in found.items()})
         return (None, x) + (None,) * (arity[0] - 2)  # tunix's (cache, x[, kv]) of a layer
 
+    def _one_body(self, x, inputs, call, arity):
+        """All the groups in one scan (crosstune.train.jax.kv_carry): the groups' flags and per-layer inputs its
+        xs, the source layers' K/V in its carry; then the tail, reading the carried K/V."""
+        period, whole = len(self.stack), self.groups * len(self.stack)
+        slot = {q: self.reads[self.owning * period + q] % period for q in range(period)}  # the position q reads
+        kept = sorted(set(slot.values()))
+        carry = {q: kv_carry.initial(self.stack[q].attn, x) for q in kept}
+        owns = jnp.arange(self.groups) < self.owning
+        xs = None
+        if inputs is not None:
+            xs = jnp.moveaxis(inputs[:, :, :whole].reshape(*inputs.shape[:2], self.groups, period, -1), (2, 3), (0, 1))
 
-def _scanned(stack: nnx.Module, x, xs, group, groups: int):
-    """`x` through `group(layers_g, x, xs_g)` for each group g: a scan whose carry is `x` and the SHARED state and
-    whose inputs are the groups' slices of `stack`'s own Variables and of `xs`, and g itself (`GROUP` while the body
-    is traced: a MoE layer's offset into its experts' stack). The WholeExperts (crosstune.train.jax.moe.WholeMoE)
-    are no input: the body closes over them, a loop-invariant operand, unsliced. What a call changes is written back
-    into `stack`. Returns (x, what the calls returned beside x, stacked over the groups)."""
+        def group(layers, state, xs_g):
+            (x, carry), (owns, group_inputs) = state, xs_g
+            new = dict(carry)
+            for p, layer in enumerate(layers):
+                choice = kv_carry.Choice(owns, *carry[slot[p]])
+                x, kv = call(layer, x, p, None if group_inputs is None else group_inputs[p], choice)
+                if p in carry:
+                    new[p] = kv_carry.select(owns, kv, carry[p])
+            return (x, new), None
+
+        (x, carry), _ = _scanned(self.stack, (x, carry), (owns, xs), group)
+        for key in sorted(self.tail, key=int):
+            i = int(key)
+            k, v = carry[self.reads[i] % period]
+            x, _ = call(self.tail[key], x, i, None if inputs is None else inputs[:, :, i], {"k": k, "v": v})
+        return (None, x) + (None,) * (arity[0] - 2)
+
+
+def _scanned(stack: nnx.Module, x, xs, group):
+    """`x` through `group(layers_g, x, xs_g)` for each group g: a scan whose carry is `x` (any pytree) and the SHARED
+    state and whose inputs are the groups' slices of `stack`'s own Variables and of `xs`, and g itself (`GROUP`
+    while the body is traced: a MoE layer's offset into its experts' stack). The WholeExperts
+    (crosstune.train.jax.moe.WholeMoE) are no input: the body closes over them, a loop-invariant operand, unsliced.
+    What a call changes is written back into `stack`. Returns (x, what the calls returned beside x, stacked over the
+    groups). A Variable stacked over fewer groups (the owning groups' K/V LoRA, kv_carry) is read zero-padded to all
+    of them."""
     graphdef, shared, whole, own = nnx.split(stack, SHARED, WholeExperts, ...)
+    groups = max(a.shape[0] for a in jax.tree.leaves(own))
+    padded = jax.tree.map(
+        lambda a: a if len(a) == groups else jnp.pad(a, [(0, groups - len(a))] + [(0, 0)] * (a.ndim - 1)), own
+    )
 
     def body(carry, sliced):
         x, shared = carry
@@ -171,8 +216,8 @@ def _scanned(stack: nnx.Module, x, xs, group, groups: int):
         _, shared, _, own_g = nnx.split(layers, SHARED, WholeExperts, ...)
         return (x, shared), (own_g, ys)
 
-    (x, shared), (own, ys) = jax.lax.scan(body, (x, shared), (own, xs, jnp.arange(groups)))
-    nnx.update(stack, shared, own)
+    (x, shared), (out, ys) = jax.lax.scan(body, (x, shared), (padded, xs, jnp.arange(groups)))
+    nnx.update(stack, shared, jax.tree.map(lambda a, b: a if len(a) == len(b) else a[: len(b)], out, own))
     return x, ys
 
 
@@ -232,34 +277,40 @@ def _stacked(values: list, spec, mesh: Mesh):
     return out
 
 
-def _stack(layers: list, mesh: Mesh, *, first: int, **static) -> LayerStack:
+def _stack(layers: list, mesh: Mesh, *, first: int, owning: int = 0, **static) -> LayerStack:
     """One segment's layers (layer `first` onward) as a LayerStack: its first group's layers holding every group's
-    values, the layers after the complete groups as they are."""
+    values, the layers after the complete groups as they are. `owning` (one body for a KV-sharing model, kv_carry):
+    the groups after the first `owning` are built as the owning ones at their position but have no K/V LoRA."""
     p = period([getattr(layer.attn, "attn_type", None) for layer in layers])
     groups = len(layers) // p
     whole = groups * p
-    shapes = [_canonical(layer) for layer in layers[:p]]
+    shapes = [_canonical(layer) for layer in layers[:p] + (layers[owning * p : (owning + 1) * p] if owning else [])]
     for i in range(p, whole):
-        if _canonical(layers[i]) != shapes[i % p]:
+        if _canonical(layers[i]) != shapes[i % p + (p if owning and i >= owning * p else 0)]:
             raise ScanError(
                 f"backend.jax.scan_layers: layer {first + i} is built unlike layer {first + i % p}, one period before"
             )
     reads = static.get("reads", ())
-    if reads and any(reads[i] != reads[i % p] for i in range(whole)):
+    if reads and not owning and any(reads[i] != reads[i % p] for i in range(whole)):
         raise ScanError(f"backend.jax.scan_layers: layers {first}… read K/V of {reads}: not one source per position")
     for q, one in enumerate(layers[:p]):
         own = {path: v for path, v in _variables(one).items() if not isinstance(v, SHARED)}
         others = [_variables(layers[g * p + q]) for g in range(groups)]
         for path, variable in own.items():
             spec = variable.get_metadata().get("out_sharding")
-            variable.set_value(_stacked([o[path].get_value() for o in others], spec, mesh))
+            values = [o[path].get_value() for o in others if path in o]
+            if len(values) != groups and not (owning and kv_carry.kv_lora(path) and len(values) == owning):
+                raise ScanError(f"backend.jax.scan_layers: {path} in {len(values)} of the {groups} groups")
+            variable.set_value(_stacked(values, spec, mesh))
             if spec:
                 variable.set_metadata(out_sharding=(None, *spec))
         for _, module in list(one.iter_modules()):  # its experts whole, unsliced by the scan (moe.WholeMoE)
             if type(module) is ResidualRoutedMoE:
                 hold_whole(module, groups, mesh)
     tail = {str(first + i): layer for i, layer in enumerate(layers) if i >= whole}
-    return LayerStack(layers[:p], groups, tail, first=first, **static)
+    if owning:
+        kv_carry.install(layers[:p])
+    return LayerStack(layers[:p], groups, tail, first=first, owning=owning, **static)
 
 
 def stack_layers(model: nnx.Module, mesh: Mesh) -> None:
@@ -271,6 +322,14 @@ def stack_layers(model: nnx.Module, mesh: Mesh) -> None:
     sharing = list(getattr(model, "kv_cache_sharing_patterns", None) or range(len(layers)))
     sources = {j for i, j in enumerate(sharing) if j != i}
     dim = getattr(model.config, "per_layer_input_dim", 0) or 0
+    p = period([getattr(layer.attn, "attn_type", None) for layer in layers])
+    if len(parts) > 1 and kv_carry.one_body(layers, sharing, parts[0][1], p):  # one scan body for both segments
+        stack = _stack(layers, mesh, first=0, owning=parts[0][1] // p, reads=tuple(sharing), per_layer_dim=dim)
+        model.layers = nnx.List([stack])
+        model.kv_cache_sharing_patterns, model.shared_layer_origins = [0], set()
+        if dim:
+            model.embedder.__class__ = _whole_per_layer_inputs(type(model.embedder), 1)
+        return
     stacks = []
     for s, (first, end) in enumerate(parts):
         stacks.append(

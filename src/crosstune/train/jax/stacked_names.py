@@ -3,7 +3,9 @@
 A stacked tensor is `layers.<s>.stack.<p>.<rest>`: position p of segment s's groups, one [G, ...] array; a layer
 after a segment's complete groups is `layers.<s>.tail.<i>.<rest>` (i: its layer number). Segments follow each other:
 segment s starts where segment s - 1's last tail layer (or group) ends. One segment unless some layers reuse an
-earlier layer's K/V (Gemma 4 E sizes: the layers that own their K/V, then those that share).
+earlier layer's K/V (Gemma 4 E sizes: the layers that own their K/V, then those that share) and the two don't
+make one body (crosstune.train.jax.kv_carry: the E4B); in one body, the K/V projections' LoRA is the first
+(owning) groups' alone, [owning, ...], and maps to those layers.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from crosstune.errors import CrosstuneError
 
 STACKED_NAME = re.compile(r"layers\.(\d+)\.stack\.(\d+)\.")  # crosstune.train.jax.lora.param_name of a stacked tensor
 TAIL_NAME = re.compile(r"layers\.(\d+)\.tail\.(\d+)\.")
+KV_LORA = re.compile(r"\.attn\.kv?_einsum\.\w*lora")  # a K/V projection's LoRA: of the owning groups alone (kv_carry)
 
 
 class ScanError(CrosstuneError, ValueError):
@@ -61,13 +64,20 @@ def _layout(params: dict) -> dict[int, tuple[int, int, int]]:
                 f"{named[(s,)]}: the stacked names of segment {s} hold group positions {sorted(positions[s])}: "
                 "not 0..P-1"
             )
-        counts = groups[s]
-        for name, g in counts.items():
-            if g is None or g != next(iter(counts.values())):
+        counts = {name: g for name, g in groups[s].items() if not KV_LORA.search(name)}
+        kv = {name: g for name, g in groups[s].items() if KV_LORA.search(name)}
+        g = next(iter(counts.values()), None)
+        for name, n in counts.items():
+            if n is None or n != g:
                 raise ScanError(
-                    f"{name}: stacked with {g} groups, not as the other stacked tensors ({set(counts.values())})"
+                    f"{name}: stacked with {n} groups, not as the other stacked tensors ({set(counts.values())})"
                 )
-        g = next(iter(counts.values()))
+        for name, n in kv.items():  # the owning groups' K/V LoRA of a one-body KV-sharing stack: the first ones'
+            if n is None or n != next(iter(kv.values())) or (g is not None and n > g):
+                raise ScanError(
+                    f"{name}: stacked with {n} groups, not as the other K/V LoRA tensors ({set(kv.values())})"
+                )
+        g = g if g is not None else next(iter(kv.values()))
         layout[s] = (first, g, period)
         first += g * period
         tail = sorted(tails.get(s, ()))
