@@ -57,10 +57,10 @@ MEASURED = {
     # scanned without jax.checkpoint's barrier (stop 62; 0.4272 s and 15.25 GB with it, stop 60)
     ("gemma4-31b-tpu-v5p-8", (*BEST, *KEPT, SCAN), 4): (0.4008, 13.92),
     ("gemma4-e4b-tpu-v6e-4", E4B_BEFORE, 12): (0.1902, 10.91),
-    # as it ships now, scanned without the barrier (stop 62; 11.87 GB with it); the planner models the unrolled step
-    # (11.94 GB; XLA's compile of these 12 layers unrolled: 12.01, scanned 10.93; 12.18 while it summed the loss and
-    # a layer's recompute)
-    ("gemma4-e4b-tpu-v6e-4", (), 12): (0.1896, 10.91),
+    # as it ships now, its layers in one scan body (crosstune.train.jax.kv_carry; stop 63): 1 group owning its K/V,
+    # 1 reading them, a loop of 2. Stop 62's two segments, one group each (no loop: as unrolled), ran 0.1896 s in
+    # 10.91 GB; the planner models the unrolled step (11.94 GB; XLA's compile of these 12 layers unrolled: 12.01)
+    ("gemma4-e4b-tpu-v6e-4", (), 12): (0.2025, 12.89),
     ("gemma3-27b-tpu-v6e-8", (TWO_PASS, UNROLLED), 6): (0.3341, 13.23),
     ("gemma4-e4b-tpu-v6e-4", (*E4B_BEFORE, TWO_PASS), 6): (0.1243, 6.81),
     ("gemma4-31b-tpu-v5p-8", (S4096, UNROLLED), 5): (0.4679, 14.84),
