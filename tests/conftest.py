@@ -75,6 +75,15 @@ def tiny_gemma4_e_dir(tmp_path_factory, synth_corpus_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma4_e4b_dir(tmp_path_factory, synth_corpus_dir) -> Path:
+    """tiny-e with the E4B's sharing layers (built as the owning ones: no double-wide MLP), seed 0."""
+    from crosstune.models.tiny import build_tiny_model
+
+    build = functools.partial(build_tiny_model, "gemma4", seed=0, corpus_dir=synth_corpus_dir, size="tiny-e4b")
+    return built_once(tmp_path_factory, "tiny_gemma4_e4b", build)
+
+
+@pytest.fixture(scope="session")
 def tiny_gemma4_moe_dir(tmp_path_factory, synth_corpus_dir) -> Path:
     """The 26B-A4B's layout, tiny (8 experts, top 2, beside the dense MLP; k_eq_v globals), seed 0."""
     from crosstune.models.tiny import build_tiny_model

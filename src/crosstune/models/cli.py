@@ -110,8 +110,8 @@ def build(
     size: str = typer.Option(
         ...,
         "--size",
-        help="A size of the family (gemma4: e2b, e4b, 26b-a4b, 12b, 31b, tiny, tiny-e, tiny-moe, tiny-unified, small; "
-        "gemma3: 1b ... 27b, tiny).",
+        help="A size of the family (gemma4: e2b, e4b, 26b-a4b, 12b, 31b, tiny, tiny-e, tiny-e4b, tiny-moe, "
+        "tiny-unified, small; gemma3: 1b ... 27b, tiny).",
     ),
     out: Path = OutOpt,
     layers: int = typer.Option(

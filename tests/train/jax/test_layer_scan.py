@@ -199,12 +199,15 @@ def _deepened(base, out, layers: int):
     return out
 
 
-def _runs_agree(base, tmp_path, synth_corpus_dir, last_layer: int) -> None:
+def _runs_agree(base, tmp_path, synth_corpus_dir, last_layer: int) -> set[str]:
     """The whole jax run (build_model, HeldOnceStep, AdamW with the block LoRA's mask, LoRA dropout, an Orbax
     checkpoint) on `base`, unrolled and stacked: the same losses (the gradients agree to ~1e-6, above), the same
     adapter up to what AdamW makes of that: an entry whose gradient is ~0 moves by up to lr a step either way
     (m/sqrt(v) = ±1 at the first step), so 3 steps part two runs by at most 2 · 3 · lr. The adapter exported from the
-    stacked checkpoint is the run's own, exactly (a change of layout only)."""
+    stacked checkpoint is the run's own, exactly (a change of layout only). Returns the stacked checkpoint's
+    segments (its `layers.<s>` keys, as Orbax holds them)."""
+    import orbax.checkpoint as ocp
+
     from crosstune.data import prepare_dataset
     from crosstune.export import export_run, read_peft_adapter
     from crosstune.train.session import train
@@ -239,12 +242,15 @@ def _runs_agree(base, tmp_path, synth_corpus_dir, last_layer: int) -> None:
     for name, pair in adapters[False].items():
         for x, y in zip(adapters[True][name], pair, strict=True):
             np.testing.assert_allclose(x, y, rtol=0, atol=bound, err_msg=name)
+    checkpointer = ocp.PyTreeCheckpointer()
+    tree = checkpointer.metadata(tmp_path / "runs" / "scan-True" / "checkpoints" / "3" / "model_params").item_metadata
+    return set(tree.tree["layers"])
 
 
 @pytest.mark.slow
 def test_a_run_with_stacked_layers_trains_and_exports_as_unrolled(tmp_path, tiny_gemma4_dir, synth_corpus_dir):
     """13 layers: 2 groups of 6 stacked + 1 after."""
-    _runs_agree(_deepened(tiny_gemma4_dir, tmp_path / "deep", 13), tmp_path, synth_corpus_dir, 12)
+    assert _runs_agree(_deepened(tiny_gemma4_dir, tmp_path / "deep", 13), tmp_path, synth_corpus_dir, 12) == {"0"}
 
 
 @pytest.mark.slow
@@ -252,4 +258,11 @@ def test_an_e_size_run_with_stacked_segments_trains_and_exports_as_unrolled(
     tmp_path, tiny_gemma4_e_dir, synth_corpus_dir
 ):
     """The tiny E model (per-layer inputs, the last 3 of 6 layers KV-shared): two segments, names `layers.1.…`."""
-    _runs_agree(tiny_gemma4_e_dir, tmp_path, synth_corpus_dir, 5)
+    assert _runs_agree(tiny_gemma4_e_dir, tmp_path, synth_corpus_dir, 5) == {"0", "1"}
+
+
+@pytest.mark.slow
+def test_an_e4b_run_in_one_body_trains_and_exports_as_unrolled(tmp_path, tiny_gemma4_e4b_dir, synth_corpus_dir):
+    """tiny-e4b (the last 3 of 6 layers KV-shared, built as the owning ones): one scan body over 2 groups
+    (crosstune.train.jax.kv_carry), the sharing layers' K/V LoRA absent, names `layers.0.…` alone."""
+    assert _runs_agree(tiny_gemma4_e4b_dir, tmp_path, synth_corpus_dir, 5) == {"0"}

@@ -98,6 +98,10 @@ SIZES = {
     # double-wide MLP there.
     "tiny-e": make_spec("gemma-4-tiny-e", 6, 64, 128, 4, 1, 32, 1, 64, 32, 1024, k_eq_v=False, every=3,
                         per_layer_input=16, kv_shared=3, double_wide=True),
+    # The same with the E4B's sharing layers, built as the owning ones (no double-wide MLP): one scan body
+    # (crosstune.train.jax.kv_carry) where tiny-e, as the E2B, stacks in two segments.
+    "tiny-e4b": make_spec("gemma-4-tiny-e4b", 6, 64, 128, 4, 1, 32, 1, 64, 32, 1024, k_eq_v=False, every=3,
+                          per_layer_input=16, kv_shared=3),
     # The 26B-A4B's architecture at tiny size: 8 experts of width 32, 2 per token, beside a dense MLP of 128.
     "tiny-moe": make_spec("gemma-4-tiny-moe", 6, 64, 128, 4, 2, 32, 1, 64, 32, 1024,
                           moe=MoE(num_experts=8, top_k=2, expert_dim=32)),
