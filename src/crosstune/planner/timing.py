@@ -69,7 +69,9 @@ class Calibration:
 MOE_PASSES = 22.7
 # The same 2 layers at 4096 tokens, scanned, ran 0.1917 s with dots_and_attention against 0.1731 s without (v5e,
 # 2026-12-07, stop 62): 18.6 ms, of which the experts' forward flops are 4.7 (the `matmul` rate); the rest, 13.9,
-# is 0.32 of the routing's 44.0 ms, fitted (the MoE forward's share of it: not profiled apart)
+# is 0.32 of the routing's 44.0 ms, fitted (the MoE forward's share of it: not profiled apart). That scan's MoE
+# (ScannedMoE) has since been replaced (below): the term is the unrolled step's now, which its rows check (2 layers:
+# 0.1744 s predicted, 0.1713 measured; 3 layers, stop 63: 0.2223, 0.2141)
 MOE_RECOMPUTED = 0.32
 # Scanned, a MoE layer holding its experts whole in both layouts (crosstune.train.jax.moe.WholeMoE) ran its 2
 # layers at 4096 tokens in 0.1486 s, as unrolled (0.1486 s in the same call), and 0.1584 s with dots_and_attention
