@@ -105,6 +105,13 @@ def _expert_layers(spec: ModelSpec, tp: int, a: int) -> dict[str, float]:
     return per_layer
 
 
+def scan_slices_experts(fsdp: int) -> bool:
+    """Whether a scanned MoE layer takes its own experts out of the stack first (crosstune.train.jax.moe.hold_whole's
+    `sliced_experts`: where the mesh splits the experts along E). Tunix shards the experts' E over fsdp
+    (exp_weight_edf = (fsdp, ...)), so wherever fsdp > 1; elsewhere it reads the stack whole."""
+    return fsdp > 1
+
+
 def _second_layout(spec: ModelSpec, mesh: dict, a: int) -> float:
     """Bytes per device of the experts held a second time: a scanned MoE keeps both layouts ragged_dot reads, the
     backward's beside the forward's, and transposes nothing (crosstune.train.jax.moe.WholeMoE). The 26B-A4B's 2
@@ -169,7 +176,7 @@ def memory(
         iteration = max(working)
     if backend == "jax" and recipe.backend.jax.scan_layers and spec.moe is not None:
         base += _second_layout(spec, mesh, a)
-        if scanned and iteration is not None and fsdp > 1:  # where fsdp splits the experts, each layer's backward
+        if scanned and iteration is not None and scan_slices_experts(fsdp):  # each layer's backward
             iteration += max(_expert_layers(spec, tp, a).values()) / fsdp  # copies its own out of the device's shard
     # jax's full remat keeps only the layers' inputs through the loss: the 12B's 6 layers on the v5e chip held 6.75 GB
     # (XLA's plan 7.02), the sum of both phases said 8.01 (docs/BENCHMARKS.md)

@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass
 
 from crosstune.planner.estimate import Plan
+from crosstune.planner.memory import scan_slices_experts
 from crosstune.recipe import Recipe
 from crosstune.units import GB
 
@@ -170,7 +171,7 @@ def work(plan: Plan, recipe: Recipe) -> dict:
     logits = tokens * spec.vocab_size * 4  # the fp32 logits of one pass over the rows
     lora_state = 4 * spec.lora_params(lora_rank, lora_targets) * 4  # fp32 params, grads, accumulator, moments
     scanned = recipe.backend.jax.scan_layers
-    copies = SCANNED_EXPERT_COPIES * expert_bytes if scanned and fsdp > 1 else 0.0  # the experts split over fsdp
+    copies = SCANNED_EXPERT_COPIES * expert_bytes if scanned and scan_slices_experts(fsdp) else 0.0
     moe_recomputed = (MOE_RECOMPUTED_SCANNED if scanned else MOE_RECOMPUTED) if recompute_experts else 0.0
     return {
         "matmul": matmul / devices,
