@@ -319,10 +319,10 @@ def _compiled(**changes):
     return CompiledStep(**(fields | changes))
 
 
-def test_a_scanned_step_has_no_roofline_and_its_plan_says_what_the_planner_leaves_out():
-    """XLA's cost_analysis counts a loop's body once: a scanned step's flops are one group's, so its report gives
-    no roofline and says why and what to compile instead; the plan notes that its activations are the unrolled
-    step's (crosstune.train.jax.layer_scan)."""
+def test_a_scanned_step_s_roofline_counts_its_loop_s_runs_and_its_plan_says_what_the_planner_leaves_out():
+    """XLA's cost_analysis counts a loop's body once: a scanned step's roofline adds its loop's later runs
+    (crosstune.planner.loops); a record compiled before they were counted gives no roofline and says why; the plan
+    notes that its activations are the unrolled step's (crosstune.train.jax.layer_scan)."""
     import io
 
     from rich.console import Console
@@ -340,6 +340,12 @@ def test_a_scanned_step_has_no_roofline_and_its_plan_says_what_the_planner_leave
     report = compile_report(plan, _compiled(scanned=True))
     assert report["roofline"] is None and report["roofline_note"] == SCANNED_NOTE
     assert compile_report(plan, _compiled())["roofline"]["micro_step_s"] > 0
+    counted = compile_report(plan, _compiled(scanned=True, loops_counted=True, loop_flops=9e14, loop_bytes=9e12))
+    assert counted["roofline_note"] is None and counted["xla"]["loop_flops"] == 9e14
+    assert counted["roofline"]["compute_s"] == pytest.approx(1e15 / 459e12)  # 1e14 in the body once + 9e14
+    assert "each while loop's body counted for every run" in counted["roofline"]["note"]
+    unknown = compile_report(plan, _compiled(scanned=True, loops_counted=True, uncounted_loops=1))
+    assert unknown["roofline"] is None and "no trip count" in unknown["roofline_note"]
     out = io.StringIO()
     render_compiled(report, Console(file=out, width=300))
     assert "roofline: none: the layers run as a scan" in out.getvalue()

@@ -4,14 +4,25 @@ candidates of the 31B on a v5p-8, the per-layer extrapolation, the compile budge
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 
 from crosstune.hardware import HARDWARE
 from crosstune.planner import plan_recipe
 from crosstune.planner.aot_report import CompiledStep
+from crosstune.planner.memory import memory
 from crosstune.planner.planned_recipe import load_for_plan
-from crosstune.planner.search import Candidate, candidates, extrapolate, period, run_search, search_json
+from crosstune.planner.search import (
+    Candidate,
+    Result,
+    candidates,
+    extrapolate,
+    period,
+    run_search,
+    scan_tie,
+    search_json,
+)
 from crosstune.units import GB
 from tests.helpers.paths import REPO
 
@@ -50,7 +61,8 @@ def test_candidates_of_the_31b_on_a_v5p_8_keep_the_global_batch():
     assert meshes == {(4, 1), (2, 2), (1, 4)}  # tp 4 divides 32 heads, 16 and 4 KV heads; no tp above 4 chips
     assert all(c.rows * c.fsdp * c.accumulation == 8 for c in found)
     assert {c.rows for c in found if c.fsdp == 1} == {1, 2, 4, 8} and {c.rows for c in found if c.fsdp == 4} == {1, 2}
-    assert len(found) == (4 + 3 + 2) * 3 * 2  # rows per mesh × remat (none, dots, full) × attention
+    # rows per mesh × remat (none, dots, full) × attention × unrolled or scanned (60 layers: 10 groups of 6)
+    assert len(found) == (4 + 3 + 2) * 3 * 2 * 2 and sum(c.scan for c in found) == len(found) // 2
     c = Candidate(None, "splash", 2, 1, 4, 4)
     assert c.overrides(recipe) == [
         "train.gradient_checkpointing=false",
@@ -67,8 +79,15 @@ def test_candidates_of_the_31b_on_a_v5p_8_keep_the_global_batch():
         "splash",
     )
     assert period(spec) == 6
-    scanned = load_for_plan(G4)  # as shipped, scanned: searched unrolled (a scan hides its loop's work)
-    assert c.overrides(scanned) == [*c.overrides(recipe), "backend.jax.scan_layers=false"]
+    shipped = load_for_plan(G4)  # scanned: the unrolled candidates say so, the scanned ones need no line
+    assert c.overrides(shipped) == [*c.overrides(recipe), "backend.jax.scan_layers=false"]
+    scan = dataclasses.replace(c, scan=True)
+    assert scan.overrides(shipped) == c.overrides(recipe)
+    assert scan.overrides(recipe) == [*c.overrides(recipe), "backend.jax.scan_layers=true"]
+    assert load_for_plan(G4, scan.overrides(recipe)).backend.jax.scan_layers
+    assert scan.label.startswith("scanned, remat none") and c.label.startswith("unrolled, remat none")
+    one_group = dataclasses.replace(spec, layer_types=spec.layer_types[:6])  # nothing to repeat: not scanned
+    assert not any(c.scan for c in candidates(recipe, one_group, HARDWARE["tpu-v5p-8"], rows_total=8))
 
 
 def test_extrapolation_is_per_layer():
@@ -80,28 +99,55 @@ def test_extrapolation_is_per_layer():
     assert full.compile_s == 20.0 and full.host_peak_rss_bytes == 12 * 10**8
 
 
-def _fake_compiler(calls: list):
+def _fake_compiler(calls: list, loops_counted: bool = True, base: tuple[str, ...] = ()):
     """remat none: 0.8 GB of temporaries per layer and 40 GB more at full depth than the screen's extrapolation
-    says; dots 0.5 GB, full 0.05 GB per layer; flops 2.0 / 2.2 / 2.9 e12 per layer."""
+    says; dots 0.5 GB, full 0.05 GB per layer; flops 2.0 / 2.2 / 2.9 e12 per layer. Scanned, cost_analysis counts
+    one group of 6 layers (the loop's body once) and the loop's other runs come apart (none in a record from before
+    they were counted); XLA compiles for a second per layer unrolled, 10 s scanned."""
 
     def fake_compile(overrides, layers):
         calls.append((tuple(overrides), layers))
-        r = load_for_plan(G4, overrides)
+        r = load_for_plan(G4, [*base, *overrides])
         n = layers or 60
         remat = None if not r.train.gradient_checkpointing else r.train.kernels.recompute
         per_layer = {None: 0.8, "dots": 0.5, "full": 0.05}[remat] * GB
         temp = per_layer * n + (40 * GB if remat is None and layers is None else 0)
-        flops = {None: 2.0, "dots": 2.2, "full": 2.9}[remat] * 1e12 * n
+        flops = {None: 2.0, "dots": 2.2, "full": 2.9}[remat] * 1e12
+        scan = bool(r.backend.jax.scan_layers)
+        body = 6 if scan else n  # layers cost_analysis counts
         return _step(
             n,
             argument_bytes=round(0.3 * GB * n),
             temp_bytes=round(temp),
-            flops=flops,
-            bytes_accessed=1e10 * n,
+            flops=flops * body,
+            bytes_accessed=1e10 * body,
             collective_bytes=1e8 * n,
+            loop_flops=flops * (n - body) if loops_counted else 0.0,
+            loop_bytes=1e10 * (n - body) if loops_counted else 0.0,
+            loops_counted=loops_counted,
+            scanned=scan,
+            compile_s=10.0 if scan else float(n),
         )
 
     return fake_compile
+
+
+def _memory(recipe, base: tuple[str, ...] = ()):
+    """The planner's memory of each candidate (plan_recipe's jax_memory, without its other meshes), kept across the
+    tests: each search prices every candidate."""
+    return lambda c: _priced((*base, *c.overrides(recipe)))
+
+
+@functools.cache
+def _priced(sets: tuple[str, ...]):
+    r = load_for_plan(G4, list(sets))
+    mesh = r.backend.jax.mesh
+    return memory(_spec(), r, HARDWARE[r.hardware], fsdp=mesh.fsdp, tp=mesh.tp, backend="jax")
+
+
+@functools.cache
+def _spec():
+    return plan_recipe(load_for_plan(G4), "jax").spec
 
 
 def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
@@ -113,12 +159,13 @@ def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
     calls = []
     fake_compile = _fake_compiler(calls)
 
-    def memory(c):
-        return plan_recipe(load_for_plan(G4, c.overrides(recipe)), "jax").jax_memory
-
-    only = [Candidate(r, "splash", 1, 1, 4, 8) for r in (None, "dots", "full")]  # what the screen should compile
-    base = Candidate("full", "dense", 1, 1, 4, 8)
-    search = run_search(recipe, spec, hw, 8, memory, fake_compile, max_compiles=8, finalists=2, baseline=base)
+    # what the screen should compile: remat none unrolled (the scan holds more), dots and full scanned as the recipe
+    only = [
+        Candidate(None, "splash", 1, 1, 4, 8),
+        *(Candidate(m, "splash", 1, 1, 4, 8, True) for m in ("dots", "full")),
+    ]
+    base = Candidate("full", "dense", 1, 1, 4, 8, True)
+    search = run_search(recipe, spec, hw, 8, _memory(recipe), fake_compile, max_compiles=8, finalists=2, baseline=base)
     assert search.compiles == len(calls) <= 8
     screened = [r for r in search.results if r.stage in ("screened", "final")]
     assert all(calls.count((tuple(r.candidate.overrides(recipe)), d)) == 1 for r in screened for d in (6, 12))
@@ -142,10 +189,7 @@ def test_the_finalists_are_the_fastest_of_each_recompute_mode():
     spec = plan_recipe(recipe, "jax").spec
     calls = []
 
-    def memory(c):
-        return plan_recipe(load_for_plan(G4, c.overrides(recipe)), "jax").jax_memory
-
-    search = run_search(recipe, spec, HARDWARE["tpu-v5p-8"], 8, memory, _fake_compiler(calls), max_compiles=9)
+    search = run_search(recipe, spec, HARDWARE["tpu-v5p-8"], 8, _memory(recipe), _fake_compiler(calls), max_compiles=9)
     final = [r for r in search.results if r.stage == "final"]
     assert [r.candidate.remat for r in final] == [None, "dots", "full"] and search.compiles == len(calls) == 9
     assert search.winner.candidate.remat == "dots"  # none does not fit at full depth; dots is faster than full
@@ -159,14 +203,99 @@ def test_the_search_ranks_by_the_calibrated_time_where_it_has_one():
     spec = plan_recipe(recipe, "jax").spec
     calls = []
 
-    def memory(c):
-        return plan_recipe(load_for_plan(G4, c.overrides(recipe)), "jax").jax_memory
-
     def seconds(c):
         return {None: 0.5, "dots": 0.9, "full": 0.7}[c.remat]
 
     hw = HARDWARE["tpu-v5p-8"]
-    search = run_search(recipe, spec, hw, 8, memory, _fake_compiler(calls), max_compiles=9, plan_time=seconds)
+    search = run_search(recipe, spec, hw, 8, _memory(recipe), _fake_compiler(calls), max_compiles=9, plan_time=seconds)
     assert search.winner.candidate.remat == "full"  # none does not fit at full depth
     assert search.winner.tokens_per_s == pytest.approx(search.winner.tokens / 0.7)
     assert search_json(search, recipe, hw)["winner"]["predicted_micro_step_s"] == 0.7
+
+
+def test_a_scanned_screen_grows_its_loop_s_runs_per_layer():
+    """At 6 layers the scan is one group (its loop runs once), at 12 two: cost_analysis's figure stays one group's,
+    the loop's other runs grow per layer, and the 60 layers' total is the unrolled step's."""
+    a = _step(6, flops=6e12, loop_flops=0.0, loops_counted=True, scanned=True)
+    b = _step(12, flops=6e12, loop_flops=6e12, loops_counted=True, scanned=True)
+    full = extrapolate(a, b, 60)
+    assert full.flops == 6e12 and full.total_flops == pytest.approx(60e12) and full.roofline_note is None
+    old = extrapolate(dataclasses.replace(a, loops_counted=False), b, 60)
+    assert old.roofline_note is not None  # one depth's loops uncounted: the grown cost is unknown
+
+
+@pytest.mark.parametrize("shipped_scan", [True, False], ids=["recipe-scanned", "recipe-unrolled"])
+def test_scanned_and_unrolled_predicted_alike_tie_to_the_recipe_s_setting_and_the_note_says_what_the_scan_buys(
+    shipped_scan,
+):
+    """A dense model's scanned and unrolled steps do the same work: the planner predicts them alike, so the winner
+    keeps the recipe's setting and a note gives the twin's time, the compile times of both and their memory."""
+    base = (f"backend.jax.scan_layers={str(shipped_scan).lower()}",)
+    recipe = load_for_plan(G4, list(base))
+    spec = plan_recipe(recipe, "jax").spec
+    hw = HARDWARE["tpu-v5p-8"]
+
+    def seconds(c):  # none slowest: the finalists are full, dots, none (not fitting), then full's twin
+        return {None: 1.5, "dots": 0.9, "full": 0.7}[c.remat]
+
+    calls = []
+    budget = {"max_compiles": 16, "finalists": 4, "plan_time": seconds}
+    found = run_search(recipe, spec, hw, 8, _memory(recipe, base), _fake_compiler(calls, base=base), **budget)
+    w = found.winner
+    assert w.candidate.remat == "full" and w.candidate.scan == shipped_scan
+    twin = next(r for r in found.results if r.candidate == dataclasses.replace(w.candidate, scan=not shipped_scan))
+    assert twin.stage == "final" and twin.line.compute_s == pytest.approx(w.line.compute_s)  # loops counted
+    (tie,) = [n for n in found.notes if "the scan buys compile time" in n]
+    assert tie.startswith(twin.candidate.label) and "within the calibration's ±10 %" in tie
+    assert "here at full depth: 12 s against 62 s" in tie  # build + lower + XLA: scanned, unrolled
+    out = search_json(found, recipe, hw)
+    assert out["winner"]["candidate"]["scan"] == shipped_scan and tie in out["notes"]
+    assert {r["candidate"]["scan"] for r in out["frontier"]} == {True, False}
+    table = _rendered(found, recipe, hw)
+    assert "scanned, remat full" in table and "unrolled, remat full" in table and "the scan buys compile time" in table
+
+
+def test_the_note_names_a_twin_only_where_it_fits():
+    """The 31B with nothing recomputed at 4 rows per chip: 73.7 GB unrolled, 170.6 GB scanned (every residual of the
+    scan's body kept) of the 85.5 a v5p chip's program may hold: no note offers that scan; at 1 row (32.8 and 57.0
+    GB) it does."""
+    recipe = load_for_plan(G4)
+    usable = HARDWARE["tpu-v5p-8"].chip.usable_gb
+
+    def twins(rows: int) -> list[Result]:  # unrolled, scanned; predicted alike
+        unrolled = Candidate(None, "splash", rows, 1, 4, 8 // rows)
+        pair = (unrolled, dataclasses.replace(unrolled, scan=True))
+        return [Result(c, _memory(recipe)(c), predicted_s=0.3 * rows, tokens=3072 * rows) for c in pair]
+
+    four, one = twins(4), twins(1)
+    assert four[0].planner.fits and not four[1].planner.fits and one[1].planner.fits
+    assert scan_tie(four, four[0], usable) is None
+    assert scan_tie(one, one[0], usable).startswith("scanned, remat none, splash, 1 row(s)/device")
+
+
+def test_a_scanned_record_whose_loops_were_not_counted_gives_no_roofline():
+    """A cached compile from before the loops' runs were counted: its flops are one group's, so neither the screen
+    nor a finalist prints a roofline for it, and the notes and the JSON say why."""
+    recipe = load_for_plan(G4)
+    spec = plan_recipe(recipe, "jax").spec
+    hw = HARDWARE["tpu-v5p-8"]
+    found = run_search(recipe, spec, hw, 8, _memory(recipe), _fake_compiler([], loops_counted=False), max_compiles=9)
+    scanned = [r for r in found.results if r.step is not None and r.candidate.scan]
+    assert scanned and all(r.line is None for r in scanned)
+    assert any(n.startswith(scanned[0].candidate.label) and "compile it again" in n for n in found.notes)
+    out = search_json(found, recipe, hw)
+    row = next(r for r in out["frontier"] if r["candidate"]["scan"])
+    assert row["roofline"] is None and "counts a loop's body once" in row["roofline_note"]
+    assert found.winner.line is None and "no roofline" in _rendered(found, recipe, hw)
+
+
+def _rendered(found, recipe, hw) -> str:
+    import io
+
+    from rich.console import Console
+
+    from crosstune.planner.view import render_search
+
+    out = io.StringIO()
+    render_search(found, recipe, hw, Console(file=out, width=400))
+    return out.getvalue()

@@ -53,10 +53,10 @@ def plan(
     search: bool = typer.Option(
         False,
         "--search",
-        help="search remat (none / dots / full), attention (splash / dense), rows per device and the fsdp × tp "
-        "meshes for the fastest step that fits, by XLA's compiles for the TPU topology (needs libtpu): candidates "
-        "screened at two shallow depths, the best compiled at full depth; prints the frontier and the --set lines "
-        "of each",
+        help="search remat (none / dots / full), attention (splash / dense), rows per device, the fsdp × tp "
+        "meshes and the layers unrolled or scanned (backend.jax.scan_layers) for the fastest step that fits, by "
+        "XLA's compiles for the TPU topology (needs libtpu): candidates screened at two shallow depths, the best "
+        "compiled at full depth; prints the frontier and the --set lines of each",
     ),
     max_compiles: int = typer.Option(
         9,

@@ -1,6 +1,6 @@
 """What `crosstune plan` does beyond the planner's estimate: the recipe's jax step compiled for its TPU topology
 (crosstune.train.jax.aot_process, in a child process with libtpu) and set against the planner, and the search over
-remat, attention, rows and meshes (crosstune.planner.search) with its compile cache.
+remat, attention, rows, meshes and the layers' scan (crosstune.planner.search) with its compile cache.
 
 A mesh the planner refuses (heads tp can't split, device count) is refused before compiling; a memory verdict is
 the compiler's to give."""
@@ -8,6 +8,7 @@ the compiler's to give."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -141,18 +142,23 @@ def search_plan(
     spec = plan_recipe(recipe, "jax").spec
     m, t = recipe.backend.jax.mesh, recipe.train
     rows = t.per_device_batch_size * m.fsdp * accumulation(t, m.fsdp)
-    baseline = Candidate(
-        remat_mode(t), recipe.backend.jax.attention, t.per_device_batch_size, m.fsdp, m.tp, accumulation(t, m.fsdp)
-    )
+    jax_section = recipe.backend.jax
+    k = accumulation(t, m.fsdp)
+    scan = bool(jax_section.scan_layers)
+    baseline = Candidate(remat_mode(t), jax_section.attention, t.per_device_batch_size, m.fsdp, m.tp, k, scan)
+
+    @functools.cache
+    def planned(c: Candidate):  # the candidate's recipe and plan, read once for its memory and its time
+        candidate = load_for_plan(recipe_file, overrides + c.overrides(recipe))
+        return plan_recipe(candidate, "jax"), candidate
 
     def memory(c: Candidate):
-        return plan_recipe(load_for_plan(recipe_file, overrides + c.overrides(recipe)), "jax").jax_memory
+        return planned(c)[0].jax_memory
 
     def seconds(c: Candidate) -> float:  # the calibrated micro-step the search ranks by
         from crosstune.planner.timing import predict_step
 
-        candidate = load_for_plan(recipe_file, overrides + c.overrides(recipe))
-        return predict_step(plan_recipe(candidate, "jax"), candidate).micro_step_s
+        return predict_step(*planned(c)).micro_step_s
 
     done = [0]
 

@@ -8,6 +8,8 @@ Here only arithmetic on those numbers: the per-device total, the roofline with t
 the longest of them (an upper bound on speed: as if the three overlapped perfectly and the host cost nothing) —
 and the JSON object the command prints. A Pallas kernel's work is invisible to cost_analysis: its flops and bytes
 come from the model's own count of what the kernel computes (`kernel_flops`, `kernel_bytes`; train/jax/attention).
+cost_analysis counts a while loop's body once (a scanned step's: one group of layers): what its later runs do is
+counted apart (`loop_flops`, `loop_bytes`; crosstune.planner.loops).
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ ROOFLINE_NOTE = (
     "an upper bound: max(flops / bf16 peak, bytes accessed / HBM bandwidth, collective bytes / ICI bandwidth) per "
     "micro-step, as if compute, memory traffic and collectives overlapped perfectly (each collective at the chip's "
     "whole bidirectional ICI bandwidth) and the host and the input pipeline cost nothing"
+)
+
+SCANNED_NOTE = (
+    "none: the layers run as a scan (backend.jax.scan_layers) and XLA's cost_analysis counts a loop's body once; "
+    "this record (a compile from before crosstune counted the loop's other runs) has no count of them: compile it "
+    "again"
 )
 
 
@@ -57,6 +65,10 @@ class CompiledStep:
     kernel_bytes: float = 0.0
     kernel_note: str = ""  # which kernels, and how their work was counted
     scanned: bool = False  # the layers a lax.scan (backend.jax.scan_layers): cost_analysis counts its body once
+    loop_flops: float = 0.0  # the while loops' runs after their first, which cost_analysis leaves out (planner.loops)
+    loop_bytes: float = 0.0
+    loops_counted: bool = False  # loop_flops and loop_bytes were counted (a record from before has neither)
+    uncounted_loops: int = 0  # loops with work and no trip count in the HLO: counted once
 
     @property
     def per_device_bytes(self) -> int:
@@ -70,11 +82,23 @@ class CompiledStep:
 
     @property
     def total_flops(self) -> float:
-        return self.flops + self.kernel_flops
+        return self.flops + self.loop_flops + self.kernel_flops
 
     @property
     def total_bytes(self) -> float:
-        return self.bytes_accessed + self.kernel_bytes
+        return self.bytes_accessed + self.loop_bytes + self.kernel_bytes
+
+    @property
+    def roofline_note(self) -> str | None:
+        """Why the step's cost can't give a roofline (its loops' work unknown), or None where it can."""
+        if self.uncounted_loops:
+            return (
+                f"none: {self.uncounted_loops} while loop(s) with work and no trip count in the optimized HLO: "
+                "XLA's cost_analysis counts each body once, and how many times it runs is unknown"
+            )
+        if self.scanned and not self.loops_counted:
+            return SCANNED_NOTE
+        return None
 
     @classmethod
     def from_dict(cls, d: dict) -> CompiledStep:
@@ -101,13 +125,6 @@ class Roofline:
     def tokens_per_s_of(self, seconds: float) -> float | None:
         """tokens/s if that term alone set the step time."""
         return self.micro_batch_tokens / seconds if seconds > 0 else None
-
-
-SCANNED_NOTE = (
-    "none: the layers run as a scan (backend.jax.scan_layers) and XLA's cost_analysis counts a loop's body once, so "
-    "its flops and bytes are one group's, not the model's; the unrolled step does the same work: compile it with "
-    "--set backend.jax.scan_layers=false for the roofline"
-)
 
 
 def roofline(step: CompiledStep, chip: Chip) -> Roofline:
@@ -153,7 +170,7 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
     hbm = None if chip.hbm_gb is None else round(chip.hbm_gb * GB)
     usable = None if chip.usable_gb is None else round(chip.usable_gb * GB)
     xla = step.per_device_bytes
-    line = None if step.scanned else roofline(step, chip)
+    line = None if step.roofline_note else roofline(step, chip)
     return {
         "recipe": plan.recipe_name,
         "hardware": plan.hardware.name,
@@ -180,6 +197,10 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
             "kernel_flops": step.kernel_flops,
             "kernel_bytes": step.kernel_bytes,
             "kernel_note": step.kernel_note,
+            "loop_flops": step.loop_flops,
+            "loop_bytes": step.loop_bytes,
+            "loops_counted": step.loops_counted,
+            "uncounted_loops": step.uncounted_loops,
         },
         "planner": {**planner_bytes(plan.jax_memory), "relative_to_xla": plan.jax_memory.total * GB / xla - 1},
         "roofline": None
@@ -200,9 +221,10 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
             "micro_batch_tokens": step.micro_batch_tokens,
             "accumulation": step.accumulation,
             "note": ROOFLINE_NOTE
+            + ("; each while loop's body counted for every run" if step.loop_flops else "")
             + ("" if step.full_depth else f"; for the first {step.layers} layers only, not the whole model"),
         },
-        "roofline_note": SCANNED_NOTE if line is None else None,
+        "roofline_note": step.roofline_note,
         "timings_s": {"build": step.build_s, "lower": step.lower_s, "compile": step.compile_s},
         "host_peak_rss_bytes": step.host_peak_rss_bytes,
     }

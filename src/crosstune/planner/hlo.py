@@ -4,8 +4,9 @@ interconnect, and the custom calls (Pallas kernels) whose work cost_analysis lea
 Read from `compiled.as_text()` (one SPMD program: every device runs it). A collective's per-device traffic is the
 ring algorithm's, from its result shape and replica-group size g (the operands are printed without shapes):
 all-reduce 2(g-1)/g·S, all-gather (g-1)/g·S, reduce-scatter (g-1)·S (its operand is g·S), all-to-all (g-1)/g·S,
-collective-permute S when some device sends to another. Collectives in a while loop's body count its
-known_trip_count times; an unknown trip count counts once and is reported (`uncounted_loops`).
+collective-permute S when some device sends to another. Collectives in a while loop's body count its trip
+count times (times the trips of the loops around it; `while_loops`); an unknown trip count counts once and is
+reported (`uncounted_loops`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ _MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
 _PAIRS = re.compile(r"source_target_pairs=\{(\{[\d,{}]*\})\}")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _BODY = re.compile(r"body=%([\w.\-]+)")
+_CONDITION = re.compile(r"condition=%([\w.\-]+)")
+_NAME = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=")
+_REF = re.compile(r"%([\w.\-]+)")
+_INDEX = re.compile(r"get-tuple-element\(%[\w.\-]+\), index=(\d+)")
+_CONSTANT = re.compile(r"\sconstant\((-?\d+)\)")
 _SCOPE = re.compile(r'op_name="[^"]*\b(crosstune_attention_[a-z]+)')
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
 
@@ -143,40 +149,142 @@ def _instructions(hlo: str) -> list[str]:
     return out
 
 
-def parse_collectives(hlo: str, devices: int) -> Collectives:
-    """The collectives and custom calls of an optimized HLO module (`compiled.as_text()`), per device."""
-    per_comp: dict[str, list[tuple[str, float]]] = {}
-    calls: dict[str, dict[str, int]] = {}
-    loops: list[tuple[str, int | None, str]] = []  # (body, trip count, computation holding the while)
+@dataclass(frozen=True)
+class Loop:
+    """A while loop of the module: its body and condition computations, the computation holding it, and how many
+    times its body runs each time the loop is reached (None: not known from the HLO)."""
+
+    body: str
+    condition: str
+    parent: str
+    trip: int | None
+
+
+def _computations(hlo: str) -> dict[str, list[str]]:
+    """Each computation's instructions, one line each, by name (the module's header and metadata under "")."""
+    out: dict[str, list[str]] = {"": []}
     current = ""
     for line in _instructions(hlo):
         if (m := _COMPUTATION.match(line)) and " = " not in line:
             current = m.group(1)
-            continue
-        op = _OP.match(line)
-        if not op:
-            continue
-        name = op.group("op")
-        if name == "while" and (body := _BODY.search(line)):
-            trip = _TRIP.search(line)
-            loops.append((body.group(1), int(trip.group(1)) if trip else None, current))
-            continue
-        if name == "custom-call":
-            if (t := _TARGET.search(line)) and t.group(1) == PALLAS_TARGET:
-                kernel = _kernel_key(line)
-                calls.setdefault(current, {})
-                calls[current][kernel] = calls[current].get(kernel, 0) + 1
-            continue
-        kind, started = _kind(name)
-        if kind is None:
-            continue
-        arrays = _shape_arrays(op.group("shape"))
-        if started and kind in ("all-gather", "collective-permute") and len(arrays) >= 2:
-            arrays = [arrays[1]] if kind == "collective-permute" else arrays[len(arrays) // 2 :]
-        per_comp.setdefault(current, []).append((kind, _moved(kind, arrays, line, devices)))
-    times = {body: (trip or 1) for body, trip, _ in loops}
+            out[current] = []
+        elif _OP.match(line):
+            out[current].append(line)
+    return out
+
+
+def _operands(line: str) -> list[str]:
+    """The names an instruction's line reads, in order (its operand list, comments like /*index=5*/ left out)."""
+    inside = re.sub(r"/\*.*?\*/", "", _OP.match(line).group("rest")).split(")", 1)[0]
+    return _REF.findall(inside)
+
+
+def _counted_trip(condition: list[str], init: str, body: list[str], defs: dict[str, str]) -> int | None:
+    """The trip count of a loop that counts one tuple element from a constant by a constant step while it is below
+    a constant (jax's scan and fori_loop: `i < n`, i from 0 by 1), read from its condition, its initial tuple and
+    its body (copies of a value seen through); None for any other loop. XLA:TPU's optimized HLO prints no
+    known_trip_count (libtpu 0.0.42)."""
+    test = _root(condition)
+    if " compare(" not in test or "direction=LT" not in test:
+        return None
+    counter, limit = _operands(test)[:2]
+    index, end = _INDEX.search(_source(defs, counter)), _constant(defs, limit)
+    if index is None or end is None or " tuple(" not in defs.get(init, ""):
+        return None
+    k, first, after = int(index.group(1)), _operands(defs[init]), _root(body)
+    following = _operands(after) if " tuple(" in after else []
+    if k >= min(len(first), len(following)):
+        return None
+    start, increment = _constant(defs, first[k]), _source(defs, following[k])
+    if start is None or " add(" not in increment:
+        return None
+    x, y = _operands(increment)[:2]
+    for own, other in ((x, y), (y, x)):
+        same, step = _INDEX.search(_source(defs, own)), _constant(defs, other)
+        if same and int(same.group(1)) == k and step is not None and step > 0:
+            return max(0, math.ceil((end - start) / step))
+    return None
+
+
+def _root(lines: list[str]) -> str:
+    return next((line for line in lines if line.lstrip().startswith("ROOT")), "")
+
+
+def _source(defs: dict[str, str], name: str) -> str:
+    """The line that makes the value `name` holds, through copies of it."""
+    line = defs.get(name, "")
+    while " copy(" in line:
+        line = defs.get(_operands(line)[0], "")
+    return line
+
+
+def _constant(defs: dict[str, str], name: str) -> int | None:
+    """The integer a scalar constant holds (through copies), else None."""
+    m = _CONSTANT.search(_source(defs, name))
+    return int(m.group(1)) if m else None
+
+
+def while_loops(hlo: str) -> list[Loop]:
+    """The module's while loops, each with its trip count: XLA's known_trip_count where the HLO prints one, else
+    counted from the loop's condition (`_counted_trip`)."""
+    return _loops(_computations(hlo))
+
+
+def _loops(comps: dict[str, list[str]]) -> list[Loop]:
+    defs = {m.group(1): line for lines in comps.values() for line in lines if (m := _NAME.match(line))}
+    out = []
+    for parent, lines in comps.items():
+        for line in lines:
+            if _OP.match(line).group("op") != "while" or not (body := _BODY.search(line)):
+                continue
+            cond = c.group(1) if (c := _CONDITION.search(line)) else ""
+            if known := _TRIP.search(line):
+                trip = int(known.group(1))
+            else:
+                init = (_operands(line) or [""])[0]
+                trip = _counted_trip(comps.get(cond, []), init, comps.get(body.group(1), []), defs)
+            out.append(Loop(body.group(1), cond, parent, trip))
+    return out
+
+
+def times_run(loops: list[Loop]) -> dict[str, int]:
+    """How many times each loop body runs per run of the module: its trip count times those of the loops around it
+    (an unknown trip count: once). Computations that are no loop's body run once."""
+    by_body = {loop.body: loop for loop in loops}
+
+    def runs(name: str) -> int:
+        loop = by_body.get(name)
+        return 1 if loop is None else (1 if loop.trip is None else loop.trip) * runs(loop.parent)
+
+    return {loop.body: runs(loop.body) for loop in loops}
+
+
+def parse_collectives(hlo: str, devices: int) -> Collectives:
+    """The collectives and custom calls of an optimized HLO module (`compiled.as_text()`), per device."""
+    per_comp: dict[str, list[tuple[str, float]]] = {}
+    calls: dict[str, dict[str, int]] = {}
+    comps = _computations(hlo)
+    for current, lines in comps.items():
+        for line in lines:
+            op = _OP.match(line)
+            name = op.group("op")
+            if name == "custom-call":
+                if (t := _TARGET.search(line)) and t.group(1) == PALLAS_TARGET:
+                    kernel = _kernel_key(line)
+                    calls.setdefault(current, {})
+                    calls[current][kernel] = calls[current].get(kernel, 0) + 1
+                continue
+            kind, started = _kind(name)
+            if kind is None:
+                continue
+            arrays = _shape_arrays(op.group("shape"))
+            if started and kind in ("all-gather", "collective-permute") and len(arrays) >= 2:
+                arrays = [arrays[1]] if kind == "collective-permute" else arrays[len(arrays) // 2 :]
+            per_comp.setdefault(current, []).append((kind, _moved(kind, arrays, line, devices)))
+    loops = _loops(comps)
+    times = times_run(loops)
     out = Collectives()
-    out.uncounted_loops = sum(1 for body, trip, _ in loops if trip is None and body in per_comp)
+    out.uncounted_loops = sum(1 for loop in loops if loop.trip is None and loop.body in per_comp)
     for comp, ops in per_comp.items():
         for kind, moved in ops:
             out.count[kind] = out.count.get(kind, 0) + times.get(comp, 1)

@@ -1,21 +1,27 @@
 """`crosstune plan RECIPE --search`: the fastest step the recipe's hardware allows, by the compiler's word.
 
 Candidates: activation recompute (none, full, dots: crosstune.train.jax.remat), attention (dense, splash), rows
-per device, and every fsdp × tp mesh whose tp divides the heads — the recipe's global batch kept by changing the
-gradient accumulation. Each is priced by the planner first (free). Then, within `max_compiles`:
+per device, every fsdp × tp mesh whose tp divides the heads — the recipe's global batch kept by changing the
+gradient accumulation — and the layers unrolled or scanned (backend.jax.scan_layers: where the model has two
+groups of its layer pattern or more). Each is priced by the planner first (free: memory, and the calibrated time
+the search ranks by). Then, within `max_compiles`:
 
 1. screen: the candidates the planner ranks best are compiled at two shallow depths that keep the layer pattern
    (one and two periods of it: 6 and 12 layers for Gemma's 5:1) and every figure is extrapolated linearly per layer
    to the full depth. Exact for the arguments, flops, bytes and collectives (each period of layers is the same
-   program); not for the temporaries, which XLA's scheduler does not grow linearly with depth (docs/BENCHMARKS.md):
-   a screened total is an estimate, marked as such;
+   program; scanned, one and two runs of the loop's body, whose later runs are counted apart from XLA's
+   cost_analysis: crosstune.planner.loops); not for the temporaries, which XLA's scheduler does not grow linearly
+   with depth (docs/BENCHMARKS.md): a screened total is an estimate, marked as such. A scanned compile whose
+   loops were not counted (an older cached record) gives no roofline rather than one group's;
 2. finalists: the fastest screened candidate that fits of each recompute mode (so the frontier has a row per
    policy, and the planner is checked against XLA on each), then the next fastest, are compiled at full depth;
    their memory and roofline are XLA's own, and the winner is the fastest finalist that fits. The screen stops
    early enough to leave the budget for them.
 
-The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`: crosstune.train.jax.aot_process
-in a child process with libtpu); this module only chooses, extrapolates and ranks.
+Where a scanned candidate and its unrolled twin are predicted within the calibration's error
+(crosstune.planner.timing.CALIBRATED_WITHIN), a note says what the scan buys: its compile time. Ties keep the
+recipe's own setting. The compile itself is the caller's (`compile(overrides, layers) -> CompiledStep`:
+crosstune.train.jax.aot_process in a child process with libtpu); this module only chooses, extrapolates and ranks.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from crosstune.families.spec import ModelSpec
 from crosstune.hardware import HardwareTarget
 from crosstune.planner.aot_report import CompiledStep, Roofline, roofline
 from crosstune.planner.memory import Memory
+from crosstune.planner.timing import CALIBRATED_WITHIN
 from crosstune.recipe import Recipe
 from crosstune.units import GB
 
@@ -43,6 +50,8 @@ SCALED = (
     "collective_bytes",
     "kernel_flops",
     "kernel_bytes",
+    "loop_flops",
+    "loop_bytes",
 )
 Compile = Callable[[list[str], int | None], CompiledStep]
 
@@ -55,12 +64,13 @@ class Candidate:
     fsdp: int
     tp: int
     accumulation: int
+    scan: bool = False  # backend.jax.scan_layers
 
     @property
     def label(self) -> str:
         return (
-            f"remat {self.remat or 'none'}, {self.attention}, {self.rows} row(s)/device, fsdp {self.fsdp} × "
-            f"tp {self.tp}, ×{self.accumulation}"
+            f"{'scanned' if self.scan else 'unrolled'}, remat {self.remat or 'none'}, {self.attention}, {self.rows} "
+            f"row(s)/device, fsdp {self.fsdp} × tp {self.tp}, ×{self.accumulation}"
         )
 
     def overrides(self, recipe: Recipe) -> list[str]:
@@ -75,24 +85,27 @@ class Candidate:
         ]
         if recipe.train.global_batch_size is None:
             out.append(f"train.grad_accumulation={self.accumulation}")
-        if recipe.backend.jax.scan_layers:  # compiled unrolled: a scan's loop hides its body's work from
-            out.append("backend.jax.scan_layers=false")  # cost_analysis and from the screen's per-layer lines
+        if self.scan != bool(recipe.backend.jax.scan_layers):
+            out.append(f"backend.jax.scan_layers={'true' if self.scan else 'false'}")
         return out
 
 
 def candidates(recipe: Recipe, spec: ModelSpec, hw: HardwareTarget, rows_total: int) -> list[Candidate]:
-    """Every (remat, attention, rows, mesh) that keeps the global batch (`rows_total` rows per optimizer step, as
-    crosstune.train.step_plan derives it) on all of the hardware's chips."""
+    """Every (remat, attention, rows, mesh, scan) that keeps the global batch (`rows_total` rows per optimizer step,
+    as crosstune.train.step_plan derives it) on all of the hardware's chips; scanned only where the layers make two
+    groups of their pattern or more (one group has nothing to repeat)."""
     n = hw.devices
     length = recipe.data.max_seq_len
     attentions = [a for a in ATTENTIONS if a == "dense" or (length % min(512, length) == 0 and length % 128 == 0)]
+    scans = (False, True) if spec.num_layers >= 2 * period(spec) else (False,)
     out = []
     for tp in (t for t in range(1, n + 1) if n % t == 0 and not spec.tp_problems(t)):
         fsdp = n // tp
         for rows in (r for r in range(1, rows_total + 1) if rows_total % (r * fsdp) == 0):
             for remat in REMATS:
                 for attention in attentions:
-                    out.append(Candidate(remat, attention, rows, fsdp, tp, rows_total // (rows * fsdp)))
+                    k = rows_total // (rows * fsdp)
+                    out += [Candidate(remat, attention, rows, fsdp, tp, k, scan) for scan in scans]
     return out
 
 
@@ -103,7 +116,11 @@ def extrapolate(a: CompiledStep, b: CompiledStep, layers: int) -> CompiledStep:
     grown = {f: (round(v) if isinstance(getattr(b, f), int) else v) for f, v in grown.items()}
     times = {f: getattr(a, f) + getattr(b, f) for f in ("build_s", "lower_s", "compile_s")}
     rss = max(a.host_peak_rss_bytes, b.host_peak_rss_bytes)
-    return dataclasses.replace(b, layers=layers, host_peak_rss_bytes=rss, **grown, **times)
+    loops = {  # a depth whose loops weren't counted leaves the grown step's cost unknown (CompiledStep.roofline_note)
+        "loops_counted": a.loops_counted and b.loops_counted,
+        "uncounted_loops": max(a.uncounted_loops, b.uncounted_loops),
+    }
+    return dataclasses.replace(b, layers=layers, host_peak_rss_bytes=rss, **grown, **times, **loops)
 
 
 @dataclass
@@ -168,8 +185,7 @@ def run_search(
     (two per screened candidate, one per finalist: the screen keeps one for each finalist it could give, up to
     `finalists`). With `plan_time` (the calibrated micro-step of a candidate), candidates are ranked by it; the
     compiles still decide what fits."""
-    chip = hw.chip
-    usable = chip.usable_gb
+    usable = hw.chip.usable_gb
     p = period(spec)
     depths = (p, 2 * p) if 2 * p < spec.num_layers else (1, 2)
     length = recipe.data.max_seq_len
@@ -178,7 +194,8 @@ def run_search(
         for c in candidates(recipe, spec, hw, rows_total)
     ]
     base = next((r for r in results if r.candidate == baseline), None)
-    order = _screen_order(results)
+    own_scan = bool(recipe.backend.jax.scan_layers)  # ties keep the recipe's setting
+    order = _screen_order(results, own_scan)
     budget, screened = max_compiles, []
     for r in order:
         if budget - 2 < min(finalists, len(screened) + 1):  # two for the screen, one kept per finalist
@@ -193,7 +210,7 @@ def run_search(
             r.stage, r.error = "failed", str(e).splitlines()[0][:300]
             continue
         r.step, r.stage = extrapolate(a, b, spec.num_layers), "screened"
-        r.line = roofline(r.step, chip)
+        r.line = _roofline(r.step, hw)
         screened.append(r)
     fitting = _finalist_order([r for r in screened if r.fits(usable)])
     for r in fitting:  # until `finalists` fit at full depth or the budget is spent
@@ -206,16 +223,56 @@ def run_search(
         except Exception as e:  # noqa: BLE001
             r.stage, r.error = "failed", str(e).splitlines()[0][:300]
             continue
-        r.line, r.stage = roofline(r.step, chip), "final"
+        r.line, r.stage = _roofline(r.step, hw), "final"
     final = [r for r in results if r.stage == "final" and r.fits(usable)]
-    winner = max(final, key=lambda r: r.tokens_per_s, default=None)
+    winner = max(final, key=lambda r: (r.tokens_per_s, r.candidate.scan == own_scan), default=None)
     notes = [] if winner else ["no candidate compiled at full depth fits: no winner (raise --max-compiles)"]
     notes.append(
         f"screened figures are extrapolated from {depths[0]} and {depths[1]} layers: exact per layer for the "
         "arguments, flops, bytes and collectives, not for XLA's temporaries (not linear in depth); finalists' are "
         "XLA's own at full depth"
     )
+    notes += sorted({f"{r.candidate.label}: roofline {r.step.roofline_note}" for r in results if _unpriced(r)})
+    if winner is not None and (tie := scan_tie(results, winner, usable)):
+        notes.append(tie)
     return Search(results, winner, base, max_compiles - budget, depths, notes)
+
+
+def _roofline(step: CompiledStep, hw: HardwareTarget) -> Roofline | None:
+    """The step's roofline, or None where its loops' work is unknown (CompiledStep.roofline_note says why)."""
+    return None if step.roofline_note else roofline(step, hw.chip)
+
+
+def _unpriced(r: Result) -> bool:
+    return r.step is not None and r.line is None and bool(r.step.roofline_note)
+
+
+def scan_tie(results: list[Result], winner: Result, usable_gb: float | None) -> str | None:
+    """What the scan buys, where the winner's twin (the same candidate scanned or unrolled) fits (XLA's word where
+    it was compiled at full depth, else the planner's) and is predicted within the calibration's error of it: a
+    compile that does not grow with depth."""
+    flipped = dataclasses.replace(winner.candidate, scan=not winner.candidate.scan)
+    twin = next((r for r in results if r.candidate == flipped), None)
+    if twin is None or not (winner.predicted_s and twin.predicted_s):
+        return None
+    if not (twin.fits(usable_gb) if twin.stage == "final" else twin.planner.fits):
+        return None
+    if abs(twin.predicted_s / winner.predicted_s - 1) > CALIBRATED_WITHIN:
+        return None
+    scanned, unrolled = (winner, twin) if winner.candidate.scan else (twin, winner)
+    measured = ""
+    if scanned.stage == unrolled.stage == "final":
+        measured = f" (here at full depth: {_compile_s(scanned):.0f} s against {_compile_s(unrolled):.0f} s)"
+    return (
+        f"{twin.candidate.label} is predicted within the calibration's ±{CALIBRATED_WITHIN * 100:.0f} % of the winner "
+        f"({twin.tokens_per_s:,.0f} against {winner.tokens_per_s:,.0f} tokens/s): the scan buys compile time, XLA "
+        f"compiling one group of layers instead of every layer{measured}; planner memory per chip: "
+        f"{scanned.planner.total:,.1f} GB scanned, {unrolled.planner.total:,.1f} GB unrolled"
+    )
+
+
+def _compile_s(r: Result) -> float:
+    return r.step.build_s + r.step.lower_s + r.step.compile_s
 
 
 def pareto(results: list[Result]) -> list[Result]:
@@ -243,17 +300,16 @@ def _finalist_order(fitting: list[Result]) -> list[Result]:
     return firsts + [r for r in fast if r not in firsts]
 
 
-def _screen_order(results: list[Result]) -> list[Result]:
+def _screen_order(results: list[Result], own_scan: bool) -> list[Result]:
     """The order to screen in: the planner's best candidate of each recompute mode in turn (none, dots, full), then
     each mode's next best; within a mode what the planner says fits first, splash before dense, the recipe's
-    tp first (fewest collectives moved), then less memory."""
-    by_mode = {
-        mode: sorted(
-            (r for r in results if r.candidate.remat == mode),
-            key=lambda r: (not r.planner.fits, r.candidate.attention != "splash", -r.candidate.tp, r.planner.total),
-        )
-        for mode in REMATS
-    }
+    tp first (fewest collectives moved), then less memory, then the recipe's own scan setting (`own_scan`)."""
+
+    def key(r: Result) -> tuple:
+        c = r.candidate
+        return (not r.planner.fits, c.attention != "splash", -c.tp, r.planner.total, c.scan != own_scan)
+
+    by_mode = {mode: sorted((r for r in results if r.candidate.remat == mode), key=key) for mode in REMATS}
     out = []
     for i in range(max(map(len, by_mode.values()), default=0)):
         out += [rs[i] for rs in by_mode.values() if i < len(rs)]
@@ -284,10 +340,11 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
                 "tokens_per_s": line.tokens_per_s,
                 "bound": line.bound,
             },
+            "roofline_note": None if r.step is None else r.step.roofline_note,
             "predicted_micro_step_s": r.predicted_s,
             "predicted_tokens_per_s": r.tokens_per_s if r.predicted_s else None,
             "pareto": r in front,
-            "compile_s": None if r.step is None else r.step.build_s + r.step.lower_s + r.step.compile_s,
+            "compile_s": None if r.step is None else _compile_s(r),
             "host_peak_rss_bytes": None if r.step is None else r.step.host_peak_rss_bytes,
         }
 

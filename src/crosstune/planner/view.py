@@ -142,6 +142,8 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
         if x["kernel_flops"]
         else ""
     )
+    if x.get("loop_flops"):
+        kernels += f" + {x['loop_flops']:.3g} flops, {x['loop_bytes']:.3g} bytes in the loops' runs after their first"
     out.print(
         f"cost per micro-step per device: {x['flops']:.3g} flops, {x['bytes_accessed']:.3g} bytes accessed "
         f"(XLA cost_analysis){kernels}; {x['collective_bytes']:.3g} bytes over ICI in "
@@ -240,9 +242,11 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
         w = search.winner
         sets = " ".join(f"--set {s}" for s in w.candidate.overrides(recipe))
         speed = f"{w.tokens_per_s:,.0f} tokens/s predicted (calibrated)" if w.predicted_s else "–"
+        line = w.line
+        bound = "no roofline" if line is None else f"≤ {line.tokens_per_s:,.0f} by the roofline ({line.bound}-bound)"
         out.print(
-            f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), "
-            f"{speed}, ≤ {w.line.tokens_per_s:,.0f} by the roofline ({w.line.bound}-bound)",
+            f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), {speed}, "
+            + bound,
             highlight=False,
         )
         out.print(f"reproduce: crosstune plan RECIPE --compile {sets}", highlight=False)

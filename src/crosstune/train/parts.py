@@ -101,11 +101,13 @@ def torch_kernel_equivalence(family: str) -> tuple[list[int], Rows, Rows]:
 
 
 # --- the jax step compiled ahead of time for a TPU topology (`plan --compile`, `plan --search`, bench/) -------
-# crosstune.train.jax's modules that make the compiled program or read it
+# crosstune.train.jax's modules that make the compiled program or read it (a scanned step's: layer_scan's)
 STEP_CODE = (
     "aot",
     "attention",
     "config",
+    "kv_carry",
+    "layer_scan",
     "logits",
     "lora",
     "loss",
@@ -113,14 +115,17 @@ STEP_CODE = (
     "moe",
     "optimizer",
     "remat",
+    "stacked_names",
     "train_step",
     "trainer",
 )
+ANALYSIS_CODE = ("hlo", "loops")  # crosstune.planner's modules that read the compiled program's text
 
 
 def step_code_files() -> list[Path]:
-    """The source files of STEP_CODE: a compile's result depends on their text."""
-    return [Path(__file__).parent / "jax" / f"{name}.py" for name in STEP_CODE]
+    """The source files of STEP_CODE and ANALYSIS_CODE: a compile's result depends on their text."""
+    src = Path(__file__).parent.parent
+    return [src / "train" / "jax" / f"{n}.py" for n in STEP_CODE] + [src / "planner" / f"{n}.py" for n in ANALYSIS_CODE]
 
 
 def tpu_child_env(accelerator: str) -> dict[str, str]:

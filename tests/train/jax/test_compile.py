@@ -196,6 +196,36 @@ def test_search_on_the_tiny_recipe_picks_a_winner_that_fits(tmp_path, capfd):
     assert json.loads(again.stdout)["winner"] == found["winner"] and "reused" in again.stderr
 
 
+@pytest.mark.slow
+def test_a_scanned_step_s_roofline_counts_its_loops_as_the_unrolled_step_s(capfd):
+    """The 31B's first 2 layers on v5p-8 (splash, nothing recomputed), scanned (2 groups of 1) and unrolled (~1 and
+    ~1.5 min here): XLA:TPU prints no trip count, so the loops' are read from their conditions; the splash kernels
+    run once per layer in both, and the scan's roofline flops are the unrolled step's but for the first layer's
+    backward to its input, which XLA drops unrolled (the embeddings are frozen) and not in a loop: within that
+    layer's input-gradient matmuls (2 · tokens · Σ of q, k, v, gate, up's weights / tp: 4.9e11; 1.35e11 measured).
+    Counted once, the scan's loops would leave out a layer's work: 1.5e12 flops."""
+    from crosstune.planner import plan_recipe
+    from crosstune.planner.planned_recipe import load_for_plan
+
+    _libtpu()
+    reports = {}
+    for scan in ("true", "false"):
+        result = _plan(str(G4), "--compile", "--layers", "2", "--json", "--set", f"backend.jax.scan_layers={scan}")
+        assert result.exit_code == 0, result.output + capfd.readouterr().err
+        reports[scan] = json.loads(result.stdout)
+    scanned, unrolled = reports["true"]["xla"], reports["false"]["xla"]
+    assert reports["true"]["roofline_note"] is None and scanned["uncounted_loops"] == 0
+    assert scanned["collectives"]["custom_calls"] == unrolled["collectives"]["custom_calls"]
+    assert scanned["kernel_flops"] == unrolled["kernel_flops"] > 0
+    spec = plan_recipe(load_for_plan(G4), "jax").spec
+    shapes = spec.projection_shapes(0)
+    first_layer_dx = 2 * 3072 * sum(o * i for t, (o, i) in shapes.items() if t in ("q", "k", "v", "gate", "up")) / 4
+    total = {k: x["flops"] + x["loop_flops"] + x["kernel_flops"] for k, x in (("s", scanned), ("u", unrolled))}
+    assert 0 <= total["s"] - total["u"] <= first_layer_dx < scanned["loop_flops"]
+    line = reports["true"]["roofline"]
+    assert line["compute_s"] == pytest.approx(reports["false"]["roofline"]["compute_s"], rel=0.05)
+
+
 @pytest.mark.tpu_compile
 @pytest.mark.timeout(3600)
 def test_splash_compiles_for_a_v5p_8(capfd):

@@ -27,6 +27,7 @@ from crosstune.hub import HubError
 from crosstune.model_configs import decoder_config, read_model_config
 from crosstune.planner.aot_report import with_layers
 from crosstune.planner.hlo import parse_collectives
+from crosstune.planner.loops import loop_work
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.recipe import Recipe, model_path
 from crosstune.run.metrics import host_peak_rss_bytes
@@ -196,6 +197,34 @@ def compile_lowered(lowered, what: str):
         ) from None
 
 
+def xla_cost(module_text: str) -> tuple[float, float]:
+    """(flops, bytes accessed) of an HLO module's text by XLA's own cost analysis: the CPU client's, which jaxlib
+    exposes (the compile-only TPU client has none) and which gives a TPU program's figures (crosstune.planner.loops).
+    jaxlib's bindings (hlo_module_from_text, hlo_module_cost_analysis) have no public jax API: jax is pinned."""
+    import jax
+    from jax._src.lib import hlo, xla_client
+
+    module = hlo.hlo_module_from_text(module_text)
+    found = xla_client._xla.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
+    return float(found.get("flops", 0.0)), float(found.get("bytes accessed", 0.0))
+
+
+def xla_work(compiled, text: str) -> dict:
+    """The compiled program's flops and bytes accessed per device, CompiledStep's fields: XLA's cost_analysis (each
+    while loop's body once) and its loops' later runs (crosstune.planner.loops); `text` is `compiled.as_text()`."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    loops = loop_work(text, xla_cost)
+    return {
+        "flops": float(cost.get("flops", 0.0)),
+        "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
+        "loop_flops": loops.flops,
+        "loop_bytes": loops.bytes,
+        "loops_counted": True,
+        "uncounted_loops": loops.uncounted,
+    }
+
+
 def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
     """Build, lower and compile the recipe's step for its topology: the fields of planner.aot_report.CompiledStep."""
     from crosstune.train.jax.model import mesh_context
@@ -221,12 +250,11 @@ def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
         compiled = compile_lowered(lowered, f"{recipe.name}'s step at {compiled_layers} layers on {topology}")
     t3 = time.perf_counter()
     mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list | tuple) else cost
     from crosstune.train.jax.attention import kernel_work
 
     devices = len(mesh.devices.flat)
-    collectives = parse_collectives(compiled.as_text(), devices)
+    text = compiled.as_text()
+    collectives = parse_collectives(text, devices)
     kernels = kernel_work(recipe, fam.spec_from_hf_config(cfg), collectives.custom_calls, mesh)
     _say(f"compiled in {t3 - t0:.0f} s (host peak RSS {bytes_to_gib(host_peak_rss_bytes()):.1f} GiB)")
     return {
@@ -242,8 +270,7 @@ def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
         "alias_bytes": int(mem.alias_size_in_bytes),
         "temp_bytes": int(mem.temp_size_in_bytes),
         "generated_code_bytes": int(mem.generated_code_size_in_bytes),
-        "flops": float(cost.get("flops", 0.0)),
-        "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
+        **xla_work(compiled, text),
         "build_s": t1 - t0,
         "lower_s": t2 - t1,
         "compile_s": t3 - t2,
