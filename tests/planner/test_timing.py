@@ -34,6 +34,7 @@ S4096 = "data.max_seq_len=4096"
 # and the larger of the loss's buffers and one layer's recompute (crosstune.planner.estimate: Memory.backward_iteration)
 DOTS = ("train.gradient_checkpointing=true", "train.kernels.recompute=dots")
 KEPT = ("train.gradient_checkpointing=true", "train.kernels.recompute=dots_and_attention")
+FULL = ("train.gradient_checkpointing=true", "train.kernels.recompute=full")
 SCAN = "backend.jax.scan_layers=true"
 BEST = (S4096, VMEM_112, TWO_PASS)
 # the E4B's recipe before it scanned its layers with dots_and_attention (2026-12-07): unrolled, nothing recomputed
@@ -49,10 +50,8 @@ MEASURED = {
     ("gemma4-31b-tpu-v5p-8", (S4096, VMEM_112, TWO_PASS, UNROLLED), 4): (0.3751, 12.77),
     ("gemma4-31b-tpu-v5p-8", (S4096, TWO_PASS, UNROLLED), 4): (0.4006, 12.72),
     ("gemma4-31b-tpu-v5p-8", (*BEST, *DOTS, UNROLLED), 4): (0.3922, 13.21),
-    # with jax.checkpoint's barrier (stop 58, before remat.in_scan): 14.91 GB, which the planner (13.41) does not model:
-    # time only. The barrier cost dots_and_attention's same scan 1.33 GB (15.25 against 13.92 without it, stop 62);
-    # XLA's compile without it: 15.68 GB, dots_and_attention's 15.32 (docs/BENCHMARKS.md, "The dots policies")
-    ("gemma4-31b-tpu-v5p-8", (*BEST, *DOTS, SCAN), 4): (0.4318, None),
+    # scanned, without jax.checkpoint's barrier (stop 64, 2026-12-07; 0.4318 s and 14.91 GB with it, stop 58)
+    ("gemma4-31b-tpu-v5p-8", (S4096, *DOTS), 4): (0.4095, 13.90),
     ("gemma4-31b-tpu-v5p-8", (*BEST, *KEPT, UNROLLED), 4): (0.3872, 13.43),
     # scanned without jax.checkpoint's barrier (stop 62; 0.4272 s and 15.25 GB with it, stop 60)
     ("gemma4-31b-tpu-v5p-8", (*BEST, *KEPT, SCAN), 4): (0.4008, 13.92),
@@ -60,7 +59,9 @@ MEASURED = {
     # as it ships now, its layers in one scan body (crosstune.train.jax.kv_carry; stop 63): 1 group owning its K/V,
     # 1 reading them, a loop of 2. Stop 62's two segments, one group each (no loop: as unrolled), ran 0.1896 s in
     # 10.91 GB; the planner models the unrolled step (11.94 GB; XLA's compile of these 12 layers unrolled: 12.01)
-    ("gemma4-e4b-tpu-v6e-4", (), 12): (0.2025, 12.89),
+    ("gemma4-e4b-tpu-v6e-4", (), 12): (0.2025, 12.89),  # 0.2024 s, 12.89 GB again in stop 64
+    # stop 64, the same session: two segments forced 0.1897 s, 10.91 GB (not a recipe setting); unrolled:
+    ("gemma4-e4b-tpu-v6e-4", (UNROLLED,), 12): (0.1892, 11.87),
     ("gemma3-27b-tpu-v6e-8", (TWO_PASS, UNROLLED), 6): (0.3341, 13.23),
     ("gemma4-e4b-tpu-v6e-4", (*E4B_BEFORE, TWO_PASS), 6): (0.1243, 6.81),
     ("gemma4-31b-tpu-v5p-8", (S4096, UNROLLED), 5): (0.4679, 14.84),
@@ -68,7 +69,7 @@ MEASURED = {
     ("gemma4-e4b-tpu-v6e-4", E4B_BEFORE, 6): (0.1244, 6.80),
     ("gemma4-e4b-tpu-v6e-4", (*E4B_BEFORE, "model.size=e2b"), 6): (0.0746, 4.88),
     ("gemma3-27b-tpu-v6e-8", (UNROLLED,), 6): (0.3328, 13.21),
-    ("gemma4-26b-a4b-tpu-v5p-8", (S4096,), 2): (0.1485, 7.80),
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, UNROLLED), 2): (0.1485, 7.80),
     ("gemma4-12b-tpu-v6e-4", (UNROLLED, VMEM), 6): (0.3174, None),
     ("gemma4-31b-tpu-v5p-8", (S4096, "lora.dropout=0", UNROLLED), 4): (0.3905, None),
     ("gemma4-31b-tpu-v5p-8", (S4096, UNROLLED), 2): (0.2692, 8.30),  # 0.2723 on 2026-12-06
@@ -78,7 +79,7 @@ MEASURED = {
     ("gemma4-31b-tpu-v5p-8", (S4096, *KEPT), 2): (0.2866, None),
     ("gemma3-27b-tpu-v6e-8", (UNROLLED,), 2): (0.1745, 6.93),
     ("gemma3-27b-tpu-v6e-8", (), 2): (0.1745, 9.41),  # as it ships now: scanned
-    ("gemma4-26b-a4b-tpu-v5p-8", (), 2): (0.1167, None),
+    ("gemma4-26b-a4b-tpu-v5p-8", (UNROLLED,), 2): (0.1167, None),
     # 2026-12-07, stop 63, two calls, the first beside an unrolled 0.1486 s: scanned, each MoE layer reading its
     # experts whole in both of ragged_dot's layouts (crosstune.train.jax.moe.WholeMoE) runs as fast as unrolled; with
     # dots_and_attention the MoE's forward runs again in the backward (timing.MOE_RECOMPUTED_SCANNED, fitted to the
@@ -91,6 +92,10 @@ MEASURED = {
     # its MoE layers' experts (ragged_dot, not a dot the policy keeps) recomputed after the loss, not beside it: 6.91
     # GB planned (7.88, +12 %, summing them; XLA's compile for one v5e: 7.51)
     ("gemma4-26b-a4b-tpu-v5p-8", (S4096, UNROLLED, *KEPT), 2): (0.1713, 7.01),
+    # stop 64: full remat, the same session; scanned 7.9 % faster (unrolled, XLA transposes the experts for the
+    # backward again in the recompute; WholeMoE keeps both layouts: 3.4 GB more)
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, SCAN, *FULL), 2): (0.1635, 10.21),
+    ("gemma4-26b-a4b-tpu-v5p-8", (S4096, UNROLLED, *FULL), 2): (0.1776, 6.78),
 }
 
 

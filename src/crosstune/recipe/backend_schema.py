@@ -61,9 +61,11 @@ class JaxBackendSection(Section):
         description="hold the decoder layers stacked, one [groups, ...] array per tensor of a group of one "
         "attention-pattern period (the 31B: 10 groups of 6), and run them as a jax.lax.scan: XLA compiles one "
         "group's body, so compile time stops growing with depth: the 31B's 60 layers for v5p-8 in 85 s in XLA "
-        "against 349 unrolled. With full remat the v5e chip ran it 2.8-2.9 % slower; without remat it holds far "
-        'more memory (59.2 GB per chip against 33.8 there): pair it with remat (docs/BENCHMARKS.md, "Compile '
-        'time"). Checkpoints keep the stacked layout (export reads either). The Gemma 4 E sizes stack in two '
+        "against 349 unrolled. Measured on the v5e chip: 0-3.5 % slower than unrolled for dense layers (7.9 % "
+        "faster for the 26B-A4B's MoE with full remat); without remat it holds far more memory (the 31B: 59.2 GB "
+        "per chip against 33.8): check it with `plan --compile`, or let `plan --search` choose "
+        '(docs/BENCHMARKS.md, "Compile time"). Checkpoints keep the stacked layout (export reads either). The '
+        "Gemma 4 E4B scans in one body (its KV-sharing layers read the K/V the scan carries), the E2B in two "
         "segments: the layers that own their K/V, then those that reuse one's. null/false: the layers unrolled "
         "(crosstune.train.jax.layer_scan)",
     )
