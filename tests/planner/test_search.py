@@ -21,8 +21,8 @@ from crosstune.planner.search import (
     period,
     run_search,
     scan_tie,
-    search_json,
 )
+from crosstune.planner.search_report import search_json
 from crosstune.units import GB
 from tests.helpers.paths import REPO
 

@@ -154,7 +154,7 @@ def _search(recipe_file: Path, overrides: list[str], recipe, max_compiles: int, 
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from crosstune.plan.driver import search_plan
-    from crosstune.planner.search import search_json
+    from crosstune.planner.search_report import search_json
     from crosstune.planner.view import render_search
 
     with Progress(

@@ -145,6 +145,11 @@ class Result:
     def xla_gb(self) -> float | None:
         return None if self.step is None else self.step.per_device_bytes / GB
 
+    @property
+    def compile_s(self) -> float | None:
+        """Build, lower and XLA's compile of its step (the two depths' sum where screened)."""
+        return None if self.step is None else self.step.build_s + self.step.lower_s + self.step.compile_s
+
     def fits(self, hbm_gb: float | None) -> bool | None:
         if self.step is None:
             return None
@@ -262,33 +267,13 @@ def scan_tie(results: list[Result], winner: Result, usable_gb: float | None) -> 
     scanned, unrolled = (winner, twin) if winner.candidate.scan else (twin, winner)
     measured = ""
     if scanned.stage == unrolled.stage == "final":
-        measured = f" (here at full depth: {_compile_s(scanned):.0f} s against {_compile_s(unrolled):.0f} s)"
+        measured = f" (here at full depth: {scanned.compile_s:.0f} s against {unrolled.compile_s:.0f} s)"
     return (
         f"{twin.candidate.label} is predicted within the calibration's ±{CALIBRATED_WITHIN * 100:.0f} % of the winner "
         f"({twin.tokens_per_s:,.0f} against {winner.tokens_per_s:,.0f} tokens/s): the scan buys compile time, XLA "
         f"compiling one group of layers instead of every layer{measured}; planner memory per chip: "
         f"{scanned.planner.total:,.1f} GB scanned, {unrolled.planner.total:,.1f} GB unrolled"
     )
-
-
-def _compile_s(r: Result) -> float:
-    return r.step.build_s + r.step.lower_s + r.step.compile_s
-
-
-def pareto(results: list[Result]) -> list[Result]:
-    """The compiled results no other beats on both memory per chip and tokens/s."""
-    done = [r for r in results if r.line is not None]
-    return [
-        r
-        for r in done
-        if not any(
-            o is not r
-            and o.xla_gb <= r.xla_gb
-            and o.line.tokens_per_s >= r.line.tokens_per_s
-            and (o.xla_gb < r.xla_gb or o.line.tokens_per_s > r.line.tokens_per_s)
-            for o in done
-        )
-    ]
 
 
 def _finalist_order(fitting: list[Result]) -> list[Result]:
@@ -314,54 +299,3 @@ def _screen_order(results: list[Result], own_scan: bool) -> list[Result]:
     for i in range(max(map(len, by_mode.values()), default=0)):
         out += [rs[i] for rs in by_mode.values() if i < len(rs)]
     return out
-
-
-def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
-    """The object `crosstune plan --search --json` prints."""
-
-    def one(r: Result) -> dict:
-        line = r.line
-        return {
-            "candidate": dataclasses.asdict(r.candidate),
-            "set": r.candidate.overrides(recipe),
-            "stage": r.stage,
-            "error": r.error or None,
-            "planner_bytes_per_device": round(r.planner.total * GB),
-            "xla_bytes_per_device": None if r.step is None else r.step.per_device_bytes,
-            "fits": r.fits(hw.chip.usable_gb),
-            "roofline": None
-            if line is None
-            else {
-                "compute_s": line.compute_s,
-                "memory_s": line.memory_s,
-                "ici_s": line.ici_s,
-                "micro_step_s": line.micro_step_s,
-                "step_s": line.step_s,
-                "tokens_per_s": line.tokens_per_s,
-                "bound": line.bound,
-            },
-            "roofline_note": None if r.step is None else r.step.roofline_note,
-            "predicted_micro_step_s": r.predicted_s,
-            "predicted_tokens_per_s": r.tokens_per_s if r.predicted_s else None,
-            "pareto": r in front,
-            "compile_s": None if r.step is None else _compile_s(r),
-            "host_peak_rss_bytes": None if r.step is None else r.step.host_peak_rss_bytes,
-        }
-
-    compiled = [r for r in search.results if r.step is not None or r.stage == "failed"]
-    front = pareto(search.results)
-    return {
-        "recipe": recipe.name,
-        "hardware": hw.name,
-        "depths": list(search.depths),
-        "compiles": search.compiles,
-        "winner": None if search.winner is None else one(search.winner),
-        "baseline": None if search.baseline is None else one(search.baseline),
-        "frontier": [one(r) for r in sorted(compiled, key=_rank)],
-        "planned_only": len(search.results) - len(compiled),
-        "notes": search.notes,
-    }
-
-
-def _rank(r: Result) -> tuple:
-    return ({"final": 0, "screened": 1, "failed": 2}.get(r.stage, 3), -r.tokens_per_s)

@@ -193,7 +193,7 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
     """`plan --search`'s frontier: every compiled candidate, XLA's memory per chip (full depth, or extrapolated from
     the screen), the three-term roofline, the calibrated prediction it is ranked by, and the --set lines of the
     winner (crosstune.planner.search)."""
-    from crosstune.planner.search import pareto
+    from crosstune.planner.search_report import pareto
 
     out = out or console
     usable = hw.chip.usable_gb
