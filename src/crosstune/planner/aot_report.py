@@ -69,6 +69,9 @@ class CompiledStep:
     loop_bytes: float = 0.0
     loops_counted: bool = False  # loop_flops and loop_bytes were counted (a record from before has neither)
     uncounted_loops: int = 0  # loops with work and no trip count in the HLO: counted once
+    # XLA's peak_memory_in_bytes: what its buffer assignment holds at once at the peak; 0 in a record from before.
+    # Below per_device_bytes for a scan, whose temp_bytes XLA reports above what the chip holds (docs/BENCHMARKS.md)
+    peak_bytes: int = 0
 
     @property
     def per_device_bytes(self) -> int:
@@ -188,6 +191,7 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
             "output_bytes": step.output_bytes,
             "alias_bytes": step.alias_bytes,
             "temp_bytes": step.temp_bytes,
+            "peak_bytes": step.peak_bytes or None,
             "generated_code_bytes": step.generated_code_bytes,
             "output_fraction_of_arguments": step.output_bytes / step.argument_bytes,
             "flops": step.flops,
@@ -202,7 +206,11 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
             "loops_counted": step.loops_counted,
             "uncounted_loops": step.uncounted_loops,
         },
-        "planner": {**planner_bytes(plan.jax_memory), "relative_to_xla": plan.jax_memory.total * GB / xla - 1},
+        "planner": {
+            **planner_bytes(plan.jax_memory),
+            "relative_to_xla": plan.jax_memory.total * GB / xla - 1,
+            "relative_to_xla_peak": plan.jax_memory.total * GB / step.peak_bytes - 1 if step.peak_bytes else None,
+        },
         "roofline": None
         if line is None
         else {

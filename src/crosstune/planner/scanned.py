@@ -11,8 +11,11 @@ base + LoRA + these + the larger of the loss's buffers and one layer's backward 
 GB for the 31B (12.87 measured), 9.58 for Gemma 3 (9.41). The 26B-A4B's, traced while its scanned MoE still
 transposed its experts in the backward (11.19 GB with that copy in the iteration, 11.10 measured), holds them in
 both layouts since (crosstune.train.jax.moe.WholeMoE; memory._second_layout): 13.03 against 13.19 measured
-(2026-12-07, stop 63). Over fsdp 2 XLA's full-depth
-compiles hold more (the 26B-A4B on v5p-8 −34 %, the E4B on v6e-4 −19 %): estimate.SCANNED_MEMORY_NOTE says so."""
+(2026-12-07, stop 63). XLA's total for a scanned step (arguments + temp_bytes) reads above its own peak
+(peak_memory_in_bytes), which is what the chip holds: the 26B-A4B's 2 layers 14.79 GB against a 13.08 peak and
+13.19 measured. Over fsdp 2 the planner is within 10 % of that peak (the 26B-A4B on v5p-8, 12 and 18 layers) and
+grows per group as it does: no per-group term is missing (tests/planner/test_scanned_peak.py; other models over fsdp:
+estimate.SCANNED_MEMORY_NOTE)."""
 
 from __future__ import annotations
 

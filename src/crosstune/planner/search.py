@@ -45,6 +45,7 @@ SCALED = (
     "output_bytes",
     "alias_bytes",
     "temp_bytes",
+    "peak_bytes",
     "flops",
     "bytes_accessed",
     "collective_bytes",

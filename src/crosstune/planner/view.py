@@ -133,6 +133,10 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
         _bytes(p["per_device_bytes"]),
         f"planner {p['relative_to_xla']:+.1%} vs XLA",
     )
+    if x.get("peak_bytes"):  # below the total for a scan: XLA's temp_bytes reads above what the chip holds
+        table.add_row(
+            "XLA's peak", _bytes(x["peak_bytes"]), "", f"planner {p['relative_to_xla_peak']:+.1%} vs its peak"
+        )
     table.add_row("HBM", _bytes(report["hbm_bytes_per_device"]), "", "")
     table.add_row("usable", _bytes(report["usable_bytes_per_device"]), "", "what a program may hold")
     table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", "")

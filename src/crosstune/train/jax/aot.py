@@ -269,6 +269,7 @@ def compile_recipe(recipe: Recipe, layers: int | None) -> dict:
         "output_bytes": int(mem.output_size_in_bytes),
         "alias_bytes": int(mem.alias_size_in_bytes),
         "temp_bytes": int(mem.temp_size_in_bytes),
+        "peak_bytes": int(getattr(mem, "peak_memory_in_bytes", 0) or 0),
         "generated_code_bytes": int(mem.generated_code_size_in_bytes),
         **xla_work(compiled, text),
         "build_s": t1 - t0,
