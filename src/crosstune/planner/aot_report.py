@@ -129,6 +129,18 @@ class Roofline:
         """tokens/s if that term alone set the step time."""
         return self.micro_batch_tokens / seconds if seconds > 0 else None
 
+    def times(self) -> dict:
+        """The three terms, the step they set and its speed, as the JSON reports print them."""
+        return {
+            "compute_s": self.compute_s,
+            "memory_s": self.memory_s,
+            "ici_s": self.ici_s,
+            "micro_step_s": self.micro_step_s,
+            "step_s": self.step_s,
+            "tokens_per_s": self.tokens_per_s,
+            "bound": self.bound,
+        }
+
 
 def roofline(step: CompiledStep, chip: Chip) -> Roofline:
     """The fastest the compiled step could run on `chip` (every device runs the same SPMD program)."""
@@ -214,18 +226,12 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
         "roofline": None
         if line is None
         else {
-            "compute_s": line.compute_s,
-            "memory_s": line.memory_s,
-            "ici_s": line.ici_s,
+            **line.times(),
             "tokens_per_s_by_term": {
                 "compute": line.tokens_per_s_of(line.compute_s),
                 "memory": line.tokens_per_s_of(line.memory_s),
                 "ici": line.tokens_per_s_of(line.ici_s),
             },
-            "micro_step_s": line.micro_step_s,
-            "step_s": line.step_s,
-            "tokens_per_s": line.tokens_per_s,
-            "bound": line.bound,
             "micro_batch_tokens": step.micro_batch_tokens,
             "accumulation": step.accumulation,
             "note": ROOFLINE_NOTE

@@ -40,17 +40,7 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
             "planner_bytes_per_device": round(r.planner.total * GB),
             "xla_bytes_per_device": None if r.step is None else r.step.per_device_bytes,
             "fits": r.fits(hw.chip.usable_gb),
-            "roofline": None
-            if line is None
-            else {
-                "compute_s": line.compute_s,
-                "memory_s": line.memory_s,
-                "ici_s": line.ici_s,
-                "micro_step_s": line.micro_step_s,
-                "step_s": line.step_s,
-                "tokens_per_s": line.tokens_per_s,
-                "bound": line.bound,
-            },
+            "roofline": None if line is None else line.times(),
             "roofline_note": None if r.step is None else r.step.roofline_note,
             "predicted_micro_step_s": r.predicted_s,
             "predicted_tokens_per_s": r.tokens_per_s if r.predicted_s else None,
