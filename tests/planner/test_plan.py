@@ -8,6 +8,7 @@ import pytest
 
 from crosstune.planner import plan_recipe, replicated_tensors
 from crosstune.planner.planned_recipe import load_for_plan
+from tests.helpers.compiled_step import compiled_step
 from tests.helpers.paths import REPO
 
 G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
@@ -279,7 +280,7 @@ def test_the_compile_report_sets_planner_and_xla_in_one_unit():
 
     plan = plan_recipe(_recipe(G4, "tpu-v5p-8"), "jax")
     total = round(plan.jax_memory.total * GB)
-    step = _compiled(argument_bytes=total - 10**9)
+    step = compiled_step(argument_bytes=total - 10**9)
     report = compile_report(plan, step)
     assert report["xla"]["per_device_bytes"] == report["planner"]["per_device_bytes"] == total
     assert abs(report["planner"]["relative_to_xla"]) < 1e-9  # rounding to whole bytes only
@@ -290,34 +291,6 @@ def test_the_compile_report_sets_planner_and_xla_in_one_unit():
     figure = f"{plan.jax_memory.total:,.2f}"
     assert row.count(figure) == 2 and ("+0.0% vs XLA" in row or "-0.0% vs XLA" in row), row
     assert "Per device, GB" in text and f"host peak RSS {bytes_to_gib(3 * GIB):.1f} GiB" in text
-
-
-def _compiled(**changes):
-    """A compiled 31B step on v5p-8 as crosstune.train.jax.aot reports one (figures made up, units real)."""
-    from crosstune.planner.aot_report import CompiledStep
-    from crosstune.units import GIB
-
-    fields = dict(
-        topology="v5p:2x2x1",
-        device_kind="TPU v5",
-        devices=4,
-        layers=60,
-        model_layers=60,
-        micro_batch_tokens=3072,
-        accumulation=8,
-        argument_bytes=20 * 10**9,
-        output_bytes=10**9,
-        alias_bytes=10**9,
-        temp_bytes=10**9,
-        generated_code_bytes=0,
-        flops=1e14,
-        bytes_accessed=1e12,
-        build_s=1.0,
-        lower_s=1.0,
-        compile_s=10.0,
-        host_peak_rss_bytes=3 * GIB,
-    )
-    return CompiledStep(**(fields | changes))
 
 
 def test_a_scanned_step_s_roofline_counts_its_loop_s_runs_and_its_plan_says_what_the_planner_leaves_out():
@@ -338,14 +311,14 @@ def test_a_scanned_step_s_roofline_counts_its_loop_s_runs_and_its_plan_says_what
     assert plan_recipe(e4b, "jax").ok  # KV shared across layers: two segments stacked apart
     unrolled = _recipe(G4, "tpu-v5p-8", "backend.jax.scan_layers=false")
     assert SCANNED_MEMORY_NOTE not in plan_recipe(unrolled, "jax").notes
-    report = compile_report(plan, _compiled(scanned=True))
+    report = compile_report(plan, compiled_step(scanned=True))
     assert report["roofline"] is None and report["roofline_note"] == SCANNED_NOTE
-    assert compile_report(plan, _compiled())["roofline"]["micro_step_s"] > 0
-    counted = compile_report(plan, _compiled(scanned=True, loops_counted=True, loop_flops=9e14, loop_bytes=9e12))
+    assert compile_report(plan, compiled_step())["roofline"]["micro_step_s"] > 0
+    counted = compile_report(plan, compiled_step(scanned=True, loops_counted=True, loop_flops=9e14, loop_bytes=9e12))
     assert counted["roofline_note"] is None and counted["xla"]["loop_flops"] == 9e14
     assert counted["roofline"]["compute_s"] == pytest.approx(1e15 / 459e12)  # 1e14 in the body once + 9e14
     assert "each while loop's body counted for every run" in counted["roofline"]["note"]
-    unknown = compile_report(plan, _compiled(scanned=True, loops_counted=True, uncounted_loops=1))
+    unknown = compile_report(plan, compiled_step(scanned=True, loops_counted=True, uncounted_loops=1))
     assert unknown["roofline"] is None and "no trip count" in unknown["roofline_note"]
     out = io.StringIO()
     render_compiled(report, Console(file=out, width=300))

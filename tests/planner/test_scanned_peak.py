@@ -72,17 +72,17 @@ def test_the_compile_report_gives_xla_s_peak_beside_its_total():
     from crosstune.planner.aot_report import compile_report
     from crosstune.planner.view import render_compiled
     from crosstune.units import GB
-    from tests.planner.test_plan import _compiled
+    from tests.helpers.compiled_step import compiled_step
 
     plan = plan_recipe(load_for_plan(RECIPES / "gemma4-26b-a4b-tpu-v5p-8.yaml", [SCAN]), "jax")
     peak = round(plan.jax_memory.total * GB)
-    report = compile_report(plan, _compiled(peak_bytes=peak))
+    report = compile_report(plan, compiled_step(peak_bytes=peak))
     assert report["xla"]["peak_bytes"] == peak and abs(report["planner"]["relative_to_xla_peak"]) < 1e-9
     out = io.StringIO()
     render_compiled(report, Console(file=out, width=200))
     row = next(line for line in out.getvalue().splitlines() if "XLA's peak" in line)
     assert f"{plan.jax_memory.total:,.2f}" in row and "0.0% vs its peak" in row, row
-    before = compile_report(plan, _compiled())
+    before = compile_report(plan, compiled_step())
     assert before["xla"]["peak_bytes"] is None and before["planner"]["relative_to_xla_peak"] is None
     out = io.StringIO()
     render_compiled(before, Console(file=out, width=200))
