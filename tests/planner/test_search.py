@@ -1,17 +1,15 @@
-"""`plan --search`'s choices (crosstune.planner.search) with a stand-in compiler whose figures are known: the
-candidates of the 31B on a v5p-8, the per-layer extrapolation, the compile budget, the winner and its --set lines."""
+"""`plan --search`'s choices (crosstune.planner.search) with a stand-in compiler whose figures are known
+(tests/helpers/search.py): the candidates of the 31B on a v5p-8, the per-layer extrapolation, the compile budget, the
+winner and its --set lines."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import pytest
 
 from crosstune.hardware import HARDWARE
 from crosstune.planner import plan_recipe
-from crosstune.planner.aot_report import CompiledStep
-from crosstune.planner.memory import memory
 from crosstune.planner.planned_recipe import load_for_plan
 from crosstune.planner.search import (
     Candidate,
@@ -24,33 +22,7 @@ from crosstune.planner.search import (
 )
 from crosstune.planner.search_report import search_json
 from crosstune.units import GB
-from tests.helpers.paths import REPO
-
-G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
-
-
-def _step(layers: int, **kw) -> CompiledStep:
-    base = dict(
-        topology="v5p:2x2x1",
-        device_kind="TPU v5",
-        devices=4,
-        layers=layers,
-        model_layers=60,
-        micro_batch_tokens=3072,
-        accumulation=8,
-        argument_bytes=0,
-        output_bytes=0,
-        alias_bytes=0,
-        temp_bytes=0,
-        generated_code_bytes=1000,
-        flops=0.0,
-        bytes_accessed=0.0,
-        build_s=1.0,
-        lower_s=1.0,
-        compile_s=10.0,
-        host_peak_rss_bytes=layers * 10**8,
-    )
-    return CompiledStep(**{**base, **kw})
+from tests.helpers.search import G4, fake_compiler, planner_memory, rendered_search, step_at
 
 
 def test_candidates_of_the_31b_on_a_v5p_8_keep_the_global_batch():
@@ -91,63 +63,12 @@ def test_candidates_of_the_31b_on_a_v5p_8_keep_the_global_batch():
 
 
 def test_extrapolation_is_per_layer():
-    a = _step(6, argument_bytes=6 * GB + 1 * GB, flops=6e13, collective_bytes=6e9, temp_bytes=3 * GB)
-    b = _step(12, argument_bytes=12 * GB + 1 * GB, flops=12e13, collective_bytes=12e9, temp_bytes=4 * GB)
+    a = step_at(6, argument_bytes=6 * GB + 1 * GB, flops=6e13, collective_bytes=6e9, temp_bytes=3 * GB)
+    b = step_at(12, argument_bytes=12 * GB + 1 * GB, flops=12e13, collective_bytes=12e9, temp_bytes=4 * GB)
     full = extrapolate(a, b, 60)
     assert full.layers == 60 and full.argument_bytes == 61 * GB and full.flops == pytest.approx(60e13)
     assert full.collective_bytes == pytest.approx(60e9) and full.temp_bytes == 12 * GB  # 4 + (1/6)·48 GB
     assert full.compile_s == 20.0 and full.host_peak_rss_bytes == 12 * 10**8
-
-
-def _fake_compiler(calls: list, loops_counted: bool = True, base: tuple[str, ...] = ()):
-    """remat none: 0.8 GB of temporaries per layer and 40 GB more at full depth than the screen's extrapolation
-    says; dots 0.5 GB, full 0.05 GB per layer; flops 2.0 / 2.2 / 2.9 e12 per layer. Scanned, cost_analysis counts
-    one group of 6 layers (the loop's body once) and the loop's other runs come apart (none in a record from before
-    they were counted); XLA compiles for a second per layer unrolled, 10 s scanned."""
-
-    def fake_compile(overrides, layers):
-        calls.append((tuple(overrides), layers))
-        r = load_for_plan(G4, [*base, *overrides])
-        n = layers or 60
-        remat = None if not r.train.gradient_checkpointing else r.train.kernels.recompute
-        per_layer = {None: 0.8, "dots": 0.5, "full": 0.05}[remat] * GB
-        temp = per_layer * n + (40 * GB if remat is None and layers is None else 0)
-        flops = {None: 2.0, "dots": 2.2, "full": 2.9}[remat] * 1e12
-        scan = bool(r.backend.jax.scan_layers)
-        body = 6 if scan else n  # layers cost_analysis counts
-        return _step(
-            n,
-            argument_bytes=round(0.3 * GB * n),
-            temp_bytes=round(temp),
-            flops=flops * body,
-            bytes_accessed=1e10 * body,
-            collective_bytes=1e8 * n,
-            loop_flops=flops * (n - body) if loops_counted else 0.0,
-            loop_bytes=1e10 * (n - body) if loops_counted else 0.0,
-            loops_counted=loops_counted,
-            scanned=scan,
-            compile_s=10.0 if scan else float(n),
-        )
-
-    return fake_compile
-
-
-def _memory(recipe, base: tuple[str, ...] = ()):
-    """The planner's memory of each candidate (plan_recipe's jax_memory, without its other meshes), kept across the
-    tests: each search prices every candidate."""
-    return lambda c: _priced((*base, *c.overrides(recipe)))
-
-
-@functools.cache
-def _priced(sets: tuple[str, ...]):
-    r = load_for_plan(G4, list(sets))
-    mesh = r.backend.jax.mesh
-    return memory(_spec(), r, HARDWARE[r.hardware], fsdp=mesh.fsdp, tp=mesh.tp, backend="jax")
-
-
-@functools.cache
-def _spec():
-    return plan_recipe(load_for_plan(G4), "jax").spec
 
 
 def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
@@ -157,7 +78,7 @@ def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
     hw = HARDWARE["tpu-v5p-8"]
     spec = plan_recipe(recipe, "jax").spec
     calls = []
-    fake_compile = _fake_compiler(calls)
+    fake_compile = fake_compiler(calls)
 
     # what the screen should compile: remat none unrolled (the scan holds more), dots and full scanned as the recipe
     only = [
@@ -165,7 +86,9 @@ def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
         *(Candidate(m, "splash", 1, 1, 4, 8, True) for m in ("dots", "full")),
     ]
     base = Candidate("full", "dense", 1, 1, 4, 8, True)
-    search = run_search(recipe, spec, hw, 8, _memory(recipe), fake_compile, max_compiles=8, finalists=2, baseline=base)
+    search = run_search(
+        recipe, spec, hw, 8, planner_memory(recipe), fake_compile, max_compiles=8, finalists=2, baseline=base
+    )
     assert search.compiles == len(calls) <= 8
     screened = [r for r in search.results if r.stage in ("screened", "final")]
     assert all(calls.count((tuple(r.candidate.overrides(recipe)), d)) == 1 for r in screened for d in (6, 12))
@@ -189,7 +112,9 @@ def test_the_finalists_are_the_fastest_of_each_recompute_mode():
     spec = plan_recipe(recipe, "jax").spec
     calls = []
 
-    search = run_search(recipe, spec, HARDWARE["tpu-v5p-8"], 8, _memory(recipe), _fake_compiler(calls), max_compiles=9)
+    search = run_search(
+        recipe, spec, HARDWARE["tpu-v5p-8"], 8, planner_memory(recipe), fake_compiler(calls), max_compiles=9
+    )
     final = [r for r in search.results if r.stage == "final"]
     assert [r.candidate.remat for r in final] == [None, "dots", "full"] and search.compiles == len(calls) == 9
     assert search.winner.candidate.remat == "dots"  # none does not fit at full depth; dots is faster than full
@@ -207,7 +132,9 @@ def test_the_search_ranks_by_the_calibrated_time_where_it_has_one():
         return {None: 0.5, "dots": 0.9, "full": 0.7}[c.remat]
 
     hw = HARDWARE["tpu-v5p-8"]
-    search = run_search(recipe, spec, hw, 8, _memory(recipe), _fake_compiler(calls), max_compiles=9, plan_time=seconds)
+    search = run_search(
+        recipe, spec, hw, 8, planner_memory(recipe), fake_compiler(calls), max_compiles=9, plan_time=seconds
+    )
     assert search.winner.candidate.remat == "full"  # none does not fit at full depth
     assert search.winner.tokens_per_s == pytest.approx(search.winner.tokens / 0.7)
     assert search_json(search, recipe, hw)["winner"]["predicted_micro_step_s"] == 0.7
@@ -216,8 +143,8 @@ def test_the_search_ranks_by_the_calibrated_time_where_it_has_one():
 def test_a_scanned_screen_grows_its_loop_s_runs_per_layer():
     """At 6 layers the scan is one group (its loop runs once), at 12 two: cost_analysis's figure stays one group's,
     the loop's other runs grow per layer, and the 60 layers' total is the unrolled step's."""
-    a = _step(6, flops=6e12, loop_flops=0.0, loops_counted=True, scanned=True)
-    b = _step(12, flops=6e12, loop_flops=6e12, loops_counted=True, scanned=True)
+    a = step_at(6, flops=6e12, loop_flops=0.0, loops_counted=True, scanned=True)
+    b = step_at(12, flops=6e12, loop_flops=6e12, loops_counted=True, scanned=True)
     full = extrapolate(a, b, 60)
     assert full.flops == 6e12 and full.total_flops == pytest.approx(60e12) and full.roofline_note is None
     old = extrapolate(dataclasses.replace(a, loops_counted=False), b, 60)
@@ -240,7 +167,7 @@ def test_scanned_and_unrolled_predicted_alike_tie_to_the_recipe_s_setting_and_th
 
     calls = []
     budget = {"max_compiles": 16, "finalists": 4, "plan_time": seconds}
-    found = run_search(recipe, spec, hw, 8, _memory(recipe, base), _fake_compiler(calls, base=base), **budget)
+    found = run_search(recipe, spec, hw, 8, planner_memory(recipe, base), fake_compiler(calls, base=base), **budget)
     w = found.winner
     assert w.candidate.remat == "full" and w.candidate.scan == shipped_scan
     twin = next(r for r in found.results if r.candidate == dataclasses.replace(w.candidate, scan=not shipped_scan))
@@ -251,7 +178,7 @@ def test_scanned_and_unrolled_predicted_alike_tie_to_the_recipe_s_setting_and_th
     out = search_json(found, recipe, hw)
     assert out["winner"]["candidate"]["scan"] == shipped_scan and tie in out["notes"]
     assert {r["candidate"]["scan"] for r in out["frontier"]} == {True, False}
-    table = _rendered(found, recipe, hw)
+    table = rendered_search(found, recipe, hw)
     assert "scanned, remat full" in table and "unrolled, remat full" in table and "the scan buys compile time" in table
 
 
@@ -265,7 +192,7 @@ def test_the_note_names_a_twin_only_where_it_fits():
     def twins(rows: int) -> list[Result]:  # unrolled, scanned; predicted alike
         unrolled = Candidate(None, "splash", rows, 1, 4, 8 // rows)
         pair = (unrolled, dataclasses.replace(unrolled, scan=True))
-        return [Result(c, _memory(recipe)(c), predicted_s=0.3 * rows, tokens=3072 * rows) for c in pair]
+        return [Result(c, planner_memory(recipe)(c), predicted_s=0.3 * rows, tokens=3072 * rows) for c in pair]
 
     four, one = twins(4), twins(1)
     assert four[0].planner.fits and not four[1].planner.fits and one[1].planner.fits
@@ -279,23 +206,13 @@ def test_a_scanned_record_whose_loops_were_not_counted_gives_no_roofline():
     recipe = load_for_plan(G4)
     spec = plan_recipe(recipe, "jax").spec
     hw = HARDWARE["tpu-v5p-8"]
-    found = run_search(recipe, spec, hw, 8, _memory(recipe), _fake_compiler([], loops_counted=False), max_compiles=9)
+    found = run_search(
+        recipe, spec, hw, 8, planner_memory(recipe), fake_compiler([], loops_counted=False), max_compiles=9
+    )
     scanned = [r for r in found.results if r.step is not None and r.candidate.scan]
     assert scanned and all(r.line is None for r in scanned)
     assert any(n.startswith(scanned[0].candidate.label) and "compile it again" in n for n in found.notes)
     out = search_json(found, recipe, hw)
     row = next(r for r in out["frontier"] if r["candidate"]["scan"])
     assert row["roofline"] is None and "counts a loop's body once" in row["roofline_note"]
-    assert found.winner.line is None and "no roofline" in _rendered(found, recipe, hw)
-
-
-def _rendered(found, recipe, hw) -> str:
-    import io
-
-    from rich.console import Console
-
-    from crosstune.planner.view import render_search
-
-    out = io.StringIO()
-    render_search(found, recipe, hw, Console(file=out, width=400))
-    return out.getvalue()
+    assert found.winner.line is None and "no roofline" in rendered_search(found, recipe, hw)
