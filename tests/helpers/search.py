@@ -41,11 +41,13 @@ def step_at(layers: int, **kw) -> CompiledStep:
     return CompiledStep(**{**base, **kw})
 
 
-def fake_compiler(calls: list, loops_counted: bool = True, base: tuple[str, ...] = ()):
+def fake_compiler(calls: list, loops_counted: bool = True, base: tuple[str, ...] = (), peaks: bool = False):
     """remat none: 0.8 GB of temporaries per layer and 40 GB more at full depth than the screen's extrapolation
     says; dots 0.5 GB, full 0.05 GB per layer; flops 2.0 / 2.2 / 2.9 e12 per layer. Scanned, cost_analysis counts
     one group of 6 layers (the loop's body once) and the loop's other runs come apart (none in a record from before
-    they were counted); XLA compiles for a second per layer unrolled, 10 s scanned."""
+    they were counted); XLA compiles for a second per layer unrolled, 10 s scanned. With `peaks`, XLA reports its
+    peak, which holds none of those 40 GB (temp_bytes above what the buffers hold, as a scan's are); without, no
+    peak (a record from before)."""
 
     def fake_compile(overrides, layers):
         calls.append((tuple(overrides), layers))
@@ -53,7 +55,8 @@ def fake_compiler(calls: list, loops_counted: bool = True, base: tuple[str, ...]
         n = layers or 60
         remat = None if not r.train.gradient_checkpointing else r.train.kernels.recompute
         per_layer = {None: 0.8, "dots": 0.5, "full": 0.05}[remat] * GB
-        temp = per_layer * n + (40 * GB if remat is None and layers is None else 0)
+        phantom = 40 * GB if remat is None and layers is None else 0
+        temp = per_layer * n + phantom
         flops = {None: 2.0, "dots": 2.2, "full": 2.9}[remat] * 1e12
         scan = bool(r.backend.jax.scan_layers)
         body = 6 if scan else n  # layers cost_analysis counts
@@ -69,6 +72,7 @@ def fake_compiler(calls: list, loops_counted: bool = True, base: tuple[str, ...]
             loops_counted=loops_counted,
             scanned=scan,
             compile_s=10.0 if scan else float(n),
+            peak_bytes=round(0.3 * GB * n + temp - phantom) + 1000 if peaks else 0,
         )
 
     return fake_compile

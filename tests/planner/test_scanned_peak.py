@@ -86,3 +86,36 @@ def test_the_compile_report_gives_xla_s_peak_beside_its_total():
     out = io.StringIO()
     render_compiled(before, Console(file=out, width=200))
     assert "XLA's peak" not in out.getvalue()
+
+
+def test_the_compile_report_s_fit_verdict_reads_xla_s_peak_and_a_record_without_one_its_total():
+    """A scanned step whose total is over the chip's usable memory (temp_bytes its buffers don't hold) and whose
+    peak is not fits; a record from before, with no peak, is judged by its total.
+    Both figures stay in the JSON, and the table says which decided."""
+    import dataclasses
+    import io
+
+    from rich.console import Console
+
+    from crosstune.planner.aot_report import compile_report
+    from crosstune.planner.view import render_compiled
+    from crosstune.units import GB
+    from tests.helpers.compiled_step import compiled_step
+
+    plan = plan_recipe(load_for_plan(RECIPES / "gemma4-26b-a4b-tpu-v5p-8.yaml", [SCAN]), "jax")
+    usable = round(plan.hardware.chip.usable_gb * GB)
+    before = compiled_step(scanned=True, temp_bytes=usable)  # 20 GB of arguments over the limit
+    now = dataclasses.replace(before, peak_bytes=usable - GB)
+
+    def fits_row(report: dict) -> str:
+        out = io.StringIO()
+        render_compiled(report, Console(file=out, width=200))
+        return next(line for line in out.getvalue().splitlines() if line.lstrip("│ ").startswith("fits"))
+
+    report = compile_report(plan, now)
+    assert report["fits"] and report["fits_by"] == "peak" and report["held_bytes_per_device"] == usable - GB
+    assert report["xla"]["per_device_bytes"] > usable and report["xla"]["peak_bytes"] == usable - GB
+    assert "yes" in fits_row(report) and "by XLA's peak" in fits_row(report)
+    old = compile_report(plan, before)
+    assert not old["fits"] and old["fits_by"] == "total" and old["held_bytes_per_device"] > usable
+    assert "no" in fits_row(old) and "by XLA's total" in fits_row(old)

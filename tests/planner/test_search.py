@@ -1,6 +1,6 @@
 """`plan --search`'s choices (crosstune.planner.search) with a stand-in compiler whose figures are known
 (tests/helpers/search.py): the candidates of the 31B on a v5p-8, the per-layer extrapolation, the compile budget, the
-winner and its --set lines."""
+fit verdict, the winner and its --set lines."""
 
 from __future__ import annotations
 
@@ -71,6 +71,47 @@ def test_extrapolation_is_per_layer():
     assert full.compile_s == 20.0 and full.host_peak_rss_bytes == 12 * 10**8
 
 
+def test_a_screened_step_fits_by_its_grown_peak_and_by_its_total_where_a_depth_has_no_peak():
+    """The screen grows XLA's peak per layer like its total, and the peak decides the fit (a scan's total carries
+    temp_bytes no chip holds): 91 GB total, 71 GB peak at 60 layers, on a v5p chip's 85.5. Where one depth reports
+    no peak (a record from before) a slope from 0 would be no peak at all: none is grown and the total decides."""
+    usable = HARDWARE["tpu-v5p-8"].chip.usable_gb
+    a = step_at(6, argument_bytes=7 * GB, temp_bytes=3 * GB, peak_bytes=8 * GB)
+    b = step_at(12, argument_bytes=13 * GB, temp_bytes=6 * GB, peak_bytes=15 * GB)
+    recipe = load_for_plan(G4)
+    c = Candidate(None, "splash", 1, 1, 4, 8, True)
+
+    def screened(step):
+        return Result(c, planner_memory(recipe)(c), step=step, stage="screened")
+
+    grown = screened(extrapolate(a, b, 60))
+    assert grown.step.per_device_bytes / GB == pytest.approx(91) and grown.held_gb == pytest.approx(71)
+    assert grown.step.held_by == "peak" and grown.fits(usable)
+    old = screened(extrapolate(dataclasses.replace(a, peak_bytes=0), b, 60))
+    assert old.step.peak_bytes == 0 and old.step.held_by == "total" and old.held_gb == pytest.approx(91)
+    assert not old.fits(usable)
+
+
+def test_the_winner_fits_by_xla_s_peak_where_its_total_is_over():
+    """Remat none at full depth: XLA's total is over a v5p chip's 85.5 GB by 40 GB of temporaries its buffers don't
+    hold, its peak is not: it fits and wins (the fastest roofline); the JSON keeps both figures and says which
+    decided, and so does the table. A record without a peak is judged by its total: dots wins."""
+    recipe = load_for_plan(G4)
+    spec = plan_recipe(recipe, "jax").spec
+    hw = HARDWARE["tpu-v5p-8"]
+    usable = hw.chip.usable_gb * GB
+    found = run_search(recipe, spec, hw, 8, planner_memory(recipe), fake_compiler([], peaks=True), max_compiles=9)
+    w = found.winner
+    assert w.candidate.remat is None and w.step.per_device_bytes > usable >= w.step.peak_bytes
+    row = search_json(found, recipe, hw)["winner"]
+    assert row["fits"] and row["fits_by"] == "peak" and row["xla_bytes_per_device"] == w.step.per_device_bytes
+    assert row["xla_peak_bytes_per_device"] == w.step.peak_bytes
+    assert f"{w.held_gb:,.1f} GB per chip (XLA's peak, full depth)" in rendered_search(found, recipe, hw)
+    without = run_search(recipe, spec, hw, 8, planner_memory(recipe), fake_compiler([]), max_compiles=9)
+    assert without.winner.candidate.remat == "dots"
+    assert search_json(without, recipe, hw)["winner"]["fits_by"] == "total"
+
+
 def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
     """A stand-in compiler: remat none is fastest but 100 GB per chip at full depth (its temporaries grow faster
     than the screen's extrapolation says: the finalist's full-depth compile catches it), dots is next and fits."""
@@ -96,7 +137,7 @@ def test_search_screens_compiles_finalists_and_picks_the_fastest_that_fits():
     assert len(final) == 2 and search.winner is not None
     assert search.winner.fits(0.9 * 95) and search.winner.candidate.remat == "dots"
     loser = next(r for r in final if r.candidate.remat is None)
-    assert loser.xla_gb == pytest.approx(0.3 * 60 + 0.8 * 60 + 40 + 1e-6, rel=1e-6) and not loser.fits(0.9 * 95)
+    assert loser.held_gb == pytest.approx(0.3 * 60 + 0.8 * 60 + 40 + 1e-6, rel=1e-6) and not loser.fits(0.9 * 95)
     assert search.winner.line.tokens_per_s == pytest.approx(3072 / (2.2e12 * 60 / 459e12))
     out = search_json(search, recipe, hw)
     assert out["winner"]["set"] == search.winner.candidate.overrides(recipe) and out["compiles"] == search.compiles

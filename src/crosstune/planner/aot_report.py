@@ -37,6 +37,15 @@ SCANNED_NOTE = (
 )
 
 
+def held(total_bytes: int, peak_bytes: int) -> tuple[int, str]:
+    """(what a compiled step holds on a device, which of XLA's figures that is): its peak (peak_memory_in_bytes)
+    where XLA reported one, else its memory_analysis total. On a v5e chip XLA's peak is what the chip held and the
+    total is not: scanned, the 31B's 2 layers peaked at 12.81 GB by XLA, 12.87 measured, 14.11 by the total; the
+    26B-A4B's 13.08, 13.19, 14.79 (a scan's temp_bytes reads above its buffer assignment's); unrolled, the two agree
+    (docs/BENCHMARKS.md, "A scan's XLA total is not its peak")."""
+    return (peak_bytes, "peak") if peak_bytes > 0 else (total_bytes, "total")
+
+
 @dataclass(frozen=True)
 class CompiledStep:
     """XLA's analyses of one train micro-step compiled for a TPU topology (per device unless named otherwise)."""
@@ -75,9 +84,19 @@ class CompiledStep:
 
     @property
     def per_device_bytes(self) -> int:
-        """What the executable holds on a device at its peak: its arguments, the outputs that don't reuse an
-        argument's buffer, its temporaries and its code."""
+        """XLA's memory_analysis total: its arguments, the outputs that don't reuse an argument's buffer, its
+        temporaries and its code. Not what the step holds at once where the layers are scanned: see held_bytes."""
         return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes + self.generated_code_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """What the step holds on a device, the figure every fit verdict reads (crosstune.planner.aot_report.held)."""
+        return held(self.per_device_bytes, self.peak_bytes)[0]
+
+    @property
+    def held_by(self) -> str:
+        """Which of XLA's figures held_bytes is: "peak", or "total" where XLA reported none (an older record)."""
+        return held(self.per_device_bytes, self.peak_bytes)[1]
 
     @property
     def full_depth(self) -> bool:
@@ -184,7 +203,7 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
     chip = plan.hardware.chip
     hbm = None if chip.hbm_gb is None else round(chip.hbm_gb * GB)
     usable = None if chip.usable_gb is None else round(chip.usable_gb * GB)
-    xla = step.per_device_bytes
+    xla, held = step.per_device_bytes, step.held_bytes
     line = None if step.roofline_note else roofline(step, chip)
     return {
         "recipe": plan.recipe_name,
@@ -196,7 +215,9 @@ def compile_report(plan: Plan, step: CompiledStep) -> dict:
         "layers": {"compiled": step.layers, "model": step.model_layers, "full_depth": step.full_depth},
         "hbm_bytes_per_device": hbm,
         "usable_bytes_per_device": usable,
-        "fits": usable is None or xla <= usable,
+        "fits": usable is None or held <= usable,
+        "fits_by": step.held_by,  # XLA's "peak" (xla.peak_bytes) or "total" (xla.per_device_bytes)
+        "held_bytes_per_device": held,
         "xla": {
             "per_device_bytes": xla,
             "argument_bytes": step.argument_bytes,

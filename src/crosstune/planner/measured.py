@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from crosstune.planner.aot_report import held
 from crosstune.planner.estimate import Plan
 from crosstune.planner.timing import predict_step
 from crosstune.recipe import Recipe
@@ -43,6 +44,7 @@ class MeasuredStep:
     xla_code_bytes: int
     flops: float
     bytes_accessed: float
+    xla_peak_bytes: int = 0  # XLA's peak_memory_in_bytes (crosstune.planner.aot_report.held); 0: none reported
 
     @property
     def xla_bytes(self) -> int:
@@ -56,12 +58,18 @@ class MeasuredStep:
         )
 
     @property
+    def xla_held(self) -> tuple[int, str]:
+        """What XLA says the step holds on a device, and which of its figures that is (aot_report.held)."""
+        return held(self.xla_bytes, self.xla_peak_bytes)
+
+    @property
     def tokens_per_s(self) -> float:
         return self.micro_batch_tokens / self.median_s
 
     @classmethod
     def from_dict(cls, d: dict) -> MeasuredStep:
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+        fields = dataclasses.fields(cls)
+        return cls(**{f.name: d[f.name] for f in fields if f.name in d or f.default is dataclasses.MISSING})
 
 
 def measured_report(plan: Plan, recipe: Recipe, step: MeasuredStep) -> dict:
@@ -73,6 +81,7 @@ def measured_report(plan: Plan, recipe: Recipe, step: MeasuredStep) -> dict:
     planner_gb = plan.jax_memory.total
     peak_gb = None if step.peak_bytes is None else step.peak_bytes / GB
     usable = hw.chip.usable_gb
+    xla_held, xla_held_by = step.xla_held
     return {
         "recipe": step.recipe,
         "hardware": hw.name,
@@ -99,8 +108,10 @@ def measured_report(plan: Plan, recipe: Recipe, step: MeasuredStep) -> dict:
             "fits": plan.jax_memory.fits,
         },
         "xla_gb": step.xla_bytes / GB,
+        "xla_peak_gb": step.xla_peak_bytes / GB if step.xla_peak_bytes else None,
         "usable_gb": usable,
-        "ran_within_limit": step.bytes_limit is None or step.xla_bytes <= step.bytes_limit,
+        "ran_within_limit": step.bytes_limit is None or xla_held <= step.bytes_limit,
+        "within_limit_by": xla_held_by,  # XLA's "peak" or "total": what ran_within_limit read
         "time_predicted_over_measured": None if predicted is None else predicted.micro_step_s / step.median_s,
         "memory_predicted_over_measured": None if peak_gb is None else planner_gb / peak_gb,
         "timings_s": {"build": step.build_s, "fill": step.fill_s, "lower": step.lower_s, "compile": step.compile_s},

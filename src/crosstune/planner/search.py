@@ -11,12 +11,15 @@ the search ranks by). Then, within `max_compiles`:
    to the full depth. Exact for the arguments, flops, bytes and collectives (each period of layers is the same
    program; scanned, one and two runs of the loop's body, whose later runs are counted apart from XLA's
    cost_analysis: crosstune.planner.loops); not for the temporaries, which XLA's scheduler does not grow linearly
-   with depth (docs/BENCHMARKS.md): a screened total is an estimate, marked as such. A scanned compile whose
+   with depth (docs/BENCHMARKS.md): a screened total or peak is an estimate, marked as such. A scanned compile whose
    loops were not counted (an older cached record) gives no roofline rather than one group's;
 2. finalists: the fastest screened candidate that fits of each recompute mode (so the frontier has a row per
    policy, and the planner is checked against XLA on each), then the next fastest, are compiled at full depth;
    their memory and roofline are XLA's own, and the winner is the fastest finalist that fits. The screen stops
    early enough to leave the budget for them.
+
+"Fits" is XLA's peak within the chip's usable memory, its total where it reported no peak
+(CompiledStep.held_bytes: a scan's total reads above what the chip holds).
 
 Where a scanned candidate and its unrolled twin are predicted within the calibration's error
 (crosstune.planner.timing.CALIBRATED_WITHIN), a note says what the scan buys: its compile time. Ties keep the
@@ -115,6 +118,10 @@ def extrapolate(a: CompiledStep, b: CompiledStep, layers: int) -> CompiledStep:
     per = b.layers - a.layers
     grown = {f: getattr(b, f) + (getattr(b, f) - getattr(a, f)) * (layers - b.layers) / per for f in SCALED}
     grown = {f: (round(v) if isinstance(getattr(b, f), int) else v) for f, v in grown.items()}
+    # the screen's fit reads this grown peak: an estimate like the grown total, without a scan's phantom temp_bytes;
+    # a depth with no peak (an older record) would grow one from 0: none, so the total decides
+    if not (a.peak_bytes and b.peak_bytes):
+        grown["peak_bytes"] = 0
     times = {f: getattr(a, f) + getattr(b, f) for f in ("build_s", "lower_s", "compile_s")}
     rss = max(a.host_peak_rss_bytes, b.host_peak_rss_bytes)
     loops = {  # a depth whose loops weren't counted leaves the grown step's cost unknown (CompiledStep.roofline_note)
@@ -143,8 +150,10 @@ class Result:
         return self.line.tokens_per_s if self.line is not None else 0.0
 
     @property
-    def xla_gb(self) -> float | None:
-        return None if self.step is None else self.step.per_device_bytes / GB
+    def held_gb(self) -> float | None:
+        """What XLA says the step holds per chip (CompiledStep.held_bytes: its peak where reported, else its total):
+        what the fit verdict and the frontier read."""
+        return None if self.step is None else self.step.held_bytes / GB
 
     @property
     def compile_s(self) -> float | None:
@@ -154,7 +163,7 @@ class Result:
     def fits(self, hbm_gb: float | None) -> bool | None:
         if self.step is None:
             return None
-        return hbm_gb is None or self.step.per_device_bytes <= hbm_gb * GB
+        return hbm_gb is None or self.step.held_bytes <= hbm_gb * GB
 
 
 @dataclass
@@ -235,8 +244,8 @@ def run_search(
     notes = [] if winner else ["no candidate compiled at full depth fits: no winner (raise --max-compiles)"]
     notes.append(
         f"screened figures are extrapolated from {depths[0]} and {depths[1]} layers: exact per layer for the "
-        "arguments, flops, bytes and collectives, not for XLA's temporaries (not linear in depth); finalists' are "
-        "XLA's own at full depth"
+        "arguments, flops, bytes and collectives, not for XLA's temporaries or its peak (not linear in depth); "
+        "finalists' are XLA's own at full depth"
     )
     notes += sorted({f"{r.candidate.label}: roofline {r.step.roofline_note}" for r in results if _unpriced(r)})
     if winner is not None and (tie := scan_tie(results, winner, usable)):

@@ -12,16 +12,16 @@ from crosstune.units import GB
 
 
 def pareto(results: list[Result]) -> list[Result]:
-    """The compiled results no other beats on both memory per chip and tokens/s."""
+    """The compiled results no other beats on both memory per chip (Result.held_gb) and tokens/s."""
     done = [r for r in results if r.line is not None]
     return [
         r
         for r in done
         if not any(
             o is not r
-            and o.xla_gb <= r.xla_gb
+            and o.held_gb <= r.held_gb
             and o.line.tokens_per_s >= r.line.tokens_per_s
-            and (o.xla_gb < r.xla_gb or o.line.tokens_per_s > r.line.tokens_per_s)
+            and (o.held_gb < r.held_gb or o.line.tokens_per_s > r.line.tokens_per_s)
             for o in done
         )
     ]
@@ -31,22 +31,24 @@ def search_json(search: Search, recipe: Recipe, hw: HardwareTarget) -> dict:
     """The object `crosstune plan --search --json` prints."""
 
     def one(r: Result) -> dict:
-        line = r.line
+        line, step = r.line, r.step
         return {
             "candidate": dataclasses.asdict(r.candidate),
             "set": r.candidate.overrides(recipe),
             "stage": r.stage,
             "error": r.error or None,
             "planner_bytes_per_device": round(r.planner.total * GB),
-            "xla_bytes_per_device": None if r.step is None else r.step.per_device_bytes,
+            "xla_bytes_per_device": None if step is None else step.per_device_bytes,
+            "xla_peak_bytes_per_device": None if step is None else step.peak_bytes or None,
             "fits": r.fits(hw.chip.usable_gb),
+            "fits_by": None if step is None else step.held_by,  # XLA's "peak" or "total" (CompiledStep.held_bytes)
             "roofline": None if line is None else line.times(),
-            "roofline_note": None if r.step is None else r.step.roofline_note,
+            "roofline_note": None if step is None else step.roofline_note,
             "predicted_micro_step_s": r.predicted_s,
             "predicted_tokens_per_s": r.tokens_per_s if r.predicted_s else None,
             "pareto": r in front,
             "compile_s": r.compile_s,
-            "host_peak_rss_bytes": None if r.step is None else r.step.host_peak_rss_bytes,
+            "host_peak_rss_bytes": None if step is None else step.host_peak_rss_bytes,
         }
 
     compiled = [r for r in search.results if r.step is not None or r.stage == "failed"]

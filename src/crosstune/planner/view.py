@@ -139,7 +139,8 @@ def render_compiled(report: dict, out: Console | None = None) -> None:
         )
     table.add_row("HBM", _bytes(report["hbm_bytes_per_device"]), "", "")
     table.add_row("usable", _bytes(report["usable_bytes_per_device"]), "", "what a program may hold")
-    table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", "")
+    by = "XLA's peak" if report["fits_by"] == "peak" else "XLA's total (no peak in this record)"
+    table.add_row("fits", "[green]yes[/green]" if report["fits"] else "[red]no[/red]", "", f"by {by} ≤ usable")
     out.print(table)
     kernels = (
         f" + {x['kernel_flops']:.3g} flops, {x['kernel_bytes']:.3g} bytes in Pallas kernels"
@@ -229,7 +230,7 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
         mark = " ◀ winner" if r is search.winner else (" frontier" if r in front else "")
         mark += " (the recipe)" if r is search.baseline else ""
         fits = r.fits(usable)
-        gb = "–" if r.xla_gb is None else f"[{'green' if fits else 'red'}]{r.xla_gb:,.1f}[/]"
+        gb = "–" if r.step is None else f"[{'green' if fits else 'red'}]{r.held_gb:,.1f}[/] {r.step.held_by}"
         stage = r.stage + ("" if not r.error else f": {r.error[:60]}")
         cells = (
             ("–",) * 4
@@ -239,6 +240,11 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
         predicted = "–" if not r.predicted_s else f"{r.tokens_per_s:,.0f}"
         table.add_row(r.candidate.label, stage, gb, f"{r.planner.total:,.1f}", *cells, predicted, mark)
     out.print(table)
+    out.print(
+        f"XLA GB/chip: what the fit verdict (≤ {_gb(usable)} GB) reads, XLA's peak where the compile reported one, "
+        "else its memory_analysis total",
+        highlight=False,
+    )
     out.print(f"{len(search.results) - len(ranked)} more candidates priced by the planner only", highlight=False)
     for note in search.notes:
         out.print(f"[yellow]note[/yellow]: {note}", highlight=False)
@@ -249,8 +255,8 @@ def render_search(search, recipe: Recipe, hw, out: Console | None = None) -> Non
         line = w.line
         bound = "no roofline" if line is None else f"≤ {line.tokens_per_s:,.0f} by the roofline ({line.bound}-bound)"
         out.print(
-            f"[green]winner[/green]: {w.candidate.label}: {w.xla_gb:,.1f} GB per chip (XLA, full depth), {speed}, "
-            + bound,
+            f"[green]winner[/green]: {w.candidate.label}: {w.held_gb:,.1f} GB per chip (XLA's {w.step.held_by}, "
+            f"full depth), {speed}, " + bound,
             highlight=False,
         )
         out.print(f"reproduce: crosstune plan RECIPE --compile {sets}", highlight=False)
@@ -284,10 +290,13 @@ def render_measured(report: dict, out: Console | None = None) -> None:
     table.add_row("MFU (4N)", "–" if m["mfu"] is None else f"{m['mfu']:.1%}", "", "")
     table.add_row("peak HBM, GB", _gb(m["peak_gb"]), _gb(p["planner_gb"]), ratio("memory_predicted_over_measured"))
     table.add_row("XLA memory_analysis, GB", _gb(report["xla_gb"]), "", "")
+    if report["xla_peak_gb"] is not None:
+        table.add_row("XLA's peak, GB", _gb(report["xla_peak_gb"]), "", "")
     usable = report["usable_gb"]
+    ran = "ran" if report["ran_within_limit"] else "[red]over XLA's limit[/red]"
     table.add_row(
         "fits",
-        "ran" if report["ran_within_limit"] else "[red]over XLA's limit[/red]",
+        f"{ran} (by XLA's {report['within_limit_by']})",
         ("[green]yes[/green]" if p["fits"] else "[red]no[/red]") + f" (≤ {_gb(usable)} GB)",
         "",
     )

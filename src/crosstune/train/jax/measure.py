@@ -203,6 +203,7 @@ def _memory_and_cost(compiled) -> dict:
         "xla_alias_bytes": int(mem.alias_size_in_bytes),
         "xla_temp_bytes": int(mem.temp_size_in_bytes),
         "xla_code_bytes": int(mem.generated_code_size_in_bytes),
+        "xla_peak_bytes": int(getattr(mem, "peak_memory_in_bytes", 0) or 0),
         "flops": float(cost.get("flops", 0.0)),
         "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
     }
