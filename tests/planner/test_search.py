@@ -1,6 +1,6 @@
 """`plan --search`'s choices (crosstune.planner.search) with a stand-in compiler whose figures are known
 (tests/helpers/search.py): the candidates of the 31B on a v5p-8, the per-layer extrapolation, the compile budget, the
-fit verdict, the winner and its --set lines."""
+screen's order, the fit verdict, the winner and its --set lines."""
 
 from __future__ import annotations
 
@@ -179,6 +179,60 @@ def test_the_search_ranks_by_the_calibrated_time_where_it_has_one():
     assert search.winner.candidate.remat == "full"  # none does not fit at full depth
     assert search.winner.tokens_per_s == pytest.approx(search.winner.tokens / 0.7)
     assert search_json(search, recipe, hw)["winner"]["predicted_micro_step_s"] == 0.7
+
+
+def _screened(calls: list, recipe) -> list[Candidate]:
+    """The candidates screened, in the order compiled (each first at 6 layers)."""
+    by_sets = {tuple(c.overrides(recipe)): c for c in candidates(recipe, _spec(recipe), HARDWARE["tpu-v5p-8"], 8)}
+    return [by_sets[sets] for sets, layers in calls if layers == 6]
+
+
+def _spec(recipe):
+    return plan_recipe(recipe, "jax").spec
+
+
+def test_each_mode_screens_its_fastest_predicted_candidate_first():
+    """With a calibrated time, each recompute mode screens what the planner says fits in the order of its predicted
+    tokens/s: fsdp 2 × tp 2, predicted 25 % faster here, before tp 4's least memory (77.4 GB against 32.8 with
+    nothing recomputed); ties keep the other keys (splash, less memory, the recipe's scan), so dots' and full's
+    unrolled twins are screened next, the modes still interleaved."""
+    recipe = load_for_plan(G4)
+    hw = HARDWARE["tpu-v5p-8"]
+
+    def seconds(c):  # per micro-step: in proportion to the tokens, 0.8 of it at fsdp 2 × tp 2
+        return c.rows * c.fsdp * {None: 0.10, "dots": 0.11, "full": 0.14}[c.remat] * (0.8 if c.tp == 2 else 1.0)
+
+    calls = []
+    memory = planner_memory(recipe)
+    run_search(recipe, _spec(recipe), hw, 8, memory, fake_compiler(calls), max_compiles=15, plan_time=seconds)
+    first = Candidate(None, "splash", 1, 2, 2, 4)
+    assert _screened(calls, recipe) == [
+        first,
+        Candidate("dots", "splash", 1, 2, 2, 4, True),
+        Candidate("full", "splash", 1, 2, 2, 4, True),
+        Candidate(None, "splash", 1, 1, 4, 8),
+        Candidate("dots", "splash", 1, 2, 2, 4),
+        Candidate("full", "splash", 1, 2, 2, 4),
+    ]
+    assert memory(first).total > memory(Candidate(None, "splash", 1, 1, 4, 8)).total
+
+
+def test_without_a_calibrated_time_the_screen_order_is_the_planner_s_memory_order():
+    """No plan_time: within a mode what fits, splash, larger tp, less memory, the recipe's scan (as before the
+    calibrated time ordered the screen)."""
+    recipe = load_for_plan(G4)
+    calls = []
+    run_search(
+        recipe, _spec(recipe), HARDWARE["tpu-v5p-8"], 8, planner_memory(recipe), fake_compiler(calls), max_compiles=15
+    )
+    assert _screened(calls, recipe) == [
+        Candidate(None, "splash", 1, 1, 4, 8),
+        Candidate("dots", "splash", 1, 1, 4, 8, True),
+        Candidate("full", "splash", 1, 1, 4, 8, True),
+        Candidate(None, "splash", 2, 1, 4, 4),
+        Candidate("dots", "splash", 1, 1, 4, 8),
+        Candidate("full", "splash", 1, 1, 4, 8),
+    ]
 
 
 def test_a_scanned_screen_grows_its_loop_s_runs_per_layer():

@@ -6,7 +6,8 @@ gradient accumulation — and the layers unrolled or scanned (backend.jax.scan_l
 groups of its layer pattern or more). Each is priced by the planner first (free: memory, and the calibrated time
 the search ranks by). Then, within `max_compiles`:
 
-1. screen: the candidates the planner ranks best are compiled at two shallow depths that keep the layer pattern
+1. screen: the candidates the planner ranks best (each recompute mode's in turn: what its memory says fits, the
+   fastest by the calibrated time first) are compiled at two shallow depths that keep the layer pattern
    (one and two periods of it: 6 and 12 layers for Gemma's 5:1) and every figure is extrapolated linearly per layer
    to the full depth. Exact for the arguments, flops, bytes and collectives (each period of layers is the same
    program; scanned, one and two runs of the loop's body, whose later runs are counted apart from XLA's
@@ -297,12 +298,15 @@ def _finalist_order(fitting: list[Result]) -> list[Result]:
 
 def _screen_order(results: list[Result], own_scan: bool) -> list[Result]:
     """The order to screen in: the planner's best candidate of each recompute mode in turn (none, dots, full), then
-    each mode's next best; within a mode what the planner says fits first, splash before dense, the recipe's
-    tp first (fewest collectives moved), then less memory, then the recipe's own scan setting (`own_scan`)."""
+    each mode's next best. Within a mode what the planner says fits first, then the fastest by the calibrated
+    prediction (Result.predicted_s, in its exact order: what the winner is chosen by, so the budget goes to the
+    candidates that could win), then splash before dense, larger tp, less memory and the recipe's own scan setting
+    (`own_scan`): the whole order where nothing is predicted, the ties' order where something is."""
 
     def key(r: Result) -> tuple:
         c = r.candidate
-        return (not r.planner.fits, c.attention != "splash", -c.tp, r.planner.total, c.scan != own_scan)
+        faster = -r.tokens / r.predicted_s if r.predicted_s else 0.0
+        return (not r.planner.fits, faster, c.attention != "splash", -c.tp, r.planner.total, c.scan != own_scan)
 
     by_mode = {mode: sorted((r for r in results if r.candidate.remat == mode), key=key) for mode in REMATS}
     out = []
