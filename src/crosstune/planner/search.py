@@ -265,11 +265,11 @@ def _unpriced(r: Result) -> bool:
 
 def scan_tie(results: list[Result], winner: Result, usable_gb: float | None) -> str | None:
     """What the scan buys, where the winner's twin (the same candidate scanned or unrolled) fits (XLA's word where
-    it was compiled at full depth, else the planner's) and is predicted within the calibration's error of it: a
-    compile that does not grow with depth."""
+    it was compiled at full depth, else the planner's; not where XLA failed to compile it) and is predicted within
+    the calibration's error of it: a compile that does not grow with depth."""
     flipped = dataclasses.replace(winner.candidate, scan=not winner.candidate.scan)
     twin = next((r for r in results if r.candidate == flipped), None)
-    if twin is None or not (winner.predicted_s and twin.predicted_s):
+    if twin is None or twin.stage == "failed" or not (winner.predicted_s and twin.predicted_s):
         return None
     if not (twin.fits(usable_gb) if twin.stage == "final" else twin.planner.fits):
         return None
