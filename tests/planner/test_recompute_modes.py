@@ -41,15 +41,18 @@ def test_dots_keeps_each_lora_target_s_b_output_beside_its_matmul_s():
 
 @pytest.mark.parametrize(
     ("recipe", "xla_gb", "planner_gb"),
-    [("gemma4-31b-tpu-v5p-8.yaml", 36.60, 33.88), ("gemma4-e4b-tpu-v6e-4.yaml", 19.94, 18.44)],
+    [("gemma4-31b-tpu-v5p-8.yaml", 36.60, 33.88), ("gemma4-e4b-tpu-v6e-4.yaml", 15.14, 15.01)],
 )
 def test_a_scan_keeping_matmuls_and_attention_holds_what_the_planner_s_unrolled_model_says(recipe, xla_gb, planner_gb):
     """With recompute dots_and_attention a scanned step keeps what the unrolled one keeps but its elementwise tensors,
-    so the planner's unrolled model holds for it: XLA's compile of each recipe's full depth scanned with it
-    (`plan RECIPE --compile --set train.gradient_checkpointing=true --set train.kernels.recompute=dots_and_attention
-    --set backend.jax.scan_layers=true`, 2026-12-07, docs/BENCHMARKS.md; 36.51 and 20.05 GB while a scanned layer's
-    recompute kept jax.checkpoint's barrier against CSE; the planner said 34.03 and 18.56 while it summed the loss and
-    a layer's recompute). Without recompute the same scans hold 59.21 and 39.53 GB, far outside it."""
+    so the planner's unrolled model holds for it, but for the weights gathered over fsdp (one group's at a time:
+    crosstune.planner.memory). XLA's compile of each recipe's full depth scanned with it (`plan RECIPE --compile --set
+    train.gradient_checkpointing=true --set train.kernels.recompute=dots_and_attention --set
+    backend.jax.scan_layers=true`, docs/BENCHMARKS.md): the 31B on v5p-8 (fsdp 1) 36.60 GB, XLA's total
+    (2026-12-07; 36.51 while a scanned layer's recompute kept jax.checkpoint's barrier against CSE); the E4B on v6e-4
+    (fsdp 2; its recipe, its 7 groups in one body) 15.14, XLA's peak (2026-12-07, stop 65; total 16.69), where the
+    planner said 18.44 while it counted every layer's gathered weights. Without recompute the same scans hold 59.21
+    and 39.53 GB, far outside it."""
     sets = [REMAT[0], REMAT[1] + "dots_and_attention", "backend.jax.scan_layers=true"]
     memory = _plan(sets, recipe=RECIPES / recipe)[0].jax_memory
     assert memory.total == pytest.approx(planner_gb, abs=0.01)

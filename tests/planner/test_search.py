@@ -16,7 +16,6 @@ from crosstune.planner.search import (
     Result,
     candidates,
     extrapolate,
-    period,
     run_search,
     scan_tie,
 )
@@ -50,7 +49,7 @@ def test_candidates_of_the_31b_on_a_v5p_8_keep_the_global_batch():
         8,
         "splash",
     )
-    assert period(spec) == 6
+    assert spec.scan_period == 6
     shipped = load_for_plan(G4)  # scanned: the unrolled candidates say so, the scanned ones need no line
     assert c.overrides(shipped) == [*c.overrides(recipe), "backend.jax.scan_layers=false"]
     scan = dataclasses.replace(c, scan=True)
@@ -194,8 +193,9 @@ def _spec(recipe):
 def test_each_mode_screens_its_fastest_predicted_candidate_first():
     """With a calibrated time, each recompute mode screens what the planner says fits in the order of its predicted
     tokens/s: fsdp 2 × tp 2, predicted 25 % faster here, before tp 4's least memory (77.4 GB against 32.8 with
-    nothing recomputed); ties keep the other keys (splash, less memory, the recipe's scan), so dots' and full's
-    unrolled twins are screened next, the modes still interleaved."""
+    nothing recomputed); ties keep the other keys (splash, less memory, the recipe's scan), so dots' unrolled twin
+    is screened next, and for full the scan of 2 rows, which holds less than 1 row unrolled (scanned under a
+    recompute, one group's weights are gathered at a time: crosstune.planner.memory), the modes still interleaved."""
     recipe = load_for_plan(G4)
     hw = HARDWARE["tpu-v5p-8"]
 
@@ -212,9 +212,14 @@ def test_each_mode_screens_its_fastest_predicted_candidate_first():
         Candidate("full", "splash", 1, 2, 2, 4, True),
         Candidate(None, "splash", 1, 1, 4, 8),
         Candidate("dots", "splash", 1, 2, 2, 4),
-        Candidate("full", "splash", 1, 2, 2, 4),
+        Candidate("full", "splash", 2, 2, 2, 2, True),
     ]
     assert memory(first).total > memory(Candidate(None, "splash", 1, 1, 4, 8)).total
+    two_rows_scanned, one_row_unrolled = (
+        Candidate("full", "splash", 2, 2, 2, 2, True),
+        Candidate("full", "splash", 1, 2, 2, 4),
+    )
+    assert memory(two_rows_scanned).total < memory(one_row_unrolled).total
 
 
 def test_without_a_calibrated_time_the_screen_order_is_the_planner_s_memory_order():

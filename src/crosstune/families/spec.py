@@ -9,6 +9,7 @@ and the mixture of experts beside the dense MLP (26B-A4B). `unified` marks the 1
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Bytes per element of the model dtypes a recipe names (the planner's memory, an import's QLoRA line).
@@ -59,6 +60,17 @@ class MoE:
         return 3 * self.expert_dim * hidden
 
 
+def layer_period(types: Sequence) -> int:
+    """The smallest P with at least 2 complete groups whose layers' attention types repeat every P layers; all the
+    layers (one group, a scan of length 1) when none repeats (a model cut to a few layers, `plan --layers`). A scan
+    over layer groups (crosstune.train.jax.layer_scan) runs one group of P layers per iteration."""
+    n = len(types)
+    for p in range(1, n // 2 + 1):
+        if all(types[i] == types[i % p] for i in range((n // p) * p)):
+            return p
+    return n
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Shapes of one model size. `layer_types[i]` names the AttentionKind of decoder layer i."""
@@ -85,6 +97,11 @@ class ModelSpec:
     @property
     def num_layers(self) -> int:
         return len(self.layer_types)
+
+    @property
+    def scan_period(self) -> int:
+        """The layers of one group of a scan over them (layer_period): 6 for Gemma's 5 sliding : 1 global."""
+        return layer_period(self.layer_types)
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelSpec:

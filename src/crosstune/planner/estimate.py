@@ -141,8 +141,8 @@ SCANNED_MEMORY_NOTE = (
     "backend.jax.scan_layers with nothing recomputed over fsdp > 1: the activations above count what the scan's body "
     "saves per layer (crosstune.planner.scanned), measured on one chip. XLA's total for a scanned step (arguments + "
     "temp_bytes) reads above what its buffers hold at once, on one chip too, where the chip held XLA's peak: the "
-    "26B-A4B on v5p-8 (12 and 18 layers) and the E4B on v6e-4 (12) are within 10 % of XLA's peak (docs/BENCHMARKS.md), "
-    "no full depth nor other model is checked: compare with XLA's peak in plan --compile, or recompute "
+    "26B-A4B on v5p-8 (12, 18 and its 30 layers: its recipe) and the E4B on v6e-4 (12) are within 10 % of XLA's peak "
+    "(docs/BENCHMARKS.md), no other model is checked: compare with XLA's peak in plan --compile, or recompute "
     "dots_and_attention (splash) or full"
 )
 

@@ -64,7 +64,7 @@ class Memory:
         return self.usable is None or self.total <= self.usable
 
 
-def _gathered(spec: ModelSpec, fsdp: int, tp: int, a: int) -> float:
+def _gathered(spec: ModelSpec, fsdp: int, tp: int, a: int, one_group: bool) -> float:
     """Bytes per device of the weights XLA holds gathered over fsdp (none at fsdp 1). Measured by XLA:TPU's compiler
     only (no GPU compile here: GPUs keep the old estimate)."""
     if fsdp == 1:
@@ -72,14 +72,30 @@ def _gathered(spec: ModelSpec, fsdp: int, tp: int, a: int) -> float:
     # XLA keeps every decoder layer's weights, gathered over fsdp in the forward pass, alive until that layer's
     # backward (measured: Gemma 3 27B on v6e-8 at fsdp 2 × tp 4, XLA's temp grows by one layer's fsdp-gathered
     # weights per layer, 0.21 GB; docs/BENCHMARKS.md, "Ahead-of-time TPU compile"), and the LM head's embedding
-    # while the loss runs (the E4B on v6e-4's buffer assignment: bf16[131072, 2560], the vocabulary still over tp)
+    # while the loss runs (the E4B on v6e-4's buffer assignment: bf16[131072, 2560], the vocabulary still over tp).
+    # Scanned (backend.jax.scan_layers) under a recompute policy (`one_group`), a loop's body gathers its group's
+    # weights and the backward's recompute gathers them again: one group's are held at a time, beside the layers
+    # after the whole groups (unrolled). XLA's peak at full depth (2026-12-07, stop 65; docs/BENCHMARKS.md, "Scanned
+    # over fsdp"): the 12B on v6e-4 (full remat) 11.81 GB against 11.80 so counted (21.35 with every layer's), the
+    # E4B on v6e-4 (dots_and_attention) 15.14 against 15.01 (18.44). Scanned with nothing recomputed, XLA's peak
+    # grows per group as if every layer's were held, as unrolled (the 26B-A4B on v5p-8, 12 -> 18 layers:
+    # tests/planner/test_scanned_peak.py; which of XLA's buffers hold them is not traced).
     gathered_mesh = {"fsdp": 1, "tp": tp}
     tensors = tunix_tensors(spec)
     layers = [t for t in tensors if t.path.startswith("layers.")]
     experts = [t for t in layers if t.path.endswith(EXPERT_WEIGHTS)]
-    dense = [t for t in layers if not t.path.endswith(EXPERT_WEIGHTS)]
     head = [t for t in tensors if t.shape == (spec.vocab_size, spec.hidden_size)]  # the tied LM head's [V, D]
-    gathered = sum(per_device_elements(t, gathered_mesh) for t in dense + head) * a
+    per_layer = [0.0] * spec.num_layers
+    for t in layers:
+        if not t.path.endswith(EXPERT_WEIGHTS):
+            per_layer[int(t.path.split(".")[1])] += per_device_elements(t, gathered_mesh) * a
+    gathered = sum(per_device_elements(t, gathered_mesh) for t in head) * a
+    if one_group:
+        p = spec.scan_period
+        whole = spec.num_layers // p * p
+        gathered += max(sum(per_layer[g : g + p]) for g in range(0, whole, p)) + sum(per_layer[whole:])
+    else:
+        gathered += sum(per_layer)
     if experts:
         # The experts' weights are gathered over fsdp where a layer runs and not held to its backward: XLA's
         # temp for the 26B-A4B on v5p-8 (fsdp 2 × tp 2) grows 0.18-0.20 GB per layer (6, 12 and 30 layers:
@@ -133,7 +149,9 @@ def memory(
         base = sum(per_device_elements(t, mesh) for t in tunix_tensors(spec)) * a
         lora_elements = sum(per_device_elements(x, mesh) for x in trained_lora_tensors(spec, recipe.lora.targets, rank))
         lora = lora_elements * 16
-        gathered = _gathered(spec, fsdp, tp, a) if hw.chip.platform == "tpu" else 0.0  # XLA:TPU's compiles only
+        one_group = bool(recipe.backend.jax.scan_layers) and recipe.train.gradient_checkpointing
+        tpu = hw.chip.platform == "tpu"  # measured by XLA:TPU's compiles only
+        gathered = _gathered(spec, fsdp, tp, a, one_group) if tpu else 0.0
     else:
         gathered = 0.0
         shards = devices if recipe.backend.torch.fsdp else 1

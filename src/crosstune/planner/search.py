@@ -102,7 +102,7 @@ def candidates(recipe: Recipe, spec: ModelSpec, hw: HardwareTarget, rows_total: 
     n = hw.devices
     length = recipe.data.max_seq_len
     attentions = [a for a in ATTENTIONS if a == "dense" or (length % min(512, length) == 0 and length % 128 == 0)]
-    scans = (False, True) if spec.num_layers >= 2 * period(spec) else (False,)
+    scans = (False, True) if spec.num_layers >= 2 * spec.scan_period else (False,)
     out = []
     for tp in (t for t in range(1, n + 1) if n % t == 0 and not spec.tp_problems(t)):
         fsdp = n // tp
@@ -177,12 +177,6 @@ class Search:
     notes: list[str] = field(default_factory=list)
 
 
-def period(spec: ModelSpec) -> int:
-    """The length of the model's repeating layer pattern (6 for Gemma's 5 sliding : 1 global)."""
-    types = spec.layer_types
-    return next(p for p in range(1, len(types) + 1) if all(types[i] == types[i % p] for i in range(len(types))))
-
-
 def run_search(
     recipe: Recipe,
     spec: ModelSpec,
@@ -202,7 +196,7 @@ def run_search(
     `finalists`). With `plan_time` (the calibrated micro-step of a candidate), candidates are ranked by it; the
     compiles still decide what fits."""
     usable = hw.chip.usable_gb
-    p = period(spec)
+    p = spec.scan_period
     depths = (p, 2 * p) if 2 * p < spec.num_layers else (1, 2)
     length = recipe.data.max_seq_len
     results = [

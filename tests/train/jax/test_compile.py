@@ -19,6 +19,7 @@ G4 = REPO / "recipes" / "gemma4-31b-tpu-v5p-8.yaml"
 G3 = REPO / "recipes" / "gemma3-27b-tpu-v6e-8.yaml"
 G4_MOE = REPO / "recipes" / "gemma4-26b-a4b-tpu-v5p-8.yaml"
 G4_E4B = REPO / "recipes" / "gemma4-e4b-tpu-v6e-4.yaml"
+G4_12B = REPO / "recipes" / "gemma4-12b-tpu-v6e-4.yaml"
 TINY = REPO / "recipes" / "tiny-cpu.yaml"
 TINY_ON_V5P = [
     "--set",
@@ -32,7 +33,7 @@ TINY_ON_V5P = [
     "--set",
     "lora.dropout=0.05",
 ]
-AGREEMENT = 0.10  # the bound the planner is held to: within ±10 % of XLA's per-device total
+AGREEMENT = 0.10  # the bound the planner is held to: within ±10 % of what XLA says a device holds (its peak)
 # Outputs that reuse no donated buffer at real size: the loss, the grad norm and small scalars (12.6 KB measured at
 # full depth for both TPU recipes, docs/BENCHMARKS.md); a second copy of the base would be gigabytes.
 UNALIASED = 64 * 1024
@@ -142,40 +143,25 @@ def test_tiny_moe_counts_the_experts_kernels(capfd):
     assert x["kernel_flops"] == pytest.approx(24 * routed * 3 * 64 * 32)
 
 
-def _full_depth(recipe, capfd) -> dict:
-    """`plan RECIPE --compile --json` at full depth; a recipe that scans its layers with nothing recomputed, unrolled:
-    the planner models the unrolled step's memory, a scan of it holds more and `plan` says so (SCANNED_MEMORY_NOTE;
-    tests/planner/test_plan.py)."""
-    from crosstune.planner.planned_recipe import load_for_plan
-
-    _libtpu()
-    r = load_for_plan(recipe)
-    unrolled = ("--set", "backend.jax.scan_layers=false")
-    sets = unrolled if r.backend.jax.scan_layers and not r.train.gradient_checkpointing else ()
-    result = _plan(str(recipe), "--compile", "--json", *sets)
-    assert result.exit_code == 0, result.output + capfd.readouterr().err
-    return json.loads(result.stdout)
-
-
 @pytest.mark.tpu_compile
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize(
     "recipe",
-    [
-        G4,
-        pytest.param(G3, marks=pytest.mark.xfail(strict=True, reason="open (issue 47): the planner is 30 % under")),
-        G4_MOE,
-        G4_E4B,
-    ],
-    ids=["gemma4-31b-v5p-8", "gemma3-27b-v6e-8", "gemma4-26b-a4b-v5p-8", "gemma4-e4b-v6e-4"],
+    [G4, G3, G4_MOE, G4_E4B, G4_12B],
+    ids=["31b-v5p-8", "gemma3-27b-v6e-8", "26b-a4b-v5p-8", "e4b-v6e-4", "12b-v6e-4"],
 )
 def test_planner_agrees_with_the_compiler_at_full_depth(recipe, capfd):
-    """The shipped TPU recipes compiled at full depth: the step fits its chip's HBM, the planner is within ±10 % of
-    XLA's per-device total, and the outputs are the LoRA and optimizer state only (no second copy of the base)."""
-    report = _full_depth(recipe, capfd)
+    """The shipped TPU recipes compiled at full depth, as they ship (every one scans): the step fits its chip's HBM
+    by XLA's peak, the planner is within ±10 % of that peak (2026-12-07, stop 65: −1.8, −7.6, −4.3, −0.9 and −0.1 %;
+    docs/BENCHMARKS.md, "Scanned over fsdp"), and the outputs are the LoRA and optimizer state only (no second copy
+    of the base). Gemma 3 unrolled with nothing recomputed, not shipped, is 30 % under XLA's total (not checked)."""
+    _libtpu()
+    result = _plan(str(recipe), "--compile", "--json")
+    assert result.exit_code == 0, result.output + capfd.readouterr().err
+    report = json.loads(result.stdout)
     x = report["xla"]
-    assert report["layers"]["full_depth"] and report["fits"]
-    assert abs(report["planner"]["relative_to_xla"]) <= AGREEMENT, report
+    assert report["layers"]["full_depth"] and report["fits"] and report["fits_by"] == "peak"
+    assert abs(report["planner"]["relative_to_xla_peak"]) <= AGREEMENT, report
     assert x["output_fraction_of_arguments"] < 0.25 and x["output_bytes"] - x["alias_bytes"] < UNALIASED
     print(json.dumps(report, indent=1), file=os.sys.stderr)
 

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from crosstune.families.spec import layer_period
 from crosstune.train.jax import kv_carry
 from crosstune.train.jax.moe import GROUP, ResidualRoutedMoE, WholeExperts, hold_whole
 from crosstune.train.jax.remat import in_scan
@@ -70,16 +71,6 @@ def segments(model: nnx.Module) -> list[tuple[int, int]]:
             f"shares one, or reading a later layer's; {HINT}"
         )
     return [(0, u), (u, n)]
-
-
-def period(types: list) -> int:
-    """The smallest P with at least 2 complete groups whose layers' attention types repeat every P layers; all the
-    layers (one group, a scan of length 1) when none repeats (a model cut to a few layers, `plan --layers`)."""
-    n = len(types)
-    for p in range(1, n // 2 + 1):
-        if all(types[i] == types[i % p] for i in range((n // p) * p)):
-            return p
-    return n
 
 
 class LayerStack(nnx.Module):
@@ -281,7 +272,7 @@ def _stack(layers: list, mesh: Mesh, *, first: int, owning: int = 0, **static) -
     """One segment's layers (layer `first` onward) as a LayerStack: its first group's layers holding every group's
     values, the layers after the complete groups as they are. `owning` (one body for a KV-sharing model, kv_carry):
     the groups after the first `owning` are built as the owning ones at their position but have no K/V LoRA."""
-    p = period([getattr(layer.attn, "attn_type", None) for layer in layers])
+    p = layer_period([getattr(layer.attn, "attn_type", None) for layer in layers])
     groups = len(layers) // p
     whole = groups * p
     shapes = [_canonical(layer) for layer in layers[:p] + (layers[owning * p : (owning + 1) * p] if owning else [])]
@@ -322,7 +313,7 @@ def stack_layers(model: nnx.Module, mesh: Mesh) -> None:
     sharing = list(getattr(model, "kv_cache_sharing_patterns", None) or range(len(layers)))
     sources = {j for i, j in enumerate(sharing) if j != i}
     dim = getattr(model.config, "per_layer_input_dim", 0) or 0
-    p = period([getattr(layer.attn, "attn_type", None) for layer in layers])
+    p = layer_period([getattr(layer.attn, "attn_type", None) for layer in layers])
     if len(parts) > 1 and kv_carry.one_body(layers, sharing, parts[0][1], p):  # one scan body for both segments
         stack = _stack(layers, mesh, first=0, owning=parts[0][1] // p, reads=tuple(sharing), per_layer_dim=dim)
         model.layers = nnx.List([stack])
