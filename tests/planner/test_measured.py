@@ -37,6 +37,26 @@ def test_plan_run_times_the_step_on_the_devices_it_sees(monkeypatch):
     assert report["predicted"]["micro_step_s"] is None and report["predicted"]["planner_gb"] > 0
 
 
+def test_plan_run_says_where_the_planner_predicts_no_fit_and_lets_the_compile_decide(monkeypatch):
+    """Where the planner's memory for the measured layers is over what the chip gives a program, `plan --run` says
+    so before it compiles, and still runs: XLA's compile decides (the planner is an estimate: within 10 % of XLA)."""
+    from crosstune.plan import driver
+
+    def on_a_tiny_chip(*args, **kwargs):  # the CPU gives no limit: the planner's plans get one of 1 MB
+        plan = planned(*args, **kwargs)
+        plan.jax_memory.usable = 0.001
+        return plan
+
+    planned = driver.plan_recipe
+    monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
+    monkeypatch.setattr(driver, "plan_recipe", on_a_tiny_chip)
+    got = _invoke("--run", "--layers", "1", "--steps", "1", "--set", "data.max_seq_len=128", "--json")
+    assert got.exit_code == 0, got.output
+    said = "over the 0.0 a program may hold: XLA's compile decides"
+    assert "the planner predicts" in got.output and said in got.output
+    assert json.loads(got.stdout[got.stdout.index("{") :])["measured"]["micro_step_s"] > 0
+
+
 REFUSED = [
     (["--steps", "3"], "--steps and --profile go with --run"),
     (["--layers", "2"], "--layers goes with --compile or --run"),

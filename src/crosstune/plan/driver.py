@@ -69,11 +69,18 @@ def measured_plan(
     if refused:
         raise PlanError(f"the plan can't run on the attached {recipe.hardware}: " + "; ".join(refused))
     short = with_layers(result.spec, layers) if layers is not None else result.spec
+    planned = plan_recipe(recipe, "jax", spec=short)
+    if not planned.jax_memory.fits:  # the compile decides, the planner being an estimate: said, not refused
+        say(
+            f"the planner predicts {planned.jax_memory.total:.1f} GB per chip for {short.num_layers} layers, over the "
+            f"{planned.jax_memory.usable:.1f} a program may hold: XLA's compile decides (if it refuses: fewer "
+            "--layers, or recompute activations: train.gradient_checkpointing: true)"
+        )
     try:
         step = MeasuredStep.from_dict(measure_step(recipe, layers, steps=steps, profile_dir=profile, say=say))
     except ValueError as e:
         raise PlanError(str(e)) from None
-    report = measured_report(plan_recipe(recipe, "jax", spec=short), recipe, step)
+    report = measured_report(planned, recipe, step)
     own = load_for_plan(recipe_file, overrides)
     if own.hardware != recipe.hardware and HARDWARE[own.hardware].chip.peak_bf16_tflops is not None:
         target = predict_step(plan_recipe(own, "jax"), own)

@@ -4,9 +4,10 @@ MultiSteps, HeldOnceStep) at the model's true dimensions, cut to its first `laye
 with weights made on the devices (one jitted program writes every tensor in its own sharding: nothing is read or
 sent from the host) and one synthetic packed micro-batch of the recipe's shape.
 
-Timed: XLA's compile (lower + compile, apart), then `warmup` micro-steps, then `steps` micro-steps each waited for
-(block_until_ready), so each time is the step's own. Memory: the devices' peak (live arrays + what programs
-reserved for their temporaries: crosstune.train.jax.progress.device_peak_bytes) beside XLA's memory_analysis.
+Timed: XLA's compile (lower + compile, apart; from the abstract arguments, before the weights are made, so a step
+XLA refuses costs no fill), then `warmup` micro-steps, then `steps` micro-steps each waited for (block_until_ready),
+so each time is the step's own. Memory: the devices' peak (live arrays + what programs reserved for their
+temporaries: crosstune.train.jax.progress.device_peak_bytes) beside XLA's memory_analysis.
 The numbers a synthetic batch changes nothing of: every position of every row is computed, splash skips blocks by
 the causal/local mask alone, and the loss's values don't touch the speed.
 """
@@ -129,19 +130,20 @@ def measure_step(
     with mesh_context(mesh):
         frozen, rest, opt_state, _ = step.split_args(trainer.model, trainer.optimizer, abstract_inputs)
         t1 = time.perf_counter()
-        say(f"[2/4] making the weights on the devices ({t1 - t0:.0f} s so far)")
+        # compiled from the abstract arguments, before any weight is made: a step XLA refuses fails first
+        say(f"[2/4] lowering and compiling ({t1 - t0:.0f} s so far)")
+        lowered = step.jitted_fn.lower(frozen, rest, opt_state, abstract_inputs)
+        t2 = time.perf_counter()
+        compiled = compile_lowered(lowered, f"{recipe.name}'s step at {spec.num_layers} layers")
+        t3 = time.perf_counter()
+        say(f"[3/4] making the weights on the devices (compiled in {t3 - t2:.0f} s)")
         frozen, rest = fill((frozen, rest), seed=recipe.train.seed)
         opt_state = fill(opt_state, zero=True)
         jax.block_until_ready((frozen, rest, opt_state))
         host = synthetic_batch(*next(iter(abstract_inputs.values())).shape, spec.vocab_size, k, recipe.train.seed)
         inputs = {name: jax.device_put(host[name], abstract_inputs[name].sharding) for name in abstract_inputs}
-        t2 = time.perf_counter()
-        say(f"[3/4] lowering and compiling ({t2 - t0:.0f} s so far)")
-        lowered = step.jitted_fn.lower(frozen, rest, opt_state, inputs)
-        t3 = time.perf_counter()
-        compiled = compile_lowered(lowered, f"{recipe.name}'s step at {spec.num_layers} layers")
         t4 = time.perf_counter()
-        say(f"[4/4] {warmup} + {steps} micro-steps (compiled in {t4 - t3:.0f} s)")
+        say(f"[4/4] {warmup} + {steps} micro-steps ({t4 - t0:.0f} s so far)")
         times, losses = timed_steps(compiled, (frozen, rest, opt_state), inputs, warmup, steps, profile_dir)
     return {
         **_memory_and_cost(compiled),
@@ -154,9 +156,9 @@ def measure_step(
         "micro_batch_tokens": tokens,
         "accumulation": k,
         "build_s": t1 - t0,
-        "fill_s": t2 - t1,
-        "lower_s": t3 - t2,
-        "compile_s": t4 - t3,
+        "lower_s": t2 - t1,
+        "compile_s": t3 - t2,
+        "fill_s": t4 - t3,
         "step_times_s": times,
         "median_s": statistics.median(times),
         "losses": losses,
