@@ -112,6 +112,16 @@ def test_each_body_is_costed_alone_and_its_later_runs_added():
     assert "ENTRY %wide.region_0.4.clone.sunk" in body_module(_scan(), "wide.region_0.4.clone.sunk")
 
 
+def test_a_body_s_module_keeps_only_the_computations_it_reaches():
+    """Each loop's module is parsed on its own: the outer body's holds the inner body it runs, the inner's neither
+    the outer nor the old entry, nor the scan's condition (the module's other loop)."""
+    outer, inner = body_module(NESTED, "outer"), body_module(NESTED, "inner")
+    assert "ENTRY %outer " in outer and "\n%inner " in outer and "%main" not in outer
+    assert "ENTRY %inner " in inner and "%outer" not in inner and "%main" not in inner
+    scan = body_module(_scan(), "wide.region_0.4.clone.sunk")
+    assert "%wide.region_1.5.clone" not in scan
+
+
 N, M, K = 8, 64, 128
 
 
