@@ -50,10 +50,12 @@ def test_plan_run_says_where_the_planner_predicts_no_fit_and_lets_the_compile_de
     planned = driver.plan_recipe
     monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
     monkeypatch.setattr(driver, "plan_recipe", on_a_tiny_chip)
-    got = _invoke("--run", "--layers", "1", "--steps", "1", "--set", "data.max_seq_len=128", "--json")
+    scanned = ["--set", "backend.jax.scan_layers=true"]  # nothing recomputed: unrolling is one of the fixes
+    got = _invoke("--run", "--layers", "2", "--steps", "1", "--set", "data.max_seq_len=128", *scanned, "--json")
     assert got.exit_code == 0, got.output
-    said = "over the 0.0 a program may hold: XLA's compile decides"
+    said = "over the 0.0 a program may hold: XLA's compile decides (if it refuses: fewer --layers, or recompute"
     assert "the planner predicts" in got.output and said in got.output
+    assert "or unroll the layers: backend.jax.scan_layers: false" in got.output
     assert json.loads(got.stdout[got.stdout.index("{") :])["measured"]["micro_step_s"] > 0
 
 

@@ -71,10 +71,12 @@ def measured_plan(
     short = with_layers(result.spec, layers) if layers is not None else result.spec
     planned = plan_recipe(recipe, "jax", spec=short)
     if not planned.jax_memory.fits:  # the compile decides, the planner being an estimate: said, not refused
+        fixes = "fewer --layers, or recompute activations: train.gradient_checkpointing: true"
+        if recipe.backend.jax.scan_layers and not recipe.train.gradient_checkpointing:
+            fixes += ", or unroll the layers: backend.jax.scan_layers: false (a scan without recompute keeps more)"
         say(
             f"the planner predicts {planned.jax_memory.total:.1f} GB per chip for {short.num_layers} layers, over the "
-            f"{planned.jax_memory.usable:.1f} a program may hold: XLA's compile decides (if it refuses: fewer "
-            "--layers, or recompute activations: train.gradient_checkpointing: true)"
+            f"{planned.jax_memory.usable:.1f} a program may hold: XLA's compile decides (if it refuses: {fixes})"
         )
     try:
         step = MeasuredStep.from_dict(measure_step(recipe, layers, steps=steps, profile_dir=profile, say=say))
