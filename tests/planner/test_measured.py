@@ -124,12 +124,32 @@ def test_plan_run_s_limit_verdict_reads_xla_s_peak_and_a_record_without_one_its_
     recipe = load_for_plan(TINY)
     plan = plan_recipe(recipe, "jax")
     record = dict(
-        recipe="tiny", hardware="cpu", device_kind="cpu", devices=1, layers=6, model_layers=6,
-        micro_batch_tokens=512, accumulation=1, build_s=1.0, fill_s=1.0, lower_s=1.0, compile_s=1.0,
-        step_times_s=[0.1], median_s=0.1, losses=[7.0], peak_bytes=12 * GB, peak_in_use_bytes=11 * GB,
-        bytes_limit=15 * GB, xla_argument_bytes=5 * GB, xla_output_bytes=0, xla_alias_bytes=0,
-        xla_temp_bytes=11 * GB, xla_code_bytes=0, flops=1e12, bytes_accessed=1e10,
-    )  # fmt: skip
+        recipe="tiny",
+        hardware="cpu",
+        device_kind="cpu",
+        devices=1,
+        layers=6,
+        model_layers=6,
+        micro_batch_tokens=512,
+        accumulation=1,
+        build_s=1.0,
+        fill_s=1.0,
+        lower_s=1.0,
+        compile_s=1.0,
+        step_times_s=[0.1],
+        median_s=0.1,
+        losses=[7.0],
+        peak_bytes=12 * GB,
+        peak_in_use_bytes=11 * GB,
+        bytes_limit=15 * GB,
+        xla_argument_bytes=5 * GB,
+        xla_output_bytes=0,
+        xla_alias_bytes=0,
+        xla_temp_bytes=11 * GB,
+        xla_code_bytes=0,
+        flops=1e12,
+        bytes_accessed=1e10,
+    )
     before = MeasuredStep.from_dict(record)  # a record without XLA's peak: its total, 16 GB, is over the limit
     old = measured_report(plan, recipe, before)
     assert not old["ran_within_limit"] and old["within_limit_by"] == "total" and old["xla_peak_gb"] is None

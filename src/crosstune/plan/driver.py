@@ -57,6 +57,7 @@ def measured_plan(
     auto` does), beside the planner's time and memory for the same layers there (crosstune.planner.measured); and
     where the recipe names other hardware, the planner's time for it at full depth, by the same calibration."""
     from crosstune.planner.measured import MeasuredStep, measured_report
+    from crosstune.planner.memory import scan_keeps_every_residual
     from crosstune.planner.timing import predict_step
     from crosstune.train.parts import measure_step
 
@@ -72,7 +73,7 @@ def measured_plan(
     planned = plan_recipe(recipe, "jax", spec=short)
     if not planned.jax_memory.fits:  # the compile decides, the planner being an estimate: said, not refused
         fixes = "fewer --layers, or recompute activations: train.gradient_checkpointing: true"
-        if recipe.backend.jax.scan_layers and not recipe.train.gradient_checkpointing:
+        if scan_keeps_every_residual(recipe):
             fixes += ", or unroll the layers: backend.jax.scan_layers: false (a scan without recompute keeps more)"
         say(
             f"the planner predicts {planned.jax_memory.total:.1f} GB per chip for {short.num_layers} layers, over the "

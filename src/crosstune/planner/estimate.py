@@ -11,7 +11,7 @@ from crosstune.families import get_family, model_dir_spec
 from crosstune.families.spec import DTYPE_BYTES, ModelSpec
 from crosstune.hardware import HARDWARE, HardwareTarget
 from crosstune.hub import HubError
-from crosstune.planner.memory import Memory, memory, oom_message
+from crosstune.planner.memory import Memory, memory, oom_message, scan_keeps_every_residual
 from crosstune.planner.tensors import fitted, per_device_elements, trained_lora_tensors, tunix_tensors
 from crosstune.recipe import Recipe, model_path
 from crosstune.units import GB
@@ -166,7 +166,7 @@ def _jax_blockers(plan: Plan, recipe: Recipe) -> None:
         plan.blockers.append(f"fsdp × tp = {fsdp}×{tp} = {fsdp * tp}, but {hw.name} has {hw.devices} devices")
     # recomputing, a scan holds about what the unrolled step holds (XLA, the 31B on v5p-8 with full remat: 22.35 GB
     # scanned, 22.84 unrolled; with dots_and_attention, tests/planner/test_recompute_modes.py)
-    if recipe.backend.jax.scan_layers and not recipe.train.gradient_checkpointing and fsdp > 1:
+    if scan_keeps_every_residual(recipe) and fsdp > 1:
         plan.notes.append(SCANNED_MEMORY_NOTE)
     if not plan.jax_memory.fits:
         plan.memory_blockers.append(oom_message(plan.jax_memory, "device"))

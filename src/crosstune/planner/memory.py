@@ -121,6 +121,13 @@ def _expert_layers(spec: ModelSpec, tp: int, a: int) -> dict[str, float]:
     return per_layer
 
 
+def scan_keeps_every_residual(recipe: Recipe) -> bool:
+    """Whether the jax step runs its layers as a scan with nothing recomputed: the scan's body then saves every
+    residual of every group for the backward's loop (crosstune.planner.scanned), and holds every layer's weights
+    gathered over fsdp as unrolled (_gathered); under a recompute policy it holds one group's."""
+    return bool(recipe.backend.jax.scan_layers) and not recipe.train.gradient_checkpointing
+
+
 def scan_slices_experts(fsdp: int) -> bool:
     """Whether a scanned MoE layer takes its own experts out of the stack first (crosstune.train.jax.moe.hold_whole's
     `sliced_experts`: where the mesh splits the experts along E). Tunix shards the experts' E over fsdp
@@ -149,7 +156,7 @@ def memory(
         base = sum(per_device_elements(t, mesh) for t in tunix_tensors(spec)) * a
         lora_elements = sum(per_device_elements(x, mesh) for x in trained_lora_tensors(spec, recipe.lora.targets, rank))
         lora = lora_elements * 16
-        one_group = bool(recipe.backend.jax.scan_layers) and recipe.train.gradient_checkpointing
+        one_group = bool(recipe.backend.jax.scan_layers) and not scan_keeps_every_residual(recipe)
         tpu = hw.chip.platform == "tpu"  # measured by XLA:TPU's compiles only
         gathered = _gathered(spec, fsdp, tp, a, one_group) if tpu else 0.0
     else:
@@ -188,7 +195,7 @@ def memory(
         # what a layer's backward recomputes (its working set but what the policy keeps) runs after the loss, as
         # a scan's backward iteration does (Memory.backward_iteration): the larger of the two, not their sum
         iteration = max(w - kept_in_working_set(spec, i, b, seq, a, tp) for i, w in enumerate(working))
-    if scanned and not recipe.train.gradient_checkpointing:  # every residual the scan's body names, stacked
+    if backend == "jax" and scan_keeps_every_residual(recipe):  # every residual the scan's body names, stacked
         targets, dropout = tuple(recipe.lora.targets), recipe.lora.dropout > 0
         acts = sum(scan_residuals(spec, i, b, seq, a, tp, targets, dropout) for i in range(spec.num_layers)) + mask
         iteration = max(working)
